@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian machine for slotpool: the system tools the sandbox needs
+# (bubblewrap for isolation, tmux for stateful terminals), then the npm dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
+command -v tar >/dev/null 2>&1 || need+=(tar)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing ${need[*]}" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "setup: please install ${need[*]} (e.g. sudo apt-get install -y ${need[*]})" >&2
+    exit 1
+  fi
+fi
+
+if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; else npm install --no-audit --no-fund --loglevel=error; fi

@@ -1,0 +1,89 @@
+#!/usr/bin/env node
+/**
+ * The `slotpool` command. Each subcommand lives in its own module and is loaded only when
+ * called, so `slotpool sandbox-server` inside a container never loads the pool or env code.
+ */
+import { CliUsageError } from "./usage.js";
+
+type Run = (argv: string[]) => Promise<number | void>;
+
+const COMMANDS: Record<string, { summary: string; load: () => Promise<Run> }> = {
+  "sandbox-server": {
+    summary: "run the sandbox server (one per container, N isolated slots)",
+    load: async () => (await import("./sandbox-server.js")).run,
+  },
+  job: {
+    summary: "job render --format json|hcl: print the sandbox job",
+    load: async () => (await import("./job.js")).run,
+  },
+  jobs: {
+    summary: "jobs prune [--dry-run]: find and stop slotpool jobs left behind by crashed runs",
+    load: async () => (await import("./jobs.js")).run,
+  },
+  "executor-server": {
+    summary: "run the tool executor as an HTTP service",
+    load: async () => (await import("./executor-server.js")).run,
+  },
+  "tool-server": {
+    summary: "host external tools (credentials stay in this process)",
+    load: async () => (await import("./tool-server.js")).run,
+  },
+  process: {
+    summary: "run an env and write scored groups to JSONL",
+    load: async () => (await import("./run-env.js")).runProcess,
+  },
+  serve: {
+    summary: "run an env and feed an Atropos trainer",
+    load: async () => (await import("./run-env.js")).runServe,
+  },
+  evaluate: {
+    summary: "run an env's evaluation and write metrics and samples",
+    load: async () => (await import("./run-env.js")).runEvaluate,
+  },
+  status: {
+    summary: "print pool and job state for an operator",
+    load: async () => (await import("./status.js")).run,
+  },
+};
+
+function usage(): string {
+  const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length));
+  const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
+  return `usage: slotpool <command> [options]\n\ncommands:\n${lines.join("\n")}\n\nRun 'slotpool <command> --help' for a command's options.\n`;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === "--help" || name === "-h" || name === "help") {
+    process.stdout.write(usage());
+    return name ? 0 : 2;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    process.stderr.write(`slotpool: unknown command '${name}'\n\n${usage()}`);
+    return 2;
+  }
+  try {
+    const run = await command.load();
+    const code = await run(rest);
+    return typeof code === "number" ? code : 0;
+  } catch (err) {
+    if (err instanceof CliUsageError) {
+      process.stderr.write(`slotpool ${name}: ${err.message}\n`);
+      return 2;
+    }
+    process.stderr.write(`slotpool ${name}: ${err instanceof Error ? err.message : String(err)}\n`);
+    if (process.env["SLOTPOOL_DEBUG"] && err instanceof Error && err.stack) process.stderr.write(err.stack + "\n");
+    return 1;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    process.stderr.write(`slotpool: ${String(err)}\n`);
+    process.exitCode = 1;
+  },
+);

@@ -1,0 +1,57 @@
+import { parseArgs, type ParseArgsConfig } from "node:util";
+
+/** A mistake in the command line: printed without a stack, exit code 2. */
+export class CliUsageError extends Error {
+  override name = "CliUsageError";
+}
+
+type Options = NonNullable<ParseArgsConfig["options"]>;
+
+/**
+ * `node:util` parseArgs with errors turned into CliUsageError and `--help` handled:
+ * returns null after printing help.
+ */
+export interface ParsedFlags {
+  values: Record<string, string | boolean | Array<string | boolean> | undefined>;
+  positionals: string[];
+}
+
+export function parseFlags(argv: string[], options: Options, help: string, allowPositionals = false): ParsedFlags | null {
+  let parsed: ParsedFlags;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      options: { ...options, help: { type: "boolean", short: "h" } },
+      allowPositionals,
+      strict: true,
+    });
+  } catch (err) {
+    throw new CliUsageError(`${err instanceof Error ? err.message : String(err)}\n\n${help}`);
+  }
+  if (parsed.values["help"]) {
+    process.stdout.write(help.endsWith("\n") ? help : help + "\n");
+    return null;
+  }
+  return parsed;
+}
+
+/** Parses a flag that must be a whole number in [min, max]; names the flag on error. */
+export function intFlag(name: string, value: string | undefined, fallback: number, min = 0, max = Number.MAX_SAFE_INTEGER): number {
+  if (value === undefined) return fallback;
+  if (!/^-?\d+$/.test(value)) throw new CliUsageError(`--${name} must be a whole number, got '${value}'`);
+  const n = Number(value);
+  if (n < min || n > max) throw new CliUsageError(`--${name} must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+/** A string flag's value (the last one when repeated), or undefined. */
+export function stringFlag(flags: ParsedFlags, name: string): string | undefined {
+  const v = flags.values[name];
+  if (Array.isArray(v)) return v.length ? String(v[v.length - 1]) : undefined;
+  return typeof v === "string" ? v : undefined;
+}
+
+/** Whether a boolean flag was given. */
+export function boolFlag(flags: ParsedFlags, name: string): boolean {
+  return flags.values[name] === true;
+}

@@ -1,0 +1,55 @@
+/** Errors of the pool room. Each message says what happened and what the caller can do. */
+
+export class SlotPoolError extends Error {
+  override name = "SlotPoolError";
+}
+
+/** The slot's container died or was removed: its workspace and everything in it are gone. */
+export class SlotLostError extends SlotPoolError {
+  override name = "SlotLostError";
+  constructor(
+    readonly slotId: string,
+    /** Nomad allocation id, or the local container's name. */
+    readonly allocationId: string,
+    /** Why it was lost, e.g. the allocation's latest task events. */
+    readonly reason: string,
+    readonly trajectoryId?: string,
+  ) {
+    super(
+      `slot ${slotId} on allocation ${allocationId} was lost: ${reason}. ` +
+        `The workspace is gone; start the trajectory again on a new slot.`,
+    );
+  }
+}
+
+export class SlotAcquireTimeoutError extends SlotPoolError {
+  override name = "SlotAcquireTimeoutError";
+  constructor(
+    readonly timeoutMs: number,
+    readonly counts: { slots: number; held: number; waiting: number; containers: number; maxContainers: number },
+  ) {
+    super(
+      `no slot became free within ${timeoutMs} ms: ${counts.slots} slots exist, ${counts.held} are held, ` +
+        `${counts.waiting} acquires are waiting (${counts.containers}/${counts.maxContainers} containers). ` +
+        `Raise maxContainers or slotsPerContainer, or release slots sooner.`,
+    );
+  }
+}
+
+/** The pool is not running (not started yet, or stopped). */
+export class PoolNotRunningError extends SlotPoolError {
+  override name = "PoolNotRunningError";
+}
+
+/** A call to a sandbox server failed (connection refused, timeout, HTTP error). */
+export class SandboxRequestError extends SlotPoolError {
+  override name = "SandboxRequestError";
+  constructor(
+    message: string,
+    readonly containerId: string,
+    readonly status?: number,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}

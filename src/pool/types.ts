@@ -1,0 +1,86 @@
+/**
+ * The pool's public contract, shared by the executor and the env layer. Implemented in
+ * `pool/slot-pool.ts`; provisioners implement `Provisioner`.
+ */
+import type {
+  ArtifactArchiveResponse,
+  ArtifactListResponse,
+  ArtifactReadResponse,
+  ExecuteResponse,
+  ResetResponse,
+} from "../protocol/sandbox.js";
+
+/** One call as the pool sends it to a slot: the execute body without `slot_id`. */
+export interface SlotCall {
+  tool: string;
+  args: Record<string, unknown>;
+  execution_id?: string | null;
+  /** Seconds, as on the wire. */
+  timeout?: number;
+}
+
+export interface CallOptions {
+  signal?: AbortSignal;
+  /** Client-side bound on the HTTP call, in ms (defaults to the call's timeout plus a margin). */
+  timeoutMs?: number;
+}
+
+/** A container as the pool sees it: one sandbox server hosting `slots` slots. */
+export interface ContainerInfo {
+  /** Stable id: Nomad allocation ID, or the local process's generated id. */
+  id: string;
+  /** Nomad's `<job>.sandbox[N]` name index (local: the same numbering). Lowest first when packing. */
+  index: number;
+  /** Base URL of its sandbox server, e.g. http://127.0.0.1:23456 */
+  url: string;
+  token?: string;
+  slots: number;
+}
+
+/** A slot held by one trajectory. Every method raises SlotLostError once the slot is lost. */
+export interface Slot {
+  /** Unique across the pool: `${container.id}/${slotId}`. */
+  readonly key: string;
+  /** The slot's id on its container (`slot_0` …). */
+  readonly slotId: string;
+  readonly container: ContainerInfo;
+  readonly trajectoryId: string;
+  readonly lost: boolean;
+  execute(call: SlotCall, options?: CallOptions): Promise<ExecuteResponse>;
+  /** Calls of this slot, run in order on the server; results delivered one by one as they finish. */
+  executeBatch(calls: SlotCall[], onResult?: (index: number, result: ExecuteResponse) => void, options?: CallOptions): Promise<ExecuteResponse[]>;
+  reset(options?: CallOptions): Promise<ResetResponse>;
+  readArtifact(req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }, options?: CallOptions): Promise<ArtifactReadResponse>;
+  listArtifacts(req: { path?: string; recursive?: boolean; max_entries?: number }, options?: CallOptions): Promise<ArtifactListResponse>;
+  archiveArtifacts(req: { path?: string; max_bytes?: number; max_entries?: number }, options?: CallOptions): Promise<ArtifactArchiveResponse>;
+  /** Marks the slot used now (lease keep-alive); execute() does this itself. */
+  touch(): void;
+}
+
+export interface AcquireOptions {
+  trajectoryId: string;
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+export interface ReleaseOptions {
+  /** Reset the workspace before the slot is handed out again (default true). */
+  reset?: boolean;
+}
+
+export interface PoolStats {
+  containers: { starting: number; ready: number; draining: number; lost: number; total: number };
+  slots: { total: number; free: number; held: number; lost: number };
+  waiting: number;
+  targetContainers: number;
+  acquireLatencyMs: { p50: number; p99: number; count: number };
+  scaleEvents: number;
+}
+
+export interface SlotPoolLike {
+  start(): Promise<void>;
+  acquire(options: AcquireOptions): Promise<Slot>;
+  release(slot: Slot, options?: ReleaseOptions): Promise<void>;
+  stats(): PoolStats;
+  stop(options?: { purge?: boolean }): Promise<void>;
+}

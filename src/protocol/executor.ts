@@ -1,0 +1,44 @@
+import { z } from "zod";
+import { ToolCallSchema } from "./tool.js";
+
+/** Executor HTTP service (compatible with the original's executor API). */
+export const ExecutorExecuteRequestSchema = z.object({
+  trajectory_id: z.string().min(1, "trajectory_id must not be empty"),
+  tool: ToolCallSchema,
+  timeout_s: z.number().positive().optional(),
+});
+export const ExecutorReleaseRequestSchema = z.object({
+  trajectory_id: z.string().min(1, "trajectory_id must not be empty"),
+  reset_workspace: z.boolean().default(true),
+});
+
+const byTrajectory = { trajectory_id: z.string().min(1, "trajectory_id must not be empty") };
+export const ExecutorArtifactReadRequestSchema = z.object({
+  ...byTrajectory,
+  path: z.string().min(1),
+  encoding: z.enum(["text", "base64"]).default("text"),
+  max_bytes: z.number().int().positive().optional(),
+  include_sha256: z.boolean().optional(),
+});
+export const ExecutorArtifactListRequestSchema = z.object({
+  ...byTrajectory,
+  path: z.string().default("."),
+  recursive: z.boolean().default(false),
+  max_entries: z.number().int().positive().optional(),
+});
+export const ExecutorArtifactArchiveRequestSchema = z.object({
+  ...byTrajectory,
+  path: z.string().default("."),
+  format: z.literal("tar.gz").default("tar.gz"),
+  max_bytes: z.number().int().positive().optional(),
+  max_entries: z.number().int().positive().optional(),
+});
+
+/** ToolServer (external tools whose credentials live in that process). */
+export const ToolServerExecuteRequestSchema = z.object({
+  trajectory_id: z.string().optional(),
+  tool: ToolCallSchema,
+  timeout_s: z.number().positive().optional(),
+  slot_id: z.string().optional(),
+  container_addr: z.string().optional(),
+});

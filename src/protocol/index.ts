@@ -1,0 +1,3 @@
+export * from "./tool.js";
+export * from "./sandbox.js";
+export * from "./executor.js";

@@ -1,0 +1,198 @@
+import { z } from "zod";
+
+/**
+ * Wire protocol of the sandbox server (one per container, N slots). The single source of
+ * truth for the server (`src/sandbox/`) and its client (`src/pool/`). Field names are the
+ * original Python server's, so its clients work unchanged.
+ */
+
+export const SlotIdSchema = z
+  .string()
+  .regex(/^slot_\d+$/, "slot_id must look like slot_0, slot_1, ...");
+
+/** Policy arguments: set by the executor from env config, never by the model. */
+export const PolicyArgsSchema = z.object({
+  allow_network: z.boolean().optional(),
+  require_sandbox: z.boolean().optional(),
+  require_stateful_sandbox: z.boolean().optional(),
+});
+export type PolicyArgs = z.infer<typeof PolicyArgsSchema>;
+
+export const BashArgsSchema = PolicyArgsSchema.extend({
+  command: z.string(),
+  timeout: z.number().positive().optional(),
+});
+export const BashStatefulArgsSchema = BashArgsSchema;
+export const TmuxArgsSchema = PolicyArgsSchema.extend({
+  action: z.enum(["start", "send_keys", "capture", "stop"]),
+  keys: z.string().optional(),
+  /** send_keys: append Enter after the keys (default true). */
+  enter: z.boolean().optional(),
+  /** capture: how many lines of scrollback to include. */
+  lines: z.number().int().positive().optional(),
+});
+export const ReadFileArgsSchema = PolicyArgsSchema.extend({
+  path: z.string().min(1, "path must not be empty"),
+  max_bytes: z.number().int().positive().optional(),
+});
+export const WriteFileArgsSchema = PolicyArgsSchema.extend({
+  path: z.string().min(1, "path must not be empty"),
+  content: z.string(),
+  encoding: z.enum(["text", "base64"]).optional(),
+});
+
+export const SANDBOX_TOOLS = ["bash", "bash_stateful", "tmux", "read_file", "write_file"] as const;
+export type SandboxToolName = (typeof SANDBOX_TOOLS)[number];
+
+/** Per-tool argument schemas, keyed by the tool name on the wire. */
+export const SandboxToolArgs = {
+  bash: BashArgsSchema,
+  bash_stateful: BashStatefulArgsSchema,
+  tmux: TmuxArgsSchema,
+  read_file: ReadFileArgsSchema,
+  write_file: WriteFileArgsSchema,
+} as const;
+
+export const ExecuteRequestSchema = z.object({
+  slot_id: SlotIdSchema,
+  tool: z.string().min(1, "tool must not be empty"),
+  args: z.record(z.string(), z.unknown()).default({}),
+  execution_id: z.string().nullable().optional(),
+  /** Seconds. */
+  timeout: z.number().positive().optional(),
+});
+export type ExecuteRequest = z.input<typeof ExecuteRequestSchema>;
+
+export const ExecuteMetadataSchema = z
+  .object({
+    exit_code: z.number().int().nullable().optional(),
+    sandboxed: z.boolean().optional(),
+    network_isolated: z.boolean().optional(),
+    timeout: z.boolean().optional(),
+    truncated: z.boolean().optional(),
+    /** Workspace-relative path of the full output when it was truncated. */
+    output_file: z.string().optional(),
+    /** Workspace-relative path for file tools. */
+    path: z.string().optional(),
+    duration_ms: z.number().optional(),
+  })
+  .catchall(z.unknown());
+export type ExecuteMetadata = z.infer<typeof ExecuteMetadataSchema>;
+
+export const ExecuteResponseSchema = z.object({
+  success: z.boolean(),
+  output: z.string(),
+  error: z.string(),
+  execution_id: z.string().nullable(),
+  metadata: ExecuteMetadataSchema,
+});
+export type ExecuteResponse = z.infer<typeof ExecuteResponseSchema>;
+
+export const BatchRequestSchema = z.array(ExecuteRequestSchema);
+export const BatchResponseSchema = z.array(ExecuteResponseSchema);
+
+/** One line of `POST /batch?stream=1` (NDJSON), sent as each call finishes. */
+export const BatchStreamLineSchema = ExecuteResponseSchema.extend({
+  index: z.number().int().nonnegative(),
+});
+export type BatchStreamLine = z.infer<typeof BatchStreamLineSchema>;
+
+export const ResetRequestSchema = z.object({ slot_id: SlotIdSchema });
+export const ResetResponseSchema = z.object({
+  success: z.boolean(),
+  output: z.string(),
+  error: z.string(),
+});
+export type ResetResponse = z.infer<typeof ResetResponseSchema>;
+
+export const HealthResponseSchema = z
+  .object({
+    status: z.literal("ok"),
+    slots: z.number().int().nonnegative(),
+    bwrap_available: z.boolean(),
+  })
+  .catchall(z.unknown());
+export type HealthResponse = z.infer<typeof HealthResponseSchema>;
+
+export const SlotStateSchema = z.enum(["idle", "busy", "resetting"]);
+export const SlotsResponseSchema = z.object({
+  slots: z.array(
+    z
+      .object({
+        slot_id: SlotIdSchema,
+        state: SlotStateSchema,
+        /** Path as the commands see it (always /workspace); host paths are not exposed. */
+        workspace: z.string(),
+      })
+      .catchall(z.unknown()),
+  ),
+});
+export type SlotsResponse = z.infer<typeof SlotsResponseSchema>;
+
+export const ArtifactReadRequestSchema = z.object({
+  slot_id: SlotIdSchema,
+  path: z.string().min(1, "path must not be empty"),
+  encoding: z.enum(["text", "base64"]).default("text"),
+  max_bytes: z.number().int().positive().optional(),
+  include_sha256: z.boolean().optional(),
+});
+export const ArtifactReadResponseSchema = z.object({
+  success: z.boolean(),
+  content: z.string(),
+  encoding: z.enum(["text", "base64"]),
+  truncated: z.boolean(),
+  bytes: z.number().int().nonnegative(),
+  file_size: z.number().int().nonnegative(),
+  path: z.string(),
+  mime: z.string(),
+  sha256: z.string().nullable().optional(),
+  error: z.string().optional(),
+});
+export type ArtifactReadResponse = z.infer<typeof ArtifactReadResponseSchema>;
+
+export const ArtifactListRequestSchema = z.object({
+  slot_id: SlotIdSchema,
+  path: z.string().default("."),
+  recursive: z.boolean().default(false),
+  max_entries: z.number().int().positive().optional(),
+});
+export const ArtifactEntrySchema = z.object({
+  path: z.string(),
+  type: z.enum(["file", "dir", "symlink", "other"]),
+  size: z.number().int().nonnegative(),
+});
+export const ArtifactListResponseSchema = z.object({
+  success: z.boolean(),
+  entries: z.array(ArtifactEntrySchema),
+  truncated: z.boolean(),
+  path: z.string(),
+  error: z.string().optional(),
+});
+export type ArtifactListResponse = z.infer<typeof ArtifactListResponseSchema>;
+
+export const ArtifactArchiveRequestSchema = z.object({
+  slot_id: SlotIdSchema,
+  path: z.string().default("."),
+  format: z.literal("tar.gz").default("tar.gz"),
+  max_bytes: z.number().int().positive().optional(),
+  max_entries: z.number().int().positive().optional(),
+});
+export const ArtifactArchiveResponseSchema = z.object({
+  success: z.boolean(),
+  content: z.string(),
+  encoding: z.literal("base64"),
+  format: z.literal("tar.gz"),
+  bytes: z.number().int().nonnegative(),
+  entries: z.number().int().nonnegative(),
+  path: z.string(),
+  error: z.string().optional(),
+});
+export type ArtifactArchiveResponse = z.infer<typeof ArtifactArchiveResponseSchema>;
+
+/** Body of every 4xx/5xx answer of our servers. */
+export const ErrorBodySchema = z.object({
+  error: z.string(),
+  /** For validation errors: the dotted path of the offending field. */
+  field: z.string().optional(),
+});
+export type ErrorBody = z.infer<typeof ErrorBodySchema>;
