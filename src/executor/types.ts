@@ -1,0 +1,37 @@
+/**
+ * The executor's public contract (implemented in `src/executor/`), used by the env layer,
+ * the agent loop and the executor HTTP service.
+ */
+import type { ToolCall, ToolResult } from "../protocol/tool.js";
+import type { ArtifactArchiveResponse, ArtifactListResponse, ArtifactReadResponse } from "../protocol/sandbox.js";
+
+export interface ExecuteOptions {
+  /** Overrides the call's own timeout; clamped to [1 s, 600 s]. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface ExecutorStats {
+  queued: number;
+  inFlight: number;
+  trajectories: number;
+  totals: { calls: number; errors: number; sandbox: number; external: number };
+  latencyMs: { p50: number; p99: number; count: number };
+}
+
+export interface ToolExecutorLike {
+  start(): Promise<void>;
+  /**
+   * Runs one tool call of a trajectory. Never throws for tool-level failures (unknown tool,
+   * invalid arguments, lost slot, timeout): those come back as `success: false` results.
+   */
+  execute(trajectoryId: string, call: ToolCall, options?: ExecuteOptions): Promise<ToolResult>;
+  /** Returns the trajectory's slot to the pool (reset by default). No-op if it holds none. */
+  release(trajectoryId: string, options?: { reset?: boolean }): Promise<void>;
+  readArtifact(trajectoryId: string, req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }): Promise<ArtifactReadResponse>;
+  listArtifacts(trajectoryId: string, req: { path?: string; recursive?: boolean; max_entries?: number }): Promise<ArtifactListResponse>;
+  archiveArtifacts(trajectoryId: string, req: { path?: string; max_bytes?: number; max_entries?: number }): Promise<ArtifactArchiveResponse>;
+  stats(): ExecutorStats;
+  /** Releases every held slot and stops accepting calls. */
+  close(): Promise<void>;
+}
