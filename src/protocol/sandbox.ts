@@ -34,12 +34,16 @@ export const TmuxArgsSchema = PolicyArgsSchema.extend({
 export const ReadFileArgsSchema = PolicyArgsSchema.extend({
   path: z.string().min(1, "path must not be empty"),
   max_bytes: z.number().int().positive().optional(),
+  /** base64: return the bytes base64-encoded (for binary files); default text. */
+  encoding: z.enum(["text", "base64"]).optional(),
 });
+export type ReadFileArgs = z.infer<typeof ReadFileArgsSchema>;
 export const WriteFileArgsSchema = PolicyArgsSchema.extend({
   path: z.string().min(1, "path must not be empty"),
   content: z.string(),
   encoding: z.enum(["text", "base64"]).optional(),
 });
+export type WriteFileArgs = z.infer<typeof WriteFileArgsSchema>;
 
 export const SANDBOX_TOOLS = ["bash", "bash_stateful", "tmux", "read_file", "write_file"] as const;
 export type SandboxToolName = (typeof SANDBOX_TOOLS)[number];
@@ -136,6 +140,7 @@ export const ArtifactReadRequestSchema = z.object({
   max_bytes: z.number().int().positive().optional(),
   include_sha256: z.boolean().optional(),
 });
+export type ArtifactReadRequest = z.input<typeof ArtifactReadRequestSchema>;
 export const ArtifactReadResponseSchema = z.object({
   success: z.boolean(),
   content: z.string(),
@@ -156,6 +161,7 @@ export const ArtifactListRequestSchema = z.object({
   recursive: z.boolean().default(false),
   max_entries: z.number().int().positive().optional(),
 });
+export type ArtifactListRequest = z.input<typeof ArtifactListRequestSchema>;
 export const ArtifactEntrySchema = z.object({
   path: z.string(),
   type: z.enum(["file", "dir", "symlink", "other"]),
@@ -177,6 +183,7 @@ export const ArtifactArchiveRequestSchema = z.object({
   max_bytes: z.number().int().positive().optional(),
   max_entries: z.number().int().positive().optional(),
 });
+export type ArtifactArchiveRequest = z.input<typeof ArtifactArchiveRequestSchema>;
 export const ArtifactArchiveResponseSchema = z.object({
   success: z.boolean(),
   content: z.string(),
