@@ -1,6 +1,117 @@
-import { CliUsageError } from "./usage.js";
+import { join } from "node:path";
+import { createLogger } from "../observability/logger.js";
+import { DEFAULT_LIMITS } from "../sandbox/limits.js";
+import { SandboxServer } from "../sandbox/server.js";
+import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
-// Placeholder until this subcommand's issue lands; replaced, not extended.
-export async function run(_argv: string[]): Promise<number> {
-  throw new CliUsageError("this command is not available in this build yet");
+const HELP = `usage: slotpool sandbox-server [options]
+
+Runs the sandbox server: one per container, N isolated slots, each command in bubblewrap.
+
+options:
+  --host H                 address to listen on (default 127.0.0.1; the image passes 0.0.0.0)
+  --port P                 port (default 8080; 0 picks a free port)
+  --slots N                number of slots (default 4)
+  --data-dir D             where slot workspaces live (default $NOMAD_ALLOC_DIR/data inside Nomad, else ./data)
+  --token T                bearer token required on every route but /health (or env SANDBOX_TOKEN)
+  --timeout S              default wall-clock timeout per command, seconds (default ${DEFAULT_LIMITS.defaultTimeoutSec})
+  --max-timeout S          largest timeout a call may ask for, seconds (default ${DEFAULT_LIMITS.maxTimeoutSec})
+  --max-processes N        processes per slot (default ${DEFAULT_LIMITS.maxProcesses})
+  --max-file-mb N          largest file a command may write, MB (default ${DEFAULT_LIMITS.maxFileBytes / 1024 / 1024})
+  --cpu-seconds N          CPU seconds per command (default ${DEFAULT_LIMITS.cpuSeconds})
+  --memory-mb N            memory per slot, MB (default ${DEFAULT_LIMITS.memoryBytes / 1024 / 1024})
+  --output-cap N           characters of output returned per call, head + tail (default ${DEFAULT_LIMITS.outputCap})
+  --max-read-mb N          read_file size cap, MB (default 10)
+  --max-write-mb N         write_file size cap, MB (default 10)
+  --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
+  --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000)
+  --no-sandbox             never use bubblewrap (testing the unsandboxed fallback)
+`;
+
+export async function run(argv: string[]): Promise<number> {
+  const flags = parseFlags(
+    argv,
+    {
+      host: { type: "string" },
+      port: { type: "string" },
+      slots: { type: "string" },
+      "data-dir": { type: "string" },
+      token: { type: "string" },
+      timeout: { type: "string" },
+      "max-timeout": { type: "string" },
+      "max-processes": { type: "string" },
+      "max-file-mb": { type: "string" },
+      "cpu-seconds": { type: "string" },
+      "memory-mb": { type: "string" },
+      "output-cap": { type: "string" },
+      "max-read-mb": { type: "string" },
+      "max-write-mb": { type: "string" },
+      "no-network": { type: "boolean" },
+      "slot-uid-base": { type: "string" },
+      "no-sandbox": { type: "boolean" },
+    },
+    HELP,
+  );
+  if (!flags) return 0;
+  const MB = 1024 * 1024;
+  const host = stringFlag(flags, "host") ?? "127.0.0.1";
+  const port = intFlag("port", stringFlag(flags, "port"), 8080, 0, 65535);
+  const slots = intFlag("slots", stringFlag(flags, "slots"), 4, 1, 4096);
+  const allocDir = process.env["NOMAD_ALLOC_DIR"];
+  const dataDir = stringFlag(flags, "data-dir") ?? (allocDir ? join(allocDir, "data") : "./data");
+  const token = stringFlag(flags, "token") ?? process.env["SANDBOX_TOKEN"] ?? undefined;
+  if (token !== undefined && token.length === 0) throw new CliUsageError("--token must not be empty");
+  const logger = createLogger({ name: "sandbox-server" });
+
+  const server = new SandboxServer({
+    host,
+    port,
+    slots,
+    dataDir,
+    token,
+    logger,
+    limits: {
+      defaultTimeoutSec: intFlag("timeout", stringFlag(flags, "timeout"), DEFAULT_LIMITS.defaultTimeoutSec, 1),
+      maxTimeoutSec: intFlag("max-timeout", stringFlag(flags, "max-timeout"), DEFAULT_LIMITS.maxTimeoutSec, 1),
+      maxProcesses: intFlag("max-processes", stringFlag(flags, "max-processes"), DEFAULT_LIMITS.maxProcesses, 8),
+      maxFileBytes: intFlag("max-file-mb", stringFlag(flags, "max-file-mb"), DEFAULT_LIMITS.maxFileBytes / MB, 1) * MB,
+      cpuSeconds: intFlag("cpu-seconds", stringFlag(flags, "cpu-seconds"), DEFAULT_LIMITS.cpuSeconds, 1),
+      memoryBytes: intFlag("memory-mb", stringFlag(flags, "memory-mb"), DEFAULT_LIMITS.memoryBytes / MB, 16) * MB,
+      outputCap: intFlag("output-cap", stringFlag(flags, "output-cap"), DEFAULT_LIMITS.outputCap, 100),
+    },
+    maxReadBytes: intFlag("max-read-mb", stringFlag(flags, "max-read-mb"), 10, 1) * MB,
+    maxWriteBytes: intFlag("max-write-mb", stringFlag(flags, "max-write-mb"), 10, 1) * MB,
+    defaultAllowNetwork: !boolFlag(flags, "no-network"),
+    slotUidBase: intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), 20_000, 1000),
+    disableSandbox: boolFlag(flags, "no-sandbox"),
+  });
+  const url = await server.listen();
+  logger.info({ url, slots, bwrap_available: server.service.bwrap.available, auth: token !== undefined }, "listening");
+
+  // Graceful shutdown (Nomad sends SIGTERM, then SIGKILL after its kill_timeout).
+  await new Promise<void>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string): void => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, "shutting down");
+      const hard = setTimeout(() => {
+        logger.warn("shutdown took too long; exiting");
+        resolve();
+      }, 4_000);
+      hard.unref();
+      server.close().then(
+        () => {
+          clearTimeout(hard);
+          resolve();
+        },
+        () => resolve(),
+      );
+    };
+    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.once("SIGINT", () => stop("SIGINT"));
+  });
+  logger.info("stopped");
+  logger.flush();
+  return 0;
 }

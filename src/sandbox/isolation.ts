@@ -1,0 +1,99 @@
+import { spawnSync } from "node:child_process";
+import { existsSync, lstatSync, readlinkSync } from "node:fs";
+
+/**
+ * Bubblewrap isolation: which host directories a slot's commands see, and whether this
+ * host can create the namespaces at all (checked once at start-up).
+ *
+ * What a command sees: the system directories (/usr, /bin, /lib*, /sbin, /etc) read-only,
+ * a fresh /proc for its own PID namespace, a minimal /dev, a private /tmp, and its slot's
+ * workspace read-write at /workspace. Nothing else of the host: no other slot, no server
+ * files (data dir, node install outside /usr, /root, /home), no host /proc.
+ */
+
+/** Top-level system paths bound read-only when they exist (symlinks are recreated as symlinks). */
+export const SYSTEM_PATHS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
+
+export const SANDBOX_HOSTNAME = "sandbox";
+export const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+let systemArgsCache: string[] | undefined;
+
+/** bwrap arguments that build the read-only system view. */
+export function systemBindArgs(): string[] {
+  if (systemArgsCache) return systemArgsCache;
+  const args: string[] = [];
+  for (const p of SYSTEM_PATHS) {
+    if (!existsSync(p)) continue;
+    const st = lstatSync(p);
+    if (st.isSymbolicLink()) args.push("--symlink", readlinkSync(p), p);
+    else args.push("--ro-bind", p, p);
+  }
+  systemArgsCache = args;
+  return args;
+}
+
+export interface NamespaceOptions {
+  workspaceDir: string;
+  allowNetwork: boolean;
+}
+
+/**
+ * Arguments for a bubblewrap sandbox. `--unshare-user` gives the command its own user
+ * namespace (it runs under its slot's uid, mapped to itself); pid, ipc, uts and cgroup are
+ * always private; net is private unless the call allows network.
+ */
+export function bwrapArgs(opts: NamespaceOptions): string[] {
+  return [
+    "--die-with-parent",
+    "--new-session",
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    ...(opts.allowNetwork ? [] : ["--unshare-net"]),
+    "--hostname", SANDBOX_HOSTNAME,
+    ...systemBindArgs(),
+    "--proc", "/proc",
+    "--dev", "/dev",
+    "--tmpfs", "/tmp",
+    "--tmpfs", "/var/tmp",
+    "--bind", opts.workspaceDir, "/workspace",
+    "--chdir", "/workspace",
+    "--clearenv",
+    "--setenv", "HOME", "/workspace",
+    "--setenv", "PATH", SANDBOX_PATH,
+    "--setenv", "TERM", "xterm",
+    "--setenv", "LANG", "C.UTF-8",
+  ];
+}
+
+export interface BwrapProbe {
+  available: boolean;
+  path: string | null;
+  reason?: string;
+}
+
+/** Checks once whether bwrap exists and can create the namespaces we use, as `uid`. */
+export function probeBwrap(workspaceDir: string, uid?: number, gid?: number): BwrapProbe {
+  const path = findExecutable("bwrap");
+  if (!path) return { available: false, path: null, reason: "bwrap (bubblewrap) is not installed" };
+  const res = spawnSync(path, [...bwrapArgs({ workspaceDir, allowNetwork: false }), "--", "/bin/sh", "-c", "true"], {
+    encoding: "utf8",
+    timeout: 10_000,
+    ...(uid !== undefined ? { uid, gid: gid ?? uid } : {}),
+  });
+  if (res.status === 0) return { available: true, path };
+  const reason = (res.stderr || res.error?.message || `exit ${res.status}`).trim();
+  return { available: false, path, reason: `bubblewrap cannot create namespaces here: ${reason}` };
+}
+
+export function findExecutable(name: string): string | null {
+  for (const dir of (process.env["PATH"] ?? "/usr/bin:/bin").split(":")) {
+    const p = `${dir}/${name}`;
+    if (dir && existsSync(p)) return p;
+  }
+  for (const p of [`/usr/bin/${name}`, `/bin/${name}`, `/usr/local/bin/${name}`]) if (existsSync(p)) return p;
+  return null;
+}

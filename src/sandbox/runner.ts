@@ -1,0 +1,126 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { CappedOutput } from "./output.js";
+
+/**
+ * Runs one process to completion with a wall-clock timeout and capped output. The caller
+ * builds the argv (bubblewrap, namespace join, or plain shell); this module only spawns,
+ * streams, times out and kills. The child gets its own process group so a timeout can
+ * kill the whole tree; inside a private PID namespace the kernel kills the rest when the
+ * namespace's init dies.
+ */
+export interface RunSpec {
+  file: string;
+  args: string[];
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  uid?: number;
+  gid?: number;
+  timeoutMs: number;
+  output: CappedOutput;
+  /** Called with each chunk as it arrives (WebSocket streaming). */
+  onChunk?: ((stream: "stdout" | "stderr", chunk: string) => void) | undefined;
+  /** Aborts the run (reset, shutdown): kills the process group. */
+  signal?: AbortSignal | undefined;
+  /** Extra kill step run on timeout/abort (e.g. kill the slot's cgroup). */
+  onKill?: (() => void) | undefined;
+}
+
+export interface RunResult {
+  exitCode: number | null;
+  signal: NodeJS.Signals | null;
+  timedOut: boolean;
+  aborted: boolean;
+  durationMs: number;
+  spawnError?: string;
+}
+
+export function runProcess(spec: RunSpec): Promise<RunResult> {
+  const started = performance.now();
+  return new Promise<RunResult>((resolve) => {
+    let child: ChildProcess;
+    try {
+      child = spawn(spec.file, spec.args, {
+        cwd: spec.cwd,
+        env: spec.env ?? {},
+        stdio: ["ignore", "pipe", "pipe"],
+        detached: true,
+        ...(spec.uid !== undefined ? { uid: spec.uid, gid: spec.gid ?? spec.uid } : {}),
+      });
+    } catch (err) {
+      resolve({ exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: String(err) });
+      return;
+    }
+    let timedOut = false;
+    let aborted = false;
+    let spawnError: string | undefined;
+    const kill = (): void => {
+      if (child.pid !== undefined) {
+        try {
+          process.kill(-child.pid, "SIGKILL");
+        } catch {
+          /* already gone */
+        }
+      }
+      try {
+        spec.onKill?.();
+      } catch {
+        /* best effort */
+      }
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      kill();
+    }, spec.timeoutMs);
+    const onAbort = (): void => {
+      aborted = true;
+      kill();
+    };
+    if (spec.signal) {
+      if (spec.signal.aborted) onAbort();
+      else spec.signal.addEventListener("abort", onAbort, { once: true });
+    }
+    child.stdout!.setEncoding("utf8");
+    child.stderr!.setEncoding("utf8");
+    child.stdout!.on("data", (c: string) => {
+      spec.output.push("stdout", c);
+      spec.onChunk?.("stdout", c);
+    });
+    child.stderr!.on("data", (c: string) => {
+      spec.output.push("stderr", c);
+      spec.onChunk?.("stderr", c);
+    });
+    child.once("error", (err) => {
+      spawnError = err.message;
+    });
+    // 'close' fires after the process exited AND its stdio closed. A background process
+    // that keeps the pipes open would hold 'close' forever, so after 'exit' we kill the
+    // group (nothing of a non-stateful call may survive it) which closes the pipes.
+    child.once("exit", () => {
+      if (child.pid !== undefined) {
+        try {
+          process.kill(-child.pid, "SIGKILL");
+        } catch {
+          /* none left */
+        }
+      }
+      // A process that left the group (setsid) may still hold the pipes: stop reading.
+      setTimeout(() => {
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+      }, 250).unref();
+    });
+    child.once("close", (code, sig) => {
+      clearTimeout(timer);
+      spec.signal?.removeEventListener("abort", onAbort);
+      spec.output.close();
+      resolve({
+        exitCode: code,
+        signal: sig,
+        timedOut,
+        aborted,
+        durationMs: performance.now() - started,
+        ...(spawnError ? { spawnError } : {}),
+      });
+    });
+  });
+}

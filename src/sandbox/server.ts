@@ -1,0 +1,232 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { z } from "zod";
+import { PROMETHEUS_CONTENT_TYPE } from "../observability/metrics.js";
+import {
+  ArtifactArchiveRequestSchema,
+  ArtifactListRequestSchema,
+  ArtifactReadRequestSchema,
+  ResetRequestSchema,
+  type ExecuteResponse,
+} from "../protocol/sandbox.js";
+import { HttpError, fieldName } from "./errors.js";
+import { loadOptional, SandboxService, type ParsedCall, type SandboxServiceOptions } from "./service.js";
+
+export interface SandboxServerOptions extends SandboxServiceOptions {
+  host: string;
+  port: number;
+  /** Bearer token; when set every route but /health requires it. */
+  token?: string | undefined;
+  /** Largest request body accepted, bytes. */
+  maxBodyBytes?: number;
+}
+
+/** Constant-time token check: both sides hashed to equal length first. */
+function tokenMatches(given: string, expected: Buffer): boolean {
+  const g = createHash("sha256").update(given).digest();
+  return timingSafeEqual(g, expected);
+}
+
+export class SandboxServer {
+  readonly service: SandboxService;
+  private readonly server: Server;
+  private readonly tokenHash: Buffer | null;
+  private readonly maxBody: number;
+  url = "";
+
+  constructor(readonly options: SandboxServerOptions) {
+    this.service = new SandboxService(options);
+    this.tokenHash = options.token ? createHash("sha256").update(options.token).digest() : null;
+    this.maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
+    this.server = createServer((req, res) => {
+      this.handle(req, res).catch((err: unknown) => this.sendError(res, req, err));
+    });
+    this.server.keepAliveTimeout = 65_000;
+    this.server.headersTimeout = 66_000;
+  }
+
+  async listen(): Promise<string> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(this.options.port, this.options.host, () => {
+        this.server.off("error", reject);
+        resolve();
+      });
+    });
+    const addr = this.server.address() as AddressInfo;
+    const host = addr.family === "IPv6" ? `[${addr.address}]` : addr.address;
+    this.url = `http://${host}:${addr.port}`;
+    return this.url;
+  }
+
+  get httpServer(): Server {
+    return this.server;
+  }
+
+  /** Stops accepting, kills every slot process, closes idle connections. */
+  async close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeIdleConnections();
+    await this.service.close();
+    const timer = setTimeout(() => this.server.closeAllConnections(), 2_000);
+    await closed;
+    clearTimeout(timer);
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://x");
+    const path = url.pathname;
+    const method = req.method ?? "GET";
+    if (path === "/health" && method === "GET") {
+      const svc = this.service;
+      return this.send(res, 200, {
+        status: "ok",
+        slots: svc.slots.length,
+        bwrap_available: svc.bwrap.available,
+        ...(svc.bwrap.available ? {} : { sandbox_unavailable_reason: svc.bwrap.reason }),
+        slots_busy: svc.slots.filter((s) => s.state !== "idle").length,
+      });
+    }
+    this.authorize(req);
+    const route = `${method} ${path}`;
+    switch (route) {
+      case "GET /slots":
+        return this.send(res, 200, {
+          slots: this.service.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued })),
+        });
+      case "GET /metrics":
+        res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE });
+        res.end(this.service.metrics.render());
+        return;
+      case "POST /execute": {
+        const body = await this.readJson(req);
+        const call = this.service.parseCall(body);
+        return this.send(res, 200, await this.service.execute(call));
+      }
+      case "POST /batch": {
+        const body = await this.readJson(req);
+        if (!Array.isArray(body)) throw new HttpError(400, "invalid request: /batch expects a JSON list of execute bodies", "body");
+        const calls = body.map((b, i) => this.service.parseCall(b, String(i)));
+        const stream = ["1", "true", "yes"].includes(url.searchParams.get("stream") ?? "");
+        return stream ? this.streamBatch(res, calls) : this.send(res, 200, await Promise.all(calls.map((c) => this.service.execute(c))));
+      }
+      case "POST /reset": {
+        const body = parse(ResetRequestSchema, await this.readJson(req));
+        const slot = this.service.slotById(body.slot_id);
+        return this.send(res, 200, await this.service.reset(slot));
+      }
+      case "POST /artifacts/read":
+      case "POST /artifacts/list":
+      case "POST /artifacts/archive":
+        return this.artifacts(req, res, path.slice("/artifacts/".length) as "read" | "list" | "archive");
+    }
+    if (["/slots", "/metrics", "/execute", "/batch", "/reset", "/artifacts/read", "/artifacts/list", "/artifacts/archive"].includes(path)) {
+      throw new HttpError(405, `method ${method} not allowed on ${path}`);
+    }
+    throw new HttpError(404, `no route ${method} ${path}`);
+  }
+
+  private streamBatch(res: ServerResponse, calls: ParsedCall[]): Promise<void> {
+    res.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-cache" });
+    res.flushHeaders();
+    return Promise.all(
+      calls.map((c, index) =>
+        this.service.execute(c).then((r: ExecuteResponse) => {
+          res.write(JSON.stringify({ ...r, index }) + "\n");
+        }),
+      ),
+    ).then(() => {
+      res.end();
+    });
+  }
+
+  private async artifacts(req: IncomingMessage, res: ServerResponse, kind: "read" | "list" | "archive"): Promise<void> {
+    const body = await this.readJson(req);
+    const schema = kind === "read" ? ArtifactReadRequestSchema : kind === "list" ? ArtifactListRequestSchema : ArtifactArchiveRequestSchema;
+    const parsed = parse(schema as z.ZodType<{ slot_id: string } & Record<string, unknown>>, body);
+    const slot = this.service.slotById(parsed.slot_id);
+    const mod = await loadOptional<ArtifactsModule>("./artifacts.js");
+    if (!mod) throw new HttpError(501, "artifact routes are not available in this build yet");
+    const { slot_id: _omit, ...rest } = parsed;
+    // Artifact reads run in the slot's queue so they see the files of every earlier call.
+    const answer = await slot.enqueue(() =>
+      kind === "read" ? mod.readArtifact(slot.workspaceDir, rest) : kind === "list" ? mod.listArtifacts(slot.workspaceDir, rest) : mod.archiveArtifacts(slot.workspaceDir, rest),
+    );
+    return this.send(res, 200, answer);
+  }
+
+  private authorize(req: IncomingMessage): void {
+    if (!this.tokenHash) return;
+    const header = req.headers.authorization;
+    if (!header) throw new HttpError(401, "missing Authorization: Bearer <token> header");
+    const m = /^Bearer\s+(.+)$/i.exec(header);
+    if (!m || !tokenMatches(m[1]!.trim(), this.tokenHash)) throw new HttpError(403, "invalid bearer token");
+  }
+
+  private readJson(req: IncomingMessage): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      let failed = false;
+      req.on("data", (c: Buffer) => {
+        if (failed) return;
+        size += c.length;
+        if (size > this.maxBody) {
+          failed = true;
+          reject(new HttpError(413, `request body larger than ${this.maxBody} bytes`, "body"));
+          req.resume();
+          return;
+        }
+        chunks.push(c);
+      });
+      req.on("end", () => {
+        if (failed) return;
+        const text = Buffer.concat(chunks).toString("utf8");
+        if (!text.trim()) return reject(new HttpError(400, "invalid request: empty body, expected JSON", "body"));
+        try {
+          resolve(JSON.parse(text));
+        } catch (err) {
+          reject(new HttpError(400, `invalid JSON body: ${err instanceof Error ? err.message : String(err)}`, "body"));
+        }
+      });
+      req.on("error", reject);
+    });
+  }
+
+  private send(res: ServerResponse, status: number, body: unknown): void {
+    const text = JSON.stringify(body);
+    res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+    res.end(text);
+  }
+
+  private sendError(res: ServerResponse, req: IncomingMessage, err: unknown): void {
+    const status = err instanceof HttpError ? err.status : 500;
+    const body: { error: string; field?: string } = { error: err instanceof Error ? err.message : String(err) };
+    if (err instanceof HttpError && err.field) body.field = err.field;
+    const route = new URL(req.url ?? "/", "http://x").pathname;
+    this.service.metrics.errors.inc({ route, status });
+    if (status >= 500) this.service.logger.error({ err, route }, "request failed");
+    else this.service.logger.info({ route, status, error: body.error }, "request refused");
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    this.send(res, status, body);
+  }
+}
+
+function parse<T>(schema: z.ZodType<T>, body: unknown): T {
+  const r = schema.safeParse(body);
+  if (!r.success) {
+    const issue = r.error.issues[0]!;
+    throw new HttpError(400, `invalid request: ${issue.message}`, fieldName(issue.path));
+  }
+  return r.data;
+}
+
+interface ArtifactsModule {
+  readArtifact(dir: string, req: unknown): Promise<unknown>;
+  listArtifacts(dir: string, req: unknown): Promise<unknown>;
+  archiveArtifacts(dir: string, req: unknown): Promise<unknown>;
+}

@@ -1,0 +1,224 @@
+import { randomBytes } from "node:crypto";
+import { mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import type { Logger } from "pino";
+import type { z } from "zod";
+import {
+  ExecuteRequestSchema,
+  SandboxToolArgs,
+  type ExecuteResponse,
+  type ResetResponse,
+  type SandboxToolName,
+} from "../protocol/sandbox.js";
+import { HttpError, fieldName } from "./errors.js";
+import { probeBwrap, type BwrapProbe } from "./isolation.js";
+import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
+import { SandboxMetrics } from "./metrics.js";
+import { Slot } from "./slot.js";
+import { BashExecutor, type ToolOutcome } from "./bash.js";
+
+/** Hermes names accepted as aliases. */
+const TOOL_ALIASES: Record<string, SandboxToolName> = {
+  terminal: "bash",
+  terminal_stateful: "bash_stateful",
+};
+
+export interface SandboxServiceOptions {
+  slots: number;
+  dataDir: string;
+  limits?: Partial<CommandLimits>;
+  /** Network policy when a call does not say (the original's default: allowed). */
+  defaultAllowNetwork?: boolean;
+  /** First host uid for slots when running as root (slot i runs as base + i). */
+  slotUidBase?: number;
+  /** Run slots as separate uids (default: when root). */
+  perSlotUid?: boolean;
+  /** Skip bubblewrap even if available (testing the fallback). */
+  disableSandbox?: boolean;
+  maxReadBytes?: number;
+  maxWriteBytes?: number;
+  logger: Logger;
+}
+
+/** A validated call, ready to run on its slot. */
+export interface ParsedCall {
+  slot: Slot;
+  tool: SandboxToolName;
+  args: Record<string, unknown>;
+  executionId: string | null;
+  timeoutSec: number | undefined;
+}
+
+export class SandboxService {
+  readonly slots: Slot[];
+  readonly limits: CommandLimits;
+  readonly bwrap: BwrapProbe;
+  readonly metrics: SandboxMetrics;
+  readonly logger: Logger;
+  readonly defaultAllowNetwork: boolean;
+  readonly maxReadBytes: number;
+  readonly maxWriteBytes: number;
+  private readonly bash: BashExecutor;
+  private closed = false;
+
+  constructor(readonly options: SandboxServiceOptions) {
+    this.logger = options.logger;
+    this.limits = { ...DEFAULT_LIMITS, ...options.limits };
+    this.defaultAllowNetwork = options.defaultAllowNetwork ?? true;
+    this.maxReadBytes = options.maxReadBytes ?? 10 * 1024 * 1024;
+    this.maxWriteBytes = options.maxWriteBytes ?? 10 * 1024 * 1024;
+    const dataDir = resolve(options.dataDir);
+    mkdirSync(dataDir, { recursive: true, mode: 0o755 });
+    const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
+    const perSlotUid = options.perSlotUid ?? isRoot;
+    const base = options.slotUidBase ?? 20_000;
+    this.slots = [];
+    for (let i = 0; i < options.slots; i++) {
+      // Slot commands run as uid/gid base+i (e.g. 20000 for slot_0) when the server is root.
+      const owner = perSlotUid && isRoot ? { uid: base + i, gid: base + i } : undefined;
+      const slot = new Slot(i, join(dataDir, `slot_${i}`), owner);
+      slot.prepare();
+      slot.wipeWorkspace();
+      this.slots.push(slot);
+    }
+    const first = this.slots[0];
+    this.bwrap = options.disableSandbox
+      ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox" }
+      : first
+        ? probeBwrap(first.workspaceDir, first.owner?.uid, first.owner?.gid)
+        : { available: false, path: null, reason: "no slots" };
+    if (!this.bwrap.available) this.logger.warn({ reason: this.bwrap.reason }, "bubblewrap unavailable: commands run unsandboxed unless require_sandbox is set");
+    this.metrics = new SandboxMetrics(() => this.slots);
+    this.bash = new BashExecutor(this);
+  }
+
+  slotById(id: string, field = "slot_id"): Slot {
+    const m = /^slot_(\d+)$/.exec(id);
+    const slot = m ? this.slots[Number(m[1])] : undefined;
+    if (!slot) throw new HttpError(404, `unknown slot '${id}': this server has slots slot_0 … slot_${this.slots.length - 1}`, field);
+    return slot;
+  }
+
+  /** Validates one execute body; `prefix` names its position inside a batch. */
+  parseCall(body: unknown, prefix?: string): ParsedCall {
+    const env = ExecuteRequestSchema.safeParse(body);
+    if (!env.success) {
+      const issue = env.error.issues[0]!;
+      throw new HttpError(400, `invalid request: ${issue.message}`, fieldName(issue.path, prefix));
+    }
+    const req = env.data;
+    const tool = (TOOL_ALIASES[req.tool] ?? req.tool) as SandboxToolName;
+    const schema = (SandboxToolArgs as Record<string, z.ZodType | undefined>)[tool];
+    if (!schema) {
+      throw new HttpError(400, `unknown tool '${req.tool}': expected one of ${Object.keys(SandboxToolArgs).join(", ")}, terminal, terminal_stateful`, fieldName(["tool"], prefix));
+    }
+    const args = schema.safeParse(req.args);
+    if (!args.success) {
+      const issue = args.error.issues[0]!;
+      throw new HttpError(400, `invalid args for ${tool}: ${issue.message}`, fieldName(["args", ...issue.path], prefix));
+    }
+    const slot = this.slotById(req.slot_id, fieldName(["slot_id"], prefix));
+    return {
+      slot,
+      tool,
+      args: args.data as Record<string, unknown>,
+      executionId: req.execution_id ?? null,
+      timeoutSec: req.timeout,
+    };
+  }
+
+  /** Queues the call on its slot (arrival order) and resolves with its answer. */
+  execute(call: ParsedCall): Promise<ExecuteResponse> {
+    if (this.closed) return Promise.resolve(this.fail(call, "sandbox server is shutting down"));
+    return call.slot.enqueue(() => this.runCall(call));
+  }
+
+  private async runCall(call: ParsedCall): Promise<ExecuteResponse> {
+    const started = performance.now();
+    let outcome: ToolOutcome;
+    try {
+      outcome = await this.dispatch(call);
+    } catch (err) {
+      this.logger.error({ err, slot: call.slot.id, tool: call.tool }, "tool call failed");
+      outcome = { success: false, output: "", error: `internal error: ${err instanceof Error ? err.message : String(err)}`, metadata: {} };
+    }
+    const seconds = (performance.now() - started) / 1000;
+    const result = outcome.metadata["timeout"] ? "timeout" : outcome.success ? "ok" : "error";
+    this.metrics.observeCall(call.tool, result, seconds);
+    this.logger.debug({ slot: call.slot.id, tool: call.tool, execution_id: call.executionId, outcome: result, ms: Math.round(seconds * 1000) }, "call");
+    return { ...outcome, execution_id: call.executionId };
+  }
+
+  private async dispatch(call: ParsedCall): Promise<ToolOutcome> {
+    switch (call.tool) {
+      case "bash":
+        return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutSec);
+      case "read_file":
+      case "write_file":
+        return this.fileTool(call);
+      case "bash_stateful":
+      case "tmux":
+        return { success: false, output: "", error: `${call.tool} is not available in this build yet`, metadata: {} };
+    }
+  }
+
+  private async fileTool(call: ParsedCall): Promise<ToolOutcome> {
+    const files = await loadOptional<FilesModule>("./files.js");
+    if (!files) return { success: false, output: "", error: `${call.tool} is not available in this build yet`, metadata: {} };
+    const opts = {
+      maxReadBytes: this.maxReadBytes,
+      maxWriteBytes: this.maxWriteBytes,
+      ...(call.slot.owner ? { owner: call.slot.owner } : {}),
+    };
+    return call.tool === "read_file"
+      ? files.readFileTool(call.slot.workspaceDir, call.args, opts)
+      : files.writeFileTool(call.slot.workspaceDir, call.args, opts);
+  }
+
+  fail(call: ParsedCall, error: string): ExecuteResponse {
+    return { success: false, output: "", error, execution_id: call.executionId, metadata: {} };
+  }
+
+  /** Kills every process of the slot and deletes the workspace's contents. */
+  async reset(slot: Slot): Promise<ResetResponse> {
+    slot.killRunning();
+    return slot.enqueue(() =>
+      slot.withResetting(async () => {
+        await this.bash.resetSlot(slot);
+        slot.wipeWorkspace();
+        this.metrics.resets.inc();
+        return { success: true, output: `${slot.id} reset`, error: "" };
+      }),
+    );
+  }
+
+  /** Stops every slot's processes (shutdown). */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const slot of this.slots) slot.killRunning();
+    await this.bash.close();
+  }
+
+  newOutputName(): string {
+    return `.slotpool-output-${Date.now()}-${randomBytes(4).toString("hex")}.txt`;
+  }
+}
+
+interface FilesModule {
+  readFileTool(dir: string, args: unknown, opts: unknown): Promise<ToolOutcome>;
+  writeFileTool(dir: string, args: unknown, opts: unknown): Promise<ToolOutcome>;
+}
+
+const optionalCache = new Map<string, unknown>();
+/** Imports a sibling module that another engineer may not have landed yet. */
+export async function loadOptional<T>(spec: string): Promise<T | null> {
+  if (optionalCache.has(spec)) return optionalCache.get(spec) as T | null;
+  let mod: T | null = null;
+  try {
+    mod = (await import(new URL(spec, import.meta.url).href)) as T;
+  } catch {
+    mod = null;
+  }
+  optionalCache.set(spec, mod);
+  return mod;
+}

@@ -1,0 +1,109 @@
+import { chmodSync, chownSync, lstatSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+
+export type SlotState = "idle" | "busy" | "resetting";
+
+/**
+ * One slot: a workspace directory, the host uid its commands run as, and a FIFO queue so
+ * that calls to the slot run one at a time in arrival order (also inside one /batch).
+ * Different slots have independent queues and run in parallel.
+ */
+export class Slot {
+  readonly id: string;
+  private queueTail: Promise<unknown> = Promise.resolve();
+  private pending = 0;
+  private resetting = false;
+  /** Aborted by reset/shutdown: every running command of the slot watches it. */
+  private abort = new AbortController();
+
+  constructor(
+    readonly index: number,
+    /** Host path of the workspace; never sent to clients. */
+    readonly workspaceDir: string,
+    /** Host uid/gid the slot's commands run as (own uid per slot when the server is root). */
+    readonly owner: { uid: number; gid: number } | undefined,
+  ) {
+    this.id = `slot_${index}`;
+  }
+
+  get state(): SlotState {
+    if (this.resetting) return "resetting";
+    return this.pending > 0 ? "busy" : "idle";
+  }
+
+  get queued(): number {
+    return this.pending;
+  }
+
+  get abortSignal(): AbortSignal {
+    return this.abort.signal;
+  }
+
+  /** Creates the workspace (mode 0700 for the slot's uid: other slots cannot even list it). */
+  prepare(): void {
+    mkdirSync(this.workspaceDir, { recursive: true, mode: 0o700 });
+    chmodSync(this.workspaceDir, 0o700);
+    if (this.owner) chownSync(this.workspaceDir, this.owner.uid, this.owner.gid);
+  }
+
+  /** Runs `fn` after every call enqueued before it; enqueue order = arrival order. */
+  enqueue<T>(fn: () => Promise<T>): Promise<T> {
+    this.pending++;
+    const run = this.queueTail.then(fn, fn);
+    this.queueTail = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run.finally(() => {
+      this.pending--;
+    });
+  }
+
+  /** Kills whatever runs now (the running call ends with its partial output). */
+  killRunning(): void {
+    this.abort.abort();
+    this.abort = new AbortController();
+  }
+
+  async withResetting<T>(fn: () => Promise<T>): Promise<T> {
+    this.resetting = true;
+    try {
+      return await fn();
+    } finally {
+      this.resetting = false;
+    }
+  }
+
+  /** Deletes every entry of the workspace, dotfiles, read-only files and directories included. */
+  wipeWorkspace(): void {
+    let entries: string[];
+    try {
+      entries = readdirSync(this.workspaceDir);
+    } catch {
+      this.prepare();
+      return;
+    }
+    for (const name of entries) {
+      const p = join(this.workspaceDir, name);
+      try {
+        rmSync(p, { recursive: true, force: true, maxRetries: 2 });
+      } catch {
+        // Not root and a read-only directory: make everything writable, then retry.
+        makeWritable(p);
+        rmSync(p, { recursive: true, force: true, maxRetries: 2 });
+      }
+    }
+    this.prepare();
+  }
+}
+
+function makeWritable(p: string): void {
+  try {
+    const st = lstatSync(p);
+    if (st.isSymbolicLink()) return;
+    chmodSync(p, st.isDirectory() ? 0o700 : 0o600);
+    if (st.isDirectory()) for (const n of readdirSync(p)) makeWritable(join(p, n));
+  } catch {
+    /* best effort */
+  }
+}
