@@ -1,0 +1,70 @@
+/**
+ * JSON text of the Nomad API with its integers kept exact.
+ *
+ * Nanosecond timestamps (`CreateTime`, `ModifyTime`, `SubmitTime`, `TaskEvent.Time`, ...)
+ * are ~1.6e18, above Number.MAX_SAFE_INTEGER, so a plain JSON.parse rounds them
+ * (shared/nomad-api/README.md "Encoding"). Node 20's JSON.parse has no access to the source
+ * text of a number, so before parsing, integer literals that do not fit a double exactly are
+ * wrapped in quotes: they arrive as decimal strings, every other value is unchanged.
+ */
+export function parseNomadJson(text: string): unknown {
+  return JSON.parse(quoteUnsafeIntegers(text));
+}
+
+/** Rewrites integer literals outside the safe range as JSON strings; leaves string contents alone. */
+export function quoteUnsafeIntegers(text: string): string {
+  let out: string[] | null = null;
+  let last = 0;
+  let i = 0;
+  const n = text.length;
+  while (i < n) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22 /* " */) {
+      // skip the string, honouring backslash escapes
+      i++;
+      while (i < n) {
+        const d = text.charCodeAt(i);
+        if (d === 0x5c /* \ */) i += 2;
+        else if (d === 0x22) {
+          i++;
+          break;
+        } else i++;
+      }
+      continue;
+    }
+    if (c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39)) {
+      const start = i;
+      if (c === 0x2d) i++;
+      while (i < n && text.charCodeAt(i) >= 0x30 && text.charCodeAt(i) <= 0x39) i++;
+      const next = i < n ? text.charCodeAt(i) : 0;
+      const isInteger = next !== 0x2e /* . */ && next !== 0x65 /* e */ && next !== 0x45; /* E */
+      if (isInteger && i - start > 15) {
+        const literal = text.slice(start, i);
+        if (!Number.isSafeInteger(Number(literal))) {
+          out ??= [];
+          out.push(text.slice(last, start), `"${literal}"`);
+          last = i;
+        }
+      } else if (!isInteger) {
+        // fraction / exponent: consume the rest of the number
+        while (i < n && /[0-9eE+\-.]/.test(text[i]!)) i++;
+      }
+      continue;
+    }
+    i++;
+  }
+  if (!out) return text;
+  out.push(text.slice(last));
+  return out.join("");
+}
+
+/**
+ * JSON.stringify that writes bigint values as bare integer literals, the way Nomad writes
+ * nanosecond fields. Used for request bodies and by the test emulator.
+ */
+export function stringifyNomadJson(value: unknown, space?: number): string {
+  const marker = "\u0000bigint:";
+  const text = JSON.stringify(value, (_key, v: unknown) => (typeof v === "bigint" ? marker + v.toString() : v), space);
+  if (text === undefined) return "null";
+  return text.includes(marker) ? text.replace(/"\\u0000bigint:(-?\d+)"/g, "$1") : text;
+}
