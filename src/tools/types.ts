@@ -14,6 +14,11 @@ export interface ToolDefinition<S extends z.ZodType = z.ZodType> {
   kind: ToolKind;
   /** Other names the model may use for it (Hermes: terminal → bash). */
   aliases?: readonly string[];
+  /**
+   * The parameters as JSON Schema, when known verbatim (external tools discovered from a
+   * ToolServer). Offered to the model instead of the schema derived from `parameters`.
+   */
+  jsonSchema?: Record<string, unknown>;
 }
 
 /** An OpenAI chat-completions `tools[]` entry. */

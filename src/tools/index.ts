@@ -1,0 +1,10 @@
+/** The tool room: definitions, registry, toolsets, distributions and Hermes tool-call text. */
+export type { OpenAIFunctionTool, OpenAIToolCall, ToolDefinition, ToolKind } from "./types.js";
+export * from "./errors.js";
+export * from "./policy.js";
+export * from "./definition.js";
+export * from "./builtin.js";
+export * from "./registry.js";
+export * from "./toolsets.js";
+export * from "./distributions.js";
+export * from "./hermes.js";
