@@ -1,0 +1,27 @@
+/** Errors of the agent loop. Each message says what failed and what to change. */
+
+export class AgentError extends Error {
+  override name = "AgentError";
+}
+
+/** The chat completions endpoint kept failing (after retries) or refused the request. */
+export class ChatRequestError extends AgentError {
+  override name = "ChatRequestError";
+  constructor(
+    message: string,
+    readonly status?: number,
+    readonly attempts = 1,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+  /** 429, 5xx, timeouts and network errors are worth another try; other 4xx are not. */
+  get retryable(): boolean {
+    return this.status === undefined || this.status === 429 || this.status === 408 || this.status >= 500;
+  }
+}
+
+/** The server answered 200 but the body is not a chat completion we can read. */
+export class ChatResponseError extends AgentError {
+  override name = "ChatResponseError";
+}
