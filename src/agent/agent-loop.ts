@@ -61,8 +61,11 @@ export interface AgentLoopOptions {
   messages: ChatMessage[];
   executeTool: ExecuteTool;
   maxTurns: number;
-  /** Names the model may call (defaults to the names in `tools`); others get an error result without running. */
-  validToolNames?: ReadonlySet<string>;
+  /**
+   * Whether the model may call this name (defaults to the names in `tools`; pass the registry's
+   * `has` to accept aliases such as `terminal`). Others get an error result without running.
+   */
+  isKnownTool?: (name: string) => boolean;
   signal?: AbortSignal;
 }
 
@@ -85,7 +88,8 @@ export async function runAgentLoop(options: AgentLoopOptions): Promise<AgentResu
   if (!Number.isInteger(options.maxTurns) || options.maxTurns < 1) {
     throw new AgentError(`maxTurns must be a whole number ≥ 1, got ${options.maxTurns}`);
   }
-  const valid = options.validToolNames ?? new Set(options.tools.map((t) => t.function.name));
+  const offered = options.tools.map((t) => t.function.name);
+  const isKnown = options.isKnownTool ?? ((name: string) => offered.includes(name));
   const result: AgentResult = {
     messages: [...options.messages],
     turnsUsed: 0,
@@ -123,7 +127,7 @@ export async function runAgentLoop(options: AgentLoopOptions): Promise<AgentResu
       // The model tried to call tools but wrote them wrong: tell it, and let it try again.
       result.toolErrors.push({ turn, tool: "(unparsed tool call)", arguments: step.message.content ?? "", error: step.parseError, toolResult: "" });
       result.messages.push({ role: "tool", name: "tool_call_parser", tool_call_id: "unparsed", content: JSON.stringify({ error: step.parseError }) });
-      continue;
+      if (calls.length === 0) continue;
     }
     if (calls.length === 0) {
       result.finishReason = step.finishReason === "tool_calls" ? "stop" : step.finishReason;
@@ -131,7 +135,7 @@ export async function runAgentLoop(options: AgentLoopOptions): Promise<AgentResu
     }
     for (const call of calls) {
       const started = performance.now();
-      const toolResult = await runOne(call.function.name, call.function.arguments, valid, options.executeTool, turn);
+      const toolResult = await runOne(call.function.name, call.function.arguments, isKnown, offered, options.executeTool, turn);
       const durationMs = performance.now() - started;
       const exit = toolResult.metadata["exit_code"];
       result.toolCalls.push({
@@ -152,10 +156,10 @@ export async function runAgentLoop(options: AgentLoopOptions): Promise<AgentResu
   return result;
 }
 
-async function runOne(name: string, rawArgs: string, valid: ReadonlySet<string>, execute: ExecuteTool, turn: number): Promise<ToolResult> {
+async function runOne(name: string, rawArgs: string, isKnown: (n: string) => boolean, offered: string[], execute: ExecuteTool, turn: number): Promise<ToolResult> {
   const fail = (error: string): ToolResult => ({ success: false, output: "", error, metadata: {}, uniq_id: null });
-  if (!valid.has(name)) {
-    return fail(`unknown tool '${name}'; available tools: ${[...valid].sort().join(", ") || "(none)"}`);
+  if (!isKnown(name)) {
+    return fail(`unknown tool '${name}'; available tools: ${[...offered].sort().join(", ") || "(none)"}`);
   }
   let args: unknown;
   try {

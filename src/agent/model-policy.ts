@@ -1,5 +1,6 @@
 import { ChatCompletionsClient, type ChatCompletion, type ChatClientOptions } from "./chat-client.js";
-import { hermesToolsSystemPrompt, parseHermesToolCalls, renderHermesToolCalls, renderHermesToolResponse } from "./hermes-text.js";
+import { formatHermesToolCall, parseHermesToolCalls, toOpenAiToolCalls } from "../tools/hermes.js";
+import { hermesToolsSystemPrompt } from "./hermes-prompt.js";
 import type { ChatMessage, OpenAIFunctionTool, OpenAIToolCall, TurnTokens } from "./messages.js";
 import type { AgentPolicy, PolicyTurn, PolicyTurnInput } from "./policy.js";
 
@@ -76,10 +77,11 @@ function toHermesText(messages: readonly ChatMessage[], tools: readonly OpenAIFu
     if (i === 0 && m.role === "system") continue;
     if (m.role === "assistant") {
       // In hermes mode the assistant content already is the raw text the model wrote.
-      const text = m.content ?? (m.tool_calls ? renderHermesToolCalls(m.tool_calls) : "");
+      const text = m.content ?? (m.tool_calls ?? []).map((c) => formatHermesToolCall({ name: c.function.name, arguments: safeArgs(c.function.arguments) })).join("\n");
       out.push({ role: "assistant", content: text });
     } else if (m.role === "tool") {
-      const response = renderHermesToolResponse(m.name ?? "tool", m.content ?? "");
+      // The content is already the formatted result (output, exit code, error) the loop wrote.
+      const response = `<tool_response>\n${JSON.stringify({ name: m.name ?? "tool", content: m.content ?? "" })}\n</tool_response>`;
       const prev = out[out.length - 1];
       // Consecutive results of one turn go back in one user message.
       if (prev && prev.role === "user" && (prev.content ?? "").startsWith("<tool_response>")) prev.content = `${prev.content}\n${response}`;
@@ -89,6 +91,15 @@ function toHermesText(messages: readonly ChatMessage[], tools: readonly OpenAIFu
     }
   }
   return out;
+}
+
+function safeArgs(raw: string): Record<string, unknown> {
+  try {
+    const v: unknown = JSON.parse(raw);
+    return v && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
 }
 
 function reasoningOf(message: { reasoning_content?: string | null | undefined; reasoning?: string | null | undefined }): string | undefined {
@@ -115,11 +126,11 @@ function readHermes(c: ChatCompletion): PolicyTurn {
   const parsed = parseHermesToolCalls(raw);
   // Keep the raw text as content: it is exactly what the model wrote and what goes back into the prompt.
   const message: ChatMessage = { role: "assistant", content: raw };
-  if (parsed.calls.length > 0) message.tool_calls = parsed.calls;
+  if (parsed.calls.length > 0) message.tool_calls = toOpenAiToolCalls(parsed.calls);
   const reasoning = reasoningOf(choice.message);
   if (reasoning) message.reasoning_content = reasoning;
   const turn: PolicyTurn = { message, finishReason: parsed.calls.length > 0 ? "tool_calls" : (choice.finish_reason ?? "stop") };
-  if (parsed.error) turn.parseError = parsed.error;
+  if (parsed.errors.length > 0) turn.parseError = parsed.errors.map((e) => e.message).join("; ");
   return withTokens(c, turn);
 }
 

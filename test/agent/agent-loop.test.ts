@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { ChatModelPolicy, OraclePolicy, runAgentLoop, ChatCompletionsClient, ChatRequestError, parseHermesToolCalls, type OpenAIFunctionTool } from "../../src/agent/index.js";
+import { ChatModelPolicy, OraclePolicy, runAgentLoop, ChatCompletionsClient, ChatRequestError, type OpenAIFunctionTool } from "../../src/agent/index.js";
 import type { ToolCall, ToolResult } from "../../src/protocol/tool.js";
 import { startLlmServer, turnOf, type LlmServer } from "../support/llm-server.js";
 
@@ -146,15 +146,3 @@ describe("agent loop over a chat completions endpoint", () => {
   });
 });
 
-describe("Hermes tool call parsing", () => {
-  it("reads closed blocks and a final unclosed one; one bad block discards all", () => {
-    const ok = parseHermesToolCalls('pre <tool_call>{"name":"a","arguments":{"x":1,"y":[1,2]}}</tool_call><tool_call>{"name":"b","arguments":{}}');
-    expect(ok.content).toBe("pre");
-    expect(ok.calls.map((c) => [c.function.name, c.function.arguments])).toEqual([["a", '{"x": 1, "y": [1, 2]}'], ["b", "{}"]]);
-    expect(ok.calls[0]!.id).toMatch(/^chatcmpl-tool-[0-9a-f]{32}$/);
-    const bad = parseHermesToolCalls('<tool_call>{"name":"a","arguments":{}}</tool_call><tool_call>{"name":"b"}</tool_call>');
-    expect(bad.calls).toEqual([]);
-    expect(bad.error).toContain('"arguments"');
-    expect(parseHermesToolCalls("plain")).toEqual({ content: "plain", calls: [] });
-  });
-});

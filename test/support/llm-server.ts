@@ -87,7 +87,8 @@ export async function startLlmServer(options: LlmServerOptions): Promise<LlmServ
       reply = { status: 500, body: String(err) };
     }
     if ("hangMs" in reply) {
-      await new Promise((r) => setTimeout(r, reply.hangMs));
+      const ms = reply.hangMs;
+      await new Promise((r) => setTimeout(r, ms));
       if (res.destroyed) return;
       reply = { text: "late" };
     }
