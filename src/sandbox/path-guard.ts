@@ -155,7 +155,22 @@ export async function resolveInWorkspace(
       if (++expansions > MAX_SYMLINK_EXPANSIONS) {
         throw new WorkspacePathError("symlink_loop", userPath, `path ${q(userPath)} has too many levels of symlinks`);
       }
-      const target = await readlink(fdPath(dir.handle, name));
+      let target: string;
+      try {
+        target = await readlink(fdPath(dir.handle, name));
+      } catch (err) {
+        // A command replaced the symlink since we met it: look the name up again (bounded
+        // by the expansion count), or report it gone.
+        const code = errnoCode(err);
+        if (code === "EINVAL") {
+          queue.unshift(name);
+          return;
+        }
+        if (code === "ENOENT") {
+          throw new WorkspacePathError("not_found", userPath, `path ${q(userPath)} not found: ${q(linkRel)} does not exist`);
+        }
+        throw err;
+      }
       viaSymlink = linkRel;
       if (target.startsWith("/")) {
         const parts = target.split("/").filter((c) => c !== "" && c !== ".");
