@@ -1,6 +1,95 @@
-import { CliUsageError } from "./usage.js";
+/**
+ * `slotpool job render`: prints the sandbox job, as the Nomad API JSON body
+ * (`{"Job": ...}`, for `nomad job run -json` or `curl -X POST $NOMAD_ADDR/v1/jobs`) or as
+ * HCL (for `nomad job run`), from the same options the pool uses.
+ */
+import { sandboxJobFromSettings, resolveSandboxJobOptions, SANDBOX_DRIVERS, type SandboxDriver, type SandboxJobOptions, SandboxJobOptionError, JOB_DEFAULTS, DEFAULT_JOB_ID, DEFAULT_IMAGE } from "../nomad/job.js";
+import { sandboxJobHclFromSettings } from "../nomad/job-hcl.js";
+import { CliUsageError, intFlag, parseFlags, stringFlag } from "./usage.js";
 
-// Placeholder until this subcommand's issue lands; replaced, not extended.
-export async function run(_argv: string[]): Promise<number> {
-  throw new CliUsageError("this command is not available in this build yet");
+const HELP = `usage: slotpool job render --format json|hcl [options]
+
+Prints the sandbox job (task group "sandbox", dynamic port "http").
+
+options:
+  --format json|hcl        json: the Nomad API body {"Job": ...}; hcl: a job file (default json)
+  --job-id ID              job ID (default ${DEFAULT_JOB_ID})
+  --image IMG              docker image, or the .sif path for raw_exec (default ${DEFAULT_IMAGE})
+  --count N                sandbox servers (default ${JOB_DEFAULTS.count})
+  --slots N                slots per server (default ${JOB_DEFAULTS.slots})
+  --cpu MHZ                CPU per server (default ${JOB_DEFAULTS.cpu})
+  --memory MB              memory per server (default ${JOB_DEFAULTS.memoryMb})
+  --driver D               docker | raw_exec (apptainer/singularity) | exec (default docker)
+  --command CMD            raw_exec: apptainer or singularity; exec: the slotpool binary
+  --datacenter DC          a datacenter; repeat for several (default "*")
+  --namespace NS           Nomad namespace (default: NOMAD_NAMESPACE, else Nomad's "default")
+  --node-pool POOL         Nomad node pool
+  --token T                sandbox token passed to the task as SANDBOX_TOKEN (default: env SANDBOX_TOKEN)
+  --privileged             docker: run the container privileged
+`;
+
+export async function run(argv: string[]): Promise<number> {
+  const [sub, ...rest] = argv;
+  if (sub === undefined || sub === "--help" || sub === "-h") {
+    process.stdout.write(HELP);
+    return sub === undefined ? 2 : 0;
+  }
+  if (sub !== "render") throw new CliUsageError(`unknown job subcommand '${sub}'; expected 'render'\n\n${HELP}`);
+  const flags = parseFlags(
+    rest,
+    {
+      format: { type: "string" },
+      "job-id": { type: "string" },
+      image: { type: "string" },
+      count: { type: "string" },
+      slots: { type: "string" },
+      cpu: { type: "string" },
+      memory: { type: "string" },
+      driver: { type: "string" },
+      command: { type: "string" },
+      datacenter: { type: "string", multiple: true },
+      namespace: { type: "string" },
+      "node-pool": { type: "string" },
+      token: { type: "string" },
+      privileged: { type: "boolean" },
+    },
+    HELP,
+  );
+  if (!flags) return 0;
+  const format = stringFlag(flags, "format") ?? "json";
+  if (format !== "json" && format !== "hcl") throw new CliUsageError(`--format must be json or hcl, got '${format}'`);
+  const driver = stringFlag(flags, "driver") ?? JOB_DEFAULTS.driver;
+  if (!SANDBOX_DRIVERS.includes(driver as SandboxDriver)) {
+    throw new CliUsageError(`--driver must be one of ${SANDBOX_DRIVERS.join(", ")}, got '${driver}'`);
+  }
+  const datacenters = flags.values["datacenter"];
+  const options: SandboxJobOptions = {
+    driver: driver as SandboxDriver,
+    count: intFlag("count", stringFlag(flags, "count"), JOB_DEFAULTS.count, 0, 10_000),
+    slots: intFlag("slots", stringFlag(flags, "slots"), JOB_DEFAULTS.slots, 1, 4096),
+    cpu: intFlag("cpu", stringFlag(flags, "cpu"), JOB_DEFAULTS.cpu, 1),
+    memoryMb: intFlag("memory", stringFlag(flags, "memory"), JOB_DEFAULTS.memoryMb, 16),
+  };
+  const set = <K extends keyof SandboxJobOptions>(key: K, v: SandboxJobOptions[K] | undefined) => {
+    if (v !== undefined) options[key] = v;
+  };
+  set("jobId", stringFlag(flags, "job-id"));
+  set("image", stringFlag(flags, "image"));
+  set("command", stringFlag(flags, "command"));
+  set("namespace", stringFlag(flags, "namespace") ?? (process.env["NOMAD_NAMESPACE"] || undefined));
+  set("nodePool", stringFlag(flags, "node-pool"));
+  set("token", stringFlag(flags, "token") ?? (process.env["SANDBOX_TOKEN"] || undefined));
+  if (flags.values["privileged"] === true) options.privileged = true;
+  if (Array.isArray(datacenters) && datacenters.length) options.datacenters = datacenters.map(String);
+
+  let settings;
+  try {
+    settings = resolveSandboxJobOptions(options);
+  } catch (err) {
+    if (err instanceof SandboxJobOptionError) throw new CliUsageError(err.message);
+    throw err;
+  }
+  if (format === "json") process.stdout.write(JSON.stringify({ Job: sandboxJobFromSettings(settings) }, null, 2) + "\n");
+  else process.stdout.write(sandboxJobHclFromSettings(settings));
+  return 0;
 }

@@ -1,0 +1,274 @@
+/**
+ * The sandbox job: one Nomad service job whose task group `sandbox` runs `Count` sandbox
+ * servers, each reachable on a dynamic port labelled `http`. `sandboxJob` builds the Nomad
+ * API JSON (what `POST /v1/jobs` takes inside `{"Job": ...}`); `sandboxJobHcl` (job-hcl.ts)
+ * renders the same settings as HCL for `nomad job run`.
+ */
+import { hostname, userInfo } from "node:os";
+
+export const SANDBOX_GROUP = "sandbox";
+export const SANDBOX_TASK = "sandbox-server";
+export const HTTP_PORT_LABEL = "http";
+/** Port the server listens on inside its container; the dynamic host port maps to it. */
+export const SANDBOX_SERVER_PORT = 8080;
+export const DEFAULT_JOB_ID = "slotpool-sandbox";
+export const DEFAULT_IMAGE = "slotpool-sandbox:local";
+
+/** Meta keys marking a job as slotpool's, so `slotpool jobs prune` can find orphans. */
+export const META_SLOTPOOL = "slotpool";
+export const META_OWNER = "slotpool.owner";
+export const META_CREATED = "slotpool.created";
+export const META_SLOTS = "slotpool.slots";
+
+export type SandboxDriver = "docker" | "raw_exec" | "exec";
+export const SANDBOX_DRIVERS: readonly SandboxDriver[] = ["docker", "raw_exec", "exec"];
+
+export interface JobConstraint {
+  /** e.g. "${attr.kernel.name}" */
+  attribute: string;
+  /** e.g. "=", "!=", "regexp", "version", "distinct_hosts" */
+  operator?: string;
+  value?: string;
+}
+
+export interface SandboxJobOptions {
+  jobId?: string;
+  /** Number of sandbox servers (containers). */
+  count?: number;
+  /** Slots per sandbox server. */
+  slots?: number;
+  driver?: SandboxDriver;
+  /** docker: the image (its ENTRYPOINT must be the `slotpool` command). raw_exec: path of the `.sif`. */
+  image?: string;
+  /** raw_exec: "apptainer" (default) or "singularity". exec: the slotpool binary (default "/usr/local/bin/slotpool"). */
+  command?: string;
+  /** MHz of CPU per server. */
+  cpu?: number;
+  memoryMb?: number;
+  /** Bearer token the servers require; passed to the task as env SANDBOX_TOKEN. */
+  token?: string;
+  datacenters?: string[];
+  namespace?: string;
+  region?: string;
+  nodePool?: string;
+  constraints?: JobConstraint[];
+  /** docker: run privileged (needs `allow_privileged` in the docker plugin config). */
+  privileged?: boolean;
+  /**
+   * docker: security options. Default `["seccomp=unconfined", "apparmor=unconfined"]`:
+   * docker's default seccomp profile refuses the user namespaces bubblewrap creates.
+   */
+  securityOpt?: string[];
+  /** Who started the job (Meta slotpool.owner); default user@host. */
+  owner?: string;
+  /** When (Meta slotpool.created, ISO 8601); default now. */
+  created?: string;
+  /** More Meta entries. */
+  meta?: Record<string, string>;
+  /** Extra arguments for `slotpool sandbox-server` (e.g. ["--no-network"]). */
+  serverArgs?: string[];
+}
+
+/** Every option resolved to a value: the one input of both the JSON and the HCL renderer. */
+export interface SandboxJobSettings {
+  jobId: string;
+  count: number;
+  slots: number;
+  driver: SandboxDriver;
+  image: string;
+  command: string;
+  cpu: number;
+  memoryMb: number;
+  token: string | undefined;
+  datacenters: string[];
+  namespace: string | undefined;
+  region: string | undefined;
+  nodePool: string | undefined;
+  constraints: Array<{ attribute: string; operator: string; value: string | undefined }>;
+  privileged: boolean;
+  securityOpt: string[];
+  meta: Record<string, string>;
+  serverArgs: string[];
+}
+
+export const JOB_DEFAULTS = {
+  count: 1,
+  slots: 4,
+  cpu: 1000,
+  memoryMb: 1024,
+  datacenters: ["*"],
+  driver: "docker" as SandboxDriver,
+};
+
+/** Restart in place twice within 30 min, then fail the allocation so it is rescheduled. */
+export const RESTART_POLICY = { Attempts: 2, Interval: 30 * 60e9, Delay: 5e9, Mode: "fail" } as const;
+/** Replace failed allocations without limit, quickly at first (5 s), backing off to 1 min. */
+export const RESCHEDULE_POLICY = { Unlimited: true, Delay: 5e9, DelayFunction: "exponential", MaxDelay: 60e9 } as const;
+/** Time the server gets after SIGTERM to stop its slots' processes. */
+export const KILL_TIMEOUT_NS = 15e9;
+
+export class SandboxJobOptionError extends Error {
+  override name = "SandboxJobOptionError";
+}
+
+export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): SandboxJobSettings {
+  const jobId = options.jobId ?? DEFAULT_JOB_ID;
+  // Nomad accepts more, but job IDs end up in allocation names, URLs and Meta: keep them plain.
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(jobId)) {
+    throw new SandboxJobOptionError(`job ID '${jobId}' must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit`);
+  }
+  const driver = options.driver ?? JOB_DEFAULTS.driver;
+  if (!SANDBOX_DRIVERS.includes(driver)) {
+    throw new SandboxJobOptionError(`driver must be one of ${SANDBOX_DRIVERS.join(", ")}, got '${String(driver)}'`);
+  }
+  const count = whole("count", options.count ?? JOB_DEFAULTS.count, 0);
+  const slots = whole("slots", options.slots ?? JOB_DEFAULTS.slots, 1);
+  const cpu = whole("cpu", options.cpu ?? JOB_DEFAULTS.cpu, 1);
+  const memoryMb = whole("memory", options.memoryMb ?? JOB_DEFAULTS.memoryMb, 16);
+  const image = options.image ?? (driver === "raw_exec" ? "slotpool-sandbox.sif" : DEFAULT_IMAGE);
+  if (!image) throw new SandboxJobOptionError("image must not be empty");
+  if (driver === "raw_exec" && !image.endsWith(".sif")) {
+    throw new SandboxJobOptionError(`the raw_exec driver runs a .sif with apptainer/singularity; image '${image}' is not a .sif path`);
+  }
+  const command = options.command ?? (driver === "raw_exec" ? "apptainer" : driver === "exec" ? "/usr/local/bin/slotpool" : "");
+  const datacenters = options.datacenters ?? JOB_DEFAULTS.datacenters;
+  if (datacenters.length === 0) throw new SandboxJobOptionError("datacenters must name at least one datacenter (or \"*\")");
+  if (options.token !== undefined && options.token === "") throw new SandboxJobOptionError("token must not be empty");
+  const constraints = [
+    // bubblewrap and the slot isolation need Linux namespaces.
+    { attribute: "${attr.kernel.name}", operator: "=", value: "linux" as string | undefined },
+    ...(options.constraints ?? []).map((c) => ({ attribute: c.attribute, operator: c.operator ?? "=", value: c.value })),
+  ];
+  return {
+    jobId,
+    count,
+    slots,
+    driver,
+    image,
+    command,
+    cpu,
+    memoryMb,
+    token: options.token,
+    datacenters: [...datacenters],
+    namespace: options.namespace || undefined,
+    region: options.region || undefined,
+    nodePool: options.nodePool || undefined,
+    constraints,
+    privileged: options.privileged ?? false,
+    securityOpt: options.securityOpt ?? ["seccomp=unconfined", "apparmor=unconfined"],
+    meta: {
+      ...options.meta,
+      [META_SLOTPOOL]: "true",
+      [META_OWNER]: options.owner ?? defaultOwner(),
+      [META_CREATED]: options.created ?? new Date().toISOString(),
+      [META_SLOTS]: String(slots),
+    },
+    serverArgs: [...(options.serverArgs ?? [])],
+  };
+}
+
+/**
+ * Arguments of `slotpool sandbox-server`. Under docker the server listens on the fixed
+ * container port that the dynamic host port maps `To`; raw_exec and exec share the host's
+ * network, so there it must bind the allocated host port itself (`NOMAD_PORT_http`, which
+ * equals the host port when the port has no `To`).
+ */
+export function sandboxServerArgs(s: SandboxJobSettings): string[] {
+  const port = s.driver === "docker" ? String(SANDBOX_SERVER_PORT) : "${NOMAD_PORT_http}";
+  return ["sandbox-server", "--slots", String(s.slots), "--host", "0.0.0.0", "--port", port, ...s.serverArgs];
+}
+
+/** The driver's `Config` map (keys as in the driver docs; Nomad passes it through untyped). */
+export function taskConfig(s: SandboxJobSettings): Record<string, unknown> {
+  const args = sandboxServerArgs(s);
+  switch (s.driver) {
+    case "docker": {
+      const config: Record<string, unknown> = { image: s.image, ports: [HTTP_PORT_LABEL], args };
+      if (s.command) config["command"] = s.command;
+      if (s.privileged) config["privileged"] = true;
+      if (s.securityOpt.length) config["security_opt"] = [...s.securityOpt];
+      return config;
+    }
+    case "raw_exec":
+      // apptainer shares the host network; --bind makes the allocation dir (the server's
+      // default data dir is $NOMAD_ALLOC_DIR/data) visible at the same path inside.
+      return { command: s.command, args: ["run", "--bind", "${NOMAD_ALLOC_DIR}", s.image, ...args] };
+    case "exec":
+      return { command: s.command, args: args.slice() };
+  }
+}
+
+/** The dynamic port: mapped `To` the server port under docker, the host port itself otherwise. */
+export function httpPort(s: SandboxJobSettings): { Label: string; To?: number } {
+  return s.driver === "docker" ? { Label: HTTP_PORT_LABEL, To: SANDBOX_SERVER_PORT } : { Label: HTTP_PORT_LABEL };
+}
+
+/** The Nomad API JSON job (the value of `"Job"` in a register request). */
+export function sandboxJob(options: SandboxJobOptions = {}): Record<string, unknown> & { ID: string } {
+  return sandboxJobFromSettings(resolveSandboxJobOptions(options));
+}
+
+export function sandboxJobFromSettings(s: SandboxJobSettings): Record<string, unknown> & { ID: string } {
+  const task: Record<string, unknown> = {
+    Name: SANDBOX_TASK,
+    Driver: s.driver,
+    Config: taskConfig(s),
+    Resources: { CPU: s.cpu, MemoryMB: s.memoryMb },
+    KillTimeout: KILL_TIMEOUT_NS,
+  };
+  // The token reaches the task as a plain env var, visible to anyone who may read the job.
+  // In production put it in a Nomad Variable (rendered by a `template` block into env) or in
+  // Vault, and pass no token here.
+  if (s.token) task["Env"] = { SANDBOX_TOKEN: s.token };
+
+  const job: Record<string, unknown> & { ID: string } = {
+    ID: s.jobId,
+    Name: s.jobId,
+    Type: "service",
+    Datacenters: [...s.datacenters],
+    Constraints: s.constraints.map(constraintJson),
+    // MaxParallel 0 means "no update strategy": Nomad then creates no deployment, so a scale
+    // call is never refused with 400 "job scaling blocked due to active deployment".
+    // shared/nomad-api/README.md "What the scale endpoint requires": "By my reading of
+    // structs.UpdateStrategy.IsEmpty (MaxParallel == 0) ... "Update": {"MaxParallel": 0}
+    // stops deployments from being created." (untested there; the client still maps the
+    // 400 to NomadScaleBlockedError should a deployment exist anyway).
+    Update: { MaxParallel: 0 },
+    Meta: { ...s.meta },
+    TaskGroups: [
+      {
+        Name: SANDBOX_GROUP,
+        Count: s.count,
+        Networks: [{ DynamicPorts: [httpPort(s)] }],
+        RestartPolicy: { ...RESTART_POLICY },
+        ReschedulePolicy: { ...RESCHEDULE_POLICY },
+        Tasks: [task],
+      },
+    ],
+  };
+  if (s.namespace) job["Namespace"] = s.namespace;
+  if (s.region) job["Region"] = s.region;
+  if (s.nodePool) job["NodePool"] = s.nodePool;
+  return job;
+}
+
+function constraintJson(c: { attribute: string; operator: string; value: string | undefined }): Record<string, string> {
+  const out: Record<string, string> = { LTarget: c.attribute, Operand: c.operator };
+  if (c.value !== undefined) out["RTarget"] = c.value;
+  return out;
+}
+
+function whole(name: string, value: number, min: number): number {
+  if (!Number.isInteger(value) || value < min) throw new SandboxJobOptionError(`${name} must be a whole number >= ${min}, got ${value}`);
+  return value;
+}
+
+function defaultOwner(): string {
+  let user = "unknown";
+  try {
+    user = userInfo().username;
+  } catch {
+    // no passwd entry (containers): keep "unknown"
+  }
+  return `${user}@${hostname()}`;
+}
