@@ -53,3 +53,14 @@ export class SandboxRequestError extends SlotPoolError {
     super(message, options);
   }
 }
+
+/** The slot was already released (or reclaimed) by this trajectory: acquire a new one. */
+export class SlotReleasedError extends SlotPoolError {
+  override name = "SlotReleasedError";
+  constructor(
+    readonly slotKey: string,
+    readonly trajectoryId: string,
+  ) {
+    super(`slot ${slotKey} was already released by trajectory ${trajectoryId}; acquire a new slot to run more calls`);
+  }
+}

@@ -1,0 +1,59 @@
+import { z } from "zod";
+import { SlotPoolError } from "./errors.js";
+
+/**
+ * The pool's settings. Names follow the seed's AgentEnvConfig (slots_per_container,
+ * min/max_containers, acquire_timeout_s, purge_job_on_shutdown) in camelCase and ms.
+ */
+export const SlotPoolConfigSchema = z
+  .object({
+    slotsPerContainer: z.number().int().min(1).max(4096).default(10),
+    minContainers: z.number().int().min(0).default(1),
+    maxContainers: z.number().int().min(1).default(10),
+    /** How long acquire() waits for a slot before SlotAcquireTimeoutError (seed: acquire_timeout_s). */
+    acquireTimeoutMs: z.number().int().positive().default(30_000),
+    /** Extra free slots to keep ready beyond held + waiting. */
+    headroomSlots: z.number().int().min(0).default(0),
+    /** How long a surplus of containers must last before the highest ones are drained. */
+    idleTimeoutMs: z.number().int().min(0).default(60_000),
+    /** A held slot neither used nor released for this long is reclaimed; 0 turns leases off. */
+    leaseTimeoutMs: z.number().int().min(0).default(30 * 60_000),
+    /** Interval of the /health check of every container (the second loss signal). */
+    healthIntervalMs: z.number().int().positive().default(10_000),
+    /** Consecutive failed health checks before a container counts as lost. */
+    healthFailuresBeforeLost: z.number().int().min(1).default(3),
+    /** How long a container that came up may take to answer /health before it counts as failed. */
+    containerHealthTimeoutMs: z.number().int().positive().default(60_000),
+    /** Containers still starting at once (admission control for start-up storms). */
+    maxStartingContainers: z.number().int().min(1).default(16),
+    /** How long start() waits for minContainers healthy containers. */
+    startTimeoutMs: z.number().int().positive().default(180_000),
+    /** Reset a slot's workspace when it is released, unless release() says otherwise. */
+    resetOnRelease: z.boolean().default(true),
+    /** stop() purges (Nomad: deregister with purge; local: delete data) unless told otherwise (seed: purge_job_on_shutdown). */
+    purgeOnStop: z.boolean().default(true),
+    /** HTTP calls in flight per container (default: 4 per slot). */
+    maxConcurrencyPerContainer: z.number().int().min(1).optional(),
+    /** Period of the scale-down and lease checks. */
+    tickMs: z.number().int().positive().default(500),
+  })
+  .strict()
+  .refine((c) => c.minContainers <= c.maxContainers, {
+    message: "minContainers must not exceed maxContainers",
+    path: ["minContainers"],
+  });
+
+export type SlotPoolConfig = z.output<typeof SlotPoolConfigSchema>;
+export type SlotPoolConfigInput = z.input<typeof SlotPoolConfigSchema>;
+
+export class SlotPoolConfigError extends SlotPoolError {
+  override name = "SlotPoolConfigError";
+}
+
+/** Validates pool settings; the error names every offending field. */
+export function parseSlotPoolConfig(input: unknown): SlotPoolConfig {
+  const parsed = SlotPoolConfigSchema.safeParse(input ?? {});
+  if (parsed.success) return parsed.data;
+  const problems = parsed.error.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`);
+  throw new SlotPoolConfigError(`invalid SlotPool config: ${problems.join("; ")}`);
+}

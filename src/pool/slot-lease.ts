@@ -1,0 +1,139 @@
+import type {
+  ArtifactArchiveResponse,
+  ArtifactListResponse,
+  ArtifactReadResponse,
+  ExecuteRequest,
+  ExecuteResponse,
+  ResetResponse,
+} from "../protocol/sandbox.js";
+import { SandboxRequestError, SlotLostError, SlotReleasedError } from "./errors.js";
+import type { SlotRecord } from "./records.js";
+import { isConnectionFailure } from "./sandbox-client.js";
+import type { CallOptions, ContainerInfo, Slot, SlotCall } from "./types.js";
+
+/** What a lease needs from its pool. */
+export interface LeaseHost {
+  /** After a call failed to connect: decides (quickly) whether the container is gone. */
+  confirmContainerLoss(record: SlotRecord, error: unknown): Promise<void>;
+}
+
+export type LeaseEnd =
+  | { kind: "released" }
+  | { kind: "lost"; allocationId: string; reason: string };
+
+/**
+ * The handle one trajectory holds for one slot, from acquire to release. A new lease is made
+ * per acquire, so an old handle kept by a finished trajectory can never touch the slot's
+ * next holder: once ended, every method raises (SlotLostError or SlotReleasedError).
+ */
+export class SlotLease implements Slot {
+  readonly key: string;
+  readonly slotId: string;
+  readonly container: ContainerInfo;
+  lastUsed: number;
+  /** Calls in flight: a lease with a running call is never reclaimed. */
+  inFlight = 0;
+  end: LeaseEnd | undefined;
+  /** Server lacks `/batch?stream=1`: fall back to `/batch`. */
+  private static streamUnsupported = new WeakSet<object>();
+
+  constructor(
+    readonly record: SlotRecord,
+    readonly trajectoryId: string,
+    private readonly host: LeaseHost,
+    readonly acquiredAt: number,
+  ) {
+    this.key = record.key;
+    this.slotId = record.slotId;
+    this.container = record.container.info;
+    this.lastUsed = acquiredAt;
+  }
+
+  get lost(): boolean {
+    return this.end?.kind === "lost";
+  }
+
+  touch(): void {
+    this.check();
+    this.lastUsed = performance.now();
+  }
+
+  execute(call: SlotCall, options: CallOptions = {}): Promise<ExecuteResponse> {
+    return this.use((client) => client.execute(this.request(call), options));
+  }
+
+  executeBatch(
+    calls: SlotCall[],
+    onResult?: (index: number, result: ExecuteResponse) => void,
+    options: CallOptions = {},
+  ): Promise<ExecuteResponse[]> {
+    return this.use(async (client) => {
+      const requests = calls.map((c) => this.request(c));
+      if (requests.length === 0) return [];
+      if (onResult && !SlotLease.streamUnsupported.has(client)) {
+        try {
+          return await client.batchStream(requests, onResult, options);
+        } catch (err) {
+          if (!(err instanceof SandboxRequestError) || (err.status !== 404 && err.status !== 405)) throw err;
+          SlotLease.streamUnsupported.add(client);
+        }
+      }
+      const results = await client.batch(requests, options);
+      if (onResult) results.forEach((r, i) => onResult(i, r));
+      return results;
+    });
+  }
+
+  reset(options: CallOptions = {}): Promise<ResetResponse> {
+    return this.use((client) => client.reset(this.slotId, options));
+  }
+
+  readArtifact(
+    req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean },
+    options: CallOptions = {},
+  ): Promise<ArtifactReadResponse> {
+    return this.use((client) => client.readArtifact({ ...req, slot_id: this.slotId }, options));
+  }
+
+  listArtifacts(req: { path?: string; recursive?: boolean; max_entries?: number }, options: CallOptions = {}): Promise<ArtifactListResponse> {
+    return this.use((client) => client.listArtifacts({ ...req, slot_id: this.slotId }, options));
+  }
+
+  archiveArtifacts(req: { path?: string; max_bytes?: number; max_entries?: number }, options: CallOptions = {}): Promise<ArtifactArchiveResponse> {
+    return this.use((client) => client.archiveArtifacts({ ...req, slot_id: this.slotId }, options));
+  }
+
+  /** Raises if the lease has ended. */
+  check(): void {
+    const end = this.end;
+    if (!end) return;
+    if (end.kind === "lost") throw new SlotLostError(this.slotId, end.allocationId, end.reason, this.trajectoryId);
+    throw new SlotReleasedError(this.key, this.trajectoryId);
+  }
+
+  private request(call: SlotCall): ExecuteRequest {
+    const req: ExecuteRequest = { slot_id: this.slotId, tool: call.tool, args: call.args };
+    if (call.execution_id !== undefined) req.execution_id = call.execution_id;
+    if (call.timeout !== undefined) req.timeout = call.timeout;
+    return req;
+  }
+
+  private async use<T>(fn: (client: SlotRecord["container"]["client"]) => Promise<T>): Promise<T> {
+    this.check();
+    this.inFlight++;
+    this.lastUsed = performance.now();
+    try {
+      return await fn(this.record.container.client);
+    } catch (err) {
+      // A call that failed because the container went away reports the loss, not the socket error.
+      if (!this.end && err instanceof SandboxRequestError && isConnectionFailure(err)) {
+        await this.host.confirmContainerLoss(this.record, err);
+      }
+      if (this.end?.kind === "lost") this.check();
+      throw err;
+    } finally {
+      this.inFlight--;
+      this.lastUsed = performance.now();
+    }
+  }
+}
