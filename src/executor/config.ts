@@ -1,0 +1,63 @@
+import { z } from "zod";
+
+/**
+ * ToolExecutor settings. Policy fields (network, fail-closed sandboxing) come from the env
+ * author here and are stamped onto every sandbox call; the model cannot change them.
+ */
+export const ToolExecutorConfigSchema = z.object({
+  /** How long the first queued call waits for others before a batch goes out (ms). */
+  batchWindowMs: z.number().min(0, "batchWindowMs must be >= 0").max(1000, "batchWindowMs above 1000 ms would stall every call").default(2),
+  /** Most calls dispatched by one batch; the rest go out in the next one, at once. */
+  maxBatchSize: z.number().int().positive("maxBatchSize must be at least 1").default(200),
+  /**
+   * Requests in flight to one container at once. A trajectory has at most one request in
+   * flight (its calls run in order), so the effective bound is also the container's slot
+   * count; a lower value makes trajectories of one container wait for each other.
+   */
+  maxInFlightPerContainer: z.number().int().positive().default(256),
+  /** Timeout of a call whose arguments name none (seconds, clamped to 1..600). */
+  defaultTimeoutS: z.number().positive().default(120),
+  /** How long a trajectory's first sandbox call may wait for a slot (ms); pool default when unset. */
+  acquireTimeoutMs: z.number().int().positive().optional(),
+  allowNetwork: z.boolean().default(true),
+  requireSandbox: z.boolean().default(false),
+  requireStatefulSandbox: z.boolean().default(false),
+  /** Base URL of the ToolServer hosting external tools. */
+  toolServerUrl: z.url({ protocol: /^https?$/, error: "toolServerUrl must be an http(s) URL" }).optional(),
+  toolServerToken: z.string().min(1).optional(),
+  /** At start, register the external tools the ToolServer lists (GET /tools). */
+  discoverExternalTools: z.boolean().default(true),
+});
+export type ToolExecutorConfig = z.output<typeof ToolExecutorConfigSchema>;
+export type ToolExecutorConfigInput = z.input<typeof ToolExecutorConfigSchema>;
+
+export class ToolExecutorConfigError extends Error {
+  override name = "ToolExecutorConfigError";
+}
+
+export function parseToolExecutorConfig(input: ToolExecutorConfigInput = {}): ToolExecutorConfig {
+  const r = ToolExecutorConfigSchema.safeParse(input);
+  if (!r.success) {
+    const problems = r.error.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`);
+    throw new ToolExecutorConfigError(`invalid ToolExecutor config: ${problems.join("; ")}`);
+  }
+  return r.data;
+}
+
+export const MIN_TIMEOUT_S = 1;
+export const MAX_TIMEOUT_S = 600;
+
+/** A call's timeout in seconds, clamped to [1, 600], so no model can ask for "forever" or zero. */
+export function clampTimeoutS(seconds: number): number {
+  if (!Number.isFinite(seconds)) return MAX_TIMEOUT_S;
+  return Math.min(MAX_TIMEOUT_S, Math.max(MIN_TIMEOUT_S, seconds));
+}
+
+/** Timeout of one call: the caller's override, else the call's `timeout` argument, else the default. */
+export function callTimeoutS(args: Record<string, unknown>, overrideMs: number | undefined, defaultS: number): number {
+  if (overrideMs !== undefined && Number.isFinite(overrideMs)) return clampTimeoutS(overrideMs / 1000);
+  const raw = args["timeout"];
+  if (typeof raw === "number" && Number.isFinite(raw)) return clampTimeoutS(raw);
+  if (typeof raw === "string" && raw.trim() && Number.isFinite(Number(raw))) return clampTimeoutS(Number(raw));
+  return clampTimeoutS(defaultS);
+}

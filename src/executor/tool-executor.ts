@@ -1,0 +1,533 @@
+import { performance } from "node:perf_hooks";
+import pLimit, { type LimitFunction } from "p-limit";
+import type { Logger } from "pino";
+import { silentLogger } from "../observability/logger.js";
+import type { MetricsRegistry } from "../observability/metrics.js";
+import type { ArtifactArchiveResponse, ArtifactListResponse, ArtifactReadResponse, ExecuteResponse } from "../protocol/sandbox.js";
+import { ToolCallSchema, type ParsedToolCall, type ToolCall, type ToolResult } from "../protocol/tool.js";
+import type { Slot, SlotCall, SlotPoolLike } from "../pool/types.js";
+import { toolFromOpenAiSchema } from "../tools/definition.js";
+import { ToolRegistry } from "../tools/registry.js";
+import type { ToolDefinition } from "../tools/types.js";
+import { callTimeoutS, parseToolExecutorConfig, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
+import { ExecutorMetrics } from "./executor-metrics.js";
+import { errorResult, fromExecuteResponse, isSlotLostError, slotLostResult } from "./results.js";
+import { ToolServerClient } from "./tool-server-client.js";
+import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
+
+/**
+ * The ToolExecutor: every tool call of every trajectory passes here.
+ *
+ * - Calls queue per trajectory and run in the order they were issued.
+ * - A batch window gathers calls; each dispatch takes the queued calls of every trajectory
+ *   that has nothing in flight and sends them at once, one request per slot, bounded per
+ *   container. A trajectory's dispatch never waits for another's: a `sleep 60` in one
+ *   holds up only the calls issued after it in the same trajectory.
+ * - Each result is delivered the moment its call finishes (the slot's streaming batch).
+ * - A trajectory's first sandbox call acquires its slot; `release()` returns it.
+ */
+
+export interface ToolExecutorOptions {
+  pool: SlotPoolLike;
+  /** Tools the executor accepts (default: the built-in sandbox tools). External tools listed by the ToolServer are added at start. */
+  tools?: ToolRegistry;
+  config?: ToolExecutorConfigInput;
+  logger?: Logger;
+  /** Registry to publish the executor's metrics in (the executor service shares one with the pool). */
+  metrics?: MetricsRegistry;
+}
+
+interface PendingCall {
+  readonly trajectoryId: string;
+  readonly call: ParsedToolCall;
+  readonly tool: ToolDefinition;
+  readonly args: Record<string, unknown>;
+  readonly timeoutS: number;
+  readonly startedAt: number;
+  readonly resolve: (r: ToolResult) => void;
+  readonly signal?: AbortSignal;
+  onAbort?: () => void;
+  dispatched: boolean;
+  done: boolean;
+}
+
+interface TrajectoryState {
+  readonly id: string;
+  readonly queue: PendingCall[];
+  running: boolean;
+  slot?: Slot;
+  acquiring?: Promise<Slot>;
+  /** Set once its slot was lost: every later sandbox call gets this result, never a fresh empty slot. */
+  lost?: { error: Parameters<typeof slotLostResult>[0]; slot?: Slot };
+  released: boolean;
+}
+
+export class ExecutorClosedError extends Error {
+  override name = "ExecutorClosedError";
+}
+
+export class ToolExecutor implements ToolExecutorLike {
+  readonly config: ToolExecutorConfig;
+  readonly tools: ToolRegistry;
+  readonly metrics: ExecutorMetrics;
+  private readonly pool: SlotPoolLike;
+  private readonly logger: Logger;
+  private readonly toolServer?: ToolServerClient;
+  private readonly trajectories = new Map<string, TrajectoryState>();
+  /** Trajectories with queued calls and nothing in flight, in arrival order. */
+  private readonly ready = new Set<TrajectoryState>();
+  private readonly containerLimits = new Map<string, LimitFunction>();
+  private readonly running = new Set<Promise<void>>();
+  private timer: NodeJS.Timeout | undefined;
+  private immediate: NodeJS.Immediate | undefined;
+  private queuedCount = 0;
+  private inFlightCount = 0;
+  private started = false;
+  private closed = false;
+  private readonly totals = { calls: 0, errors: 0, sandbox: 0, external: 0 };
+
+  constructor(options: ToolExecutorOptions) {
+    this.config = parseToolExecutorConfig(options.config);
+    this.pool = options.pool;
+    this.tools = options.tools ?? ToolRegistry.withBuiltins();
+    this.logger = options.logger ?? silentLogger();
+    if (this.config.toolServerUrl) this.toolServer = new ToolServerClient(this.config.toolServerUrl, this.config.toolServerToken);
+    this.metrics = new ExecutorMetrics(options.metrics, () => ({
+      queued: this.queuedCount,
+      inFlight: this.inFlightCount,
+      trajectories: this.trajectories.size,
+    }));
+  }
+
+  async start(): Promise<void> {
+    if (this.closed) throw new ExecutorClosedError("the ToolExecutor was closed; create a new one");
+    if (this.started) return;
+    this.started = true;
+    if (this.toolServer && this.config.discoverExternalTools) {
+      try {
+        const listed = await this.toolServer.listTools();
+        const added: string[] = [];
+        for (const t of listed) {
+          if (this.tools.has(t.function.name)) continue;
+          this.tools.register(toolFromOpenAiSchema(t, "external"));
+          added.push(t.function.name);
+        }
+        this.logger.info({ toolServer: this.toolServer.url, tools: added }, "external tools registered");
+      } catch (err) {
+        // The ToolServer may come up later; tools registered by the caller still route to it.
+        this.logger.warn({ toolServer: this.toolServer.url, err: (err as Error).message }, "could not list the ToolServer's tools");
+      }
+    }
+  }
+
+  execute(trajectoryId: string, call: ToolCall, options: ExecuteOptions = {}): Promise<ToolResult> {
+    const startedAt = performance.now();
+    const parsedCall = ToolCallSchema.safeParse(call);
+    if (!parsedCall.success) {
+      return Promise.resolve(this.finishEarly(errorResult(`invalid tool call: ${parsedCall.error.issues[0]?.message ?? "bad shape"}`, undefined), "unknown", "unknown", startedAt));
+    }
+    const c = parsedCall.data;
+    if (this.closed) return Promise.resolve(this.finishEarly(errorResult("the tool executor is shutting down; the call was not run", c.uniq_id), c.name, "unknown", startedAt));
+    if (!trajectoryId) return Promise.resolve(this.finishEarly(errorResult("trajectory id must not be empty", c.uniq_id), c.name, "unknown", startedAt));
+    if (options.signal?.aborted) return Promise.resolve(this.finishEarly(errorResult("the call was cancelled before it ran", c.uniq_id), c.name, "unknown", startedAt));
+
+    const checked = this.tools.check(c.name, c.arguments);
+    if (!checked.ok) {
+      return Promise.resolve(this.finishEarly(errorResult(checked.error.message, c.uniq_id, { tool_error: checked.error.name }), c.name, "unknown", startedAt));
+    }
+    const tool = checked.tool;
+    if (tool.kind === "external" && !this.toolServer) {
+      return Promise.resolve(
+        this.finishEarly(
+          errorResult(`external tool '${tool.name}' is not available: no ToolServer is configured (set toolServerUrl / --tool-server-url)`, c.uniq_id),
+          tool.name,
+          "external",
+          startedAt,
+        ),
+      );
+    }
+    if (checked.strippedPolicyArgs.length) {
+      this.logger.debug({ trajectoryId, tool: tool.name, stripped: checked.strippedPolicyArgs }, "policy arguments from the model ignored");
+    }
+    const timeoutS = callTimeoutS(checked.args, options.timeoutMs, this.config.defaultTimeoutS);
+    const args = { ...checked.args };
+    if ("timeout" in args) args["timeout"] = timeoutS;
+
+    return new Promise<ToolResult>((resolve) => {
+      const pc: PendingCall = {
+        trajectoryId,
+        call: c,
+        tool,
+        args,
+        timeoutS,
+        startedAt,
+        resolve,
+        signal: options.signal,
+        dispatched: false,
+        done: false,
+      };
+      const traj = this.trajectory(trajectoryId);
+      traj.queue.push(pc);
+      this.queuedCount++;
+      if (pc.signal) {
+        pc.onAbort = () => this.cancel(pc);
+        pc.signal.addEventListener("abort", pc.onAbort, { once: true });
+      }
+      if (!traj.running) this.ready.add(traj);
+      this.scheduleFlush();
+    });
+  }
+
+  async release(trajectoryId: string, options: { reset?: boolean } = {}): Promise<void> {
+    const traj = this.trajectories.get(trajectoryId);
+    if (!traj) return;
+    traj.released = true;
+    this.trajectories.delete(trajectoryId);
+    this.ready.delete(traj);
+    for (const pc of traj.queue.splice(0)) {
+      this.queuedCount--;
+      this.deliver(pc, errorResult(`trajectory ${trajectoryId} was released before this call ran`, pc.call.uniq_id));
+    }
+    let slot = traj.slot;
+    if (!slot && traj.acquiring) slot = await traj.acquiring.catch(() => undefined);
+    if (!slot) return;
+    traj.slot = undefined;
+    try {
+      // A lost slot has no workspace left to reset; the pool only needs to hear it is free.
+      await this.pool.release(slot, { reset: traj.lost ? false : (options.reset ?? true) });
+    } catch (err) {
+      if (!traj.lost) throw err;
+    }
+  }
+
+  async readArtifact(trajectoryId: string, req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }): Promise<ArtifactReadResponse> {
+    const slot = this.slotFor(trajectoryId);
+    const path = req.path;
+    if (typeof slot === "string") {
+      return { success: false, error: slot, content: "", encoding: req.encoding ?? "text", truncated: false, bytes: 0, file_size: 0, path, mime: "" };
+    }
+    try {
+      return await slot.readArtifact(req);
+    } catch (err) {
+      return { success: false, error: this.describeSlotError(trajectoryId, err), content: "", encoding: req.encoding ?? "text", truncated: false, bytes: 0, file_size: 0, path, mime: "" };
+    }
+  }
+
+  async listArtifacts(trajectoryId: string, req: { path?: string; recursive?: boolean; max_entries?: number }): Promise<ArtifactListResponse> {
+    const slot = this.slotFor(trajectoryId);
+    const path = req.path ?? ".";
+    if (typeof slot === "string") return { success: false, error: slot, entries: [], truncated: false, path };
+    try {
+      return await slot.listArtifacts(req);
+    } catch (err) {
+      return { success: false, error: this.describeSlotError(trajectoryId, err), entries: [], truncated: false, path };
+    }
+  }
+
+  async archiveArtifacts(trajectoryId: string, req: { path?: string; max_bytes?: number; max_entries?: number }): Promise<ArtifactArchiveResponse> {
+    const slot = this.slotFor(trajectoryId);
+    const path = req.path ?? ".";
+    const empty = { content: "", encoding: "base64" as const, format: "tar.gz" as const, bytes: 0, entries: 0, path };
+    if (typeof slot === "string") return { success: false, error: slot, ...empty };
+    try {
+      return await slot.archiveArtifacts(req);
+    } catch (err) {
+      return { success: false, error: this.describeSlotError(trajectoryId, err), ...empty };
+    }
+  }
+
+  /** The slot a trajectory holds, if any (for the env layer's ToolContext and the ToolServer). */
+  slotOf(trajectoryId: string): Slot | undefined {
+    return this.trajectories.get(trajectoryId)?.slot;
+  }
+
+  stats(): ExecutorStats {
+    const ms = (q: number) => {
+      const v = this.metrics.duration.quantile(q);
+      return Number.isFinite(v) ? v * 1000 : 0;
+    };
+    return {
+      queued: this.queuedCount,
+      inFlight: this.inFlightCount,
+      trajectories: this.trajectories.size,
+      totals: { ...this.totals },
+      latencyMs: { p50: ms(0.5), p99: ms(0.99), count: this.metrics.duration.snapshot().count },
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    if (this.immediate) clearImmediate(this.immediate);
+    this.timer = undefined;
+    this.immediate = undefined;
+    const ids = [...this.trajectories.keys()];
+    const failures: unknown[] = [];
+    await Promise.all(
+      ids.map((id) =>
+        this.release(id, { reset: true }).catch((err: unknown) => {
+          failures.push(err);
+          this.logger.warn({ trajectoryId: id, err: (err as Error).message }, "releasing a slot at shutdown failed");
+        }),
+      ),
+    );
+    // Calls in flight end once their slot is reset; give them a moment to report.
+    await Promise.race([Promise.allSettled([...this.running]), new Promise((r) => setTimeout(r, 2_000).unref())]);
+    await this.toolServer?.close();
+  }
+
+  // ---------------------------------------------------------------- dispatch
+
+  private trajectory(id: string): TrajectoryState {
+    let t = this.trajectories.get(id);
+    if (!t) {
+      t = { id, queue: [], running: false, released: false };
+      this.trajectories.set(id, t);
+    }
+    return t;
+  }
+
+  private scheduleFlush(): void {
+    if (this.queuedCount >= this.config.maxBatchSize || this.config.batchWindowMs === 0) {
+      if (!this.immediate) {
+        this.immediate = setImmediate(() => {
+          this.immediate = undefined;
+          this.flush();
+        });
+      }
+      return;
+    }
+    if (!this.timer) {
+      this.timer = setTimeout(() => {
+        this.timer = undefined;
+        this.flush();
+      }, this.config.batchWindowMs);
+    }
+  }
+
+  private flush(): void {
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+    let budget = this.config.maxBatchSize;
+    for (const traj of this.ready) {
+      if (budget <= 0) break;
+      this.ready.delete(traj);
+      if (traj.running || traj.queue.length === 0) continue;
+      const calls = traj.queue.splice(0, budget);
+      budget -= calls.length;
+      this.queuedCount -= calls.length;
+      if (traj.queue.length > 0) this.ready.add(traj);
+      const run = this.runTrajectory(traj, calls);
+      this.running.add(run);
+      void run.finally(() => this.running.delete(run));
+    }
+    if (this.ready.size > 0) this.scheduleFlush();
+  }
+
+  private async runTrajectory(traj: TrajectoryState, calls: PendingCall[]): Promise<void> {
+    traj.running = true;
+    for (const pc of calls) {
+      pc.dispatched = true;
+      this.inFlightCount++;
+    }
+    try {
+      let i = 0;
+      while (i < calls.length) {
+        const first = calls[i]!;
+        if (first.tool.kind === "external") {
+          if (!first.done) await this.runExternal(traj, first);
+          i++;
+          continue;
+        }
+        let j = i;
+        while (j < calls.length && calls[j]!.tool.kind === "sandbox") j++;
+        const group = calls.slice(i, j).filter((pc) => !pc.done);
+        if (group.length) await this.runSandbox(traj, group);
+        i = j;
+      }
+    } catch (err) {
+      for (const pc of calls) this.deliver(pc, errorResult(`internal executor error: ${(err as Error).message}`, pc.call.uniq_id));
+      this.logger.error({ err, trajectoryId: traj.id }, "dispatch failed");
+    } finally {
+      traj.running = false;
+      if (traj.queue.length > 0 && !traj.released) {
+        this.ready.add(traj);
+        this.scheduleFlush();
+      }
+    }
+  }
+
+  private async runSandbox(traj: TrajectoryState, calls: PendingCall[]): Promise<void> {
+    if (traj.lost) {
+      for (const pc of calls) this.deliver(pc, slotLostResult(traj.lost.error, traj.lost.slot, pc.call.uniq_id));
+      return;
+    }
+    let slot: Slot;
+    try {
+      slot = await this.ensureSlot(traj);
+    } catch (err) {
+      const msg = isSlotLostError(err) ? undefined : `could not get a sandbox slot for trajectory ${traj.id}: ${(err as Error).message}`;
+      for (const pc of calls) {
+        this.deliver(pc, msg ? errorResult(msg, pc.call.uniq_id, { acquire_failed: true }) : slotLostResult(err as Parameters<typeof slotLostResult>[0], undefined, pc.call.uniq_id));
+      }
+      return;
+    }
+    if (traj.released) {
+      for (const pc of calls) this.deliver(pc, errorResult(`trajectory ${traj.id} was released before this call ran`, pc.call.uniq_id));
+      return;
+    }
+    const policy = {
+      allow_network: this.config.allowNetwork,
+      require_sandbox: this.config.requireSandbox,
+      require_stateful_sandbox: this.config.requireStatefulSandbox,
+    };
+    const slotCalls: SlotCall[] = calls.map((pc) => ({
+      tool: pc.tool.name,
+      args: { ...pc.args, ...policy },
+      execution_id: pc.call.uniq_id ?? null,
+      timeout: pc.timeoutS,
+    }));
+    const limit = this.containerLimit(slot.container.id);
+    // The HTTP deadline covers the whole run of this slot's calls, which execute one by one.
+    const timeoutMs = slotCalls.reduce((s, c) => s + (c.timeout ?? 0) * 1000, 0) + 10_000;
+    try {
+      if (calls.length === 1) {
+        const res = await limit(() => slot.execute(slotCalls[0]!, { timeoutMs }));
+        this.deliver(calls[0]!, fromExecuteResponse(res, calls[0]!.call.uniq_id));
+      } else {
+        const onResult = (index: number, res: ExecuteResponse) => {
+          const pc = calls[index];
+          if (pc) this.deliver(pc, fromExecuteResponse(res, pc.call.uniq_id));
+        };
+        const all = await limit(() => slot.executeBatch(slotCalls, onResult, { timeoutMs }));
+        all.forEach((res, index) => onResult(index, res));
+      }
+    } catch (err) {
+      if (isSlotLostError(err)) {
+        traj.lost = { error: err, slot };
+        this.metrics.slotsLost.inc();
+        this.logger.warn({ trajectoryId: traj.id, slot: slot.key, reason: err.reason }, "slot lost");
+        for (const pc of calls) this.deliver(pc, slotLostResult(err, slot, pc.call.uniq_id));
+        return;
+      }
+      for (const pc of calls) {
+        this.deliver(pc, errorResult(`sandbox call failed on slot ${slot.key}: ${(err as Error).message}`, pc.call.uniq_id, { slot_key: slot.key }));
+      }
+    }
+  }
+
+  private async runExternal(traj: TrajectoryState, pc: PendingCall): Promise<void> {
+    const client = this.toolServer!;
+    const slot = traj.slot;
+    try {
+      const result = await client.execute({
+        trajectoryId: traj.id,
+        call: { name: pc.tool.name, arguments: pc.args, uniq_id: pc.call.uniq_id },
+        timeoutS: pc.timeoutS,
+        slotId: slot?.slotId,
+        containerAddr: slot?.container.url,
+        signal: pc.signal,
+      });
+      this.deliver(pc, { ...result, uniq_id: result.uniq_id ?? pc.call.uniq_id ?? null });
+    } catch (err) {
+      this.deliver(pc, errorResult(`external tool '${pc.tool.name}' failed: ${(err as Error).message}`, pc.call.uniq_id));
+    }
+  }
+
+  private async ensureSlot(traj: TrajectoryState): Promise<Slot> {
+    if (traj.slot) return traj.slot;
+    if (!traj.acquiring) {
+      traj.acquiring = this.pool.acquire({ trajectoryId: traj.id, timeoutMs: this.config.acquireTimeoutMs });
+      traj.acquiring.then(
+        (slot) => {
+          traj.acquiring = undefined;
+          if (traj.released) {
+            // Released while we waited: hand the slot straight back.
+            this.pool.release(slot, { reset: true }).catch((err: unknown) => this.logger.warn({ err: (err as Error).message }, "late release failed"));
+          } else {
+            traj.slot = slot;
+          }
+        },
+        () => {
+          traj.acquiring = undefined;
+        },
+      );
+    }
+    const slot = await traj.acquiring;
+    return slot;
+  }
+
+  private containerLimit(containerId: string): LimitFunction {
+    let l = this.containerLimits.get(containerId);
+    if (!l) {
+      l = pLimit(this.config.maxInFlightPerContainer);
+      this.containerLimits.set(containerId, l);
+    }
+    return l;
+  }
+
+  // ---------------------------------------------------------------- results
+
+  private cancel(pc: PendingCall): void {
+    if (pc.done) return;
+    if (!pc.dispatched) {
+      const traj = this.trajectories.get(pc.trajectoryId);
+      const i = traj ? traj.queue.indexOf(pc) : -1;
+      if (traj && i >= 0) {
+        traj.queue.splice(i, 1);
+        this.queuedCount--;
+        if (traj.queue.length === 0) this.ready.delete(traj);
+      }
+      this.deliver(pc, errorResult("the call was cancelled before it ran", pc.call.uniq_id), false);
+      return;
+    }
+    this.deliver(pc, errorResult("the call was cancelled while running; it may still finish in the sandbox", pc.call.uniq_id));
+  }
+
+  private deliver(pc: PendingCall, result: ToolResult, wasDispatched = pc.dispatched): void {
+    if (pc.done) return;
+    pc.done = true;
+    if (wasDispatched) this.inFlightCount--;
+    if (pc.onAbort) pc.signal?.removeEventListener("abort", pc.onAbort);
+    this.record(result, pc.tool.name, pc.tool.kind, pc.startedAt);
+    pc.resolve(result);
+  }
+
+  private finishEarly(result: ToolResult, tool: string, kind: string, startedAt: number): ToolResult {
+    this.record(result, tool, kind, startedAt);
+    return result;
+  }
+
+  private record(result: ToolResult, tool: string, kind: string, startedAt: number): void {
+    this.totals.calls++;
+    if (kind === "sandbox") this.totals.sandbox++;
+    else if (kind === "external") this.totals.external++;
+    // Unknown names are model-chosen strings: keep them out of metric labels.
+    const labels = { tool: kind === "unknown" ? "(invalid)" : tool, kind };
+    this.metrics.calls.inc(labels);
+    if (!result.success) {
+      this.totals.errors++;
+      this.metrics.errors.inc(labels);
+    }
+    this.metrics.duration.observe((performance.now() - startedAt) / 1000, { kind });
+  }
+
+  private slotFor(trajectoryId: string): Slot | string {
+    const traj = this.trajectories.get(trajectoryId);
+    if (traj?.lost) return `workspace lost: ${traj.lost.error.message}`;
+    if (!traj?.slot) return `trajectory ${trajectoryId} holds no slot (run a sandbox tool first)`;
+    return traj.slot;
+  }
+
+  private describeSlotError(trajectoryId: string, err: unknown): string {
+    if (isSlotLostError(err)) {
+      const traj = this.trajectories.get(trajectoryId);
+      if (traj && traj.slot) traj.lost = { error: err, slot: traj.slot };
+      return `workspace lost: ${err.message}`;
+    }
+    return (err as Error).message;
+  }
+}
