@@ -218,8 +218,8 @@ export async function resolveInWorkspace(
 
     if (!result) {
       // The path named a directory already on the stack (".", "/workspace", "a/..", "dir/").
-      const frame = stack.pop()!;
       const rel = relOf();
+      const frame = stack.pop()!;
       if (options.intent === "write") {
         stack.push(frame);
         throw new WorkspacePathError("is_directory", userPath, `path ${q(userPath)} is a directory, not a file`);
