@@ -66,5 +66,5 @@ export function stringifyNomadJson(value: unknown, space?: number): string {
   const marker = "\u0000bigint:";
   const text = JSON.stringify(value, (_key, v: unknown) => (typeof v === "bigint" ? marker + v.toString() : v), space);
   if (text === undefined) return "null";
-  return text.includes(marker) ? text.replace(/"\\u0000bigint:(-?\d+)"/g, "$1") : text;
+  return text.includes("\\u0000bigint:") ? text.replace(/"\\u0000bigint:(-?\d+)"/g, "$1") : text;
 }

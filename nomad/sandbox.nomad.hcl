@@ -1,0 +1,123 @@
+# The slotpool sandbox job: one task group "sandbox" whose count is the number of sandbox
+# servers (containers); each serves `slots` isolated workspaces on a dynamic host port
+# labelled "http" that maps to the server's port 8080 in the container.
+#
+#   nomad job run -var image=slotpool-sandbox:local nomad/sandbox.nomad.hcl
+#
+# The pool (slotpool --provisioner nomad) submits the same job through the HTTP API;
+# `slotpool job render --format hcl` prints it for other option values. Keep the two in
+# step: test/nomad/job-hcl.test.ts checks this file against src/nomad/job.ts.
+
+variable "image" {
+  type        = string
+  description = "Docker image of the sandbox server (ENTRYPOINT: the slotpool command)"
+  default     = "slotpool-sandbox:local"
+}
+
+variable "count" {
+  type        = number
+  description = "Number of sandbox servers"
+  default     = 1
+}
+
+variable "slots" {
+  type        = number
+  description = "Slots (isolated workspaces) per sandbox server"
+  default     = 4
+}
+
+variable "cpu" {
+  type        = number
+  description = "CPU per sandbox server, MHz"
+  default     = 1000
+}
+
+variable "memory" {
+  type        = number
+  description = "Memory per sandbox server, MB"
+  default     = 1024
+}
+
+variable "datacenters" {
+  type        = list(string)
+  description = "Datacenters to run in"
+  default     = ["*"]
+}
+
+variable "token" {
+  type        = string
+  description = "Bearer token the sandbox servers require (empty: no token). For production, keep it in a Nomad Variable or Vault instead."
+  default     = ""
+}
+
+job "slotpool-sandbox" {
+  type        = "service"
+  datacenters = var.datacenters
+
+  # bubblewrap and the slot isolation need Linux namespaces.
+  constraint {
+    attribute = "${attr.kernel.name}"
+    operator  = "="
+    value     = "linux"
+  }
+
+  # max_parallel = 0 means no update strategy, so Nomad creates no deployment and a scale
+  # call is never refused with "job scaling blocked due to active deployment".
+  update {
+    max_parallel = 0
+  }
+
+  # Map syntax: meta keys contain dots. slotpool = "true" marks the job as slotpool's.
+  meta = {
+    "slotpool"       = "true"
+    "slotpool.owner" = "nomad job run"
+    "slotpool.slots" = "${var.slots}"
+  }
+
+  group "sandbox" {
+    count = var.count
+
+    network {
+      port "http" {
+        to = 8080
+      }
+    }
+
+    # Restart in place twice within 30 min, then fail the allocation so it is rescheduled.
+    restart {
+      attempts = 2
+      interval = "30m"
+      delay    = "5s"
+      mode     = "fail"
+    }
+
+    reschedule {
+      unlimited      = true
+      delay          = "5s"
+      delay_function = "exponential"
+      max_delay      = "1m"
+    }
+
+    task "sandbox-server" {
+      driver       = "docker"
+      kill_timeout = "15s"
+
+      config {
+        image = var.image
+        ports = ["http"]
+        args  = ["sandbox-server", "--slots", "${var.slots}", "--host", "0.0.0.0", "--port", "8080"]
+        # docker's default seccomp profile refuses the user namespaces bubblewrap creates.
+        security_opt = ["seccomp=unconfined", "apparmor=unconfined"]
+      }
+
+      # Plain env for development. In production render the token from a Nomad Variable
+      # (template block with env = true) or from Vault.
+      env = var.token == "" ? {} : { SANDBOX_TOKEN = var.token }
+
+      resources {
+        cpu    = var.cpu
+        memory = var.memory
+      }
+    }
+  }
+}

@@ -1,0 +1,184 @@
+import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parse } from "@cdktf/hcl2json";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { run as jobCommand } from "../../src/cli/job.js";
+import { CliUsageError } from "../../src/cli/usage.js";
+import { duration } from "../../src/nomad/job-hcl.js";
+import {
+  DEFAULT_IMAGE,
+  JOB_DEFAULTS,
+  KILL_TIMEOUT_NS,
+  RESCHEDULE_POLICY,
+  RESTART_POLICY,
+  SANDBOX_GROUP,
+  SANDBOX_SERVER_PORT,
+  SANDBOX_TASK,
+  resolveSandboxJobOptions,
+  sandboxServerArgs,
+  taskConfig,
+} from "../../src/nomad/job.js";
+
+type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+/** Go duration ("30m", "5s", "1h", "1500ms") → nanoseconds. */
+function ns(d: string): number {
+  const m = /^(\d+)(ns|ms|s|m|h)$/.exec(d);
+  if (!m) throw new Error(`not a duration: ${d}`);
+  const unit = { ns: 1, ms: 1e6, s: 1e9, m: 60e9, h: 3600e9 }[m[2] as "ns"];
+  return Number(m[1]) * unit;
+}
+
+/** The hcl2json form of a job file, rewritten to the Nomad API JSON shape of the fields slotpool sets. */
+function hclJobToApi(parsed: Json): Json {
+  const [[jobId, [job]]] = Object.entries(parsed["job"]) as [[string, Json[]]];
+  const [[groupName, [group]]] = Object.entries(job!["group"]) as [[string, Json[]]];
+  const [[taskName, [task]]] = Object.entries(group!["task"]) as [[string, Json[]]];
+  const restart = group!["restart"][0];
+  const reschedule = group!["reschedule"][0];
+  const out: Json = {
+    ID: jobId,
+    Name: jobId,
+    Type: job!["type"],
+    Datacenters: job!["datacenters"],
+    Constraints: (job!["constraint"] ?? []).map((c: Json) => ({ LTarget: c["attribute"], Operand: c["operator"], RTarget: c["value"] })),
+    Update: { MaxParallel: job!["update"][0]["max_parallel"] },
+    Meta: job!["meta"],
+    TaskGroups: [
+      {
+        Name: groupName,
+        Count: group!["count"],
+        Networks: group!["network"].map((n: Json) => ({
+          DynamicPorts: Object.entries(n["port"] as Record<string, Json[]>).map(([label, [p]]) => ({ Label: label, ...(p!["to"] !== undefined ? { To: p!["to"] } : {}) })),
+        })),
+        RestartPolicy: { Attempts: restart["attempts"], Interval: ns(restart["interval"]), Delay: ns(restart["delay"]), Mode: restart["mode"] },
+        ReschedulePolicy: {
+          Unlimited: reschedule["unlimited"],
+          Delay: ns(reschedule["delay"]),
+          DelayFunction: reschedule["delay_function"],
+          MaxDelay: ns(reschedule["max_delay"]),
+        },
+        Tasks: [
+          {
+            Name: taskName,
+            Driver: task!["driver"],
+            Config: task!["config"][0],
+            Resources: { CPU: task!["resources"][0]["cpu"], MemoryMB: task!["resources"][0]["memory"] },
+            KillTimeout: ns(task!["kill_timeout"]),
+            ...(task!["env"] !== undefined ? { Env: task!["env"] } : {}),
+          },
+        ],
+      },
+    ],
+  };
+  for (const [hcl, api] of [["namespace", "Namespace"], ["region", "Region"], ["node_pool", "NodePool"]] as const) {
+    if (job![hcl] !== undefined) out[api] = job![hcl];
+  }
+  return out;
+}
+
+async function render(args: string[]): Promise<string> {
+  let text = "";
+  const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
+    text += String(chunk);
+    return true;
+  });
+  try {
+    expect(await jobCommand(["render", ...args])).toBe(0);
+  } finally {
+    spy.mockRestore();
+  }
+  return text;
+}
+
+afterEach(() => vi.restoreAllMocks());
+
+describe("slotpool job render", () => {
+  const cases: Array<[string, string[]]> = [
+    ["docker defaults", []],
+    ["docker, every option", ["--job-id", "sbx-7", "--image", "reg.example/sbx:1.2", "--count", "5", "--slots", "16", "--cpu", "3000", "--memory", "8192", "--datacenter", "dc1", "--datacenter", "dc2", "--namespace", "ml", "--node-pool", "big", "--token", "tok", "--privileged"]],
+    ["raw_exec", ["--driver", "raw_exec", "--image", "/opt/sbx.sif", "--command", "singularity"]],
+    ["exec", ["--driver", "exec", "--count", "2"]],
+  ];
+  for (const [name, args] of cases) {
+    it(`${name}: --format hcl parses with hcl2json and matches --format json`, async () => {
+      const json = JSON.parse(await render(["--format", "json", ...args])) as { Job: Json };
+      const hcl = await render(["--format", "hcl", ...args]);
+      const fromHcl = hclJobToApi((await parse("job.nomad.hcl", hcl)) as Json);
+      // Meta.slotpool.created is "now" in each render; compare it separately.
+      const created = (j: Json) => j["Meta"]["slotpool.created"];
+      expect(Math.abs(Date.parse(created(fromHcl)) - Date.parse(created(json.Job)))).toBeLessThan(5_000);
+      delete fromHcl["Meta"]["slotpool.created"];
+      delete json.Job["Meta"]["slotpool.created"];
+      expect(fromHcl).toEqual(json.Job);
+    });
+  }
+
+  it("json output is a register body with the options applied", async () => {
+    const { Job } = JSON.parse(await render(["--count", "4", "--slots", "2", "--memory", "512"])) as { Job: Json };
+    expect(Job["TaskGroups"][0]["Count"]).toBe(4);
+    expect(Job["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"]).toBe(512);
+    expect(Job["TaskGroups"][0]["Tasks"][0]["Config"]["args"]).toContain("2");
+  });
+
+  it("bad flags are usage errors naming the flag", async () => {
+    await expect(jobCommand(["render", "--format", "yaml"])).rejects.toThrow(/--format must be json or hcl/);
+    await expect(jobCommand(["render", "--count", "x"])).rejects.toThrow(CliUsageError);
+    await expect(jobCommand(["render", "--driver", "raw_exec", "--image", "img:1"])).rejects.toThrow(/not a \.sif/);
+    await expect(jobCommand(["frobnicate"])).rejects.toThrow(/unknown job subcommand 'frobnicate'/);
+  });
+});
+
+describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
+  const load = async () => (await parse("sandbox.nomad.hcl", readFileSync(resolve(repoRoot, "nomad", "sandbox.nomad.hcl"), "utf8"))) as Json;
+
+  it("declares the variables the issue asks for, with the builder's defaults", async () => {
+    const vars = (await load())["variable"] as Record<string, Json[]>;
+    expect(Object.keys(vars).sort()).toEqual(["count", "cpu", "datacenters", "image", "memory", "slots", "token"]);
+    expect(vars["image"]![0]!["default"]).toBe(DEFAULT_IMAGE);
+    expect(vars["count"]![0]!["default"]).toBe(JOB_DEFAULTS.count);
+    expect(vars["slots"]![0]!["default"]).toBe(JOB_DEFAULTS.slots);
+    expect(vars["cpu"]![0]!["default"]).toBe(JOB_DEFAULTS.cpu);
+    expect(vars["memory"]![0]!["default"]).toBe(JOB_DEFAULTS.memoryMb);
+    expect(vars["datacenters"]![0]!["default"]).toEqual(JOB_DEFAULTS.datacenters);
+    expect(vars["token"]![0]!["default"]).toBe("");
+  });
+
+  it("has the builder's group, port, args, policies and meta", async () => {
+    const job = hclJobToApi(await load());
+    const built = resolveSandboxJobOptions({ slots: 4 });
+    const group = job["TaskGroups"][0];
+    const task = group["Tasks"][0];
+    expect(group["Name"]).toBe(SANDBOX_GROUP);
+    expect(group["Count"]).toBe("${var.count}");
+    expect(group["Networks"]).toEqual([{ DynamicPorts: [{ Label: "http", To: SANDBOX_SERVER_PORT }] }]);
+    expect(task["Name"]).toBe(SANDBOX_TASK);
+    expect(task["Driver"]).toBe("docker");
+    expect(task["Config"]["image"]).toBe("${var.image}");
+    expect(task["Config"]["ports"]).toEqual(["http"]);
+    expect(task["Config"]["args"]).toEqual(sandboxServerArgs(built).map((a) => (a === "4" ? "${var.slots}" : a)));
+    expect(task["Config"]["security_opt"]).toEqual(taskConfig(built)["security_opt"]);
+    expect(task["Resources"]).toEqual({ CPU: "${var.cpu}", MemoryMB: "${var.memory}" });
+    expect(task["KillTimeout"]).toBe(KILL_TIMEOUT_NS);
+    expect(task["Env"]).toMatch(/SANDBOX_TOKEN = var\.token/);
+    expect(group["RestartPolicy"]).toEqual({ ...RESTART_POLICY });
+    expect(group["ReschedulePolicy"]).toEqual({ ...RESCHEDULE_POLICY });
+    expect(job["Update"]).toEqual({ MaxParallel: 0 });
+    expect(job["Constraints"]).toEqual([{ LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "linux" }]);
+    expect(job["Meta"]["slotpool"]).toBe("true");
+    expect(job["Datacenters"]).toBe("${var.datacenters}");
+    expect(duration(RESTART_POLICY.Interval)).toBe("30m");
+  });
+});
+
+describe("nomad/dev.hcl", () => {
+  it("configures the docker plugin to keep local images and enables raw_exec", async () => {
+    const cfg = (await parse("dev.hcl", readFileSync(resolve(repoRoot, "nomad", "dev.hcl"), "utf8"))) as Json;
+    const docker = cfg["plugin"]["docker"][0]["config"][0];
+    expect(docker["gc"][0]["image"]).toBe(false);
+    expect(cfg["plugin"]["raw_exec"][0]["config"][0]["enabled"]).toBe(true);
+  });
+});

@@ -1,0 +1,178 @@
+import { describe, expect, it } from "vitest";
+import {
+  HTTP_PORT_LABEL,
+  META_CREATED,
+  META_OWNER,
+  META_SLOTPOOL,
+  SANDBOX_GROUP,
+  SANDBOX_SERVER_PORT,
+  SandboxJobOptionError,
+  sandboxJob,
+} from "../../src/nomad/job.js";
+import { JobRegisterRequestSchema, JobSchema } from "../../src/nomad/schemas.js";
+import { fixture, structFields } from "./nomad-api-fixtures.js";
+
+type Json = Record<string, unknown>;
+
+interface FieldSpec {
+  file: string;
+  fields: Array<{ json?: string; type?: string }>;
+}
+
+/** Field name → Go type of an api.* struct in fields.json. */
+function fieldTypes(struct: string): Map<string, string> {
+  const all = fixture("fields.json") as { api: Record<string, FieldSpec> };
+  return new Map(all.api[struct]!.fields.filter((f) => f.json && f.type).map((f) => [f.json!, f.type!]));
+}
+
+/** Keys of constraints in the documented job samples (api.Constraint is not in fields.json). */
+function documentedConstraintKeys(): Set<string> {
+  const job = fixture("job-read.response.json") as { Constraints: Json[] };
+  return new Set(job.Constraints.flatMap((c) => Object.keys(c)));
+}
+
+/**
+ * Every key of `value` must be a JSON field of the Go struct `struct` (api package, the type
+ * the agent decodes request bodies into); nested structs are checked recursively, maps
+ * (Meta, Env, driver Config) are free-form.
+ */
+function unknownKeys(value: Json, struct: string, path: string): string[] {
+  const known = structFields("api", struct);
+  const types = fieldTypes(struct);
+  const problems: string[] = [];
+  for (const [key, child] of Object.entries(value)) {
+    if (!known.has(key)) {
+      problems.push(`${path}.${key} is not a field of api.${struct}`);
+      continue;
+    }
+    const type = types.get(key) ?? "";
+    if (type.startsWith("map[") || child === null || typeof child !== "object") continue;
+    const elem = type.replace(/^\[\]/, "").replace(/^\*/, "");
+    const items = Array.isArray(child) ? (child as Json[]) : [child as Json];
+    items.forEach((item, i) => {
+      const at = Array.isArray(child) ? `${path}.${key}[${i}]` : `${path}.${key}`;
+      if (typeof item !== "object") return;
+      if (elem === "Constraint") {
+        const allowed = documentedConstraintKeys();
+        for (const k of Object.keys(item)) if (!allowed.has(k)) problems.push(`${at}.${k} is not a documented constraint key`);
+      } else {
+        problems.push(...unknownKeys(item, elem, at));
+      }
+    });
+  }
+  return problems;
+}
+
+describe("sandboxJob: keys exist in Nomad's structs (fields.json)", () => {
+  const variants = {
+    docker: sandboxJob({ token: "t0k", namespace: "ml", region: "eu", nodePool: "sandboxes", privileged: true }),
+    raw_exec: sandboxJob({ driver: "raw_exec", image: "/images/slotpool-sandbox.sif", constraints: [{ attribute: "${meta.gpu}", value: "false" }] }),
+    exec: sandboxJob({ driver: "exec", count: 0 }),
+  };
+  for (const [driver, job] of Object.entries(variants)) {
+    it(`${driver}: every emitted key is a field of api.Job and its nested structs`, () => {
+      expect(unknownKeys(job, "Job", "Job")).toEqual([]);
+    });
+    it(`${driver}: parses as a register request with the client's schemas`, () => {
+      expect(JobRegisterRequestSchema.safeParse({ Job: job }).success).toBe(true);
+      expect(JobSchema.parse(job).TaskGroups?.[0]?.Name).toBe(SANDBOX_GROUP);
+    });
+  }
+
+  it("the field check catches a wrong key", () => {
+    const job = sandboxJob();
+    (job["TaskGroups"] as Json[])[0]!["Netwerks"] = [];
+    expect(unknownKeys(job, "Job", "Job")).toEqual(["Job.TaskGroups[0].Netwerks is not a field of api.TaskGroup"]);
+  });
+});
+
+describe("sandboxJob: the sandbox job of issue point 6", () => {
+  const job = sandboxJob({ jobId: "sbx-1", count: 3, slots: 8, cpu: 2000, memoryMb: 4096, token: "s3cret", owner: "alice@box", created: "2026-01-02T03:04:05Z" });
+  const group = (job["TaskGroups"] as Json[])[0]!;
+  const task = (group["Tasks"] as Json[])[0]!;
+  const config = task["Config"] as Json;
+
+  it("one group 'sandbox' with Count = containers and a dynamic port 'http' mapped To the server port", () => {
+    expect(job["Type"]).toBe("service");
+    expect(job.ID).toBe("sbx-1");
+    expect(group["Name"]).toBe("sandbox");
+    expect(group["Count"]).toBe(3);
+    expect(group["Networks"]).toEqual([{ DynamicPorts: [{ Label: HTTP_PORT_LABEL, To: SANDBOX_SERVER_PORT }] }]);
+    expect(config["ports"]).toEqual(["http"]);
+  });
+
+  it("starts the server with --slots N --host 0.0.0.0 on the mapped port", () => {
+    expect(task["Driver"]).toBe("docker");
+    expect(config["image"]).toBe("slotpool-sandbox:local");
+    expect(config["args"]).toEqual(["sandbox-server", "--slots", "8", "--host", "0.0.0.0", "--port", "8080"]);
+  });
+
+  it("passes the token as SANDBOX_TOKEN, never on the command line", () => {
+    expect(task["Env"]).toEqual({ SANDBOX_TOKEN: "s3cret" });
+    expect(JSON.stringify(config)).not.toContain("s3cret");
+    expect((sandboxJob()["TaskGroups"] as Json[])[0]!["Tasks"]).not.toHaveProperty("0.Env");
+  });
+
+  it("sets cpu/memory, restart and reschedule policies", () => {
+    expect(task["Resources"]).toEqual({ CPU: 2000, MemoryMB: 4096 });
+    expect(group["RestartPolicy"]).toMatchObject({ Mode: "fail", Attempts: 2 });
+    expect(group["ReschedulePolicy"]).toMatchObject({ Unlimited: true, DelayFunction: "exponential" });
+  });
+
+  it("has an update block that creates no deployments (MaxParallel 0)", () => {
+    expect(job["Update"]).toEqual({ MaxParallel: 0 });
+  });
+
+  it("marks the job as slotpool's in Meta", () => {
+    expect(job["Meta"]).toMatchObject({ [META_SLOTPOOL]: "true", [META_OWNER]: "alice@box", [META_CREATED]: "2026-01-02T03:04:05Z" });
+    const fresh = sandboxJob()["Meta"] as Record<string, string>;
+    expect(Date.parse(fresh[META_CREATED]!)).toBeGreaterThan(Date.now() - 60_000);
+    expect(fresh[META_OWNER]).toMatch(/@/);
+  });
+
+  it("places by datacenters, namespace, node pool and constraints", () => {
+    const placed = sandboxJob({ datacenters: ["dc1", "dc2"], namespace: "ml", nodePool: "sbx", constraints: [{ attribute: "${node.class}", value: "sandbox" }] });
+    expect(placed["Datacenters"]).toEqual(["dc1", "dc2"]);
+    expect(placed["Namespace"]).toBe("ml");
+    expect(placed["NodePool"]).toBe("sbx");
+    expect(placed["Constraints"]).toEqual([
+      { LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "linux" },
+      { LTarget: "${node.class}", Operand: "=", RTarget: "sandbox" },
+    ]);
+  });
+
+  it("docker can run privileged or with security options for user namespaces", () => {
+    const cfg = (j: Json) => ((j["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!["Config"] as Json;
+    expect(cfg(sandboxJob())["security_opt"]).toEqual(["seccomp=unconfined", "apparmor=unconfined"]);
+    expect(cfg(sandboxJob({ privileged: true }))["privileged"]).toBe(true);
+    expect(cfg(sandboxJob({ securityOpt: [] }))).not.toHaveProperty("security_opt");
+  });
+
+  it("raw_exec runs the .sif with apptainer on the host port; exec runs the slotpool binary", () => {
+    const raw = sandboxJob({ driver: "raw_exec", image: "/srv/sbx.sif", slots: 2 });
+    const rawGroup = (raw["TaskGroups"] as Json[])[0]!;
+    const rawTask = (rawGroup["Tasks"] as Json[])[0]!;
+    expect(rawTask["Driver"]).toBe("raw_exec");
+    expect(rawTask["Config"]).toEqual({
+      command: "apptainer",
+      args: ["run", "--bind", "${NOMAD_ALLOC_DIR}", "/srv/sbx.sif", "sandbox-server", "--slots", "2", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}"],
+    });
+    // Host networking: no mapping, the server binds the allocated port itself.
+    expect(rawGroup["Networks"]).toEqual([{ DynamicPorts: [{ Label: "http" }] }]);
+    expect(((sandboxJob({ driver: "raw_exec", image: "x.sif", command: "singularity" })["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!["Config"]).toMatchObject({ command: "singularity" });
+
+    const exec = sandboxJob({ driver: "exec" });
+    const execTask = ((exec["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!;
+    expect(execTask["Driver"]).toBe("exec");
+    expect(execTask["Config"]).toMatchObject({ command: "/usr/local/bin/slotpool", args: ["sandbox-server", "--slots", "4", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}"] });
+  });
+
+  it("rejects bad options with a message naming the problem", () => {
+    expect(() => sandboxJob({ jobId: "has space" })).toThrow(/job ID 'has space'/);
+    expect(() => sandboxJob({ count: -1 })).toThrow(SandboxJobOptionError);
+    expect(() => sandboxJob({ slots: 0 })).toThrow(/slots must be a whole number >= 1/);
+    expect(() => sandboxJob({ driver: "raw_exec", image: "busybox:1" })).toThrow(/not a \.sif/);
+    expect(() => sandboxJob({ driver: "podman" as never })).toThrow(/driver must be one of docker, raw_exec, exec/);
+    expect(() => sandboxJob({ datacenters: [] })).toThrow(/datacenters/);
+  });
+});
