@@ -2,7 +2,8 @@ import type { ExecuteResponse } from "../protocol/sandbox.js";
 import { bwrapArgs, SANDBOX_PATH } from "./isolation.js";
 import { ulimitPrologue } from "./limits.js";
 import { CappedOutput } from "./output.js";
-import { runProcess } from "./runner.js";
+import { runProcess, type RunResult } from "./runner.js";
+import { Holder } from "./spawner.js";
 import type { SandboxService } from "./service.js";
 import type { Slot } from "./slot.js";
 
@@ -15,14 +16,42 @@ export interface BashArgs {
   require_sandbox?: boolean;
 }
 
-/** The stateless `bash` tool: one command, fully isolated, nothing survives the call. */
+/**
+ * The stateless `bash` tool: one command, fully isolated, nothing survives the call.
+ * Fast path: the slot's long-lived namespace with the spawner inside (`spawner.ts`);
+ * fallback: a new bubblewrap per call; last resort (no bubblewrap): plain bash.
+ */
 export class BashExecutor {
+  /** Per slot index: holder with network ("net") and without ("nonet"). */
+  private readonly holders = new Map<number, { net?: Holder; nonet?: Holder }>();
+
   constructor(private readonly service: SandboxService) {}
 
   timeoutSec(args: { timeout?: number }, envelopeTimeout: number | undefined): number {
     const l = this.service.limits;
     const t = args.timeout ?? envelopeTimeout ?? l.defaultTimeoutSec;
     return Math.min(t, l.maxTimeoutSec);
+  }
+
+  private holder(slot: Slot, allowNetwork: boolean): Holder {
+    let h = this.holders.get(slot.index);
+    if (!h) this.holders.set(slot.index, (h = {}));
+    const key = allowNetwork ? "net" : "nonet";
+    let holder = h[key];
+    if (!holder || !holder.alive) {
+      const svc = this.service;
+      holder = new Holder({
+        bwrapPath: svc.bwrap.path!,
+        spawnerPath: svc.spawnerPath!,
+        workspaceDir: slot.workspaceDir,
+        allowNetwork,
+        uid: slot.owner?.uid,
+        gid: slot.owner?.gid,
+        onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
+      });
+      h[key] = holder;
+    }
+    return holder;
   }
 
   async run(slot: Slot, args: BashArgs, envelopeTimeout: number | undefined, onChunk?: (s: "stdout" | "stderr", c: string) => void): Promise<ToolOutcome> {
@@ -39,18 +68,41 @@ export class BashExecutor {
       };
     }
     const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: slot.workspaceDir, fileName: svc.newOutputName(), owner: slot.owner });
-    const script = ulimitPrologue(svc.limits, timeoutSec) + args.command;
-    const spec = sandboxed
-      ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork }), "--", "/bin/bash", "-c", script] }
-      : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8" } };
-    const res = await runProcess({
-      ...spec,
-      ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
-      timeoutMs: timeoutSec * 1000,
-      output,
-      onChunk,
-      signal: slot.abortSignal,
-    });
+    const limits = svc.limits;
+    const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutSec) + 1));
+    let res: RunResult;
+    if (sandboxed && svc.spawnerPath) {
+      const holder = this.holder(slot, allowNetwork);
+      try {
+        res = await holder.run({
+          command: args.command,
+          cpuSeconds: cpu,
+          maxProcesses: limits.maxProcesses,
+          maxFileBytes: limits.maxFileBytes,
+          addressSpaceBytes: svc.cgroups.mode === "none" && limits.addressSpaceLimit ? limits.memoryBytes : 0,
+          timeoutMs: timeoutSec * 1000,
+          output,
+          onChunk,
+          signal: slot.abortSignal,
+        });
+      } catch (err) {
+        holder.kill();
+        res = { exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: err instanceof Error ? err.message : String(err) };
+      }
+    } else {
+      const script = ulimitPrologue(limits, timeoutSec) + args.command;
+      const spec = sandboxed
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork }), "--", "/bin/bash", "-c", script] }
+        : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8" } };
+      res = await runProcess({
+        ...spec,
+        ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
+        timeoutMs: timeoutSec * 1000,
+        output,
+        onChunk,
+        signal: slot.abortSignal,
+      });
+    }
     return this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutSec });
   }
 
@@ -81,11 +133,17 @@ export class BashExecutor {
     return { success: exitCode === 0, output: text, error: exitCode === 0 ? "" : `Exit code: ${exitCode}`, metadata };
   }
 
-  async resetSlot(_slot: Slot): Promise<void> {
-    // Per-call sandboxes die with their call; nothing else to stop yet.
+  /** Tears down the slot's namespaces (every process in them dies). */
+  async resetSlot(slot: Slot): Promise<void> {
+    const h = this.holders.get(slot.index);
+    this.holders.delete(slot.index);
+    await Promise.all([h?.net?.stop(), h?.nonet?.stop()]);
+    this.service.cgroups.killAll(slot.index);
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    await Promise.all(this.service.slots.map((s) => this.resetSlot(s)));
+  }
 }
 
 const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGILL: 4, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15, SIGXCPU: 24, SIGXFSZ: 25 };

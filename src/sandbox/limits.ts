@@ -16,6 +16,12 @@ export interface CommandLimits {
   cpuSeconds: number;
   /** Memory per slot, bytes (cgroup memory limit; RLIMIT_AS when cgroups are unavailable and this is set). */
   memoryBytes: number;
+  /**
+   * Also cap each process's address space (RLIMIT_AS) at memoryBytes when cgroups are
+   * unavailable. Off by default: runtimes that reserve large virtual ranges (V8, Go, JVM)
+   * fail under it.
+   */
+  addressSpaceLimit: boolean;
   /** Characters of output returned per call (head + tail). */
   outputCap: number;
 }
@@ -27,6 +33,7 @@ export const DEFAULT_LIMITS: CommandLimits = {
   maxFileBytes: 1024 * 1024 * 1024,
   cpuSeconds: 600,
   memoryBytes: 1024 * 1024 * 1024,
+  addressSpaceLimit: false,
   outputCap: 50_000,
 };
 

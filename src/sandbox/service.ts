@@ -16,6 +16,8 @@ import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
 import { Slot } from "./slot.js";
 import { BashExecutor, type ToolOutcome } from "./bash.js";
+import { SlotCgroups } from "./cgroups.js";
+import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
 
 /** Hermes names accepted as aliases. */
 const TOOL_ALIASES: Record<string, SandboxToolName> = {
@@ -35,6 +37,10 @@ export interface SandboxServiceOptions {
   perSlotUid?: boolean;
   /** Skip bubblewrap even if available (testing the fallback). */
   disableSandbox?: boolean;
+  /** Use one bubblewrap per call instead of the per-slot namespace (benchmarks, debugging). */
+  disableSpawner?: boolean;
+  /** Do not create per-slot cgroups. */
+  disableCgroups?: boolean;
   maxReadBytes?: number;
   maxWriteBytes?: number;
   logger: Logger;
@@ -58,6 +64,10 @@ export class SandboxService {
   readonly defaultAllowNetwork: boolean;
   readonly maxReadBytes: number;
   readonly maxWriteBytes: number;
+  /** Compiled spawner (fast path), or null when it cannot be built. */
+  readonly spawnerPath: string | null;
+  readonly spawnerReason: string | undefined;
+  readonly cgroups: SlotCgroups;
   private readonly bash: BashExecutor;
   private closed = false;
 
@@ -88,6 +98,16 @@ export class SandboxService {
         ? probeBwrap(first.workspaceDir, first.owner?.uid, first.owner?.gid)
         : { available: false, path: null, reason: "no slots" };
     if (!this.bwrap.available) this.logger.warn({ reason: this.bwrap.reason }, "bubblewrap unavailable: commands run unsandboxed unless require_sandbox is set");
+    if (this.bwrap.available && !options.disableSpawner) {
+      this.spawnerPath = spawnerBinary([join(dataDir, ".slotpool")]);
+      this.spawnerReason = this.spawnerPath ? undefined : spawnerUnavailableReason();
+      if (!this.spawnerPath) this.logger.warn({ reason: this.spawnerReason }, "per-slot spawner unavailable: one bubblewrap per call (slower)");
+    } else {
+      this.spawnerPath = null;
+      this.spawnerReason = options.disableSpawner ? "disabled" : "bubblewrap unavailable";
+    }
+    this.cgroups = new SlotCgroups({ memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses }, this.logger, options.disableCgroups ?? false);
+    if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);
   }
@@ -197,6 +217,7 @@ export class SandboxService {
     this.closed = true;
     for (const slot of this.slots) slot.killRunning();
     await this.bash.close();
+    this.cgroups.cleanup();
   }
 
   newOutputName(): string {

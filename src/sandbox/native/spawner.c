@@ -1,0 +1,293 @@
+/*
+ * slotpool-spawner: the per-slot process that starts `bash` commands inside the slot's
+ * long-lived bubblewrap namespace (see src/sandbox/spawner.ts for why).
+ *
+ * It runs as the slot's uid, without capabilities, inside bubblewrap's user, pid, mount,
+ * ipc, uts (and, for the no-network holder, net) namespaces, reads requests on stdin and
+ * answers with frames on stdout. For each command it forks `bash -c`, relays its output,
+ * and when the command ends (or on a kill request) it sends SIGKILL to every other process
+ * of the namespace (kill(-1): all but itself and the namespace's init) until none is left.
+ * So no process of a call survives the call, and the per-call cost is one fork+exec.
+ *
+ * Requests (stdin):
+ *   "R <cpu_s> <nproc> <fsize_bytes> <as_bytes> <reserved> <cmd_len>\n" + cmd bytes
+ *   "K\n"  kill the running command
+ * Frames (stdout): 1 byte type, 4 bytes big-endian length, payload.
+ *   'H' hello (spawner ready)   'O' stdout bytes   'E' stderr bytes
+ *   'X' "<exit code>" or "s<signal>" when the command ended (all output sent before)
+ *   'F' failure message (the command could not be started)
+ *
+ * Build: cc -O2 -o slotpool-spawner spawner.c  (no dependencies beyond libc)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/capability.h>
+
+static char inbuf[1 << 20];
+static int sigfd = -1;
+static size_t inlen = 0;
+
+static int write_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t n = write(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+static void frame(char type, const void *data, uint32_t len) {
+  unsigned char hdr[5];
+  hdr[0] = (unsigned char)type;
+  hdr[1] = (unsigned char)(len >> 24);
+  hdr[2] = (unsigned char)(len >> 16);
+  hdr[3] = (unsigned char)(len >> 8);
+  hdr[4] = (unsigned char)len;
+  if (write_all(1, hdr, 5) < 0 || (len && write_all(1, data, len) < 0)) _exit(3);
+}
+
+static void drop_caps(void) {
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  for (int c = 0; c <= 63; c++) prctl(PR_CAPBSET_DROP, c, 0, 0, 0);
+  struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct d[2];
+  memset(d, 0, sizeof d);
+  syscall(SYS_capset, &h, d);
+  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+}
+
+static void set_limit(int res, unsigned long long v) {
+  if (v == 0) return;
+  struct rlimit r = {(rlim_t)v, (rlim_t)v};
+  setrlimit(res, &r);
+}
+
+struct req {
+  unsigned long long cpu, nproc, fsize, as;
+  int reserved;
+  char *cmd;
+};
+
+/* The running command (our direct child) and its wait status once reaped. */
+static pid_t main_pid = 0;
+static int main_exited = 0, main_status = 0;
+
+/* Reaps exited children without blocking, remembering the command's status. */
+static void reap(void) {
+  int st;
+  pid_t p;
+  while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+    if (p == main_pid && !main_exited) {
+      main_exited = 1;
+      main_status = st;
+    }
+  }
+}
+
+/* SIGKILL every process of the namespace but ourselves and its init, until none is left. */
+static void kill_all(void) {
+  for (int i = 0; i < 10000; i++) {
+    if (kill(-1, SIGKILL) != 0 && errno == ESRCH) return;
+    /* Reap what we can so the loop ends; orphans are reaped by the namespace's init. */
+    reap();
+  }
+}
+
+static void start_command(struct req *rq, int outw, int errw, int errpipe) {
+  setsid();
+  set_limit(RLIMIT_CPU, rq->cpu);
+  set_limit(RLIMIT_NPROC, rq->nproc);
+  set_limit(RLIMIT_FSIZE, rq->fsize);
+  set_limit(RLIMIT_AS, rq->as);
+  struct rlimit core = {0, 0};
+  setrlimit(RLIMIT_CORE, &core);
+  drop_caps();
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0) dup2(devnull, 0);
+  dup2(outw, 1);
+  dup2(errw, 2);
+  if (chdir("/workspace") != 0 && chdir("/") != 0) _exit(127);
+  signal(SIGPIPE, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  /* errpipe is O_CLOEXEC: a successful exec closes it, which tells the spawner we started. */
+  execl("/bin/bash", "bash", "-c", rq->cmd, (char *)NULL);
+  dprintf(errpipe, "exec /bin/bash: %s", strerror(errno));
+  _exit(127);
+}
+
+static void run(struct req *rq) {
+  int out[2], err[2], ep[2];
+  if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || pipe2(ep, O_CLOEXEC)) {
+    const char *m = "pipe failed";
+    frame('F', m, (uint32_t)strlen(m));
+    return;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    char m[256];
+    int n = snprintf(m, sizeof m, "fork: %s", strerror(errno));
+    frame('F', m, (uint32_t)n);
+    close(out[0]); close(out[1]); close(err[0]); close(err[1]); close(ep[0]); close(ep[1]);
+    return;
+  }
+  if (pid == 0) start_command(rq, out[1], err[1], ep[1]);
+  close(out[1]);
+  close(err[1]);
+  close(ep[1]);
+  struct pollfd fds[5];
+  int open_out = 1, open_err = 1, open_ep = 1, killed_all = 0;
+  main_pid = pid;
+  main_exited = 0;
+  main_status = 0;
+  char fail[512];
+  size_t faillen = 0;
+  static char buf[65536];
+  while (open_out || open_err || open_ep || !main_exited) {
+    reap();
+    if (main_exited && !killed_all) {
+      /* The command is done: nothing it started may outlive it (this also closes the
+         pipes that background processes still hold). */
+      killed_all = 1;
+      kill_all();
+    }
+    if (!open_out && !open_err && !open_ep) {
+      if (!main_exited) {
+        int st;
+        pid_t p = waitpid(pid, &st, 0);
+        if (p == pid) { main_exited = 1; main_status = st; }
+        else if (p < 0 && errno != EINTR) { main_exited = 1; }
+      }
+      continue;
+    }
+    int n = 0;
+    fds[n].fd = 0; fds[n].events = POLLIN; n++;
+    fds[n].fd = sigfd; fds[n].events = POLLIN; n++;
+    int io = -1, ie = -1, ipe = -1;
+    if (open_out) { io = n; fds[n].fd = out[0]; fds[n].events = POLLIN; n++; }
+    if (open_err) { ie = n; fds[n].fd = err[0]; fds[n].events = POLLIN; n++; }
+    if (open_ep) { ipe = n; fds[n].fd = ep[0]; fds[n].events = POLLIN; n++; }
+    /* SIGCHLD arrives on sigfd: the command may exit while background processes still
+       hold its pipes, and we must notice that to kill them. */
+    int r = poll(fds, (nfds_t)n, -1);
+    if (r < 0) { if (errno == EINTR) continue; break; }
+    if (fds[1].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      while (read(sigfd, &si, sizeof si) > 0) {
+      }
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP)) {
+      ssize_t k = read(0, inbuf + inlen, sizeof inbuf - inlen);
+      if (k <= 0) { kill_all(); _exit(0); }
+      inlen += (size_t)k;
+      /* Only "K\n" is meaningful while a command runs. */
+      char *nl;
+      while ((nl = memchr(inbuf, '\n', inlen)) != NULL) {
+        size_t l = (size_t)(nl - inbuf) + 1;
+        if (inbuf[0] == 'K') kill_all();
+        memmove(inbuf, inbuf + l, inlen - l);
+        inlen -= l;
+      }
+    }
+    if (io >= 0 && (fds[io].revents & (POLLIN | POLLHUP | POLLERR))) {
+      ssize_t k = read(out[0], buf, sizeof buf);
+      if (k > 0) frame('O', buf, (uint32_t)k);
+      else if (k == 0 || errno != EINTR) { open_out = 0; close(out[0]); }
+    }
+    if (ie >= 0 && (fds[ie].revents & (POLLIN | POLLHUP | POLLERR))) {
+      ssize_t k = read(err[0], buf, sizeof buf);
+      if (k > 0) frame('E', buf, (uint32_t)k);
+      else if (k == 0 || errno != EINTR) { open_err = 0; close(err[0]); }
+    }
+    if (ipe >= 0 && (fds[ipe].revents & (POLLIN | POLLHUP | POLLERR))) {
+      ssize_t k = read(ep[0], fail + faillen, sizeof fail - faillen - 1);
+      if (k > 0) faillen += (size_t)k;
+      else if (k == 0 || errno != EINTR) { open_ep = 0; close(ep[0]); }
+    }
+  }
+  if (!killed_all) kill_all();
+  int status = main_status;
+  main_pid = 0;
+  if (faillen > 0) {
+    frame('F', fail, (uint32_t)faillen);
+    return;
+  }
+  char m[32];
+  int len;
+  if (WIFEXITED(status)) len = snprintf(m, sizeof m, "%d", WEXITSTATUS(status));
+  else len = snprintf(m, sizeof m, "s%d", WTERMSIG(status));
+  frame('X', m, (uint32_t)len);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, NULL);
+  sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (sigfd < 0) _exit(8);
+  frame('H', "ready", 5);
+  for (;;) {
+    char *nl = memchr(inbuf, '\n', inlen);
+    if (!nl) {
+      if (inlen == sizeof inbuf) _exit(4);
+      ssize_t k = read(0, inbuf + inlen, sizeof inbuf - inlen);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) _exit(0);
+      inlen += (size_t)k;
+      continue;
+    }
+    size_t hl = (size_t)(nl - inbuf) + 1;
+    if (inbuf[0] == 'K') { /* nothing running */
+      memmove(inbuf, inbuf + hl, inlen - hl);
+      inlen -= hl;
+      continue;
+    }
+    if (inbuf[0] != 'R') _exit(5);
+    struct req rq = {0};
+    unsigned long long cmdlen = 0;
+    *nl = 0;
+    if (sscanf(inbuf + 1, "%llu %llu %llu %llu %d %llu", &rq.cpu, &rq.nproc, &rq.fsize, &rq.as, &rq.reserved, &cmdlen) != 6) _exit(6);
+    char *cmd = malloc(cmdlen + 1);
+    if (!cmd) _exit(7);
+    size_t have = inlen - hl;
+    if (have > cmdlen) have = cmdlen;
+    memcpy(cmd, inbuf + hl, have);
+    size_t used = hl + have;
+    memmove(inbuf, inbuf + used, inlen - used);
+    inlen -= used;
+    while (have < cmdlen) {
+      ssize_t k = read(0, cmd + have, cmdlen - have);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) _exit(0);
+      have += (size_t)k;
+    }
+    cmd[cmdlen] = 0;
+    rq.cmd = cmd;
+    run(&rq);
+    free(cmd);
+  }
+}
