@@ -139,7 +139,7 @@ export class NomadClient {
     this.token = options.token || undefined;
     this.namespace = options.namespace || undefined;
     this.region = options.region || undefined;
-    this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.timeoutMs = Math.ceil(options.timeoutMs ?? 30_000);
     if (!(this.timeoutMs > 0)) throw new NomadConfigError(`timeoutMs must be > 0, got ${options.timeoutMs}`);
     this.retry = { ...DEFAULT_RETRY, ...options.retry };
     if (!(this.retry.attempts >= 1)) throw new NomadConfigError(`retry.attempts must be >= 1, got ${this.retry.attempts}`);
@@ -465,7 +465,7 @@ export class NomadClient {
     const url = `${this.address}${spec.path}${qs ? `?${qs}` : ""}`;
     const body = spec.body === undefined ? undefined : stringifyNomadJson(spec.body);
     const attemptTimeoutMs =
-      spec.blockingWaitMs !== undefined ? spec.blockingWaitMs + spec.blockingWaitMs / 16 + BLOCKING_MARGIN_MS : this.timeoutMs;
+      spec.blockingWaitMs !== undefined ? Math.ceil(spec.blockingWaitMs + spec.blockingWaitMs / 16 + BLOCKING_MARGIN_MS) : this.timeoutMs;
 
     let lastError: NomadError | undefined;
     for (let attempt = 1; attempt <= this.retry.attempts; attempt++) {

@@ -1,0 +1,86 @@
+/**
+ * The client's TLS settings (NOMAD_CACERT, NOMAD_CLIENT_CERT/KEY, NOMAD_SKIP_VERIFY) against
+ * a real HTTPS server on loopback: this is what shows that an undici Agent given to Node's
+ * built-in fetch as `dispatcher` really carries the TLS options.
+ */
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:https";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { TLSSocket } from "node:tls";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { NomadClient } from "../../src/nomad/client.js";
+import { NomadUnreachableError } from "../../src/nomad/errors.js";
+
+let dir: string;
+let server: Server;
+let address: string;
+let lastClientCertCN: string | undefined;
+
+function openssl(args: string[]): void {
+  execFileSync("openssl", args, { cwd: dir, stdio: "ignore" });
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "nomad-tls-"));
+  openssl(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test-ca"]);
+  writeFileSync(join(dir, "san.ext"), "subjectAltName=IP:127.0.0.1\n");
+  for (const name of ["server", "client"]) {
+    openssl(["req", "-newkey", "rsa:2048", "-nodes", "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", `/CN=${name}.global.nomad`]);
+    openssl(["x509", "-req", "-in", `${name}.csr`, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", `${name}.pem`, "-days", "2", "-extfile", "san.ext"]);
+  }
+  server = createServer(
+    {
+      key: readFileSync(join(dir, "server.key")),
+      cert: readFileSync(join(dir, "server.pem")),
+      ca: readFileSync(join(dir, "ca.pem")),
+      requestCert: true,
+      rejectUnauthorized: false,
+    },
+    (req, res) => {
+      const peer = (req.socket as TLSSocket).getPeerCertificate();
+      lastClientCertCN = peer && "subject" in peer && peer.subject ? String(peer.subject.CN) : undefined;
+      res.setHeader("Content-Type", "application/json");
+      res.end('"127.0.0.1:4647"');
+    },
+  );
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as { port: number }).port;
+  address = `https://127.0.0.1:${port}`;
+});
+
+afterAll(async () => {
+  await new Promise((resolve) => server.close(resolve));
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("TLS like the nomad CLI", () => {
+  it("verifies the agent with NOMAD_CACERT and presents the NOMAD_CLIENT_CERT", async () => {
+    const client = NomadClient.fromEnv({}, {
+      NOMAD_ADDR: address,
+      NOMAD_CACERT: join(dir, "ca.pem"),
+      NOMAD_CLIENT_CERT: join(dir, "client.pem"),
+      NOMAD_CLIENT_KEY: join(dir, "client.key"),
+    });
+    expect(await client.leader()).toBe("127.0.0.1:4647");
+    expect(lastClientCertCN).toBe("client.global.nomad");
+    await client.close();
+  });
+
+  it("refuses an agent it cannot verify, at once and without retrying", async () => {
+    const client = new NomadClient({ address, retry: { attempts: 5, baseMs: 1_000, maxMs: 1_000 } });
+    const started = Date.now();
+    const err = await client.leader().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(NomadUnreachableError);
+    expect((err as Error).message).toMatch(/NOMAD_CACERT/);
+    expect(Date.now() - started).toBeLessThan(900);
+    await client.close();
+  });
+
+  it("NOMAD_SKIP_VERIFY=true skips verification", async () => {
+    const client = NomadClient.fromEnv({}, { NOMAD_ADDR: address, NOMAD_SKIP_VERIFY: "true" });
+    expect(await client.leader()).toBe("127.0.0.1:4647");
+    await client.close();
+  });
+});
