@@ -1,0 +1,353 @@
+import { randomUUID } from "node:crypto";
+import type { z } from "zod";
+import { runAgentLoop, type AgentResult } from "../agent/agent-loop.js";
+import { ChatCompletionsClient } from "../agent/chat-client.js";
+import type { ChatMessage } from "../agent/messages.js";
+import { ChatModelPolicy } from "../agent/model-policy.js";
+import { OraclePolicy, type OracleScript } from "../agent/oracle-policy.js";
+import type { AgentPolicy } from "../agent/policy.js";
+import { createLogger, type Logger } from "../observability/logger.js";
+import type { ToolResult } from "../protocol/tool.js";
+import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
+import type { ToolBackend, ToolBackendFactory } from "./backend.js";
+import { AgentEnvConfigSchema, type AgentEnvConfig } from "./config.js";
+import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
+import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
+import { isSlotLostError, isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
+import { ToolContext } from "./tool-context.js";
+import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
+
+/** What `verifyAndScore` returns: the score, plus anything worth keeping about how it was reached. */
+export interface ScoreResult {
+  score: number;
+  metadata?: Record<string, unknown>;
+}
+
+/** One evaluation sample (written to samples.jsonl by `slotpool evaluate`). */
+export interface EvalSample {
+  item: unknown;
+  score: number;
+  finishReason: string;
+  turnsUsed: number;
+  toolCalls: number;
+  toolErrors: number;
+  messages: ChatMessage[];
+}
+
+export interface EvalResult {
+  metrics: Record<string, number>;
+  samples: EvalSample[];
+}
+
+/** How an env instance gets its tools backend, model and logger (all optional). */
+export interface AgentEnvRuntime {
+  /** A ready backend, or a factory; default: SlotPool + ToolExecutor built from the config. */
+  backend?: ToolBackend | ToolBackendFactory;
+  /** Overrides the model/oracle choice for every item. */
+  policy?: AgentPolicy;
+  logger?: Logger;
+}
+
+type EnvClass = { configSchema: z.ZodType; envName?: string; name: string };
+
+/**
+ * The base class of an env (the seeds' HermesAgentBaseEnv / AgentEnv). Subclass it and
+ * write the hooks:
+ *
+ * - `setup()`: load data, once.
+ * - `getNextItem()`: the next item, or null when there are no more.
+ * - `buildTask(item)`: the user message (or the whole initial conversation).
+ * - `setupWorkspace(item, ctx)`: optional; prepare the trajectory's slot before the agent starts.
+ * - `computeReward(item, result, ctx)` or `verifyAndScore(...)`: score the rollout, running
+ *   commands in the trajectory's own slot through `ctx` before it is reset.
+ * - `oracle(item)`: optional; a scripted policy so the env runs without a model.
+ * - `evaluate()`: optional; by default runs `getEvalItems()` once each.
+ *
+ * `collectTrajectories(item)` runs `groupSize` trajectories concurrently, each in its own
+ * slot, restarting a trajectory whose slot was lost (up to `slotLossRetries`), and returns
+ * the scored group, or the reason it failed.
+ */
+export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = AgentEnvConfig> {
+  /** Subclasses with extra settings set this to `AgentEnvConfigSchema.extend({...})`. */
+  static configSchema: z.ZodType = AgentEnvConfigSchema;
+  /** The env's name when the config gives none (default: the class name). */
+  static envName?: string;
+
+  readonly config: Config;
+  protected readonly log: Logger;
+  private backend: ToolBackend | undefined;
+  private readonly runtime: AgentEnvRuntime;
+  private modelClient: ChatCompletionsClient | undefined;
+  private tokenizer: TextTokenizer | undefined;
+  private started = false;
+
+  constructor(config: Record<string, unknown> = {}, runtime: AgentEnvRuntime = {}) {
+    const cls = this.constructor as unknown as EnvClass;
+    const parsed = cls.configSchema.safeParse(config);
+    if (!parsed.success) {
+      const problems = parsed.error.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`);
+      throw new EnvConfigError(`invalid config for env ${cls.envName ?? cls.name}: ${problems.join("; ")}`);
+    }
+    this.config = parsed.data as Config;
+    this.runtime = runtime;
+    this.log = runtime.logger ?? createLogger({ name: `env:${this.name}` });
+  }
+
+  get name(): string {
+    const cls = this.constructor as unknown as EnvClass;
+    return this.config.name ?? cls.envName ?? cls.name;
+  }
+
+  // ---------------------------------------------------------------- hooks
+
+  /** Load datasets, build state. Called once by `start()` after the backend is up. */
+  async setup(): Promise<void> {}
+
+  /** The next item to roll out, or null when the data is exhausted. */
+  abstract getNextItem(): Promise<Item | null> | Item | null;
+
+  /** The user message for the agent, or the full initial conversation. */
+  abstract buildTask(item: Item): string | ChatMessage[];
+
+  /** Prepare the trajectory's slot (write fixtures, clone a repo) before the agent starts. */
+  async setupWorkspace(_item: Item, _ctx: ToolContext): Promise<void> {}
+
+  /** Score a rollout; `ctx` runs tools in the trajectory's own slot, which still holds the agent's work. */
+  async computeReward(_item: Item, _result: AgentResult, _ctx: ToolContext): Promise<number> {
+    throw new EnvError(`env ${this.name} must implement computeReward(item, result, ctx) or verifyAndScore(item, result, ctx)`);
+  }
+
+  /** Like computeReward, with metadata kept next to the score. Default: computeReward. */
+  async verifyAndScore(item: Item, result: AgentResult, ctx: ToolContext): Promise<ScoreResult> {
+    return { score: await this.computeReward(item, result, ctx) };
+  }
+
+  /** A scripted policy for this item (known-correct tool calls), used when no model URL is set. */
+  oracle(_item: Item): OracleScript | undefined {
+    return undefined;
+  }
+
+  /** Items of the evaluation set (default: none). */
+  async getEvalItems(): Promise<Item[]> {
+    return [];
+  }
+
+  /** Periodic evaluation. Default: one trajectory per eval item; mean score and solve rate. */
+  async evaluate(): Promise<EvalResult> {
+    const items = await this.getEvalItems();
+    const samples: EvalSample[] = [];
+    const results = await Promise.all(items.map((item) => this.collectTrajectory(item, this.resolveTools()).then((t) => ({ item, t }), (err: unknown) => ({ item, err }))));
+    let failed = 0;
+    for (const r of results) {
+      if ("err" in r) {
+        failed++;
+        continue;
+      }
+      const t = r.t;
+      samples.push({ item: r.item, score: t.score, finishReason: t.result.finishReason, turnsUsed: t.result.turnsUsed, toolCalls: t.result.toolCalls.length, toolErrors: t.result.toolErrors.length, messages: t.result.messages });
+    }
+    const n = samples.length;
+    return {
+      metrics: {
+        eval_items: items.length,
+        eval_failed: failed,
+        mean_score: n ? samples.reduce((a, s) => a + s.score, 0) / n : 0,
+        solve_rate: n ? samples.filter((s) => s.score > 0).length / n : 0,
+      },
+      samples,
+    };
+  }
+
+  // ---------------------------------------------------------------- lifecycle
+
+  /** Starts the tools backend (slot pool + executor), loads the tokenizer, then calls `setup()`. */
+  async start(): Promise<void> {
+    if (this.started) return;
+    const b = this.runtime.backend;
+    if (b && typeof b !== "function") this.backend = b;
+    else {
+      const factory: ToolBackendFactory = b ?? (await import("./default-backend.js")).createDefaultBackend;
+      this.backend = await factory(this.config, this.log);
+    }
+    if (this.config.tokenizerPath) this.tokenizer = await loadTokenizerJson(this.config.tokenizerPath);
+    this.started = true;
+    await this.setup();
+  }
+
+  /** Releases every slot and stops the backend and model client. */
+  async close(): Promise<void> {
+    const backend = this.backend;
+    this.backend = undefined;
+    this.started = false;
+    await this.modelClient?.close();
+    this.modelClient = undefined;
+    if (backend && typeof this.runtime.backend !== "object") await backend.close();
+  }
+
+  get tools(): ToolBackend {
+    if (!this.backend) throw new EnvError(`env ${this.name} is not started: call start() first`);
+    return this.backend;
+  }
+
+  /** Whether tokens come from somewhere real (server ids or a tokenizer). */
+  get hasTokenizer(): boolean {
+    return this.tokenizer !== undefined;
+  }
+
+  // ---------------------------------------------------------------- rollouts
+
+  /** The tools of one group: sampled from the distribution, or the enabled toolsets. Shared by the group. */
+  resolveTools(): GroupTools {
+    return resolveGroupTools({
+      registry: this.tools.registry,
+      enabled: this.config.enabledToolsets,
+      disabled: this.config.disabledToolsets,
+      ...(this.config.distribution ? { distribution: this.config.distribution } : {}),
+    });
+  }
+
+  /** The policy for one item: the runtime's, the model at `modelUrl`, or the env's oracle. */
+  policyFor(item: Item): AgentPolicy {
+    if (this.runtime.policy) return this.runtime.policy;
+    if (this.config.modelUrl) {
+      if (!this.config.modelName) throw new NoPolicyError(`modelUrl is set but modelName is not: pass --model NAME (the model as the server knows it)`);
+      this.modelClient ??= new ChatCompletionsClient({
+        baseUrl: this.config.modelUrl,
+        timeoutMs: this.config.modelTimeoutMs,
+        maxRetries: this.config.modelMaxRetries,
+        ...(process.env[this.config.apiKeyEnv] ? { apiKey: process.env[this.config.apiKeyEnv]! } : {}),
+      });
+      return new ChatModelPolicy({
+        baseUrl: this.config.modelUrl,
+        client: this.modelClient,
+        model: this.config.modelName,
+        toolCallFormat: this.config.toolCallFormat,
+        temperature: this.config.temperature,
+        maxTokens: this.config.maxTokens,
+        ...(this.config.extraBody ? { extraBody: this.config.extraBody } : {}),
+      });
+    }
+    const script = this.oracle(item);
+    if (script) return new OraclePolicy(script);
+    throw new NoPolicyError(`env ${this.name} has no model and no oracle: pass --model-url URL --model NAME, or implement oracle(item)`);
+  }
+
+  /** The initial conversation: system prompt (if any) and the task. */
+  initialMessages(item: Item): ChatMessage[] {
+    const task = this.buildTask(item);
+    if (Array.isArray(task)) return task;
+    const messages: ChatMessage[] = [];
+    if (this.config.systemPrompt) messages.push({ role: "system", content: this.config.systemPrompt });
+    messages.push({ role: "user", content: task });
+    return messages;
+  }
+
+  /**
+   * One trajectory, start to finish, in its own slot: workspace setup, agent loop, reward.
+   * The slot is reset and released in every case. A lost slot restarts the trajectory from
+   * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError.
+   */
+  async collectTrajectory(item: Item, groupTools: GroupTools): Promise<TrajectoryOutcome> {
+    const backend = this.tools;
+    const losses: string[] = [];
+    const maxAttempts = this.config.slotLossRetries + 1;
+    for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+      const trajectoryId = randomUUID();
+      const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.toolTimeoutS });
+      try {
+        await this.setupWorkspace(item, ctx);
+        const result = await runAgentLoop({
+          policy: this.policyFor(item),
+          tools: groupTools.tools,
+          messages: this.initialMessages(item),
+          maxTurns: this.config.maxTurns,
+          isKnownTool: (name) => {
+            const def = backend.registry.resolve(name);
+            return def !== undefined && groupTools.names.includes(def.name);
+          },
+          executeTool: async (call) => {
+            const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.toolTimeoutS * 1000 });
+            if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
+            return r;
+          },
+        });
+        const producedNothing = result.turnsUsed === 0 || result.messages.every((m) => m.role === "system" || m.role === "user");
+        let score = 0;
+        let rewardError: string | undefined;
+        let scoreMetadata: Record<string, unknown> = {};
+        if (producedNothing) {
+          this.log.warn({ trajectoryId, turns: result.turnsUsed, error: result.error }, "agent produced no output; reward skipped (0)");
+        } else {
+          try {
+            const scored = await this.verifyAndScore(item, result, ctx);
+            score = scored.score;
+            scoreMetadata = scored.metadata ?? {};
+            if (!Number.isFinite(score)) {
+              // NaN/Infinity would reach the trainer as null (422) or poison its statistics.
+              rewardError = `reward is ${score}, not a finite number`;
+              score = 0;
+            }
+          } catch (err) {
+            if (isSlotLostError(err)) throw err;
+            rewardError = err instanceof Error ? err.message : String(err);
+            this.log.error({ trajectoryId, err: rewardError }, "computeReward failed; score 0");
+          }
+        }
+        const outcome: TrajectoryOutcome = {
+          trajectoryId,
+          result,
+          score,
+          rewardSkipped: producedNothing,
+          scoreMetadata,
+          attempts: attempt,
+          slotLosses: [...losses],
+          tokens: trajectoryTokens(result, this.tokenizer),
+        };
+        if (rewardError) outcome.rewardError = rewardError;
+        return outcome;
+      } catch (err) {
+        if (!isSlotLostError(err)) throw err;
+        losses.push(err.message);
+        this.log.warn({ trajectoryId, attempt, maxAttempts, reason: err.message }, "slot lost; restarting the trajectory on a new slot");
+      } finally {
+        await backend.executor.release(trajectoryId, { reset: true }).catch((err: unknown) => {
+          this.log.warn({ trajectoryId, err: String(err) }, "releasing the slot failed");
+        });
+      }
+    }
+    throw new TrajectoryFailedError(
+      `trajectory lost its slot ${losses.length} times (slotLossRetries = ${this.config.slotLossRetries}); last: ${losses[losses.length - 1]}`,
+      maxAttempts,
+    );
+  }
+
+  /** `groupSize` trajectories of one item, concurrently, each in its own slot. Never drops one silently. */
+  async collectTrajectories(item: Item): Promise<GroupOutcome<Item>> {
+    const groupTools = this.resolveTools();
+    const settled = await Promise.allSettled(Array.from({ length: this.config.groupSize }, () => this.collectTrajectory(item, groupTools)));
+    const done: TrajectoryOutcome[] = [];
+    const reasons: string[] = [];
+    const unfinished = { slotLosses: 0, retries: 0 };
+    for (const s of settled) {
+      if (s.status === "fulfilled") done.push(s.value);
+      else {
+        const err = s.reason as unknown;
+        reasons.push(err instanceof Error ? err.message : String(err));
+        if (err instanceof TrajectoryFailedError) {
+          unfinished.slotLosses += err.attempts;
+          unfinished.retries += err.attempts - 1;
+        }
+      }
+    }
+    if (reasons.length > 0) {
+      const reason = `${reasons.length} of ${this.config.groupSize} trajectories failed: ${[...new Set(reasons)].join(" | ")}`;
+      this.log.error({ reason }, "group failed");
+      return { ok: false, item, reason, trajectories: done, toolsets: groupTools.toolsets, unfinished };
+    }
+    const group = buildScoredGroup(done, {
+      includeMessages: this.config.includeMessages,
+      generationParams: { temperature: this.config.temperature, max_tokens: this.config.maxTokens },
+    });
+    return { ok: true, item, group, trajectories: done, toolsets: groupTools.toolsets };
+  }
+}

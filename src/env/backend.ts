@@ -1,0 +1,19 @@
+import type { ToolExecutorLike } from "../executor/types.js";
+import type { Logger } from "../observability/logger.js";
+import type { PoolStats } from "../pool/types.js";
+import type { ToolRegistry } from "../tools/registry.js";
+import type { AgentEnvConfig } from "./config.js";
+
+/**
+ * What the env layer runs tools on: an executor (queue, batching, slot affinity) over a slot
+ * pool, and the registry of tools it knows. Built from the env config by default; tests
+ * and embedders may pass their own.
+ */
+export interface ToolBackend {
+  executor: ToolExecutorLike;
+  registry: ToolRegistry;
+  poolStats?(): PoolStats;
+  close(): Promise<void>;
+}
+
+export type ToolBackendFactory = (config: AgentEnvConfig, log: Logger) => Promise<ToolBackend>;

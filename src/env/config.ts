@@ -1,0 +1,83 @@
+import { z } from "zod";
+
+/**
+ * An env's settings (the seeds' HermesAgentEnvConfig + AgentEnvConfig, camelCase, ms).
+ * Subclasses add their own fields with `AgentEnvConfigSchema.extend({...})` and set
+ * `static configSchema` on the class.
+ */
+export const AgentEnvConfigSchema = z
+  .object({
+    /** The env's name: Atropos `desired_name`, file names of process/evaluate output. */
+    name: z.string().min(1).optional(),
+    /** Trajectories per item, run concurrently, each in its own slot. */
+    groupSize: z.number().int().min(1).max(1024).default(4),
+    /** Groups to produce in process mode (Atropos `total_steps`). */
+    totalGroups: z.number().int().min(1).default(8),
+    /** Groups collected at once (each takes groupSize slots). */
+    groupConcurrency: z.number().int().min(1).max(256).default(2),
+    /** Most model turns (LLM calls) per trajectory. */
+    maxTurns: z.number().int().min(1).max(1000).default(30),
+    /** Toolsets offered to the model; ignored when `distribution` is set. */
+    enabledToolsets: z.array(z.string().min(1)).default(["default"]),
+    disabledToolsets: z.array(z.string().min(1)).default([]),
+    /** A toolset distribution, sampled once per group (mutually exclusive with an explicit enabledToolsets). */
+    distribution: z.string().min(1).optional(),
+    systemPrompt: z.string().optional(),
+
+    /** OpenAI-compatible endpoint (…/v1). Unset: the env's oracle policy plays the model. */
+    modelUrl: z.url({ protocol: /^https?$/, error: "modelUrl must be an http(s) URL such as http://127.0.0.1:8000/v1" }).optional(),
+    modelName: z.string().min(1).optional(),
+    /** Environment variable holding the API key (the key itself is never part of the config). */
+    apiKeyEnv: z.string().min(1).default("OPENAI_API_KEY"),
+    /** `native`: tools= and server-side parsing; `hermes`: tools in the prompt, `<tool_call>` parsed here. */
+    toolCallFormat: z.enum(["native", "hermes"]).default("native"),
+    temperature: z.number().min(0).max(2).default(1.0),
+    /** Most tokens per model response; also the generation budget sent to Atropos (`max_token_length`). */
+    maxTokens: z.number().int().positive().default(2048),
+    extraBody: z.record(z.string(), z.unknown()).optional(),
+    modelTimeoutMs: z.number().int().positive().default(120_000),
+    modelMaxRetries: z.number().int().min(0).max(20).default(4),
+
+    /** Sandbox commands may reach the network. */
+    allowNetwork: z.boolean().default(false),
+    /** Fail closed when bubblewrap is unavailable. */
+    requireSandbox: z.boolean().default(false),
+    requireStatefulSandbox: z.boolean().default(false),
+    /** Timeout of one tool call (seconds, clamped to 1..600 by the executor). */
+    toolTimeoutS: z.number().positive().default(120),
+    batchWindowMs: z.number().min(0).max(1000).default(2),
+    maxBatchSize: z.number().int().positive().default(200),
+
+    provisioner: z.enum(["local", "nomad"]).default("local"),
+    slotsPerContainer: z.number().int().min(1).max(4096).default(8),
+    minContainers: z.number().int().min(0).default(1),
+    maxContainers: z.number().int().min(1).default(4),
+    acquireTimeoutMs: z.number().int().positive().default(120_000),
+    /** Where the local provisioner keeps workspaces (default: a temp dir). */
+    dataDir: z.string().min(1).optional(),
+    /** Nomad image of the sandbox job (Nomad provisioner). */
+    sandboxImage: z.string().min(1).optional(),
+
+    /** A trajectory whose slot was lost is restarted from scratch on a new slot this many times. */
+    slotLossRetries: z.number().int().min(0).max(20).default(2),
+
+    // Atropos (BaseEnvConfig names in camelCase)
+    /** Skip groups whose scores are all equal (serve mode; process mode turns it off, as Atropos does). */
+    ensureScoresAreNotSame: z.boolean().default(true),
+    /** Keep the conversation in each scored group (`messages`). */
+    includeMessages: z.boolean().default(true),
+    /** Drop a group when any sequence reaches the trainer's max_token_len. */
+    dropGroupsOverTokenLength: z.boolean().default(true),
+    /** Atropos `inference_weight`. */
+    inferenceWeight: z.number().default(1.0),
+    /** Atropos `max_batches_offpolicy`: back off when this many batches are queued. */
+    maxBatchesOffpolicy: z.number().int().min(1).default(3),
+    /** Atropos `min_batch_allocation`. */
+    minBatchAllocation: z.number().min(0).max(1).nullable().default(null),
+    /** A local HF `tokenizer.json`, used for tokens/masks when the model server returns no token ids. */
+    tokenizerPath: z.string().min(1).optional(),
+  })
+  .refine((c) => c.minContainers <= c.maxContainers, { message: "minContainers must not exceed maxContainers", path: ["minContainers"] });
+
+export type AgentEnvConfig = z.output<typeof AgentEnvConfigSchema>;
+export type AgentEnvConfigInput = z.input<typeof AgentEnvConfigSchema>;
