@@ -1,0 +1,244 @@
+import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { chmod, mkdir, mkdtemp, readdir, rm, stat, symlink } from "node:fs/promises";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, join, resolve } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { slotpoolCommand } from "../../src/cli/command.js";
+
+/**
+ * No Docker engine runs on these machines, so the image is tested through what it does:
+ * the Dockerfile is parsed, its ENTRYPOINT is run as written (through a `slotpool` symlink
+ * on PATH, as the image installs it) with only the port and listen address swapped for
+ * test-safe values, its HEALTHCHECK command is run against that server, and every apt
+ * package it installs is checked to exist in Debian bookworm.
+ */
+
+const repo = resolve(import.meta.dirname, "..", "..");
+const dockerfile = join(repo, "sandbox-image", "Dockerfile");
+const run = promisify(execFile);
+
+interface Instruction {
+  keyword: string;
+  args: string;
+}
+
+/** Instructions of a Dockerfile: comments dropped, backslash continuations joined. */
+function parseDockerfile(text: string): Instruction[] {
+  const out: Instruction[] = [];
+  let pending = "";
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    if (pending === "" && (line === "" || line.startsWith("#"))) continue;
+    if (line.startsWith("#")) continue; // comment inside a continued instruction
+    if (line.endsWith("\\")) {
+      pending += line.slice(0, -1) + " ";
+      continue;
+    }
+    const full = (pending + line).trim();
+    pending = "";
+    const m = /^(\S+)\s+([\s\S]*)$/.exec(full);
+    if (m) out.push({ keyword: m[1]!.toUpperCase(), args: m[2]!.trim() });
+  }
+  return out;
+}
+
+/** Exec-form (JSON array) arguments; shell form is refused so signals reach the server. */
+function execForm(args: string): string[] {
+  expect(args.startsWith("["), `expected exec form (JSON array), got: ${args}`).toBe(true);
+  const parsed: unknown = JSON.parse(args);
+  expect(Array.isArray(parsed) && parsed.every((a) => typeof a === "string")).toBe(true);
+  return parsed as string[];
+}
+
+/** The instructions of the final stage (the image that ships). */
+function finalStage(all: Instruction[]): Instruction[] {
+  let start = 0;
+  all.forEach((ins, i) => {
+    if (ins.keyword === "FROM") start = i;
+  });
+  return all.slice(start);
+}
+
+const instructions = parseDockerfile(readFileSync(dockerfile, "utf8"));
+const last = finalStage(instructions);
+const entrypoint = execForm(last.filter((i) => i.keyword === "ENTRYPOINT").at(-1)?.args ?? "[]");
+const cmdIns = last.filter((i) => i.keyword === "CMD").at(-1);
+const cmd = cmdIns ? execForm(cmdIns.args) : [];
+const healthcheck = last.filter((i) => i.keyword === "HEALTHCHECK").at(-1);
+
+/** Packages named by `apt-get install` in any RUN (options and shell operators dropped). */
+function aptPackages(): string[] {
+  const names: string[] = [];
+  for (const ins of instructions.filter((i) => i.keyword === "RUN")) {
+    for (const part of ins.args.split(/&&|;|\|\|/)) {
+      const words = part.trim().split(/\s+/).filter((w) => !/^[A-Z_]+=/.test(w));
+      const at = words.findIndex((w, i) => w === "install" && /apt(-get)?$/.test(words[i - 1] ?? ""));
+      if (at < 0) continue;
+      names.push(...words.slice(at + 1).filter((w) => !w.startsWith("-")));
+    }
+  }
+  return names;
+}
+
+describe("sandbox-image/Dockerfile", () => {
+  it("builds on Node 20 bookworm and ships the built server", () => {
+    const froms = instructions.filter((i) => i.keyword === "FROM").map((i) => i.args.split(/\s+/)[0]!);
+    expect(froms.length).toBeGreaterThan(0);
+    for (const image of froms) expect(image).toMatch(/^node:20-bookworm(-slim)?$/);
+    const runs = instructions.filter((i) => i.keyword === "RUN").map((i) => i.args).join("\n");
+    expect(runs).toMatch(/npm ci\b/);
+    expect(runs).toMatch(/npm run build\b/);
+    expect(runs).toMatch(/npm prune --omit=dev\b/);
+    expect(last.some((i) => i.keyword === "COPY" && i.args.includes("dist/src"))).toBe(true);
+  });
+
+  it("copies only files that exist and that .dockerignore lets through", () => {
+    const ignored = readFileSync(join(repo, ".dockerignore"), "utf8")
+      .split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"));
+    const sources = instructions
+      .filter((i) => i.keyword === "COPY" && !i.args.startsWith("--from"))
+      .flatMap((i) => i.args.split(/\s+/).slice(0, -1));
+    expect(sources).toEqual(expect.arrayContaining(["package.json", "package-lock.json", "src"]));
+    for (const src of sources) {
+      expect(existsSync(join(repo, src)), `${src} is copied but missing from the repo`).toBe(true);
+      expect(ignored.some((pattern) => src === pattern || src.startsWith(pattern + "/")), `${src} is excluded by .dockerignore`).toBe(false);
+    }
+    for (const needed of ["node_modules", "dist", ".git"]) expect(ignored).toContain(needed);
+  });
+
+  it("has the contract entrypoint and a curl HEALTHCHECK on /health", () => {
+    expect(entrypoint).toEqual(["slotpool", "sandbox-server", "--host", "0.0.0.0", "--port", "8080"]);
+    expect(healthcheck, "HEALTHCHECK missing").toBeDefined();
+    expect(healthcheck!.args).toMatch(/\bCMD\s+\[/);
+    const probe = execForm(healthcheck!.args.slice(healthcheck!.args.indexOf("[")));
+    expect(probe[0]).toBe("curl");
+    expect(probe).toContain("-fsS");
+    expect(probe.at(-1)).toBe("http://127.0.0.1:8080/health");
+  });
+
+  it("installs only packages that exist in Debian bookworm", async () => {
+    const packages = aptPackages();
+    expect(packages).toEqual(expect.arrayContaining(["bubblewrap", "tmux", "git", "curl", "coreutils", "ca-certificates"]));
+    // Debian's own index when apt is here (it knows installed packages even before
+    // `apt-get update`), else the workplace's lists of bookworm machines' packages.
+    const aptWorks = spawnSync("apt-cache", ["show", "coreutils"], { stdio: "ignore" }).status === 0;
+    const listDir = "/work/.library/env/packages";
+    const listed = new Set<string>();
+    if (existsSync(listDir)) {
+      for (const f of readdirSync(listDir).filter((n) => /^installed-.*\.txt$/.test(n))) {
+        for (const line of readFileSync(join(listDir, f), "utf8").split("\n")) {
+          const [kind, name] = line.split("\t");
+          if (kind === "apt" && name) listed.add(name);
+        }
+      }
+    }
+    expect(aptWorks || listed.size > 0, "neither apt-cache nor a package list is available to check against").toBe(true);
+    const bookworm = readFileSync("/etc/os-release", "utf8").includes("VERSION_CODENAME=bookworm");
+    for (const pkg of packages) {
+      let known = listed.has(pkg);
+      if (!known && aptWorks && bookworm) {
+        known = await run("apt-cache", ["show", pkg]).then((r) => r.stdout.includes(`Package: ${pkg}`), () => false);
+      }
+      expect(known, `apt package ${pkg} not found in Debian bookworm`).toBe(true);
+    }
+  });
+});
+
+describe("the image's entrypoint, run as written", () => {
+  let dir: string;
+  let child: ChildProcess | undefined;
+  let url = "";
+  let exited: Promise<number | null>;
+  const logs: string[] = [];
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), "slotpool-image-"));
+    // Install `slotpool` the way the image does: the built main.js, executable, symlinked on PATH.
+    const { args } = slotpoolCommand();
+    const main = args[0]!;
+    await chmod(main, 0o755);
+    const bin = join(dir, "bin");
+    await mkdir(bin);
+    await symlink(main, join(bin, "slotpool"));
+    const alloc = join(dir, "alloc");
+    await mkdir(alloc);
+
+    // Exactly the ENTRYPOINT + CMD, plus the slots Nomad's task args would add; only the
+    // port (8080 → 0, a free one) and the address (0.0.0.0 → loopback) are swapped.
+    const argv = [...entrypoint, ...cmd, "--slots", "2"].map((a, i, all) =>
+      all[i - 1] === "--port" ? "0" : all[i - 1] === "--host" ? "127.0.0.1" : a,
+    );
+    const env: NodeJS.ProcessEnv = { ...process.env, PATH: `${bin}${delimiter}${process.env["PATH"] ?? ""}`, NOMAD_ALLOC_DIR: alloc };
+    delete env["SANDBOX_TOKEN"];
+    child = spawn(argv[0]!, argv.slice(1), { cwd: dir, env, stdio: ["ignore", "ignore", "pipe"] });
+    exited = new Promise((res) => child!.once("exit", (code) => res(code)));
+    url = await new Promise<string>((res, rej) => {
+      const timer = setTimeout(() => rej(new Error(`no listening line within 20 s:\n${logs.join("\n")}`)), 20_000);
+      let buf = "";
+      child!.stderr!.setEncoding("utf8");
+      child!.stderr!.on("data", (chunk: string) => {
+        buf += chunk;
+        let nl: number;
+        while ((nl = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, nl);
+          buf = buf.slice(nl + 1);
+          logs.push(line);
+          try {
+            const parsed = JSON.parse(line) as { msg?: string; url?: string };
+            if (parsed.msg === "listening" && parsed.url) {
+              clearTimeout(timer);
+              res(parsed.url);
+            }
+          } catch {
+            // not JSON
+          }
+        }
+      });
+      void exited.then((code) => rej(new Error(`entrypoint exited with ${code} before listening:\n${logs.join("\n")}`)));
+    });
+  });
+
+  afterAll(async () => {
+    if (child && child.exitCode === null && child.signalCode === null) {
+      child.kill("SIGKILL");
+      await exited;
+    }
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("answers the image's HEALTHCHECK command", async () => {
+    const port = new URL(url).port;
+    const probe = execForm(healthcheck!.args.slice(healthcheck!.args.indexOf("["))).map((a) => a.replace(":8080/", `:${port}/`));
+    const hasCurl = (process.env["PATH"] ?? "").split(delimiter).some((d) => existsSync(join(d, probe[0]!)));
+    let body: string;
+    if (hasCurl) {
+      const r = await run(probe[0]!, probe.slice(1), { timeout: 10_000 });
+      body = r.stdout;
+    } else {
+      // No curl on this machine: the same request, with curl -f's rule (HTTP >= 400 fails).
+      const res = await fetch(probe.at(-1)!);
+      expect(res.status).toBeLessThan(400);
+      body = await res.text();
+    }
+    const health = JSON.parse(body) as { status: string; slots: number; bwrap_available: boolean };
+    expect(health.status).toBe("ok");
+    expect(health.slots).toBe(2);
+    expect(typeof health.bwrap_available).toBe("boolean");
+  });
+
+  it("keeps slot workspaces under $NOMAD_ALLOC_DIR/data", async () => {
+    const data = join(dir, "alloc", "data");
+    expect((await stat(data)).isDirectory()).toBe(true);
+    expect((await readdir(data)).sort()).toEqual(expect.arrayContaining(["slot_0", "slot_1"]));
+    // Nothing landed in the working directory's ./data default.
+    expect(existsSync(join(dir, "data"))).toBe(false);
+  });
+
+  it("stops on SIGTERM, as Nomad and docker stop it", async () => {
+    child!.kill("SIGTERM");
+    const code = await Promise.race([exited, new Promise((res) => setTimeout(() => res("still running"), 10_000))]);
+    expect(code).toBe(0);
+  });
+});
