@@ -1,0 +1,307 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ToolExecutor } from "../../src/executor/tool-executor.js";
+import { ToolServer } from "../../src/executor/tool-server.js";
+import { ToolExecutorConfigError } from "../../src/executor/config.js";
+import type { ToolResult } from "../../src/protocol/tool.js";
+import { DirectSlotPool } from "./support/direct-slot-pool.js";
+import { RecordingPool } from "./support/recording-pool.js";
+import { startSandboxes, type Sandboxes } from "./support/sandboxes.js";
+import { testTools } from "./support/echo-tools.js";
+
+/** Executor behaviour against real sandbox servers (through a minimal pool double). */
+
+let sandboxes: Sandboxes;
+let pool: DirectSlotPool;
+let executor: ToolExecutor;
+let seq = 0;
+const tid = (name: string) => `${name}-${++seq}`;
+const bash = (command: string, extra: Record<string, unknown> = {}) => ({ name: "bash", arguments: { command, ...extra } });
+
+beforeAll(async () => {
+  sandboxes = await startSandboxes(1, 8);
+  pool = new DirectSlotPool(sandboxes.containers);
+  executor = new ToolExecutor({ pool, config: { batchWindowMs: 5 } });
+  await executor.start();
+});
+
+afterAll(async () => {
+  await executor?.close();
+  await pool?.stop();
+  await sandboxes?.stop();
+});
+
+describe("ToolExecutor against real sandbox servers", () => {
+  it("runs a trajectory's calls in the order they were issued, within and across batch windows", async () => {
+    const t = tid("order");
+    const issued = [
+      executor.execute(t, bash("sleep 0.3; echo 1 >> log.txt")),
+      executor.execute(t, bash("echo 2 >> log.txt")),
+      executor.execute(t, bash("sleep 0.1; echo 3 >> log.txt")),
+    ];
+    await new Promise((r) => setTimeout(r, 60)); // a later batch window, while the first call still runs
+    issued.push(executor.execute(t, bash("echo 4 >> log.txt")));
+    issued.push(executor.execute(t, { name: "terminal", arguments: { command: "cat log.txt" } }));
+    const done: number[] = [];
+    issued.forEach((p, i) => void p.then(() => done.push(i)));
+    const results = await Promise.all(issued);
+    expect(results.every((r) => r.success)).toBe(true);
+    expect(results[4]!.output.trim().split("\n")).toEqual(["1", "2", "3", "4"]);
+    expect(done).toEqual([0, 1, 2, 3, 4]);
+    await executor.release(t);
+  });
+
+  it("does not make one trajectory wait for another's slow call", async () => {
+    const slow = tid("slow");
+    const fast = tid("fast");
+    await Promise.all([executor.execute(slow, bash("true")), executor.execute(fast, bash("true"))]); // both hold slots
+    const t0 = performance.now();
+    let slowDone = false;
+    const slowCall = executor.execute(slow, bash("sleep 2; echo slow")).then((r) => {
+      slowDone = true;
+      return r;
+    });
+    await new Promise((r) => setTimeout(r, 20));
+    const fastResult = await executor.execute(fast, bash("true"));
+    const fastMs = performance.now() - t0;
+    expect(fastResult.success).toBe(true);
+    expect(slowDone).toBe(false);
+    expect(fastMs).toBeLessThan(1000);
+    expect((await slowCall).output).toBe("slow");
+    await Promise.all([executor.release(slow), executor.release(fast)]);
+  });
+
+  it("delivers each result of a batch as soon as its call finishes", async () => {
+    const t = tid("stream");
+    await executor.execute(t, bash("true"));
+    const t0 = performance.now();
+    const first = executor.execute(t, bash("echo first"));
+    const second = executor.execute(t, bash("sleep 1.5; echo second"));
+    const r1 = await first;
+    const firstMs = performance.now() - t0;
+    expect(r1.output).toBe("first");
+    expect(firstMs).toBeLessThan(1000);
+    expect((await second).output).toBe("second");
+    await executor.release(t);
+  });
+
+  it("acquires a slot on the first sandbox call, keeps it, and isolates trajectories", async () => {
+    const a = tid("aff-a");
+    const b = tid("aff-b");
+    const before = pool.acquires;
+    expect(executor.slotOf(a)).toBeUndefined();
+    await executor.execute(a, { name: "write_file", arguments: { path: "secret.txt", content: "from a" } });
+    const slotA = executor.slotOf(a)!;
+    expect(slotA).toBeDefined();
+    const read = await executor.execute(a, { name: "read_file", arguments: { path: "secret.txt" } });
+    expect(read.output).toBe("from a");
+    expect(executor.slotOf(a)).toBe(slotA);
+    const other = await executor.execute(b, bash("cat secret.txt"));
+    expect(other.success).toBe(false);
+    expect(executor.slotOf(b)!.key).not.toBe(slotA.key);
+    expect(pool.acquires - before).toBe(2);
+    await Promise.all([executor.release(a), executor.release(b)]);
+  });
+
+  it("returns the slot on release (reset by default) and acquires a fresh one afterwards", async () => {
+    const t = tid("release");
+    await executor.execute(t, bash("echo keep > kept.txt"));
+    const held = pool.heldCount();
+    await executor.release(t);
+    expect(pool.heldCount()).toBe(held - 1);
+    expect(pool.releases.at(-1)).toMatchObject({ reset: true });
+    const again = await executor.execute(t, bash("cat kept.txt 2>&1 || echo missing"));
+    expect(again.output).toContain("missing");
+    await executor.release(t, { reset: false });
+    expect(pool.releases.at(-1)).toMatchObject({ reset: false });
+    await executor.release("never-seen"); // no-op
+  });
+
+  it("answers unknown tools and invalid arguments with error results, without acquiring a slot", async () => {
+    const t = tid("bad");
+    const before = pool.acquires;
+    const unknown = await executor.execute(t, { name: "web_search", arguments: { q: "x" }, uniq_id: "u1" });
+    expect(unknown).toMatchObject({ success: false, uniq_id: "u1" });
+    expect(unknown.error).toMatch(/unknown tool 'web_search'; available tools: bash, bash_stateful, tmux, read_file, write_file/);
+    const invalid = await executor.execute(t, { name: "bash", arguments: { cmd: "ls" } });
+    expect(invalid.success).toBe(false);
+    expect(invalid.error).toMatch(/invalid arguments for tool 'bash': command:/);
+    const external = await executor.execute(t, { name: "bash", arguments: { command: "true" } });
+    expect(external.success).toBe(true);
+    expect(pool.acquires - before).toBe(1);
+    await executor.release(t);
+  });
+
+  it("clamps a too-small timeout to 1 s and kills a command at its timeout", async () => {
+    const t = tid("timeout");
+    const ok = await executor.execute(t, bash("sleep 0.4; echo done", { timeout: 0.01 }));
+    expect(ok).toMatchObject({ success: true, output: "done" });
+    const t0 = performance.now();
+    const killed = await executor.execute(t, bash("sleep 30"), { timeoutMs: 1000 });
+    expect(killed.success).toBe(false);
+    expect(killed.metadata["timeout"]).toBe(true);
+    expect(performance.now() - t0).toBeLessThan(10_000);
+    await executor.release(t);
+  });
+
+  it("stamps policy from config, not from the model: the model cannot turn the network on", async () => {
+    const closed = new ToolExecutor({ pool, config: { allowNetwork: false, batchWindowMs: 1 } });
+    await closed.start();
+    const t = tid("policy");
+    const r = await closed.execute(t, bash("echo hi", { allow_network: true, require_sandbox: false }));
+    expect(r.success).toBe(true);
+    expect(r.metadata["network_isolated"]).toBe(true);
+    await closed.close();
+  });
+
+  it("reads, lists and archives a trajectory's artifacts", async () => {
+    const t = tid("art");
+    const none = await executor.readArtifact(t, { path: "a.txt" });
+    expect(none.success).toBe(false);
+    expect(none.error).toMatch(/holds no slot/);
+    await executor.execute(t, bash("mkdir -p out && echo hello > out/a.txt"));
+    const read = await executor.readArtifact(t, { path: "out/a.txt" });
+    expect(read).toMatchObject({ success: true, content: "hello\n" });
+    const list = await executor.listArtifacts(t, { path: "out" });
+    expect(list.success).toBe(true);
+    expect(list.entries.map((e) => e.path)).toContain("out/a.txt");
+    const archive = await executor.archiveArtifacts(t, { path: "out" });
+    expect(archive.success).toBe(true);
+    expect(Buffer.from(archive.content, "base64").subarray(0, 2)).toEqual(Buffer.from([0x1f, 0x8b]));
+    await executor.release(t);
+  });
+
+  it("turns a cancelled call into an error result", async () => {
+    const t = tid("abort");
+    const ac = new AbortController();
+    const p = executor.execute(t, bash("sleep 5"), { signal: ac.signal });
+    setTimeout(() => ac.abort(), 100);
+    const r = await p;
+    expect(r.success).toBe(false);
+    expect(r.error).toMatch(/cancelled/);
+    await executor.release(t);
+  });
+
+  it("reports stats: totals, errors, latency", async () => {
+    const s = executor.stats();
+    expect(s.totals.calls).toBeGreaterThan(10);
+    expect(s.totals.errors).toBeGreaterThan(0);
+    expect(s.totals.sandbox).toBeGreaterThan(0);
+    expect(s.latencyMs.count).toBe(s.totals.calls);
+    expect(s.latencyMs.p99).toBeGreaterThanOrEqual(s.latencyMs.p50);
+    expect(s.queued).toBe(0);
+    expect(executor.metrics.registry.render()).toMatch(/slotpool_executor_calls_total\{kind="sandbox",tool="bash"\} \d+/);
+  });
+});
+
+describe("ToolExecutor routing to a ToolServer", () => {
+  let server: ToolServer;
+  let url: string;
+  beforeAll(async () => {
+    server = new ToolServer({ tools: testTools(), token: "ts-token" });
+    url = await server.listen(0, "127.0.0.1");
+  });
+  afterAll(async () => server?.close());
+
+  it("discovers external tools and sends their calls with trajectory and slot ids", async () => {
+    const ex = new ToolExecutor({ pool, config: { toolServerUrl: url, toolServerToken: "ts-token", batchWindowMs: 1 } });
+    await ex.start();
+    expect(ex.tools.resolve("echo_context")?.kind).toBe("external");
+    const t = tid("ext");
+    const before = await ex.execute(t, { name: "echo_context", arguments: { text: "no slot yet", allow_network: true }, uniq_id: "e1" });
+    expect(before).toMatchObject({ success: true, output: "no slot yet", uniq_id: "e1", metadata: { trajectory_id: t, slot_id: null } });
+    expect((before.metadata["args"] as Record<string, unknown>)["allow_network"]).toBeUndefined();
+    await ex.execute(t, bash("true"));
+    const after = await ex.execute(t, { name: "echo_context", arguments: { text: "with slot" } });
+    expect(after.metadata).toMatchObject({ trajectory_id: t, slot_id: ex.slotOf(t)!.slotId, container_addr: ex.slotOf(t)!.container.url });
+    expect(ex.stats().totals.external).toBe(2);
+    await ex.close();
+  });
+
+  it("says so when the ToolServer refuses the token", async () => {
+    const ex = new ToolExecutor({ pool, tools: undefined, config: { toolServerUrl: url, toolServerToken: "wrong", batchWindowMs: 1 } });
+    ex.tools.register(testTools()[0]!);
+    await ex.start();
+    const r = await ex.execute(tid("ext-bad"), { name: "echo_context", arguments: { text: "x" } });
+    expect(r.success).toBe(false);
+    expect(r.error).toMatch(/refused our token \(HTTP 403\)/);
+    await ex.close();
+  });
+
+  it("gives a clear error for external tools when no ToolServer is configured", async () => {
+    const ex = new ToolExecutor({ pool, config: { batchWindowMs: 1 } });
+    ex.tools.register(testTools()[0]!);
+    await ex.start();
+    const r = await ex.execute(tid("no-ts"), { name: "echo_context", arguments: { text: "x" } });
+    expect(r.success).toBe(false);
+    expect(r.error).toMatch(/external tool 'echo_context' is not available: no ToolServer is configured/);
+    await ex.close();
+  });
+});
+
+describe("ToolExecutor when a slot is lost", () => {
+  it("answers with a slot_lost error result naming the slot, for this and every later call", async () => {
+    const sb = await startSandboxes(1, 2);
+    const p = new DirectSlotPool(sb.containers);
+    const ex = new ToolExecutor({ pool: p, config: { batchWindowMs: 1 } });
+    try {
+      await ex.start();
+      const t = tid("lost");
+      expect((await ex.execute(t, bash("echo x > f"))).success).toBe(true);
+      const running = ex.execute(t, bash("sleep 10"));
+      await new Promise((r) => setTimeout(r, 200));
+      p.markLost(sb.containers[0]!.id, "allocation failed: OOM killed");
+      sb.processes[0]!.child.kill("SIGKILL"); // the container dies: no graceful answer
+      const r: ToolResult = await running;
+      expect(r.success).toBe(false);
+      expect(r.error).toMatch(/workspace lost: .*The workspace is gone/);
+      expect(r.metadata).toMatchObject({ slot_lost: true, slot_id: "slot_0", allocation_id: "local-0", slot_key: "local-0/slot_0" });
+      const later = await ex.execute(t, bash("cat f"));
+      expect(later.metadata["slot_lost"]).toBe(true);
+      const art = await ex.readArtifact(t, { path: "f" });
+      expect(art.error).toMatch(/workspace lost/);
+      await ex.release(t);
+      expect(p.releases.at(-1)).toMatchObject({ key: "local-0/slot_0", reset: false });
+    } finally {
+      await ex.close();
+      await p.stop();
+      await sb.stop();
+    }
+  });
+});
+
+describe("ToolExecutor wire arguments", () => {
+  it("clamps timeouts to [1, 600] s and overrides policy arguments from config", async () => {
+    const rec = new RecordingPool();
+    const ex = new ToolExecutor({ pool: rec, config: { batchWindowMs: 0, allowNetwork: false, requireSandbox: true, requireStatefulSandbox: true, defaultTimeoutS: 45 } });
+    await ex.start();
+    await ex.execute("w", bash("a", { timeout: 100_000, allow_network: true, require_sandbox: false, require_stateful_sandbox: false }));
+    await ex.execute("w", bash("b"));
+    await ex.execute("w", { name: "terminal_stateful", arguments: { command: "c" } }, { timeoutMs: 10 });
+    await ex.execute("w", { name: "tmux", arguments: { action: "capture" } }, { timeoutMs: 20_000 });
+    expect(rec.sent.map((c) => [c.tool, c.timeout])).toEqual([
+      ["bash", 600],
+      ["bash", 45],
+      ["bash_stateful", 1],
+      ["tmux", 20],
+    ]);
+    expect(rec.sent[0]!.args).toEqual({ command: "a", timeout: 600, allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
+    for (const c of rec.sent) expect(c.args).toMatchObject({ allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
+    expect(rec.acquired).toBe(1);
+    await ex.close();
+  });
+
+  it("dispatches a burst larger than maxBatchSize completely, in order", async () => {
+    const rec = new RecordingPool();
+    const ex = new ToolExecutor({ pool: rec, config: { batchWindowMs: 2, maxBatchSize: 3 } });
+    await ex.start();
+    const rs = await Promise.all(Array.from({ length: 10 }, (_, i) => ex.execute("burst", bash(`echo ${i}`))));
+    expect(rs.every((r) => r.success)).toBe(true);
+    expect(rec.sent.map((c) => c.args["command"])).toEqual(Array.from({ length: 10 }, (_, i) => `echo ${i}`));
+    await ex.close();
+  });
+
+  it("rejects bad config with a message naming the field", () => {
+    expect(() => new ToolExecutor({ pool: new RecordingPool(), config: { maxBatchSize: 0 } })).toThrow(ToolExecutorConfigError);
+    expect(() => new ToolExecutor({ pool: new RecordingPool(), config: { toolServerUrl: "ftp://x" } })).toThrow(/toolServerUrl/);
+  });
+});
