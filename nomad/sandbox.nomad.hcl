@@ -10,7 +10,7 @@
 
 variable "image" {
   type        = string
-  description = "Docker image of the sandbox server (ENTRYPOINT: the slotpool command)"
+  description = "Docker image of the sandbox server (sandbox-image/Dockerfile; slotpool on its PATH)"
   default     = "slotpool-sandbox:local"
 }
 
@@ -104,8 +104,10 @@ job "slotpool-sandbox" {
 
       config {
         image = var.image
-        ports = ["http"]
-        args  = ["sandbox-server", "--slots", "${var.slots}", "--host", "0.0.0.0", "--port", "8080"]
+        # Explicit, so args hold the whole command line whatever the image's ENTRYPOINT says.
+        entrypoint = ["slotpool"]
+        ports      = ["http"]
+        args       = ["sandbox-server", "--slots", "${var.slots}", "--host", "0.0.0.0", "--port", "8080"]
         # docker's default seccomp profile refuses the user namespaces bubblewrap creates.
         security_opt = ["seccomp=unconfined", "apparmor=unconfined"]
       }

@@ -38,9 +38,9 @@ export interface SandboxJobOptions {
   /** Slots per sandbox server. */
   slots?: number;
   driver?: SandboxDriver;
-  /** docker: the image (its ENTRYPOINT must be the `slotpool` command). raw_exec: path of the `.sif`. */
+  /** docker: the image (must have `slotpool` on its PATH, as sandbox-image/ has). raw_exec: path of the `.sif`. */
   image?: string;
-  /** raw_exec: "apptainer" (default) or "singularity". exec: the slotpool binary (default "/usr/local/bin/slotpool"). */
+  /** docker: the entrypoint (default "slotpool"). raw_exec: "apptainer" (default) or "singularity". exec: the slotpool binary (default "/usr/local/bin/slotpool"). */
   command?: string;
   /** MHz of CPU per server. */
   cpu?: number;
@@ -183,8 +183,10 @@ export function taskConfig(s: SandboxJobSettings): Record<string, unknown> {
   const args = sandboxServerArgs(s);
   switch (s.driver) {
     case "docker": {
-      const config: Record<string, unknown> = { image: s.image, ports: [HTTP_PORT_LABEL], args };
-      if (s.command) config["command"] = s.command;
+      // The entrypoint is set explicitly so the args below hold the whole command line,
+      // whatever the image's own ENTRYPOINT already includes (sandbox-image/Dockerfile has
+      // "slotpool sandbox-server --host 0.0.0.0 --port 8080").
+      const config: Record<string, unknown> = { image: s.image, entrypoint: [s.command || "slotpool"], ports: [HTTP_PORT_LABEL], args };
       if (s.privileged) config["privileged"] = true;
       if (s.securityOpt.length) config["security_opt"] = [...s.securityOpt];
       return config;

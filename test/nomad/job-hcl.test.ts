@@ -159,6 +159,7 @@ describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
     expect(task["Driver"]).toBe("docker");
     expect(task["Config"]["image"]).toBe("${var.image}");
     expect(task["Config"]["ports"]).toEqual(["http"]);
+    expect(task["Config"]["entrypoint"]).toEqual(taskConfig(built)["entrypoint"]);
     expect(task["Config"]["args"]).toEqual(sandboxServerArgs(built).map((a) => (a === "4" ? "${var.slots}" : a)));
     expect(task["Config"]["security_opt"]).toEqual(taskConfig(built)["security_opt"]);
     expect(task["Resources"]).toEqual({ CPU: "${var.cpu}", MemoryMB: "${var.memory}" });

@@ -104,6 +104,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
   it("starts the server with --slots N --host 0.0.0.0 on the mapped port", () => {
     expect(task["Driver"]).toBe("docker");
     expect(config["image"]).toBe("slotpool-sandbox:local");
+    expect(config["entrypoint"]).toEqual(["slotpool"]);
     expect(config["args"]).toEqual(["sandbox-server", "--slots", "8", "--host", "0.0.0.0", "--port", "8080"]);
   });
 
