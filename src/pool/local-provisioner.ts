@@ -1,0 +1,256 @@
+import { randomBytes } from "node:crypto";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import { silentLogger } from "../observability/logger.js";
+import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
+import { startSandboxProcess, type SandboxProcess } from "./sandbox-process.js";
+
+/**
+ * The embedded provisioner: each container is a `slotpool sandbox-server` child process on a
+ * free loopback port with its own random token and data directory. It behaves like a Nomad
+ * task group: it keeps `count` containers running, names them by index (scale-up fills the
+ * lowest free index, scale-down stops the highest), and replaces any that exit.
+ */
+export interface LocalProvisionerOptions {
+  slotsPerContainer: number;
+  /** Where container data dirs go (default: a fresh temp dir, removed on stop). */
+  baseDir?: string;
+  /** Loopback address the servers bind (default 127.0.0.1). */
+  host?: string;
+  /** Extra `slotpool sandbox-server` flags. */
+  extraArgs?: string[];
+  env?: NodeJS.ProcessEnv;
+  /** How long a server may take to start listening (default 20 s). */
+  startTimeoutMs?: number;
+  /** SIGTERM → SIGKILL grace on stop (default 5 s). */
+  stopGraceMs?: number;
+  /** Consecutive early failures (start failed or exit within `crashWindowMs`) that make a crash loop (default 3). */
+  crashLoopThreshold?: number;
+  crashWindowMs?: number;
+  logger?: Logger;
+}
+
+interface LocalContainer {
+  id: string;
+  index: number;
+  token: string;
+  dataDir: string;
+  startedAt: number;
+  process: SandboxProcess | undefined;
+  stopping: boolean;
+  /** First and last lines of the server's output (a usage error comes first, a crash last). */
+  head: string[];
+  tail: string[];
+}
+
+const TAIL_LINES = 8;
+
+export class LocalProvisioner implements Provisioner {
+  readonly kind = "local";
+  private readonly options: LocalProvisionerOptions;
+  private readonly logger: Logger;
+  private readonly containers = new Map<number, LocalContainer>();
+  private readonly exiting = new Set<Promise<void>>();
+  private events: ProvisionerEvents | undefined;
+  private target = 0;
+  private baseDir: string | undefined;
+  private ownsBaseDir = false;
+  private stopped = false;
+  private consecutiveFailures = 0;
+  private restartTimer: NodeJS.Timeout | undefined;
+  private restartBlockedUntil = 0;
+
+  constructor(options: LocalProvisionerOptions) {
+    if (!Number.isInteger(options.slotsPerContainer) || options.slotsPerContainer < 1) {
+      throw new ProvisionerError(`LocalProvisioner: slotsPerContainer must be a whole number ≥ 1, got ${options.slotsPerContainer}`, "config");
+    }
+    const host = options.host ?? "127.0.0.1";
+    if (!/^127\.\d+\.\d+\.\d+$/.test(host) && host !== "localhost" && host !== "::1") {
+      throw new ProvisionerError(`LocalProvisioner: host must be a loopback address, got '${host}'`, "config");
+    }
+    this.options = options;
+    this.logger = options.logger ?? silentLogger();
+  }
+
+  async start(events: ProvisionerEvents, initialCount: number): Promise<void> {
+    if (this.events) throw new ProvisionerError("LocalProvisioner.start() called twice", "other");
+    this.events = events;
+    if (this.options.baseDir) {
+      await mkdir(this.options.baseDir, { recursive: true });
+      this.baseDir = this.options.baseDir;
+    } else {
+      this.baseDir = await mkdtemp(join(tmpdir(), "slotpool-local-"));
+      this.ownsBaseDir = true;
+    }
+    this.target = initialCount;
+    this.reconcile();
+  }
+
+  async setTargetCount(count: number, reason: string): Promise<void> {
+    if (!Number.isInteger(count) || count < 0) throw new ProvisionerError(`LocalProvisioner: container count must be a whole number ≥ 0, got ${count}`, "config");
+    if (this.stopped) return;
+    this.logger.info({ from: this.target, to: count, reason }, "local provisioner: scaling");
+    this.target = count;
+    this.reconcile();
+  }
+
+  async replaceContainer(id: string, reason: string): Promise<void> {
+    for (const c of this.containers.values()) {
+      if (c.id !== id || !c.process) continue;
+      this.logger.warn({ container: id, reason }, "local provisioner: replacing a container");
+      c.process.child.kill("SIGKILL");
+    }
+  }
+
+  /** The running servers (for status output and tests). */
+  processes(): Array<{ id: string; index: number; pid: number; url: string; dataDir: string }> {
+    return [...this.containers.values()]
+      .filter((c) => c.process)
+      .sort((a, b) => a.index - b.index)
+      .map((c) => ({ id: c.id, index: c.index, pid: c.process!.pid, url: c.process!.url, dataDir: c.dataDir }));
+  }
+
+  async describe(): Promise<string> {
+    const lines = [...this.containers.values()]
+      .sort((a, b) => a.index - b.index)
+      .map((c) => `  [${c.index}] ${c.id}: ${c.process ? `running at ${c.process.url}` : "starting"}${c.tail.length ? `; last output: ${c.tail.slice(-3).join(" | ")}` : ""}`);
+    return `local containers (target ${this.target}):\n${lines.join("\n") || "  (none)"}`;
+  }
+
+  async stop(options: { purge: boolean }): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    clearTimeout(this.restartTimer);
+    const grace = this.options.stopGraceMs ?? 5_000;
+    await Promise.all(
+      [...this.containers.values()].map(async (c) => {
+        c.stopping = true;
+        await c.process?.stop(grace);
+      }),
+    );
+    // The exit handlers report and clean up each container; wait for them.
+    await Promise.all([...this.exiting]);
+    // Each container's data dir went with it; a temp base dir of our own goes too. Local
+    // containers keep nothing between runs, so `purge` changes nothing here.
+    void options;
+    if (this.baseDir && this.ownsBaseDir) await rm(this.baseDir, { recursive: true, force: true });
+  }
+
+  /** Starts missing indexes below the target (lowest first) and stops the ones at or above it. */
+  private reconcile(): void {
+    if (this.stopped || !this.events) return;
+    for (const c of this.containers.values()) {
+      if (c.index >= this.target && !c.stopping) {
+        c.stopping = true;
+        void c.process?.stop(this.options.stopGraceMs ?? 5_000);
+      }
+    }
+    if (performance.now() < this.restartBlockedUntil) {
+      this.scheduleReconcile(this.restartBlockedUntil - performance.now());
+      return;
+    }
+    for (let index = 0; index < this.target; index++) {
+      if (!this.containers.has(index)) this.launch(index);
+    }
+  }
+
+  private scheduleReconcile(delayMs: number): void {
+    clearTimeout(this.restartTimer);
+    this.restartTimer = setTimeout(() => this.reconcile(), Math.max(1, delayMs));
+    this.restartTimer.unref();
+  }
+
+  private launch(index: number): void {
+    const id = `local-${index}-${randomBytes(4).toString("hex")}`;
+    const c: LocalContainer = {
+      id,
+      index,
+      token: randomBytes(24).toString("base64url"),
+      dataDir: join(this.baseDir!, id),
+      startedAt: performance.now(),
+      process: undefined,
+      stopping: false,
+      head: [],
+      tail: [],
+    };
+    this.containers.set(index, c);
+    this.events!.containerStarting(id, index);
+    const done = this.run(c).finally(() => this.exiting.delete(done));
+    this.exiting.add(done);
+  }
+
+  private async run(c: LocalContainer): Promise<void> {
+    const slots = this.options.slotsPerContainer;
+    let proc: SandboxProcess;
+    try {
+      await mkdir(c.dataDir, { recursive: true });
+      proc = await startSandboxProcess({
+        slots,
+        dataDir: c.dataDir,
+        host: this.options.host ?? "127.0.0.1",
+        port: 0,
+        token: c.token,
+        startTimeoutMs: this.options.startTimeoutMs ?? 20_000,
+        ...(this.options.extraArgs ? { extraArgs: this.options.extraArgs } : {}),
+        ...(this.options.env ? { env: this.options.env } : {}),
+        onLog: (line) => {
+          if (c.head.length < 2 && line.trim()) c.head.push(line.length > 400 ? `${line.slice(0, 400)}…` : line);
+          c.tail.push(line.length > 400 ? `${line.slice(0, 400)}…` : line);
+          if (c.tail.length > TAIL_LINES) c.tail.shift();
+        },
+      });
+    } catch (err) {
+      const first = (err instanceof Error ? err.message : String(err)).split("\n")[0];
+      const output = c.head.length ? `; its output began: ${c.head.join(" | ")}` : "";
+      await this.finish(c, `sandbox server ${c.id} failed to start: ${first}${output}`, true);
+      return;
+    }
+    c.process = proc;
+    if (c.stopping || this.stopped) {
+      await proc.stop(this.options.stopGraceMs ?? 5_000);
+      await this.finish(c, "stopped before it was used", false);
+      return;
+    }
+    this.logger.info({ container: c.id, index: c.index, url: proc.url, pid: proc.pid }, "local provisioner: container up");
+    this.events!.containerUp({ id: c.id, index: c.index, url: proc.url, token: c.token, slots });
+    const { code, signal } = await proc.exited;
+    if (c.stopping) {
+      await this.finish(c, this.stopped ? "the pool was stopped" : "scaled down", false);
+      return;
+    }
+    const early = performance.now() - c.startedAt < (this.options.crashWindowMs ?? 30_000);
+    const how = signal ? `was killed by ${signal}` : `exited with code ${code}`;
+    await this.finish(c, `sandbox server process ${proc.pid} (${c.id}) ${how}; last output: ${c.tail.slice(-4).join(" | ") || "(none)"}`, early);
+  }
+
+  /** Reports a container gone, removes its data, and lets reconcile replace it when still wanted. */
+  private async finish(c: LocalContainer, reason: string, failure: boolean): Promise<void> {
+    if (this.containers.get(c.index) === c) this.containers.delete(c.index);
+    const expected = c.stopping;
+    this.events!.containerGone({ id: c.id, index: c.index, reason, expected });
+    const removed = rm(c.dataDir, { recursive: true, force: true }).catch(() => undefined);
+    if (expected) {
+      await removed;
+      return;
+    }
+    this.logger.warn({ container: c.id, index: c.index, reason }, "local provisioner: container lost");
+    if (failure) this.consecutiveFailures++;
+    else this.consecutiveFailures = 0;
+    const threshold = this.options.crashLoopThreshold ?? 3;
+    if (this.consecutiveFailures >= threshold) {
+      this.events!.problem(
+        new ProvisionerError(
+          `sandbox servers are crash-looping: ${this.consecutiveFailures} failed to start or died early in a row; latest: ${reason}. ` +
+            "Check that 'npm run build' ran and that the sandbox-server flags are valid.",
+          "crash-loop",
+        ),
+      );
+    }
+    // Back off restarts while failing (0.5 s, 1 s, 2 s … 15 s), like Nomad's restart policy.
+    const delay = this.consecutiveFailures === 0 ? 0 : Math.min(15_000, 250 * 2 ** this.consecutiveFailures);
+    this.restartBlockedUntil = performance.now() + delay;
+    this.scheduleReconcile(delay);
+  }
+}
