@@ -85,7 +85,10 @@ export function probeBwrap(workspaceDir: string, uid?: number, gid?: number): Bw
     ...(uid !== undefined ? { uid, gid: gid ?? uid } : {}),
   });
   if (res.status === 0) return { available: true, path };
-  const reason = (res.stderr || res.error?.message || `exit ${res.status}`).trim();
+  let reason = (res.stderr || res.error?.message || `exit ${res.status}`).trim();
+  if (uid !== undefined && /permission denied/i.test(reason)) {
+    reason += ` (slot uid ${uid} must be able to traverse every parent directory of the data dir: chmod o+x them or pick another --data-dir)`;
+  }
   return { available: false, path, reason: `bubblewrap cannot create namespaces here: ${reason}` };
 }
 

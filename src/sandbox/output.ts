@@ -151,6 +151,15 @@ export class CappedOutput {
     const stderr = this.streamText("stderr");
     let out = stdout;
     if (stderr) out += `\n[stderr]\n${stderr}`;
-    return out.trim();
+    out = out.trim();
+    const cap = this.options.cap;
+    if (out.length > cap) {
+      // Both streams were capped separately; keep the whole answer within the cap too.
+      const marker = `\n\n... [output truncated: ${this.total} characters in total, full output in ${this.options.fileName}] ...\n\n`;
+      const room = Math.max(0, cap - marker.length);
+      const head = Math.ceil(room / 2);
+      out = out.slice(0, head) + marker + out.slice(out.length - (room - head));
+    }
+    return out;
   }
 }

@@ -11,7 +11,8 @@ import {
   type ExecuteResponse,
 } from "../protocol/sandbox.js";
 import { HttpError, fieldName } from "./errors.js";
-import { loadOptional, SandboxService, type ParsedCall, type SandboxServiceOptions } from "./service.js";
+import { archiveArtifacts, listArtifacts, readArtifact } from "./artifacts.js";
+import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "./service.js";
 
 export interface SandboxServerOptions extends SandboxServiceOptions {
   host: string;
@@ -146,12 +147,14 @@ export class SandboxServer {
     const schema = kind === "read" ? ArtifactReadRequestSchema : kind === "list" ? ArtifactListRequestSchema : ArtifactArchiveRequestSchema;
     const parsed = parse(schema as z.ZodType<{ slot_id: string } & Record<string, unknown>>, body);
     const slot = this.service.slotById(parsed.slot_id);
-    const mod = await loadOptional<ArtifactsModule>("./artifacts.js");
-    if (!mod) throw new HttpError(501, "artifact routes are not available in this build yet");
     const { slot_id: _omit, ...rest } = parsed;
     // Artifact reads run in the slot's queue so they see the files of every earlier call.
-    const answer = await slot.enqueue(() =>
-      kind === "read" ? mod.readArtifact(slot.workspaceDir, rest) : kind === "list" ? mod.listArtifacts(slot.workspaceDir, rest) : mod.archiveArtifacts(slot.workspaceDir, rest),
+    const answer = await slot.enqueue<unknown>(() =>
+      kind === "read"
+        ? readArtifact(slot.workspaceDir, rest as Parameters<typeof readArtifact>[1])
+        : kind === "list"
+          ? listArtifacts(slot.workspaceDir, rest as Parameters<typeof listArtifacts>[1])
+          : archiveArtifacts(slot.workspaceDir, rest as Parameters<typeof archiveArtifacts>[1]),
     );
     return this.send(res, 200, answer);
   }
@@ -225,8 +228,3 @@ function parse<T>(schema: z.ZodType<T>, body: unknown): T {
   return r.data;
 }
 
-interface ArtifactsModule {
-  readArtifact(dir: string, req: unknown): Promise<unknown>;
-  listArtifacts(dir: string, req: unknown): Promise<unknown>;
-  archiveArtifacts(dir: string, req: unknown): Promise<unknown>;
-}

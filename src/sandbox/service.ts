@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdirSync } from "node:fs";
+import { chmodSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
 import type { z } from "zod";
@@ -7,7 +7,9 @@ import {
   ExecuteRequestSchema,
   SandboxToolArgs,
   type ExecuteResponse,
+  type ReadFileArgs,
   type ResetResponse,
+  type WriteFileArgs,
   type SandboxToolName,
 } from "../protocol/sandbox.js";
 import { HttpError, fieldName } from "./errors.js";
@@ -16,6 +18,7 @@ import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
 import { Slot } from "./slot.js";
 import { BashExecutor, type ToolOutcome } from "./bash.js";
+import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
 
@@ -81,6 +84,9 @@ export class SandboxService {
     mkdirSync(dataDir, { recursive: true, mode: 0o755 });
     const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
     const perSlotUid = options.perSlotUid ?? isRoot;
+    // Slot uids must be able to traverse (not list) the data dir to reach their own
+    // workspace (each workspace is 0700 for its slot's uid).
+    if (perSlotUid && isRoot) chmodSync(dataDir, 0o711);
     const base = options.slotUidBase ?? 20_000;
     this.slots = [];
     for (let i = 0; i < options.slots; i++) {
@@ -183,16 +189,16 @@ export class SandboxService {
   }
 
   private async fileTool(call: ParsedCall): Promise<ToolOutcome> {
-    const files = await loadOptional<FilesModule>("./files.js");
-    if (!files) return { success: false, output: "", error: `${call.tool} is not available in this build yet`, metadata: {} };
+    // write_file chowns what it creates to the slot's uid/gid (base + slot index when the
+    // server is root), so the slot's commands can modify it.
     const opts = {
       maxReadBytes: this.maxReadBytes,
       maxWriteBytes: this.maxWriteBytes,
       ...(call.slot.owner ? { owner: call.slot.owner } : {}),
     };
     return call.tool === "read_file"
-      ? files.readFileTool(call.slot.workspaceDir, call.args, opts)
-      : files.writeFileTool(call.slot.workspaceDir, call.args, opts);
+      ? readFileTool(call.slot.workspaceDir, call.args as ReadFileArgs, opts)
+      : writeFileTool(call.slot.workspaceDir, call.args as WriteFileArgs, opts);
   }
 
   fail(call: ParsedCall, error: string): ExecuteResponse {
@@ -225,21 +231,3 @@ export class SandboxService {
   }
 }
 
-interface FilesModule {
-  readFileTool(dir: string, args: unknown, opts: unknown): Promise<ToolOutcome>;
-  writeFileTool(dir: string, args: unknown, opts: unknown): Promise<ToolOutcome>;
-}
-
-const optionalCache = new Map<string, unknown>();
-/** Imports a sibling module that another engineer may not have landed yet. */
-export async function loadOptional<T>(spec: string): Promise<T | null> {
-  if (optionalCache.has(spec)) return optionalCache.get(spec) as T | null;
-  let mod: T | null = null;
-  try {
-    mod = (await import(new URL(spec, import.meta.url).href)) as T;
-  } catch {
-    mod = null;
-  }
-  optionalCache.set(spec, mod);
-  return mod;
-}

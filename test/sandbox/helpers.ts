@@ -1,0 +1,71 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startSandboxProcess, type SandboxProcess } from "../../src/pool/sandbox-process.js";
+import type { ExecuteResponse } from "../../src/protocol/sandbox.js";
+
+/** A real sandbox server on loopback (the built `slotpool sandbox-server`) for one test file. */
+export interface TestServer {
+  proc: SandboxProcess;
+  url: string;
+  dataDir: string;
+  token: string | undefined;
+  logs: string[];
+  post(path: string, body: unknown, headers?: Record<string, string>): Promise<{ status: number; json: any; text: string }>;
+  get(path: string, headers?: Record<string, string>): Promise<{ status: number; json: any; text: string }>;
+  bash(slot: number, command: string, extra?: Record<string, unknown>, envelope?: Record<string, unknown>): Promise<ExecuteResponse>;
+  stop(): Promise<void>;
+}
+
+export async function startServer(opts: { slots?: number; token?: string; extraArgs?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<TestServer> {
+  const dataDir = mkdtempSync(join(tmpdir(), "slotpool-sbx-"));
+  const logs: string[] = [];
+  const proc = await startSandboxProcess({
+    slots: opts.slots ?? 4,
+    dataDir,
+    ...(opts.token ? { token: opts.token } : {}),
+    extraArgs: opts.extraArgs ?? [],
+    env: { SLOTPOOL_LOG_LEVEL: "debug", ...opts.env },
+    onLog: (l) => logs.push(l),
+    startTimeoutMs: 60_000,
+  });
+  const auth: Record<string, string> = opts.token ? { authorization: `Bearer ${opts.token}` } : {};
+  const request = async (method: string, path: string, body?: unknown, headers?: Record<string, string>) => {
+    const res = await fetch(proc.url + path, {
+      method,
+      headers: { "content-type": "application/json", ...auth, ...headers },
+      ...(body !== undefined ? { body: typeof body === "string" ? body : JSON.stringify(body) } : {}),
+    });
+    const text = await res.text();
+    let json: any;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    return { status: res.status, json, text };
+  };
+  const server: TestServer = {
+    proc,
+    url: proc.url,
+    dataDir,
+    token: opts.token,
+    logs,
+    post: (path, body, headers) => request("POST", path, body, headers),
+    get: (path, headers) => request("GET", path, undefined, headers),
+    async bash(slot, command, extra = {}, envelope = {}) {
+      const r = await request("POST", "/execute", { slot_id: `slot_${slot}`, tool: "bash", args: { command, ...extra }, ...envelope });
+      if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${r.text}`);
+      return r.json as ExecuteResponse;
+    },
+    async stop() {
+      await proc.stop(10_000);
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+  return server;
+}
+
+/** Host uid of a slot's processes when the tests run as root (see `--slot-uid-base`). */
+export const SLOT_UID_BASE = 20_000;
+export const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
