@@ -69,6 +69,9 @@ export function bwrapArgs(opts: NamespaceOptions): string[] {
   ];
 }
 
+/** Last bwrap arguments: the sandbox's root (a tmpfs holding the mount points) read-only. */
+export const READ_ONLY_ROOT = ["--remount-ro", "/"];
+
 export interface BwrapProbe {
   available: boolean;
   path: string | null;
@@ -79,7 +82,7 @@ export interface BwrapProbe {
 export function probeBwrap(workspaceDir: string, uid?: number, gid?: number): BwrapProbe {
   const path = findExecutable("bwrap");
   if (!path) return { available: false, path: null, reason: "bwrap (bubblewrap) is not installed" };
-  const res = spawnSync(path, [...bwrapArgs({ workspaceDir, allowNetwork: false }), "--", "/bin/sh", "-c", "true"], {
+  const res = spawnSync(path, [...bwrapArgs({ workspaceDir, allowNetwork: false }), ...READ_ONLY_ROOT, "--", "/bin/sh", "-c", "true"], {
     encoding: "utf8",
     timeout: 10_000,
     ...(uid !== undefined ? { uid, gid: gid ?? uid } : {}),

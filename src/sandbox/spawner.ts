@@ -4,7 +4,7 @@ import { accessSync, chmodSync, constants as fsc, existsSync, mkdirSync, readFil
 import { dirname, join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import { fileURLToPath } from "node:url";
-import { bwrapArgs, findExecutable } from "./isolation.js";
+import { bwrapArgs, findExecutable, READ_ONLY_ROOT } from "./isolation.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
 
@@ -174,6 +174,7 @@ export class Holder {
       ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork }),
       "--tmpfs", "/run",
       "--ro-bind", o.spawnerPath, SPAWNER_MOUNT,
+      ...READ_ONLY_ROOT,
     ];
     // Arguments travel through fd 3 (`--args 3`) so the sandbox's /proc/1/cmdline does
     // not show host paths.

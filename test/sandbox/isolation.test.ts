@@ -1,0 +1,137 @@
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isRoot, startServer, type TestServer } from "./helpers.js";
+
+/**
+ * Isolation of `bash` (issue 2 point 2), with escape attempts: another slot's files through
+ * `..`, a symlink and /proc; another slot's processes; server files; leftovers of a call.
+ */
+const UID_BASE = 21200;
+
+describe("sandbox isolation", () => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startServer({ slots: 3, extraArgs: ["--slot-uid-base", String(UID_BASE)] });
+    // A secret in slot_1's workspace, written through the sandbox itself.
+    const w = await s.bash(1, "echo slot1-secret > secret.txt && echo ok");
+    expect(w.output).toBe("ok");
+  });
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  it("shows the slot's workspace, writable, at /workspace, as HOME and cwd", async () => {
+    const r = await s.bash(0, "pwd; echo $HOME; echo data > f.txt && cat /workspace/f.txt");
+    expect(r.output).toBe("/workspace\n/workspace\ndata");
+    expect(readFileSync(join(s.dataDir, "slot_0", "f.txt"), "utf8")).toBe("data\n");
+  });
+
+  it("has its own pid, ipc, uts and user namespaces", async () => {
+    const r = await s.bash(0, "hostname; id -u; readlink /proc/self/ns/pid /proc/self/ns/ipc /proc/self/ns/uts /proc/self/ns/user");
+    const [hostname, uid, ...ns] = r.output.split("\n");
+    expect(hostname).toBe("sandbox");
+    if (isRoot) expect(Number(uid)).toBe(UID_BASE);
+    const host = ["pid", "ipc", "uts", "user"].map((n) => execFileSync("readlink", [`/proc/self/ns/${n}`], { encoding: "utf8" }).trim());
+    expect(ns).toHaveLength(4);
+    ns.forEach((n, i) => expect(n).not.toBe(host[i]));
+    // Different slots: different namespaces.
+    const other = await s.bash(1, "readlink /proc/self/ns/pid");
+    expect(other.output).not.toBe(ns[0]);
+  });
+
+  it("keeps system directories read-only", async () => {
+    for (const path of ["/usr/bin/evil", "/etc/evil", "/bin/evil", "/evil"]) {
+      const r = await s.bash(0, `touch ${path}`);
+      expect(r.success, path).toBe(false);
+    }
+  });
+
+  it("cannot read another slot's files through .., absolute host paths, symlinks or /proc", async () => {
+    const hostPath = join(s.dataDir, "slot_1", "secret.txt");
+    const attempts = [
+      "cat ../slot_1/secret.txt",
+      "cat /workspace/../slot_1/secret.txt",
+      `cat ${hostPath}`,
+      `ln -sf ${hostPath} link && cat link`,
+      "ln -sf ../slot_1/secret.txt link2 && cat link2",
+      "cat /proc/*/root/workspace/secret.txt",
+      "cat /proc/1/root/../slot_1/secret.txt",
+      "find / -name secret.txt -not -path '/proc/*' 2>/dev/null | xargs -r cat",
+    ];
+    for (const cmd of attempts) {
+      const r = await s.bash(0, cmd);
+      expect(r.output, cmd).not.toContain("slot1-secret");
+    }
+  });
+
+  it("does not see the server's files or the data dir", async () => {
+    const r = await s.bash(0, `ls ${s.dataDir} 2>&1; ls /root 2>&1; ls ${process.cwd()} 2>&1; cat /proc/1/cmdline | tr '\\0' ' '`);
+    expect(r.output).not.toContain("slot_1");
+    expect(r.output).not.toContain("package.json");
+    expect(r.output.match(/No such file or directory/g)).toHaveLength(3);
+    expect(r.output).not.toMatch(/\/tmp\/slotpool-sbx-\w+\s*$/);
+    const root = (await s.bash(0, "ls /")).output.split("\n");
+    expect(root).not.toContain("root");
+    expect(root).not.toContain("home");
+    expect(root).toContain("workspace");
+  });
+
+  it("cannot see or kill another slot's processes", async () => {
+    // slot_1 runs a long command; slot_0 tries to find and kill it.
+    const victim = s.bash(1, "sleep 1.5; echo survived");
+    await new Promise((r) => setTimeout(r, 300));
+    const look = await s.bash(0, "ps -eo args | grep -c '^sleep 1.5' || true");
+    expect(look.output).toBe("0");
+    await s.bash(0, "pkill -9 sleep; killall -9 sleep 2>/dev/null; true");
+    // kill(-1) reaches every process this one may signal: only its own slot's.
+    await s.bash(0, "kill -9 -1");
+    expect((await victim).output).toBe("survived");
+  });
+
+  it("leaves no process of a call behind, even background and setsid ones", async () => {
+    const r = await s.bash(2, "(sleep 300 &); setsid sleep 301 & nohup sleep 302 >/dev/null 2>&1 & echo started");
+    expect(r.output).toBe("started");
+    const after = await s.bash(2, "ps -eo args | grep -E '^sleep 30[012]' || echo none");
+    expect(after.output).toBe("none");
+    if (isRoot) {
+      let left = "";
+      try {
+        left = execFileSync("pgrep", ["-u", String(UID_BASE + 2), "-f", "sleep 30"], { encoding: "utf8" });
+      } catch {
+        left = "";
+      }
+      expect(left.trim()).toBe("");
+    }
+  });
+
+  it("a call that kills its own slot's spawner gets an error; the next call works", async () => {
+    const r = await s.bash(2, "kill -9 $PPID; sleep 1; echo not-reached");
+    expect(r.output).not.toContain("not-reached");
+    const next = await s.bash(2, "echo back");
+    expect(next.output).toBe("back");
+  });
+});
+
+describe("sandbox fallback without bubblewrap", () => {
+  it("runs unsandboxed and says so; require_sandbox gets a clear error", async () => {
+    const s = await startServer({ slots: 1, extraArgs: ["--no-sandbox", "--slot-uid-base", String(UID_BASE + 50)] });
+    try {
+      const health = await s.get("/health");
+      expect(health.json.bwrap_available).toBe(false);
+      const r = await s.bash(0, "echo plain");
+      expect(r).toMatchObject({ success: true, output: "plain", metadata: { sandboxed: false, network_isolated: false } });
+      const req = await s.bash(0, "echo plain", { require_sandbox: true });
+      expect(req.success).toBe(false);
+      expect(req.error).toMatch(/sandbox required but unavailable/);
+      expect(req.output).toBe("");
+      // Nothing ran: a file the command would create does not exist.
+      const marker = join(s.dataDir, "slot_0", "marker");
+      await s.bash(0, `touch marker`, { require_sandbox: true });
+      expect(existsSync(marker)).toBe(false);
+    } finally {
+      await s.stop();
+    }
+  });
+});
