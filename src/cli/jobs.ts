@@ -1,6 +1,153 @@
-import { CliUsageError } from "./usage.js";
+/**
+ * `slotpool jobs prune`: finds slotpool's sandbox jobs (Meta slotpool = "true") that are
+ * still running, e.g. left behind by a run that crashed before it could stop its job, and
+ * stops them. Nomad settings come from NOMAD_* like the nomad CLI.
+ */
+import { NomadClient } from "../nomad/client.js";
+import { NomadError } from "../nomad/errors.js";
+import { META_CREATED, META_OWNER, META_SLOTPOOL } from "../nomad/job.js";
+import type { JobListStub } from "../nomad/schemas.js";
+import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
-// Placeholder until this subcommand's issue lands; replaced, not extended.
-export async function run(_argv: string[]): Promise<number> {
-  throw new CliUsageError("this command is not available in this build yet");
+const HELP = `usage: slotpool jobs prune [options]
+
+Lists the slotpool sandbox jobs in Nomad (jobs whose Meta has slotpool = "true") that are
+still running, and stops them. A running pool's own job is listed too: stop pools first, or
+narrow the selection with --prefix, --owner or --older-than-min.
+
+options:
+  --dry-run                list what would be stopped, stop nothing
+  --prefix P               only jobs whose ID starts with P
+  --owner O                only jobs started by O (Meta slotpool.owner, user@host)
+  --older-than-min N       only jobs created more than N minutes ago (Meta slotpool.created)
+  --purge                  also purge the jobs (remove them from Nomad at once)
+
+environment: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT,
+NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY
+`;
+
+export interface PruneOptions {
+  dryRun?: boolean;
+  prefix?: string;
+  owner?: string;
+  olderThanMs?: number;
+  purge?: boolean;
+  now?: number;
+}
+
+export interface PrunedJob {
+  id: string;
+  status: string;
+  owner: string;
+  created: string;
+  running: number;
+  stopped: boolean;
+  error?: string;
+}
+
+/** Finds slotpool jobs matching the filters and (unless dryRun) stops them. */
+export async function pruneJobs(client: NomadClient, options: PruneOptions = {}): Promise<PrunedJob[]> {
+  const stubs = await client.listJobs({ meta: true, ...(options.prefix ? { prefix: options.prefix } : {}) });
+  const now = options.now ?? Date.now();
+  const selected = stubs.filter((j) => isCandidate(j, options, now));
+  const out: PrunedJob[] = [];
+  for (const job of selected) {
+    const entry: PrunedJob = {
+      id: job.ID,
+      status: job.Status ?? "?",
+      owner: job.Meta?.[META_OWNER] ?? "?",
+      created: job.Meta?.[META_CREATED] ?? "?",
+      running: runningAllocations(job),
+      stopped: false,
+    };
+    if (!options.dryRun) {
+      try {
+        await client.deregisterJob(job.ID, { purge: options.purge ?? false });
+        entry.stopped = true;
+      } catch (err) {
+        entry.error = err instanceof Error ? err.message : String(err);
+      }
+    }
+    out.push(entry);
+  }
+  return out;
+}
+
+function isCandidate(job: JobListStub, options: PruneOptions, now: number): boolean {
+  if (job.Meta?.[META_SLOTPOOL] !== "true") return false;
+  // Stopped jobs hold no allocations; with --purge they are removed too.
+  if ((job.Stop || job.Status === "dead") && !options.purge) return false;
+  if (options.prefix && !job.ID.startsWith(options.prefix)) return false;
+  if (options.owner && job.Meta?.[META_OWNER] !== options.owner) return false;
+  if (options.olderThanMs !== undefined) {
+    const created = Date.parse(job.Meta?.[META_CREATED] ?? "");
+    if (!Number.isFinite(created) || now - created < options.olderThanMs) return false;
+  }
+  return true;
+}
+
+function runningAllocations(job: JobListStub): number {
+  let n = 0;
+  for (const g of Object.values(job.JobSummary?.Summary ?? {})) n += (g.Running ?? 0) + (g.Starting ?? 0) + (g.Queued ?? 0);
+  return n;
+}
+
+export function formatPruneReport(jobs: PrunedJob[], dryRun: boolean): string {
+  if (jobs.length === 0) return "no slotpool jobs to prune\n";
+  const rows = [["JOB", "STATUS", "ALLOCS", "OWNER", "CREATED", dryRun ? "ACTION" : "RESULT"]];
+  for (const j of jobs) {
+    const result = dryRun ? "would stop" : j.error ? `failed: ${j.error}` : "stopped";
+    rows.push([j.id, j.status, String(j.running), j.owner, j.created, result]);
+  }
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+  const lines = rows.map((r) => r.map((cell, c) => (c === r.length - 1 ? cell : cell.padEnd(widths[c]!))).join("  "));
+  const failed = jobs.filter((j) => j.error).length;
+  const summary = dryRun
+    ? `${jobs.length} slotpool job(s) would be stopped (dry run: nothing changed)`
+    : `${jobs.length - failed} slotpool job(s) stopped${failed ? `, ${failed} failed` : ""}`;
+  return `${lines.join("\n")}\n${summary}\n`;
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const [sub, ...rest] = argv;
+  if (sub === undefined || sub === "--help" || sub === "-h") {
+    process.stdout.write(HELP);
+    return sub === undefined ? 2 : 0;
+  }
+  if (sub !== "prune") throw new CliUsageError(`unknown jobs subcommand '${sub}'; expected 'prune'\n\n${HELP}`);
+  const flags = parseFlags(
+    rest,
+    {
+      "dry-run": { type: "boolean" },
+      prefix: { type: "string" },
+      owner: { type: "string" },
+      "older-than-min": { type: "string" },
+      purge: { type: "boolean" },
+    },
+    HELP,
+  );
+  if (!flags) return 0;
+  const dryRun = boolFlag(flags, "dry-run");
+  const olderThan = stringFlag(flags, "older-than-min");
+  const options: PruneOptions = {
+    dryRun,
+    purge: boolFlag(flags, "purge"),
+    ...(stringFlag(flags, "prefix") ? { prefix: stringFlag(flags, "prefix")! } : {}),
+    ...(stringFlag(flags, "owner") ? { owner: stringFlag(flags, "owner")! } : {}),
+    ...(olderThan !== undefined ? { olderThanMs: intFlag("older-than-min", olderThan, 0) * 60_000 } : {}),
+  };
+  const client = NomadClient.fromEnv();
+  try {
+    const jobs = await pruneJobs(client, options);
+    process.stdout.write(formatPruneReport(jobs, dryRun));
+    return jobs.some((j) => j.error) ? 1 : 0;
+  } catch (err) {
+    if (err instanceof NomadError) {
+      process.stderr.write(`slotpool jobs prune: ${err.message}\n`);
+      return 1;
+    }
+    throw err;
+  } finally {
+    await client.close();
+  }
 }

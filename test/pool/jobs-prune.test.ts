@@ -1,0 +1,72 @@
+/**
+ * `slotpool jobs prune` against Nomad's documented job list shape (nock; no real network).
+ */
+import nock from "nock";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { formatPruneReport, pruneJobs } from "../../src/cli/jobs.js";
+import { NomadClient } from "../../src/nomad/client.js";
+
+const ADDR = "http://nomad.test:4646";
+
+function stub(id: string, meta: Record<string, string> | null, status = "running", stop = false) {
+  return {
+    ID: id,
+    Name: id,
+    Type: "service",
+    Status: status,
+    Stop: stop,
+    Meta: meta,
+    JobSummary: { JobID: id, Summary: { sandbox: { Queued: 0, Complete: 0, Failed: 0, Running: 2, Starting: 1, Lost: 0 } } },
+  };
+}
+
+const JOBS = [
+  stub("slotpool-sandbox", { slotpool: "true", "slotpool.owner": "alice@box", "slotpool.created": "2026-01-01T00:00:00.000Z" }),
+  stub("slotpool-fresh", { slotpool: "true", "slotpool.owner": "bob@box", "slotpool.created": "2026-11-22T08:59:00.000Z" }),
+  stub("unrelated-web", { team: "web" }),
+  stub("slotpool-old-dead", { slotpool: "true", "slotpool.owner": "alice@box", "slotpool.created": "2026-01-01T00:00:00.000Z" }, "dead", true),
+];
+
+const client = () => new NomadClient({ address: ADDR, retry: { attempts: 1, baseMs: 1, maxMs: 1 }, timeoutMs: 2_000 });
+
+beforeAll(() => nock.disableNetConnect());
+afterEach(() => {
+  const pending = nock.pendingMocks();
+  nock.cleanAll();
+  expect(pending, "every mocked request was made").toEqual([]);
+});
+afterAll(() => {
+  nock.enableNetConnect();
+  nock.restore();
+});
+
+describe("slotpool jobs prune", () => {
+  it("dry run lists running slotpool jobs only and stops nothing", async () => {
+    nock(ADDR).get("/v1/jobs").query({ meta: "true" }).reply(200, JOBS);
+    const jobs = await pruneJobs(client(), { dryRun: true });
+    expect(jobs.map((j) => j.id)).toEqual(["slotpool-sandbox", "slotpool-fresh"]);
+    expect(jobs[0]).toMatchObject({ owner: "alice@box", running: 3, stopped: false });
+    const report = formatPruneReport(jobs, true);
+    expect(report).toMatch(/slotpool-sandbox\s+running\s+3\s+alice@box/);
+    expect(report).toMatch(/2 slotpool job\(s\) would be stopped \(dry run: nothing changed\)/);
+  });
+
+  it("stops the selected jobs, filtered by owner and age, and reports failures", async () => {
+    nock(ADDR).get("/v1/jobs").query({ meta: "true" }).reply(200, JOBS);
+    nock(ADDR).delete("/v1/job/slotpool-sandbox").reply(200, { EvalID: "e1", EvalCreateIndex: 10, JobModifyIndex: 10 });
+    const jobs = await pruneJobs(client(), { owner: "alice@box", olderThanMs: 60 * 60_000, now: Date.parse("2026-11-22T09:00:00Z") });
+    expect(jobs.map((j) => [j.id, j.stopped])).toEqual([["slotpool-sandbox", true]]);
+    expect(formatPruneReport(jobs, false)).toMatch(/1 slotpool job\(s\) stopped/);
+
+    nock(ADDR).get("/v1/jobs").query({ meta: "true", prefix: "slotpool-f" }).reply(200, [JOBS[1]]);
+    nock(ADDR).delete("/v1/job/slotpool-fresh").query({ purge: "true" }).reply(403, "Permission denied");
+    const failed = await pruneJobs(client(), { prefix: "slotpool-f", purge: true });
+    expect(failed[0]!.stopped).toBe(false);
+    expect(failed[0]!.error).toMatch(/Permission denied/);
+    expect(formatPruneReport(failed, false)).toMatch(/0 slotpool job\(s\) stopped, 1 failed/);
+  });
+
+  it("says so when there is nothing to prune", () => {
+    expect(formatPruneReport([], false)).toBe("no slotpool jobs to prune\n");
+  });
+});
