@@ -247,11 +247,13 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * The slot is reset and released in every case. A lost slot restarts the trajectory from
    * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError.
    */
-  async collectTrajectory(item: Item, groupTools: GroupTools): Promise<TrajectoryOutcome> {
+  async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal } = {}): Promise<TrajectoryOutcome> {
     const backend = this.tools;
+    const signal = options.signal;
     const losses: string[] = [];
     const maxAttempts = this.config.slotLossRetries + 1;
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+      signal?.throwIfAborted();
       const trajectoryId = randomUUID();
       const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.toolTimeoutS });
       try {
@@ -261,12 +263,13 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           tools: groupTools.tools,
           messages: this.initialMessages(item),
           maxTurns: this.config.maxTurns,
+          ...(signal ? { signal } : {}),
           isKnownTool: (name) => {
             const def = backend.registry.resolve(name);
             return def !== undefined && groupTools.names.includes(def.name);
           },
           executeTool: async (call) => {
-            const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.toolTimeoutS * 1000 });
+            const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
             if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
             return r;
           },
@@ -321,10 +324,15 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     );
   }
 
-  /** `groupSize` trajectories of one item, concurrently, each in its own slot. Never drops one silently. */
-  async collectTrajectories(item: Item): Promise<GroupOutcome<Item>> {
+  /**
+   * `groupSize` trajectories of one item, concurrently, each in its own slot. Never drops one
+   * silently: a trajectory that cannot finish makes the group fail with the reason. Aborting
+   * `signal` (Atropos back-off) stops the rollouts and rejects with the signal's reason.
+   */
+  async collectTrajectories(item: Item, options: { signal?: AbortSignal } = {}): Promise<GroupOutcome<Item>> {
     const groupTools = this.resolveTools();
-    const settled = await Promise.allSettled(Array.from({ length: this.config.groupSize }, () => this.collectTrajectory(item, groupTools)));
+    const settled = await Promise.allSettled(Array.from({ length: this.config.groupSize }, () => this.collectTrajectory(item, groupTools, options)));
+    options.signal?.throwIfAborted();
     const done: TrajectoryOutcome[] = [];
     const reasons: string[] = [];
     const unfinished = { slotLosses: 0, retries: 0 };
