@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { constants as fsc, type Dirent, type Stats } from "node:fs";
-import { lstat, readdir, readlink, type FileHandle } from "node:fs/promises";
+import { lstat, opendir, readlink, type FileHandle } from "node:fs/promises";
 import { extname } from "node:path";
 import type {
   ArtifactArchiveRequest,
@@ -35,6 +35,11 @@ export interface ArtifactLimits {
   maxArchiveBytes: number;
   defaultArchiveEntries: number;
   maxArchiveEntries: number;
+  /**
+   * archive: file bytes read before giving up. Sparse or highly compressible files could
+   * otherwise keep the server compressing gigabytes under a small max_bytes.
+   */
+  maxArchiveSourceBytes: number;
 }
 
 export const DEFAULT_ARTIFACT_LIMITS: ArtifactLimits = {
@@ -46,6 +51,7 @@ export const DEFAULT_ARTIFACT_LIMITS: ArtifactLimits = {
   maxArchiveBytes: 128 * 1024 * 1024,
   defaultArchiveEntries: 10_000,
   maxArchiveEntries: 100_000,
+  maxArchiveSourceBytes: 2 * 1024 * 1024 * 1024,
 };
 
 /** Directory depth a listing or archive descends to; bounds the handles held open at once. */
@@ -153,9 +159,19 @@ function typeOf(d: Dirent | Stats): EntryType {
   return "other";
 }
 
-/** Entries of an open directory, sorted by name so listings and archives are deterministic. */
-async function entriesOf(dir: FileHandle): Promise<Dirent[]> {
-  const list = await readdir(fdPath(dir), { withFileTypes: true });
+/**
+ * Up to `limit` entries of an open directory, sorted by name so listings and archives are
+ * deterministic. Read as a stream: a directory of a million files costs `limit` entries
+ * of memory, not a million.
+ */
+async function entriesOf(dir: FileHandle, limit: number): Promise<Dirent[]> {
+  const list: Dirent[] = [];
+  const stream = await opendir(fdPath(dir), { bufferSize: 256 });
+  try {
+    for (let d = await stream.read(); d !== null && list.length < limit; d = await stream.read()) list.push(d);
+  } finally {
+    await stream.close();
+  }
   return list.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
@@ -176,7 +192,7 @@ export async function listArtifacts(
   let truncated = false;
 
   const walk = async (dir: FileHandle, rel: string, depth: number): Promise<void> => {
-    for (const dirent of await entriesOf(dir)) {
+    for (const dirent of await entriesOf(dir, maxEntries - entries.length + 1)) {
       if (entries.length >= maxEntries) {
         truncated = true;
         return;
@@ -214,6 +230,8 @@ export async function listArtifacts(
 }
 
 class TooManyEntriesError extends Error {}
+class TooMuchDataError extends Error {}
+class TooDeepError extends Error {}
 
 export async function archiveArtifacts(
   workspaceDir: string,
@@ -234,13 +252,19 @@ export async function archiveArtifacts(
     return fail(userError(err));
   }
   const tar = new TarGzWriter(maxBytes);
-  let count = 0;
-  const counted = () => {
-    if (++count > maxEntries) throw new TooManyEntriesError();
+  // `seen` counts every entry met (skipped fifos too), so a directory read only up to the
+  // budget can never drop entries silently; `written` is what the archive holds.
+  let seen = 0;
+  let written = 0;
+  const see = () => {
+    if (++seen > maxEntries) throw new TooManyEntriesError();
   };
+  let sourceBytes = 0;
   // Entries are named by their workspace-relative path; archiving the root names them bare.
   const addFile = async (handle: FileHandle, stat: Stats, rel: string) => {
-    counted();
+    written++;
+    sourceBytes += stat.size;
+    if (sourceBytes > limits.maxArchiveSourceBytes) throw new TooMuchDataError();
     await tar.writeHeader({ path: rel, type: "file", size: stat.size, mode: stat.mode, mtimeMs: stat.mtimeMs, uid: stat.uid, gid: stat.gid });
     // Exactly stat.size bytes, even if a command grows or shrinks the file meanwhile.
     let offset = 0;
@@ -259,18 +283,19 @@ export async function archiveArtifacts(
   };
   const addTree = async (dir: FileHandle, stat: Stats, rel: string, depth: number) => {
     if (rel !== ".") {
-      counted();
+      written++;
       await tar.writeHeader({ path: rel, type: "dir", size: 0, mode: stat.mode, mtimeMs: stat.mtimeMs, uid: stat.uid, gid: stat.gid });
     }
-    if (depth >= MAX_DEPTH) return;
-    for (const dirent of await entriesOf(dir)) {
+    if (depth >= MAX_DEPTH) throw new TooDeepError();
+    for (const dirent of await entriesOf(dir, maxEntries - seen + 1)) {
+      see();
       const childRel = joinRelative(rel, dirent.name);
       if (dirent.isSymbolicLink()) {
         // Stored as a link, never followed: its target's content is not read.
         const target = await readlink(fdPath(dir, dirent.name)).catch(() => undefined);
         const st = await lstat(fdPath(dir, dirent.name)).catch(() => undefined);
         if (target === undefined || !st) continue;
-        counted();
+        written++;
         await tar.writeHeader({ path: childRel, type: "symlink", size: 0, mode: 0o777, mtimeMs: st.mtimeMs, uid: st.uid, gid: st.gid, linkTarget: target });
         continue;
       }
@@ -288,6 +313,7 @@ export async function archiveArtifacts(
   };
 
   try {
+    if (entry.path !== ".") see();
     if (entry.stat.isDirectory()) await addTree(entry.handle, entry.stat, entry.path, 0);
     else if (entry.stat.isFile()) await addFile(entry.handle, entry.stat, entry.path);
     else return fail(`path ${JSON.stringify(userPath)} is not a regular file or directory`, entry.path);
@@ -298,7 +324,7 @@ export async function archiveArtifacts(
       encoding: "base64",
       format: "tar.gz",
       bytes: archive.length,
-      entries: count,
+      entries: written,
       path: entry.path,
     };
   } catch (err) {
@@ -306,6 +332,15 @@ export async function archiveArtifacts(
     if (err instanceof TooManyEntriesError) {
       return fail(
         `path ${JSON.stringify(userPath)} has more than ${maxEntries} entries (max_entries); archive a subdirectory or raise max_entries`,
+        entry.path,
+      );
+    }
+    if (err instanceof TooDeepError) {
+      return fail(`path ${JSON.stringify(userPath)} nests directories deeper than ${MAX_DEPTH} levels; archive a subdirectory`, entry.path);
+    }
+    if (err instanceof TooMuchDataError) {
+      return fail(
+        `path ${JSON.stringify(userPath)} holds more than ${limits.maxArchiveSourceBytes} bytes of file data; archive a subdirectory`,
         entry.path,
       );
     }

@@ -10,7 +10,7 @@ import {
   ArtifactListResponseSchema,
   ArtifactReadResponseSchema,
 } from "../../src/protocol/sandbox.js";
-import { archiveArtifacts, listArtifacts, mimeFor, readArtifact } from "../../src/sandbox/artifacts.js";
+import { archiveArtifacts, DEFAULT_ARTIFACT_LIMITS, listArtifacts, mimeFor, readArtifact } from "../../src/sandbox/artifacts.js";
 
 /**
  * Artifact read/list/archive on real temp directories: answers match the wire schemas,
@@ -269,6 +269,35 @@ describe("archiveArtifacts", () => {
     expect(big.success).toBe(false);
     expect(big.error).toMatch(/exceeds max_bytes \(65536 bytes compressed\)/);
     expect(ArtifactArchiveResponseSchema.safeParse(big).success).toBe(true);
+  });
+
+  it("skips fifos but counts them, so a capped directory never loses files silently", async () => {
+    await mkdir(join(ws, "mixed"));
+    for (const n of ["a-fifo", "b-fifo", "c-fifo"]) execFileSync("mkfifo", [join(ws, "mixed", n)]);
+    for (const n of ["x.txt", "y.txt", "z.txt"]) await writeFile(join(ws, "mixed", n), n);
+    const capped = await archiveArtifacts(ws, { path: "mixed", max_entries: 5 });
+    expect(capped.success).toBe(false);
+    expect(capped.error).toMatch(/more than 5 entries/);
+    const ok = await archiveArtifacts(ws, { path: "mixed", max_entries: 7 });
+    expect(ok.success, ok.error).toBe(true);
+    expect(await treeOf(await unpack(ok.content))).toEqual(["mixed/", "mixed/x.txt", "mixed/y.txt", "mixed/z.txt"]);
+  });
+
+  it("gives up on trees with too much data or nesting, quickly", async () => {
+    await writeFile(join(ws, "out", "sparse.img"), "");
+    await truncate(join(ws, "out", "sparse.img"), 4 * 1024 * 1024 * 1024); // compresses ~1000:1
+    const started = Date.now();
+    const r = await archiveArtifacts(ws, { path: "out" }, { ...DEFAULT_ARTIFACT_LIMITS, maxArchiveSourceBytes: 1024 * 1024 });
+    expect(r.success).toBe(false);
+    expect(r.error).toMatch(/"out" holds more than 1048576 bytes of file data/);
+    expect(Date.now() - started).toBeLessThan(5_000);
+    await mkdir(join(ws, "deep", ...Array.from({ length: 130 }, () => "d")), { recursive: true });
+    const deep = await archiveArtifacts(ws, { path: "deep" });
+    expect(deep.success).toBe(false);
+    expect(deep.error).toMatch(/deeper than 128 levels/);
+    const list = await listArtifacts(ws, { path: "deep", recursive: true });
+    expect(list.success).toBe(true);
+    expect(list.truncated).toBe(true);
   });
 
   it("refuses escapes with success:false", async () => {
