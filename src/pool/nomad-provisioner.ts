@@ -1,0 +1,395 @@
+import { randomBytes } from "node:crypto";
+import type { Logger } from "pino";
+import { silentLogger } from "../observability/logger.js";
+import {
+  allocationHttpAddress,
+  allocationNameIndex,
+  isAllocationRunning,
+  isAllocationTerminal,
+  latestTaskEvents,
+} from "../nomad/allocation.js";
+import { NomadClient } from "../nomad/client.js";
+import { NomadAclDeniedError, NomadError, NomadUnreachableError } from "../nomad/errors.js";
+import { META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
+import type { AllocListStub, Evaluation, Job } from "../nomad/schemas.js";
+import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
+
+/**
+ * Runs containers as allocations of one Nomad service job (task group `sandbox`). Submits
+ * the job (or purges it first), scales the group's count, and watches the job's allocations
+ * with blocking queries, so a started, killed or rescheduled allocation is seen as soon as
+ * Nomad records it. Nomad itself replaces failed allocations; scale-down stops the highest
+ * name indexes, which is what the pool's drain relies on.
+ */
+export interface NomadProvisionerOptions {
+  slotsPerContainer: number;
+  /** A client of your own; default `NomadClient.fromEnv()` (NOMAD_ADDR, NOMAD_TOKEN, ...). */
+  client?: NomadClient;
+  /** Job settings (jobId, image, driver, cpu, memoryMb, datacenters, ...); `slots`/`count`/`token` are the pool's. */
+  job?: Omit<SandboxJobOptions, "slots" | "count" | "token">;
+  /**
+   * Bearer token of the sandbox servers. Default: the running job's own (so re-attaching does
+   * not replace its allocations), else a fresh random one.
+   */
+  token?: string;
+  /** Purge the job before submitting it: recovers from a previous run's restart backoff (seed: purge_job_on_start). */
+  purgeJobOnStart?: boolean;
+  /** How long one blocking query may wait (default 30 s). */
+  blockingWaitMs?: number;
+  logger?: Logger;
+}
+
+interface TrackedAllocation {
+  id: string;
+  index: number;
+  name: string;
+  state: "starting" | "up" | "gone";
+  reading: boolean;
+}
+
+export class NomadProvisioner implements Provisioner {
+  readonly kind = "nomad";
+  readonly jobId: string;
+  private readonly client: NomadClient;
+  private readonly ownsClient: boolean;
+  private readonly options: NomadProvisionerOptions;
+  private readonly logger: Logger;
+  private readonly tracked = new Map<string, TrackedAllocation>();
+  /** Allocation or evaluation ids already reported as problems (report each once). */
+  private readonly reported = new Set<string>();
+  private events: ProvisionerEvents | undefined;
+  private token: string | undefined;
+  private target = 0;
+  private stopping = false;
+  private readonly abort = new AbortController();
+  private watcher: Promise<void> | undefined;
+  private lastPlacementCheck = 0;
+  private failedAllocations = 0;
+
+  constructor(options: NomadProvisionerOptions) {
+    if (!Number.isInteger(options.slotsPerContainer) || options.slotsPerContainer < 1) {
+      throw new ProvisionerError(`NomadProvisioner: slotsPerContainer must be a whole number ≥ 1, got ${options.slotsPerContainer}`, "config");
+    }
+    this.options = options;
+    this.logger = options.logger ?? silentLogger();
+    this.client = options.client ?? NomadClient.fromEnv({ logger: this.logger });
+    this.ownsClient = !options.client;
+    // Validates the job options now, so a bad image or job ID fails at construction.
+    this.jobId = (sandboxJob({ ...options.job, slots: options.slotsPerContainer }) as { ID: string }).ID;
+  }
+
+  async start(events: ProvisionerEvents, initialCount: number): Promise<void> {
+    if (this.events) throw new ProvisionerError("NomadProvisioner.start() called twice", "other");
+    this.events = events;
+    this.target = initialCount;
+    try {
+      await this.client.leader({ signal: this.abort.signal });
+      if (this.options.purgeJobOnStart) await this.purgeJob();
+      const existing = await this.client.readJob(this.jobId, { signal: this.abort.signal });
+      const running = existing && !existing.Stop;
+      if (running && existing.Meta?.[META_SLOTPOOL] !== "true") {
+        throw new ProvisionerError(
+          `Nomad job '${this.jobId}' exists and is not a slotpool job (its Meta has no ${META_SLOTPOOL}="true"); ` +
+            "choose another job ID or stop that job",
+          "config",
+        );
+      }
+      this.token = this.options.token ?? (running ? jobToken(existing) : undefined) ?? randomBytes(24).toString("base64url");
+      const spec = sandboxJob({
+        ...this.options.job,
+        slots: this.options.slotsPerContainer,
+        count: initialCount,
+        token: this.token,
+        ...(running && existing.Meta?.[META_CREATED] ? { created: existing.Meta[META_CREATED] } : {}),
+      });
+      if (running) {
+        // Keep the running count (PreserveCounts), then set ours with the scale endpoint.
+        await this.client.registerJob(spec, { preserveCounts: true, signal: this.abort.signal });
+        const count = existing.TaskGroups?.find((g) => g.Name === SANDBOX_GROUP)?.Count ?? initialCount;
+        if (count !== initialCount) {
+          await this.client.scaleTaskGroup(this.jobId, SANDBOX_GROUP, initialCount, { message: "slotpool: pool started", signal: this.abort.signal });
+        }
+        this.logger.info({ job: this.jobId, previousCount: count, count: initialCount }, "nomad provisioner: attached to the running job");
+      } else {
+        await this.client.registerJob(spec, { signal: this.abort.signal });
+        this.logger.info({ job: this.jobId, count: initialCount }, "nomad provisioner: job submitted");
+      }
+    } catch (err) {
+      throw toProvisionerError(err, `starting the sandbox job '${this.jobId}'`);
+    }
+    this.watcher = this.watch();
+  }
+
+  async setTargetCount(count: number, reason: string): Promise<void> {
+    if (this.stopping) return;
+    await this.client.scaleTaskGroup(this.jobId, SANDBOX_GROUP, count, { message: `slotpool: ${reason}`.slice(0, 500), signal: this.abort.signal });
+    this.target = count;
+    this.lastPlacementCheck = 0;
+  }
+
+  async describe(): Promise<string> {
+    const lines: string[] = [`Nomad job '${this.jobId}' at ${this.client.address} (count ${this.target}):`];
+    try {
+      const { allocations } = await this.client.jobAllocations(this.jobId);
+      for (const a of allocations.sort((x, y) => allocationNameIndex(x.Name) - allocationNameIndex(y.Name))) {
+        const events = latestTaskEvents(a, 3);
+        lines.push(`  ${a.Name ?? a.ID} ${a.ID}: ${a.ClientStatus}/${a.DesiredStatus}${events.length ? `; task events: ${events.join(" · ")}` : ""}`);
+      }
+      if (allocations.length === 0) lines.push("  (no allocations)");
+      const failure = describePlacementFailure(await this.latestEvaluation());
+      if (failure) lines.push(`  placement: ${failure}`);
+    } catch (err) {
+      lines.push(`  (cannot read the allocations: ${err instanceof Error ? err.message : String(err)})`);
+    }
+    return lines.join("\n");
+  }
+
+  async stop(options: { purge: boolean }): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.abort.abort(new Error("the Nomad provisioner was stopped"));
+    await this.watcher?.catch(() => undefined);
+    try {
+      if (this.events) await this.client.deregisterJob(this.jobId, { purge: options.purge });
+      this.logger.info({ job: this.jobId, purge: options.purge }, "nomad provisioner: job stopped");
+    } catch (err) {
+      throw toProvisionerError(err, `stopping the sandbox job '${this.jobId}' (stop it with 'slotpool jobs prune' or 'nomad job stop')`);
+    } finally {
+      if (this.ownsClient) await this.client.close().catch(() => undefined);
+    }
+  }
+
+  private async purgeJob(): Promise<void> {
+    await this.client.deregisterJob(this.jobId, { purge: true, signal: this.abort.signal });
+    // Purging is asynchronous: wait until the job is gone so the new one starts clean.
+    const deadline = Date.now() + 15_000;
+    while ((await this.client.readJob(this.jobId, { signal: this.abort.signal })) !== null) {
+      if (Date.now() > deadline) throw new ProvisionerError(`Nomad job '${this.jobId}' was purged but is still readable after 15 s`, "other");
+      await sleep(200, this.abort.signal);
+    }
+    this.logger.info({ job: this.jobId }, "nomad provisioner: purged the old job");
+  }
+
+  /** Blocking-query loop over the job's allocations. */
+  private async watch(): Promise<void> {
+    let index = 0;
+    let failures = 0;
+    const waitMs = this.options.blockingWaitMs ?? 30_000;
+    while (!this.stopping) {
+      const started = performance.now();
+      try {
+        const answer = await this.client.jobAllocations(this.jobId, { index, waitMs, signal: this.abort.signal });
+        failures = 0;
+        const unchanged = answer.index === index;
+        // Nomad: an index going backwards means a snapshot restore; start over.
+        index = answer.index < index ? 0 : answer.index;
+        this.sync(answer.allocations);
+        await this.checkPlacement(answer.allocations);
+        // A server that does not block would make this a busy loop; poll gently instead.
+        if (unchanged && performance.now() - started < 50) await sleep(250, this.abort.signal);
+      } catch (err) {
+        if (this.stopping) return;
+        failures++;
+        this.logger.warn({ job: this.jobId, failures, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: watching allocations failed; retrying");
+        if (err instanceof NomadAclDeniedError) this.reportOnce(`acl:${failures > 1 ? "again" : "first"}`, toProvisionerError(err, "watching the job's allocations"));
+        index = 0;
+        await sleep(Math.min(10_000, 250 * 2 ** Math.min(failures, 6)), this.abort.signal).catch(() => undefined);
+      }
+    }
+  }
+
+  private sync(allocations: AllocListStub[]): void {
+    if (this.stopping || !this.events) return;
+    const seen = new Set<string>();
+    for (const a of allocations) {
+      if (a.JobID && a.JobID !== this.jobId) continue;
+      if (a.TaskGroup && a.TaskGroup !== SANDBOX_GROUP) continue;
+      seen.add(a.ID);
+      let t = this.tracked.get(a.ID);
+      if (isAllocationTerminal(a)) {
+        if (!t) {
+          // Finished before we saw it run (e.g. failed at start): remember, and look for why.
+          this.tracked.set(a.ID, { id: a.ID, index: allocationNameIndex(a.Name), name: a.Name ?? a.ID, state: "gone", reading: false });
+          if (a.ClientStatus === "failed") this.noteFailure(a);
+        } else if (t.state !== "gone") {
+          t.state = "gone";
+          if (a.ClientStatus === "failed") this.noteFailure(a);
+          const expected = a.DesiredStatus === "stop" && /not needed/i.test(a.DesiredDescription ?? "");
+          this.events.containerGone({ id: a.ID, index: t.index, reason: allocationReason(a), expected });
+        }
+        continue;
+      }
+      if (!t) {
+        t = { id: a.ID, index: allocationNameIndex(a.Name), name: a.Name ?? a.ID, state: "starting", reading: false };
+        this.tracked.set(a.ID, t);
+        this.events.containerStarting(a.ID, t.index);
+      }
+      this.inspectTaskEvents(a);
+      if (t.state === "starting" && !t.reading && isAllocationRunning(a)) void this.announce(t);
+    }
+    // Purged or garbage-collected allocations disappear from the list without a terminal state.
+    for (const t of this.tracked.values()) {
+      if (!seen.has(t.id) && t.state !== "gone") {
+        t.state = "gone";
+        this.events.containerGone({ id: t.id, index: t.index, reason: `allocation ${t.id} (${t.name}) is no longer listed by Nomad (stopped and garbage-collected)`, expected: false });
+      }
+    }
+  }
+
+  /** Reads a running allocation for its address (list stubs carry no ports) and reports it up. */
+  private async announce(t: TrackedAllocation): Promise<void> {
+    t.reading = true;
+    try {
+      const alloc = await this.client.readAllocation(t.id, { signal: this.abort.signal });
+      if (!alloc || t.state !== "starting" || this.stopping) return;
+      const address = allocationHttpAddress(alloc);
+      if (!address) {
+        this.reportOnce(`noport:${t.id}`, new ProvisionerError(`allocation ${t.id} (${t.name}) runs but has no port labelled "http"; check the job's network block`, "config"));
+        return;
+      }
+      t.state = "up";
+      this.events!.containerUp({ id: t.id, index: t.index, url: address.url, ...(this.token ? { token: this.token } : {}), slots: this.options.slotsPerContainer });
+    } catch (err) {
+      if (!this.stopping) this.logger.warn({ allocation: t.id, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: cannot read allocation; will retry");
+    } finally {
+      t.reading = false;
+    }
+  }
+
+  /** Image pull failures and crash loops show in the task events of a still-pending allocation. */
+  private inspectTaskEvents(a: AllocListStub): void {
+    for (const state of Object.values(a.TaskStates ?? {})) {
+      for (const e of state.Events ?? []) {
+        const text = `${e.Type ?? ""} ${e.DriverError ?? ""} ${e.DisplayMessage ?? ""} ${e.Message ?? ""}`;
+        if (e.Type === "Driver Failure" || e.DriverError) {
+          const pull = /pull|image|manifest|repository|registry/i.test(text);
+          this.reportOnce(
+            `driver:${a.ID}`,
+            new ProvisionerError(
+              `allocation ${a.ID} (${a.Name}) cannot start its task${pull ? ": the image could not be pulled" : ""}. Latest task events: ${latestTaskEvents(a, 5).join(" · ")}. ` +
+                (pull ? "Check the image name and tag, and that the Nomad client can reach and log in to its registry." : "Check the task driver's configuration on the Nomad client."),
+              pull ? "image-pull" : "driver",
+            ),
+          );
+        }
+      }
+      if ((state.Restarts ?? 0) >= 2) {
+        this.reportOnce(
+          `restarts:${a.ID}`,
+          new ProvisionerError(
+            `allocation ${a.ID} (${a.Name}) is crash-looping (${state.Restarts} restarts). Latest task events: ${latestTaskEvents(a, 5).join(" · ")}. ` +
+              "Check the allocation's logs (nomad alloc logs -stderr) and the sandbox-server flags.",
+            "crash-loop",
+          ),
+        );
+      }
+    }
+  }
+
+  private noteFailure(a: AllocListStub): void {
+    if (this.reported.has(`failed:${a.ID}`)) return;
+    this.reported.add(`failed:${a.ID}`);
+    this.failedAllocations++;
+    this.inspectTaskEvents(a);
+    if (this.failedAllocations >= 2) {
+      this.reportOnce(
+        "crash-loop",
+        new ProvisionerError(
+          `allocations of '${this.jobId}' keep failing (${this.failedAllocations} so far); latest: ${a.ID} (${a.Name}): ${allocationReason(a)}. ` +
+            "Check the allocation's logs (nomad alloc logs -stderr) and the sandbox-server flags.",
+          "crash-loop",
+        ),
+      );
+    }
+  }
+
+  /** When fewer allocations exist than asked for, the latest evaluation says why (no capacity, constraints). */
+  private async checkPlacement(allocations: AllocListStub[]): Promise<void> {
+    const live = allocations.filter((a) => !isAllocationTerminal(a)).length;
+    if (live >= this.target || performance.now() - this.lastPlacementCheck < 2_000) return;
+    this.lastPlacementCheck = performance.now();
+    const evaluation = await this.latestEvaluation();
+    const failure = describePlacementFailure(evaluation);
+    if (evaluation && failure) {
+      this.reportOnce(
+        `eval:${evaluation.ID}`,
+        new ProvisionerError(
+          `Nomad could not place ${this.target - live} of ${this.target} sandbox allocations of '${this.jobId}': ${failure}. ` +
+            "Add client capacity, lower the job's cpu/memory, or lower minContainers/maxContainers.",
+          "placement",
+        ),
+      );
+    }
+  }
+
+  private async latestEvaluation(): Promise<Evaluation | undefined> {
+    const evals = await this.client.jobEvaluations(this.jobId, { signal: this.abort.signal });
+    return evals.reduce<Evaluation | undefined>((latest, e) => (!latest || (e.CreateIndex ?? 0) > (latest.CreateIndex ?? 0) ? e : latest), undefined);
+  }
+
+  private reportOnce(key: string, error: ProvisionerError): void {
+    if (this.reported.has(key) || this.stopping) return;
+    this.reported.add(key);
+    this.logger.warn({ job: this.jobId, kind: error.kind, err: error.message }, "nomad provisioner: problem");
+    this.events?.problem(error);
+  }
+}
+
+function jobToken(job: Job): string | undefined {
+  const group = job.TaskGroups?.find((g) => g.Name === SANDBOX_GROUP);
+  const task = group?.Tasks?.find((t) => t.Name === SANDBOX_TASK) ?? group?.Tasks?.[0];
+  const env = (task as { Env?: Record<string, string> | null } | undefined)?.Env;
+  return env?.["SANDBOX_TOKEN"] || undefined;
+}
+
+function allocationReason(a: AllocListStub): string {
+  const desired = a.DesiredStatus && a.DesiredStatus !== "run" ? ` (desired ${a.DesiredStatus}${a.DesiredDescription ? `: ${a.DesiredDescription}` : ""})` : "";
+  const client = a.ClientDescription ? `: ${a.ClientDescription}` : "";
+  const events = latestTaskEvents(a, 3);
+  return `allocation ${a.ID} (${a.Name ?? "?"}) is ${a.ClientStatus ?? "unknown"}${client}${desired}${events.length ? `; latest task events: ${events.join(" · ")}` : ""}`;
+}
+
+/** Summarises an evaluation's FailedTGAllocs (AllocMetric) in a line, or undefined when placement did not fail. */
+export function describePlacementFailure(evaluation: Evaluation | undefined): string | undefined {
+  const failed = evaluation?.FailedTGAllocs;
+  if (!failed || Object.keys(failed).length === 0) return undefined;
+  const parts: string[] = [];
+  for (const [group, metric] of Object.entries(failed)) {
+    const m = metric as Record<string, unknown>;
+    const bits: string[] = [];
+    if (typeof m["NodesEvaluated"] === "number") bits.push(`${m["NodesEvaluated"]} nodes evaluated`);
+    const available = m["NodesAvailable"] as Record<string, number> | null | undefined;
+    if (available && Object.values(available).every((n) => n === 0)) bits.push("no nodes available in the datacenters");
+    for (const key of ["DimensionExhausted", "ConstraintFiltered", "ClassExhausted", "QuotaExhausted"]) {
+      const v = m[key];
+      if (v && typeof v === "object" && Object.keys(v).length) bits.push(`${key}: ${Object.entries(v).map(([k, n]) => `${k} (${String(n)})`).join(", ")}`);
+      else if (Array.isArray(v) && v.length) bits.push(`${key}: ${v.join(", ")}`);
+    }
+    if (typeof m["CoalescedFailures"] === "number" && (m["CoalescedFailures"] as number) > 0) bits.push(`${(m["CoalescedFailures"] as number) + 1} allocations unplaced`);
+    parts.push(`group ${group}: ${bits.join("; ") || "no feasible node"}`);
+  }
+  return parts.join(" | ");
+}
+
+function toProvisionerError(err: unknown, doing: string): ProvisionerError {
+  if (err instanceof ProvisionerError) return err;
+  if (err instanceof NomadUnreachableError) return new ProvisionerError(`${doing}: ${err.message}`, "unreachable", { cause: err });
+  if (err instanceof NomadAclDeniedError) return new ProvisionerError(`${doing}: ${err.message}`, "acl", { cause: err });
+  if (err instanceof NomadError) return new ProvisionerError(`${doing}: ${err.message}`, "nomad", { cause: err });
+  return new ProvisionerError(`${doing}: ${err instanceof Error ? err.message : String(err)}`, "other", { cause: err });
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
