@@ -253,47 +253,96 @@ describe("write_file", () => {
   });
 });
 
+/**
+ * Starts a separate process that flips `<ws>/swap` between `<ws>/<real>` and `<ws>/<evil>`
+ * (a symlink out) as fast as it can, the way a hostile slot command would.
+ */
+function startFlipper(real: string, evil: string): { stop: () => Promise<void> } {
+  const flipper = spawn(process.execPath, [
+    "-e",
+    `const fs = require("fs"); const [d, real, evil] = process.argv.slice(1);
+     const mv = (a, b) => { try { fs.renameSync(d + "/" + a, d + "/" + b); } catch {} };
+     for (;;) { mv(real, "swap"); mv("swap", real); mv(evil, "swap"); mv("swap", evil); }`,
+    ws, real, evil,
+  ], { stdio: "ignore" });
+  const exited = new Promise((resolve) => flipper.once("exit", resolve));
+  return {
+    async stop() {
+      flipper.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
+
+/** Runs `attempt` for `ms`, counting successes and refusals. */
+async function hammer(ms: number, attempt: () => Promise<boolean>): Promise<{ ok: number; refused: number }> {
+  const seen = { ok: 0, refused: 0 };
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await attempt()) seen.ok++;
+    else seen.refused++;
+  }
+  return seen;
+}
+
 describe("path guard under a symlink swap race", () => {
   it("never reads or writes outside while a command swaps a directory for a symlink", async () => {
     await mkdir(join(ws, "real"));
     await writeFile(join(ws, "real", "secret.txt"), "inside-secret");
     await symlink(outside, join(ws, "evil"));
-    // A separate process flips `swap` between the real directory and the outside symlink
-    // as fast as it can, the way a hostile slot command would.
-    const flipper = spawn(process.execPath, [
-      "-e",
-      `const fs = require("fs"); const d = process.argv[1];
-       const mv = (a, b) => { try { fs.renameSync(d + a, d + b); } catch {} };
-       for (;;) { mv("/real", "/swap"); mv("/swap", "/real"); mv("/evil", "/swap"); mv("/swap", "/evil"); }`,
-      ws,
-    ], { stdio: "ignore" });
-    const flipperExited = new Promise((resolve) => flipper.once("exit", resolve));
+    const flipper = startFlipper("real", "evil");
     try {
-      const seen = { inside: 0, refused: 0 };
-      const deadline = Date.now() + 1500;
-      while (Date.now() < deadline) {
+      const reads = await hammer(1000, async () => {
         const r = await read("swap/secret.txt");
         expect(r.output).not.toContain(SECRET);
-        if (r.success) seen.inside++;
-        else seen.refused++;
-        // Writing without creating parents: a write that got through the symlink would
-        // overwrite the outside secret.
+        return r.success;
+      });
+      // Writing without creating parents: a write that got through the symlink would
+      // overwrite the outside secret.
+      const writes = await hammer(1000, async () => {
         const w = await resolveInWorkspace(ws, "swap/secret.txt", { intent: "write" }).catch((err: unknown) => {
           // Losing the race must be a clear refusal, never an internal error.
           expect(err).toBeInstanceOf(WorkspacePathError);
           return undefined;
         });
-        if (w) {
-          await w.handle.write("pwned");
-          await w.handle.close();
-        }
-      }
+        if (!w) return false;
+        await w.handle.write("pwned");
+        await w.handle.close();
+        return true;
+      });
       // Both outcomes must have happened, or the race was not exercised at all.
-      expect(seen.inside).toBeGreaterThan(0);
-      expect(seen.refused).toBeGreaterThan(0);
+      for (const seen of [reads, writes]) {
+        expect(seen.ok).toBeGreaterThan(0);
+        expect(seen.refused).toBeGreaterThan(0);
+      }
     } finally {
-      flipper.kill("SIGTERM");
-      await flipperExited;
+      await flipper.stop();
+    }
+    await outsideUntouched();
+  });
+
+  it("never reads or writes outside while a command swaps the final file for a symlink", async () => {
+    await writeFile(join(ws, "realfile"), "inside");
+    await symlink(join(outside, "secret.txt"), join(ws, "evilfile"));
+    const flipper = startFlipper("realfile", "evilfile");
+    try {
+      const reads = await hammer(1000, async () => {
+        const r = await read("swap");
+        expect(r.output).not.toContain(SECRET);
+        if (!r.success) expect(r.error).toMatch(/outside the workspace|not found/);
+        return r.success;
+      });
+      const writes = await hammer(1000, async () => {
+        const w = await write("swap", "pwned");
+        if (!w.success) expect(w.error).toMatch(/outside the workspace|not found|vanished/);
+        return w.success;
+      });
+      for (const seen of [reads, writes]) {
+        expect(seen.ok).toBeGreaterThan(0);
+        expect(seen.refused).toBeGreaterThan(0);
+      }
+    } finally {
+      await flipper.stop();
     }
     await outsideUntouched();
   });
