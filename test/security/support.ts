@@ -276,3 +276,81 @@ export async function within<T>(ms: number, what: string, p: Promise<T>): Promis
     clearTimeout(timer);
   }
 }
+
+export interface CliServer {
+  url: string;
+  pid: number;
+  child: import("node:child_process").ChildProcess;
+  /** Every stderr line (the JSON logs). */
+  logs: string[];
+  /** stdout and stderr as received, for "the token never appears" checks. */
+  output(): string;
+  alive(): boolean;
+  stop(graceMs?: number): Promise<void>;
+}
+
+/**
+ * Starts a built `slotpool <subcommand>` server (tool-server, executor-server, ...) and waits
+ * for its `"msg":"listening"` log line with the URL.
+ */
+export async function startCliServer(argv: string[], opts: { env?: NodeJS.ProcessEnv; startTimeoutMs?: number } = {}): Promise<CliServer> {
+  const { spawn } = await import("node:child_process");
+  const { slotpoolCommand } = await import("../../src/cli/command.js");
+  const { command, args } = slotpoolCommand();
+  const child = spawn(command, [...args, ...argv], { env: { ...process.env, ...opts.env }, stdio: ["ignore", "pipe", "pipe"] });
+  const logs: string[] = [];
+  let all = "";
+  let buffered = "";
+  const exited = new Promise<void>((r) => child.once("exit", () => r()));
+  child.stdout!.setEncoding("utf8");
+  child.stdout!.on("data", (s: string) => {
+    all += s;
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`slotpool ${argv[0]} did not log "listening" within ${opts.startTimeoutMs ?? 30_000} ms:\n${logs.slice(-10).join("\n")}`));
+    }, opts.startTimeoutMs ?? 30_000);
+    child.stderr!.setEncoding("utf8");
+    child.stderr!.on("data", (s: string) => {
+      all += s;
+      buffered += s;
+      let nl: number;
+      while ((nl = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        logs.push(line);
+        if (line.includes('"listening"')) {
+          try {
+            const j = JSON.parse(line) as { msg?: string; url?: string };
+            if (j.msg === "listening" && j.url) {
+              clearTimeout(timer);
+              resolve(j.url);
+            }
+          } catch {
+            /* not JSON */
+          }
+        }
+      }
+    });
+    void exited.then(() => {
+      clearTimeout(timer);
+      reject(new Error(`slotpool ${argv[0]} exited before listening:\n${logs.slice(-10).join("\n")}`));
+    });
+  });
+  return {
+    url,
+    pid: child.pid!,
+    child,
+    logs,
+    output: () => all,
+    alive: () => child.exitCode === null && child.signalCode === null,
+    async stop(graceMs = 8_000) {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), graceMs);
+      await exited;
+      clearTimeout(t);
+    },
+  };
+}
