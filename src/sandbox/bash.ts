@@ -67,7 +67,8 @@ export class BashExecutor {
         metadata: { exit_code: null, sandboxed: false, network_isolated: false },
       };
     }
-    const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: slot.workspaceDir, fileName: svc.newOutputName(), owner: slot.owner });
+    const outputName = svc.newOutputName();
+    const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: slot.workspaceDir, fileName: outputName, owner: slot.owner });
     const limits = svc.limits;
     const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutSec) + 1));
     let res: RunResult;
@@ -80,6 +81,8 @@ export class BashExecutor {
           maxProcesses: limits.maxProcesses,
           maxFileBytes: limits.maxFileBytes,
           addressSpaceBytes: svc.cgroups.mode === "none" && limits.addressSpaceLimit ? limits.memoryBytes : 0,
+          outputCap: limits.outputCap,
+          outputFileName: outputName,
           timeoutMs: timeoutSec * 1000,
           output,
           onChunk,
@@ -123,6 +126,10 @@ export class BashExecutor {
       metadata.truncated = true;
       const file = output.outputFile;
       if (file) metadata.output_file = file;
+      else if (output.outputFileCut) {
+        metadata.output_file = output.fileName;
+        metadata.output_file_cut = true;
+      }
     }
     if (res.spawnError) return { success: false, output: text, error: `could not start the command: ${res.spawnError}`, metadata };
     if (res.timedOut) {

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { CappedOutput } from "./output.js";
+import { StringDecoder } from "node:string_decoder";
+import type { CappedOutput } from "./output.js";
 
 /**
  * Runs one process to completion with a wall-clock timeout and capped output. The caller
@@ -79,16 +80,16 @@ export function runProcess(spec: RunSpec): Promise<RunResult> {
       if (spec.signal.aborted) onAbort();
       else spec.signal.addEventListener("abort", onAbort, { once: true });
     }
-    child.stdout!.setEncoding("utf8");
-    child.stderr!.setEncoding("utf8");
-    child.stdout!.on("data", (c: string) => {
-      spec.output.push("stdout", c);
-      spec.onChunk?.("stdout", c);
-    });
-    child.stderr!.on("data", (c: string) => {
-      spec.output.push("stderr", c);
-      spec.onChunk?.("stderr", c);
-    });
+    const decoders = { stdout: new StringDecoder("utf8"), stderr: new StringDecoder("utf8") };
+    for (const stream of ["stdout", "stderr"] as const) {
+      child[stream]!.on("data", (c: Buffer) => {
+        spec.output.push(stream, c);
+        if (spec.onChunk) {
+          const text = decoders[stream].write(c);
+          if (text) spec.onChunk(stream, text);
+        }
+      });
+    }
     child.once("error", (err) => {
       spawnError = err.message;
     });

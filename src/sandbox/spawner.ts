@@ -128,6 +128,10 @@ export interface HolderRunOptions {
   maxProcesses: number;
   maxFileBytes: number;
   addressSpaceBytes: number;
+  /** Output bytes forwarded before the spawner caps them itself (0: forward everything). */
+  outputCap: number;
+  /** Workspace-relative name of the full-output file the spawner writes past the cap. */
+  outputFileName: string;
   timeoutMs: number;
   output: CappedOutput;
   onChunk?: ((stream: "stdout" | "stderr", chunk: string) => void) | undefined;
@@ -144,12 +148,12 @@ interface Pending {
   onAbort: () => void;
   out: StringDecoder;
   err: StringDecoder;
+  tails: { o: Buffer[]; e: Buffer[] };
 }
 
 /** One long-lived bubblewrap namespace with the spawner inside. */
 export class Holder {
   private child: ChildProcess | null = null;
-  private buf: Buffer = Buffer.alloc(0);
   private pending: Pending | null = null;
   private ready: Promise<void> | null = null;
   private readyResolve: (() => void) | null = null;
@@ -217,7 +221,10 @@ export class Holder {
     if (this.dead || !this.child) return { exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: "slot sandbox process is gone" };
     if (this.pending) throw new Error("holder is busy (calls to one slot must be serialized)");
     const cmd = Buffer.from(opts.command, "utf8");
-    const header = `R ${opts.cpuSeconds} ${opts.maxProcesses} ${opts.maxFileBytes} ${opts.addressSpaceBytes} 0 ${cmd.length}\n`;
+    const name = Buffer.from(opts.outputFileName, "utf8");
+    // Streaming calls (onChunk) get every byte; others are capped inside the sandbox.
+    const stream = opts.onChunk || opts.outputCap <= 0 ? 1 : 0;
+    const header = `R ${opts.cpuSeconds} ${opts.maxProcesses} ${opts.maxFileBytes} ${opts.addressSpaceBytes} ${stream} ${cmd.length} ${Math.max(0, opts.outputCap)} ${name.length}\n`;
     return new Promise<RunResult>((resolve) => {
       const p: Pending = {
         options: opts,
@@ -235,13 +242,14 @@ export class Holder {
         },
         out: new StringDecoder("utf8"),
         err: new StringDecoder("utf8"),
+        tails: { o: [], e: [] },
       };
       this.pending = p;
       if (opts.signal) {
         if (opts.signal.aborted) p.onAbort();
         else opts.signal.addEventListener("abort", p.onAbort, { once: true });
       }
-      this.child!.stdin!.write(Buffer.concat([Buffer.from(header, "latin1"), cmd]));
+      this.child!.stdin!.write(Buffer.concat([Buffer.from(header, "latin1"), cmd, name]));
     });
   }
 
@@ -249,53 +257,97 @@ export class Holder {
     if (this.child && !this.dead) this.child.stdin!.write("K\n");
   }
 
+  /**
+   * Streaming frame parser: output frames are handed to the output collector piece by
+   * piece as they arrive (no reassembly, no copies beyond the collector's own).
+   */
+  private hdr = Buffer.alloc(5);
+  private hdrLen = 0;
+  private frameType = "";
+  private frameLeft = 0;
+  private small: Buffer[] = [];
+
   private onData(chunk: Buffer): void {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
     let off = 0;
-    while (this.buf.length - off >= 5) {
-      const type = String.fromCharCode(this.buf[off]!);
-      const len = this.buf.readUInt32BE(off + 1);
-      if (this.buf.length - off - 5 < len) break;
-      const payload = this.buf.subarray(off + 5, off + 5 + len);
-      off += 5 + len;
-      this.onFrame(type, payload);
+    while (off < chunk.length) {
+      if (this.frameLeft === 0 && this.frameType === "") {
+        const n = Math.min(5 - this.hdrLen, chunk.length - off);
+        chunk.copy(this.hdr, this.hdrLen, off, off + n);
+        this.hdrLen += n;
+        off += n;
+        if (this.hdrLen < 5) return;
+        this.hdrLen = 0;
+        this.frameType = String.fromCharCode(this.hdr[0]!);
+        this.frameLeft = this.hdr.readUInt32BE(1);
+        if (this.frameLeft === 0) this.endFrame();
+        continue;
+      }
+      const n = Math.min(this.frameLeft, chunk.length - off);
+      const piece = chunk.subarray(off, off + n);
+      off += n;
+      this.frameLeft -= n;
+      if (this.frameType === "O" || this.frameType === "E") this.onOutput(this.frameType === "O" ? "stdout" : "stderr", piece);
+      else this.small.push(Buffer.from(piece));
+      if (this.frameLeft === 0) this.endFrame();
     }
-    this.buf = off === this.buf.length ? Buffer.alloc(0) : this.buf.subarray(off);
   }
 
-  private onFrame(type: string, payload: Buffer): void {
+  private onOutput(stream: "stdout" | "stderr", piece: Buffer): void {
+    const p = this.pending;
+    if (!p) return;
+    p.options.output.push(stream, piece);
+    if (p.options.onChunk) {
+      const text = (stream === "stdout" ? p.out : p.err).write(piece);
+      if (text) p.options.onChunk(stream, text);
+    }
+  }
+
+  private endFrame(): void {
+    const type = this.frameType;
+    const payload = Buffer.concat(this.small);
+    this.small = [];
+    this.frameType = "";
+    this.frameLeft = 0;
     if (type === "H") {
       this.readyResolve?.();
       return;
     }
     const p = this.pending;
     if (!p) return;
-    if (type === "O" || type === "E") {
-      const stream = type === "O" ? "stdout" : "stderr";
-      const text = (type === "O" ? p.out : p.err).write(payload);
-      if (text) {
-        p.options.output.push(stream, text);
-        p.options.onChunk?.(stream, text);
-      }
+    if (type === "o" || type === "e") {
+      p.tails[type].push(payload);
       return;
     }
-    if (type === "X" || type === "F") {
-      const s = payload.toString("utf8");
+    if (type === "Z") {
+      const [total, od, ed, file] = payload.toString("latin1").split(" ").map(Number);
+      p.options.output.applyRemote({
+        total: total ?? 0,
+        stdoutTail: Buffer.concat(p.tails.o),
+        stderrTail: Buffer.concat(p.tails.e),
+        stdoutDropped: od === 1,
+        stderrDropped: ed === 1,
+        fileState: file ?? 0,
+      });
+      return;
+    }
+    if (type !== "X" && type !== "F") return;
+    const s = payload.toString("utf8");
+    if (p.options.onChunk) {
       for (const [stream, dec] of [["stdout", p.out], ["stderr", p.err]] as const) {
         const rest = dec.end();
-        if (rest) p.options.output.push(stream, rest);
+        if (rest) p.options.onChunk(stream, rest);
       }
-      let exitCode: number | null = null;
-      let signal: NodeJS.Signals | null = null;
-      let spawnError: string | undefined;
-      if (type === "F") spawnError = s;
-      else if (s.startsWith("s")) {
-        const n = Number(s.slice(1));
-        exitCode = 128 + n;
-        signal = signalName(n);
-      } else exitCode = Number(s);
-      this.finish(p, { exitCode, signal, ...(spawnError ? { spawnError } : {}) });
     }
+    let exitCode: number | null = null;
+    let signal: NodeJS.Signals | null = null;
+    let spawnError: string | undefined;
+    if (type === "F") spawnError = s;
+    else if (s.startsWith("s")) {
+      const n = Number(s.slice(1));
+      exitCode = 128 + n;
+      signal = signalName(n);
+    } else exitCode = Number(s);
+    this.finish(p, { exitCode, signal, ...(spawnError ? { spawnError } : {}) });
   }
 
   private finish(p: Pending, r: { exitCode: number | null; signal: NodeJS.Signals | null; spawnError?: string }): void {

@@ -10,10 +10,17 @@
  * So no process of a call survives the call, and the per-call cost is one fork+exec.
  *
  * Requests (stdin):
- *   "R <cpu_s> <nproc> <fsize_bytes> <as_bytes> <reserved> <cmd_len>\n" + cmd bytes
+ *   "R <cpu_s> <nproc> <fsize_bytes> <as_bytes> <stream> <cmd_len> <cap> <name_len>\n"
+ *     + cmd bytes + output file name bytes
+ *     stream=1: forward all output (the server caps it); stream=0: forward the first <cap>
+ *     bytes only, keep the last <cap>/2 bytes of each stream in a ring, and write the full
+ *     output to /workspace/<name> (O_EXCL|O_NOFOLLOW, as the slot's uid) once past the cap,
+ *     so the server's memory and CPU do not grow with output size.
  *   "K\n"  kill the running command
  * Frames (stdout): 1 byte type, 4 bytes big-endian length, payload.
  *   'H' hello (spawner ready)   'O' stdout bytes   'E' stderr bytes
+ *   'o' / 'e' the kept tail of stdout / stderr (after the cap was passed)
+ *   'Z' "<total bytes> <stdout dropped 0|1> <stderr dropped 0|1> <file: 0 none, 1 complete, 2 cut at the file size limit>"
  *   'X' "<exit code>" or "s<signal>" when the command ended (all output sent before)
  *   'F' failure message (the command could not be started)
  *
@@ -83,10 +90,104 @@ static void set_limit(int res, unsigned long long v) {
 }
 
 struct req {
-  unsigned long long cpu, nproc, fsize, as;
-  int reserved;
+  unsigned long long cpu, nproc, fsize, as, cap;
+  int stream;
   char *cmd;
+  char *name;
 };
+
+/* Output capping (stream=0). */
+struct ring {
+  char *buf;
+  size_t size, start, len;
+  int dropped;
+};
+static unsigned long long out_total = 0;
+static int over_cap = 0, file_fd = -1, file_ok = 0;
+static unsigned long long file_len = 0, file_max = 0;
+static char *pre = NULL; /* the first <cap> bytes, in arrival order, for the file */
+static size_t pre_len = 0;
+static struct ring rings[2];
+
+static void ring_add(struct ring *r, const char *d, size_t n) {
+  if (r->size == 0) return;
+  if (n >= r->size) {
+    if (n > r->size || r->len > 0) r->dropped = 1;
+    memcpy(r->buf, d + (n - r->size), r->size);
+    r->start = 0;
+    r->len = r->size;
+    return;
+  }
+  size_t overflow = r->len + n > r->size ? r->len + n - r->size : 0;
+  if (overflow) {
+    r->dropped = 1;
+    r->start = (r->start + overflow) % r->size;
+    r->len -= overflow;
+  }
+  size_t w = (r->start + r->len) % r->size;
+  while (n > 0) {
+    size_t k = r->size - w < n ? r->size - w : n;
+    memcpy(r->buf + w, d, k);
+    d += k;
+    n -= k;
+    r->len += k;
+    w = (w + k) % r->size;
+  }
+}
+
+static void file_write(const char *d, size_t n) {
+  if (file_fd < 0) return;
+  if (file_max && file_len + n > file_max) {
+    /* The output file obeys the same size cap as any file the command writes. */
+    n = (size_t)(file_max - file_len);
+    file_ok = 2;
+  }
+  file_len += n;
+  if (n && write_all(file_fd, d, n) < 0) {
+    close(file_fd);
+    file_fd = -1;
+    file_ok = 0;
+  }
+}
+
+/* One chunk of output of stream idx (0 stdout, 1 stderr). */
+static void on_output(struct req *rq, int idx, const char *d, size_t n) {
+  char type = idx == 0 ? 'O' : 'E';
+  out_total += n;
+  if (rq->stream) {
+    frame(type, d, (uint32_t)n);
+    return;
+  }
+  if (!over_cap) {
+    size_t room = rq->cap > pre_len ? (size_t)(rq->cap - pre_len) : 0;
+    size_t head = n < room ? n : room;
+    if (head) {
+      frame(type, d, (uint32_t)head);
+      memcpy(pre + pre_len, d, head);
+      pre_len += head;
+    }
+    if (head == n) return;
+    /* Crossing the cap: the full output goes to the file from here on. */
+    over_cap = 1;
+    char path[4096];
+    snprintf(path, sizeof path, "/workspace/%s", rq->name);
+    file_fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    file_ok = file_fd >= 0 ? 1 : 0;
+    file_write(pre, pre_len);
+    d += head;
+    n -= head;
+  }
+  file_write(d, n);
+  ring_add(&rings[idx], d, n);
+}
+
+static void send_ring(char type, struct ring *r) {
+  if (r->len == 0) return;
+  size_t first = r->size - r->start < r->len ? r->size - r->start : r->len;
+  /* Two frames at most: the ring may wrap. */
+  frame(type, r->buf + r->start, (uint32_t)first);
+  if (first < r->len) frame(type, r->buf, (uint32_t)(r->len - first));
+}
 
 /* The running command (our direct child) and its wait status once reaped. */
 static pid_t main_pid = 0;
@@ -156,6 +257,23 @@ static void run(struct req *rq) {
   close(out[1]);
   close(err[1]);
   close(ep[1]);
+  out_total = 0;
+  over_cap = 0;
+  file_ok = 0;
+  file_fd = -1;
+  file_len = 0;
+  file_max = rq->fsize;
+  pre_len = 0;
+  size_t half = rq->cap / 2 > 0 ? (size_t)(rq->cap / 2) : 1;
+  if (!rq->stream) {
+    pre = malloc(rq->cap + 1);
+    for (int i = 0; i < 2; i++) {
+      rings[i].buf = malloc(half);
+      rings[i].size = half;
+      rings[i].start = rings[i].len = 0;
+      rings[i].dropped = 0;
+    }
+  }
   struct pollfd fds[5];
   int open_out = 1, open_err = 1, open_ep = 1, killed_all = 0;
   main_pid = pid;
@@ -212,12 +330,12 @@ static void run(struct req *rq) {
     }
     if (io >= 0 && (fds[io].revents & (POLLIN | POLLHUP | POLLERR))) {
       ssize_t k = read(out[0], buf, sizeof buf);
-      if (k > 0) frame('O', buf, (uint32_t)k);
+      if (k > 0) on_output(rq, 0, buf, (size_t)k);
       else if (k == 0 || errno != EINTR) { open_out = 0; close(out[0]); }
     }
     if (ie >= 0 && (fds[ie].revents & (POLLIN | POLLHUP | POLLERR))) {
       ssize_t k = read(err[0], buf, sizeof buf);
-      if (k > 0) frame('E', buf, (uint32_t)k);
+      if (k > 0) on_output(rq, 1, buf, (size_t)k);
       else if (k == 0 || errno != EINTR) { open_err = 0; close(err[0]); }
     }
     if (ipe >= 0 && (fds[ipe].revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -229,6 +347,21 @@ static void run(struct req *rq) {
   if (!killed_all) kill_all();
   int status = main_status;
   main_pid = 0;
+  if (!rq->stream) {
+    if (over_cap) {
+      send_ring('o', &rings[0]);
+      send_ring('e', &rings[1]);
+      if (file_fd >= 0) close(file_fd);
+      char z[96];
+      int zl = snprintf(z, sizeof z, "%llu %d %d %d", out_total, rings[0].dropped, rings[1].dropped, file_ok);
+      frame('Z', z, (uint32_t)zl);
+    }
+    free(pre);
+    pre = NULL;
+    free(rings[0].buf);
+    free(rings[1].buf);
+    rings[0].buf = rings[1].buf = NULL;
+  }
   if (faillen > 0) {
     frame('F', fail, (uint32_t)faillen);
     return;
@@ -268,24 +401,30 @@ int main(void) {
     }
     if (inbuf[0] != 'R') _exit(5);
     struct req rq = {0};
-    unsigned long long cmdlen = 0;
+    unsigned long long cmdlen = 0, namelen = 0;
     *nl = 0;
-    if (sscanf(inbuf + 1, "%llu %llu %llu %llu %d %llu", &rq.cpu, &rq.nproc, &rq.fsize, &rq.as, &rq.reserved, &cmdlen) != 6) _exit(6);
-    char *cmd = malloc(cmdlen + 1);
+    if (sscanf(inbuf + 1, "%llu %llu %llu %llu %d %llu %llu %llu", &rq.cpu, &rq.nproc, &rq.fsize, &rq.as, &rq.stream, &cmdlen, &rq.cap, &namelen) != 8) _exit(6);
+    if (namelen > 255 || rq.cap > (1ULL << 30)) _exit(6);
+    unsigned long long want = cmdlen + namelen;
+    char *cmd = malloc(want + 2);
     if (!cmd) _exit(7);
     size_t have = inlen - hl;
-    if (have > cmdlen) have = cmdlen;
+    if (have > want) have = want;
     memcpy(cmd, inbuf + hl, have);
     size_t used = hl + have;
     memmove(inbuf, inbuf + used, inlen - used);
     inlen -= used;
-    while (have < cmdlen) {
-      ssize_t k = read(0, cmd + have, cmdlen - have);
+    while (have < want) {
+      ssize_t k = read(0, cmd + have, want - have);
       if (k < 0 && errno == EINTR) continue;
       if (k <= 0) _exit(0);
       have += (size_t)k;
     }
+    /* cmd: command bytes, NUL, name bytes, NUL */
+    memmove(cmd + cmdlen + 1, cmd + cmdlen, namelen);
     cmd[cmdlen] = 0;
+    cmd[cmdlen + 1 + namelen] = 0;
+    rq.name = cmd + cmdlen + 1;
     rq.cmd = cmd;
     run(&rq);
     free(cmd);
