@@ -101,7 +101,8 @@ describe("read_file / write_file through /execute", () => {
     const planted = await bash(
       "slot_0",
       `ln -s ../slot_1 neighbour && ln -s ../slot_1/private/secret.txt neighbour-file && ln -s /etc/passwd passwd && ` +
-        `ln -s ${outside} outdir && mkdir -p d && ln -s ../../slot_1/private d/up`,
+        `ln -s ${outside} outdir && mkdir -p d && ln -s ../../slot_1/private d/up && ` +
+        `ln -s /workspace/../slot_1 ws-neighbour && ln -s /proc/self/root proc-root`,
     );
     expect(planted.success, planted.error + planted.output).toBe(true);
     const paths = [
@@ -114,6 +115,10 @@ describe("read_file / write_file through /execute", () => {
       "d/up/secret.txt",
       "passwd",
       "outdir/x",
+      "ws-neighbour/private/secret.txt",
+      "proc-root/etc/passwd",
+      "/proc/self/root/etc/passwd",
+      "/proc/1/environ",
     ];
     for (const path of paths) {
       const r = await exec("slot_0", "read_file", { path });
