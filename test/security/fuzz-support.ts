@@ -139,10 +139,9 @@ export function requestArb(target: FuzzTarget): fc.Arbitrary<FuzzRequest> {
   const contentType = fc.constantFrom(undefined, "application/json", "application/json; charset=utf-8", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=zz", "application/octet-stream", "application/json; charset=latin1");
   const junkHeaders = fc.dictionary(fc.stringMatching(/^x-[a-z0-9-]{1,20}$/), fc.string({ maxLength: 100, unit: fc.constantFrom(..."abc 019;=,\"'".split("")) }), { maxKeys: 4 });
   const validBodies = target.routes.flatMap((r) => r.validBodies ?? []);
-  const jsonBody = fc.oneof(
-    { weight: 4, arbitrary: validBodies.length ? fc.constantFrom(...validBodies).chain(mutate) : fc.jsonValue() },
-    { weight: 2, arbitrary: fc.jsonValue({ maxDepth: 4 }) },
-  ).map((v) => Buffer.from(JSON.stringify(v) ?? "null"));
+  const jsonBody = fc
+    .oneof({ weight: 2, arbitrary: validBodies.length ? fc.constantFrom(...validBodies).chain(mutate) : fc.jsonValue() }, { weight: 2, arbitrary: fc.jsonValue({ maxDepth: 4 }) })
+    .map((v) => Buffer.from(JSON.stringify(v) ?? "null"));
   const body = fc.oneof(
     { weight: 6, arbitrary: jsonBody },
     { weight: 1, arbitrary: fc.string({ maxLength: 200 }).map((s) => Buffer.from(s)) },
@@ -151,12 +150,26 @@ export function requestArb(target: FuzzTarget): fc.Arbitrary<FuzzRequest> {
     { weight: 1, arbitrary: fc.integer({ min: 1, max: 3 * 1024 * 1024 }).map((n) => Buffer.alloc(n, 0x7b)) },
     { weight: 1, arbitrary: fc.constant(undefined) },
   );
-  return fc.record({ method: methods, path, auth, contentType, junk: junkHeaders, body }).map(({ method, path, auth, contentType, junk, body }) => {
-    const headers: Record<string, string> = { ...junk };
-    if (auth !== undefined) headers["authorization"] = auth;
-    if (contentType !== undefined) headers["content-type"] = contentType;
-    return { method, path, headers, body: method === "GET" || method === "HEAD" ? (body && body.length < 64 ? body : undefined) : body };
-  });
+  // Mostly well-aimed requests (a route's own method, its bodies mutated) so the fuzzer gets
+  // past routing and auth into validation; the rest entirely random.
+  const aimed = fc.constantFrom(...target.routes).chain((route) =>
+    fc.record({
+      method: fc.constant<string>(route.method),
+      path: fc.oneof({ weight: 4, arbitrary: fc.constant(route.path) }, { weight: 1, arbitrary: fc.webQueryParameters().map((q) => `${route.path}?${q}`) }),
+      body: route.validBodies?.length
+        ? fc.oneof({ weight: 5, arbitrary: fc.constantFrom(...route.validBodies).chain(mutate).map((v) => Buffer.from(JSON.stringify(v) ?? "null")) }, { weight: 1, arbitrary: body })
+        : fc.constant(undefined),
+    }),
+  );
+  const random = fc.record({ method: methods, path, body });
+  return fc
+    .record({ target: fc.oneof({ weight: 3, arbitrary: aimed }, { weight: 2, arbitrary: random }), auth, contentType, junk: junkHeaders })
+    .map(({ target: { method, path, body }, auth, contentType, junk }) => {
+      const headers: Record<string, string> = { ...junk };
+      if (auth !== undefined) headers["authorization"] = auth;
+      if (contentType !== undefined) headers["content-type"] = contentType;
+      return { method, path, headers, body: method === "GET" || method === "HEAD" ? (body && body.length < 64 ? body : undefined) : body };
+    });
 }
 
 /**
