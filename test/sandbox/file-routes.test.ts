@@ -197,7 +197,7 @@ describe("/artifacts routes", () => {
   });
 
   it("refuses escapes on every artifact route and never leaks the neighbour", async () => {
-    const paths = ["../slot_1", "../slot_1/private/secret.txt", "neighbour", "neighbour/private", "neighbour-file", "passwd", "/etc", join(dataDir, "slot_1")];
+    const paths = ["../slot_1", "../slot_1/private/secret.txt", "neighbour", "neighbour/private", "neighbour-file", "ws-neighbour", "proc-root/etc", "passwd", "/etc", "/proc/self/root", join(dataDir, "slot_1")];
     for (const path of paths) {
       for (const route of ["read", "list", "archive"] as const) {
         const r = await post<{ success: boolean; error?: string }>(`/artifacts/${route}`, { slot_id: "slot_0", path, recursive: true });
