@@ -203,4 +203,35 @@ describe("SlotPool on the NomadProvisioner (emulator, real sandbox processes)", 
     expect(before).toContain(s.container.id);
     expect((await bash(s, "echo attached")).output.trim()).toBe("attached");
   });
+
+  it("a lost node: every held slot is lost with the reason, replacements on the new node join", async () => {
+    const { pool } = nomadPool({ slotsPerContainer: 1, minContainers: 2, maxContainers: 2 });
+    await pool.start();
+    const held = [await pool.acquire({ trajectoryId: "x" }), await pool.acquire({ trajectoryId: "y" })];
+    await nomad.loseNode();
+    await until(() => held.every((s) => s.lost), 2_000);
+    for (const s of held) {
+      const err = await bash(s, "true").catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(SlotLostError);
+      expect((err as Error).message).toMatch(/is lost/);
+      await pool.release(s);
+    }
+    const fresh = await Promise.all([pool.acquire({ trajectoryId: "z1", timeoutMs: 15_000 }), pool.acquire({ trajectoryId: "z2", timeoutMs: 15_000 })]);
+    expect(fresh.map((s) => s.container.id).sort()).not.toEqual(held.map((s) => s.container.id).sort());
+    expect((await bash(fresh[0]!, "echo back")).output.trim()).toBe("back");
+  });
+
+  it("reclaims an abandoned slot after its lease, resetting the allocation's workspace", async () => {
+    const { pool } = nomadPool({ slotsPerContainer: 1, minContainers: 1, maxContainers: 1, leaseTimeoutMs: 300 });
+    await pool.start();
+    const reclaimed: string[] = [];
+    pool.on("slot-reclaimed", (e) => reclaimed.push(e.trajectoryId));
+    const a = await pool.acquire({ trajectoryId: "gone-quiet" });
+    await bash(a, "echo x > leftover");
+    const b = await pool.acquire({ trajectoryId: "next", timeoutMs: 10_000 });
+    expect(reclaimed).toEqual(["gone-quiet"]);
+    expect(b.key).toBe(a.key);
+    expect((await bash(b, "ls -A")).output.trim()).toBe("");
+    await expect(bash(a, "true")).rejects.toThrow(/gone-quiet neither used nor released/);
+  });
 });
