@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import pLimit from "p-limit";
 import type { z } from "zod";
 import { runAgentLoop, type AgentResult } from "../agent/agent-loop.js";
 import { ChatCompletionsClient } from "../agent/chat-client.js";
@@ -37,6 +38,11 @@ export interface EvalSample {
 export interface EvalResult {
   metrics: Record<string, number>;
   samples: EvalSample[];
+}
+
+export interface EvaluateOptions {
+  /** Called as each evaluated trajectory finishes (progress, run statistics). */
+  onTrajectory?: (outcome: TrajectoryOutcome) => void;
 }
 
 /** How an env instance gets its tools backend, model and logger (all optional). */
@@ -133,10 +139,21 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   }
 
   /** Periodic evaluation. Default: one trajectory per eval item; mean score and solve rate. */
-  async evaluate(): Promise<EvalResult> {
+  async evaluate(options: EvaluateOptions = {}): Promise<EvalResult> {
     const items = await this.getEvalItems();
     const samples: EvalSample[] = [];
-    const results = await Promise.all(items.map((item) => this.collectTrajectory(item, this.resolveTools()).then((t) => ({ item, t }), (err: unknown) => ({ item, err }))));
+    const limit = pLimit(this.config.groupConcurrency * this.config.groupSize);
+    const results = await Promise.all(
+      items.map((item) =>
+        limit(() => this.collectTrajectory(item, this.resolveTools())).then(
+          (t) => {
+            options.onTrajectory?.(t);
+            return { item, t };
+          },
+          (err: unknown) => ({ item, err }),
+        ),
+      ),
+    );
     let failed = 0;
     for (const r of results) {
       if ("err" in r) {

@@ -55,8 +55,10 @@ export const AgentEnvConfigSchema = z
     acquireTimeoutMs: z.number().int().positive().default(120_000),
     /** Where the local provisioner keeps workspaces (default: a temp dir). */
     dataDir: z.string().min(1).optional(),
-    /** Nomad image of the sandbox job (Nomad provisioner). */
+    /** Nomad provisioner: the sandbox job's image (docker) or .sif path (raw_exec), its driver and job id. */
     sandboxImage: z.string().min(1).optional(),
+    nomadDriver: z.enum(["docker", "raw_exec", "exec"]).optional(),
+    nomadJobId: z.string().min(1).optional(),
 
     /** A trajectory whose slot was lost is restarted from scratch on a new slot this many times. */
     slotLossRetries: z.number().int().min(0).max(20).default(2),

@@ -1,4 +1,4 @@
-import type { GroupOutcome } from "./scored-group.js";
+import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
 
 /** Running totals of a run, for the progress bar and the summary table. */
 export class RunStats {
@@ -28,18 +28,21 @@ export class RunStats {
       this.slotLosses += outcome.unfinished.slotLosses;
       this.retries += outcome.unfinished.retries;
     }
-    for (const t of outcome.trajectories) {
-      this.trajectories++;
-      this.scoreSum += t.score;
-      if (t.score > 0) this.solved++;
-      this.toolCalls += t.result.toolCalls.length;
-      this.toolErrors += t.result.toolErrors.length;
-      this.slotLosses += t.slotLosses.length;
-      this.retries += t.attempts - 1;
-      if (t.rewardError) this.rewardErrors++;
-      if (t.rewardSkipped) this.rewardSkipped++;
-      for (const c of t.result.toolCalls) this.latencies.push(c.durationMs);
-    }
+    for (const t of outcome.trajectories) this.addTrajectory(t);
+  }
+
+  /** One trajectory outside a group (evaluation). */
+  addTrajectory(t: TrajectoryOutcome): void {
+    this.trajectories++;
+    this.scoreSum += t.score;
+    if (t.score > 0) this.solved++;
+    this.toolCalls += t.result.toolCalls.length;
+    this.toolErrors += t.result.toolErrors.length;
+    this.slotLosses += t.slotLosses.length;
+    this.retries += t.attempts - 1;
+    if (t.rewardError) this.rewardErrors++;
+    if (t.rewardSkipped) this.rewardSkipped++;
+    for (const c of t.result.toolCalls) this.latencies.push(c.durationMs);
   }
 
   get meanScore(): number {

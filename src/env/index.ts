@@ -1,0 +1,16 @@
+export * from "./config.js";
+export * from "./errors.js";
+export * from "./agent-env.js";
+export * from "./tool-context.js";
+export * from "./backend.js";
+export { poolBackend } from "./pool-backend.js";
+export { createDefaultBackend } from "./default-backend.js";
+export * from "./scored-group.js";
+export * from "./tokens.js";
+export * from "./run-stats.js";
+export { isSlotLostResult } from "./slot-loss.js";
+export * from "./atropos/client.js";
+export * from "./atropos/group-filter.js";
+export * from "./atropos/env-manager.js";
+export { pythonJsonDumps } from "./atropos/python-json.js";
+export * from "./run-modes/index.js";

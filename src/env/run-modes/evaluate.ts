@@ -1,0 +1,46 @@
+import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { AgentEnv, EvalResult } from "../agent-env.js";
+import type { TrajectoryOutcome } from "../scored-group.js";
+import { pythonJsonDumps } from "../atropos/python-json.js";
+
+export interface EvaluateModeOptions {
+  /** Directory for metrics.json and samples.jsonl (Atropos `data_dir_to_save_evals`). */
+  outDir: string;
+  onTrajectory?: (outcome: TrajectoryOutcome) => void;
+}
+
+export interface EvaluateModeReport {
+  result: EvalResult;
+  metricsPath: string;
+  samplesPath: string;
+  seconds: number;
+}
+
+/**
+ * Atropos's `evaluate` mode: `setup()` (done by start) then `evaluate()`, writing
+ * `metrics.json` shaped like `evaluate_log()` (`config_general` + `results`) and one
+ * `samples.jsonl` line per evaluated item.
+ */
+export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateModeOptions): Promise<EvaluateModeReport> {
+  const started = Date.now();
+  const result = await env.evaluate(options.onTrajectory ? { onTrajectory: options.onTrajectory } : {});
+  const seconds = (Date.now() - started) / 1000;
+  await mkdir(options.outDir, { recursive: true });
+  const metrics = {
+    config_general: {
+      model_name: env.config.modelName ?? "oracle",
+      total_evaluation_time_seconds: seconds.toFixed(1),
+      generation_parameters: { max_new_tokens: env.config.maxTokens, temperature: env.config.temperature, max_turns: env.config.maxTurns },
+    },
+    results: {
+      [`atropos|${env.name}_eval|0`]: result.metrics,
+      all: result.metrics,
+    },
+  };
+  const metricsPath = join(options.outDir, "metrics.json");
+  const samplesPath = join(options.outDir, "samples.jsonl");
+  await writeFile(metricsPath, JSON.stringify(metrics, null, 2) + "\n");
+  await writeFile(samplesPath, result.samples.map((s) => pythonJsonDumps(s) + "\n").join(""));
+  return { result, metricsPath, samplesPath, seconds };
+}

@@ -1,0 +1,5 @@
+export * from "./process.js";
+export * from "./serve.js";
+export * from "./evaluate.js";
+export * from "./summary.js";
+export * from "./progress.js";
