@@ -324,7 +324,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     const { index, wait } = blocking(url);
     // README "Blocking queries": the job's ModifyIndex, or the jobs table index if missing.
     const current = () => findJob(namespace, id)?.modifyIndex ?? cluster.jobsTableIndex;
-    await cluster.blockUntil(current, index, wait, closed(req));
+    await cluster.blockUntil(current, index, wait, closed(res));
     const job = findJob(namespace, id);
     // README "GET /v1/job/:job_id": 404 with body `job not found`.
     if (!job) throw new HttpError(404, "job not found");
@@ -351,7 +351,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
   async function jobAllocations(req: IncomingMessage, res: ServerResponse, url: URL, namespace: string, id: string): Promise<void> {
     const { index, wait } = blocking(url);
     // README "Blocking queries": the whole allocs table index, so any allocation change wakes it.
-    await cluster.blockUntil(() => cluster.allocsTableIndex, index, wait, closed(req));
+    await cluster.blockUntil(() => cluster.allocsTableIndex, index, wait, closed(res));
     const all = url.searchParams.get("all") === "true";
     const job = findJob(namespace, id);
     // README "GET /v1/job/:job_id/allocations": `[]` for an unknown job; without `all` only the
@@ -367,7 +367,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
   async function readAllocation(req: IncomingMessage, res: ServerResponse, url: URL, id: string): Promise<void> {
     const { index, wait } = blocking(url);
     // README "Blocking queries": the allocation's ModifyIndex.
-    await cluster.blockUntil(() => cluster.allocs.get(id)?.modifyIndex ?? 0, index, wait, closed(req));
+    await cluster.blockUntil(() => cluster.allocs.get(id)?.modifyIndex ?? 0, index, wait, closed(res));
     const alloc = cluster.allocs.get(id);
     // README "GET /v1/allocation/:alloc_id": 404 `alloc not found`.
     if (!alloc) throw new HttpError(404, "alloc not found");
@@ -404,7 +404,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     const { index, wait } = blocking(url);
     // README "Blocking queries": the largest of job ModifyIndex, allocation and scaling indexes.
     const current = () => Math.max(findJob(namespace, id)?.modifyIndex ?? 0, cluster.allocsTableIndex);
-    await cluster.blockUntil(current, index, wait, closed(req));
+    await cluster.blockUntil(current, index, wait, closed(res));
     const job = findJob(namespace, id);
     if (!job) throw new HttpError(404, "job not found");
     const groups: Json = {};
@@ -506,9 +506,10 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     return { index: indexRaw === null ? 0 : Number(indexRaw), wait };
   }
 
-  function closed(req: IncomingMessage): AbortSignal {
+  /** Aborts when the answer is done or the client went away (per response: keep-alive sockets carry many). */
+  function closed(res: ServerResponse): AbortSignal {
     const ac = new AbortController();
-    req.socket.once("close", () => ac.abort());
+    res.once("close", () => ac.abort());
     return ac.signal;
   }
 
