@@ -1,7 +1,8 @@
 /**
- * In-process cost of the host-side file tools (no HTTP, no queue): write_file and
- * read_file of a small file three directories deep, artifact list of ~200 entries, and
- * the archive of a 10 MB tree. Run: npx tsx test/bench/file-tools.ts
+ * Cost of the host-side file tools: in process (no HTTP, no queue) write_file and
+ * read_file of a small file three directories deep, artifact list of ~200 entries, the
+ * archive of a 10 MB tree; then write_file + read_file through /execute of a real sandbox
+ * server (needs `npm run build`). Run: npx tsx test/bench/file-tools.ts
  */
 import { mkdtemp, mkdir, rm, writeFile } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
@@ -9,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { readFileTool, writeFileTool } from "../../src/sandbox/files.js";
 import { archiveArtifacts, listArtifacts } from "../../src/sandbox/artifacts.js";
+import { startSandboxProcess } from "../../src/pool/sandbox-process.js";
 
 const opts = { maxReadBytes: 10 * 1024 * 1024, maxWriteBytes: 10 * 1024 * 1024 };
 
@@ -37,7 +39,26 @@ try {
   await time("artifacts list tree (210 entries)", 300, () => listArtifacts(ws, { path: "tree", recursive: true }));
   await time("artifacts archive tree (10 MB)", 10, () => archiveArtifacts(ws, { path: "tree" }));
   const rss = process.memoryUsage().rss / 1024 / 1024;
-  console.log(`rss after run: ${rss.toFixed(0)} MB`);
+  console.log(`rss after in-process runs: ${rss.toFixed(0)} MB`);
+
+  const server = await startSandboxProcess({ slots: 1, dataDir: join(ws, "server-data") });
+  try {
+    const call = async (tool: string, args: Record<string, unknown>) => {
+      const res = await fetch(server.url + "/execute", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ slot_id: "slot_0", tool, args }),
+      });
+      const body = (await res.json()) as { success: boolean; error: string };
+      if (!body.success) throw new Error(body.error);
+    };
+    await time("HTTP write_file + read_file (1 KB)", 500, async () => {
+      await call("write_file", { path: "a/b/c/file.txt", content: "x".repeat(1024) });
+      await call("read_file", { path: "a/b/c/file.txt" });
+    });
+  } finally {
+    await server.stop();
+  }
 } finally {
   await rm(ws, { recursive: true, force: true });
 }
