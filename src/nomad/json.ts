@@ -13,6 +13,8 @@ export function parseNomadJson(text: string): unknown {
 
 /** Rewrites integer literals outside the safe range as JSON strings; leaves string contents alone. */
 export function quoteUnsafeIntegers(text: string): string {
+  // Fast path: no run of 16+ digits, nothing can be unsafe.
+  if (!/\d{16}/.test(text)) return text;
   let out: string[] | null = null;
   let last = 0;
   let i = 0;
@@ -20,16 +22,16 @@ export function quoteUnsafeIntegers(text: string): string {
   while (i < n) {
     const c = text.charCodeAt(i);
     if (c === 0x22 /* " */) {
-      // skip the string, honouring backslash escapes
-      i++;
-      while (i < n) {
-        const d = text.charCodeAt(i);
-        if (d === 0x5c /* \ */) i += 2;
-        else if (d === 0x22) {
-          i++;
-          break;
-        } else i++;
+      // Skip the string: jump from quote to quote, a quote preceded by an odd number of
+      // backslashes is escaped.
+      let q = text.indexOf('"', i + 1);
+      while (q > 0) {
+        let backslashes = 0;
+        while (text.charCodeAt(q - 1 - backslashes) === 0x5c) backslashes++;
+        if (backslashes % 2 === 0) break;
+        q = text.indexOf('"', q + 1);
       }
+      i = q < 0 ? n : q + 1;
       continue;
     }
     if (c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39)) {
@@ -47,7 +49,7 @@ export function quoteUnsafeIntegers(text: string): string {
         }
       } else if (!isInteger) {
         // fraction / exponent: consume the rest of the number
-        while (i < n && /[0-9eE+\-.]/.test(text[i]!)) i++;
+        while (i < n && isNumberChar(text.charCodeAt(i))) i++;
       }
       continue;
     }
@@ -56,6 +58,10 @@ export function quoteUnsafeIntegers(text: string): string {
   if (!out) return text;
   out.push(text.slice(last));
   return out.join("");
+}
+
+function isNumberChar(c: number): boolean {
+  return (c >= 0x30 && c <= 0x39) || c === 0x2e || c === 0x65 || c === 0x45 || c === 0x2b || c === 0x2d;
 }
 
 /**

@@ -1,3 +1,4 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import { z as zod } from "zod";
@@ -115,6 +116,20 @@ describe("exact JSON", () => {
       f: 'x"1234567890123456789',
     });
     expect(quoteUnsafeIntegers('{"x":1}')).toBe('{"x":1}');
+  });
+
+  it("agrees with JSON.parse on any JSON, except unsafe integer literals, which become exact strings", () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }), fc.string(), (value, big, s) => {
+        const text = stringifyNomadJson({ value, big, s, digits: `${big}` });
+        const expected = JSON.parse(text, (_k, v: unknown) =>
+          typeof v === "number" && Number.isInteger(v) && !Number.isSafeInteger(v) && !String(v).includes("e") ? String(v) : v,
+        ) as Record<string, unknown>;
+        const exact = Number.isSafeInteger(Number(big)) && BigInt(Number(big)) === big ? Number(big) : String(big);
+        expect(parseNomadJson(text)).toEqual({ ...expected, big: exact });
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it("writes bigint values back as bare integers", () => {
