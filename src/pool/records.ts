@@ -19,6 +19,8 @@ export class ContainerRecord {
   busy = 0;
   healthFailures = 0;
   healthCheckRunning = false;
+  /** Above the count last asked of the provisioner: being stopped, never lent out again. */
+  retiring = false;
   lostReason: string | undefined;
 
   constructor(

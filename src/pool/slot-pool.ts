@@ -507,7 +507,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
         }
         if (slots === 0) throw new Error("the sandbox server reports 0 slots");
         record.initSlots(slots);
-        record.state = record.index >= this.drainFrom ? "draining" : "ready";
+        record.state = record.index >= this.drainFrom || record.retiring ? "draining" : "ready";
         this.freeCount += slots;
         this.logger.info({ container: record.info.id, index: record.index, url: record.info.url, slots }, "container ready");
         this.emit("container-ready", record.info);
@@ -724,7 +724,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
         c.state = "draining";
         this.logger.info({ container: c.info.id, index: c.index }, "draining container");
         this.emit("container-draining", c.info);
-      } else if (c.state === "draining" && c.index < value) {
+      } else if (c.state === "draining" && c.index < value && !c.retiring) {
         c.state = "ready";
         undrained = true;
         this.emit("container-undrained", c.info);
@@ -736,6 +736,17 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private requestTarget(count: number, reason: string): void {
     const from = this.target;
     this.target = count;
+    // Containers above a lowered count are being stopped: they must not be un-drained and
+    // lent out again if demand comes back before they are gone.
+    const retiring: ContainerRecord[] = [];
+    if (count < from) {
+      for (const c of this.containers) {
+        if (c.index >= count && !c.retiring) {
+          c.retiring = true;
+          retiring.push(c);
+        }
+      }
+    }
     const at = Date.now();
     this.logger.info({ from, to: count, reason }, "scaling containers");
     this.scaleInFlight = this.provisioner
@@ -751,6 +762,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
         (err: unknown) => {
           // The count did not change: retry with backoff on the next evaluation.
           this.target = this.confirmedTarget;
+          for (const c of retiring) c.retiring = false;
           this.scaleFailures++;
           this.scaleCounter.inc({ result: "error" });
           this.recordScale({ at, from, to: count, reason, ok: false, error: errorMessage(err) });

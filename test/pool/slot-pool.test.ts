@@ -208,6 +208,24 @@ describe("SlotPool on the in-memory provisioner", () => {
     expect(pool.stats().slots.held).toBe(3);
   });
 
+  it("containers being stopped by a scale-down are never lent out again, even if demand returns", async () => {
+    const { pool, provisioner } = makePool(
+      { slotsPerContainer: 1, minContainers: 1, maxContainers: 3, idleTimeoutMs: 30 },
+      { stopDelayMs: 300 },
+    );
+    await pool.start();
+    const slots = await Promise.all([0, 1, 2].map((i) => pool.acquire({ trajectoryId: `t${i}` })));
+    for (const s of slots.slice(1)) await pool.release(s);
+    await until(() => provisioner.target === 1);
+    const stoppingIds = slots.slice(1).map((s) => s.container.id);
+    // Demand returns while containers 1 and 2 are still shutting down.
+    const again = await Promise.all([pool.acquire({ trajectoryId: "x" }), pool.acquire({ trajectoryId: "y" })]);
+    for (const s of again) expect(stoppingIds).not.toContain(s.container.id);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(again.every((s) => !s.lost)).toBe(true);
+    expect(pool.stats().slots.lost).toBe(0);
+  });
+
   it("a lost container: held slots raise SlotLostError naming the allocation, free slots vanish, a replacement joins", async () => {
     const { pool, provisioner } = makePool({ slotsPerContainer: 2, minContainers: 2, maxContainers: 2 });
     await pool.start();

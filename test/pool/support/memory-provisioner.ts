@@ -36,6 +36,8 @@ export interface MemoryProvisionerOptions {
   upDelayMs?: number;
   /** Delay before a killed container is replaced (default 10 ms), like Nomad's reschedule. */
   replaceDelayMs?: number;
+  /** Delay between a scale-down and the stopped container being gone (default 0). */
+  stopDelayMs?: number;
 }
 
 export class MemoryProvisioner implements Provisioner {
@@ -123,10 +125,15 @@ export class MemoryProvisioner implements Provisioner {
     }
     for (const [index, c] of [...this.running]) {
       if (index < this.target) continue;
-      c.dead = true;
+      // Like Nomad: the index is free for a new container at once; the old one stops later.
       this.running.delete(index);
       const gone: ContainerGone = { id: c.info.id, index, reason: "scaled down", expected: true };
-      this.events?.containerGone(gone);
+      const finish = () => {
+        c.dead = true;
+        this.events?.containerGone(gone);
+      };
+      if (this.options.stopDelayMs) this.later(this.options.stopDelayMs, finish);
+      else finish();
     }
   }
 
