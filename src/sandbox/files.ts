@@ -103,7 +103,15 @@ export async function readFileTool(
         metadata: { ...base, bytes: data.length, encoding: "base64" },
       };
     }
-    const text = decodeText(data, truncated);
+    let text = decodeText(data, truncated);
+    let lossy = false;
+    if (!text && !data.includes(0)) {
+      // Text in another encoding (Latin-1 source, a stray byte): show it with U+FFFD for the
+      // bytes that are not UTF-8 rather than refusing the whole file.
+      const end = truncated ? utf8Boundary(data) : data.length;
+      text = { text: data.subarray(0, end).toString("utf8"), bytes: end };
+      lossy = true;
+    }
     if (!text) {
       return failure(
         `path ${JSON.stringify(args.path)} is a binary file (${stat.size} bytes), not UTF-8 text; ` +
@@ -118,7 +126,7 @@ export async function readFileTool(
       success: true,
       output: text.text + note,
       error: "",
-      metadata: { ...base, bytes: text.bytes, encoding: "text" },
+      metadata: { ...base, bytes: text.bytes, encoding: "text", ...(lossy ? { invalid_utf8: true } : {}) },
     };
   } finally {
     await handle.close();

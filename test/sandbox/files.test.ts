@@ -155,6 +155,16 @@ describe("read_file", () => {
     expect(capped.metadata["bytes"]).toBe(100);
   });
 
+  it("shows text that is not valid UTF-8 with replacement characters and says so", async () => {
+    await writeFile(join(ws, "latin1.txt"), Buffer.from([0x63, 0x61, 0x66, 0xe9, 0x0a])); // "café\n" in Latin-1
+    const r = await read("latin1.txt");
+    expect(r.success).toBe(true);
+    expect(r.output).toBe("caf\ufffd\n");
+    expect(r.metadata["invalid_utf8"]).toBe(true);
+    const clean = await read("sub/deep/inside.txt");
+    expect(clean.metadata["invalid_utf8"]).toBeUndefined();
+  });
+
   it("says a binary file is binary, and returns it as base64 when asked", async () => {
     const bytes = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0xff, 0xfe, 0x01]);
     await writeFile(join(ws, "img.png"), bytes);
