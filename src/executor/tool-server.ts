@@ -10,6 +10,7 @@ import { ToolRegistry } from "../tools/registry.js";
 import { clampTimeoutS } from "./config.js";
 import type { ExternalTool, ExternalToolOutput } from "./external-tool.js";
 import { HttpError, checkBearer, parseBody, readJson, sendError, sendJson } from "./http-json.js";
+import { dropNulls } from "./wire-compat.js";
 
 /**
  * The ToolServer hosts external tools in their own process, so API keys stay there and never
@@ -37,6 +38,7 @@ export class ToolServer {
   private running = 0;
   private maxRunning = 0;
   private served = 0;
+  private closing = false;
 
   constructor(private readonly options: ToolServerOptions) {
     this.registry = new ToolRegistry();
@@ -78,14 +80,21 @@ export class ToolServer {
     return this.maxRunning;
   }
 
-  async close(): Promise<void> {
-    await new Promise<void>((resolve) => {
-      this.server.close(() => resolve());
-      this.server.closeIdleConnections();
-    });
+  /** Stops accepting calls; waits up to `graceMs` for those running, then closes every connection. */
+  async close(graceMs = 10_000): Promise<void> {
+    this.closing = true;
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeIdleConnections();
+    const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
+    await closed;
+    clearTimeout(timer);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    res.once("finish", () => {
+      if (this.closing) setImmediate(() => this.server.closeIdleConnections());
+    });
+    if (this.closing) res.setHeader("connection", "close");
     const path = new URL(req.url ?? "/", "http://x").pathname;
     const route = `${req.method ?? "GET"} ${path}`;
     if (route === "GET /health") {
@@ -97,7 +106,7 @@ export class ToolServer {
     }
     checkBearer(req, this.options.token);
     if (route === "GET /tools") return sendJson(res, 200, { tools: this.registry.openAiTools() });
-    const body = parseBody(ToolServerExecuteRequestSchema, await readJson(req));
+    const body = parseBody(ToolServerExecuteRequestSchema, dropNulls(await readJson(req)));
     sendJson(res, 200, await this.execute(body));
   }
 

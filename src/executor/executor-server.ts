@@ -1,0 +1,178 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Logger } from "pino";
+import { silentLogger } from "../observability/logger.js";
+import { PROMETHEUS_CONTENT_TYPE, type MetricsRegistry } from "../observability/metrics.js";
+import {
+  ExecutorArtifactArchiveRequestSchema,
+  ExecutorArtifactListRequestSchema,
+  ExecutorArtifactReadRequestSchema,
+  ExecutorExecuteRequestSchema,
+  ExecutorReleaseRequestSchema,
+} from "../protocol/executor.js";
+import type { SlotPoolLike } from "../pool/types.js";
+import { HttpError, checkBearer, parseBody, readJson, sendError, sendJson } from "./http-json.js";
+import type { ToolExecutorLike } from "./types.js";
+import { dropNulls } from "./wire-compat.js";
+
+/**
+ * The executor over HTTP, so envs in any language (the original's Python envs included) can
+ * run tool calls in slotpool slots. Routes and bodies are the original's:
+ *
+ *   POST /execute {trajectory_id, tool: {name, arguments, uniq_id}, timeout_s?} → tool result
+ *   POST /release {trajectory_id, reset_workspace} → {"status":"ok"}
+ *   POST /artifacts/read | /artifacts/list | /artifacts/archive (keyed by trajectory_id)
+ *   GET  /status (queue_size, total_requests, total_errors, pool) · GET /health · GET /metrics
+ *
+ * Every route but /health requires the bearer token when one is set (no header → 401,
+ * a wrong token → 403, as the original).
+ */
+export interface ExecutorServerOptions {
+  executor: ToolExecutorLike;
+  /** For /status: the pool's counts. */
+  pool?: SlotPoolLike;
+  token?: string;
+  logger?: Logger;
+  /** Rendered at /metrics (the executor's and the pool's series). */
+  metrics?: MetricsRegistry;
+}
+
+export class ExecutorServer {
+  private readonly server: Server;
+  private readonly logger: Logger;
+  private closing = false;
+
+  constructor(private readonly options: ExecutorServerOptions) {
+    this.logger = options.logger ?? silentLogger();
+    this.server = createServer((req, res) => {
+      this.handle(req, res).catch((err: unknown) => {
+        if (!(err instanceof HttpError)) this.logger.error({ err }, "request failed");
+        sendError(res, err);
+      });
+    });
+    this.server.keepAliveTimeout = 65_000;
+    // Tool calls may run up to 600 s; Node's default request timeout (300 s) would cut them.
+    this.server.requestTimeout = 0;
+  }
+
+  async listen(port = 0, host = "127.0.0.1"): Promise<string> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(port, host, () => {
+        this.server.off("error", reject);
+        resolve();
+      });
+    });
+    return this.url;
+  }
+
+  get url(): string {
+    const a = this.server.address() as AddressInfo;
+    const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
+    return `http://${host}:${a.port}`;
+  }
+
+  /**
+   * Stops accepting requests and resolves once those in progress are answered (close the
+   * executor meanwhile: releasing the slots ends calls still running). Keep-alive
+   * connections are closed as they fall idle, all of them after `graceMs`.
+   */
+  async close(graceMs = 10_000): Promise<void> {
+    this.closing = true;
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeIdleConnections();
+    const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
+    await closed;
+    clearTimeout(timer);
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    res.once("finish", () => {
+      // A connection that just answered its last request during shutdown would otherwise keep the process alive.
+      if (this.closing) setImmediate(() => this.server.closeIdleConnections());
+    });
+    if (this.closing) res.setHeader("connection", "close");
+    const path = new URL(req.url ?? "/", "http://x").pathname;
+    const method = req.method ?? "GET";
+    if (method === "GET" && path === "/health") return sendJson(res, 200, { status: "ok" });
+    if (method === "GET" && path === "/") return sendJson(res, 200, { message: "slotpool tool executor" });
+    const route = ROUTES[`${method} ${path}`];
+    if (!route) {
+      if (Object.keys(ROUTES).some((r) => r.endsWith(` ${path}`))) throw new HttpError(405, `method ${method} not allowed on ${path}`);
+      throw new HttpError(404, `no route ${method} ${path}`);
+    }
+    checkBearer(req, this.options.token);
+    if (this.closing) throw new HttpError(503, "the executor is shutting down");
+    await route.call(this, req, res);
+  }
+
+  async execute(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = parseBody(ExecutorExecuteRequestSchema, dropNulls(await readJson(req)));
+    // A client that hangs up no longer wants the answer: cancel the call if it has not run yet.
+    const ac = new AbortController();
+    const onClose = () => {
+      if (!res.writableFinished) ac.abort();
+    };
+    res.once("close", onClose);
+    const result = await this.options.executor.execute(body.trajectory_id, body.tool, {
+      timeoutMs: body.timeout_s !== undefined ? body.timeout_s * 1000 : undefined,
+      signal: ac.signal,
+    });
+    res.off("close", onClose);
+    sendJson(res, 200, result);
+  }
+
+  async release(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = parseBody(ExecutorReleaseRequestSchema, dropNulls(await readJson(req)));
+    await this.options.executor.release(body.trajectory_id, { reset: body.reset_workspace });
+    sendJson(res, 200, { status: "ok" });
+  }
+
+  async status(_req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const s = this.options.executor.stats();
+    sendJson(res, 200, {
+      // The original's keys first, then ours.
+      queue_size: s.queued,
+      total_requests: s.totals.calls,
+      total_errors: s.totals.errors,
+      pool: this.options.pool?.stats() ?? null,
+      in_flight: s.inFlight,
+      trajectories: s.trajectories,
+      totals: s.totals,
+      latency_ms: s.latencyMs,
+    });
+  }
+
+  async metrics(_req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const text = this.options.metrics?.render() ?? "";
+    res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE, "content-length": Buffer.byteLength(text) });
+    res.end(text);
+  }
+
+  async artifactRead(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { trajectory_id, ...rest } = parseBody(ExecutorArtifactReadRequestSchema, dropNulls(await readJson(req)));
+    sendJson(res, 200, await this.options.executor.readArtifact(trajectory_id, rest));
+  }
+
+  async artifactList(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { trajectory_id, ...rest } = parseBody(ExecutorArtifactListRequestSchema, dropNulls(await readJson(req)));
+    sendJson(res, 200, await this.options.executor.listArtifacts(trajectory_id, rest));
+  }
+
+  async artifactArchive(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { trajectory_id, format: _format, ...rest } = parseBody(ExecutorArtifactArchiveRequestSchema, dropNulls(await readJson(req)));
+    sendJson(res, 200, await this.options.executor.archiveArtifacts(trajectory_id, rest));
+  }
+}
+
+type Handler = (this: ExecutorServer, req: IncomingMessage, res: ServerResponse) => Promise<void>;
+
+const ROUTES: Record<string, Handler> = {
+  "POST /execute": ExecutorServer.prototype.execute,
+  "POST /release": ExecutorServer.prototype.release,
+  "GET /status": ExecutorServer.prototype.status,
+  "GET /metrics": ExecutorServer.prototype.metrics,
+  "POST /artifacts/read": ExecutorServer.prototype.artifactRead,
+  "POST /artifacts/list": ExecutorServer.prototype.artifactList,
+  "POST /artifacts/archive": ExecutorServer.prototype.artifactArchive,
+};
