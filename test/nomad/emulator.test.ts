@@ -305,3 +305,26 @@ describe("ACL", () => {
     for (const c of [anonymous, wrong, right]) await c.close();
   });
 });
+
+describe("shutdown", () => {
+  it("stop() returns promptly with allocations still waiting to start, hung requests and open streams", async () => {
+    const emu = await startNomadEmulator();
+    const c = new NomadClient({ address: emu.address, retry: { attempts: 1 }, timeoutMs: 10_000 });
+    emu.delayAllocationStartMs = 60_000;
+    await c.registerJob(sandboxJob({ jobId: "never-starts", count: 2 }));
+    emu.failNext("GET /v1/job/never-starts", "hang");
+    const hung = c.readJob("never-starts").catch((e: unknown) => e);
+    const stream = (async () => {
+      let n = 0;
+      for await (const _ of c.eventStream({ topics: { Allocation: ["never-starts"] }, index: 1 })) n++;
+      return n;
+    })();
+    await new Promise((r) => setTimeout(r, 100));
+    const started = Date.now();
+    await emu.stop();
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(await hung).toBeInstanceOf(NomadError);
+    expect(await stream).toBeGreaterThan(0);
+    await c.close();
+  });
+});

@@ -154,6 +154,7 @@ export class EmulatedCluster {
   private eventListeners = new Set<(frame: { Index: number; Events: EmittedEvent[] }) => void>();
   private timers = new Set<NodeJS.Timeout>();
   private starting = new Set<Promise<void>>();
+  private sleepers = new Set<() => void>();
 
   constructor(private readonly options: ClusterOptions) {}
 
@@ -637,6 +638,7 @@ export class EmulatedCluster {
 
   async close(): Promise<void> {
     this.closed = true;
+    for (const wake of [...this.sleepers]) wake();
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
     const waiters = [...this.waiters];
@@ -651,13 +653,18 @@ export class EmulatedCluster {
     );
   }
 
+  /** A delay that ends early (resolves) when the cluster closes, so no start is left hanging. */
   private sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
-      const t = setTimeout(() => {
+      const wake = () => {
+        clearTimeout(t);
         this.timers.delete(t);
+        this.sleepers.delete(wake);
         resolve();
-      }, ms);
+      };
+      const t = setTimeout(wake, ms);
       this.timers.add(t);
+      this.sleepers.add(wake);
     });
   }
 
