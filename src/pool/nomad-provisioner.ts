@@ -61,6 +61,8 @@ export class NomadProvisioner implements Provisioner {
   private token: string | undefined;
   private target = 0;
   private stopping = false;
+  /** The job was submitted (or found running): stop() must stop it. */
+  private submitted = false;
   private readonly abort = new AbortController();
   private watcher: Promise<void> | undefined;
   private lastPlacementCheck = 0;
@@ -84,7 +86,10 @@ export class NomadProvisioner implements Provisioner {
     this.target = initialCount;
     try {
       await this.client.leader({ signal: this.abort.signal });
-      if (this.options.purgeJobOnStart) await this.purgeJob();
+      if (this.options.purgeJobOnStart) {
+        this.submitted = true; // a half-done purge is finished by stop()
+        await this.purgeJob();
+      }
       const existing = await this.client.readJob(this.jobId, { signal: this.abort.signal });
       const running = existing && !existing.Stop;
       if (running && existing.Meta?.[META_SLOTPOOL] !== "true") {
@@ -102,6 +107,7 @@ export class NomadProvisioner implements Provisioner {
         token: this.token,
         ...(running && existing.Meta?.[META_CREATED] ? { created: existing.Meta[META_CREATED] } : {}),
       });
+      this.submitted = true;
       if (running) {
         // Keep the running count (PreserveCounts), then set ours with the scale endpoint.
         await this.client.registerJob(spec, { preserveCounts: true, signal: this.abort.signal });
@@ -150,7 +156,7 @@ export class NomadProvisioner implements Provisioner {
     this.abort.abort(new Error("the Nomad provisioner was stopped"));
     await this.watcher?.catch(() => undefined);
     try {
-      if (this.events) await this.client.deregisterJob(this.jobId, { purge: options.purge });
+      if (this.submitted) await this.client.deregisterJob(this.jobId, { purge: options.purge });
       this.logger.info({ job: this.jobId, purge: options.purge }, "nomad provisioner: job stopped");
     } catch (err) {
       throw toProvisionerError(err, `stopping the sandbox job '${this.jobId}' (stop it with 'slotpool jobs prune' or 'nomad job stop')`);
