@@ -11,6 +11,7 @@ import {
   ArtifactReadResponseSchema,
 } from "../../src/protocol/sandbox.js";
 import { archiveArtifacts, DEFAULT_ARTIFACT_LIMITS, listArtifacts, mimeFor, readArtifact } from "../../src/sandbox/artifacts.js";
+import { TarGzWriter } from "../../src/sandbox/tar-writer.js";
 
 /**
  * Artifact read/list/archive on real temp directories: answers match the wire schemas,
@@ -256,6 +257,18 @@ describe("archiveArtifacts", () => {
     const dir = await unpack(r.content);
     expect(await readFile(join(dir, "names", long), "utf8")).toBe("long");
     expect(await readFile(join(dir, "names", "héllo wörld ✓.txt"), "utf8")).toBe("unicode");
+  });
+
+  it("keeps long symlink targets, and records sizes over 8 GiB in pax headers", async () => {
+    const target = "t".repeat(150) + "/x";
+    await symlink(target, join(ws, "out", "long-link"));
+    const r = await archiveArtifacts(ws, { path: "out" });
+    expect(await treeOf(await unpack(r.content))).toContain(`out/long-link -> ${target}`);
+    // The ustar size field stops at 8 GiB - 1; bigger files need a pax "size" record.
+    const tar = new TarGzWriter(1024 * 1024);
+    await tar.writeHeader({ path: "big.img", type: "file", size: 9 * 1024 ** 3, mode: 0o644, mtimeMs: 0, uid: 0, gid: 0 });
+    const raw = gunzipSync(await tar.finish()).toString("latin1");
+    expect(raw).toContain(`size=${9 * 1024 ** 3}\n`);
   });
 
   it("fails clearly over max_entries and max_bytes", async () => {
