@@ -119,7 +119,8 @@ export class LocalProvisioner implements Provisioner {
     return `local containers (target ${this.target}):\n${lines.join("\n") || "  (none)"}`;
   }
 
-  async stop(options: { purge: boolean }): Promise<void> {
+  /** Local containers keep nothing between runs: every data dir goes, so `purge` changes nothing. */
+  async stop(_options: { purge: boolean }): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
     clearTimeout(this.restartTimer);
@@ -132,9 +133,7 @@ export class LocalProvisioner implements Provisioner {
     );
     // The exit handlers report and clean up each container; wait for them.
     await Promise.all([...this.exiting]);
-    // Each container's data dir went with it; a temp base dir of our own goes too. Local
-    // containers keep nothing between runs, so `purge` changes nothing here.
-    void options;
+    // Each container's data dir went with it; a temp base dir of our own goes too.
     if (this.baseDir && this.ownsBaseDir) await rm(this.baseDir, { recursive: true, force: true });
   }
 

@@ -96,6 +96,26 @@ describe("SandboxClient against a real sandbox server", () => {
     expect((err as Error).message).toMatch(/did not answer POST \/execute within 300 ms/);
   });
 
+  it("bounds the calls in flight per container", async () => {
+    const one = new SandboxClient({ containerId: "c0", url: server.url, token: TOKEN, maxConcurrency: 1 });
+    try {
+      const t0 = Date.now();
+      await Promise.all([
+        one.execute({ slot_id: "slot_0", tool: "bash", args: { command: "sleep 0.6" } }),
+        one.execute({ slot_id: "slot_1", tool: "bash", args: { command: "sleep 0.6" } }),
+      ]);
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(1_200); // one after the other
+      // /health is not held up behind the bound.
+      const slow = one.execute({ slot_id: "slot_0", tool: "bash", args: { command: "sleep 1" } });
+      const t1 = Date.now();
+      await one.health();
+      expect(Date.now() - t1).toBeLessThan(800);
+      await slow;
+    } finally {
+      await one.close();
+    }
+  });
+
   it("passes the caller's abort through unchanged", async () => {
     const controller = new AbortController();
     const p = client.execute({ slot_id: "slot_1", tool: "bash", args: { command: "sleep 3" } }, { signal: controller.signal });

@@ -147,6 +147,11 @@ describe("SlotPool on the in-memory provisioner", () => {
     expect(new Set(slots.map((s) => s.key)).size).toBe(40);
     expect(pool.stats().scaleEvents).toBe(1);
     expect(pool.stats().targetContainers).toBe(5);
+    const metrics = pool.metrics.render();
+    expect(metrics).toContain('slotpool_pool_slots{state="held"} 40');
+    expect(metrics).toContain(`slotpool_pool_containers{state="ready"} ${pool.stats().containers.ready}`);
+    expect(metrics).toContain('slotpool_pool_scale_events_total{result="ok"} 1');
+    expect(metrics).toMatch(/slotpool_pool_acquire_seconds_count 40/);
   });
 
   it("clamps to maxContainers and limits containers still starting", async () => {
