@@ -1,0 +1,88 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ToolExecutor } from "../../src/executor/tool-executor.js";
+import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
+import { SlotPool } from "../../src/pool/slot-pool.js";
+
+/** The executor on the real pool: SlotPool + LocalProvisioner (sandbox-server child processes). */
+
+let provisioner: LocalProvisioner;
+let pool: SlotPool;
+let executor: ToolExecutor;
+const bash = (command: string) => ({ name: "bash", arguments: { command } });
+
+beforeAll(async () => {
+  provisioner = new LocalProvisioner({ slotsPerContainer: 3 });
+  pool = new SlotPool({ provisioner, slotsPerContainer: 3, minContainers: 1, maxContainers: 1, acquireTimeoutMs: 1500, healthIntervalMs: 1000 });
+  await pool.start();
+  executor = new ToolExecutor({ pool, config: { batchWindowMs: 2 } });
+  await executor.start();
+});
+
+afterAll(async () => {
+  await executor?.close();
+  await pool?.stop();
+});
+
+describe("ToolExecutor on SlotPool + LocalProvisioner", () => {
+  it("keeps order within a trajectory and never makes another trajectory wait", async () => {
+    await Promise.all([executor.execute("lp-a", bash("true")), executor.execute("lp-b", bash("true"))]);
+    const t0 = performance.now();
+    const a1 = executor.execute("lp-a", bash("sleep 2; echo one >> seq"));
+    const a2 = executor.execute("lp-a", bash("echo two >> seq; cat seq"));
+    await new Promise((r) => setTimeout(r, 30));
+    const b = await executor.execute("lp-b", bash("echo quick"));
+    expect(b.output).toBe("quick");
+    expect(performance.now() - t0).toBeLessThan(1500);
+    expect((await a2).output.split("\n")).toEqual(["one", "two"]);
+    expect((await a1).success).toBe(true);
+    expect(pool.stats().slots.held).toBe(2);
+    await Promise.all([executor.release("lp-a"), executor.release("lp-b")]);
+    expect(pool.stats().slots.held).toBe(0);
+  });
+
+  it("hands a released slot back reset, so the next trajectory starts clean", async () => {
+    await executor.execute("lp-c", bash("echo private > mine.txt"));
+    const key = executor.slotOf("lp-c")!.key;
+    await executor.release("lp-c");
+    // every slot is free now; packing gives the lowest-index container's slots again
+    const seen: string[] = [];
+    for (const id of ["lp-d", "lp-e", "lp-f"]) {
+      const r = await executor.execute(id, bash("ls"));
+      expect(r.output).not.toContain("mine.txt");
+      seen.push(executor.slotOf(id)!.key);
+    }
+    expect(seen).toContain(key);
+    await Promise.all(["lp-d", "lp-e", "lp-f"].map((id) => executor.release(id)));
+  });
+
+  it("answers with an error result when no slot frees up in time", async () => {
+    const ids = ["lp-h1", "lp-h2", "lp-h3"];
+    await Promise.all(ids.map((id) => executor.execute(id, bash("true"))));
+    const r = await executor.execute("lp-h4", bash("true"));
+    expect(r.success).toBe(false);
+    expect(r.error).toMatch(/could not get a sandbox slot for trajectory lp-h4: no slot became free within 1500 ms/);
+    expect(r.metadata["acquire_failed"]).toBe(true);
+    await Promise.all([...ids, "lp-h4"].map((id) => executor.release(id)));
+  });
+
+  it("reports a lost container as a slot_lost result, for the running call and the next ones", async () => {
+    await executor.execute("lp-lost", bash("echo hi > f"));
+    const slot = executor.slotOf("lp-lost")!;
+    const proc = provisioner.processes().find((p) => p.id === slot.container.id)!;
+    const running = executor.execute("lp-lost", bash("sleep 20"));
+    await new Promise((r) => setTimeout(r, 300));
+    process.kill(proc.pid, "SIGKILL");
+    const r = await running;
+    expect(r.success).toBe(false);
+    expect(r.metadata["slot_lost"]).toBe(true);
+    expect(r.error).toMatch(/workspace lost: .*workspace is gone/);
+    expect(r.metadata["slot_key"]).toBe(slot.key);
+    const next = await executor.execute("lp-lost", bash("cat f"));
+    expect(next.metadata["slot_lost"]).toBe(true);
+    await executor.release("lp-lost");
+    // the pool replaces the container; a new trajectory works again
+    const fresh = await executor.execute("lp-after", bash("echo back"));
+    expect(fresh.output).toBe("back");
+    await executor.release("lp-after");
+  }, 45_000);
+});
