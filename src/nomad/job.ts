@@ -231,7 +231,7 @@ export function sandboxJobFromSettings(s: SandboxJobSettings): Record<string, un
     Constraints: s.constraints.map(constraintJson),
     // MaxParallel 0 means "no update strategy": Nomad then creates no deployment, so a scale
     // call is never refused with 400 "job scaling blocked due to active deployment".
-    // shared/nomad-api/README.md "What the scale endpoint requires": "By my reading of
+    // shared/nomad-api/README.md l.267 ("What the scale endpoint requires"): "By my reading of
     // structs.UpdateStrategy.IsEmpty (MaxParallel == 0) ... "Update": {"MaxParallel": 0}
     // stops deployments from being created." (untested there; the client still maps the
     // 400 to NomadScaleBlockedError should a deployment exist anyway).

@@ -170,7 +170,7 @@ export class EmulatedCluster {
   }
 
   /**
-   * README "Blocking queries": hold until the watched index is greater than `minIndex`, or
+   * README l.76-78 "Blocking queries": hold until the watched index is greater than `minIndex`, or
    * until `waitMs`; without an index (or 0) never block. The emulator adds no jitter.
    */
   async blockUntil(current: () => number, minIndex: number, waitMs: number, cancelled: AbortSignal): Promise<void> {
@@ -219,7 +219,7 @@ export class EmulatedCluster {
     alloc.modifyTime = nowNs();
     this.allocsTableIndex = index;
     this.refreshJobStatus(alloc.namespace, alloc.jobId, index);
-    // README "GET /v1/event/stream": Allocation events carry the full allocation without Job,
+    // README l.206 "GET /v1/event/stream": Allocation events carry the full allocation without Job,
     // FilterKeys [JobID, DeploymentID]. README: nothing on which Type each change gets; the
     // names are events.mdx's (PlanResult for placements, AllocationUpdated for client updates,
     // AllocationUpdateDesiredStatus for server-side stops).
@@ -231,7 +231,7 @@ export class EmulatedCluster {
     const job = this.jobs.get(key(namespace, jobId));
     if (!job) return;
     const live = this.jobAllocs(job).filter(isLive);
-    // README "Job Status": pending, running or dead. README: nothing on the rule; the
+    // README l.218 "Job Status": pending, running or dead. README: nothing on the rule; the
     // emulator follows Nomad's: running while any allocation is not terminal, dead once
     // stopped with nothing left, pending otherwise.
     const status = live.length > 0 ? "running" : job.stop ? "dead" : "pending";
@@ -252,7 +252,7 @@ export class EmulatedCluster {
     const id = String(spec["ID"]);
     const existing = this.jobs.get(key(namespace, id));
     const groups: Json[] = (spec["TaskGroups"] as Json[]).map((g) => ({ ...g, Count: g["Count"] ?? 1 }));
-    // README "Gotcha": re-registering resets each group's Count to the spec's value unless
+    // README l.124 "Gotcha": re-registering resets each group's Count to the spec's value unless
     // PreserveCounts is set.
     if (preserveCounts && existing && !existing.stop) {
       const old = new Map((existing.spec["TaskGroups"] as Json[]).map((g) => [g["Name"], g["Count"]]));
@@ -278,7 +278,7 @@ export class EmulatedCluster {
           deploymentActiveUntil: 0,
         };
     if (existing) {
-      // README "POST /v1/jobs": re-registering always creates an evaluation; README: nothing
+      // README l.119 "POST /v1/jobs": re-registering always creates an evaluation; README: nothing
       // on versions, the emulator bumps the version on every register.
       job.version += 1;
       job.spec = canonical;
@@ -297,7 +297,7 @@ export class EmulatedCluster {
     return { job, evalId: evaluation.id, evalIndex: evaluation.createIndex };
   }
 
-  /** README "What the scale endpoint requires": a job-scaling evaluation; Count omitted records only an event. */
+  /** README l.260, l.269 "What the scale endpoint requires": a job-scaling evaluation; Count omitted records only an event. */
   scale(job: EmulatedJob, group: string, count: number | undefined, message: string, error: boolean, meta: Json | null): { evalId: string; evalIndex: number } {
     const groups = job.spec["TaskGroups"] as Json[];
     const tg = groups.find((g) => g["Name"] === group)!;
@@ -334,7 +334,7 @@ export class EmulatedCluster {
     const evaluation = this.createEval(job, "job-deregister");
     this.reconcile(job, evaluation.id);
     this.emit([{ Topic: "Job", Type: "JobDeregistered", Key: job.id, Namespace: job.namespace, FilterKeys: null, Payload: { Job: this.jobWire(job) } }], this.index);
-    // README "DELETE /v1/job/:job_id": without purge the job stays readable with Stop: true;
+    // README l.177-178, l.137 "DELETE /v1/job/:job_id": without purge the job stays readable with Stop: true;
     // with purge it is gone, while its allocations stay listed until GC (the emulator never GCs).
     if (purge) {
       this.jobs.delete(key(job.namespace, job.id));
@@ -370,7 +370,7 @@ export class EmulatedCluster {
   }
 
   /**
-   * Brings each group's live allocations to its Count. README "Scale-down: which allocations
+   * Brings each group's live allocations to its Count. README l.242 "Scale-down: which allocations
    * are stopped": the highest name indexes go first; "Scale-up fills the lowest free indexes
    * in [0, Count)". A stopped job stops everything. README: nothing on spec changes of running
    * allocations; the emulator keeps them (no destructive updates).
@@ -383,7 +383,7 @@ export class EmulatedCluster {
       if (live.length > count) {
         const byIndexDesc = [...live].sort((a, b) => b.nameIndex - a.nameIndex || b.createIndex - a.createIndex);
         for (const alloc of byIndexDesc.slice(0, live.length - count)) {
-          // README "Allocation status values": a scaled-down allocation gets DesiredStatus stop
+          // README l.216 "Allocation status values": a scaled-down allocation gets DesiredStatus stop
           // with this description. README: nothing on a stopped job's wording; the same is used.
           this.stopAllocation(alloc, "alloc not needed due to job update");
         }
@@ -518,7 +518,7 @@ export class EmulatedCluster {
   }
 
   /**
-   * The sandbox server died on its own: README "Allocation status values" — failed is a
+   * The sandbox server died on its own: README l.214 "Allocation status values" — failed is a
    * terminal ClientStatus. README: nothing on restarts; the emulator skips in-place restarts
    * (as with restart attempts = 0) and reports a "Terminated" event with the exit code.
    */
@@ -607,7 +607,7 @@ export class EmulatedCluster {
   }
 
   /**
-   * The node goes down: README "Scale-down" step 1 (allocations on lost nodes are always
+   * The node goes down: README l.238 "Scale-down" step 1 (allocations on lost nodes are always
    * stopped) and "ClientStatus ... lost". README: nothing on replacement timing; Nomad places
    * replacements for lost allocations without the reschedule delay, on another node — here a
    * fresh node takes over at once.
@@ -708,7 +708,7 @@ export function isLive(a: EmulatedAllocation): boolean {
 }
 
 /**
- * README "What the scale endpoint requires": a service job without an update block gets the
+ * README l.265-267 "What the scale endpoint requires": a service job without an update block gets the
  * default strategy (MaxParallel 1) and so deployments; `"Update": {"MaxParallel": 0}` (job
  * level, and no group overriding it) creates none.
  */
@@ -754,7 +754,7 @@ function signalNumber(signal: NodeJS.Signals): number {
   return table[signal] ?? 0;
 }
 
-/** Drops zero values: README "Encoding" — Allocation, Evaluation, NetworkResource, Port omit them. */
+/** Drops zero values: README l.88 "Encoding" — Allocation, Evaluation, NetworkResource, Port omit them. */
 export function omitEmpty(obj: Json): Json {
   const out: Json = {};
   for (const [k, v] of Object.entries(obj)) {
@@ -813,7 +813,7 @@ function taskStatesWire(alloc: EmulatedAllocation): Json {
 }
 
 /**
- * README "Dynamic ports: where they appear": the canonical AllocatedResources.Shared.Ports
+ * README l.226-229 "Dynamic ports: where they appear": the canonical AllocatedResources.Shared.Ports
  * mapping {Label, Value: host port, To: 8080, HostIP} and the compatibility copy in
  * Shared.Networks[0]. README: nothing on when they appear; Nomad assigns them at placement,
  * the emulator only knows the port once the server listens (port 0), so pending allocations
@@ -874,7 +874,7 @@ export function allocationWire(alloc: EmulatedAllocation, options: { withJob: bo
 
 /**
  * GET /v1/job/:id/allocations element: structs.AllocListStub has no omitempty marker, so
- * zero values are printed; README "No ports here": no AllocatedResources.
+ * zero values are printed; README l.140 "No ports here": no AllocatedResources.
  */
 export function allocationStubWire(alloc: EmulatedAllocation): Json {
   return {

@@ -165,16 +165,16 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
       return;
     }
 
-    // README "Base URL and methods": every path starts with /v1/; unknown paths outside the
+    // README l.59, l.70 "Base URL and methods": every path starts with /v1/; unknown paths outside the
     // routed prefixes get 404 with an empty body.
     if (!path.startsWith("/v1/")) {
       sendText(res, 404, "");
       return;
     }
-    // README "GET /v1/status/leader": no ACL needed.
+    // README l.100 "GET /v1/status/leader": no ACL needed.
     if (path === "/v1/status/leader") {
       only(method, ["GET"]);
-      // README: the leader's RPC address, a bare JSON string, no X-Nomad-Index.
+      // README l.101: the leader's RPC address, a bare JSON string, no X-Nomad-Index.
       sendJson(res, 200, "127.0.0.1:4647");
       return;
     }
@@ -228,7 +228,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     if (resource === "evaluation" && id && sub === undefined) {
       only(method, ["GET"]);
       const e = cluster.evals.get(id);
-      // README "GET /v1/evaluation/:eval_id": 404 `eval not found`.
+      // README l.194 "GET /v1/evaluation/:eval_id": 404 `eval not found`.
       if (!e) throw new HttpError(404, "eval not found");
       return sendJson(res, 200, evaluationWire(e), readHeaders(e.modifyIndex));
     }
@@ -239,7 +239,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
   // ------------------------------------------------------------------ ACL
 
   function presentedToken(req: IncomingMessage): string | undefined {
-    // README "Token": X-Nomad-Token, or Authorization: Bearer; X-Nomad-Token wins.
+    // README l.60 "Token": X-Nomad-Token, or Authorization: Bearer; X-Nomad-Token wins.
     const header = req.headers["x-nomad-token"];
     if (typeof header === "string" && header) return header;
     const auth = req.headers["authorization"];
@@ -249,7 +249,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
 
   function checkAcl(token: string | undefined): void {
     if (!options.token) return;
-    // README "Errors are plain text": messages ending in "Permission denied" or "ACL token
+    // README l.66 "Errors are plain text": messages ending in "Permission denied" or "ACL token
     // not found" become 403. README: nothing on which one a missing vs. unknown token gets;
     // the emulator answers the anonymous caller "Permission denied" and a wrong token
     // "ACL token not found".
@@ -294,14 +294,14 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
 
   async function registerJob(req: IncomingMessage, res: ServerResponse, url: URL, pathId: string | undefined): Promise<void> {
     const body = await readJsonBody(req);
-    // README "POST /v1/jobs" errors: 400 for a missing Job / ID, or an ID not matching the URL.
+    // README l.121 "POST /v1/jobs" errors: 400 for a missing Job / ID, or an ID not matching the URL.
     const job = body["Job"] as Json | undefined;
     if (!job || typeof job !== "object") throw new HttpError(400, "Job must be specified");
     if (typeof job["ID"] !== "string" || job["ID"] === "") throw new HttpError(400, "Job ID hasn't been provided");
     if (pathId !== undefined && job["ID"] !== pathId) throw new HttpError(400, "Job ID does not match name");
-    // README "Namespace": ?namespace=, then the body's Namespace, then Job.Namespace, then default.
+    // README l.61 "Namespace": ?namespace=, then the body's Namespace, then Job.Namespace, then default.
     const namespace = url.searchParams.get("namespace") || (body["Namespace"] as string) || (job["Namespace"] as string) || "default";
-    // README: validation failures come back as uncoded errors, i.e. 500 with a multierror text.
+    // README l.123: validation failures come back as uncoded errors, i.e. 500 with a multierror text.
     const groups = job["TaskGroups"];
     if (!Array.isArray(groups) || groups.length === 0) throw new HttpError(500, "1 error occurred:\n\t* Missing job task groups\n\n");
     for (const g of groups as Json[]) {
@@ -312,7 +312,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
       if (!Array.isArray(g["Tasks"]) || g["Tasks"].length === 0) throw new HttpError(500, `1 error occurred:\n\t* Task group ${g["Name"]} validation failed: Missing tasks for task group\n\n`);
     }
     const { job: registered, evalId, evalIndex } = cluster.register(namespace, job, body["PreserveCounts"] === true);
-    // README: structs.JobRegisterResponse; writes set only X-Nomad-Index.
+    // README l.116, l.72: structs.JobRegisterResponse; writes set only X-Nomad-Index.
     sendJson(res, 200, { EvalID: evalId, EvalCreateIndex: evalIndex, JobModifyIndex: registered.jobModifyIndex, Warnings: "", Index: evalIndex, LastContact: 0, KnownLeader: false, NextToken: "" }, { "X-Nomad-Index": String(evalIndex) });
   }
 
@@ -322,24 +322,24 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
 
   async function readJob(req: IncomingMessage, res: ServerResponse, url: URL, namespace: string, id: string): Promise<void> {
     const { index, wait } = blocking(url);
-    // README "Blocking queries": the job's ModifyIndex, or the jobs table index if missing.
+    // README l.80 "Blocking queries": the job's ModifyIndex, or the jobs table index if missing.
     const current = () => findJob(namespace, id)?.modifyIndex ?? cluster.jobsTableIndex;
     await cluster.blockUntil(current, index, wait, closed(res));
     const job = findJob(namespace, id);
-    // README "GET /v1/job/:job_id": 404 with body `job not found`.
+    // README l.131 "GET /v1/job/:job_id": 404 with body `job not found`.
     if (!job) throw new HttpError(404, "job not found");
     sendJson(res, 200, cluster.jobWire(job), readHeaders(job.modifyIndex));
   }
 
   function deregisterJob(res: ServerResponse, url: URL, namespace: string, id: string): void {
     const purgeRaw = url.searchParams.get("purge");
-    // README "DELETE": a purge value that does not parse is an uncoded error, so 500.
+    // README l.180 "DELETE": a purge value that does not parse is an uncoded error, so 500.
     if (purgeRaw !== null && !["true", "false", "1", "0", "t", "f", "TRUE", "FALSE", "True", "False", ""].includes(purgeRaw)) {
       throw new HttpError(500, `Failed to parse value of "purge" (${purgeRaw}) as a bool: strconv.ParseBool: parsing "${purgeRaw}": invalid syntax`);
     }
     const purge = ["true", "1", "t", "TRUE", "True"].includes(purgeRaw ?? "");
     const job = findJob(namespace, id);
-    // README: deleting a job that does not exist returns 200 with zero values.
+    // README l.179: deleting a job that does not exist returns 200 with zero values.
     if (!job) {
       sendJson(res, 200, { EvalID: "", EvalCreateIndex: 0, JobModifyIndex: 0, VolumeEvalID: "", VolumeEvalIndex: 0, Index: 0, LastContact: 0, KnownLeader: false, NextToken: "" }, { "X-Nomad-Index": "0" });
       return;
@@ -350,15 +350,15 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
 
   async function jobAllocations(req: IncomingMessage, res: ServerResponse, url: URL, namespace: string, id: string): Promise<void> {
     const { index, wait } = blocking(url);
-    // README "Blocking queries": the whole allocs table index, so any allocation change wakes it.
+    // README l.81 "Blocking queries": the whole allocs table index, so any allocation change wakes it.
     await cluster.blockUntil(() => cluster.allocsTableIndex, index, wait, closed(res));
     const all = url.searchParams.get("all") === "true";
     const job = findJob(namespace, id);
-    // README "GET /v1/job/:job_id/allocations": `[]` for an unknown job; without `all` only the
+    // README l.136-137 "GET /v1/job/:job_id/allocations": `[]` for an unknown job; without `all` only the
     // current job instance (same job CreateIndex); a purged job's allocations are still listed.
     const allocs = [...cluster.allocs.values()]
       .filter((a) => a.namespace === namespace && a.jobId === id && (all || !job || a.jobCreateIndex === job.createIndex))
-      // README: the v2.0.x doc says the usual order is by allocation ID.
+      // README l.139: the v2.0.x doc says the usual order is by allocation ID.
       .sort((a, b) => a.id.localeCompare(b.id))
       .map(allocationStubWire);
     sendJson(res, 200, allocs, readHeaders(cluster.allocsTableIndex));
@@ -366,17 +366,17 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
 
   async function readAllocation(req: IncomingMessage, res: ServerResponse, url: URL, id: string): Promise<void> {
     const { index, wait } = blocking(url);
-    // README "Blocking queries": the allocation's ModifyIndex.
+    // README l.82 "Blocking queries": the allocation's ModifyIndex.
     await cluster.blockUntil(() => cluster.allocs.get(id)?.modifyIndex ?? 0, index, wait, closed(res));
     const alloc = cluster.allocs.get(id);
-    // README "GET /v1/allocation/:alloc_id": 404 `alloc not found`.
+    // README l.149 "GET /v1/allocation/:alloc_id": 404 `alloc not found`.
     if (!alloc) throw new HttpError(404, "alloc not found");
     sendJson(res, 200, allocationWire(alloc, { withJob: true }), readHeaders(alloc.modifyIndex));
   }
 
   async function scaleJob(req: IncomingMessage, res: ServerResponse, url: URL, namespace: string, id: string): Promise<void> {
     const body = await readJsonBody(req);
-    // README "What the scale endpoint requires", in its order.
+    // README l.247-263 "What the scale endpoint requires", in its order.
     if (body["Error"] !== undefined && typeof body["Error"] !== "boolean") {
       throw new HttpError(400, `json: cannot unmarshal ${typeof body["Error"]} into Go struct field ScalingRequest.Error of type bool`);
     }
@@ -393,7 +393,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     if (!(job.spec["TaskGroups"] as Json[]).some((g) => g["Name"] === group)) {
       throw new HttpError(400, `task group "${group}" specified for scaling does not exist in job`);
     }
-    // README: 400 while the job's latest deployment is active (jobs whose update block creates deployments).
+    // README l.264: 400 while the job's latest deployment is active (jobs whose update block creates deployments).
     if (count !== undefined && cluster.deploymentActive(job)) throw new HttpError(400, "job scaling blocked due to active deployment");
     const { evalId, evalIndex } = cluster.scale(job, group, count, String(body["Message"] ?? ""), body["Error"] === true, (body["Meta"] as Json | undefined) ?? null);
     const index = evalIndex || cluster.index;
@@ -402,7 +402,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
 
   async function scaleStatus(req: IncomingMessage, res: ServerResponse, url: URL, namespace: string, id: string): Promise<void> {
     const { index, wait } = blocking(url);
-    // README "Blocking queries": the largest of job ModifyIndex, allocation and scaling indexes.
+    // README l.84 "Blocking queries": the largest of job ModifyIndex, allocation and scaling indexes.
     const current = () => Math.max(findJob(namespace, id)?.modifyIndex ?? 0, cluster.allocsTableIndex);
     await cluster.blockUntil(current, index, wait, closed(res));
     const job = findJob(namespace, id);
@@ -411,7 +411,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     for (const g of job.spec["TaskGroups"] as Json[]) {
       const name = String(g["Name"]);
       const live = cluster.jobAllocs(job).filter((a) => a.taskGroup === name && isLive(a));
-      // README "GET /v1/job/:job_id/scale": Desired = Count, Placed = non-terminal, Running =
+      // README l.165-168 "GET /v1/job/:job_id/scale": Desired = Count, Placed = non-terminal, Running =
       // of those running; Healthy/Unhealthy come from deployments (none here: 0).
       groups[name] = {
         Desired: g["Count"],
@@ -422,7 +422,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
         Events: job.scaleEvents[name]?.length ? job.scaleEvents[name] : null,
       };
     }
-    // README: JobModifyIndex here is the job's ModifyIndex.
+    // README l.169: JobModifyIndex here is the job's ModifyIndex.
     sendJson(res, 200, { JobID: job.id, Namespace: job.namespace, JobCreateIndex: job.createIndex, JobModifyIndex: job.modifyIndex, JobStopped: job.stop, TaskGroups: groups }, readHeaders(current()));
   }
 
@@ -446,7 +446,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
 
   async function eventStream(req: IncomingMessage, res: ServerResponse, url: URL, token: string | undefined): Promise<void> {
     const indexRaw = url.searchParams.get("index");
-    // README "GET /v1/event/stream": a bad index gives 400 `Unable to parse index: …`.
+    // README l.199 "GET /v1/event/stream": a bad index gives 400 `Unable to parse index: …`.
     if (indexRaw !== null && !/^\d+$/.test(indexRaw)) throw new HttpError(400, `Unable to parse index: strconv.ParseUint: parsing "${indexRaw}": invalid syntax`);
     const since = indexRaw === null ? 0 : Number(indexRaw);
     const filters = new Map<string, Set<string>>();
@@ -458,11 +458,11 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
       filters.set(m[1]!, set);
     }
     const namespace = url.searchParams.get("namespace") || "default";
-    // README "Errors after connect": since 2.0 the handler writes 200 before the subscription
+    // README l.208 "Errors after connect": since 2.0 the handler writes 200 before the subscription
     // is authorised; an ACL failure shows only as the stream closing.
     res.writeHead(200, { "Content-Type": "application/json" });
     const authorised = !options.token || token === options.token;
-    // README: the heartbeat `{}` is sent first, on connect, then every 30 s.
+    // README l.205: the heartbeat `{}` is sent first, on connect, then every 30 s.
     res.write("{}\n");
     if (!authorised) {
       res.end();
@@ -494,7 +494,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
   function blocking(url: URL): { index: number; wait: number } {
     const indexRaw = url.searchParams.get("index");
     const waitRaw = url.searchParams.get("wait");
-    // README "Blocking queries": bad values give 400 `Invalid index` / `Invalid wait time`;
+    // README l.70, l.78 "Blocking queries": bad values give 400 `Invalid index` / `Invalid wait time`;
     // default wait 5 min, capped at 300 s.
     if (indexRaw !== null && !/^\d+$/.test(indexRaw)) throw new HttpError(400, "Invalid index");
     let wait = MAX_WAIT_MS;
@@ -563,12 +563,12 @@ function matches(match: string | RegExp, target: string): boolean {
 }
 
 function only(method: string, allowed: string[]): void {
-  // README "Base URL and methods": any other method gets `405 Invalid method`.
+  // README l.59 "Base URL and methods": any other method gets `405 Invalid method`.
   if (!allowed.includes(method)) throw new HttpError(405, "Invalid method");
 }
 
 function readHeaders(index: number): Record<string, string> {
-  // README "Response headers": reads set X-Nomad-Index, X-Nomad-LastContact, X-Nomad-KnownLeader.
+  // README l.72 "Response headers": reads set X-Nomad-Index, X-Nomad-LastContact, X-Nomad-KnownLeader.
   return { "X-Nomad-Index": String(index), "X-Nomad-LastContact": "0", "X-Nomad-KnownLeader": "true" };
 }
 
@@ -578,7 +578,7 @@ function sendJson(res: ServerResponse, status: number, value: unknown, headers: 
   res.end(body);
 }
 
-/** README "Errors are plain text, not JSON": text/plain, the message is the whole body. */
+/** README l.63 "Errors are plain text, not JSON": text/plain, the message is the whole body. */
 function sendText(res: ServerResponse, status: number, message: string): void {
   res.writeHead(status, { "Content-Type": "text/plain; charset=utf-8", "Content-Length": Buffer.byteLength(message) });
   res.end(message);
@@ -593,7 +593,7 @@ async function readJsonBody(req: IncomingMessage): Promise<Json> {
     chunks.push(chunk as Buffer);
   }
   const text = Buffer.concat(chunks).toString("utf8");
-  // README "POST /v1/jobs": 400 `Request body is empty` and JSON decode errors.
+  // README l.121 "POST /v1/jobs": 400 `Request body is empty` and JSON decode errors.
   if (text.trim() === "") throw new HttpError(400, "Request body is empty");
   let parsed: unknown;
   try {
