@@ -3,33 +3,26 @@
  * a real HTTPS server on loopback: this is what shows that an undici Agent given to Node's
  * built-in fetch as `dispatcher` really carries the TLS options.
  */
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { createServer, type Server } from "node:https";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import type { TLSSocket } from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NomadClient } from "../../src/nomad/client.js";
 import { NomadUnreachableError } from "../../src/nomad/errors.js";
 
-let dir: string;
+/**
+ * Test-only PKI (no secret protects anything): a CA, a server certificate for IP 127.0.0.1
+ * and a client certificate, valid until 2126, made once with openssl so the test needs no
+ * openssl binary.
+ */
+const dir = join(dirname(fileURLToPath(import.meta.url)), "tls");
 let server: Server;
 let address: string;
 let lastClientCertCN: string | undefined;
 
-function openssl(args: string[]): void {
-  execFileSync("openssl", args, { cwd: dir, stdio: "ignore" });
-}
-
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "nomad-tls-"));
-  openssl(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test-ca"]);
-  writeFileSync(join(dir, "san.ext"), "subjectAltName=IP:127.0.0.1\n");
-  for (const name of ["server", "client"]) {
-    openssl(["req", "-newkey", "rsa:2048", "-nodes", "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", `/CN=${name}.global.nomad`]);
-    openssl(["x509", "-req", "-in", `${name}.csr`, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", `${name}.pem`, "-days", "2", "-extfile", "san.ext"]);
-  }
   server = createServer(
     {
       key: readFileSync(join(dir, "server.key")),
@@ -52,7 +45,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await new Promise((resolve) => server.close(resolve));
-  rmSync(dir, { recursive: true, force: true });
 });
 
 describe("TLS like the nomad CLI", () => {
