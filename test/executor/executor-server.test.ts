@@ -5,6 +5,7 @@ import { ExecutorServer } from "../../src/executor/executor-server.js";
 import { ToolExecutor } from "../../src/executor/tool-executor.js";
 import { MetricsRegistry } from "../../src/observability/metrics.js";
 import { slotpoolCommand } from "../../src/cli/command.js";
+import { startNomadEmulator } from "../support/nomad-emulator.js";
 import { DirectSlotPool } from "./support/direct-slot-pool.js";
 import { startSandboxes, type Sandboxes } from "./support/sandboxes.js";
 
@@ -119,6 +120,51 @@ describe("executor service routes", () => {
     expect(m.body).toMatch(/slotpool_executor_calls_total\{kind="sandbox",tool="bash"\} \d+/);
     expect(m.body).toMatch(/slotpool_executor_call_duration_seconds_bucket\{kind="sandbox",le="0\.1"\} \d+/);
   });
+});
+
+/** Starts `slotpool executor-server` and resolves with its URL from the "listening" log line. */
+function startExecutorServer(extraArgs: string[], env: NodeJS.ProcessEnv = {}) {
+  const { command, args } = slotpoolCommand();
+  const child = spawn(command, [...args, "executor-server", "--port", "0", ...extraArgs], {
+    env: { ...process.env, TOOL_EXECUTOR_TOKEN: TOKEN, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const state = { logs: "" };
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  const url = new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no listening line within 40 s:\n${state.logs}`)), 40_000);
+    child.stderr.on("data", (d: Buffer) => {
+      state.logs += d.toString();
+      for (const line of state.logs.split("\n")) {
+        if (!line.includes('"msg":"listening"') || !line.includes('"name":"executor-server","url"')) continue;
+        clearTimeout(timer);
+        resolve((JSON.parse(line) as { url: string }).url);
+      }
+    });
+    void exited.then((code) => reject(new Error(`exited ${code}:\n${state.logs}`)));
+  });
+  return { child, state, exited, url };
+}
+
+describe("slotpool executor-server (CLI, Nomad provisioner on the Nomad API emulator)", () => {
+  it("runs tool calls in allocations of the sandbox job and purges it on SIGTERM", async () => {
+    const nomad = await startNomadEmulator();
+    const jobId = `exec-test-${process.pid}`;
+    const srv = startExecutorServer(["--provisioner", "nomad", "--job-id", jobId, "--slots-per-container", "2", "--min-containers", "1", "--max-containers", "1"], { NOMAD_ADDR: nomad.address });
+    try {
+      const url = await srv.url;
+      const r = await send(url, "POST", "/execute", JSON.stringify({ trajectory_id: "nomad-1", tool: { name: "bash", arguments: { command: "echo via-nomad" } } }));
+      expect(r.body).toMatchObject({ success: true, output: "via-nomad" });
+      expect(nomad.allocations(jobId).length).toBeGreaterThanOrEqual(1);
+      srv.child.kill("SIGTERM");
+      expect(await srv.exited).toBe(0);
+      expect(srv.state.logs).toContain('"msg":"stopped"');
+      expect(nomad.requests.some((q) => q.method === "DELETE" && q.path.startsWith(`/v1/job/${jobId}`))).toBe(true);
+    } finally {
+      if (srv.child.exitCode === null) srv.child.kill("SIGKILL");
+      await nomad.stop();
+    }
+  }, 60_000);
 });
 
 describe("slotpool executor-server (CLI, local provisioner)", () => {
