@@ -17,6 +17,7 @@ import { Agent } from "undici";
 import type { z } from "zod";
 import type { Logger } from "../observability/logger.js";
 import { silentLogger } from "../observability/logger.js";
+import type { Counter, Histogram, MetricsRegistry } from "../observability/metrics.js";
 import { DEFAULT_NOMAD_ADDR, nomadOptionsFromEnv, type NomadClientOptions, type RetryOptions } from "./config.js";
 import {
   NomadAclDeniedError,
@@ -57,6 +58,11 @@ export type { NomadClientOptions, RetryOptions } from "./config.js";
 
 export interface NomadClientInit extends NomadClientOptions {
   logger?: Logger;
+  /**
+   * Registers `slotpool_nomad_requests_total{route,outcome}`, `slotpool_nomad_request_seconds{route}`
+   * and `slotpool_nomad_retries_total{route}` here (one client per registry).
+   */
+  metrics?: MetricsRegistry;
 }
 
 /** Options of a blocking query (shared/nomad-api/README.md "Blocking queries"). */
@@ -116,11 +122,12 @@ export class NomadClient {
   private readonly retry: RetryOptions;
   private readonly dispatcher: Agent;
   private readonly logger: Logger;
+  private readonly metrics: { requests: Counter; seconds: Histogram; retries: Counter } | undefined;
 
   /** Settings from NOMAD_* in `process.env`, with `overrides` winning. */
   static fromEnv(overrides: NomadClientInit = {}, env: NodeJS.ProcessEnv = process.env): NomadClient {
-    const { logger, ...rest } = overrides;
-    return new NomadClient({ ...nomadOptionsFromEnv(env, rest), ...(logger ? { logger } : {}) });
+    const { logger, metrics, ...rest } = overrides;
+    return new NomadClient({ ...nomadOptionsFromEnv(env, rest), ...(logger ? { logger } : {}), ...(metrics ? { metrics } : {}) });
   }
 
   /** Explicit options only; use `NomadClient.fromEnv` to read NOMAD_* like the nomad CLI. */
@@ -144,6 +151,11 @@ export class NomadClient {
     this.retry = { ...DEFAULT_RETRY, ...options.retry };
     if (!(this.retry.attempts >= 1)) throw new NomadConfigError(`retry.attempts must be >= 1, got ${this.retry.attempts}`);
     this.logger = options.logger ?? silentLogger();
+    this.metrics = options.metrics && {
+      requests: options.metrics.counter("slotpool_nomad_requests_total", "Nomad API request attempts by route and outcome (HTTP status, timeout, unreachable)"),
+      seconds: options.metrics.histogram("slotpool_nomad_request_seconds", "Duration of Nomad API request attempts (blocking queries include their wait)"),
+      retries: options.metrics.counter("slotpool_nomad_retries_total", "Nomad API request attempts that were retries"),
+    };
     if (options.clientCert && !options.clientKey) throw new NomadConfigError("NOMAD_CLIENT_CERT is set but NOMAD_CLIENT_KEY is not: set both for mTLS");
     if (options.clientKey && !options.clientCert) throw new NomadConfigError("NOMAD_CLIENT_KEY is set but NOMAD_CLIENT_CERT is not: set both for mTLS");
     this.dispatcher = new Agent({
@@ -467,9 +479,15 @@ export class NomadClient {
     const attemptTimeoutMs =
       spec.blockingWaitMs !== undefined ? Math.ceil(spec.blockingWaitMs + spec.blockingWaitMs / 16 + BLOCKING_MARGIN_MS) : this.timeoutMs;
 
+    const route = `${spec.method} ${routeOf(spec.path)}`;
+    const record = (outcome: string, started: number) => {
+      this.metrics?.requests.inc({ route, outcome });
+      this.metrics?.seconds.observe((Date.now() - started) / 1000, { route });
+    };
     let lastError: NomadError | undefined;
     for (let attempt = 1; attempt <= this.retry.attempts; attempt++) {
       if (attempt > 1) {
+        this.metrics?.retries.inc({ route });
         const delay = backoffDelayMs(attempt - 1, this.retry);
         this.logger.debug({ method: spec.method, path: spec.path, attempt, delayMs: delay, err: lastError?.message }, "retrying Nomad call");
         await sleep(delay, spec.signal);
@@ -491,11 +509,13 @@ export class NomadClient {
         indexHeader = res.headers.get("x-nomad-index");
         text = await res.text();
       } catch (err) {
+        record(timeout.aborted ? "timeout" : spec.signal?.aborted ? "aborted" : "unreachable", started);
         lastError = this.transportError(err, timeout, spec.signal, spec.method, spec.path, attemptTimeoutMs);
         if (lastError instanceof NomadUnreachableError && CONNECTION_ERROR_NOT_TRANSIENT.test(errorCode(err))) throw lastError;
         continue;
       }
       this.logger.debug({ method: spec.method, path: spec.path, status, ms: Date.now() - started }, "Nomad call");
+      record(String(status), started);
       if (status >= 200 && status < 300) {
         let raw: unknown;
         try {
@@ -551,6 +571,11 @@ function errorCode(err: unknown): string {
   const cause = (err as { cause?: { code?: unknown } })?.cause;
   const code = cause?.code ?? (err as { code?: unknown })?.code;
   return typeof code === "string" ? code : "";
+}
+
+/** The path with IDs replaced, as a low-cardinality metric label ("/v1/job/:id/allocations"). */
+function routeOf(path: string): string {
+  return path.replace(/^(\/v1\/(?:job|allocation|evaluation))\/[^/]+/, "$1/:id");
 }
 
 function enc(id: string): string {

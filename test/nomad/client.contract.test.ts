@@ -17,6 +17,7 @@ import {
   NomadUnreachableError,
 } from "../../src/nomad/errors.js";
 import { sandboxJob } from "../../src/nomad/job.js";
+import { MetricsRegistry } from "../../src/observability/metrics.js";
 import type { NomadEvent } from "../../src/nomad/schemas.js";
 import { fixtureText } from "./nomad-api-fixtures.js";
 
@@ -223,6 +224,18 @@ describe("failures are typed and bounded", () => {
     nock(ADDR).get("/v1/job/example/allocations").times(2).reply(500, "rpc error: EOF", TEXT_HEADERS);
     nock(ADDR).get("/v1/job/example/allocations").reply(200, "[]", { ...JSON_HEADERS, "X-Nomad-Index": "9" });
     expect((await client().jobAllocations("example")).index).toBe(9);
+  });
+
+  it("counts attempts, outcomes and retries per route in a metrics registry", async () => {
+    nock(ADDR).get("/v1/job/sbx-9/allocations").reply(503, "no leader", TEXT_HEADERS);
+    nock(ADDR).get("/v1/job/sbx-9/allocations").reply(200, "[]", { ...JSON_HEADERS, "X-Nomad-Index": "4" });
+    const metrics = new MetricsRegistry();
+    await client({ metrics }).jobAllocations("sbx-9");
+    const text = metrics.render();
+    expect(text).toContain('slotpool_nomad_requests_total{outcome="503",route="GET /v1/job/:id/allocations"} 1');
+    expect(text).toContain('slotpool_nomad_requests_total{outcome="200",route="GET /v1/job/:id/allocations"} 1');
+    expect(text).toContain('slotpool_nomad_retries_total{route="GET /v1/job/:id/allocations"} 1');
+    expect(text).not.toContain("sbx-9");
   });
 
   it("5xx that persists ends in NomadError with Nomad's plain-text message, after the configured attempts", async () => {
