@@ -328,3 +328,37 @@ describe("shutdown", () => {
     await c.close();
   });
 });
+
+describe("event stream liveness", () => {
+  it("heartbeats keep a quiet stream open; silence past idleTimeoutMs ends it with NomadTimeoutError", async () => {
+    const chatty = await startNomadEmulator({ heartbeatMs: 100 });
+    const silent = await startNomadEmulator({ heartbeatMs: 60_000 });
+    try {
+      const quiet = async (address: string, idleTimeoutMs: number, forMs: number): Promise<unknown> => {
+        const ac = new AbortController();
+        const timer = setTimeout(() => ac.abort(new Error("test done")), forMs);
+        const c = new NomadClient({ address });
+        try {
+          for await (const _ of c.eventStream({ topics: { Allocation: ["nothing"] }, signal: ac.signal, idleTimeoutMs })) {
+            // no events expected
+          }
+          return "ended";
+        } catch (err) {
+          return err;
+        } finally {
+          clearTimeout(timer);
+          await c.close();
+        }
+      };
+      const started = Date.now();
+      const timedOut = await quiet(silent.address, 300, 5_000);
+      expect(timedOut).toBeInstanceOf(NomadTimeoutError);
+      expect(Date.now() - started).toBeLessThan(2_000);
+      const alive = await quiet(chatty.address, 300, 1_000);
+      expect((alive as Error).message).toBe("test done");
+    } finally {
+      await chatty.stop();
+      await silent.stop();
+    }
+  });
+});
