@@ -439,25 +439,22 @@ export class ToolExecutor implements ToolExecutorLike {
 
   private async ensureSlot(traj: TrajectoryState): Promise<Slot> {
     if (traj.slot) return traj.slot;
+    // A released trajectory must not take a new slot: nobody would ever return it.
+    if (traj.released) throw new Error(`trajectory ${traj.id} was released`);
     if (!traj.acquiring) {
       traj.acquiring = this.pool.acquire({ trajectoryId: traj.id, timeoutMs: this.config.acquireTimeoutMs });
       traj.acquiring.then(
         (slot) => {
           traj.acquiring = undefined;
-          if (traj.released) {
-            // Released while we waited: hand the slot straight back.
-            this.pool.release(slot, { reset: true }).catch((err: unknown) => this.logger.warn({ err: (err as Error).message }, "late release failed"));
-          } else {
-            traj.slot = slot;
-          }
+          // If release() ran meanwhile it awaited this acquire and returns the slot itself.
+          if (!traj.released) traj.slot = slot;
         },
         () => {
           traj.acquiring = undefined;
         },
       );
     }
-    const slot = await traj.acquiring;
-    return slot;
+    return traj.acquiring;
   }
 
   private containerLimit(containerId: string): LimitFunction {

@@ -300,6 +300,32 @@ describe("ToolExecutor wire arguments", () => {
     await ex.close();
   });
 
+  it("returns a slot acquired for a trajectory released meanwhile exactly once", async () => {
+    const rec = new RecordingPool();
+    const released: string[] = [];
+    const slow: RecordingPool = Object.assign(Object.create(rec) as RecordingPool, {
+      acquire: async (o: { trajectoryId: string }) => {
+        await new Promise((r) => setTimeout(r, 200));
+        return rec.acquire(o);
+      },
+      release: async (slot: { key: string }) => {
+        released.push(slot.key);
+      },
+    });
+    const ex = new ToolExecutor({ pool: slow, config: { batchWindowMs: 0 } });
+    await ex.start();
+    const call = ex.execute("late", bash("true"));
+    await new Promise((r) => setTimeout(r, 50)); // dispatched, waiting for its slot
+    await ex.release("late");
+    const r = await call;
+    expect(r.success).toBe(false);
+    expect(r.error).toMatch(/released/);
+    expect(released).toEqual(["rec-0/slot_0"]);
+    expect(rec.sent).toEqual([]);
+    await ex.close();
+    expect(released).toHaveLength(1);
+  });
+
   it("rejects bad config with a message naming the field", () => {
     expect(() => new ToolExecutor({ pool: new RecordingPool(), config: { maxBatchSize: 0 } })).toThrow(ToolExecutorConfigError);
     expect(() => new ToolExecutor({ pool: new RecordingPool(), config: { toolServerUrl: "ftp://x" } })).toThrow(/toolServerUrl/);
