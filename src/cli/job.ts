@@ -20,7 +20,8 @@ options:
   --cpu MHZ                CPU per server (default ${JOB_DEFAULTS.cpu})
   --memory MB              memory per server (default ${JOB_DEFAULTS.memoryMb})
   --driver D               docker | raw_exec (apptainer/singularity) | exec (default docker)
-  --command CMD            raw_exec: apptainer or singularity; exec: the slotpool binary
+  --command CMD            docker: the entrypoint (default slotpool); raw_exec: apptainer (default)
+                           or singularity; exec: the slotpool binary (default /usr/local/bin/slotpool)
   --datacenter DC          a datacenter; repeat for several (default "*")
   --namespace NS           Nomad namespace (default: NOMAD_NAMESPACE, else Nomad's "default")
   --node-pool POOL         Nomad node pool
@@ -30,9 +31,10 @@ options:
 
 export async function run(argv: string[]): Promise<number> {
   const [sub, ...rest] = argv;
-  if (sub === undefined || sub === "--help" || sub === "-h") {
+  if (sub === undefined) throw new CliUsageError(`missing subcommand\n\n${HELP}`);
+  if (sub === "--help" || sub === "-h") {
     process.stdout.write(HELP);
-    return sub === undefined ? 2 : 0;
+    return 0;
   }
   if (sub !== "render") throw new CliUsageError(`unknown job subcommand '${sub}'; expected 'render'\n\n${HELP}`);
   const flags = parseFlags(

@@ -129,6 +129,7 @@ describe("slotpool job render", () => {
     await expect(jobCommand(["render", "--count", "x"])).rejects.toThrow(CliUsageError);
     await expect(jobCommand(["render", "--driver", "raw_exec", "--image", "img:1"])).rejects.toThrow(/not a \.sif/);
     await expect(jobCommand(["frobnicate"])).rejects.toThrow(/unknown job subcommand 'frobnicate'/);
+    await expect(jobCommand([])).rejects.toThrow(/missing subcommand/);
   });
 });
 
