@@ -29,7 +29,7 @@ options:
   --tool-server-token T      its bearer token (or env TOOL_EXECUTOR_TOOL_SERVER_TOKEN)
   --no-network               sandbox commands run without network
   --require-sandbox          refuse to run commands when bubblewrap is unavailable
-  --batch-window-ms MS       executor batch window (default 2)
+  --batch-window-ms MS       executor batch window (default 0: calls issued together still go together)
   --max-batch-size N         executor batch size (default 200)
   --default-timeout S        timeout of calls that name none, seconds (default 120, max 600)
 
@@ -79,7 +79,7 @@ export async function run(argv: string[]): Promise<number> {
   const acquireTimeoutMs = intFlag("acquire-timeout-ms", stringFlag(flags, "acquire-timeout-ms"), 30_000, 1);
   const toolServerUrl = stringFlag(flags, "tool-server-url");
   const toolServerToken = stringFlag(flags, "tool-server-token") ?? (process.env["TOOL_EXECUTOR_TOOL_SERVER_TOKEN"] || undefined);
-  const batchWindowMs = intFlag("batch-window-ms", stringFlag(flags, "batch-window-ms"), 2, 0, 1000);
+  const batchWindowMs = intFlag("batch-window-ms", stringFlag(flags, "batch-window-ms"), 0, 0, 1000);
   const maxBatchSize = intFlag("max-batch-size", stringFlag(flags, "max-batch-size"), 200, 1);
   const defaultTimeoutS = intFlag("default-timeout", stringFlag(flags, "default-timeout"), 120, 1, 600);
 

@@ -5,8 +5,13 @@ import { z } from "zod";
  * author here and are stamped onto every sandbox call; the model cannot change them.
  */
 export const ToolExecutorConfigSchema = z.object({
-  /** How long the first queued call waits for others before a batch goes out (ms). */
-  batchWindowMs: z.number().min(0, "batchWindowMs must be >= 0").max(1000, "batchWindowMs above 1000 ms would stall every call").default(2),
+  /**
+   * How long the first queued call waits for others before a batch goes out (ms). 0 (the
+   * default) still gathers every call issued in the same event-loop turn (a model's parallel
+   * tool calls) and adds no delay; raise it (the original used 20) to gather calls arriving
+   * over a few ms.
+   */
+  batchWindowMs: z.number().min(0, "batchWindowMs must be >= 0").max(1000, "batchWindowMs above 1000 ms would stall every call").default(0),
   /** Most calls dispatched by one batch; the rest go out in the next one, at once. */
   maxBatchSize: z.number().int().positive("maxBatchSize must be at least 1").default(200),
   /**

@@ -10,17 +10,18 @@
  *
  * Run: npm run build && npx tsx test/bench/executor-bench.ts
  * Knobs (env): BENCH_SECONDS (a: default 15 per phase), BENCH_THINK_MS (a: default 500),
- * BENCH_WINDOW_MS (batch window, default 2), BENCH_SAMPLES (b, c: default 200).
+ * BENCH_WINDOW_MS (batch window, default 0 as the executor's), BENCH_SAMPLES (b, c: default 200).
  */
 import { Agent, request } from "undici";
 import { ToolExecutor } from "../../src/executor/tool-executor.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
 import type { Slot } from "../../src/pool/types.js";
+import { RecordingPool } from "../executor/support/recording-pool.js";
 
 const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 15);
 const THINK_MS = Number(process.env["BENCH_THINK_MS"] ?? 500);
-const WINDOW_MS = Number(process.env["BENCH_WINDOW_MS"] ?? 2);
+const WINDOW_MS = Number(process.env["BENCH_WINDOW_MS"] ?? 0);
 const SAMPLES = Number(process.env["BENCH_SAMPLES"] ?? 200);
 
 function pct(xs: number[], q: number): number {
@@ -98,6 +99,20 @@ async function main(): Promise<void> {
       `(b) overhead: executor p50 ${f(pct(viaExec, 0.5))} ms vs direct p50 ${f(pct(viaDirect, 0.5))} ms → ${f(over)} ms ` +
         `(target ≤ 1 ms + window ${WINDOW_MS} ms = ${1 + WINDOW_MS} ms)`,
     );
+
+    // (b') the executor's own cost per call, with a pool that answers at once (no HTTP, no sandbox)
+    for (const windowMs of [...new Set([0, 2, WINDOW_MS])]) {
+      const instant = new ToolExecutor({ pool: new RecordingPool(), config: { batchWindowMs: windowMs } });
+      await instant.start();
+      const own: number[] = [];
+      for (let i = 0; i < 2000; i++) {
+        const s = performance.now();
+        await instant.execute("own", { name: "bash", arguments: { command: "true" } });
+        if (i >= 200) own.push(performance.now() - s);
+      }
+      await instant.close();
+      console.log(`(b') executor alone (instant pool, window ${windowMs} ms): p50 ${f(pct(own, 0.5))} ms p99 ${f(pct(own, 0.99))} ms per call`);
+    }
 
     // (a) head-of-line: 50 fast trajectories alone (baseline), then with 50 sleepers
     const runPhase = async (label: string, withSleepers: boolean) => {
