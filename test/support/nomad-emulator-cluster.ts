@@ -376,6 +376,11 @@ export class EmulatedCluster {
    * allocations; the emulator keeps them (no destructive updates).
    */
   reconcile(job: EmulatedJob, evalId: string): void {
+    const groupNames = new Set((job.spec["TaskGroups"] as Json[]).map((g) => String(g["Name"])));
+    // A group dropped from the spec by a re-register loses all its allocations.
+    for (const alloc of this.jobAllocs(job)) {
+      if (!groupNames.has(alloc.taskGroup) && isLive(alloc)) this.stopAllocation(alloc, "alloc not needed due to job update");
+    }
     for (const group of job.spec["TaskGroups"] as Json[]) {
       const groupName = String(group["Name"]);
       const live = this.jobAllocs(job).filter((a) => a.taskGroup === groupName && isLive(a));
