@@ -62,6 +62,8 @@ interface TrajectoryState {
   released: boolean;
 }
 
+const LATENCY_WINDOW = 4096;
+
 export class ExecutorClosedError extends Error {
   override name = "ExecutorClosedError";
 }
@@ -85,6 +87,8 @@ export class ToolExecutor implements ToolExecutorLike {
   private started = false;
   private closed = false;
   private readonly totals = { calls: 0, errors: 0, sandbox: 0, external: 0 };
+  private readonly recentLatencies: number[] = [];
+  private latencyCursor = 0;
 
   constructor(options: ToolExecutorOptions) {
     this.config = parseToolExecutorConfig(options.config);
@@ -241,17 +245,16 @@ export class ToolExecutor implements ToolExecutorLike {
     return this.trajectories.get(trajectoryId)?.slot;
   }
 
+  /** Counts, and latency percentiles over the last 4096 calls (the histogram in `metrics` has them all). */
   stats(): ExecutorStats {
-    const ms = (q: number) => {
-      const v = this.metrics.duration.quantile(q);
-      return Number.isFinite(v) ? v * 1000 : 0;
-    };
+    const recent = this.recentLatencies.slice().sort((a, b) => a - b);
+    const at = (q: number) => (recent.length ? recent[Math.min(recent.length - 1, Math.ceil(q * recent.length) - 1)]! : 0);
     return {
       queued: this.queuedCount,
       inFlight: this.inFlightCount,
       trajectories: this.trajectories.size,
       totals: { ...this.totals },
-      latencyMs: { p50: ms(0.5), p99: ms(0.99), count: this.metrics.duration.snapshot().count },
+      latencyMs: { p50: at(0.5), p99: at(0.99), count: this.metrics.duration.snapshot().count },
     };
   }
 
@@ -509,7 +512,11 @@ export class ToolExecutor implements ToolExecutorLike {
       this.totals.errors++;
       this.metrics.errors.inc(labels);
     }
-    this.metrics.duration.observe((performance.now() - startedAt) / 1000, { kind });
+    const ms = performance.now() - startedAt;
+    this.metrics.duration.observe(ms / 1000, { kind });
+    if (this.recentLatencies.length < LATENCY_WINDOW) this.recentLatencies.push(ms);
+    else this.recentLatencies[this.latencyCursor] = ms;
+    this.latencyCursor = (this.latencyCursor + 1) % LATENCY_WINDOW;
   }
 
   private slotFor(trajectoryId: string): Slot | string {

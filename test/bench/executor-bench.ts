@@ -163,7 +163,7 @@ async function main(): Promise<void> {
     await runPhase("baseline, 50 `true` loops alone", false);
     await runPhase("head-of-line, 50 `true` loops + 50 `sleep 1` loops", true);
     const st = executor.stats();
-    console.log(`executor stats: calls ${st.totals.calls}, errors ${st.totals.errors}, p50 ≤ ${st.latencyMs.p50} ms, p99 ≤ ${st.latencyMs.p99} ms (histogram buckets)`);
+    console.log(`executor stats: calls ${st.totals.calls}, errors ${st.totals.errors}, last 4096 calls p50 ${f(st.latencyMs.p50)} ms p99 ${f(st.latencyMs.p99)} ms`);
   } finally {
     await executor.close();
     await pool.stop();
