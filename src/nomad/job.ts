@@ -170,12 +170,14 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
 /**
  * Arguments of `slotpool sandbox-server`. Under docker the server listens on the fixed
  * container port that the dynamic host port maps `To`; raw_exec and exec share the host's
- * network, so there it must bind the allocated host port itself (`NOMAD_PORT_http`, which
- * equals the host port when the port has no `To`).
+ * network, so there it must bind the allocated host address and port itself
+ * (`NOMAD_IP_http`, `NOMAD_PORT_http`, which equals the host port when the port has no `To`).
  */
 export function sandboxServerArgs(s: SandboxJobSettings): string[] {
+  // Host networking: bind only the address Nomad allocated the port on, not every interface.
+  const host = s.driver === "docker" ? "0.0.0.0" : "${NOMAD_IP_http}";
   const port = s.driver === "docker" ? String(SANDBOX_SERVER_PORT) : "${NOMAD_PORT_http}";
-  return ["sandbox-server", "--slots", String(s.slots), "--host", "0.0.0.0", "--port", port, ...s.serverArgs];
+  return ["sandbox-server", "--slots", String(s.slots), "--host", host, "--port", port, ...s.serverArgs];
 }
 
 /** The driver's `Config` map (keys as in the driver docs; Nomad passes it through untyped). */

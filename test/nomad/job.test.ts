@@ -156,7 +156,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     expect(rawTask["Driver"]).toBe("raw_exec");
     expect(rawTask["Config"]).toEqual({
       command: "apptainer",
-      args: ["run", "--bind", "${NOMAD_ALLOC_DIR}", "/srv/sbx.sif", "sandbox-server", "--slots", "2", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}"],
+      args: ["run", "--bind", "${NOMAD_ALLOC_DIR}", "/srv/sbx.sif", "sandbox-server", "--slots", "2", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}"],
     });
     // Host networking: no mapping, the server binds the allocated port itself.
     expect(rawGroup["Networks"]).toEqual([{ DynamicPorts: [{ Label: "http" }] }]);
@@ -165,7 +165,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     const exec = sandboxJob({ driver: "exec" });
     const execTask = ((exec["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!;
     expect(execTask["Driver"]).toBe("exec");
-    expect(execTask["Config"]).toMatchObject({ command: "/usr/local/bin/slotpool", args: ["sandbox-server", "--slots", "4", "--host", "0.0.0.0", "--port", "${NOMAD_PORT_http}"] });
+    expect(execTask["Config"]).toMatchObject({ command: "/usr/local/bin/slotpool", args: ["sandbox-server", "--slots", "4", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}"] });
   });
 
   it("rejects bad options with a message naming the problem", () => {
