@@ -70,7 +70,9 @@ export class SandboxServer {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.server.closeIdleConnections();
     await this.service.close();
-    const timer = setTimeout(() => this.server.closeAllConnections(), 2_000);
+    // In-flight calls have now been answered (killed): their keep-alive sockets are idle.
+    this.server.closeIdleConnections();
+    const timer = setTimeout(() => this.server.closeAllConnections(), 1_000);
     await closed;
     clearTimeout(timer);
   }

@@ -18,6 +18,9 @@ import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
 import { Slot } from "./slot.js";
 import { BashExecutor, type ToolOutcome } from "./bash.js";
+import { StatefulSessions } from "./stateful.js";
+import type { CappedOutput } from "./output.js";
+import type { RunResult } from "./runner.js";
 import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
@@ -71,6 +74,9 @@ export class SandboxService {
   readonly spawnerPath: string | null;
   readonly spawnerReason: string | undefined;
   readonly cgroups: SlotCgroups;
+  /** Host dir for server-side state (spawner binary cache, unsandboxed terminal sockets). */
+  readonly stateDir: string;
+  readonly stateful: StatefulSessions;
   private readonly bash: BashExecutor;
   private closed = false;
 
@@ -82,6 +88,8 @@ export class SandboxService {
     this.maxWriteBytes = options.maxWriteBytes ?? 10 * 1024 * 1024;
     const dataDir = resolve(options.dataDir);
     mkdirSync(dataDir, { recursive: true, mode: 0o755 });
+    this.stateDir = join(dataDir, ".slotpool");
+    mkdirSync(this.stateDir, { recursive: true, mode: 0o711 });
     const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
     const perSlotUid = options.perSlotUid ?? isRoot;
     // Slot uids must be able to traverse (not list) the data dir to reach their own
@@ -105,7 +113,7 @@ export class SandboxService {
         : { available: false, path: null, reason: "no slots" };
     if (!this.bwrap.available) this.logger.warn({ reason: this.bwrap.reason }, "bubblewrap unavailable: commands run unsandboxed unless require_sandbox is set");
     if (this.bwrap.available && !options.disableSpawner) {
-      this.spawnerPath = spawnerBinary([join(dataDir, ".slotpool")]);
+      this.spawnerPath = spawnerBinary([this.stateDir]);
       this.spawnerReason = this.spawnerPath ? undefined : spawnerUnavailableReason();
       if (!this.spawnerPath) this.logger.warn({ reason: this.spawnerReason }, "per-slot spawner unavailable: one bubblewrap per call (slower)");
     } else {
@@ -116,6 +124,7 @@ export class SandboxService {
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);
+    this.stateful = new StatefulSessions(this);
   }
 
   slotById(id: string, field = "slot_id"): Slot {
@@ -183,8 +192,9 @@ export class SandboxService {
       case "write_file":
         return this.fileTool(call);
       case "bash_stateful":
+        return this.stateful.bashStateful(call.slot, call.args as { command: string }, call.timeoutSec);
       case "tmux":
-        return { success: false, output: "", error: `${call.tool} is not available in this build yet`, metadata: {} };
+        return this.stateful.tmux(call.slot, call.args as { action: "start" | "send_keys" | "capture" | "stop" }, call.timeoutSec);
     }
   }
 
@@ -201,6 +211,11 @@ export class SandboxService {
       : writeFileTool(call.slot.workspaceDir, call.args as WriteFileArgs, opts);
   }
 
+  /** A finished run → the tool's answer (shared by bash and the stateful terminal). */
+  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutSec: number }): ToolOutcome {
+    return this.bash.outcome(res, output, ctx);
+  }
+
   fail(call: ParsedCall, error: string): ExecuteResponse {
     return { success: false, output: "", error, execution_id: call.executionId, metadata: {} };
   }
@@ -210,6 +225,7 @@ export class SandboxService {
     slot.killRunning();
     return slot.enqueue(() =>
       slot.withResetting(async () => {
+        await this.stateful.stop(slot);
         await this.bash.resetSlot(slot);
         slot.wipeWorkspace();
         this.metrics.resets.inc();
@@ -222,6 +238,7 @@ export class SandboxService {
   async close(): Promise<void> {
     this.closed = true;
     for (const slot of this.slots) slot.killRunning();
+    await this.stateful.close();
     await this.bash.close();
     this.cgroups.cleanup();
   }

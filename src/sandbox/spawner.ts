@@ -132,6 +132,8 @@ export interface HolderRunOptions {
   outputCap: number;
   /** Workspace-relative name of the full-output file the spawner writes past the cap. */
   outputFileName: string;
+  /** Stateful holder: what the command leaves running stays (a kill stops only its own group). */
+  keep?: boolean;
   timeoutMs: number;
   output: CappedOutput;
   onChunk?: ((stream: "stdout" | "stderr", chunk: string) => void) | undefined;
@@ -224,7 +226,8 @@ export class Holder {
     const name = Buffer.from(opts.outputFileName, "utf8");
     // Streaming calls (onChunk) get every byte; others are capped inside the sandbox.
     const stream = opts.onChunk || opts.outputCap <= 0 ? 1 : 0;
-    const header = `R ${opts.cpuSeconds} ${opts.maxProcesses} ${opts.maxFileBytes} ${opts.addressSpaceBytes} ${stream} ${cmd.length} ${Math.max(0, opts.outputCap)} ${name.length}\n`;
+    const flags = stream | (opts.keep ? 2 : 0);
+    const header = `R ${opts.cpuSeconds} ${opts.maxProcesses} ${opts.maxFileBytes} ${opts.addressSpaceBytes} ${flags} ${cmd.length} ${Math.max(0, opts.outputCap)} ${name.length}\n`;
     return new Promise<RunResult>((resolve) => {
       const p: Pending = {
         options: opts,

@@ -10,8 +10,9 @@
  * So no process of a call survives the call, and the per-call cost is one fork+exec.
  *
  * Requests (stdin):
- *   "R <cpu_s> <nproc> <fsize_bytes> <as_bytes> <stream> <cmd_len> <cap> <name_len>\n"
+ *   "R <cpu_s> <nproc> <fsize_bytes> <as_bytes> <flags> <cmd_len> <cap> <name_len>\n"
  *     + cmd bytes + output file name bytes
+ *     <flags>: bit 0 stream, bit 1 keep (see struct req).
  *     stream=1: forward all output (the server caps it); stream=0: forward the first <cap>
  *     bytes only, keep the last <cap>/2 bytes of each stream in a ring, and write the full
  *     output to /workspace/<name> (O_EXCL|O_NOFOLLOW, as the slot's uid) once past the cap,
@@ -91,7 +92,8 @@ static void set_limit(int res, unsigned long long v) {
 
 struct req {
   unsigned long long cpu, nproc, fsize, as, cap;
-  int stream;
+  int flags; /* 1: stream (forward all output), 2: keep (stateful holder: do not kill what the command leaves running) */
+  int stream, keep;
   char *cmd;
   char *name;
 };
@@ -286,9 +288,23 @@ static void run(struct req *rq) {
     reap();
     if (main_exited && !killed_all) {
       /* The command is done: nothing it started may outlive it (this also closes the
-         pipes that background processes still hold). */
+         pipes that background processes still hold). In keep mode (the stateful
+         session's holder) what it started stays; we only stop reading once the pipes
+         have nothing more to give. */
       killed_all = 1;
-      kill_all();
+      if (!rq->keep) kill_all();
+    }
+    if (rq->keep && main_exited) {
+      struct pollfd q[2];
+      int nq = 0;
+      if (open_out) { q[nq].fd = out[0]; q[nq].events = POLLIN; nq++; }
+      if (open_err) { q[nq].fd = err[0]; q[nq].events = POLLIN; nq++; }
+      if (nq == 0 || poll(q, (nfds_t)nq, 50) <= 0) {
+        if (open_out) { close(out[0]); open_out = 0; }
+        if (open_err) { close(err[0]); open_err = 0; }
+        if (open_ep) { close(ep[0]); open_ep = 0; }
+        break;
+      }
     }
     if (!open_out && !open_err && !open_ep) {
       if (!main_exited) {
@@ -317,13 +333,17 @@ static void run(struct req *rq) {
     }
     if (fds[0].revents & (POLLIN | POLLHUP)) {
       ssize_t k = read(0, inbuf + inlen, sizeof inbuf - inlen);
-      if (k <= 0) { kill_all(); _exit(0); }
+      if (k <= 0) { if (rq->keep) kill(-pid, SIGKILL); else kill_all(); _exit(0); }
       inlen += (size_t)k;
       /* Only "K\n" is meaningful while a command runs. */
       char *nl;
       while ((nl = memchr(inbuf, '\n', inlen)) != NULL) {
         size_t l = (size_t)(nl - inbuf) + 1;
-        if (inbuf[0] == 'K') kill_all();
+        if (inbuf[0] == 'K') {
+          /* keep mode: only the command's own process group (it called setsid). */
+          if (rq->keep) kill(-pid, SIGKILL);
+          else kill_all();
+        }
         memmove(inbuf, inbuf + l, inlen - l);
         inlen -= l;
       }
@@ -344,7 +364,7 @@ static void run(struct req *rq) {
       else if (k == 0 || errno != EINTR) { open_ep = 0; close(ep[0]); }
     }
   }
-  if (!killed_all) kill_all();
+  if (!killed_all && !rq->keep) kill_all();
   int status = main_status;
   main_pid = 0;
   if (!rq->stream) {
@@ -403,8 +423,10 @@ int main(void) {
     struct req rq = {0};
     unsigned long long cmdlen = 0, namelen = 0;
     *nl = 0;
-    if (sscanf(inbuf + 1, "%llu %llu %llu %llu %d %llu %llu %llu", &rq.cpu, &rq.nproc, &rq.fsize, &rq.as, &rq.stream, &cmdlen, &rq.cap, &namelen) != 8) _exit(6);
+    if (sscanf(inbuf + 1, "%llu %llu %llu %llu %d %llu %llu %llu", &rq.cpu, &rq.nproc, &rq.fsize, &rq.as, &rq.flags, &cmdlen, &rq.cap, &namelen) != 8) _exit(6);
     if (namelen > 255 || rq.cap > (1ULL << 30)) _exit(6);
+    rq.stream = rq.flags & 1;
+    rq.keep = (rq.flags & 2) != 0;
     unsigned long long want = cmdlen + namelen;
     char *cmd = malloc(want + 2);
     if (!cmd) _exit(7);

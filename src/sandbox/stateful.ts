@@ -1,0 +1,252 @@
+import { mkdirSync, chownSync } from "node:fs";
+import { join } from "node:path";
+import type { ToolOutcome } from "./bash.js";
+import { CappedOutput } from "./output.js";
+import { runProcess, type RunResult } from "./runner.js";
+import type { SandboxService } from "./service.js";
+import { Holder } from "./spawner.js";
+import type { Slot } from "./slot.js";
+import { SANDBOX_PATH } from "./isolation.js";
+
+/**
+ * `bash_stateful` and `tmux`: one persistent terminal per slot, a tmux session "main"
+ * running bash, inside the same isolation as `bash` (its own long-lived namespace per
+ * slot, a third "holder" in keep mode: what a command starts there stays until reset).
+ *
+ * A `bash_stateful` call writes the command to a file in the session's private /tmp,
+ * types ` . file >out 2>err </dev/null; echo $? >rc; tmux wait-for -S chan` into the
+ * shell and waits on the channel: `cd`, variables and background jobs persist (the file
+ * is sourced by the session's shell) and each call gets its own stdout, stderr and exit
+ * code. On timeout the waiter is killed, the session gets C-c, and the partial output is
+ * returned. `tmux` actions drive the same session (start, send_keys, capture, stop), and a
+ * WebSocket can attach to it read-only.
+ */
+
+export interface StatefulArgs {
+  command?: string;
+  action?: "start" | "send_keys" | "capture" | "stop";
+  keys?: string;
+  enter?: boolean;
+  lines?: number;
+  timeout?: number;
+  allow_network?: boolean;
+  require_sandbox?: boolean;
+  require_stateful_sandbox?: boolean;
+}
+
+export function shQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+const TMUX_KEY_NAME = /^(C-[a-z\\\]^_@]|M-[a-z0-9]|Enter|Escape|Tab|BTab|BSpace|Space|Up|Down|Left|Right|Home|End|PageUp|PageDown|PPage|NPage|IC|DC|F\d{1,2})$/;
+
+interface Session {
+  holder: Holder | null;
+  allowNetwork: boolean;
+  /** Host dir for the session's files when running unsandboxed. */
+  hostDir?: string;
+  seq: number;
+}
+
+export class StatefulSessions {
+  private readonly sessions = new Map<number, Session>();
+
+  constructor(private readonly service: SandboxService) {}
+
+  private dir(session: Session): string {
+    return session.holder ? "/tmp/.slotpool" : session.hostDir!;
+  }
+
+  private tmuxCmd(session: Session): string {
+    return `tmux -S ${shQuote(this.dir(session) + "/tmux.sock")}`;
+  }
+
+  /** Shell that makes sure the session exists (prints "started" when it created it). */
+  private ensureScript(session: Session): string {
+    const D = shQuote(this.dir(session));
+    const T = this.tmuxCmd(session);
+    const Dp = this.dir(session);
+    const Tp = T.replace(/'/g, "");
+    // Typed once into the session's shell: the runner function each call invokes (so the
+    // pane shows ` __sp <id>` per call), and an EXIT trap that releases a waiting call if
+    // the command ends the shell.
+    const setup =
+      ` HISTCONTROL=ignorespace; __sp() { export SLOTPOOL_N=$1; . ${Dp}/c.$1 >${Dp}/o.$1 2>${Dp}/e.$1 </dev/null; echo $? >${Dp}/r.$1; ${Tp} wait-for -S w.$1; };` +
+      ` trap 'echo $? > ${Dp}/r.$SLOTPOOL_N; ${Tp} wait-for -S w.$SLOTPOOL_N' EXIT; clear`;
+    return [
+      `mkdir -p ${D} && chmod 700 ${D}`,
+      `if ! ${T} has-session -t main 2>/dev/null; then`,
+      `  ${T} new-session -d -s main -x 200 -y 50 -c "$PWD" 'exec bash --noprofile --norc' || exit 90`,
+      `  ${T} set-option -t main history-limit 10000 >/dev/null`,
+      `  ${T} send-keys -t main -l ${shQuote(setup)} && ${T} send-keys -t main Enter`,
+      `  echo started`,
+      `fi`,
+    ].join("\n");
+  }
+
+  private session(slot: Slot, allowNetwork: boolean): Session {
+    let s = this.sessions.get(slot.index);
+    if (s && s.holder && (!s.holder.alive || s.allowNetwork !== allowNetwork)) {
+      // Dead, or started under another network policy: start over (policy wins over state).
+      s.holder.kill();
+      s = undefined;
+    }
+    if (!s) {
+      const svc = this.service;
+      if (svc.bwrap.available && svc.spawnerPath) {
+        const holder = new Holder({
+          bwrapPath: svc.bwrap.path!,
+          spawnerPath: svc.spawnerPath,
+          workspaceDir: slot.workspaceDir,
+          allowNetwork,
+          uid: slot.owner?.uid,
+          gid: slot.owner?.gid,
+          onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
+        });
+        s = { holder, allowNetwork, seq: 0 };
+      } else {
+        const hostDir = join(svc.stateDir, `state_${slot.index}`);
+        mkdirSync(hostDir, { recursive: true, mode: 0o700 });
+        if (slot.owner) chownSync(hostDir, slot.owner.uid, slot.owner.gid);
+        s = { holder: null, allowNetwork, hostDir, seq: 0 };
+      }
+      this.sessions.set(slot.index, s);
+    }
+    return s;
+  }
+
+  /** Runs a helper script in the session's namespace (keep mode: it may leave processes). */
+  private async exec(slot: Slot, session: Session, script: string, timeoutSec: number, output: CappedOutput): Promise<RunResult> {
+    const svc = this.service;
+    if (session.holder) {
+      return session.holder.run({
+        command: script,
+        cpuSeconds: 0,
+        maxProcesses: svc.limits.maxProcesses,
+        maxFileBytes: svc.limits.maxFileBytes,
+        addressSpaceBytes: 0,
+        outputCap: svc.limits.outputCap,
+        outputFileName: output.fileName,
+        keep: true,
+        timeoutMs: timeoutSec * 1000,
+        output,
+        signal: slot.abortSignal,
+      });
+    }
+    return runProcess({
+      file: "/bin/bash",
+      args: ["-c", script],
+      cwd: slot.workspaceDir,
+      env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", TERM: "xterm" },
+      ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
+      timeoutMs: timeoutSec * 1000,
+      output,
+      signal: slot.abortSignal,
+    });
+  }
+
+  private refuse(args: StatefulArgs): ToolOutcome | null {
+    const svc = this.service;
+    const sandboxed = svc.bwrap.available && svc.spawnerPath !== null;
+    if (!sandboxed && (args.require_stateful_sandbox || args.require_sandbox)) {
+      return {
+        success: false,
+        output: "",
+        error: `stateful sandbox required but unavailable: ${svc.bwrap.reason ?? svc.spawnerReason ?? "bubblewrap cannot be used"}; refusing to start an unsandboxed terminal (require_stateful_sandbox is set)`,
+        metadata: { exit_code: null, sandboxed: false, network_isolated: false },
+      };
+    }
+    return null;
+  }
+
+  private newOutput(slot: Slot): CappedOutput {
+    const svc = this.service;
+    return new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: slot.workspaceDir, fileName: svc.newOutputName(), owner: slot.owner });
+  }
+
+  async bashStateful(slot: Slot, args: StatefulArgs & { command: string }, envelopeTimeout: number | undefined): Promise<ToolOutcome> {
+    const refused = this.refuse(args);
+    if (refused) return refused;
+    const svc = this.service;
+    const allowNetwork = args.allow_network ?? svc.defaultAllowNetwork;
+    const timeoutSec = Math.min(args.timeout ?? envelopeTimeout ?? svc.limits.defaultTimeoutSec, svc.limits.maxTimeoutSec);
+    const session = this.session(slot, allowNetwork);
+    const n = `${Date.now().toString(36)}${(session.seq++).toString(36)}`;
+    const D = this.dir(session);
+    const T = this.tmuxCmd(session);
+    const line = ` __sp ${n}`;
+    const script = [
+      this.ensureScript(session) + " >/dev/null",
+      `printf '%s\\n' ${shQuote(args.command)} > ${D}/c.${n}`,
+      `${T} send-keys -t main -l ${shQuote(line)} && ${T} send-keys -t main Enter || exit 91`,
+      `${T} wait-for w.${n} 2>/dev/null`,
+      `cat ${D}/o.${n}; cat ${D}/e.${n} >&2`,
+      `rc=$(cat ${D}/r.${n} 2>/dev/null || echo 0)`,
+      `rm -f ${D}/c.${n} ${D}/o.${n} ${D}/e.${n} ${D}/r.${n}`,
+      `exit $rc`,
+    ].join("\n");
+    const output = this.newOutput(slot);
+    const res = await this.exec(slot, session, script, timeoutSec, output);
+    const ctx = { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutSec };
+    if (res.timedOut) {
+      // Interrupt the command in the session and hand back what it printed so far.
+      const partial = this.newOutput(slot);
+      await this.exec(slot, session, `${T} send-keys -t main C-c; sleep 0.1; cat ${D}/o.${n} 2>/dev/null; cat ${D}/e.${n} 2>/dev/null >&2; rm -f ${D}/c.${n} ${D}/o.${n} ${D}/e.${n} ${D}/r.${n}`, 10, partial);
+      return this.service.outcome(res, partial, ctx);
+    }
+    return this.service.outcome(res, output, ctx);
+  }
+
+  async tmux(slot: Slot, args: StatefulArgs & { action: "start" | "send_keys" | "capture" | "stop" }, envelopeTimeout: number | undefined): Promise<ToolOutcome> {
+    const refused = this.refuse(args);
+    if (refused) return refused;
+    const svc = this.service;
+    const allowNetwork = args.allow_network ?? svc.defaultAllowNetwork;
+    const timeoutSec = Math.min(args.timeout ?? envelopeTimeout ?? 30, svc.limits.maxTimeoutSec);
+    if (args.action === "stop") {
+      await this.stop(slot);
+      return { success: true, output: "tmux session stopped", error: "", metadata: { exit_code: 0 } };
+    }
+    const session = this.session(slot, allowNetwork);
+    const T = this.tmuxCmd(session);
+    let script: string;
+    switch (args.action) {
+      case "start":
+        script = `${this.ensureScript(session)} | grep -q started && echo 'tmux session started' || echo 'tmux session already running'`;
+        break;
+      case "send_keys": {
+        const keys = args.keys ?? "";
+        const send = TMUX_KEY_NAME.test(keys) ? `${T} send-keys -t main ${keys}` : `${T} send-keys -t main -l ${shQuote(keys)}`;
+        const enter = args.enter ?? !TMUX_KEY_NAME.test(keys);
+        script = `${this.ensureScript(session)} >/dev/null\n${send}${enter ? ` && ${T} send-keys -t main Enter` : ""} && echo 'keys sent'`;
+        break;
+      }
+      case "capture":
+        script = `${this.ensureScript(session)} >/dev/null\n${T} capture-pane -p -t main -S -${args.lines ?? 50}`;
+        break;
+    }
+    const output = this.newOutput(slot);
+    const res = await this.exec(slot, session, script, timeoutSec, output);
+    return this.service.outcome(res, output, { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutSec });
+  }
+
+  /** The command line to attach to the slot's session read-only (WebSocket), or null. */
+  hasSession(slot: Slot): boolean {
+    return this.sessions.has(slot.index);
+  }
+
+  async stop(slot: Slot): Promise<void> {
+    const s = this.sessions.get(slot.index);
+    this.sessions.delete(slot.index);
+    if (!s) return;
+    if (s.holder) await s.holder.stop();
+    else {
+      const output = this.newOutput(slot);
+      await this.exec(slot, s, `${this.tmuxCmd(s)} kill-server 2>/dev/null; true`, 10, output);
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.service.slots.map((s) => this.stop(s)));
+  }
+}
