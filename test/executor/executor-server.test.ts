@@ -85,6 +85,27 @@ describe("executor service routes", () => {
     expect(gone.body.error).toMatch(/holds no slot/);
   });
 
+  it("serves a Python client written like the original's (stdlib, pydantic-style bodies)", async () => {
+    const script = new URL("./support/original_client.py", import.meta.url).pathname;
+    const out = await new Promise<string>((resolve, reject) => {
+      const py = spawn("python3", [script, url, TOKEN], { stdio: ["ignore", "pipe", "pipe"] });
+      let stdout = "";
+      let stderr = "";
+      py.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+      py.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      py.once("exit", (code) => (code === 0 ? resolve(stdout) : reject(new Error(`python exited ${code}: ${stderr}`))));
+    });
+    const seen = JSON.parse(out) as Record<string, [number, any]>;
+    expect(seen["write"]).toEqual([200, expect.objectContaining({ success: true, uniq_id: "u-1" })]);
+    expect(seen["terminal"]![1]).toMatchObject({ success: true, output: "hi from python\nhello.txt", uniq_id: "u-2" });
+    expect(seen["read"]![1]).toMatchObject({ success: true, content: "hi from python" });
+    expect(seen["list"]![1].entries.map((e: { path: string }) => e.path)).toContain("notes/hello.txt");
+    expect(seen["archive"]![1]).toMatchObject({ success: true, format: "tar.gz" });
+    expect(seen["status"]![1]).toHaveProperty("queue_size");
+    expect(seen["status"]![1]).toHaveProperty("total_requests");
+    expect(seen["release"]).toEqual([200, { status: "ok" }]);
+  });
+
   it("applies timeout_s to the call", async () => {
     const t0 = performance.now();
     const r = await send(url, "POST", "/execute", JSON.stringify({ trajectory_id: "to-1", tool: { name: "bash", arguments: { command: "sleep 20" } }, timeout_s: 1 }));
