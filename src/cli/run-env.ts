@@ -84,11 +84,11 @@ type EnvConstructor = new (config?: Record<string, unknown>, runtime?: Construct
  */
 export function resolveEnvModule(spec: string, cwd = process.cwd()): string {
   const direct = isAbsolute(spec) ? spec : resolve(cwd, spec);
-  const candidates = [direct];
   const rel = relative(cwd, direct);
-  const js = rel.replace(/\.ts$/, ".js");
-  if (!rel.startsWith("..") && !rel.startsWith("dist")) candidates.push(join(cwd, "dist", js));
-  if (direct.endsWith(".ts")) candidates.push(direct.replace(/\.ts$/, ".js"));
+  const inRepo = !rel.startsWith("..") && !isAbsolute(rel) && !rel.startsWith("dist");
+  const built = inRepo ? [join(cwd, "dist", rel.replace(/\.ts$/, ".js"))] : [];
+  // Node cannot import .ts: a TypeScript path means its compiled copy (unless run under tsx).
+  const candidates = direct.endsWith(".ts") ? [...built, direct.replace(/\.ts$/, ".js"), direct] : [direct, ...built];
   for (const c of candidates) if (existsSync(c)) return c;
   throw new CliUsageError(`cannot find the env module '${spec}' (looked at ${candidates.join(", ")}); run 'npm run build' if it is a TypeScript file of this repo`);
 }

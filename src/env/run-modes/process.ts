@@ -62,23 +62,17 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
         }
         const outcome = await env.collectTrajectories(item);
         stats.addGroup(outcome);
-        if (outcome.ok) {
-          const filtered = filterGroupForSend(outcome.group, {
-            groupSize: env.config.groupSize,
-            ensureScoresAreNotSame: false,
-            dropOverLength: false,
-            includeMessages: true,
-          });
-          if (filtered.send) {
-            const line = pythonJsonDumps(filtered.group) + "\n";
-            writes = writes.then(() => file.write(line));
-            await writes;
-            written++;
-          } else {
-            stats.filteredGroups++;
-          }
-        }
+        const filtered = outcome.ok
+          ? filterGroupForSend(outcome.group, { groupSize: env.config.groupSize, ensureScoresAreNotSame: false, dropOverLength: false, includeMessages: true })
+          : undefined;
+        if (filtered && !filtered.send) stats.filteredGroups++;
         options.onGroup?.(outcome, stats);
+        if (filtered?.send) {
+          const line = pythonJsonDumps(filtered.group) + "\n";
+          writes = writes.then(() => file.write(line));
+          await writes;
+          written++;
+        }
       }),
     );
     await Promise.all(tasks);

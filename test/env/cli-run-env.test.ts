@@ -1,0 +1,77 @@
+/**
+ * The `slotpool process|evaluate|serve ENV` commands, spawned as a user runs them (built CLI),
+ * on the example env with its oracle policy and the local provisioner.
+ */
+import { spawn } from "node:child_process";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { slotpoolCommand } from "../../src/cli/command.js";
+
+let dir: string;
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "cli-run-env-"));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const { command, args: base } = slotpoolCommand();
+  return new Promise((resolve) => {
+    const child = spawn(command, [...base, ...args], { stdio: ["ignore", "pipe", "pipe"], env: process.env });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+    child.on("exit", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describe("slotpool process / evaluate on the example env (oracle policy, local provisioner)", () => {
+  it("process: every task of every kind is solved, one JSONL line per group, summary table printed", async () => {
+    const out = join(dir, "shell-tasks.jsonl");
+    const r = await runCli(["process", "examples/shell-tasks/env.ts", "--out", out, "--groups", "4", "--group-size", "2", "--no-progress"]);
+    expect(r.stderr).not.toMatch(/error/i);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/groups\s+4 \(0 failed, 0 filtered\)/);
+    expect(r.stdout).toMatch(/success rate\s+100\.0%/);
+    expect(r.stdout).toMatch(/mean score\s+1\.000/);
+    expect(r.stdout).toMatch(/tool latency p99\s+[\d.]+ m?s/);
+    expect(r.stdout).toMatch(/slot losses\s+0/);
+    const lines = (await readFile(out, "utf8")).trim().split("\n");
+    expect(lines).toHaveLength(4);
+    const kinds = new Set<string>();
+    for (const l of lines) {
+      const g = JSON.parse(l) as { scores: number[]; messages: Array<Array<{ role: string; content: string }>> };
+      expect(g.scores).toEqual([1, 1]);
+      kinds.add(g.messages[0]![1]!.content.slice(0, 20));
+    }
+    expect(kinds.size).toBe(4);
+  }, 60_000);
+
+  it("evaluate: writes metrics and samples, every eval task solved", async () => {
+    const outDir = join(dir, "eval");
+    const r = await runCli(["evaluate", "examples/shell-tasks/env.js", "--out-dir", outDir, "--no-progress"]);
+    expect(r.code).toBe(0);
+    const metrics = JSON.parse(await readFile(join(outDir, "metrics.json"), "utf8")) as { results: { all: Record<string, number> } };
+    expect(metrics.results.all).toMatchObject({ eval_items: 4, eval_failed: 0, solve_rate: 1 });
+    expect((await readFile(join(outDir, "samples.jsonl"), "utf8")).trim().split("\n")).toHaveLength(4);
+    expect(r.stdout).toMatch(/solve_rate\s+1/);
+  }, 60_000);
+
+  it("bad command lines get a clear error and exit code 2", async () => {
+    const missing = await runCli(["process", "examples/nope/env.js"]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain("cannot find the env module 'examples/nope/env.js'");
+    const noModel = await runCli(["process", "examples/shell-tasks/env.js", "--model-url", "http://127.0.0.1:9/v1"]);
+    expect(noModel.code).toBe(2);
+    expect(noModel.stderr).toContain("--model-url needs --model NAME");
+    const noUrl = await runCli(["serve", "examples/shell-tasks/env.js"]);
+    expect(noUrl.code).toBe(2);
+    expect(noUrl.stderr).toContain("serve needs --atropos-url URL");
+    const notEnv = await runCli(["process", "package.json"]);
+    expect(notEnv.code).not.toBe(0);
+  }, 30_000);
+});
