@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
@@ -26,7 +26,7 @@ export interface LocalProvisionerOptions {
   startTimeoutMs?: number;
   /** SIGTERM → SIGKILL grace on stop (default 5 s). */
   stopGraceMs?: number;
-  /** Consecutive early failures (start failed or exit within `crashWindowMs`) that make a crash loop (default 3). */
+  /** Consecutive early failures (start failed or exit within `crashWindowMs`, default 10 s) that make a crash loop (default 3). */
   crashLoopThreshold?: number;
   crashWindowMs?: number;
   logger?: Logger;
@@ -82,6 +82,8 @@ export class LocalProvisioner implements Provisioner {
       this.baseDir = this.options.baseDir;
     } else {
       this.baseDir = await mkdtemp(join(tmpdir(), "slotpool-local-"));
+      // mkdtemp makes it 0700; slot commands run as other uids and must reach their workspaces.
+      await chmod(this.baseDir, 0o755);
       this.ownsBaseDir = true;
     }
     this.target = initialCount;
@@ -192,6 +194,8 @@ export class LocalProvisioner implements Provisioner {
         port: 0,
         token: c.token,
         startTimeoutMs: this.options.startTimeoutMs ?? 20_000,
+        // A crashed (SIGKILLed) owner must not leave its sandbox servers running.
+        dieWithParent: true,
         ...(this.options.extraArgs ? { extraArgs: this.options.extraArgs } : {}),
         ...(this.options.env ? { env: this.options.env } : {}),
         onLog: (line) => {
@@ -219,7 +223,7 @@ export class LocalProvisioner implements Provisioner {
       await this.finish(c, this.stopped ? "the pool was stopped" : "scaled down", false);
       return;
     }
-    const early = performance.now() - c.startedAt < (this.options.crashWindowMs ?? 30_000);
+    const early = performance.now() - c.startedAt < (this.options.crashWindowMs ?? 10_000);
     const how = signal ? `was killed by ${signal}` : `exited with code ${code}`;
     await this.finish(c, `sandbox server process ${proc.pid} (${c.id}) ${how}; last output: ${c.tail.slice(-4).join(" | ") || "(none)"}`, early);
   }
@@ -247,8 +251,9 @@ export class LocalProvisioner implements Provisioner {
         ),
       );
     }
-    // Back off restarts while failing (0.5 s, 1 s, 2 s … 15 s), like Nomad's restart policy.
-    const delay = this.consecutiveFailures === 0 ? 0 : Math.min(15_000, 250 * 2 ** this.consecutiveFailures);
+    // The first replacement starts at once (a lost container is waited for); repeated early
+    // failures back off (1 s, 2 s, 4 s … 15 s), like Nomad's restart policy.
+    const delay = this.consecutiveFailures < 2 ? 0 : Math.min(15_000, 250 * 2 ** this.consecutiveFailures);
     this.restartBlockedUntil = performance.now() + delay;
     this.scheduleReconcile(delay);
   }

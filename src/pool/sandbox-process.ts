@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
 import { slotpoolCommand } from "../cli/command.js";
 
 /**
@@ -21,6 +22,12 @@ export interface SandboxProcessOptions {
   startTimeoutMs?: number;
   /** Receives every stderr line (the server's JSON logs). */
   onLog?: (line: string) => void;
+  /**
+   * The server gets SIGTERM when this process dies, even by SIGKILL (Linux parent-death
+   * signal, set with util-linux `setpriv`; skipped where it is missing). For servers that
+   * must not outlive their owner, like the local provisioner's.
+   */
+  dieWithParent?: boolean;
 }
 
 export interface SandboxProcess {
@@ -53,7 +60,10 @@ export async function startSandboxProcess(options: SandboxProcessOptions): Promi
   const env: NodeJS.ProcessEnv = { ...process.env, ...options.env };
   if (options.token) env["SANDBOX_TOKEN"] = options.token;
   else delete env["SANDBOX_TOKEN"];
-  const child = spawn(command, argv, { env, stdio: ["ignore", "ignore", "pipe"] });
+  const setpriv = options.dieWithParent ? findSetpriv() : undefined;
+  const child = setpriv
+    ? spawn(setpriv, ["--pdeathsig", "SIGTERM", "--", command, ...argv], { env, stdio: ["ignore", "ignore", "pipe"] })
+    : spawn(command, argv, { env, stdio: ["ignore", "ignore", "pipe"] });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.once("exit", (code, signal) => resolve({ code, signal }));
   });
@@ -114,4 +124,12 @@ export async function startSandboxProcess(options: SandboxProcessOptions): Promi
       clearTimeout(timer);
     },
   };
+}
+
+let setprivPath: string | null | undefined;
+
+/** util-linux `setpriv` (execs its command, so the pid stays the server's), or undefined. */
+function findSetpriv(): string | undefined {
+  if (setprivPath === undefined) setprivPath = ["/usr/bin/setpriv", "/bin/setpriv"].find((p) => existsSync(p)) ?? null;
+  return setprivPath ?? undefined;
 }
