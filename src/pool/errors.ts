@@ -27,11 +27,14 @@ export class SlotAcquireTimeoutError extends SlotPoolError {
   constructor(
     readonly timeoutMs: number,
     readonly counts: { slots: number; held: number; waiting: number; containers: number; maxContainers: number },
+    /** What else the pool knows, e.g. the provisioner's last problem (no capacity, image pull). */
+    readonly hint?: string,
   ) {
     super(
       `no slot became free within ${timeoutMs} ms: ${counts.slots} slots exist, ${counts.held} are held, ` +
         `${counts.waiting} acquires are waiting (${counts.containers}/${counts.maxContainers} containers). ` +
-        `Raise maxContainers or slotsPerContainer, or release slots sooner.`,
+        `Raise maxContainers or slotsPerContainer, or release slots sooner.` +
+        (hint ? ` ${hint}` : ""),
     );
   }
 }

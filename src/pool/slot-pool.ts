@@ -123,6 +123,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private healthTimer: NodeJS.Timeout | undefined;
   private startWaiter: { resolve: () => void; reject: (err: Error) => void } | undefined;
   private lastProblem: ProvisionerError | undefined;
+  private lastProblemAt = 0;
 
   constructor(options: SlotPoolOptions) {
     super();
@@ -292,7 +293,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
             waiting: this.waiting + 1,
             containers: s.containers.total,
             maxContainers: this.config.maxContainers,
-          }),
+          }, this.problemHint()),
         );
       }, timeoutMs);
       signal?.addEventListener("abort", onAbort, { once: true });
@@ -539,8 +540,15 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     this.markLost(record, gone.reason);
   }
 
+  /** The provisioner's last problem, if recent: why containers may not be coming. */
+  private problemHint(): string | undefined {
+    if (!this.lastProblem || performance.now() - this.lastProblemAt > 10 * 60_000) return undefined;
+    return `The ${this.provisioner.kind} provisioner reported ${Math.round((performance.now() - this.lastProblemAt) / 1000)} s ago: ${this.lastProblem.message}`;
+  }
+
   private onProblem(error: ProvisionerError): void {
     this.lastProblem = error;
+    this.lastProblemAt = performance.now();
     this.logger.warn({ kind: error.kind, err: error.message }, "provisioner problem");
     this.emit("problem", error);
     // During start-up a problem means start() fails now instead of after the timeout.

@@ -121,7 +121,7 @@ describe("SlotPool on the in-memory provisioner", () => {
   });
 
   it("times out with counts, and cancels through an AbortSignal", async () => {
-    const { pool } = makePool({ minContainers: 1, maxContainers: 1 });
+    const { pool, provisioner } = makePool({ minContainers: 1, maxContainers: 1 });
     await pool.start();
     await pool.acquire({ trajectoryId: "a" });
     await pool.acquire({ trajectoryId: "b" });
@@ -129,6 +129,10 @@ describe("SlotPool on the in-memory provisioner", () => {
     expect(err).toBeInstanceOf(SlotAcquireTimeoutError);
     expect((err as SlotAcquireTimeoutError).counts).toMatchObject({ slots: 2, held: 2, waiting: 1, maxContainers: 1 });
     expect((err as Error).message).toMatch(/2 slots exist, 2 are held, 1 acquires are waiting/);
+    // A provisioner problem after start (e.g. no capacity) is named in later timeouts.
+    provisioner.problem(new ProvisionerError("Nomad could not place 1 of 2 sandbox allocations: DimensionExhausted: memory (3)", "placement"));
+    const err2 = await pool.acquire({ trajectoryId: "c2", timeoutMs: 30 }).catch((e: unknown) => e);
+    expect((err2 as Error).message).toMatch(/memory provisioner reported \d+ s ago: Nomad could not place/);
     const controller = new AbortController();
     const p = pool.acquire({ trajectoryId: "d", signal: controller.signal });
     await until(() => pool.stats().waiting === 1);
