@@ -57,12 +57,31 @@ export function slotCgroupLimit(serverPid: number, slot: number, kind: "memory" 
   return null;
 }
 
+/**
+ * Processes of one slot of one server: its pids cgroup when the server made one (other
+ * servers on this host run their slot_N under the same uid), else every process of the
+ * slot's uid.
+ */
+export function slotProcesses(serverPid: number, slot: number): Array<{ pid: number; comm: string }> {
+  for (const f of [`/sys/fs/cgroup/pids/slotpool-${serverPid}/slot_${slot}/cgroup.procs`, `/sys/fs/cgroup/slotpool-${serverPid}/slot_${slot}/cgroup.procs`]) {
+    if (!existsSync(f)) continue;
+    const out: Array<{ pid: number; comm: string }> = [];
+    for (const line of readFileSync(f, "utf8").split("\n").filter(Boolean)) {
+      try {
+        out.push({ pid: Number(line), comm: readFileSync(`/proc/${line}/comm`, "utf8").trim() });
+      } catch {
+        /* exited meanwhile */
+      }
+    }
+    return out;
+  }
+  return isRoot ? processesOfUid(SLOT_UID_BASE + slot) : [];
+}
+
 /** Only the slot's namespace holders (bwrap + spawner) may stay alive between calls. */
-export async function assertOnlyHolders(slot: number): Promise<void> {
-  if (!isRoot) return;
-  const uid = SLOT_UID_BASE + slot;
-  const clean = await eventually(() => processesOfUid(uid).every((p) => HOLDER_COMMS.has(p.comm)), 3_000);
-  assert.ok(clean, `slot_${slot} still has processes after its call: ${JSON.stringify(processesOfUid(uid))}`);
+export async function assertOnlyHolders(server: AttackServer, slot: number): Promise<void> {
+  const clean = await eventually(() => slotProcesses(server.proc.pid, slot).every((p) => HOLDER_COMMS.has(p.comm)), 3_000);
+  assert.ok(clean, `slot_${slot} still has processes after its call: ${JSON.stringify(slotProcesses(server.proc.pid, slot).slice(0, 20))}`);
 }
 
 async function assertHealthy(server: AttackServer): Promise<void> {
@@ -84,7 +103,7 @@ export const forkBomb: Attack = {
     assert.ok(run.ms < 15_000, `fork bomb call took ${run.ms} ms`);
     assert.equal(typeof run.response.metadata.exit_code, "number");
     await assertHealthy(server);
-    await assertOnlyHolders(slot);
+    await assertOnlyHolders(server, slot);
     const after = await server.bash(slot, "echo alive");
     assert.equal(after.output, "alive", "slot unusable after the fork bomb");
   },
@@ -103,7 +122,7 @@ export const diskFill: Attack = {
     assert.equal(run.response.metadata.timeout, true, `expected a timeout, got ${JSON.stringify(run.response).slice(0, 300)}`);
     assert.match(run.response.error, /timed out after 3 seconds/);
     await assertHealthy(server);
-    await assertOnlyHolders(slot);
+    await assertOnlyHolders(server, slot);
     const reset = await server.reset(slot);
     assert.equal(reset.status, 200);
     assert.equal(diskUsage(`${server.dataDir}/slot_${slot}`), 0, "reset left the filler files behind");
@@ -137,7 +156,7 @@ export const memoryHog: Attack = {
     assert.doesNotMatch(run.response.output, /^survived \d+/m, "2 GB allocation succeeded despite --memory-mb");
     assert.match(run.response.output, /rc=(137|1)\b/, `hog was not stopped: ${run.response.output.slice(0, 300)}`);
     await assertHealthy(server);
-    await assertOnlyHolders(slot);
+    await assertOnlyHolders(server, slot);
   },
 };
 
@@ -156,7 +175,7 @@ export const endlessOutput: Attack = {
     assert.ok(r.output.length <= ATTACK_LIMITS.outputCap + 200, `returned ${r.output.length} chars, cap ${ATTACK_LIMITS.outputCap}`);
     assert.ok(Number(run.notes["server_rss_mb_after"]) < 250, `server RSS ${run.notes["server_rss_mb_after"]} MB after the flood`);
     await assertHealthy(server);
-    await assertOnlyHolders(slot);
+    await assertOnlyHolders(server, slot);
     await server.reset(slot);
   },
 };
@@ -187,7 +206,7 @@ export function daemonAttack(variant: string): Attack {
       const gone = await eventually(() => processesWithMarker(marker).length === 0, 2_000);
       assert.ok(gone, `${run.notes["marker"]} outlived its call: ${JSON.stringify(processesWithMarker(marker))}`);
       await assertHealthy(server);
-      await assertOnlyHolders(slot);
+      await assertOnlyHolders(server, slot);
     },
   };
 }

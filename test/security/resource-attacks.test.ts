@@ -83,7 +83,7 @@ describe("reset ends everything a slot started", () => {
     expect(call.success).toBe(false);
     expect(call.error).toMatch(/reset|killed/);
     expect(await eventually(() => processesWithMarker(marker).length === 0, 3_000), JSON.stringify(processesWithMarker(marker))).toBe(true);
-    await assertOnlyHolders(ATTACKER);
+    await assertOnlyHolders(server, ATTACKER);
     expect(Date.now() - t0).toBeLessThan(10_000);
     expect((await server.bash(ATTACKER, "ls -A /workspace | wc -l; echo ok")).output).toBe("0\nok");
   });
@@ -93,6 +93,6 @@ describe("reset ends everything a slot started", () => {
     const r = await server.bash(ATTACKER, `nohup bash -c 'exec -a ${marker}-bg sleep 300' >/dev/null 2>&1 & exec -a ${marker} sleep 300`, { timeout: 1 });
     expect(r.metadata.timeout).toBe(true);
     expect(await eventually(() => processesWithMarker(marker).length === 0, 3_000), JSON.stringify(processesWithMarker(marker))).toBe(true);
-    await assertOnlyHolders(ATTACKER);
+    await assertOnlyHolders(server, ATTACKER);
   });
 });
