@@ -148,7 +148,8 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
   const port = (server.address() as { port: number }).port;
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? "/", "http://127.0.0.1");
+    // Prefixed, not resolved against a base: a target like "//x" must stay a path.
+    const url = new URL(`http://127.0.0.1${(req.url ?? "/").startsWith("/") ? "" : "/"}${req.url ?? "/"}`);
     const method = req.method ?? "GET";
     const path = url.pathname;
     const query: Record<string, string[]> = {};
