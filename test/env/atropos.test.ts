@@ -28,9 +28,10 @@ describe("Atropos client", () => {
     api = await startAtroposDouble();
     const client = new AtroposClient({ url: api.url, registerPollMs: 20 });
     const reg = client.registerEnv({ max_token_length: 2048, desired_name: "myenv", weight: 1, group_size: 2, min_batch_allocation: null });
-    await new Promise((r) => setTimeout(r, 100));
-    const waits = api.requests.filter((r) => r.path === "/register-env").length;
-    expect(waits).toBeGreaterThanOrEqual(2); // answered "wait for trainer to start" and retried
+    // answered "wait for trainer to start", and retried
+    const deadline = Date.now() + 10_000;
+    while (api.requests.filter((r) => r.path === "/register-env").length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    expect(api.requests.filter((r) => r.path === "/register-env").length).toBeGreaterThanOrEqual(2);
     await api.registerTrainer({ batch_size: 8, max_token_len: 512, num_steps: 50, starting_step: 3 });
     await api.getBatch();
     const r = await reg;
@@ -168,7 +169,8 @@ describe("serve: env manager against the trajectory API", () => {
     const client = new AtroposClient({ url: api.url });
     const stats = new RunStats();
     const run = runEnvManager(env as never, client, { logger: log, stats, maxGroups: 1, pollMs: 10 });
-    await new Promise((r) => setTimeout(r, 300));
+    const deadline = Date.now() + 10_000;
+    while (api.requests.filter((r) => r.path === "/status-env").length < 6 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
     expect(api.requests.filter((r) => r.path === "/status-env").length).toBeGreaterThan(5);
     expect(llm.requests).toHaveLength(0); // no rollouts started while the queue is full
     expect(api.requests.filter((r) => r.path.startsWith("/scored_data"))).toHaveLength(0);
