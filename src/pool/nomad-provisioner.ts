@@ -40,11 +40,18 @@ export interface NomadProvisionerOptions {
 }
 
 interface TrackedAllocation {
+  /** Nomad's allocation ID (for API calls). */
+  allocId: string;
+  /**
+   * The container's id in the pool: the allocation ID, plus `/restart-N` after the task
+   * restarted in place (a new server process: its slots' processes and sessions are gone).
+   */
   id: string;
   index: number;
   name: string;
   state: "starting" | "up" | "gone";
   reading: boolean;
+  restarts: number;
 }
 
 export class NomadProvisioner implements Provisioner {
@@ -212,32 +219,43 @@ export class NomadProvisioner implements Provisioner {
       if (a.TaskGroup && a.TaskGroup !== SANDBOX_GROUP) continue;
       seen.add(a.ID);
       let t = this.tracked.get(a.ID);
+      const restarts = taskRestarts(a);
       if (isAllocationTerminal(a)) {
         if (!t) {
           // Finished before we saw it run (e.g. failed at start): remember, and look for why.
-          this.tracked.set(a.ID, { id: a.ID, index: allocationNameIndex(a.Name), name: a.Name ?? a.ID, state: "gone", reading: false });
+          this.tracked.set(a.ID, { allocId: a.ID, id: a.ID, index: allocationNameIndex(a.Name), name: a.Name ?? a.ID, state: "gone", reading: false, restarts });
           if (a.ClientStatus === "failed") this.noteFailure(a);
         } else if (t.state !== "gone") {
           t.state = "gone";
           if (a.ClientStatus === "failed") this.noteFailure(a);
           const expected = a.DesiredStatus === "stop" && /not needed/i.test(a.DesiredDescription ?? "");
-          this.events.containerGone({ id: a.ID, index: t.index, reason: allocationReason(a), expected });
+          this.events.containerGone({ id: t.id, index: t.index, reason: allocationReason(a), expected });
         }
         continue;
       }
       if (!t) {
-        t = { id: a.ID, index: allocationNameIndex(a.Name), name: a.Name ?? a.ID, state: "starting", reading: false };
+        t = { allocId: a.ID, id: a.ID, index: allocationNameIndex(a.Name), name: a.Name ?? a.ID, state: "starting", reading: false, restarts };
         this.tracked.set(a.ID, t);
-        this.events.containerStarting(a.ID, t.index);
+        this.events.containerStarting(t.id, t.index);
+      } else if (restarts > t.restarts && t.state !== "gone") {
+        // Restarted in place (restart policy): same allocation, a fresh server. What the old
+        // process held is gone; the new one joins as a new container once it runs.
+        if (t.state === "up") {
+          this.events.containerGone({ id: t.id, index: t.index, reason: `${allocationReason(a)} (its task restarted in place: restart ${restarts})`, expected: false });
+        }
+        t.restarts = restarts;
+        t.id = `${a.ID}/restart-${restarts}`;
+        t.state = "starting";
+        this.events.containerStarting(t.id, t.index);
       }
       this.inspectTaskEvents(a);
       if (t.state === "starting" && !t.reading && isAllocationRunning(a)) void this.announce(t);
     }
     // Purged or garbage-collected allocations disappear from the list without a terminal state.
     for (const t of this.tracked.values()) {
-      if (!seen.has(t.id) && t.state !== "gone") {
+      if (!seen.has(t.allocId) && t.state !== "gone") {
         t.state = "gone";
-        this.events.containerGone({ id: t.id, index: t.index, reason: `allocation ${t.id} (${t.name}) is no longer listed by Nomad (stopped and garbage-collected)`, expected: false });
+        this.events.containerGone({ id: t.id, index: t.index, reason: `allocation ${t.allocId} (${t.name}) is no longer listed by Nomad (stopped and garbage-collected)`, expected: false });
       }
     }
   }
@@ -245,18 +263,20 @@ export class NomadProvisioner implements Provisioner {
   /** Reads a running allocation for its address (list stubs carry no ports) and reports it up. */
   private async announce(t: TrackedAllocation): Promise<void> {
     t.reading = true;
+    const instance = t.id;
     try {
-      const alloc = await this.client.readAllocation(t.id, { signal: this.abort.signal });
-      if (!alloc || t.state !== "starting" || this.stopping) return;
+      const alloc = await this.client.readAllocation(t.allocId, { signal: this.abort.signal });
+      // Skip if it changed meanwhile (stopped, or restarted again: the next sync announces that).
+      if (!alloc || t.state !== "starting" || t.id !== instance || this.stopping) return;
       const address = allocationHttpAddress(alloc);
       if (!address) {
-        this.reportOnce(`noport:${t.id}`, new ProvisionerError(`allocation ${t.id} (${t.name}) runs but has no port labelled "http"; check the job's network block`, "config"));
+        this.reportOnce(`noport:${t.allocId}`, new ProvisionerError(`allocation ${t.allocId} (${t.name}) runs but has no port labelled "http"; check the job's network block`, "config"));
         return;
       }
       t.state = "up";
       this.events!.containerUp({ id: t.id, index: t.index, url: address.url, ...(this.token ? { token: this.token } : {}), slots: this.options.slotsPerContainer });
     } catch (err) {
-      if (!this.stopping) this.logger.warn({ allocation: t.id, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: cannot read allocation; will retry");
+      if (!this.stopping) this.logger.warn({ allocation: t.allocId, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: cannot read allocation; will retry");
     } finally {
       t.reading = false;
     }
@@ -339,6 +359,12 @@ export class NomadProvisioner implements Provisioner {
     this.logger.warn({ job: this.jobId, kind: error.kind, err: error.message }, "nomad provisioner: problem");
     this.events?.problem(error);
   }
+}
+
+function taskRestarts(a: AllocListStub): number {
+  let n = 0;
+  for (const state of Object.values(a.TaskStates ?? {})) n += state.Restarts ?? 0;
+  return n;
 }
 
 function jobToken(job: Job): string | undefined {
