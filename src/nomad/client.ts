@@ -114,7 +114,10 @@ const CONNECTION_ERROR_NOT_TRANSIENT = /CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO_|ENOT
 const PERMANENT_SERVER_ERROR = /error(s)? occurred|Enforcing job modify index|job_max_count|exceeds maximum/i;
 
 export class NomadClient {
+  /** As configured (NOMAD_ADDR); named in error messages. */
   readonly address: string;
+  /** Where request URLs start (http://localhost for a unix socket). */
+  private readonly baseUrl: string;
   readonly namespace: string | undefined;
   readonly region: string | undefined;
   private readonly token: string | undefined;
@@ -133,14 +136,24 @@ export class NomadClient {
   /** Explicit options only; use `NomadClient.fromEnv` to read NOMAD_* like the nomad CLI. */
   constructor(options: NomadClientInit = {}) {
     const address = (options.address ?? DEFAULT_NOMAD_ADDR).replace(/\/+$/, "");
-    let parsed: URL;
-    try {
-      parsed = new URL(address);
-    } catch {
-      throw new NomadConfigError(`NOMAD_ADDR must be a URL like ${DEFAULT_NOMAD_ADDR}, got '${address}'`);
-    }
-    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
-      throw new NomadConfigError(`NOMAD_ADDR must start with http:// or https://, got '${address}'`);
+    // unix:///path/api.sock: the agent's socket, e.g. the Task API socket Nomad gives a task
+    // (secrets/api.sock). Requests then go to http://localhost over that socket.
+    let socketPath: string | undefined;
+    if (address.startsWith("unix://")) {
+      socketPath = address.slice("unix://".length);
+      if (!socketPath.startsWith("/")) throw new NomadConfigError(`NOMAD_ADDR unix:// needs an absolute socket path, got '${address}'`);
+      this.baseUrl = "http://localhost";
+    } else {
+      let parsed: URL;
+      try {
+        parsed = new URL(address);
+      } catch {
+        throw new NomadConfigError(`NOMAD_ADDR must be a URL like ${DEFAULT_NOMAD_ADDR}, got '${address}'`);
+      }
+      if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+        throw new NomadConfigError(`NOMAD_ADDR must start with http://, https:// or unix://, got '${address}'`);
+      }
+      this.baseUrl = address;
     }
     this.address = address;
     this.token = options.token || undefined;
@@ -161,6 +174,7 @@ export class NomadClient {
     this.dispatcher = new Agent({
       keepAliveTimeout: 30_000,
       connect: {
+        ...(socketPath ? { socketPath } : {}),
         ...(options.caCert ? { ca: readPem(options.caCert, "NOMAD_CACERT") } : {}),
         ...(options.clientCert ? { cert: readPem(options.clientCert, "NOMAD_CLIENT_CERT") } : {}),
         ...(options.clientKey ? { key: readPem(options.clientKey, "NOMAD_CLIENT_KEY") } : {}),
@@ -392,7 +406,7 @@ export class NomadClient {
     if (options.index !== undefined && options.index > 0) query.set("index", String(options.index));
     this.addScope(query);
     const path = "/v1/event/stream";
-    const url = `${this.address}${path}?${query.toString()}`;
+    const url = `${this.baseUrl}${path}?${query.toString()}`;
     const idleMs = options.idleTimeoutMs ?? 75_000;
 
     const abort = new AbortController();
@@ -474,7 +488,7 @@ export class NomadClient {
     for (const [k, v] of Object.entries(spec.query ?? {})) if (v !== undefined) query.set(k, v);
     this.addScope(query);
     const qs = query.toString();
-    const url = `${this.address}${spec.path}${qs ? `?${qs}` : ""}`;
+    const url = `${this.baseUrl}${spec.path}${qs ? `?${qs}` : ""}`;
     const body = spec.body === undefined ? undefined : stringifyNomadJson(spec.body);
     const attemptTimeoutMs =
       spec.blockingWaitMs !== undefined ? Math.ceil(spec.blockingWaitMs + spec.blockingWaitMs / 16 + BLOCKING_MARGIN_MS) : this.timeoutMs;

@@ -12,7 +12,7 @@ export interface RetryOptions {
 }
 
 export interface NomadClientOptions {
-  /** Agent HTTP address, e.g. http://127.0.0.1:4646 (NOMAD_ADDR). */
+  /** Agent address (NOMAD_ADDR): http://127.0.0.1:4646, https://…, or unix:///path/api.sock. */
   address?: string;
   /** ACL token SecretID, sent as X-Nomad-Token (NOMAD_TOKEN). */
   token?: string;

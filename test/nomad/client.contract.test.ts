@@ -316,7 +316,8 @@ describe("configuration like the nomad CLI", () => {
 
   it("rejects bad settings with a message naming the variable", () => {
     expect(() => new NomadClient({ address: "127.0.0.1:4646" })).toThrow(/NOMAD_ADDR must be a URL like http:\/\/127.0.0.1:4646/);
-    expect(() => new NomadClient({ address: "unix:///run/nomad.sock" })).toThrow(/NOMAD_ADDR must start with http/);
+    expect(() => new NomadClient({ address: "ftp://nomad:4646" })).toThrow(/NOMAD_ADDR must start with http:\/\/, https:\/\/ or unix:\/\//);
+    expect(() => new NomadClient({ address: "unix://relative.sock" })).toThrow(/absolute socket path/);
     expect(() => new NomadClient({ caCert: "/nonexistent/ca.pem" })).toThrow(/cannot read NOMAD_CACERT file/);
     expect(() => new NomadClient({ clientCert: "/x.pem" })).toThrow(/NOMAD_CLIENT_KEY is not/);
   });
