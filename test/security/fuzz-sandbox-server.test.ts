@@ -64,7 +64,7 @@ async function restartIfDead(): Promise<void> {
 
 describe("sandbox server under bad input", () => {
   it("random methods, paths, headers and bodies on every route: 4xx with a JSON message, never 5xx or a hang", async () => {
-    const report = await fuzzServer(target, { runs: 400, alive: () => (server.proc.child.exitCode !== null || server.proc.child.signalCode ? server.logs.slice(-4).join("\n") : null) });
+    const report = await fuzzServer(target, { runs: 300, alive: () => (server.proc.child.exitCode !== null || server.proc.child.signalCode ? server.logs.slice(-4).join("\n") : null) });
     console.log("sandbox-server fuzz:", JSON.stringify(report));
     expect(report.requests).toBeGreaterThanOrEqual(100);
     // The fuzzer must reach past auth and validation, not only bounce off them.
@@ -137,4 +137,32 @@ describe("request targets the URL parser rejects (each on a fresh server)", () =
       }
     });
   }
+});
+
+describe("request size × concurrency (on a fresh server)", () => {
+  it("many large bodies at once (8 × 60 MB, each under the 64 MB cap) keep the server's memory bounded", async () => {
+    const server = await startAttackServer({ slots: 1 });
+    try {
+      const before = rssMb(server.proc.pid);
+      let peak = before;
+      const timer = setInterval(() => {
+        try {
+          peak = Math.max(peak, rssMb(server.proc.pid));
+        } catch {
+          /* exited */
+        }
+      }, 20);
+      const body = Buffer.from(JSON.stringify({ slot_id: "slot_0", tool: "write_file", args: { path: "big.txt", content: "a".repeat(60 * 1024 * 1024) } }));
+      const headers = { authorization: `Bearer ${server.token}`, "content-type": "application/json" };
+      const statuses = await Promise.all(Array.from({ length: 8 }, () => send(server.url, { method: "POST", path: "/execute", headers, body }, 60_000).then((a) => a.status, (e: Error) => e.message)));
+      clearInterval(timer);
+      console.log(`8 concurrent 60 MB bodies: statuses ${JSON.stringify(statuses)}, server RSS ${before} MB → peak ${peak} MB`);
+      expect(statuses.every((s) => typeof s === "number" && s < 500)).toBe(true);
+      expect((await server.health()).status).toBe(200);
+      expect(peak, `server RSS peaked at ${peak} MB`).toBeLessThan(512);
+    } finally {
+      await server.stop();
+    }
+  }, 60_000);
+
 });
