@@ -61,7 +61,10 @@ export async function run(argv: string[]): Promise<number> {
   const dataDir = stringFlag(flags, "data-dir") ?? (allocDir ? join(allocDir, "data") : "./data");
   const token = stringFlag(flags, "token") ?? process.env["SANDBOX_TOKEN"] ?? undefined;
   if (token !== undefined && token.length === 0) throw new CliUsageError("--token must not be empty");
-  const logger = createLogger({ name: "sandbox-server" });
+  const base = createLogger({ name: "sandbox-server" });
+  // Inside Nomad every line names the allocation.
+  const allocId = process.env["NOMAD_ALLOC_ID"];
+  const logger = allocId ? base.child({ alloc: allocId }) : base;
 
   const server = new SandboxServer({
     host,
@@ -86,7 +89,19 @@ export async function run(argv: string[]): Promise<number> {
     disableSandbox: boolFlag(flags, "no-sandbox"),
   });
   const url = await server.listen();
-  logger.info({ url, slots, bwrap_available: server.service.bwrap.available, auth: token !== undefined }, "listening");
+  // The launcher (src/pool/sandbox-process.ts) waits for this line: it is written whatever
+  // SLOTPOOL_LOG_LEVEL says.
+  logger.child({}, { level: "info" }).info(
+    {
+      url,
+      slots,
+      bwrap_available: server.service.bwrap.available,
+      fast_path: server.service.spawnerPath !== null,
+      cgroups: server.service.cgroups.mode,
+      auth: token !== undefined,
+    },
+    "listening",
+  );
 
   // Graceful shutdown (Nomad sends SIGTERM, then SIGKILL after its kill_timeout).
   await new Promise<void>((resolve) => {

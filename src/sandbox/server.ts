@@ -12,6 +12,7 @@ import {
 } from "../protocol/sandbox.js";
 import { HttpError, fieldName } from "./errors.js";
 import { archiveArtifacts, listArtifacts, readArtifact } from "./artifacts.js";
+import { SandboxWebSockets } from "./ws.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "./service.js";
 
 export interface SandboxServerOptions extends SandboxServiceOptions {
@@ -34,6 +35,7 @@ export class SandboxServer {
   private readonly server: Server;
   private readonly tokenHash: Buffer | null;
   private readonly maxBody: number;
+  private readonly ws: SandboxWebSockets;
   url = "";
 
   constructor(readonly options: SandboxServerOptions) {
@@ -42,6 +44,20 @@ export class SandboxServer {
     this.maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
     this.server = createServer((req, res) => {
       this.handle(req, res).catch((err: unknown) => this.sendError(res, req, err));
+    });
+    this.ws = new SandboxWebSockets(this.service);
+    this.server.on("upgrade", (req, socket, head) => {
+      const path = new URL(req.url ?? "/", "http://x").pathname;
+      try {
+        if (path !== "/ws") throw new HttpError(404, `no WebSocket route ${path}`);
+        this.authorize(req);
+      } catch (err) {
+        const status = err instanceof HttpError ? err.status : 500;
+        const body = JSON.stringify({ error: err instanceof Error ? err.message : String(err) });
+        socket.end(`HTTP/1.1 ${status} ${status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Not Found"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+        return;
+      }
+      this.ws.handleUpgrade(req, socket, head);
     });
     this.server.keepAliveTimeout = 65_000;
     this.server.headersTimeout = 66_000;
@@ -68,6 +84,7 @@ export class SandboxServer {
   /** Stops accepting, kills every slot process, closes idle connections. */
   async close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.ws.close();
     this.server.closeIdleConnections();
     await this.service.close();
     // In-flight calls have now been answered (killed): their keep-alive sockets are idle.
@@ -164,9 +181,14 @@ export class SandboxServer {
   private authorize(req: IncomingMessage): void {
     if (!this.tokenHash) return;
     const header = req.headers.authorization;
-    if (!header) throw new HttpError(401, "missing Authorization: Bearer <token> header");
-    const m = /^Bearer\s+(.+)$/i.exec(header);
-    if (!m || !tokenMatches(m[1]!.trim(), this.tokenHash)) throw new HttpError(403, "invalid bearer token");
+    let given: string | undefined;
+    if (header) given = /^Bearer\s+(.+)$/i.exec(header)?.[1]?.trim() ?? "";
+    else if (req.headers.upgrade) {
+      // Browsers cannot set headers on a WebSocket: accept ?token= there only.
+      given = new URL(req.url ?? "/", "http://x").searchParams.get("token") ?? undefined;
+    }
+    if (given === undefined) throw new HttpError(401, "missing Authorization: Bearer <token> header");
+    if (!tokenMatches(given, this.tokenHash)) throw new HttpError(403, "invalid bearer token");
   }
 
   private readJson(req: IncomingMessage): Promise<unknown> {

@@ -52,6 +52,9 @@ export interface SandboxServiceOptions {
   logger: Logger;
 }
 
+/** Receives a streaming call's output as it is produced. */
+export type OnChunk = (stream: "stdout" | "stderr", chunk: string) => void;
+
 /** A validated call, ready to run on its slot. */
 export interface ParsedCall {
   slot: Slot;
@@ -163,16 +166,16 @@ export class SandboxService {
   }
 
   /** Queues the call on its slot (arrival order) and resolves with its answer. */
-  execute(call: ParsedCall): Promise<ExecuteResponse> {
+  execute(call: ParsedCall, onChunk?: OnChunk): Promise<ExecuteResponse> {
     if (this.closed) return Promise.resolve(this.fail(call, "sandbox server is shutting down"));
-    return call.slot.enqueue(() => this.runCall(call));
+    return call.slot.enqueue(() => this.runCall(call, onChunk));
   }
 
-  private async runCall(call: ParsedCall): Promise<ExecuteResponse> {
+  private async runCall(call: ParsedCall, onChunk?: OnChunk): Promise<ExecuteResponse> {
     const started = performance.now();
     let outcome: ToolOutcome;
     try {
-      outcome = await this.dispatch(call);
+      outcome = await this.dispatch(call, onChunk);
     } catch (err) {
       this.logger.error({ err, slot: call.slot.id, tool: call.tool }, "tool call failed");
       outcome = { success: false, output: "", error: `internal error: ${err instanceof Error ? err.message : String(err)}`, metadata: {} };
@@ -180,14 +183,18 @@ export class SandboxService {
     const seconds = (performance.now() - started) / 1000;
     const result = outcome.metadata["timeout"] ? "timeout" : outcome.success ? "ok" : "error";
     this.metrics.observeCall(call.tool, result, seconds);
-    this.logger.debug({ slot: call.slot.id, tool: call.tool, execution_id: call.executionId, outcome: result, ms: Math.round(seconds * 1000) }, "call");
+    // One line per call, with the slot (and the allocation, in the logger's base fields).
+    this.logger.info(
+      { slot: call.slot.id, tool: call.tool, execution_id: call.executionId, outcome: result, exit_code: outcome.metadata.exit_code, ms: Math.round(seconds * 10000) / 10 },
+      "call",
+    );
     return { ...outcome, execution_id: call.executionId };
   }
 
-  private async dispatch(call: ParsedCall): Promise<ToolOutcome> {
+  private async dispatch(call: ParsedCall, onChunk?: OnChunk): Promise<ToolOutcome> {
     switch (call.tool) {
       case "bash":
-        return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutSec);
+        return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutSec, onChunk);
       case "read_file":
       case "write_file":
         return this.fileTool(call);

@@ -1,4 +1,4 @@
-import { mkdirSync, chownSync } from "node:fs";
+import { chownSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ToolOutcome } from "./bash.js";
 import { CappedOutput } from "./output.js";
@@ -230,9 +230,34 @@ export class StatefulSessions {
     return this.service.outcome(res, output, { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutSec });
   }
 
-  /** The command line to attach to the slot's session read-only (WebSocket), or null. */
-  hasSession(slot: Slot): boolean {
-    return this.sessions.has(slot.index);
+  /**
+   * How to attach to the slot's terminal read-only (WebSocket): a tmux client in control
+   * mode (`-C`, read-only `-r`) running as the slot's uid, or null when the slot has no
+   * session.
+   */
+  attachCommand(slot: Slot): { file: string; args: string[]; uid?: number; gid?: number } | null {
+    const s = this.sessions.get(slot.index);
+    if (!s) return null;
+    const owner = slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {};
+    if (!s.holder) {
+      return { file: "tmux", args: ["-S", join(s.hostDir!, "tmux.sock"), "-C", "attach-session", "-r", "-t", "main"], ...owner };
+    }
+    const bwrapPid = s.holder.pid;
+    if (!s.holder.alive || bwrapPid === undefined) return null;
+    let inner: number | undefined;
+    try {
+      inner = Number(readFileSync(`/proc/${bwrapPid}/task/${bwrapPid}/children`, "utf8").trim().split(/\s+/)[0]);
+    } catch {
+      return null;
+    }
+    if (!inner) return null;
+    // The session's socket lives in the holder's private /tmp; /proc/<pid>/root reaches it
+    // from the host for the slot's own uid (no namespace juggling, nothing runs inside).
+    return {
+      file: "tmux",
+      args: ["-S", `/proc/${inner}/root/tmp/.slotpool/tmux.sock`, "-C", "attach-session", "-r", "-t", "main"],
+      ...owner,
+    };
   }
 
   async stop(slot: Slot): Promise<void> {

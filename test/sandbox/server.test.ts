@@ -42,6 +42,13 @@ describe("sandbox server: routes and wire format", () => {
     expect(all).not.toContain("wrong-token-value");
   });
 
+  it("logs one JSON line per call with the slot, tool and outcome", async () => {
+    await s.post("/execute", { slot_id: "slot_2", tool: "bash", args: { command: "exit 5" }, execution_id: "log-me" });
+    await new Promise((r) => setTimeout(r, 200));
+    const line = s.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l["msg"] === "call" && l["execution_id"] === "log-me");
+    expect(line).toMatchObject({ slot: "slot_2", tool: "bash", outcome: "error", exit_code: 5 });
+  });
+
   it("GET /slots lists every slot with state and the in-sandbox workspace path", async () => {
     const r = await s.get("/slots");
     expect(r.status).toBe(200);

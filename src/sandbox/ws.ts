@@ -1,0 +1,153 @@
+import { spawn } from "node:child_process";
+import type { IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
+import { WebSocketServer, type WebSocket } from "ws";
+import { SlotIdSchema } from "../protocol/sandbox.js";
+import { HttpError } from "./errors.js";
+import { SANDBOX_PATH } from "./isolation.js";
+import type { SandboxService } from "./service.js";
+
+/**
+ * WebSocket route `GET /ws` (same bearer token as HTTP; `?token=` also accepted for
+ * clients that cannot set headers). The first client message picks the mode:
+ *
+ *  {"type":"execute", ...execute body}   run a call (queued on its slot like any other),
+ *      stream {"type":"output","stream":"stdout"|"stderr","data":…} as it is produced, then
+ *      {"type":"result", ...execute answer}; the socket then closes.
+ *  {"type":"attach","slot_id":"slot_0"}  read-only view of the slot's terminal session:
+ *      {"type":"screen","data":…} (current screen), then {"type":"output","data":…} as the
+ *      terminal prints. Client messages after that are ignored (read-only by construction,
+ *      and tmux attaches with -r). {"type":"error","error":…} then close when the slot has
+ *      no session.
+ */
+export class SandboxWebSockets {
+  private readonly wss = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
+
+  constructor(private readonly service: SandboxService) {}
+
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.onConnection(ws));
+  }
+
+  private send(ws: WebSocket, msg: unknown): void {
+    if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(msg));
+  }
+
+  private onConnection(ws: WebSocket): void {
+    ws.once("message", (raw) => {
+      let msg: { type?: string; [k: string]: unknown };
+      try {
+        msg = JSON.parse(String(raw)) as typeof msg;
+      } catch {
+        this.send(ws, { type: "error", error: "first message must be JSON", field: "body" });
+        ws.close(1003);
+        return;
+      }
+      if (msg.type === "execute") void this.execute(ws, msg);
+      else if (msg.type === "attach") this.attach(ws, msg);
+      else {
+        this.send(ws, { type: "error", error: "first message must have type 'execute' or 'attach'", field: "type" });
+        ws.close(1003);
+      }
+    });
+  }
+
+  private async execute(ws: WebSocket, msg: Record<string, unknown>): Promise<void> {
+    const { type: _t, ...body } = msg;
+    try {
+      const call = this.service.parseCall(body);
+      const result = await this.service.execute(call, (stream, data) => this.send(ws, { type: "output", stream, data }));
+      this.send(ws, { type: "result", ...result });
+      ws.close(1000);
+    } catch (err) {
+      this.send(ws, { type: "error", error: err instanceof Error ? err.message : String(err), ...(err instanceof HttpError && err.field ? { field: err.field } : {}) });
+      ws.close(1008);
+    }
+  }
+
+  private attach(ws: WebSocket, msg: Record<string, unknown>): void {
+    const id = SlotIdSchema.safeParse(msg["slot_id"]);
+    if (!id.success) {
+      this.send(ws, { type: "error", error: id.error.issues[0]!.message, field: "slot_id" });
+      ws.close(1008);
+      return;
+    }
+    let slot;
+    try {
+      slot = this.service.slotById(id.data);
+    } catch (err) {
+      this.send(ws, { type: "error", error: (err as Error).message, field: "slot_id" });
+      ws.close(1008);
+      return;
+    }
+    const cmd = this.service.stateful.attachCommand(slot);
+    if (!cmd) {
+      this.send(ws, { type: "error", error: `${slot.id} has no terminal session (start one with bash_stateful or tmux start)` });
+      ws.close(1000);
+      return;
+    }
+    const child = spawn(cmd.file, cmd.args, {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { PATH: SANDBOX_PATH, TERM: "xterm", HOME: "/workspace", LANG: "C.UTF-8" },
+      ...(cmd.uid !== undefined ? { uid: cmd.uid, gid: cmd.gid ?? cmd.uid } : {}),
+    });
+    // Control mode: ask for the current screen once, then forward %output notifications.
+    child.stdin.write("capture-pane -p -e -t main\n");
+    let buf = "";
+    let inBlock = false;
+    let blocks = 0;
+    let screen: string[] = [];
+    child.stdout.setEncoding("utf8");
+    child.stdout.on("data", (chunk: string) => {
+      buf += chunk;
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).replace(/\r$/, "");
+        buf = buf.slice(nl + 1);
+        if (line.startsWith("%begin")) {
+          inBlock = true;
+          screen = [];
+        } else if (line.startsWith("%end") || line.startsWith("%error")) {
+          // Block 0 answers the attach itself; block 1 is our capture-pane.
+          if (inBlock && blocks++ === 1) this.send(ws, { type: "screen", data: screen.join("\n") });
+          inBlock = false;
+        } else if (inBlock) screen.push(line);
+        else if (line.startsWith("%output ")) {
+          const m = /^%output %\d+ (.*)$/.exec(line);
+          if (m) this.send(ws, { type: "output", data: unescapeControl(m[1]!) });
+        } else if (line.startsWith("%exit")) {
+          this.send(ws, { type: "exit" });
+        }
+      }
+    });
+    child.stderr.resume();
+    child.stdin.on("error", () => undefined);
+    child.once("exit", () => ws.close(1000));
+    child.once("error", (err) => {
+      this.send(ws, { type: "error", error: `cannot attach: ${err.message}` });
+      ws.close(1011);
+    });
+    ws.on("close", () => child.kill("SIGKILL"));
+  }
+
+  close(): void {
+    for (const c of this.wss.clients) c.terminate();
+    this.wss.close();
+  }
+}
+
+/** tmux control mode escapes bytes < 32 and backslash as \ooo (octal). */
+export function unescapeControl(s: string): string {
+  const bytes: number[] = [];
+  for (let i = 0; i < s.length; i++) {
+    if (s[i] === "\\" && /^[0-7]{3}$/.test(s.slice(i + 1, i + 4))) {
+      bytes.push(parseInt(s.slice(i + 1, i + 4), 8));
+      i += 3;
+    } else {
+      const code = s.charCodeAt(i);
+      if (code < 0x80) bytes.push(code);
+      else for (const b of Buffer.from(s[i]!, "utf8")) bytes.push(b);
+    }
+  }
+  return Buffer.from(bytes).toString("utf8");
+}
