@@ -76,6 +76,46 @@ describe("an allocation killed mid-trajectory", () => {
   }, 60_000);
 });
 
+describe("the node is lost", () => {
+  it("every trajectory on it gets slot_lost; new trajectories run on replacements on a fresh node; nothing leaks", async () => {
+    const emu = await emulator();
+    const s = track(nomadStack(emu, { slotsPerContainer: 2, minContainers: 2, maxContainers: 2 }));
+    await within(30_000, "start", s.pool.start());
+    for (const t of ["n1", "n2", "n3"]) expect((await s.bash(t, `echo ${t}`)).output.trim()).toBe(t);
+    const before = runningAllocations(emu, s.jobId);
+    const t0 = Date.now();
+    await emu.loseNode();
+    const after = await within(15_000, "calls after the node was lost", Promise.all(["n1", "n2", "n3"].map((t) => s.bash(t, "echo again"))));
+    console.log(`after loseNode, the 3 trajectories were told within ${Date.now() - t0} ms`);
+    for (const r of after) {
+      expect(r.metadata["slot_lost"], JSON.stringify(r)).toBe(true);
+      expect(r.error).toMatch(/lost/);
+    }
+    for (const t of ["n1", "n2", "n3"]) await s.executor.release(t);
+    const fresh = await within(30_000, "a new trajectory on a replacement", s.bash("fresh", "echo fresh"));
+    expect(fresh.output.trim()).toBe("fresh");
+    expect(before).not.toContain(runningAllocations(emu, s.jobId)[0]);
+    await s.executor.release("fresh");
+    await assertNothingLeaked(s, emu);
+  }, 60_000);
+});
+
+describe("allocations that take too long to start", () => {
+  it("start() gives up after startTimeoutMs with a clear error, and leaves no job", async () => {
+    const emu = await emulator();
+    emu.delayAllocationStartMs = 60_000;
+    const s = track(nomadStack(emu, { startTimeoutMs: 3_000 }));
+    const t0 = Date.now();
+    const err = await within(20_000, "start with stuck allocations", s.pool.start().then(() => null, (e: unknown) => e as Error));
+    console.log(`start() with allocations stuck starting failed after ${Date.now() - t0} ms: ${err?.message.slice(0, 300)}`);
+    expect(err).toBeInstanceOf(Error);
+    expect(err!.message).toMatch(/3000 ms|within/);
+    expect(Date.now() - t0).toBeLessThan(15_000);
+    emu.delayAllocationStartMs = 0;
+    await assertNothingLeaked(s, emu);
+  }, 45_000);
+});
+
 describe("Nomad failing during start", () => {
   it("500s on job registration are retried, then the pool starts", async () => {
     const emu = await emulator();
