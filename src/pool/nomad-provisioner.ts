@@ -36,6 +36,12 @@ export interface NomadProvisionerOptions {
   purgeJobOnStart?: boolean;
   /** How long one blocking query may wait (default 30 s). */
   blockingWaitMs?: number;
+  /**
+   * How allocation changes are seen: "blocking" (default) re-lists the job's allocations with
+   * blocking queries; "events" lists once, then follows /v1/event/stream (topic
+   * Allocation:<job>), re-listing whenever the stream drops.
+   */
+  watch?: "blocking" | "events";
   logger?: Logger;
 }
 
@@ -130,7 +136,7 @@ export class NomadProvisioner implements Provisioner {
     } catch (err) {
       throw toProvisionerError(err, `starting the sandbox job '${this.jobId}'`);
     }
-    this.watcher = this.watch();
+    this.watcher = this.options.watch === "events" ? this.watchEvents() : this.watch();
   }
 
   async setTargetCount(count: number, reason: string): Promise<void> {
@@ -197,7 +203,7 @@ export class NomadProvisioner implements Provisioner {
         // Nomad: an index going backwards means a snapshot restore; start over.
         index = answer.index < index ? 0 : answer.index;
         this.sync(answer.allocations);
-        await this.checkPlacement(answer.allocations);
+        await this.checkPlacement();
         // A server that does not block would make this a busy loop; poll gently instead.
         if (unchanged && performance.now() - started < 50) await sleep(250, this.abort.signal);
       } catch (err) {
@@ -211,45 +217,41 @@ export class NomadProvisioner implements Provisioner {
     }
   }
 
+  /** Lists the allocations, then follows the event stream from that index; re-lists when it drops. */
+  private async watchEvents(): Promise<void> {
+    let failures = 0;
+    while (!this.stopping) {
+      try {
+        const listed = await this.client.jobAllocations(this.jobId, { signal: this.abort.signal });
+        this.sync(listed.allocations);
+        await this.checkPlacement();
+        const placementTimer = setInterval(() => void this.checkPlacement().catch(() => undefined), 2_000);
+        try {
+          for await (const event of this.client.eventStream({ topics: { Allocation: [this.jobId] }, index: listed.index, signal: this.abort.signal })) {
+            failures = 0;
+            const alloc = event.Payload?.Allocation;
+            if (alloc && (alloc.JobID ?? this.jobId) === this.jobId) this.syncAllocation(alloc);
+          }
+        } finally {
+          clearInterval(placementTimer);
+        }
+        this.logger.info({ job: this.jobId }, "nomad provisioner: event stream ended; re-listing allocations");
+      } catch (err) {
+        if (this.stopping) return;
+        failures++;
+        this.logger.warn({ job: this.jobId, failures, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: following allocation events failed; retrying");
+        if (err instanceof NomadAclDeniedError) this.reportOnce("acl:events", toProvisionerError(err, "following the job's allocation events"));
+        await sleep(Math.min(10_000, 250 * 2 ** Math.min(failures, 6)), this.abort.signal).catch(() => undefined);
+      }
+    }
+  }
+
   private sync(allocations: AllocListStub[]): void {
     if (this.stopping || !this.events) return;
     const seen = new Set<string>();
     for (const a of allocations) {
-      if (a.JobID && a.JobID !== this.jobId) continue;
-      if (a.TaskGroup && a.TaskGroup !== SANDBOX_GROUP) continue;
       seen.add(a.ID);
-      let t = this.tracked.get(a.ID);
-      const restarts = taskRestarts(a);
-      if (isAllocationTerminal(a)) {
-        if (!t) {
-          // Finished before we saw it run (e.g. failed at start): remember, and look for why.
-          this.tracked.set(a.ID, { allocId: a.ID, id: a.ID, index: allocationNameIndex(a.Name), name: a.Name ?? a.ID, state: "gone", reading: false, restarts });
-          if (a.ClientStatus === "failed") this.noteFailure(a);
-        } else if (t.state !== "gone") {
-          t.state = "gone";
-          if (a.ClientStatus === "failed") this.noteFailure(a);
-          const expected = a.DesiredStatus === "stop" && /not needed/i.test(a.DesiredDescription ?? "");
-          this.events.containerGone({ id: t.id, index: t.index, reason: allocationReason(a), expected });
-        }
-        continue;
-      }
-      if (!t) {
-        t = { allocId: a.ID, id: a.ID, index: allocationNameIndex(a.Name), name: a.Name ?? a.ID, state: "starting", reading: false, restarts };
-        this.tracked.set(a.ID, t);
-        this.events.containerStarting(t.id, t.index);
-      } else if (restarts > t.restarts && t.state !== "gone") {
-        // Restarted in place (restart policy): same allocation, a fresh server. What the old
-        // process held is gone; the new one joins as a new container once it runs.
-        if (t.state === "up") {
-          this.events.containerGone({ id: t.id, index: t.index, reason: `${allocationReason(a)} (its task restarted in place: restart ${restarts})`, expected: false });
-        }
-        t.restarts = restarts;
-        t.id = `${a.ID}/restart-${restarts}`;
-        t.state = "starting";
-        this.events.containerStarting(t.id, t.index);
-      }
-      this.inspectTaskEvents(a);
-      if (t.state === "starting" && !t.reading && isAllocationRunning(a)) void this.announce(t);
+      this.syncAllocation(a);
     }
     // Purged or garbage-collected allocations disappear from the list without a terminal state.
     for (const t of this.tracked.values()) {
@@ -260,12 +262,52 @@ export class NomadProvisioner implements Provisioner {
     }
   }
 
+  /** Applies one allocation's current state (from a list or an event). */
+  private syncAllocation(a: AllocListStub): void {
+    if (this.stopping || !this.events) return;
+    if (a.JobID && a.JobID !== this.jobId) return;
+    if (a.TaskGroup && a.TaskGroup !== SANDBOX_GROUP) return;
+    let t = this.tracked.get(a.ID);
+    const restarts = taskRestarts(a);
+    if (isAllocationTerminal(a)) {
+      if (!t) {
+        // Finished before we saw it run (e.g. failed at start): remember, and look for why.
+        this.tracked.set(a.ID, { allocId: a.ID, id: a.ID, index: allocationNameIndex(a.Name), name: a.Name ?? a.ID, state: "gone", reading: false, restarts });
+        if (a.ClientStatus === "failed") this.noteFailure(a);
+      } else if (t.state !== "gone") {
+        t.state = "gone";
+        if (a.ClientStatus === "failed") this.noteFailure(a);
+        const expected = a.DesiredStatus === "stop" && /not needed/i.test(a.DesiredDescription ?? "");
+        this.events.containerGone({ id: t.id, index: t.index, reason: allocationReason(a), expected });
+      }
+      return;
+    }
+    if (!t) {
+      t = { allocId: a.ID, id: a.ID, index: allocationNameIndex(a.Name), name: a.Name ?? a.ID, state: "starting", reading: false, restarts };
+      this.tracked.set(a.ID, t);
+      this.events.containerStarting(t.id, t.index);
+    } else if (restarts > t.restarts && t.state !== "gone") {
+      // Restarted in place (restart policy): same allocation, a fresh server. What the old
+      // process held is gone; the new one joins as a new container once it runs.
+      if (t.state === "up") {
+        this.events.containerGone({ id: t.id, index: t.index, reason: `${allocationReason(a)} (its task restarted in place: restart ${restarts})`, expected: false });
+      }
+      t.restarts = restarts;
+      t.id = `${a.ID}/restart-${restarts}`;
+      t.state = "starting";
+      this.events.containerStarting(t.id, t.index);
+    }
+    this.inspectTaskEvents(a);
+    if (t.state === "starting" && !t.reading && isAllocationRunning(a)) void this.announce(t, a);
+  }
+
   /** Reads a running allocation for its address (list stubs carry no ports) and reports it up. */
-  private async announce(t: TrackedAllocation): Promise<void> {
+  private async announce(t: TrackedAllocation, seen?: AllocListStub): Promise<void> {
     t.reading = true;
     const instance = t.id;
     try {
-      const alloc = await this.client.readAllocation(t.allocId, { signal: this.abort.signal });
+      // Allocation events carry the ports; list stubs do not, so read the allocation then.
+      const alloc = seen && allocationHttpAddress(seen) ? seen : await this.client.readAllocation(t.allocId, { signal: this.abort.signal });
       // Skip if it changed meanwhile (stopped, or restarted again: the next sync announces that).
       if (!alloc || t.state !== "starting" || t.id !== instance || this.stopping) return;
       const address = allocationHttpAddress(alloc);
@@ -276,7 +318,12 @@ export class NomadProvisioner implements Provisioner {
       t.state = "up";
       this.events!.containerUp({ id: t.id, index: t.index, url: address.url, ...(this.token ? { token: this.token } : {}), slots: this.options.slotsPerContainer });
     } catch (err) {
-      if (!this.stopping) this.logger.warn({ allocation: t.allocId, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: cannot read allocation; will retry");
+      if (this.stopping) return;
+      this.logger.warn({ allocation: t.allocId, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: cannot read allocation; retrying");
+      // A running allocation may bring no further change to react to: retry on our own.
+      setTimeout(() => {
+        if (t.state === "starting" && t.id === instance && !t.reading && !this.stopping) void this.announce(t);
+      }, 1_000).unref();
     } finally {
       t.reading = false;
     }
@@ -330,8 +377,9 @@ export class NomadProvisioner implements Provisioner {
   }
 
   /** When fewer allocations exist than asked for, the latest evaluation says why (no capacity, constraints). */
-  private async checkPlacement(allocations: AllocListStub[]): Promise<void> {
-    const live = allocations.filter((a) => !isAllocationTerminal(a)).length;
+  private async checkPlacement(): Promise<void> {
+    let live = 0;
+    for (const t of this.tracked.values()) if (t.state !== "gone") live++;
     if (live >= this.target || performance.now() - this.lastPlacementCheck < 2_000) return;
     this.lastPlacementCheck = performance.now();
     const evaluation = await this.latestEvaluation();

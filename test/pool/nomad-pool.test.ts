@@ -234,4 +234,22 @@ describe("SlotPool on the NomadProvisioner (emulator, real sandbox processes)", 
     expect((await bash(b, "ls -A")).output.trim()).toBe("");
     await expect(bash(a, "true")).rejects.toThrow(/gone-quiet neither used nor released/);
   });
+
+  it("with watch: events, follows the event stream: a killed allocation is noticed within 2 s, scaling works", async () => {
+    const { pool, jobId } = nomadPool({ slotsPerContainer: 1, minContainers: 1, maxContainers: 2 }, { watch: "events" });
+    await pool.start();
+    const [a, b] = await Promise.all([pool.acquire({ trajectoryId: "a" }), pool.acquire({ trajectoryId: "b" })]);
+    expect(scaleCalls(jobId)).toBe(1);
+    expect(nomad.requests.some((r) => r.path === "/v1/event/stream" && (r.query["topic"] ?? []).includes(`Allocation:${jobId}`))).toBe(true);
+    const lostAt = new Promise<number>((resolve) => pool.once("slot-lost", () => resolve(Date.now())));
+    const t0 = Date.now();
+    await nomad.killAllocation(b!.container.id);
+    expect((await lostAt) - t0).toBeLessThan(2_000);
+    await expect(bash(b!, "true")).rejects.toBeInstanceOf(SlotLostError);
+    expect((await bash(a!, "echo still")).output.trim()).toBe("still");
+    await pool.release(b!);
+    const c = await pool.acquire({ trajectoryId: "c", timeoutMs: 15_000 });
+    expect(c.container.index).toBe(1);
+    expect(c.container.id).not.toBe(b!.container.id);
+  });
 });
