@@ -8,11 +8,16 @@ import { poolBackend } from "../../src/env/pool-backend.js";
 import { AgentEnvConfigSchema } from "../../src/env/config.js";
 import type { ToolBackend } from "../../src/env/backend.js";
 import { startLlmServer, taskOf, turnOf, type ChatRequestBody, type LlmServer } from "../support/llm-server.js";
-import { ProcessProvisioner } from "./support/process-provisioner.js";
+import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { WriteFileEnv } from "./support/counting-env.js";
 
 const log = silentLogger();
-let provisioner: ProcessProvisioner;
+let provisioner: LocalProvisioner;
+
+/** SIGKILLs every sandbox server, as crashed containers: the slots on them are lost. */
+function killContainers(): void {
+  for (const p of provisioner.processes()) process.kill(p.pid, "SIGKILL");
+}
 let backend: ToolBackend;
 let llm: LlmServer | undefined;
 
@@ -28,14 +33,13 @@ function solver(style: "native" | "hermes") {
 }
 
 beforeAll(async () => {
-  provisioner = new ProcessProvisioner(4);
+  provisioner = new LocalProvisioner({ slotsPerContainer: 4 });
   backend = await poolBackend(AgentEnvConfigSchema.parse({ slotsPerContainer: 4, minContainers: 1, maxContainers: 2, acquireTimeoutMs: 30_000, toolTimeoutS: 30 }), provisioner, log);
 });
 
 afterAll(async () => {
   await llm?.close();
   await backend?.close();
-  await provisioner?.stop();
 });
 
 describe("AgentEnv end to end", () => {
@@ -106,7 +110,7 @@ describe("AgentEnv end to end", () => {
         if (turn === 2 && !killed) {
           killed = true;
           // the container dies between two tool calls of this trajectory
-          for (let i = 0; i < 2; i++) provisioner.kill(i);
+          killContainers();
           return { toolCalls: [{ name: "bash", arguments: { command: "sleep 0.2; echo after" } }] };
         }
         if (turn === 2) return { toolCalls: [{ name: "bash", arguments: { command: `printf '%s' '${item.content}' > ${item.path}` } }] };
@@ -135,7 +139,7 @@ describe("AgentEnv end to end", () => {
           return { toolCalls: [{ name: "bash", arguments: { command: "echo one" } }] };
         }
         if (turn === 2) {
-          for (let i = 0; i < 2; i++) provisioner.kill(i);
+          killContainers();
           return { toolCalls: [{ name: "bash", arguments: { command: "sleep 0.2" } }] };
         }
         return { final: "x" };
