@@ -11,7 +11,7 @@ import {
   ExecutorReleaseRequestSchema,
 } from "../protocol/executor.js";
 import type { SlotPoolLike } from "../pool/types.js";
-import { HttpError, checkBearer, parseBody, readJson, sendError, sendJson } from "./http-json.js";
+import { HttpError, checkBearer, parseBody, readJson, requestPath, sendError, sendJson } from "./http-json.js";
 import type { ToolExecutorLike } from "./types.js";
 import { dropNulls } from "./wire-compat.js";
 
@@ -92,7 +92,7 @@ export class ExecutorServer {
       if (this.closing) setImmediate(() => this.server.closeIdleConnections());
     });
     if (this.closing) res.setHeader("connection", "close");
-    const path = new URL(req.url ?? "/", "http://x").pathname;
+    const path = requestPath(req);
     const method = req.method ?? "GET";
     if (method === "GET" && path === "/health") return sendJson(res, 200, { status: "ok" });
     if (method === "GET" && path === "/") return sendJson(res, 200, { message: "slotpool tool executor" });

@@ -15,6 +15,16 @@ export class HttpError extends Error {
   }
 }
 
+/**
+ * The request's path, without the query. Taken from the raw target rather than `new URL()`,
+ * which throws on targets like "//" (read as a host-relative URL): those just match no route.
+ */
+export function requestPath(req: IncomingMessage): string {
+  const target = req.url ?? "/";
+  const q = target.indexOf("?");
+  return q >= 0 ? target.slice(0, q) : target;
+}
+
 export const MAX_BODY_BYTES = 16 * 1024 * 1024;
 
 export async function readJson(req: IncomingMessage, maxBytes = MAX_BODY_BYTES): Promise<unknown> {

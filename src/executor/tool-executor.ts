@@ -42,6 +42,8 @@ interface PendingCall {
   readonly call: ParsedToolCall;
   readonly tool: ToolDefinition;
   readonly args: Record<string, unknown>;
+  /** Policy arguments the model tried to set (removed; logged once the call runs). */
+  readonly strippedPolicyArgs: readonly string[];
   readonly timeoutS: number;
   readonly startedAt: number;
   readonly resolve: (r: ToolResult) => void;
@@ -150,9 +152,6 @@ export class ToolExecutor implements ToolExecutorLike {
         ),
       );
     }
-    if (checked.strippedPolicyArgs.length) {
-      this.logger.debug({ trajectoryId, tool: tool.name, stripped: checked.strippedPolicyArgs }, "policy arguments from the model ignored");
-    }
     const timeoutS = callTimeoutS(checked.args, options.timeoutMs, this.config.defaultTimeoutS);
     const args = { ...checked.args };
     if ("timeout" in args) args["timeout"] = timeoutS;
@@ -163,6 +162,7 @@ export class ToolExecutor implements ToolExecutorLike {
         call: c,
         tool,
         args,
+        strippedPolicyArgs: checked.strippedPolicyArgs,
         timeoutS,
         startedAt,
         resolve,
@@ -271,7 +271,7 @@ export class ToolExecutor implements ToolExecutorLike {
       ids.map((id) =>
         this.release(id, { reset: true }).catch((err: unknown) => {
           failures.push(err);
-          this.logger.warn({ trajectoryId: id, err: (err as Error).message }, "releasing a slot at shutdown failed");
+          this.logger.warn({ trajectoryId: id, ...this.slotFields(this.trajectories.get(id)?.slot), err: (err as Error).message }, "releasing a slot at shutdown failed");
         }),
       ),
     );
@@ -353,7 +353,7 @@ export class ToolExecutor implements ToolExecutorLike {
       }
     } catch (err) {
       for (const pc of calls) this.deliver(pc, errorResult(`internal executor error: ${(err as Error).message}`, pc.call.uniq_id));
-      this.logger.error({ err, trajectoryId: traj.id }, "dispatch failed");
+      this.logger.error({ err, trajectoryId: traj.id, ...this.slotFields(traj.slot) }, "dispatch failed");
     } finally {
       traj.running = false;
       if (traj.queue.length > 0 && !traj.released) {
@@ -393,6 +393,11 @@ export class ToolExecutor implements ToolExecutorLike {
       execution_id: pc.call.uniq_id ?? null,
       timeout: pc.timeoutS,
     }));
+    for (const pc of calls) {
+      if (pc.strippedPolicyArgs.length) {
+        this.logger.debug({ trajectoryId: traj.id, ...this.slotFields(slot), tool: pc.tool.name, stripped: pc.strippedPolicyArgs }, "policy arguments from the model ignored");
+      }
+    }
     const limit = this.containerLimit(slot.container.id);
     // The HTTP deadline covers the whole run of this slot's calls, which execute one by one.
     const timeoutMs = slotCalls.reduce((s, c) => s + (c.timeout ?? 0) * 1000, 0) + 10_000;
@@ -412,7 +417,7 @@ export class ToolExecutor implements ToolExecutorLike {
       if (isSlotLostError(err)) {
         traj.lost = { error: err, slot };
         this.metrics.slotsLost.inc();
-        this.logger.warn({ trajectoryId: traj.id, slot: slot.key, reason: err.reason }, "slot lost");
+        this.logger.warn({ trajectoryId: traj.id, ...this.slotFields(slot), reason: err.reason }, "slot lost");
         for (const pc of calls) this.deliver(pc, slotLostResult(err, slot, pc.call.uniq_id));
         return;
       }
@@ -492,8 +497,31 @@ export class ToolExecutor implements ToolExecutorLike {
     pc.done = true;
     if (wasDispatched) this.inFlightCount--;
     if (pc.onAbort) pc.signal?.removeEventListener("abort", pc.onAbort);
-    this.record(result, pc.tool.name, pc.tool.kind, pc.startedAt);
+    const ms = this.record(result, pc.tool.name, pc.tool.kind, pc.startedAt);
+    if (this.logger.isLevelEnabled("debug")) {
+      // Arguments and output stay out of logs (they may hold user data); the call's identity does not.
+      const slot = this.trajectories.get(pc.trajectoryId)?.slot;
+      this.logger.debug(
+        {
+          trajectoryId: pc.trajectoryId,
+          ...this.slotFields(slot),
+          tool: pc.tool.name,
+          kind: pc.tool.kind,
+          callId: pc.call.uniq_id,
+          success: result.success,
+          exitCode: result.metadata["exit_code"],
+          ms: Math.round(ms * 10) / 10,
+          ...(result.success ? {} : { error: result.error.slice(0, 200) }),
+        },
+        "tool call",
+      );
+    }
     pc.resolve(result);
+  }
+
+  /** How log lines name a slot: its key (`<allocation>/slot_N`) and its allocation/container id. */
+  private slotFields(slot: Slot | undefined): { slot?: string; allocation?: string } {
+    return slot ? { slot: slot.key, allocation: slot.container.id } : {};
   }
 
   private finishEarly(result: ToolResult, tool: string, kind: string, startedAt: number): ToolResult {
@@ -501,7 +529,7 @@ export class ToolExecutor implements ToolExecutorLike {
     return result;
   }
 
-  private record(result: ToolResult, tool: string, kind: string, startedAt: number): void {
+  private record(result: ToolResult, tool: string, kind: string, startedAt: number): number {
     this.totals.calls++;
     if (kind === "sandbox") this.totals.sandbox++;
     else if (kind === "external") this.totals.external++;
@@ -517,6 +545,7 @@ export class ToolExecutor implements ToolExecutorLike {
     if (this.recentLatencies.length < LATENCY_WINDOW) this.recentLatencies.push(ms);
     else this.recentLatencies[this.latencyCursor] = ms;
     this.latencyCursor = (this.latencyCursor + 1) % LATENCY_WINDOW;
+    return ms;
   }
 
   private slotFor(trajectoryId: string): Slot | string {

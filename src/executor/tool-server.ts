@@ -9,7 +9,7 @@ import type { ToolResult } from "../protocol/tool.js";
 import { ToolRegistry } from "../tools/registry.js";
 import { clampTimeoutS } from "./config.js";
 import type { ExternalTool, ExternalToolOutput } from "./external-tool.js";
-import { HttpError, checkBearer, parseBody, readJson, sendError, sendJson } from "./http-json.js";
+import { HttpError, checkBearer, parseBody, readJson, requestPath, sendError, sendJson } from "./http-json.js";
 import { dropNulls } from "./wire-compat.js";
 
 /**
@@ -95,7 +95,7 @@ export class ToolServer {
       if (this.closing) setImmediate(() => this.server.closeIdleConnections());
     });
     if (this.closing) res.setHeader("connection", "close");
-    const path = new URL(req.url ?? "/", "http://x").pathname;
+    const path = requestPath(req);
     const route = `${req.method ?? "GET"} ${path}`;
     if (route === "GET /health") {
       return sendJson(res, 200, { status: "ok", tools: this.byName.size, running: this.running, queued: this.limit.pendingCount, served: this.served });
