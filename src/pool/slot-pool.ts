@@ -256,9 +256,11 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     const { signal } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
     const startedAt = performance.now();
-    const record = this.takeFreeSlot();
+    // FIFO: a waiter ahead of this call gets any free slot first.
+    if (this.waiting > 0) this.serveWaiters();
+    const record = this.waiting > 0 ? undefined : this.takeFreeSlot();
     if (record) {
-      // Fast path: no waiter is ahead (a free slot with waiters present is handed out at once).
+      // Fast path: a free slot and nobody waiting.
       const lease = this.lease(record, options.trajectoryId, startedAt);
       this.scheduleScale();
       return Promise.resolve(lease);
