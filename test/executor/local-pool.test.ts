@@ -80,8 +80,13 @@ describe("ToolExecutor on SlotPool + LocalProvisioner", () => {
     const next = await executor.execute("lp-lost", bash("cat f"));
     expect(next.metadata["slot_lost"]).toBe(true);
     await executor.release("lp-lost");
-    // the pool replaces the container; a new trajectory works again
-    const fresh = await executor.execute("lp-after", bash("echo back"));
+    // the pool replaces the container; a new trajectory works again once it is up (acquires
+    // here time out after 1.5 s, less than a replacement may take on a busy machine)
+    let fresh = await executor.execute("lp-after", bash("echo back"));
+    for (let i = 0; i < 20 && !fresh.success; i++) {
+      expect(fresh.error).toMatch(/could not get a sandbox slot/);
+      fresh = await executor.execute("lp-after", bash("echo back"));
+    }
     expect(fresh.output).toBe("back");
     await executor.release("lp-after");
   }, 45_000);
