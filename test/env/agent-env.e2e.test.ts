@@ -101,6 +101,36 @@ describe("AgentEnv end to end", () => {
     }
   });
 
+  it("ToolContext: upload, download, list, archive and any tool by name, all in the trajectory's own slot", async () => {
+    const env = new WriteFileEnv({ groupSize: 2, maxTurns: 3 }, { backend, logger: log });
+    const seen: Array<Record<string, unknown>> = [];
+    env.computeReward = async (item, _result, ctx) => {
+      const bytes = Buffer.from([0, 1, 2, 250, 255]);
+      const up = await ctx.uploadFile("bin/blob.dat", bytes);
+      const down = await ctx.downloadFile("bin/blob.dat");
+      const listing = await ctx.listFiles(".", { recursive: true });
+      const viaName = await ctx.callTool("terminal", { command: `wc -c < ${item.path}` });
+      const stateful = await ctx.callTool("bash_stateful", { command: "cd bin && export X=42" });
+      const stateful2 = await ctx.callTool("bash_stateful", { command: "pwd; echo $X" });
+      const archive = await ctx.archive(".");
+      const missing = await ctx.readFile("nope.txt");
+      const slow = await ctx.terminal("sleep 5", { timeout: 1 });
+      seen.push({ up: up.success, down: [...down], files: listing.entries.map((e) => e.path).sort(), viaName: viaName.output.trim(), stateful: stateful.success, stateful2: stateful2.output.trim().split("\n"), archive: archive.success && archive.entries > 0, missing: missing.ok, slowTimedOut: slow.timedOut || slow.exitCode !== 0 });
+      return 1;
+    };
+    await env.start();
+    const outcome = await env.collectTrajectories(env.getNextItem());
+    await env.close();
+    expect(outcome.ok).toBe(true);
+    expect(seen).toHaveLength(2);
+    for (const s of seen) {
+      expect(s).toMatchObject({ up: true, down: [0, 1, 2, 250, 255], viaName: String("hello 0".length), stateful: true, archive: true, missing: false, slowTimedOut: true });
+      expect(s["files"]).toEqual(expect.arrayContaining(["bin/blob.dat", "out_0.txt", "seed_0.txt"]));
+      expect((s["stateful2"] as string[])[0]).toMatch(/bin$/);
+      expect((s["stateful2"] as string[])[1]).toBe("42");
+    }
+  }, 60_000);
+
   it("restarts a trajectory from scratch on a new slot when its container dies mid-trajectory", async () => {
     let killed = false;
     const env = new WriteFileEnv({ groupSize: 1, maxTurns: 4, slotLossRetries: 2 }, { backend, logger: log });
