@@ -95,7 +95,8 @@ export class SandboxWebSockets {
     child.stdin.write("capture-pane -p -e -t main\n");
     let buf = "";
     let inBlock = false;
-    let blocks = 0;
+    let ours = false;
+    let screenSent = false;
     let screen: string[] = [];
     child.stdout.setEncoding("utf8");
     child.stdout.on("data", (chunk: string) => {
@@ -106,10 +107,15 @@ export class SandboxWebSockets {
         buf = buf.slice(nl + 1);
         if (line.startsWith("%begin")) {
           inBlock = true;
+          // "%begin <time> <number> <flags>": flags 1 marks the answer to a command this
+          // client sent (our capture-pane); others answer the attach itself.
+          ours = line.split(" ")[3] === "1";
           screen = [];
         } else if (line.startsWith("%end") || line.startsWith("%error")) {
-          // Block 0 answers the attach itself; block 1 is our capture-pane.
-          if (inBlock && blocks++ === 1) this.send(ws, { type: "screen", data: screen.join("\n") });
+          if (inBlock && ours && !screenSent) {
+            screenSent = true;
+            this.send(ws, { type: "screen", data: screen.join("\n").replace(/\n+$/, "") });
+          }
           inBlock = false;
         } else if (inBlock) screen.push(line);
         else if (line.startsWith("%output ")) {

@@ -87,7 +87,7 @@ describe("WebSocket route", () => {
     const ws = await open(wsUrl, { authorization: `Bearer ${token}` });
     ws.send(JSON.stringify({ type: "attach", slot_id: "slot_1" }));
     const screen = await collect(ws, (m) => m.type === "screen");
-    expect(screen.find((m) => m.type === "screen")!.data).toContain("visible-line");
+    expect(screen.find((m) => m.type === "screen")!.data, JSON.stringify(screen)).toContain("visible-line");
     // Input from the attached client is ignored.
     ws.send("echo injected\n");
     const live = collect(ws, (_m, all) => all.map((x) => x.data ?? "").join("").includes("live-42"));
