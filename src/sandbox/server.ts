@@ -43,11 +43,19 @@ export class SandboxServer {
     this.tokenHash = options.token ? createHash("sha256").update(options.token).digest() : null;
     this.maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
     this.server = createServer((req, res) => {
-      this.handle(req, res).catch((err: unknown) => this.sendError(res, req, err));
+      this.handle(req, res).catch((err: unknown) => {
+        try {
+          this.sendError(res, req, err);
+        } catch (inner) {
+          // Never let one request take the server down.
+          this.service.logger.error({ err: inner }, "could not answer a failed request");
+          res.destroy();
+        }
+      });
     });
     this.ws = new SandboxWebSockets(this.service);
     this.server.on("upgrade", (req, socket, head) => {
-      const path = new URL(req.url ?? "/", "http://x").pathname;
+      const { path } = parseTarget(req.url);
       try {
         if (path !== "/ws") throw new HttpError(404, `no WebSocket route ${path}`);
         this.authorize(req);
@@ -95,8 +103,7 @@ export class SandboxServer {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? "/", "http://x");
-    const path = url.pathname;
+    const { path, query } = parseTarget(req.url);
     const method = req.method ?? "GET";
     if (path === "/health" && method === "GET") {
       const svc = this.service;
@@ -128,7 +135,7 @@ export class SandboxServer {
         const body = await this.readJson(req);
         if (!Array.isArray(body)) throw new HttpError(400, "invalid request: /batch expects a JSON list of execute bodies", "body");
         const calls = body.map((b, i) => this.service.parseCall(b, String(i)));
-        const stream = ["1", "true", "yes"].includes(url.searchParams.get("stream") ?? "");
+        const stream = ["1", "true", "yes"].includes(query.get("stream") ?? "");
         return stream ? this.streamBatch(res, calls) : this.send(res, 200, await Promise.all(calls.map((c) => this.service.execute(c))));
       }
       case "POST /reset": {
@@ -185,7 +192,7 @@ export class SandboxServer {
     if (header) given = /^Bearer\s+(.+)$/i.exec(header)?.[1]?.trim() ?? "";
     else if (req.headers.upgrade) {
       // Browsers cannot set headers on a WebSocket: accept ?token= there only.
-      given = new URL(req.url ?? "/", "http://x").searchParams.get("token") ?? undefined;
+      given = parseTarget(req.url).query.get("token") ?? undefined;
     }
     if (given === undefined) throw new HttpError(401, "missing Authorization: Bearer <token> header");
     if (!tokenMatches(given, this.tokenHash)) throw new HttpError(403, "invalid bearer token");
@@ -231,7 +238,7 @@ export class SandboxServer {
     const status = err instanceof HttpError ? err.status : 500;
     const body: { error: string; field?: string } = { error: err instanceof Error ? err.message : String(err) };
     if (err instanceof HttpError && err.field) body.field = err.field;
-    const route = new URL(req.url ?? "/", "http://x").pathname;
+    const route = parseTarget(req.url).path;
     this.service.metrics.errors.inc({ route, status });
     if (status >= 500) this.service.logger.error({ err, route }, "request failed");
     else this.service.logger.info({ route, status, error: body.error }, "request refused");
@@ -241,6 +248,17 @@ export class SandboxServer {
     }
     this.send(res, status, body);
   }
+}
+
+/**
+ * Path and query of a request target, without URL parsing surprises: `new URL("//x", base)`
+ * reads `//x` as a host (or throws), which must never crash the server.
+ */
+export function parseTarget(target: string | undefined): { path: string; query: URLSearchParams } {
+  const t = target ?? "/";
+  const q = t.indexOf("?");
+  const path = q >= 0 ? t.slice(0, q) : t;
+  return { path: path || "/", query: new URLSearchParams(q >= 0 ? t.slice(q + 1) : "") };
 }
 
 function parse<T>(schema: z.ZodType<T>, body: unknown): T {

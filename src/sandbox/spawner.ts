@@ -66,7 +66,11 @@ export function spawnerBinary(cacheDirs: string[]): string | null {
     if (!binaryPath) binaryError = `SLOTPOOL_SPAWNER=${explicit} does not exist`;
     return binaryPath;
   }
+  // Prebuilt next to this module (the sandbox image compiles it in its build stage:
+  // `cc -O2 -o dist/src/sandbox/native/slotpool-spawner src/sandbox/native/spawner.c`).
+  const prebuilt = join(dirname(fileURLToPath(import.meta.url)), "native", "slotpool-spawner");
   const src = sourcePath();
+  if (!src && existsSync(prebuilt)) return (binaryPath = prebuilt);
   if (!src) {
     binaryPath = null;
     binaryError = "spawner source (src/sandbox/native/spawner.c) not found";

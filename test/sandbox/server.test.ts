@@ -49,6 +49,24 @@ describe("sandbox server: routes and wire format", () => {
     expect(line).toMatchObject({ slot: "slot_2", tool: "bash", outcome: "error", exit_code: 5 });
   });
 
+  it("survives odd request targets (//, //x/y, no path) with a 4xx", async () => {
+    const { request } = await import("node:http");
+    const u = new URL(s.url);
+    for (const target of ["//", "//x/y", "//execute", "*", "/%zz?%%"]) {
+      const status = await new Promise<number>((resolve, reject) => {
+        const req = request({ host: u.hostname, port: u.port, path: target, method: "GET" }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        req.on("error", reject);
+        req.end();
+      });
+      expect(status, target).toBeGreaterThanOrEqual(400);
+      expect(status, target).toBeLessThan(500);
+    }
+    expect((await fetch(s.url + "/health")).status).toBe(200);
+  });
+
   it("GET /slots lists every slot with state and the in-sandbox workspace path", async () => {
     const r = await s.get("/slots");
     expect(r.status).toBe(200);
