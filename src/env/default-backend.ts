@@ -27,6 +27,9 @@ export async function createDefaultBackend(config: AgentEnvConfig, log: Logger):
     provisioner = new LocalProvisioner({
       slotsPerContainer: config.slotsPerContainer,
       logger: log.child({ component: "local" }),
+      // The launcher waits for the server's info-level "listening" line: a quieter
+      // SLOTPOOL_LOG_LEVEL inherited from the user's shell would hide it.
+      env: { SLOTPOOL_LOG_LEVEL: "info" },
       ...(config.dataDir ? { baseDir: config.dataDir } : {}),
     });
   }
