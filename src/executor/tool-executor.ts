@@ -39,6 +39,7 @@ export interface ToolExecutorOptions {
 
 interface PendingCall {
   readonly trajectoryId: string;
+  readonly traj: TrajectoryState;
   readonly call: ParsedToolCall;
   readonly tool: ToolDefinition;
   readonly args: Record<string, unknown>;
@@ -58,6 +59,8 @@ interface TrajectoryState {
   readonly queue: PendingCall[];
   running: boolean;
   slot?: Slot;
+  /** The slot it held last, kept after release so late log lines still name it. */
+  heldSlot?: Slot;
   acquiring?: Promise<Slot>;
   /** Set once its slot was lost: every later sandbox call gets this result, never a fresh empty slot. */
   lost?: { error: Parameters<typeof slotLostResult>[0]; slot?: Slot };
@@ -157,8 +160,10 @@ export class ToolExecutor implements ToolExecutorLike {
     if ("timeout" in args) args["timeout"] = timeoutS;
 
     return new Promise<ToolResult>((resolve) => {
+      const traj = this.trajectory(trajectoryId);
       const pc: PendingCall = {
         trajectoryId,
+        traj,
         call: c,
         tool,
         args,
@@ -170,7 +175,6 @@ export class ToolExecutor implements ToolExecutorLike {
         dispatched: false,
         done: false,
       };
-      const traj = this.trajectory(trajectoryId);
       traj.queue.push(pc);
       this.queuedCount++;
       if (pc.signal) {
@@ -455,7 +459,10 @@ export class ToolExecutor implements ToolExecutorLike {
         (slot) => {
           traj.acquiring = undefined;
           // If release() ran meanwhile it awaited this acquire and returns the slot itself.
-          if (!traj.released) traj.slot = slot;
+          if (!traj.released) {
+            traj.slot = slot;
+            traj.heldSlot = slot;
+          }
         },
         () => {
           traj.acquiring = undefined;
@@ -479,9 +486,9 @@ export class ToolExecutor implements ToolExecutorLike {
   private cancel(pc: PendingCall): void {
     if (pc.done) return;
     if (!pc.dispatched) {
-      const traj = this.trajectories.get(pc.trajectoryId);
-      const i = traj ? traj.queue.indexOf(pc) : -1;
-      if (traj && i >= 0) {
+      const traj = pc.traj;
+      const i = traj.queue.indexOf(pc);
+      if (i >= 0) {
         traj.queue.splice(i, 1);
         this.queuedCount--;
         if (traj.queue.length === 0) this.ready.delete(traj);
@@ -500,7 +507,7 @@ export class ToolExecutor implements ToolExecutorLike {
     const ms = this.record(result, pc.tool.name, pc.tool.kind, pc.startedAt);
     if (this.logger.isLevelEnabled("debug")) {
       // Arguments and output stay out of logs (they may hold user data); the call's identity does not.
-      const slot = this.trajectories.get(pc.trajectoryId)?.slot;
+      const slot = pc.traj.slot ?? pc.traj.heldSlot;
       this.logger.debug(
         {
           trajectoryId: pc.trajectoryId,
