@@ -1,0 +1,63 @@
+/**
+ * `slotpool jobs prune` as a command (built CLI) against the Nomad API emulator.
+ */
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { slotpoolCommand } from "../../src/cli/command.js";
+import { NomadClient } from "../../src/nomad/client.js";
+import { sandboxJob } from "../../src/nomad/job.js";
+import { startNomadEmulator, type NomadEmulator } from "../support/nomad-emulator.js";
+
+const exec = promisify(execFile);
+let nomad: NomadEmulator;
+
+beforeAll(async () => {
+  nomad = await startNomadEmulator();
+});
+afterAll(async () => {
+  await nomad?.stop();
+});
+
+async function slotpool(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const { command, args: base } = slotpoolCommand();
+  try {
+    const { stdout, stderr } = await exec(command, [...base, ...args], { env: { ...process.env, NOMAD_ADDR: nomad.address, NOMAD_TOKEN: "" } });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+describe("slotpool jobs prune (CLI, Nomad emulator)", () => {
+  it("lists with --dry-run, then stops the left-behind slotpool job and nothing else", async () => {
+    const client = new NomadClient({ address: nomad.address });
+    await client.registerJob(sandboxJob({ jobId: "left-behind", count: 1, slots: 1, owner: "ci@test" }));
+    await client.registerJob({
+      ID: "someone-else",
+      Name: "someone-else",
+      Type: "service",
+      Datacenters: ["*"],
+      TaskGroups: [{ Name: "web", Count: 0, Tasks: [{ Name: "t", Driver: "docker", Config: { image: "nginx" } }] }],
+    });
+    const dry = await slotpool("jobs", "prune", "--dry-run");
+    expect(dry.code).toBe(0);
+    expect(dry.stdout).toMatch(/left-behind\s+running\s+\d+\s+ci@test/);
+    expect(dry.stdout).not.toContain("someone-else");
+    expect(dry.stdout).toContain("1 slotpool job(s) would be stopped (dry run: nothing changed)");
+    expect((await client.readJob("left-behind"))?.Stop).toBeFalsy();
+
+    const real = await slotpool("jobs", "prune");
+    expect(real.code).toBe(0);
+    expect(real.stdout).toContain("1 slotpool job(s) stopped");
+    expect((await client.readJob("left-behind"))?.Stop).toBe(true);
+    expect((await client.readJob("someone-else"))?.Stop).toBeFalsy();
+
+    expect((await slotpool("jobs", "prune")).stdout).toBe("no slotpool jobs to prune\n");
+    const bad = await slotpool("jobs", "prune", "--bogus");
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/Unknown option '--bogus'/);
+    await client.close();
+  });
+});
