@@ -109,4 +109,18 @@ describe("SlotPool on the NomadProvisioner under faults (emulator, real sandbox 
     expect(c.container.index).toBe(1);
     expect(c.container.id).not.toBe(b!.container.id);
   });
+
+  it("a start that takes too long fails with what each allocation is doing", async () => {
+    const { pool, jobId } = h.nomadPool({ minContainers: 1, startTimeoutMs: 1_000 });
+    h.nomad.delayAllocationStartMs = 10_000;
+    try {
+      const err = await pool.start().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(Error);
+      expect((err as Error).message).toMatch(/brought up 0 of 1 healthy containers within 1000 ms/);
+      expect((err as Error).message).toContain(`Nomad job '${jobId}'`);
+      expect((err as Error).message).toMatch(/sandbox\[0\] .*: pending\/run/);
+    } finally {
+      h.nomad.delayAllocationStartMs = 0;
+    }
+  });
 });
