@@ -47,12 +47,19 @@ export async function run(argv: string[]): Promise<number> {
   logger.info({ url, tools: tools.map((t) => t.name), auth: token !== undefined, maxConcurrency }, "listening");
 
   await new Promise<void>((resolve) => {
+    let seen = 0;
     const stop = (signal: NodeJS.Signals) => {
+      // A second signal while calls are finishing means "stop now".
+      if (++seen > 1) {
+        logger.warn({ signal }, "second signal: exiting without waiting for running calls");
+        logger.flush();
+        process.exit(130);
+      }
       logger.info({ signal }, "shutting down");
       resolve();
     };
-    process.once("SIGTERM", stop);
-    process.once("SIGINT", stop);
+    process.on("SIGTERM", stop);
+    process.on("SIGINT", stop);
   });
   await server.close();
   logger.flush();
