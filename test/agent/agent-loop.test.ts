@@ -110,13 +110,13 @@ describe("agent loop over a chat completions endpoint", () => {
   });
 
   it("retries a request that times out and gives up with an actionable error", async () => {
-    server = await startLlmServer({ respond: (_b, i) => (i < 2 ? { hangMs: 1_000 } : { text: "ok" }) });
+    server = await startLlmServer({ respond: (_b, i) => (i < 2 ? { hangMs: 30_000 } : { text: "ok" }) });
     const client = new ChatCompletionsClient({ baseUrl: server.url, timeoutMs: 150, initialBackoffMs: 5 });
     const c = await client.complete({ model: "m", messages: [{ role: "user", content: "x" }] });
     expect(c.choices[0]!.message.content).toBe("ok");
     expect(client.counters.retries).toBe(2);
     await server.close();
-    server = await startLlmServer({ respond: () => ({ hangMs: 1_000 }) });
+    server = await startLlmServer({ respond: () => ({ hangMs: 30_000 }) });
     const impatient = new ChatCompletionsClient({ baseUrl: server.url, timeoutMs: 100, maxRetries: 1, initialBackoffMs: 5 });
     const err = await impatient.complete({ model: "m", messages: [{ role: "user", content: "x" }] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ChatRequestError);
