@@ -1,0 +1,32 @@
+import { describe, expect, it } from "vitest";
+import { tokensFromServer } from "../../src/env/tokens.js";
+import type { TurnRecord } from "../../src/agent/agent-loop.js";
+
+const turn = (n: number, prompt: number[], completion: number[], logprobs?: number[]): TurnRecord => ({
+  turn: n,
+  finishReason: "stop",
+  toolCalls: 0,
+  tokens: { promptTokenIds: prompt, completionTokenIds: completion, ...(logprobs ? { completionLogprobs: logprobs } : {}) },
+});
+
+describe("tokens and masks from the inference server's ids", () => {
+  it("extends turn by turn: earlier completions stay trained, tool results are masked", () => {
+    const seq = tokensFromServer([turn(1, [1, 2], [3, 4], [-0.1, -0.2]), turn(2, [1, 2, 3, 4, 5, 6], [7], [-0.3])])!;
+    expect(seq.tokens).toEqual([1, 2, 3, 4, 5, 6, 7]);
+    expect(seq.masks).toEqual([-100, -100, 3, 4, -100, -100, 7]);
+    expect(seq.logprobs).toEqual([1, 1, -0.1, -0.2, 1, 1, -0.3]);
+    expect(seq.source).toBe("inference-server");
+  });
+
+  it("restarts at a prompt that rewrites history, all of it masked; no logprobs unless every turn has them", () => {
+    const seq = tokensFromServer([turn(1, [1, 2], [3, 4]), turn(2, [1, 9, 9, 5], [7], [-0.3])])!;
+    expect(seq.tokens).toEqual([1, 9, 9, 5, 7]);
+    expect(seq.masks).toEqual([-100, -100, -100, -100, 7]);
+    expect(seq.logprobs).toBeUndefined();
+  });
+
+  it("returns null when a turn has no ids (never invents them)", () => {
+    expect(tokensFromServer([turn(1, [1], [2]), { turn: 2, finishReason: "stop", toolCalls: 0 }])).toBeNull();
+    expect(tokensFromServer([])).toBeNull();
+  });
+});
