@@ -85,6 +85,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private readonly starting = new Map<string, number>();
   private readonly leases = new Set<SlotLease>();
   private readonly retired = new Set<string>();
+  /** Given up on, but still run by a provisioner that cannot replace it: probed for recovery. */
+  private readonly quarantine = new Map<string, { info: ContainerInfo; probing: boolean; healthyChecks: number }>();
 
   private readonly waiters: Waiter[] = [];
   private waiterHead = 0;
@@ -527,12 +529,12 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     }
     if (record.state !== "checking") return;
     const reason = `its sandbox server at ${record.info.url} did not answer /health within ${this.config.containerHealthTimeoutMs} ms (${errorMessage(lastError)})`;
-    this.markLost(record, reason);
-    void this.provisioner.replaceContainer?.(record.info.id, reason).catch(() => undefined);
+    this.giveUp(record, reason);
   }
 
   private onContainerGone(gone: ContainerGone): void {
     this.starting.delete(gone.id);
+    this.quarantine.delete(gone.id);
     const record = this.byId.get(gone.id);
     if (!record) return;
     if (gone.expected && record.busy === 0) {
@@ -580,8 +582,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
         if (!isLive(container)) return;
         if (isConnectionFailure(err)) {
           const reason = `its sandbox server at ${container.info.url} stopped accepting connections (${errorMessage(error)})`;
-          this.markLost(container, reason);
-          void this.provisioner.replaceContainer?.(container.info.id, reason).catch(() => undefined);
+          this.giveUp(container, reason);
         }
       }
     })().finally(() => this.suspicions.delete(container));
@@ -647,6 +648,46 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private checkAllHealth(): void {
     if (this.state !== "running") return;
     for (const c of this.containers) if (c.live) void this.checkHealth(c);
+    for (const q of this.quarantine.values()) void this.probeQuarantined(q);
+  }
+
+  /**
+   * The pool stops using a container that failed its checks. The provisioner replaces it when
+   * it can (local: kill and restart); otherwise (Nomad keeps the allocation running) it is
+   * quarantined and probed, and re-admitted with every slot reset once it answers again.
+   */
+  private giveUp(container: ContainerRecord, reason: string): void {
+    this.markLost(container, reason);
+    if (this.provisioner.replaceContainer) {
+      void this.provisioner.replaceContainer(container.info.id, reason).catch(() => undefined);
+    } else {
+      this.quarantine.set(container.info.id, { info: container.info, probing: false, healthyChecks: 0 });
+    }
+  }
+
+  private async probeQuarantined(q: { info: ContainerInfo; probing: boolean; healthyChecks: number }): Promise<void> {
+    if (q.probing) return;
+    q.probing = true;
+    const client = this.createClient(q.info, { maxConcurrency: 4, onConnectionFailure: () => undefined });
+    try {
+      const health = await client.health({ timeoutMs: Math.min(5_000, this.config.healthIntervalMs) });
+      // Two good answers in a row, then wipe what the lost trajectories left behind.
+      if (++q.healthyChecks < 2) return;
+      for (let i = 0; i < health.slots; i++) {
+        const res = await client.reset(`slot_${i}`);
+        if (!res.success) throw new Error(`reset of slot_${i} failed: ${res.error || res.output}`);
+      }
+      if (this.quarantine.get(q.info.id) !== q || this.state !== "running") return;
+      this.quarantine.delete(q.info.id);
+      this.retired.delete(q.info.id);
+      this.logger.info({ container: q.info.id, index: q.info.index }, "container answers again; its slots were reset and it rejoins the pool");
+      this.onContainerUp(q.info);
+    } catch {
+      q.healthyChecks = 0;
+    } finally {
+      q.probing = false;
+      await client.close();
+    }
   }
 
   private async checkHealth(container: ContainerRecord): Promise<void> {
@@ -661,8 +702,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       this.logger.warn({ container: container.info.id, failures: container.healthFailures, err: errorMessage(err) }, "container health check failed");
       if (container.healthFailures >= this.config.healthFailuresBeforeLost) {
         const reason = `its sandbox server at ${container.info.url} failed ${container.healthFailures} health checks in a row (last: ${errorMessage(err)})`;
-        this.markLost(container, reason);
-        void this.provisioner.replaceContainer?.(container.info.id, reason).catch(() => undefined);
+        this.giveUp(container, reason);
       }
     } finally {
       container.healthCheckRunning = false;

@@ -285,6 +285,25 @@ describe("SlotPool on the in-memory provisioner", () => {
     await expect(a.execute({ tool: "bash", args: {} })).rejects.toThrow(/failed 2 health checks/);
   });
 
+  it("without replaceContainer (Nomad), a container that recovers is re-admitted with every slot reset", async () => {
+    const { pool, provisioner } = makePool({ slotsPerContainer: 2, minContainers: 1, maxContainers: 1, healthIntervalMs: 20, healthFailuresBeforeLost: 2 });
+    (provisioner as { replaceContainer?: unknown }).replaceContainer = undefined;
+    await pool.start();
+    const a = await pool.acquire({ trajectoryId: "a" });
+    await a.execute({ tool: "write_file", args: { path: "left", content: "x" } });
+    const c = provisioner.running.get(0)!;
+    c.unhealthy = true;
+    await until(() => a.lost);
+    expect(pool.stats().slots.total).toBe(0);
+    c.unhealthy = false;
+    await until(() => pool.stats().slots.free === 2);
+    expect(c.resets).toBe(2); // both slots wiped before anyone gets them
+    const b = await pool.acquire({ trajectoryId: "b" });
+    expect(b.container.id).toBe(a.container.id);
+    expect((await b.execute({ tool: "read_file", args: { path: "left" } })).success).toBe(false);
+    await expect(a.execute({ tool: "bash", args: {} })).rejects.toBeInstanceOf(SlotLostError);
+  });
+
   it("reclaims a slot whose lease expired, with a warning naming the trajectory", async () => {
     const { pool, provisioner } = makePool({ minContainers: 1, maxContainers: 1, leaseTimeoutMs: 80 });
     await pool.start();
