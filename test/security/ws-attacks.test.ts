@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { eventually, startAttackServer, within, type AttackServer } from "./support.js";
+import { eventually, rssKb, startAttackServer, within, type AttackServer } from "./support.js";
 
 let server: AttackServer;
 const hostMarkers: string[] = [];
@@ -119,3 +119,24 @@ describe("terminal attach", () => {
     await server.reset(0);
   }, 45_000);
 });
+
+describe("streamed execute", () => {
+  it("a client that stops reading a streamed `yes` does not make the server buffer without bound", async () => {
+    const ws = (await open(wsUrl(), { authorization: `Bearer ${server.token}` })) as WebSocket;
+    const before = Math.round(rssKb(server.proc.pid) / 1024);
+    ws.send(JSON.stringify({ type: "execute", slot_id: "slot_1", tool: "bash", args: { command: "yes slotpool-ws-flood", require_sandbox: true }, timeout: 5 }));
+    await new Promise((r) => setTimeout(r, 200));
+    // Stop reading: the kernel buffers fill, then everything piles up in the server.
+    (ws as unknown as { _socket: { pause(): void } })._socket.pause();
+    let peak = before;
+    for (let i = 0; i < 30; i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      peak = Math.max(peak, Math.round(rssKb(server.proc.pid) / 1024));
+    }
+    ws.terminate();
+    console.log(`paused WebSocket reader of \`yes\` for 5 s: server RSS ${before} MB → peak ${peak} MB`);
+    expect((await server.health()).status).toBe(200);
+    expect(peak, `server RSS grew to ${peak} MB behind a client that does not read`).toBeLessThan(before + 150);
+  }, 30_000);
+});
+
