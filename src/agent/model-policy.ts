@@ -59,7 +59,9 @@ export class ChatModelPolicy implements AgentPolicy {
 
 function stripForWire(m: ChatMessage): ChatMessage {
   // reasoning_content stays in our record but is not sent back: templates differ on it.
+  // A tool message's `name` is ours too: OpenAI's schema for tool messages has no such field.
   const { reasoning_content: _r, ...rest } = m;
+  if (rest.role === "tool") delete rest.name;
   return rest;
 }
 

@@ -57,6 +57,8 @@ describe("agent loop over a chat completions endpoint", () => {
     expect(first.tools).toEqual(TOOLS);
     // reasoning is kept in the result but not sent back to the server
     expect(JSON.stringify(server.requests[1]!.messages)).not.toContain("reasoning_content");
+    // tool messages go back in OpenAI's shape (no extra fields)
+    expect(server.requests[1]!.messages[2]).toEqual({ role: "tool", tool_call_id: "call_0_0", content: JSON.stringify({ output: "one\n", exit_code: 0 }) });
   });
 
   it("parses Hermes <tool_call> text when tools are described in the prompt", async () => {
