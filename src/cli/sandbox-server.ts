@@ -1,4 +1,5 @@
 import { join } from "node:path";
+import { setFlagsFromString } from "node:v8";
 import { createLogger } from "../observability/logger.js";
 import { DEFAULT_LIMITS } from "../sandbox/limits.js";
 import { SandboxServer } from "../sandbox/server.js";
@@ -29,6 +30,10 @@ options:
 `;
 
 export async function run(argv: string[]): Promise<number> {
+  // Keep V8's young generation at its initial size: under a steady stream of calls it
+  // otherwise grows to 2 x 16 MB and stays there, for no throughput gain here (measured:
+  // RSS 77 MB instead of 100+ MB after 10k calls; heap in use is ~11 MB either way).
+  setFlagsFromString("--semi-space-growth-factor=1");
   const flags = parseFlags(
     argv,
     {
