@@ -112,6 +112,8 @@ export class SandboxServer {
         slots: svc.slots.length,
         bwrap_available: svc.bwrap.available,
         ...(svc.bwrap.available ? {} : { sandbox_unavailable_reason: svc.bwrap.reason }),
+        fast_path: svc.spawnerPath !== null,
+        cgroups: svc.cgroups.mode,
         slots_busy: svc.slots.filter((s) => s.state !== "idle").length,
       });
     }
