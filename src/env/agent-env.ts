@@ -175,6 +175,9 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     };
   }
 
+  /** Serve mode: called when the trainer's step crosses a multiple of its checkpoint interval. Default: nothing to save. */
+  async saveCheckpoint(_step: number, _checkpointDir: string): Promise<void> {}
+
   // ---------------------------------------------------------------- lifecycle
 
   /** Starts the tools backend (slot pool + executor), loads the tokenizer, then calls `setup()`. */

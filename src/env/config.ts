@@ -76,6 +76,8 @@ export const AgentEnvConfigSchema = z
     maxBatchesOffpolicy: z.number().int().min(1).default(3),
     /** Atropos `min_batch_allocation`. */
     minBatchAllocation: z.number().min(0).max(1).nullable().default(null),
+    /** Serve mode: run `evaluate()` each time the trainer's step crosses a multiple of this (0: never), pausing rollouts meanwhile. */
+    stepsPerEval: z.number().int().min(0).default(0),
     /** A local HF `tokenizer.json`, used for tokens/masks when the model server returns no token ids. */
     tokenizerPath: z.string().min(1).optional(),
   })

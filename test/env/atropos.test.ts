@@ -181,6 +181,36 @@ describe("serve: env manager against the trajectory API", () => {
     expect(report.sent).toBe(1);
   });
 
+  it("runs evaluate() and saveCheckpoint() when the trainer's step crosses stepsPerEval / checkpoint_interval", async () => {
+    api = await startAtroposDouble();
+    await api.registerTrainer({ batch_size: 2, max_token_len: 100_000, num_steps: 100, save_checkpoint_interval: 1 });
+    await api.getBatch();
+    llm = await startLlmServer({ tokenIds: true, respond: halfSolver() });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, groupConcurrency: 1, stepsPerEval: 1, modelUrl: llm.url, modelName: "m" }, { backend: fakeBackend(), logger: log });
+    const checkpoints: Array<[number, string]> = [];
+    env.saveCheckpoint = async (step, dir) => {
+      checkpoints.push([step, dir]);
+    };
+    env.getEvalItems = async () => [{ id: 99, path: "e.txt", content: "e" }];
+    await env.start();
+    const client = new AtroposClient({ url: api.url });
+    const report = await runEnvManager(env as never, client, {
+      logger: log,
+      stats: new RunStats(),
+      maxGroups: 2,
+      pollMs: 10,
+      onGroup: (_o, delivery) => {
+        // the trainer consumes the first group: its step goes 0 → 1
+        if (delivery === "sent") void api!.getBatch();
+      },
+    });
+    await client.close();
+    await env.close();
+    expect(report.evaluations).toBeGreaterThanOrEqual(1);
+    expect(checkpoints[0]).toEqual([1, "/ckpt"]);
+    expect(llm.requests.some((r) => taskOf(r).includes("TASK 99"))).toBe(true);
+  });
+
   it("refuses to send groups without token ids (oracle policy, no tokenizer)", async () => {
     api = await startAtroposDouble();
     await api.registerTrainer({ batch_size: 4 });

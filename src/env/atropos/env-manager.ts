@@ -22,6 +22,8 @@ export interface EnvManagerReport {
   registration: Registration;
   sent: number;
   backoffs: number;
+  /** evaluate() runs triggered by the trainer's step (stepsPerEval). */
+  evaluations: number;
   lastStatus: EnvStatus | undefined;
   stopReason: string;
 }
@@ -71,6 +73,7 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
   const workers = new Set<Worker>();
   let sent = 0;
   let backoffs = 0;
+  let evaluations = 0;
   let exhausted = false;
   let fatal: unknown;
   let lastStatus: EnvStatus | undefined;
@@ -109,6 +112,19 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       options.stats.filteredGroups++;
       options.onGroup?.(outcome, "rejected");
     }
+  };
+
+  let currStep = registration.starting_step;
+  const crossed = (from: number, to: number, every: number) => every > 0 && Math.floor(to / every) > Math.floor(from / every);
+  // BaseEnv's env_step_checks: evaluation with rollouts stopped (STOP_TRAIN), then checkpoints.
+  const onStepChange = async (from: number, to: number) => {
+    if (crossed(from, to, cfg.stepsPerEval)) {
+      await cancelAll();
+      const result = await env.evaluate();
+      evaluations++;
+      log.info({ step: to, metrics: result.metrics }, "evaluation finished");
+    }
+    if (crossed(from, to, registration.checkpoint_interval)) await env.saveCheckpoint(to, registration.checkpoint_dir);
   };
 
   const startWorker = () => {
@@ -158,6 +174,10 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       }
       const status = await client.statusEnv(registration.env_id, options.signal);
       lastStatus = status;
+      if (status.current_step !== currStep) {
+        await onStepChange(currStep, status.current_step);
+        currStep = status.current_step;
+      }
       if (batchSize === -1) await refreshInfo();
       const qs = status.queue_size;
       if (totalSteps > 0 && batchSize > 0 && status.current_step + Math.floor((qs * cfg.groupSize) / batchSize) > totalSteps) {
@@ -185,5 +205,5 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
     await cancelAll();
   }
   if (fatal) throw fatal;
-  return { registration, sent, backoffs, lastStatus, stopReason };
+  return { registration, sent, backoffs, evaluations, lastStatus, stopReason };
 }
