@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 
@@ -38,6 +38,7 @@ export class SlotCgroups {
       this.reason = "disabled";
       return;
     }
+    sweepStale(logger);
     try {
       if (existsSync(join(ROOT, "cgroup.controllers"))) {
         // v2: our own subtree under the root (or wherever writable), controllers enabled.
@@ -155,20 +156,67 @@ export class SlotCgroups {
     }
   }
 
-  /** Removes our cgroups (after their processes are gone). */
-  cleanup(): void {
-    for (const p of this.slots.values()) for (const d of p.dirs) tryRmdir(d);
-    for (const b of this.base) tryRmdir(b);
+  /** Kills what is left and removes our cgroups once their processes are gone. */
+  async cleanup(): Promise<void> {
+    for (const index of this.slots.keys()) this.killAll(index);
+    const dirs = [...[...this.slots.values()].flatMap((p) => p.dirs), ...this.base];
+    const deadline = Date.now() + 2_000;
+    for (const d of dirs) {
+      while (!tryRmdir(d) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    }
   }
 }
 
-function tryRmdir(dir: string): void {
-  for (let i = 0; i < 5; i++) {
+function tryRmdir(dir: string): boolean {
+  try {
+    rmdirSync(dir);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "ENOENT";
+  }
+}
+
+function procsEmpty(dir: string): boolean {
+  try {
+    return readFileSync(join(dir, "cgroup.procs"), "utf8").trim() === "";
+  } catch {
+    return true;
+  }
+}
+
+/** Removes empty cgroups left by servers that died without cleaning up. */
+function sweepStale(logger: Logger): void {
+  const roots = existsSync(join(ROOT, "cgroup.controllers")) ? [ROOT] : ["memory", "pids", "cpu"].map((c) => join(ROOT, c));
+  let removed = 0;
+  for (const root of roots) {
+    let names: string[];
     try {
-      rmdirSync(dir);
-      return;
+      names = readdirSync(root).filter((n) => /^slotpool-\d+$/.test(n));
     } catch {
-      /* busy: processes still exiting */
+      continue;
     }
+    for (const name of names) {
+      const pid = Number(name.slice("slotpool-".length));
+      if (pid === process.pid || isAlive(pid)) continue;
+      const dir = join(root, name);
+      try {
+        for (const child of readdirSync(dir, { withFileTypes: true })) {
+          if (child.isDirectory() && procsEmpty(join(dir, child.name))) tryRmdir(join(dir, child.name));
+        }
+        if (tryRmdir(dir)) removed++;
+      } catch {
+        /* not ours to touch */
+      }
+    }
+  }
+  if (removed) logger.info({ removed }, "removed cgroups left by earlier servers");
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
   }
 }

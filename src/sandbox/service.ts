@@ -247,7 +247,7 @@ export class SandboxService {
     for (const slot of this.slots) slot.killRunning();
     await this.stateful.close();
     await this.bash.close();
-    this.cgroups.cleanup();
+    await this.cgroups.cleanup();
   }
 
   newOutputName(): string {

@@ -179,7 +179,9 @@ export class StatefulSessions {
       this.ensureScript(session) + " >/dev/null",
       `printf '%s\\n' ${shQuote(args.command)} > ${D}/c.${n}`,
       `${T} send-keys -t main -l ${shQuote(line)} && ${T} send-keys -t main Enter || exit 91`,
-      `${T} wait-for w.${n} 2>/dev/null`,
+      // Woken by the shell; re-checked every 0.5 s so a shell that died (or a wake-up lost
+      // while tmux exits) never leaves the call waiting until its timeout.
+      `until [ -e ${D}/r.${n} ]; do timeout 0.5 ${T} wait-for w.${n} 2>/dev/null; [ -e ${D}/r.${n} ] && break; ${T} has-session -t main 2>/dev/null || break; done`,
       `cat ${D}/o.${n}; cat ${D}/e.${n} >&2`,
       `rc=$(cat ${D}/r.${n} 2>/dev/null || echo 0)`,
       `rm -f ${D}/c.${n} ${D}/o.${n} ${D}/e.${n} ${D}/r.${n}`,
