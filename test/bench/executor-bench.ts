@@ -125,6 +125,49 @@ async function main(): Promise<void> {
       console.log(`(b') executor alone (instant pool, window ${windowMs} ms): p50 ${f(pct(own, 0.5))} ms p99 ${f(pct(own, 0.99))} ms per call`);
     }
 
+    // (a') the same head-of-line pattern over a pool whose slots answer `sleep 1` after a 1 s
+    // timer and `true` at once: what the executor itself adds, without sandbox CPU contention
+    {
+      const base = new RecordingPool();
+      const timed: RecordingPool = Object.assign(Object.create(base) as RecordingPool, {
+        acquire: async (o: { trajectoryId: string }) => {
+          const slot = await base.acquire(o);
+          const execute = slot.execute.bind(slot);
+          return Object.assign(slot, {
+            execute: async (call: Parameters<Slot["execute"]>[0], opts?: Parameters<Slot["execute"]>[1]) => {
+              if (String(call.args["command"]).startsWith("sleep")) await sleep(1000);
+              return execute(call, opts);
+            },
+          });
+        },
+      });
+      const ex = new ToolExecutor({ pool: timed, config: { batchWindowMs: WINDOW_MS } });
+      await ex.start();
+      const fastMs: number[] = [];
+      const deadline = performance.now() + Math.min(SECONDS, 5) * 1000;
+      const loops: Promise<void>[] = [];
+      for (let i = 0; i < 50; i++) {
+        loops.push(
+          (async () => {
+            while (performance.now() < deadline) await ex.execute(`t-sleeper-${i}`, { name: "bash", arguments: { command: "sleep 1" } });
+          })(),
+        );
+        loops.push(
+          (async () => {
+            while (performance.now() < deadline) {
+              const s = performance.now();
+              await ex.execute(`t-fast-${i}`, { name: "bash", arguments: { command: "true" } });
+              fastMs.push(performance.now() - s);
+              await sleep(THINK_MS / 10);
+            }
+          })(),
+        );
+      }
+      await Promise.all(loops);
+      await ex.close();
+      console.log(`(a') head-of-line, executor only (timer pool): \`true\` n=${fastMs.length} p50 ${f(pct(fastMs, 0.5))} ms p99 ${f(pct(fastMs, 0.99))} ms`);
+    }
+
     // (a) head-of-line: 50 fast trajectories alone (baseline), then with 50 sleepers
     const runPhase = async (label: string, withSleepers: boolean) => {
       const fast: number[] = [];
