@@ -45,6 +45,7 @@ export class BashExecutor {
         spawnerPath: svc.spawnerPath!,
         workspaceDir: slot.workspaceDir,
         allowNetwork,
+        identity: svc.identity(slot),
         uid: slot.owner?.uid,
         gid: slot.owner?.gid,
         onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
@@ -95,8 +96,8 @@ export class BashExecutor {
     } else {
       const script = ulimitPrologue(limits, timeoutSec) + args.command;
       const spec = sandboxed
-        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
-        : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8" } };
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
+        : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,
         ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),

@@ -13,7 +13,7 @@ import {
   type SandboxToolName,
 } from "../protocol/sandbox.js";
 import { HttpError, fieldName } from "./errors.js";
-import { probeBwrap, type BwrapProbe } from "./isolation.js";
+import { identityFiles, probeBwrap, type BwrapProbe } from "./isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
 import { Slot } from "./slot.js";
@@ -248,6 +248,13 @@ export class SandboxService {
     await this.stateful.close();
     await this.bash.close();
     await this.cgroups.cleanup();
+  }
+
+  /** /etc/passwd and /etc/group overlays naming the slot's uid inside its sandbox. */
+  identity(slot: Slot): { passwd: string; group: string } {
+    const uid = slot.owner?.uid ?? process.getuid?.() ?? 0;
+    const gid = slot.owner?.gid ?? process.getgid?.() ?? 0;
+    return identityFiles(this.stateDir, uid, gid);
   }
 
   newOutputName(): string {

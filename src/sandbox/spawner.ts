@@ -120,6 +120,7 @@ export interface HolderOptions {
   spawnerPath: string;
   workspaceDir: string;
   allowNetwork: boolean;
+  identity?: { passwd: string; group: string } | undefined;
   uid?: number | undefined;
   gid?: number | undefined;
   /** Called with the bwrap pid once it is spawned (cgroup placement). */
@@ -181,7 +182,7 @@ export class Holder {
     if (this.ready) return this.ready;
     const o = this.options;
     const args = [
-      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork }),
+      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity }),
       "--tmpfs", "/run",
       "--ro-bind", o.spawnerPath, SPAWNER_MOUNT,
       ...READ_ONLY_ROOT,

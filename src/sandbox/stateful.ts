@@ -99,6 +99,7 @@ export class StatefulSessions {
           spawnerPath: svc.spawnerPath,
           workspaceDir: slot.workspaceDir,
           allowNetwork,
+          identity: svc.identity(slot),
           uid: slot.owner?.uid,
           gid: slot.owner?.gid,
           onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
