@@ -78,10 +78,38 @@ export function slotProcesses(serverPid: number, slot: number): Array<{ pid: num
   return isRoot ? processesOfUid(SLOT_UID_BASE + slot) : [];
 }
 
-/** Only the slot's namespace holders (bwrap + spawner) may stay alive between calls. */
+function parentPid(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+}
+
+/**
+ * What may stay alive for a slot between calls: its namespace holders (bwrap + spawner) and
+ * the one bash each spawner pre-forks for the next command (`bash -c . /dev/fd/3`, a direct
+ * child of the spawner; a command's leftover would have been reparented to the namespace's
+ * init, so it cannot pass for it).
+ */
+export function strayProcesses(serverPid: number, slot: number): Array<{ pid: number; comm: string; cmdline?: string }> {
+  const procs = slotProcesses(serverPid, slot);
+  const spawners = new Set(procs.filter((p) => p.comm === "spawner").map((p) => p.pid));
+  const stray: Array<{ pid: number; comm: string; cmdline?: string }> = [];
+  for (const p of procs) {
+    if (HOLDER_COMMS.has(p.comm)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${p.pid}/cmdline`, "utf8").replace(/\0/g, " ").trim();
+      if (p.comm === "bash" && cmdline === "bash -c . /dev/fd/3" && spawners.has(parentPid(p.pid))) continue;
+      stray.push({ ...p, cmdline });
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  return stray;
+}
+
+/** Only the slot's holders (and their pre-forked bash) may stay alive between calls. */
 export async function assertOnlyHolders(server: AttackServer, slot: number): Promise<void> {
-  const clean = await eventually(() => slotProcesses(server.proc.pid, slot).every((p) => HOLDER_COMMS.has(p.comm)), 3_000);
-  assert.ok(clean, `slot_${slot} still has processes after its call: ${JSON.stringify(slotProcesses(server.proc.pid, slot).slice(0, 20))}`);
+  const clean = await eventually(() => strayProcesses(server.proc.pid, slot).length === 0, 3_000);
+  assert.ok(clean, `slot_${slot} still has processes after its call: ${JSON.stringify(strayProcesses(server.proc.pid, slot).slice(0, 20))}`);
 }
 
 async function assertHealthy(server: AttackServer): Promise<void> {
