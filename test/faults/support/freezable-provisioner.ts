@@ -30,6 +30,9 @@ export class FreezableProvisioner implements Provisioner {
   private readonly containers = new Map<string, Container>();
   private events!: ProvisionerEvents;
   private next = 0;
+  private stopped = false;
+  /** Launches still starting: stop() waits for them, so no server outlives the test. */
+  private readonly launching = new Set<Promise<void>>();
 
   constructor(private readonly slots: number) {
     chmodSync(this.base, 0o755);
@@ -42,14 +45,14 @@ export class FreezableProvisioner implements Provisioner {
 
   async setTargetCount(count: number): Promise<void> {
     const live = [...this.containers.values()].filter((c) => !c.frozen);
-    for (let i = live.length; i < count; i++) void this.launch();
+    for (let i = live.length; i < count; i++) this.track(this.launch());
   }
 
   async replaceContainer(id: string): Promise<void> {
     const c = this.containers.get(id);
     if (!c) return;
     await this.remove(c, "replaced after failing health checks", false);
-    void this.launch();
+    this.track(this.launch());
   }
 
   freeze(id: string): void {
@@ -64,11 +67,19 @@ export class FreezableProvisioner implements Provisioner {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
+    await Promise.all([...this.launching]);
     for (const c of [...this.containers.values()]) await this.remove(c, "stopped", true);
     rmSync(this.base, { recursive: true, force: true });
   }
 
+  private track(p: Promise<void>): void {
+    const tracked = p.catch(() => undefined).finally(() => this.launching.delete(tracked));
+    this.launching.add(tracked);
+  }
+
   private async launch(): Promise<void> {
+    if (this.stopped) return;
     const index = this.next++;
     const id = `frz-${index}-${randomBytes(3).toString("hex")}`;
     const token = randomBytes(12).toString("hex");
@@ -76,6 +87,7 @@ export class FreezableProvisioner implements Provisioner {
     this.containers.set(id, c);
     this.events.containerStarting(id, index);
     c.proc = await startSandboxProcess({ slots: this.slots, dataDir: join(this.base, id), token });
+    if (this.stopped) return; // stop() removes it once this launch settles
     c.proxy.on("connection", (client) => {
       c.sockets.add(client);
       client.on("close", () => c.sockets.delete(client));
