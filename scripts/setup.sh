@@ -8,6 +8,8 @@ need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v tar >/dev/null 2>&1 || need+=(tar)
+# The security suite runs a small Python program inside a slot (test/security/fixtures).
+command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need[*]}" >&2

@@ -174,9 +174,9 @@ export const bigFile: Attack = {
 export const memoryHog: Attack = {
   name: "memory hog (grows to 2 GB)",
   async run(server, slot) {
-    // Grows 64 MB at a time so the limit, not the machine, stops it; bounded at 2 GB anyway.
+    // A string doubling up to 2 GB (awk: in every Debian): the slot's memory limit must stop it first.
     const r = await timed(() =>
-      server.bash(slot, "python3 -c 'b=[]\nfor i in range(32): b.append(bytearray(64*1024*1024))\nprint(\"survived\", len(b))'; echo rc=$?", { timeout: 15 }),
+      server.bash(slot, `awk 'BEGIN { s = "x"; for (i = 0; i < 31; i++) s = s s; print "survived", length(s) }'; echo rc=$?`, { timeout: 15 }),
     );
     return { ...r, notes: { server_rss_mb: Math.round(rssKb(server.proc.pid) / 1024) } };
   },

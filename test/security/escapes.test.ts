@@ -175,7 +175,8 @@ describe("commands cannot see or touch other slots", () => {
     const victim = server.bash(1, `exec -a ${marker} sleep 3`, { timeout: 20 });
     expect(await eventually(() => processesWithMarker(marker).length > 0, 10_000)).toBe(true);
     const hostPid = processesWithMarker(marker)[0]!.pid;
-    const attack = await server.bash(0, `ps -eo pid,args; ls -d /proc/${hostPid} 2>&1; cat /proc/${hostPid}/cmdline 2>&1; kill -9 ${hostPid} 2>&1; pkill -9 -f ${marker.slice(0, 15)}; kill -9 -1; echo attacked`);
+    const attack = await server.bash(0, `echo procs: $(ls -d /proc/[0-9]* | wc -l); for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null; ls -d /proc/${hostPid} 2>&1; cat /proc/${hostPid}/cmdline 2>&1; kill -9 ${hostPid} 2>&1; kill -9 -1; echo attacked`);
+    expect(attack.output).toMatch(/procs: \d+/);
     expect(attack.output).not.toContain(marker);
     const v = await within(15_000, "victim call", victim);
     expect(v.success, JSON.stringify(v)).toBe(true);
