@@ -4,7 +4,7 @@ import { ulimitPrologue } from "./limits.js";
 import { CappedOutput } from "./output.js";
 import { runProcess, type RunResult } from "./runner.js";
 import { Holder } from "./spawner.js";
-import type { SandboxService } from "./service.js";
+import type { OnChunk, SandboxService } from "./service.js";
 import type { Slot } from "./slot.js";
 
 export type ToolOutcome = Omit<ExecuteResponse, "execution_id">;
@@ -55,7 +55,7 @@ export class BashExecutor {
     return holder;
   }
 
-  async run(slot: Slot, args: BashArgs, envelopeTimeout: number | undefined, onChunk?: (s: "stdout" | "stderr", c: string) => void): Promise<ToolOutcome> {
+  async run(slot: Slot, args: BashArgs, envelopeTimeout: number | undefined, onChunk?: OnChunk): Promise<ToolOutcome> {
     const svc = this.service;
     const timeoutSec = this.timeoutSec(args, envelopeTimeout);
     const allowNetwork = args.allow_network ?? svc.defaultAllowNetwork;

@@ -19,7 +19,7 @@ export interface RunSpec {
   timeoutMs: number;
   output: CappedOutput;
   /** Called with each chunk as it arrives (WebSocket streaming). */
-  onChunk?: ((stream: "stdout" | "stderr", chunk: string) => void) | undefined;
+  onChunk?: ((stream: "stdout" | "stderr", chunk: string) => void | Promise<void>) | undefined;
   /** Aborts the run (reset, shutdown): kills the process group. */
   signal?: AbortSignal | undefined;
   /** Extra kill step run on timeout/abort (e.g. kill the slot's cgroup). */
@@ -70,10 +70,12 @@ export function runProcess(spec: RunSpec): Promise<RunResult> {
     };
     const timer = setTimeout(() => {
       timedOut = true;
+      stopped = true;
       kill();
     }, spec.timeoutMs);
     const onAbort = (): void => {
       aborted = true;
+      stopped = true;
       kill();
     };
     if (spec.signal) {
@@ -81,12 +83,27 @@ export function runProcess(spec: RunSpec): Promise<RunResult> {
       else spec.signal.addEventListener("abort", onAbort, { once: true });
     }
     const decoders = { stdout: new StringDecoder("utf8"), stderr: new StringDecoder("utf8") };
+    let paused = false;
+    /** After a timeout/abort: keep draining (so the kill can land) but stream no more. */
+    let stopped = false;
+    const resume = (): void => {
+      paused = false;
+      child.stdout!.resume();
+      child.stderr!.resume();
+    };
     for (const stream of ["stdout", "stderr"] as const) {
       child[stream]!.on("data", (c: Buffer) => {
         spec.output.push(stream, c);
-        if (spec.onChunk) {
+        if (spec.onChunk && !stopped) {
           const text = decoders[stream].write(c);
-          if (text) spec.onChunk(stream, text);
+          const wait = text ? spec.onChunk(stream, text) : undefined;
+          if (wait && !paused) {
+            // Slow consumer: stop reading until it catches up (the command blocks on its pipe).
+            paused = true;
+            child.stdout!.pause();
+            child.stderr!.pause();
+            void wait.then(resume, resume);
+          }
         }
       });
     }

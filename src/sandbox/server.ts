@@ -1,6 +1,8 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import type { z } from "zod";
 import { PROMETHEUS_CONTENT_TYPE } from "../observability/metrics.js";
 import {
@@ -36,12 +38,14 @@ export class SandboxServer {
   private readonly tokenHash: Buffer | null;
   private readonly maxBody: number;
   private readonly ws: SandboxWebSockets;
+  private readonly bodyBudget: ByteBudget;
   url = "";
 
   constructor(readonly options: SandboxServerOptions) {
     this.service = new SandboxService(options);
     this.tokenHash = options.token ? createHash("sha256").update(options.token).digest() : null;
     this.maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
+    this.bodyBudget = new ByteBudget(this.maxBody);
     this.server = createServer((req, res) => {
       this.handle(req, res).catch((err: unknown) => {
         try {
@@ -200,7 +204,32 @@ export class SandboxServer {
     if (!tokenMatches(given, this.tokenHash)) throw new HttpError(403, "invalid bearer token");
   }
 
-  private readJson(req: IncomingMessage): Promise<unknown> {
+  /**
+   * Reads and parses a JSON body. Bodies are held whole while parsed (≈ 3-4 x their size
+   * at the peak), so the bytes of bodies being read at once are capped by a budget
+   * (`maxBodyBytes`, 64 MB by default): a request whose Content-Length does not fit waits
+   * its turn (TCP backpressure on its sender) instead of the server's memory growing with
+   * the number of concurrent large requests.
+   */
+  private async readJson(req: IncomingMessage): Promise<unknown> {
+    const declared = Number(req.headers["content-length"] ?? NaN);
+    if (Number.isFinite(declared) && declared > this.maxBody) {
+      req.resume();
+      throw new HttpError(413, `request body larger than ${this.maxBody} bytes`, "body");
+    }
+    const reserve = Number.isFinite(declared) ? declared : 0;
+    await this.bodyBudget.acquire(reserve);
+    try {
+      return await this.readJsonNow(req);
+    } finally {
+      // A large body leaves large garbage (bytes, text); collect it before the next one
+      // is let in, or peaks add up while V8 waits to collect.
+      if (reserve >= LARGE_BODY) collectGarbage();
+      this.bodyBudget.release(reserve);
+    }
+  }
+
+  private readJsonNow(req: IncomingMessage): Promise<unknown> {
     return new Promise((resolve, reject) => {
       const chunks: Buffer[] = [];
       let size = 0;
@@ -218,7 +247,9 @@ export class SandboxServer {
       });
       req.on("end", () => {
         if (failed) return;
-        const text = Buffer.concat(chunks).toString("utf8");
+        const buf = Buffer.concat(chunks);
+        chunks.length = 0;
+        const text = buf.toString("utf8");
         if (!text.trim()) return reject(new HttpError(400, "invalid request: empty body, expected JSON", "body"));
         try {
           resolve(JSON.parse(text));
@@ -272,3 +303,46 @@ function parse<T>(schema: z.ZodType<T>, body: unknown): T {
   return r.data;
 }
 
+
+const LARGE_BODY = 8 * 1024 * 1024;
+
+let gcFn: (() => void) | null | undefined;
+/** A full GC, when V8 lets us have one (`--expose-gc` enabled at run time). */
+function collectGarbage(): void {
+  if (gcFn === undefined) {
+    try {
+      setFlagsFromString("--expose-gc");
+      gcFn = runInNewContext("gc") as () => void;
+    } catch {
+      gcFn = null;
+    }
+  }
+  gcFn?.();
+}
+
+/** A FIFO byte budget: `acquire(n)` waits until n bytes fit (a lone request always fits). */
+export class ByteBudget {
+  private used = 0;
+  private readonly waiters: Array<{ n: number; go: () => void }> = [];
+
+  constructor(private readonly capacity: number) {}
+
+  acquire(n: number): Promise<void> {
+    if (this.waiters.length === 0 && (this.used === 0 || this.used + n <= this.capacity)) {
+      this.used += n;
+      return Promise.resolve();
+    }
+    return new Promise((go) => this.waiters.push({ n, go }));
+  }
+
+  release(n: number): void {
+    this.used -= n;
+    while (this.waiters.length > 0) {
+      const next = this.waiters[0]!;
+      if (this.used !== 0 && this.used + next.n > this.capacity) break;
+      this.waiters.shift();
+      this.used += next.n;
+      next.go();
+    }
+  }
+}

@@ -52,8 +52,12 @@ export interface SandboxServiceOptions {
   logger: Logger;
 }
 
-/** Receives a streaming call's output as it is produced. */
-export type OnChunk = (stream: "stdout" | "stderr", chunk: string) => void;
+/**
+ * Receives a streaming call's output as it is produced. Returning a promise asks the
+ * producer to stop reading the command's output until it resolves (a slow WebSocket
+ * reader): the command then blocks on its own stdout instead of the server buffering.
+ */
+export type OnChunk = (stream: "stdout" | "stderr", chunk: string) => void | Promise<void>;
 
 /** A validated call, ready to run on its slot. */
 export interface ParsedCall {

@@ -121,6 +121,8 @@ export interface HolderOptions {
   workspaceDir: string;
   allowNetwork: boolean;
   identity?: { passwd: string; group: string } | undefined;
+  /** Extra host dirs bound read-write: [host path, sandbox path]. */
+  extraBinds?: Array<[string, string]> | undefined;
   uid?: number | undefined;
   gid?: number | undefined;
   /** Called with the bwrap pid once it is spawned (cgroup placement). */
@@ -141,7 +143,7 @@ export interface HolderRunOptions {
   keep?: boolean;
   timeoutMs: number;
   output: CappedOutput;
-  onChunk?: ((stream: "stdout" | "stderr", chunk: string) => void) | undefined;
+  onChunk?: ((stream: "stdout" | "stderr", chunk: string) => void | Promise<void>) | undefined;
   signal?: AbortSignal | undefined;
 }
 
@@ -183,6 +185,7 @@ export class Holder {
     const o = this.options;
     const args = [
       ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity }),
+      ...(o.extraBinds ?? []).flatMap(([src, dest]) => ["--bind", src, dest]),
       "--tmpfs", "/run",
       "--ro-bind", o.spawnerPath, SPAWNER_MOUNT,
       ...READ_ONLY_ROOT,
@@ -261,7 +264,17 @@ export class Holder {
     });
   }
 
+  private paused = false;
+
+  private resumeOutput(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    this.child?.stdout?.resume();
+  }
+
   private killCommand(): void {
+    // Read again (a paused reader would keep the spawner blocked on its output, deaf to K).
+    this.resumeOutput();
     if (this.child && !this.dead) this.child.stdin!.write("K\n");
   }
 
@@ -304,9 +317,16 @@ export class Holder {
     const p = this.pending;
     if (!p) return;
     p.options.output.push(stream, piece);
-    if (p.options.onChunk) {
+    if (p.options.onChunk && !p.timedOut && !p.aborted) {
       const text = (stream === "stdout" ? p.out : p.err).write(piece);
-      if (text) p.options.onChunk(stream, text);
+      const wait = text ? p.options.onChunk(stream, text) : undefined;
+      if (wait && !this.paused) {
+        // Slow consumer (WebSocket): stop reading frames until it catches up. The spawner
+        // then blocks writing them and the command blocks on its stdout: nothing piles up.
+        this.paused = true;
+        this.child?.stdout?.pause();
+        void wait.then(() => this.resumeOutput(), () => this.resumeOutput());
+      }
     }
   }
 
@@ -360,6 +380,7 @@ export class Holder {
 
   private finish(p: Pending, r: { exitCode: number | null; signal: NodeJS.Signals | null; spawnError?: string }): void {
     clearTimeout(p.timer);
+    this.resumeOutput();
     p.options.signal?.removeEventListener("abort", p.onAbort);
     p.options.output.close();
     this.pending = null;

@@ -1,4 +1,4 @@
-import { chownSync, mkdirSync, readFileSync } from "node:fs";
+import { chownSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { ToolOutcome } from "./bash.js";
 import { CappedOutput } from "./output.js";
@@ -6,7 +6,7 @@ import { runProcess, type RunResult } from "./runner.js";
 import type { SandboxService } from "./service.js";
 import { Holder } from "./spawner.js";
 import type { Slot } from "./slot.js";
-import { SANDBOX_PATH } from "./isolation.js";
+import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
 
 /**
  * `bash_stateful` and `tmux`: one persistent terminal per slot, a tmux session "main"
@@ -43,10 +43,17 @@ const TMUX_KEY_NAME = /^(C-[a-z\\\]^_@]|M-[a-z0-9]|Enter|Escape|Tab|BTab|BSpace|
 interface Session {
   holder: Holder | null;
   allowNetwork: boolean;
-  /** Host dir for the session's files when running unsandboxed. */
-  hostDir?: string;
+  /**
+   * Host dir of the session's files (tmux socket, command and output files), the slot's
+   * own (0700, its uid). Sandboxed it is bound at /tmp/.slotpool in the session's
+   * namespace and in the sandbox an attach runs in; unsandboxed it is used as is.
+   */
+  hostDir: string;
   seq: number;
 }
+
+/** Where the session's files appear inside the sandbox. */
+const SESSION_MOUNT = "/tmp/.slotpool";
 
 export class StatefulSessions {
   private readonly sessions = new Map<number, Session>();
@@ -54,7 +61,7 @@ export class StatefulSessions {
   constructor(private readonly service: SandboxService) {}
 
   private dir(session: Session): string {
-    return session.holder ? "/tmp/.slotpool" : session.hostDir!;
+    return session.holder ? SESSION_MOUNT : session.hostDir;
   }
 
   private tmuxCmd(session: Session): string {
@@ -93,6 +100,7 @@ export class StatefulSessions {
     }
     if (!s) {
       const svc = this.service;
+      const hostDir = this.hostDir(slot);
       if (svc.bwrap.available && svc.spawnerPath) {
         const holder = new Holder({
           bwrapPath: svc.bwrap.path!,
@@ -100,20 +108,27 @@ export class StatefulSessions {
           workspaceDir: slot.workspaceDir,
           allowNetwork,
           identity: svc.identity(slot),
+          extraBinds: [[hostDir, SESSION_MOUNT]],
           uid: slot.owner?.uid,
           gid: slot.owner?.gid,
           onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
         });
-        s = { holder, allowNetwork, seq: 0 };
+        s = { holder, allowNetwork, hostDir, seq: 0 };
       } else {
-        const hostDir = join(svc.stateDir, `state_${slot.index}`);
-        mkdirSync(hostDir, { recursive: true, mode: 0o700 });
-        if (slot.owner) chownSync(hostDir, slot.owner.uid, slot.owner.gid);
         s = { holder: null, allowNetwork, hostDir, seq: 0 };
       }
       this.sessions.set(slot.index, s);
     }
     return s;
+  }
+
+  /** The slot's session dir on the host, created empty for the slot's uid. */
+  private hostDir(slot: Slot): string {
+    const dir = join(this.service.stateDir, `term_${slot.index}`);
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    if (slot.owner) chownSync(dir, slot.owner.uid, slot.owner.gid);
+    return dir;
   }
 
   /** Runs a helper script in the session's namespace (keep mode: it may leave processes). */
@@ -235,31 +250,28 @@ export class StatefulSessions {
 
   /**
    * How to attach to the slot's terminal read-only (WebSocket): a tmux client in control
-   * mode (`-C`, read-only `-r`) running as the slot's uid, or null when the slot has no
-   * session.
+   * mode (`-C`, read-only `-r`), or null when the slot has no session. The socket belongs
+   * to the slot, which may have replaced tmux's server with its own program — and a tmux
+   * server can make its client run commands. So the client runs in a sandbox of its own,
+   * the same as the slot's (its uid, no network, its cgroup), with only the session dir
+   * bound in: whatever it is made to run stays inside the slot's walls.
    */
-  attachCommand(slot: Slot): { file: string; args: string[]; uid?: number; gid?: number } | null {
+  attachCommand(slot: Slot): { sandboxArgs: string[] | null; command: string[]; hostDir: string } | null {
     const s = this.sessions.get(slot.index);
     if (!s) return null;
-    const owner = slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {};
+    const svc = this.service;
     if (!s.holder) {
-      return { file: "tmux", args: ["-S", join(s.hostDir!, "tmux.sock"), "-C", "attach-session", "-r", "-t", "main"], ...owner };
+      return { sandboxArgs: null, command: ["tmux", "-S", join(s.hostDir, "tmux.sock"), "-C", "attach-session", "-r", "-t", "main"], hostDir: s.hostDir };
     }
-    const bwrapPid = s.holder.pid;
-    if (!s.holder.alive || bwrapPid === undefined) return null;
-    let inner: number | undefined;
-    try {
-      inner = Number(readFileSync(`/proc/${bwrapPid}/task/${bwrapPid}/children`, "utf8").trim().split(/\s+/)[0]);
-    } catch {
-      return null;
-    }
-    if (!inner) return null;
-    // The session's socket lives in the holder's private /tmp; /proc/<pid>/root reaches it
-    // from the host for the slot's own uid (no namespace juggling, nothing runs inside).
+    if (!s.holder.alive) return null;
     return {
-      file: "tmux",
-      args: ["-S", `/proc/${inner}/root/tmp/.slotpool/tmux.sock`, "-C", "attach-session", "-r", "-t", "main"],
-      ...owner,
+      sandboxArgs: [
+        ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: false, identity: svc.identity(slot) }),
+        "--bind", s.hostDir, SESSION_MOUNT,
+        ...READ_ONLY_ROOT,
+      ],
+      command: ["tmux", "-S", `${SESSION_MOUNT}/tmux.sock`, "-C", "attach-session", "-r", "-t", "main"],
+      hostDir: s.hostDir,
     };
   }
 
@@ -272,6 +284,7 @@ export class StatefulSessions {
       const output = this.newOutput(slot);
       await this.exec(slot, s, `${this.tmuxCmd(s)} kill-server 2>/dev/null; true`, 10, output);
     }
+    rmSync(s.hostDir, { recursive: true, force: true });
   }
 
   async close(): Promise<void> {

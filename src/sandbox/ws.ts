@@ -56,7 +56,12 @@ export class SandboxWebSockets {
     const { type: _t, ...body } = msg;
     try {
       const call = this.service.parseCall(body);
-      const result = await this.service.execute(call, (stream, data) => this.send(ws, { type: "output", stream, data }));
+      const result = await this.service.execute(call, (stream, data) => {
+        this.send(ws, { type: "output", stream, data });
+        // A reader that does not keep up makes the command wait, not the server buffer.
+        if (ws.bufferedAmount > HIGH_WATER) return belowLowWater(ws);
+        return undefined;
+      });
       this.send(ws, { type: "result", ...result });
       ws.close(1000);
     } catch (err) {
@@ -86,11 +91,22 @@ export class SandboxWebSockets {
       ws.close(1000);
       return;
     }
-    const child = spawn(cmd.file, cmd.args, {
-      stdio: ["pipe", "pipe", "pipe"],
-      env: { PATH: SANDBOX_PATH, TERM: "xterm", HOME: "/workspace", LANG: "C.UTF-8" },
-      ...(cmd.uid !== undefined ? { uid: cmd.uid, gid: cmd.gid ?? cmd.uid } : {}),
-    });
+    const svc = this.service;
+    const owner = slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {};
+    const sandboxed = cmd.sandboxArgs !== null && svc.bwrap.path !== null;
+    const child = sandboxed
+      ? spawn(svc.bwrap.path!, ["--args", "3", "--", ...cmd.command], { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, ...owner })
+      : spawn(cmd.command[0]!, cmd.command.slice(1), {
+          stdio: ["pipe", "pipe", "pipe"],
+          cwd: slot.workspaceDir,
+          env: { PATH: SANDBOX_PATH, TERM: "xterm", HOME: slot.workspaceDir, LANG: "C.UTF-8", SHELL: "/bin/bash" },
+          ...owner,
+        });
+    if (sandboxed) {
+      // In the slot's cgroups before bwrap reads its arguments (and forks anything).
+      if (child.pid !== undefined) svc.cgroups.place(slot.index, child.pid);
+      (child.stdio[3] as NodeJS.WritableStream).end(Buffer.from(cmd.sandboxArgs!.map((a) => a + "\0").join(""), "utf8"));
+    }
     // Control mode: ask for the current screen once, then forward %output notifications.
     child.stdin.write("capture-pane -p -e -t main\n");
     let buf = "";
@@ -140,6 +156,21 @@ export class SandboxWebSockets {
     for (const c of this.wss.clients) c.terminate();
     this.wss.close();
   }
+}
+
+const HIGH_WATER = 1024 * 1024;
+const LOW_WATER = 256 * 1024;
+
+/** Resolves once the socket's send buffer is below the low-water mark (or it closed). */
+function belowLowWater(ws: WebSocket): Promise<void> {
+  return new Promise((resolve) => {
+    const check = setInterval(() => {
+      if (ws.readyState !== ws.OPEN || ws.bufferedAmount < LOW_WATER) {
+        clearInterval(check);
+        resolve();
+      }
+    }, 20);
+  });
 }
 
 /** tmux control mode escapes bytes < 32 and backslash as \ooo (octal). */
