@@ -24,6 +24,8 @@ export interface SandboxServerOptions extends SandboxServiceOptions {
   token?: string | undefined;
   /** Largest request body accepted, bytes. */
   maxBodyBytes?: number;
+  /** Open connections at most (default 4096). */
+  maxConnections?: number;
 }
 
 /** Constant-time token check: both sides hashed to equal length first. */
@@ -71,8 +73,12 @@ export class SandboxServer {
       }
       this.ws.handleUpgrade(req, socket, head);
     });
+    // Idle and slow connections cost a file descriptor each: a client must send its
+    // headers within 15 s, and at most `maxConnections` are open at once (the rest are
+    // closed at accept). Keep-alive clients (the pool) stay connected between calls.
     this.server.keepAliveTimeout = 65_000;
-    this.server.headersTimeout = 66_000;
+    this.server.headersTimeout = 15_000;
+    this.server.maxConnections = options.maxConnections ?? 4096;
   }
 
   async listen(): Promise<string> {
