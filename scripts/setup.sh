@@ -21,4 +21,7 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
-if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; else npm install --no-audit --no-fund --loglevel=error; fi
+# `npm install`, not `npm ci`: npm 11 writes lock files without other platforms' optional
+# packages (rollup's) and then refuses its own lock in `npm ci`. With the lock present,
+# `npm install` still installs exactly the locked versions.
+npm install --no-audit --no-fund --loglevel=error
