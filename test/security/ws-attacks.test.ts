@@ -112,8 +112,11 @@ describe("terminal attach", () => {
     await new Promise((r) => setTimeout(r, 3_000));
     ws.close();
     const log = readFileSync(join(server.dataDir, "slot_0", "fake.log"), "utf8");
-    // Control: the fake did take the socket over and a client did connect to it.
+    // Control: the fake took the socket over, a client connected, got MSG_EXEC and agreed to
+    // exit for it (MSG_EXITING = 205): the attack was delivered; only where it ran is in question.
     expect(log).toContain("listening");
+    expect(log, log).toContain("sent exec");
+    expect(log, log).toMatch(/client msg 205\b/);
     const escaped = existsSync(marker) ? readFileSync(marker, "utf8") : "";
     expect(escaped, `a command of slot_0 ran on the host through the WebSocket attach:\n${escaped}`).toBe("");
     await server.reset(0);
