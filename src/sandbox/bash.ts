@@ -24,6 +24,11 @@ export interface BashArgs {
 export class BashExecutor {
   /** Per slot index: holder with network ("net") and without ("nonet"). */
   private readonly holders = new Map<number, { net?: Holder; nonet?: Holder }>();
+  /** Per slot index: the network policy of its last `bash` call (what a reset re-warms). */
+  private readonly lastPolicy = new Map<number, boolean>();
+  /** Holders running their warm-up command: a real call waits for it (one command at a time). */
+  private readonly warming = new Map<Holder, Promise<void>>();
+  private closed = false;
 
   constructor(private readonly service: SandboxService) {}
 
@@ -33,7 +38,7 @@ export class BashExecutor {
     return Math.min(t, l.maxTimeoutSec);
   }
 
-  private holder(slot: Slot, allowNetwork: boolean): Holder {
+  private holder(slot: Slot, allowNetwork: boolean, background = false): Holder {
     let h = this.holders.get(slot.index);
     if (!h) this.holders.set(slot.index, (h = {}));
     const key = allowNetwork ? "net" : "nonet";
@@ -49,6 +54,7 @@ export class BashExecutor {
         uid: slot.owner?.uid,
         gid: slot.owner?.gid,
         onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
+        background,
       });
       h[key] = holder;
     }
@@ -59,6 +65,7 @@ export class BashExecutor {
     const svc = this.service;
     const timeoutSec = this.timeoutSec(args, envelopeTimeout);
     const allowNetwork = args.allow_network ?? svc.defaultAllowNetwork;
+    this.lastPolicy.set(slot.index, allowNetwork);
     const sandboxed = svc.bwrap.available;
     if (!sandboxed && args.require_sandbox) {
       return {
@@ -74,8 +81,17 @@ export class BashExecutor {
     const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutSec) + 1));
     let res: RunResult;
     if (sandboxed && svc.spawnerPath) {
-      const holder = this.holder(slot, allowNetwork);
+      let holder = this.holder(slot, allowNetwork);
       try {
+        const warming = this.warming.get(holder);
+        if (warming) {
+          // Started in the background (server start, after a reset): wait for it, no second
+          // one, and at full priority from now on.
+          holder.boost();
+          await warming;
+          holder = this.holder(slot, allowNetwork);
+        }
+        holder.boost();
         res = await holder.run({
           command: args.command,
           cpuSeconds: cpu,
@@ -141,6 +157,65 @@ export class BashExecutor {
     return { success: exitCode === 0, output: text, error: exitCode === 0 ? "" : `Exit code: ${exitCode}`, metadata };
   }
 
+  /**
+   * Starts the slot's namespace (holder) for `allowNetwork` if it has none, without waiting
+   * for it: the holder is registered at once, so a call arriving while it starts finds it
+   * and waits for the same start-up (`Holder.run` awaits `start()`) instead of building a
+   * second one. Resolves when the holder is ready (or failed; a failed holder is replaced
+   * by the next call). No-op without the fast path or after shutdown.
+   */
+  warm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.defaultAllowNetwork): Promise<void> {
+    const svc = this.service;
+    if (this.closed || !svc.bwrap.available || !svc.spawnerPath) return Promise.resolve();
+    const existing = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
+    if (existing?.alive) return this.warming.get(existing) ?? Promise.resolve();
+    const holder = this.holder(slot, allowNetwork, true);
+    // Start the namespace, then run one empty command in it with the slot's limits: the
+    // spawner pre-forks the next command's bash after each command, so the first real call
+    // finds that bash waiting (≈ the cost of any later call, not a bash start-up).
+    const limits = svc.limits;
+    const done = holder
+      .start()
+      .then(() =>
+        holder.run({
+          command: ":",
+          cpuSeconds: 1,
+          maxProcesses: limits.maxProcesses,
+          maxFileBytes: limits.maxFileBytes,
+          addressSpaceBytes: svc.cgroups.mode === "none" && limits.addressSpaceLimit ? limits.memoryBytes : 0,
+          outputCap: limits.outputCap,
+          outputFileName: svc.newOutputName(),
+          timeoutMs: 10_000,
+          output: new CappedOutput({ cap: limits.outputCap, workspaceDir: slot.workspaceDir, fileName: svc.newOutputName(), owner: slot.owner }),
+        }),
+      )
+      .then(
+        () => undefined,
+        (err: unknown) => {
+          svc.logger.warn({ err, slot: slot.id }, "could not pre-start the slot's sandbox (the next call retries)");
+          holder.kill();
+        },
+      )
+      .finally(() => this.warming.delete(holder));
+    this.warming.set(holder, done);
+    return done;
+  }
+
+  /** Pre-warms every slot, at most `concurrency` namespaces starting at a time (server start). */
+  async warmAll(concurrency = 4): Promise<void> {
+    const slots = [...this.service.slots];
+    const worker = async (): Promise<void> => {
+      for (let slot = slots.shift(); slot && !this.closed; slot = slots.shift()) await this.warm(slot);
+    };
+    await Promise.all(Array.from({ length: Math.max(1, concurrency) }, worker));
+  }
+
+  /** Whether the slot has a live namespace for `allowNetwork` (tests, /slots). */
+  isWarm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.defaultAllowNetwork): boolean {
+    const h = this.holders.get(slot.index);
+    return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
+  }
+
   /** Tears down the slot's namespaces (every process in them dies). */
   async resetSlot(slot: Slot): Promise<void> {
     const h = this.holders.get(slot.index);
@@ -150,6 +225,7 @@ export class BashExecutor {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     await Promise.all(this.service.slots.map((s) => this.resetSlot(s)));
   }
 }

@@ -26,6 +26,8 @@ export interface SandboxServerOptions extends SandboxServiceOptions {
   maxBodyBytes?: number;
   /** Open connections at most (default 4096). */
   maxConnections?: number;
+  /** Start every slot's namespace in the background once listening (default true). */
+  prewarm?: boolean;
 }
 
 /** Constant-time token check: both sides hashed to equal length first. */
@@ -92,6 +94,8 @@ export class SandboxServer {
     const addr = this.server.address() as AddressInfo;
     const host = addr.family === "IPv6" ? `[${addr.address}]` : addr.address;
     this.url = `http://${host}:${addr.port}`;
+    // Pre-warm every slot's namespace in the background (bounded: a few at a time).
+    if (this.options.prewarm !== false) void this.service.prewarm();
     return this.url;
   }
 

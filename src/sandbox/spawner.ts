@@ -1,6 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import { accessSync, chmodSync, constants as fsc, existsSync, mkdirSync, readFileSync, renameSync } from "node:fs";
+import { setPriority } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import { fileURLToPath } from "node:url";
@@ -127,6 +128,12 @@ export interface HolderOptions {
   gid?: number | undefined;
   /** Called with the bwrap pid once it is spawned (cgroup placement). */
   onSpawn?: ((pid: number) => void) | undefined;
+  /**
+   * Started ahead of use (pre-warm): when the server is root, the namespace starts at nice 10
+   * so it does not compete with commands running now; `boost()` (before its first real
+   * command) puts every process of it back to nice 0. Not root: no change (could not undo).
+   */
+  background?: boolean | undefined;
 }
 
 export interface HolderRunOptions {
@@ -169,6 +176,7 @@ export class Holder {
   private readyReject: ((e: Error) => void) | null = null;
   private dead = false;
   private stderrTail = "";
+  private niced = false;
 
   constructor(private readonly options: HolderOptions) {}
 
@@ -202,6 +210,15 @@ export class Holder {
     // bwrap blocks reading its arguments until we write them: placing it in the slot's
     // cgroups now, before the write, means everything it forks starts inside them.
     if (child.pid !== undefined) o.onSpawn?.(child.pid);
+    // Before the argument write too: every process bwrap starts inherits the priority.
+    if (o.background && child.pid !== undefined && process.getuid?.() === 0) {
+      try {
+        setPriority(child.pid, 10);
+        this.niced = true;
+      } catch {
+        /* keep the default priority */
+      }
+    }
     const argPipe = child.stdio[3] as NodeJS.WritableStream;
     argPipe.end(Buffer.from(args.map((a) => a + "\0").join(""), "utf8"));
     this.ready = new Promise<void>((res, rej) => {
@@ -223,6 +240,32 @@ export class Holder {
       this.kill();
     }, 10_000);
     return this.ready.finally(() => clearTimeout(timer));
+  }
+
+  /**
+   * Back to normal priority (a background start-up that a call now needs): each process of
+   * the namespace, parents before their children, so a child forked meanwhile inherits the
+   * new priority from its already boosted parent or is listed when its parent's children are.
+   */
+  boost(): void {
+    if (!this.niced || this.child?.pid === undefined) return;
+    this.niced = false;
+    const visit = (pid: number, depth: number): void => {
+      try {
+        setPriority(pid, 0);
+      } catch {
+        /* exited */
+      }
+      if (depth > 8) return;
+      let kids: number[] = [];
+      try {
+        kids = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(" ").filter(Boolean).map(Number);
+      } catch {
+        /* exited */
+      }
+      for (const k of kids) visit(k, depth + 1);
+    };
+    visit(this.child.pid, 0);
   }
 
   /** Runs one command; one at a time (the slot's queue guarantees it). */
