@@ -61,6 +61,9 @@ const LATENCY_WINDOW = 4096;
  * Turns containers into slots and hands them to trajectories.
  *
  * - acquire: free slots of the lowest-index ready container first; otherwise FIFO waiters.
+ *   Within a container, a slot just reset goes last: its sandbox namespace is being rebuilt
+ *   in the background, the container's other free slots are warm (first call ≈ 2 ms, not a
+ *   namespace start-up). Packing across containers, and so scale-down, is unchanged.
  * - scale up: target = ceil((held + waiting + headroom) / slotsPerContainer) in [min, max],
  *   one provisioner call per change, at most `maxStartingContainers` still starting.
  * - scale down: a surplus lasting `idleTimeoutMs` drains the highest-index containers (no new
@@ -386,14 +389,20 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     record.state = "free";
     container.busy--;
     this.busyCount--;
-    this.insertFree(container, record);
+    this.insertFree(container, record, reset);
     if (container.state === "ready") this.serveWaiters();
     else this.scheduleScale(); // a draining container may have emptied
   }
 
-  private insertFree(container: ContainerRecord, record: SlotRecord): void {
-    // Keep the lowest slot number on top so a container's slots are reused in order.
+  private insertFree(container: ContainerRecord, record: SlotRecord, justReset = false): void {
     const free = container.free;
+    if (justReset && free.length > 0) {
+      // Bottom of the stack: handed out after every other free slot of this container.
+      free.unshift(record);
+      this.freeCount++;
+      return;
+    }
+    // Keep the lowest slot number on top so a container's slots are reused in order.
     const n = Number(record.slotId.slice(5));
     let i = free.length;
     while (i > 0 && Number(free[i - 1]!.slotId.slice(5)) < n) i--;

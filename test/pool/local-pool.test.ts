@@ -47,7 +47,8 @@ const bash = (slot: Slot, command: string) => slot.execute({ tool: "bash", args:
 
 describe("SlotPool on the LocalProvisioner (real sandbox servers)", () => {
   it("starts, runs commands, resets on release, and cleans up its processes", async () => {
-    const { pool, provisioner } = localPool({ minContainers: 1, maxContainers: 1 });
+    // One slot, so b surely gets a's (just-reset) slot.
+    const { pool, provisioner } = localPool({ slotsPerContainer: 1, minContainers: 1, maxContainers: 1 });
     await pool.start();
     const [proc] = provisioner.processes();
     expect(proc!.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);

@@ -73,8 +73,25 @@ describe("SlotPool on the in-memory provisioner", () => {
     expect((await a.execute({ tool: "read_file", args: { path: "x" } })).output).toBe("from a");
   });
 
+  it("a slot just reset is handed out after the container's other free (warm) slots; reset:false keeps it on top", async () => {
+    const { pool } = makePool({ slotsPerContainer: 3, minContainers: 1, maxContainers: 1 });
+    await pool.start();
+    const a = await pool.acquire({ trajectoryId: "a" });
+    expect(a.slotId).toBe("slot_0");
+    await pool.release(a); // reset: slot_0's namespace is being rebuilt
+    const b = await pool.acquire({ trajectoryId: "b" });
+    expect(b.slotId).toBe("slot_1");
+    await pool.release(b, { reset: false }); // still warm: first in line again
+    const c = await pool.acquire({ trajectoryId: "c" });
+    expect(c.slotId).toBe("slot_1");
+    const d = await pool.acquire({ trajectoryId: "d" });
+    const e = await pool.acquire({ trajectoryId: "e" });
+    expect([d.slotId, e.slotId]).toEqual(["slot_2", "slot_0"]);
+  });
+
   it("release resets by default; a released handle raises SlotReleasedError; reset:false keeps files", async () => {
-    const { pool, provisioner } = makePool({ minContainers: 1, maxContainers: 1 });
+    // One slot, so b surely gets a's slot (a just-reset slot is otherwise handed out last).
+    const { pool, provisioner } = makePool({ slotsPerContainer: 1, minContainers: 1, maxContainers: 1 });
     await pool.start();
     const a = await pool.acquire({ trajectoryId: "a" });
     await a.execute({ tool: "write_file", args: { path: "f", content: "1" } });
