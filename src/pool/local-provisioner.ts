@@ -6,12 +6,20 @@ import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { startSandboxProcess, type SandboxProcess } from "./sandbox-process.js";
+import { hasSlotUidBase, SlotUidAllocator } from "./uid-ranges.js";
 
 /**
  * The embedded provisioner: each container is a `slotpool sandbox-server` child process on a
  * free loopback port with its own random token and data directory. It behaves like a Nomad
  * task group: it keeps `count` containers running, names them by index (scale-up fills the
  * lowest free index, scale-down stops the highest), and replaces any that exit.
+ *
+ * Slot uids: a root sandbox server runs slot i as host uid `--slot-uid-base` + i, and
+ * per-uid limits (RLIMIT_NPROC) are host-wide, so every container gets its own uid block
+ * (`uid-ranges.ts`: a random per-provisioner base in [2^30, 2^31) + block × stride, stride
+ * ≥ slots per container, a block never shared by two live containers nor used by any live
+ * process). A fork bomb in one container's slot cannot starve the same slot of another
+ * container, nor of another pool on the host. `extraArgs` with `--slot-uid-base` opts out.
  */
 export interface LocalProvisionerOptions {
   slotsPerContainer: number;
@@ -37,6 +45,8 @@ interface LocalContainer {
   index: number;
   token: string;
   dataDir: string;
+  /** First host uid of this container's slots (undefined: the caller's extraArgs choose). */
+  slotUidBase: number | undefined;
   startedAt: number;
   process: SandboxProcess | undefined;
   stopping: boolean;
@@ -61,6 +71,7 @@ export class LocalProvisioner implements Provisioner {
   private consecutiveFailures = 0;
   private restartTimer: NodeJS.Timeout | undefined;
   private restartBlockedUntil = 0;
+  private readonly uids: SlotUidAllocator;
 
   constructor(options: LocalProvisionerOptions) {
     if (!Number.isInteger(options.slotsPerContainer) || options.slotsPerContainer < 1) {
@@ -72,6 +83,7 @@ export class LocalProvisioner implements Provisioner {
     }
     this.options = options;
     this.logger = options.logger ?? silentLogger();
+    this.uids = new SlotUidAllocator(options.slotsPerContainer);
   }
 
   async start(events: ProvisionerEvents, initialCount: number): Promise<void> {
@@ -107,11 +119,11 @@ export class LocalProvisioner implements Provisioner {
   }
 
   /** The running servers (for status output and tests). */
-  processes(): Array<{ id: string; index: number; pid: number; url: string; dataDir: string }> {
+  processes(): Array<{ id: string; index: number; pid: number; url: string; dataDir: string; slotUidBase: number | undefined }> {
     return [...this.containers.values()]
       .filter((c) => c.process)
       .sort((a, b) => a.index - b.index)
-      .map((c) => ({ id: c.id, index: c.index, pid: c.process!.pid, url: c.process!.url, dataDir: c.dataDir }));
+      .map((c) => ({ id: c.id, index: c.index, pid: c.process!.pid, url: c.process!.url, dataDir: c.dataDir, slotUidBase: c.slotUidBase }));
   }
 
   async describe(): Promise<string> {
@@ -170,6 +182,7 @@ export class LocalProvisioner implements Provisioner {
       index,
       token: randomBytes(24).toString("base64url"),
       dataDir: join(this.baseDir!, id),
+      slotUidBase: hasSlotUidBase(this.options.extraArgs) ? undefined : this.uids.acquire(),
       startedAt: performance.now(),
       process: undefined,
       stopping: false,
@@ -196,7 +209,7 @@ export class LocalProvisioner implements Provisioner {
         startTimeoutMs: this.options.startTimeoutMs ?? 20_000,
         // A crashed (SIGKILLed) owner must not leave its sandbox servers running.
         dieWithParent: true,
-        ...(this.options.extraArgs ? { extraArgs: this.options.extraArgs } : {}),
+        extraArgs: [...(c.slotUidBase !== undefined ? ["--slot-uid-base", String(c.slotUidBase)] : []), ...(this.options.extraArgs ?? [])],
         ...(this.options.env ? { env: this.options.env } : {}),
         onLog: (line) => {
           if (c.head.length < 2 && line.trim()) c.head.push(line.length > 400 ? `${line.slice(0, 400)}…` : line);
@@ -231,6 +244,8 @@ export class LocalProvisioner implements Provisioner {
   /** Reports a container gone, removes its data, and lets reconcile replace it when still wanted. */
   private async finish(c: LocalContainer, reason: string, failure: boolean): Promise<void> {
     if (this.containers.get(c.index) === c) this.containers.delete(c.index);
+    // The server has exited (its slot processes died with it): its uid block is free again.
+    if (c.slotUidBase !== undefined) this.uids.release(c.slotUidBase);
     const expected = c.stopping;
     this.events!.containerGone({ id: c.id, index: c.index, reason, expected });
     const removed = rm(c.dataDir, { recursive: true, force: true }).catch(() => undefined);

@@ -13,7 +13,8 @@ const h = useNomadHarness("pool-test");
 
 describe("SlotPool on the NomadProvisioner (emulator, real sandbox processes)", () => {
   it("submits the job, runs calls in allocations, resets on release, and purges on stop", async () => {
-    const { pool, jobId } = h.nomadPool({ minContainers: 1, maxContainers: 1 });
+    // One slot, so b surely gets a's (just-reset) slot.
+    const { pool, jobId } = h.nomadPool({ slotsPerContainer: 1, minContainers: 1, maxContainers: 1 });
     await pool.start();
     const job = await h.client().readJob(jobId);
     expect(job?.Meta?.["slotpool"]).toBe("true");
@@ -37,6 +38,18 @@ describe("SlotPool on the NomadProvisioner (emulator, real sandbox processes)", 
     expect(new Set(slots.map((s) => s.container.index))).toEqual(new Set([0, 1, 2]));
     const outs = await Promise.all(slots.map((s) => bash(s, `echo ${s.trajectoryId}`)));
     expect(outs.map((o) => o.output.trim())).toEqual(slots.map((s) => s.trajectoryId));
+  });
+
+  it("each allocation runs its slots under its own host uids (slot_0 of two allocations differ when root)", async () => {
+    const { pool } = h.nomadPool({ slotsPerContainer: 1, minContainers: 2, maxContainers: 2 });
+    await pool.start();
+    const [x, y] = await Promise.all([pool.acquire({ trajectoryId: "x" }), pool.acquire({ trajectoryId: "y" })]);
+    expect(x!.container.index).not.toBe(y!.container.index);
+    const [ux, uy] = await Promise.all([bash(x!, "id -u"), bash(y!, "id -u")]);
+    if (typeof process.getuid === "function" && process.getuid() === 0) {
+      expect(Number(ux.output.trim())).toBeGreaterThanOrEqual(2 ** 30);
+      expect(ux.output.trim()).not.toBe(uy.output.trim());
+    } else expect(ux.output.trim()).toBe(uy.output.trim()); // not root: both run as this user
   });
 
   it("scale-down under load: drained allocations are stopped only once free; no workspace is lost", async () => {

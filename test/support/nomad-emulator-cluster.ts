@@ -10,6 +10,7 @@ import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { SandboxProcess, SandboxProcessOptions } from "../../src/pool/sandbox-process.js";
+import { hasSlotUidBase, SlotUidAllocator } from "../../src/pool/uid-ranges.js";
 
 export type Json = Record<string, unknown>;
 export type ProcessFactory = (options: SandboxProcessOptions) => Promise<SandboxProcess>;
@@ -155,6 +156,15 @@ export class EmulatedCluster {
   private timers = new Set<NodeJS.Timeout>();
   private starting = new Set<Promise<void>>();
   private sleepers = new Set<() => void>();
+
+  /**
+   * Slot uids: every allocation's sandbox server gets its own host uid block (as the local
+   * provisioner's containers do; see `src/pool/uid-ranges.ts`), so a fork bomb in one
+   * allocation's slot cannot exhaust the per-uid process limit of another allocation's
+   * slot, nor of another emulator's on this host. Up to 1000 slots per allocation; a
+   * `--slot-uid-base` in `serverArgs` opts out.
+   */
+  private readonly uids = new SlotUidAllocator(1000);
 
   constructor(private readonly options: ClusterOptions) {}
 
@@ -486,6 +496,10 @@ export class EmulatedCluster {
     mkdirSync(dataDir, { recursive: true, mode: 0o711 });
     // The real job listens on 0.0.0.0:8080 inside a container; here every allocation is a
     // loopback process on a free port (the emulator never touches non-loopback addresses).
+    const uidBase = hasSlotUidBase(this.options.serverArgs) || slots > this.uids.stride ? undefined : this.uids.acquire();
+    const releaseUids = () => {
+      if (uidBase !== undefined) this.uids.release(uidBase);
+    };
     let proc: SandboxProcess;
     try {
       proc = await this.options.startProcess({
@@ -494,10 +508,13 @@ export class EmulatedCluster {
         host: "127.0.0.1",
         port: 0,
         ...(env["SANDBOX_TOKEN"] ? { token: env["SANDBOX_TOKEN"] } : {}),
-        extraArgs: this.options.serverArgs,
+        extraArgs: [...(uidBase !== undefined ? ["--slot-uid-base", String(uidBase)] : []), ...this.options.serverArgs],
         startTimeoutMs: this.options.processStartTimeoutMs,
       });
+      // The block is free again once the server has exited (its slot processes with it).
+      void proc.exited.then(releaseUids, releaseUids);
     } catch (err) {
+      releaseUids();
       if (!this.stillWanted(alloc)) return;
       this.failTask(alloc, "Driver Failure", { DriverError: (err as Error).message, DisplayMessage: (err as Error).message });
       return;

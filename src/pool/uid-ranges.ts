@@ -1,0 +1,92 @@
+import { randomInt } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+
+/**
+ * Host uid ranges for the slots of sandbox servers that share one host.
+ *
+ * A root sandbox server runs slot i as host uid `--slot-uid-base` + i. Per-uid limits —
+ * RLIMIT_NPROC above all — count every process of a uid on the host, so two servers whose
+ * slot_0 share a uid share that limit: a fork bomb in one eats the other's. Each container
+ * of a provisioner therefore gets a block of its own:
+ *
+ *   uid of slot i in block k = base + k × stride + i
+ *
+ * - `base`: random per allocator (one per LocalProvisioner / Nomad emulator), a multiple of
+ *   1000 in [2^30, 2^31): above the usual system, user and /etc/subuid ranges, below the
+ *   2^31 limit of Node's `spawn({ uid })`. Two pools on one host (parallel test files) land
+ *   on different ranges with overwhelming odds, and a block with any live process of its
+ *   uids is skipped (see `inUse`), so they never share a block in practice.
+ * - `stride`: slots per container rounded up to a multiple of 100 (≥ slots per container:
+ *   blocks never overlap).
+ * - `k`: the lowest block no live container of this allocator holds; released when the
+ *   container has exited (its slot processes are gone with it).
+ */
+export const UID_RANGE_START = 2 ** 30;
+export const UID_RANGE_END = 2 ** 31 - 1;
+/** Blocks one allocator may hand out at once (containers alive at the same time). */
+const MAX_BLOCKS = 4096;
+
+export class SlotUidAllocator {
+  readonly base: number;
+  readonly stride: number;
+  private readonly held = new Set<number>();
+
+  constructor(
+    slotsPerContainer: number,
+    private readonly inUse: (first: number, count: number) => boolean = uidsInUse,
+  ) {
+    this.stride = Math.max(100, Math.ceil(slotsPerContainer / 100) * 100);
+    const span = this.stride * MAX_BLOCKS;
+    const positions = Math.floor((UID_RANGE_END - UID_RANGE_START - span) / 1000);
+    this.base = Math.ceil(UID_RANGE_START / 1000) * 1000 + randomInt(0, positions) * 1000;
+  }
+
+  /** Takes a free block and returns its first uid (`--slot-uid-base` of one container). */
+  acquire(): number {
+    for (let k = 0; k < MAX_BLOCKS; k++) {
+      if (this.held.has(k)) continue;
+      const first = this.base + k * this.stride;
+      // Some process (another pool's container, a leftover) runs as a uid of this block.
+      if (this.inUse(first, this.stride)) continue;
+      this.held.add(k);
+      return first;
+    }
+    throw new Error(`no free slot uid range: ${MAX_BLOCKS} containers of ${this.stride} uids each are in use`);
+  }
+
+  /** Gives back the block that starts at `first` (its container has exited). */
+  release(first: number): void {
+    this.held.delete((first - this.base) / this.stride);
+  }
+
+  /** The blocks now held, as [first uid, last uid] (for status output and tests). */
+  ranges(): Array<[number, number]> {
+    return [...this.held].sort((a, b) => a - b).map((k) => [this.base + k * this.stride, this.base + (k + 1) * this.stride - 1]);
+  }
+}
+
+/** Whether any live process on this host has a real uid in [first, first + count). */
+export function uidsInUse(first: number, count: number): boolean {
+  let names: string[];
+  try {
+    names = readdirSync("/proc");
+  } catch {
+    return false;
+  }
+  for (const name of names) {
+    if (name.charCodeAt(0) < 48 || name.charCodeAt(0) > 57) continue;
+    try {
+      const m = /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${name}/status`, "utf8"));
+      const uid = m ? Number(m[1]) : -1;
+      if (uid >= first && uid < first + count) return true;
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  return false;
+}
+
+/** Whether `args` already sets `--slot-uid-base` (the caller chose the uids itself). */
+export function hasSlotUidBase(args: readonly string[] | undefined): boolean {
+  return (args ?? []).some((a) => a === "--slot-uid-base" || a.startsWith("--slot-uid-base="));
+}
