@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian machine for slotpool: the system tools the sandbox needs
-# (bubblewrap for isolation, tmux for stateful terminals), then the npm dependencies.
+# (bubblewrap for isolation, tmux for stateful terminals, a C compiler for the sandbox's
+# fast path), then the npm dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +9,9 @@ need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v tar >/dev/null 2>&1 || need+=(tar)
+# A C compiler for the sandbox's per-slot spawner (the fast path; compiled at first server
+# start). Without it the server still works, one bubblewrap per call (slower).
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 # The security suite runs a small Python program inside a slot (test/security/fixtures).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,6 +1,6 @@
 import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, rm, stat, symlink } from "node:fs/promises";
-import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { cpSync, existsSync, readFileSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -152,6 +152,86 @@ describe("sandbox-image/Dockerfile", () => {
       expect(known, `apt package ${pkg} not found in Debian bookworm`).toBe(true);
     }
   });
+});
+
+describe("the image's spawner (the server's fast path)", () => {
+  const buildStage = instructions.slice(0, instructions.lastIndexOf(instructions.filter((i) => i.keyword === "FROM").at(-1)!));
+  const buildRuns = buildStage.filter((i) => i.keyword === "RUN").map((i) => i.args);
+  // Where the built server looks for a prebuilt spawner: next to dist/src/sandbox/spawner.js.
+  const spawnerTs = readFileSync(join(repo, "src", "sandbox", "spawner.ts"), "utf8");
+  const prebuilt = "dist/src/sandbox/native/slotpool-spawner";
+  const compile = buildRuns.join(" && ").split(/&&|;/).map((c) => c.trim()).find((c) => /^(cc|gcc)\s/.test(c));
+
+  it("is compiled in the build stage, after the TypeScript, at the path the server looks for, and shipped", () => {
+    expect(spawnerTs).toContain('join(dirname(fileURLToPath(import.meta.url)), "native", "slotpool-spawner")');
+    const installs = buildRuns.join("\n");
+    expect(installs).toMatch(/apt-get install[^&;]*\bgcc\b/);
+    expect(installs).toMatch(/apt-get install[^&;]*\blibc6-dev\b/);
+    expect(compile, "no cc command in the build stage").toBeDefined();
+    const words = compile!.split(/\s+/);
+    expect(words[words.indexOf("-o") + 1]).toBe(prebuilt);
+    expect(words.at(-1)).toBe("src/sandbox/native/spawner.c");
+    const all = buildRuns.join(" && ");
+    expect(all.indexOf("npm run build")).toBeGreaterThanOrEqual(0);
+    expect(all.indexOf(compile!)).toBeGreaterThan(all.indexOf("npm run build"));
+    // Built in /opt/slotpool, shipped with dist/src (the runtime stage has no compiler).
+    expect(buildStage.filter((i) => i.keyword === "WORKDIR").at(-1)?.args).toBe("/opt/slotpool");
+    expect(last.some((i) => i.keyword === "COPY" && /--from=build\s+\/opt\/slotpool\/dist\/src\s+\.\/dist\/src/.test(i.args))).toBe(true);
+    expect(last.filter((i) => i.keyword === "RUN").map((i) => i.args).join(" ")).not.toMatch(/\b(gcc|libc6-dev)\b/);
+  });
+
+  it("the shipped layout (dist/src only, no C source, no compiler needed) runs on that binary", async () => {
+    const cc = (process.env["PATH"] ?? "").split(delimiter).some((d) => existsSync(join(d, "cc")));
+    if (!cc || !compile) return; // nothing to compile with here; the Dockerfile itself was checked above
+    const root = await mkdtemp(join(tmpdir(), "slotpool-image-"));
+    await chmod(root, 0o755);
+    let server: ChildProcess | undefined;
+    try {
+      // Build stage: /opt/slotpool with src/ and the built dist/ (without spawners compiled by tests).
+      const build = join(root, "build");
+      cpSync(join(repo, "src", "sandbox", "native"), join(build, "src", "sandbox", "native"), { recursive: true });
+      cpSync(join(repo, "dist", "src"), join(build, "dist", "src"), { recursive: true, filter: (p) => !/slotpool-spawner/.test(p) });
+      const [file, ...args] = compile.split(/\s+/);
+      await run(file!, args, { cwd: build });
+      // Runtime stage: only package.json, node_modules and dist/src.
+      const rt = join(root, "rt");
+      cpSync(join(build, "dist", "src"), join(rt, "dist", "src"), { recursive: true });
+      cpSync(join(repo, "package.json"), join(rt, "package.json"));
+      await symlink(join(repo, "node_modules"), join(rt, "node_modules"));
+      const dataDir = join(root, "data");
+      server = spawn(process.execPath, [join(rt, "dist", "src", "cli", "main.js"), "sandbox-server", "--port", "0", "--slots", "1", "--data-dir", dataDir], {
+        env: { PATH: "/usr/bin:/bin", SLOTPOOL_LOG_LEVEL: "info" },
+        stdio: ["ignore", "ignore", "pipe"],
+      });
+      const url = await new Promise<string>((res, rej) => {
+        let buf = "";
+        const timer = setTimeout(() => rej(new Error(`no listening line: ${buf.slice(-500)}`)), 30_000);
+        server!.stderr!.on("data", (c: Buffer) => {
+          buf += c.toString();
+          const m = /"msg":"listening"[^\n]*?"url":"([^"]+)"|"url":"([^"]+)"[^\n]*"msg":"listening"/.exec(buf);
+          if (m) {
+            clearTimeout(timer);
+            res((m[1] ?? m[2])!);
+          }
+        });
+        server!.once("exit", (code) => rej(new Error(`server exited (${code}): ${buf.slice(-500)}`)));
+      });
+      const health = (await (await fetch(`${url}/health`)).json()) as { bwrap_available: boolean; fast_path: boolean };
+      const out = (await (await fetch(`${url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command: "echo from-image" } }) })).json()) as { output: string };
+      expect(out.output).toBe("from-image");
+      if (health.bwrap_available) expect(health.fast_path, "the shipped server did not find its prebuilt spawner").toBe(true);
+      // It used the prebuilt binary: nothing compiled at start.
+      const compiled = [join(rt, "dist", "src", "sandbox", "native"), join(dataDir, ".slotpool")].flatMap((d) => (existsSync(d) ? readdirSync(d) : [])).filter((n) => n.startsWith("slotpool-spawner-"));
+      expect(compiled).toEqual([]);
+    } finally {
+      if (server && server.exitCode === null) {
+        const exited = new Promise((r) => server!.once("exit", r));
+        server.kill("SIGTERM");
+        await exited;
+      }
+      await rm(root, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
 
 describe("the image's entrypoint, run as written", () => {
