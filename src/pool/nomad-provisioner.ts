@@ -9,6 +9,7 @@ import {
   latestTaskEvents,
 } from "../nomad/allocation.js";
 import { NomadClient } from "../nomad/client.js";
+import { sleep } from "../nomad/retry.js";
 import { NomadAclDeniedError, NomadError, NomadUnreachableError } from "../nomad/errors.js";
 import { META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
 import type { AllocListStub, Evaluation, Job } from "../nomad/schemas.js";
@@ -457,19 +458,4 @@ function toProvisionerError(err: unknown, doing: string): ProvisionerError {
   if (err instanceof NomadAclDeniedError) return new ProvisionerError(`${doing}: ${err.message}`, "acl", { cause: err });
   if (err instanceof NomadError) return new ProvisionerError(`${doing}: ${err.message}`, "nomad", { cause: err });
   return new ProvisionerError(`${doing}: ${err instanceof Error ? err.message : String(err)}`, "other", { cause: err });
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }
