@@ -1,5 +1,4 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";
 import { PROMETHEUS_CONTENT_TYPE, type MetricsRegistry } from "../observability/metrics.js";
@@ -11,7 +10,7 @@ import {
   ExecutorReleaseRequestSchema,
 } from "../protocol/executor.js";
 import type { SlotPoolLike } from "../pool/types.js";
-import { HttpError, checkBearer, parseBody, readJson, requestPath, sendError, sendJson } from "./http-json.js";
+import { HttpError, checkBearer, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
 import type { ToolExecutorLike } from "./types.js";
 import { dropNulls } from "./wire-compat.js";
 
@@ -56,20 +55,11 @@ export class ExecutorServer {
   }
 
   async listen(port = 0, host = "127.0.0.1"): Promise<string> {
-    await new Promise<void>((resolve, reject) => {
-      this.server.once("error", reject);
-      this.server.listen(port, host, () => {
-        this.server.off("error", reject);
-        resolve();
-      });
-    });
-    return this.url;
+    return listenOn(this.server, port, host);
   }
 
   get url(): string {
-    const a = this.server.address() as AddressInfo;
-    const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
-    return `http://${host}:${a.port}`;
+    return serverUrl(this.server);
   }
 
   /**

@@ -1,5 +1,6 @@
 import { timingSafeEqual } from "node:crypto";
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
 import type { z } from "zod";
 
 /** Small JSON-over-HTTP helpers shared by the executor service and the ToolServer. */
@@ -86,4 +87,23 @@ export function checkBearer(req: IncomingMessage, token: string | undefined): vo
   const given = Buffer.from(m[1]!.trim());
   const want = Buffer.from(token);
   if (given.length !== want.length || !timingSafeEqual(given, want)) throw new HttpError(403, "invalid token");
+}
+
+/** Starts `server` listening; resolves with its base URL (port 0 picks a free port). */
+export async function listenOn(server: Server, port: number, host: string): Promise<string> {
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  return serverUrl(server);
+}
+
+/** Base URL of a listening server, IPv6 hosts bracketed. */
+export function serverUrl(server: Server): string {
+  const a = server.address() as AddressInfo;
+  const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
+  return `http://${host}:${a.port}`;
 }

@@ -1,5 +1,4 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
 import { performance } from "node:perf_hooks";
 import pLimit, { type LimitFunction } from "p-limit";
 import type { Logger } from "pino";
@@ -9,7 +8,7 @@ import type { ToolResult } from "../protocol/tool.js";
 import { ToolRegistry } from "../tools/registry.js";
 import { clampTimeoutS } from "./config.js";
 import type { ExternalTool, ExternalToolOutput } from "./external-tool.js";
-import { HttpError, checkBearer, parseBody, readJson, requestPath, sendError, sendJson } from "./http-json.js";
+import { HttpError, checkBearer, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
 import { dropNulls } from "./wire-compat.js";
 
 /**
@@ -59,20 +58,11 @@ export class ToolServer {
 
   /** Starts listening; resolves with the base URL. */
   async listen(port = 0, host = "127.0.0.1"): Promise<string> {
-    await new Promise<void>((resolve, reject) => {
-      this.server.once("error", reject);
-      this.server.listen(port, host, () => {
-        this.server.off("error", reject);
-        resolve();
-      });
-    });
-    return this.url;
+    return listenOn(this.server, port, host);
   }
 
   get url(): string {
-    const a = this.server.address() as AddressInfo;
-    const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
-    return `http://${host}:${a.port}`;
+    return serverUrl(this.server);
   }
 
   /** Highest number of tool calls that ran at once since start (for tests and /health). */
