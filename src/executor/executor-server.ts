@@ -10,7 +10,7 @@ import {
   ExecutorReleaseRequestSchema,
 } from "../protocol/executor.js";
 import type { SlotPoolLike } from "../pool/types.js";
-import { HttpError, checkBearer, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
+import { HttpError, checkBearer, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
 import type { ToolExecutorLike } from "./types.js";
 import { dropNulls } from "./wire-compat.js";
 
@@ -69,11 +69,7 @@ export class ExecutorServer {
    */
   async close(graceMs = 10_000): Promise<void> {
     this.closing = true;
-    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    this.server.closeIdleConnections();
-    const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
-    await closed;
-    clearTimeout(timer);
+    await closeGracefully(this.server, graceMs);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -107,3 +107,15 @@ export function serverUrl(server: Server): string {
   const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
   return `http://${host}:${a.port}`;
 }
+
+/**
+ * Stops accepting requests and resolves once those in progress are answered. Idle
+ * keep-alive connections are closed at once, all of them after `graceMs`.
+ */
+export async function closeGracefully(server: Server, graceMs: number): Promise<void> {
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  server.closeIdleConnections();
+  const timer = setTimeout(() => server.closeAllConnections(), graceMs);
+  await closed;
+  clearTimeout(timer);
+}

@@ -8,7 +8,7 @@ import type { ToolResult } from "../protocol/tool.js";
 import { ToolRegistry } from "../tools/registry.js";
 import { clampTimeoutS } from "./config.js";
 import type { ExternalTool, ExternalToolOutput } from "./external-tool.js";
-import { HttpError, checkBearer, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
+import { HttpError, checkBearer, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
 import { dropNulls } from "./wire-compat.js";
 
 /**
@@ -73,11 +73,7 @@ export class ToolServer {
   /** Stops accepting calls; waits up to `graceMs` for those running, then closes every connection. */
   async close(graceMs = 10_000): Promise<void> {
     this.closing = true;
-    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    this.server.closeIdleConnections();
-    const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
-    await closed;
-    clearTimeout(timer);
+    await closeGracefully(this.server, graceMs);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
