@@ -10,7 +10,7 @@ import {
   ExecutorReleaseRequestSchema,
 } from "../protocol/executor.js";
 import type { SlotPoolLike } from "../pool/types.js";
-import { HttpError, checkBearer, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
+import { HttpError, checkBearer, closeConnectionsOnShutdown, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
 import type { ToolExecutorLike } from "./types.js";
 import { dropNulls } from "./wire-compat.js";
 
@@ -73,11 +73,7 @@ export class ExecutorServer {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    res.once("finish", () => {
-      // A connection that just answered its last request during shutdown would otherwise keep the process alive.
-      if (this.closing) setImmediate(() => this.server.closeIdleConnections());
-    });
-    if (this.closing) res.setHeader("connection", "close");
+    closeConnectionsOnShutdown(this.server, res, () => this.closing);
     const path = requestPath(req);
     const method = req.method ?? "GET";
     if (method === "GET" && path === "/health") return sendJson(res, 200, { status: "ok" });

@@ -119,3 +119,16 @@ export async function closeGracefully(server: Server, graceMs: number): Promise<
   await closed;
   clearTimeout(timer);
 }
+
+/**
+ * During shutdown, answer with `connection: close` and drop the connection once the answer
+ * is sent: a keep-alive connection that just answered its last request would otherwise keep
+ * the process alive. `isClosing` is read when the answer finishes, so requests already in
+ * progress when shutdown starts are covered too.
+ */
+export function closeConnectionsOnShutdown(server: Server, res: ServerResponse, isClosing: () => boolean): void {
+  res.once("finish", () => {
+    if (isClosing()) setImmediate(() => server.closeIdleConnections());
+  });
+  if (isClosing()) res.setHeader("connection", "close");
+}

@@ -8,7 +8,7 @@ import type { ToolResult } from "../protocol/tool.js";
 import { ToolRegistry } from "../tools/registry.js";
 import { clampTimeoutS } from "./config.js";
 import type { ExternalTool, ExternalToolOutput } from "./external-tool.js";
-import { HttpError, checkBearer, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
+import { HttpError, checkBearer, closeConnectionsOnShutdown, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
 import { dropNulls } from "./wire-compat.js";
 
 /**
@@ -77,10 +77,7 @@ export class ToolServer {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    res.once("finish", () => {
-      if (this.closing) setImmediate(() => this.server.closeIdleConnections());
-    });
-    if (this.closing) res.setHeader("connection", "close");
+    closeConnectionsOnShutdown(this.server, res, () => this.closing);
     const path = requestPath(req);
     const route = `${req.method ?? "GET"} ${path}`;
     if (route === "GET /health") {
