@@ -4,7 +4,7 @@
  * fails the test instead of reaching anything.
  */
 import nock from "nock";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { allocationHttpAddress, allocationNameIndex, latestTaskEvents } from "../../src/nomad/allocation.js";
 import { NomadClient } from "../../src/nomad/client.js";
 import {
@@ -20,6 +20,7 @@ import { sandboxJob } from "../../src/nomad/job.js";
 import { MetricsRegistry } from "../../src/observability/metrics.js";
 import type { NomadEvent } from "../../src/nomad/schemas.js";
 import { fixtureText } from "./nomad-api-fixtures.js";
+import { useNockOffline } from "../support/nock-offline.js";
 
 const ADDR = "http://nomad.test:4646";
 const JSON_HEADERS = { "Content-Type": "application/json" };
@@ -29,18 +30,7 @@ function client(extra: ConstructorParameters<typeof NomadClient>[0] = {}): Nomad
   return new NomadClient({ address: ADDR, retry: { attempts: 3, baseMs: 1, maxMs: 5 }, timeoutMs: 2_000, ...extra });
 }
 
-beforeAll(() => {
-  nock.disableNetConnect();
-});
-afterEach(() => {
-  const pending = nock.pendingMocks();
-  nock.cleanAll();
-  expect(pending, "every mocked request was made").toEqual([]);
-});
-afterAll(() => {
-  nock.enableNetConnect();
-  nock.restore();
-});
+useNockOffline();
 
 describe("requests and documented answers", () => {
   it("leader: bare JSON string; token header, namespace and region on every call", async () => {

@@ -2,9 +2,10 @@
  * `slotpool jobs prune` against Nomad's documented job list shape (nock; no real network).
  */
 import nock from "nock";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { formatPruneReport, pruneJobs } from "../../src/cli/jobs.js";
 import { NomadClient } from "../../src/nomad/client.js";
+import { useNockOffline } from "../support/nock-offline.js";
 
 const ADDR = "http://nomad.test:4646";
 
@@ -29,16 +30,7 @@ const JOBS = [
 
 const client = () => new NomadClient({ address: ADDR, retry: { attempts: 1, baseMs: 1, maxMs: 1 }, timeoutMs: 2_000 });
 
-beforeAll(() => nock.disableNetConnect());
-afterEach(() => {
-  const pending = nock.pendingMocks();
-  nock.cleanAll();
-  expect(pending, "every mocked request was made").toEqual([]);
-});
-afterAll(() => {
-  nock.enableNetConnect();
-  nock.restore();
-});
+useNockOffline();
 
 describe("slotpool jobs prune", () => {
   it("dry run lists running slotpool jobs only and stops nothing", async () => {
