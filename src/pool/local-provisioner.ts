@@ -3,6 +3,7 @@ import { chmod, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { blockedForOthers } from "../host/reachable.js";
 import { silentLogger } from "../observability/logger.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { startSandboxProcess, type SandboxProcess } from "./sandbox-process.js";
@@ -93,7 +94,7 @@ export class LocalProvisioner implements Provisioner {
       await mkdir(this.options.baseDir, { recursive: true });
       this.baseDir = this.options.baseDir;
     } else {
-      this.baseDir = await mkdtemp(join(tmpdir(), "slotpool-local-"));
+      this.baseDir = await mkdtemp(join(reachableTempDir(), "slotpool-local-"));
       // mkdtemp makes it 0700; slot commands run as other uids and must reach their workspaces.
       await chmod(this.baseDir, 0o755);
       this.ownsBaseDir = true;
@@ -272,4 +273,15 @@ export class LocalProvisioner implements Provisioner {
     this.restartBlockedUntil = performance.now() + delay;
     this.scheduleReconcile(delay);
   }
+}
+
+/**
+ * Where the default data dirs go. A root server runs slots as other uids, which must reach
+ * their workspaces: when TMPDIR is private (say /root/tmp), /var/tmp or /tmp (both 1777 on
+ * Debian) are used instead. A non-root server runs its slots as its own uid: tmpdir() is fine.
+ */
+function reachableTempDir(): string {
+  const preferred = tmpdir();
+  if (process.getuid?.() !== 0) return preferred;
+  return [preferred, "/var/tmp", "/tmp"].find((d) => !blockedForOthers(d)) ?? preferred;
 }

@@ -12,7 +12,8 @@ import {
   type WriteFileArgs,
   type SandboxToolName,
 } from "../protocol/sandbox.js";
-import { HttpError, fieldName } from "./errors.js";
+import { blockedForOthers, octal } from "../host/reachable.js";
+import { HttpError, SandboxSetupError, fieldName } from "./errors.js";
 import { identityFiles, probeBwrap, type BwrapProbe } from "./isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
@@ -101,7 +102,19 @@ export class SandboxService {
     const perSlotUid = options.perSlotUid ?? isRoot;
     // Slot uids must be able to traverse (not list) the data dir to reach their own
     // workspace (each workspace is 0700 for its slot's uid).
-    if (perSlotUid && isRoot) chmodSync(dataDir, 0o711);
+    if (perSlotUid && isRoot) {
+      chmodSync(dataDir, 0o711);
+      // Checked here, before bubblewrap is probed: a probe failing on this would otherwise
+      // look like "no bubblewrap" and the server would run commands unsandboxed.
+      const blocked = blockedForOthers(dataDir);
+      if (blocked) {
+        throw new SandboxSetupError(
+          "data_dir_unreachable",
+          `the data dir ${dataDir} is out of reach of the slot uids: ${blocked.dir} is mode ${octal(blocked.mode)} (others cannot search it). ` +
+            `Fix: pass --data-dir under a directory every user can search (e.g. --data-dir /var/lib/slotpool/data or /tmp/slotpool-data), or chmod o+x ${blocked.dir}`,
+        );
+      }
+    }
     const base = options.slotUidBase ?? 20_000;
     this.slots = [];
     for (let i = 0; i < options.slots; i++) {
@@ -120,7 +133,7 @@ export class SandboxService {
         : { available: false, path: null, reason: "no slots" };
     if (!this.bwrap.available) this.logger.warn({ reason: this.bwrap.reason }, "bubblewrap unavailable: commands run unsandboxed unless require_sandbox is set");
     if (this.bwrap.available && !options.disableSpawner) {
-      this.spawnerPath = spawnerBinary([this.stateDir]);
+      this.spawnerPath = spawnerBinary([this.stateDir], { othersMustReach: perSlotUid && isRoot });
       this.spawnerReason = this.spawnerPath ? undefined : spawnerUnavailableReason();
       if (!this.spawnerPath) this.logger.warn({ reason: this.spawnerReason }, "per-slot spawner unavailable: one bubblewrap per call (slower)");
     } else {
