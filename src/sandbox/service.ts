@@ -25,6 +25,7 @@ import type { RunResult } from "./runner.js";
 import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
+import { limitsInForce, type LimitsInForce } from "./limits-in-force.js";
 
 /** Hermes names accepted as aliases. */
 const TOOL_ALIASES: Record<string, SandboxToolName> = {
@@ -82,6 +83,10 @@ export class SandboxService {
   readonly spawnerPath: string | null;
   readonly spawnerReason: string | undefined;
   readonly cgroups: SlotCgroups;
+  /** RLIMIT_AS per process (bytes; 0: none): the memory bound where there is no slot cgroup. */
+  readonly addressSpaceBytes: number;
+  /** The per-slot bounds in force here (/health, the listening line). */
+  readonly limitsInForce: LimitsInForce;
   /** Host dir for server-side state (spawner binary cache, unsandboxed terminal sockets). */
   readonly stateDir: string;
   readonly stateful: StatefulSessions;
@@ -142,6 +147,14 @@ export class SandboxService {
     }
     this.cgroups = new SlotCgroups({ memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses }, this.logger, options.disableCgroups ?? false);
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
+    this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;
+    this.limitsInForce = limitsInForce({
+      perSlotUids: perSlotUid && isRoot,
+      cgroups: this.cgroups.mode,
+      addressSpaceBytes: this.addressSpaceBytes,
+      limits: this.limits,
+      uid: process.getuid?.() ?? 0,
+    });
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);
     this.stateful = new StatefulSessions(this);
