@@ -96,3 +96,19 @@ describe("a spawner binary under a private directory", () => {
     }
   });
 });
+
+describe("the bounds in force", () => {
+  it("are stated in the start-up line and /health alike, for this mode", async () => {
+    const s = await startServer({ slots: 1, extraArgs: ["--slot-uid-base", String(UID_BASE + 20)] });
+    try {
+      const listening = s.logs.map((l) => JSON.parse(l) as { msg?: string; limits?: unknown }).find((l) => l.msg === "listening");
+      const health = (await s.get("/health")).json;
+      expect(listening?.limits).toEqual(health.limits);
+      expect(health.limits.per_slot_uids).toBe(isRoot);
+      expect(health.limits.gaps).toContain("a slot's total disk use");
+      if (!isRoot) expect(health.limits.pids).toBe("rlimit_nproc_shared_uid");
+    } finally {
+      await s.stop();
+    }
+  });
+});
