@@ -105,14 +105,18 @@ describe("serve against a trainer with a model that solves every task", () => {
     const deadline = Date.now() + 20_000;
     while (!lines.some((l) => l.level === 40) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     controller.abort();
-    const report = await run;
+    // Aborting may land mid-request (then the manager rejects with the abort): either way it stopped.
+    const report = await run.catch((err: unknown) => {
+      if (!controller.signal.aborted) throw err;
+      return undefined;
+    });
     await client.close();
     await env.close();
     const warning = lines.find((l) => l.level === 40);
     expect(warning, "a warning once the first groups were all filtered").toBeDefined();
     expect(warning!.msg).toMatch(/the last 3 groups were all filtered, none delivered: all 2 scores are equal .*ensureScoresAreNotSame/);
     expect(warning).toMatchObject({ sent: 0, filtered: 3 });
-    expect(report.sent).toBe(0);
+    if (report) expect(report.sent).toBe(0);
     expect(stats.sentGroups).toBe(0);
     expect(stats.filteredGroups).toBeGreaterThanOrEqual(3);
     expect(api.requests.filter((r) => r.path.startsWith("/scored_data"))).toHaveLength(0);

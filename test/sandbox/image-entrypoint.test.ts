@@ -172,6 +172,7 @@ describe("the image's spawner (the server's fast path)", () => {
     const cc = (process.env["PATH"] ?? "").split(delimiter).some((d) => existsSync(join(d, "cc")));
     if (!cc || !compile) return; // nothing to compile with here; the Dockerfile itself was checked above
     const root = await mkdtemp(join(tmpdir(), "slotpool-image-"));
+    await chmod(root, 0o755); // a root server's slot uids must reach the data dir below it
     await chmod(root, 0o755);
     let server: ChildProcess | undefined;
     try {
@@ -179,6 +180,8 @@ describe("the image's spawner (the server's fast path)", () => {
       const build = join(root, "build");
       cpSync(join(repo, "src", "sandbox", "native"), join(build, "src", "sandbox", "native"), { recursive: true });
       cpSync(join(repo, "dist", "src"), join(build, "dist", "src"), { recursive: true, filter: (p) => !/slotpool-spawner/.test(p) });
+      // dist/src/sandbox/native holds only test-compiled spawners, if anything: make sure it exists.
+      await mkdir(join(build, "dist", "src", "sandbox", "native"), { recursive: true });
       const [file, ...args] = compile.split(/\s+/);
       await run(file!, args, { cwd: build });
       // Runtime stage: only package.json, node_modules and dist/src.
@@ -231,6 +234,7 @@ describe("the image's entrypoint, run as written", () => {
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), "slotpool-image-"));
+    await chmod(dir, 0o755); // a root server's slot uids must reach the data dir below it
     // Install `slotpool` the way the image does: the built main.js, executable, symlinked on PATH.
     const { args } = slotpoolCommand();
     const main = args[0]!;
