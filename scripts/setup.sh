@@ -25,7 +25,6 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
-# `npm install`, not `npm ci`: npm 11 writes lock files without other platforms' optional
-# packages (rollup's) and then refuses its own lock in `npm ci`. With the lock present,
-# `npm install` still installs exactly the locked versions.
-npm install --no-audit --no-fund --loglevel=error
+# Exactly the locked dependencies. The lock is complete for every platform: rollup is pinned
+# (package.json "overrides") to a release whose platform packages are all published.
+npm ci --no-audit --no-fund --loglevel=error

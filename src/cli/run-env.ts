@@ -180,16 +180,16 @@ async function runMode(mode: Mode, argv: string[]): Promise<number> {
     await env.start();
     if (mode === "process") {
       const total = groups ?? env.config.totalGroups;
-      const bar = showProgress ? new ProgressBar(`${mode} ${env.name}`, total) : undefined;
+      const bar = showProgress ? new ProgressBar(`${mode} ${env.name}`, total, process.stderr, "written") : undefined;
       const out = stringFlag(flags, "out") ?? join("data", `${env.name}.jsonl`);
-      const run = runProcessMode(env, { out, groups: total, onGroup: (_o, stats) => bar?.update(stats) });
+      const run = runProcessMode(env, { out, groups: total, logger, onGroup: (_o, stats) => bar?.update(stats) });
       const report = await Promise.race([run, aborted(controller.signal)]);
       bar?.finish();
       process.stdout.write(formatSummary(title, report.stats, [["written", `${report.written} groups → ${report.out}`]]));
       return report.stats.failedGroups > 0 ? 1 : 0;
     }
     if (mode === "serve") {
-      const bar = showProgress ? new ProgressBar(`${mode} ${env.name}`, groups) : undefined;
+      const bar = showProgress ? new ProgressBar(`${mode} ${env.name}`, groups, process.stderr, "sent") : undefined;
       const { stats, report } = await runServeMode(env, {
         atroposUrl: atroposUrl!,
         logger,

@@ -103,6 +103,7 @@ export async function run(argv: string[]): Promise<number> {
       bwrap_available: server.service.bwrap.available,
       fast_path: server.service.spawnerPath !== null,
       cgroups: server.service.cgroups.mode,
+      limits: server.service.limitsInForce,
       auth: token !== undefined,
     },
     "listening",

@@ -6,6 +6,8 @@ export class RunStats {
   failedGroups = 0;
   /** Groups collected but not delivered (same scores, token length, size mismatch). */
   filteredGroups = 0;
+  /** Groups delivered: sent to the trainer (serve) or written (process). */
+  sentGroups = 0;
   trajectories = 0;
   /** Trajectories with a positive score. */
   solved = 0;
@@ -65,6 +67,7 @@ export class RunStats {
       groups: this.groups,
       failed_groups: this.failedGroups,
       filtered_groups: this.filteredGroups,
+      sent_groups: this.sentGroups,
       trajectories: this.trajectories,
       success_rate: this.successRate,
       mean_score: this.meanScore,

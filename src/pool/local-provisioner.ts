@@ -3,6 +3,7 @@ import { chmod, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { blockedForOthers, octal } from "../host/reachable.js";
 import { silentLogger } from "../observability/logger.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { startSandboxProcess, type SandboxProcess } from "./sandbox-process.js";
@@ -92,8 +93,18 @@ export class LocalProvisioner implements Provisioner {
     if (this.options.baseDir) {
       await mkdir(this.options.baseDir, { recursive: true });
       this.baseDir = this.options.baseDir;
+      // A root server runs slots as other uids: refuse now, naming the fix, rather than
+      // after every container's start failed the same way.
+      const blocked = process.getuid?.() === 0 ? blockedForOthers(this.baseDir) : undefined;
+      if (blocked) {
+        throw new ProvisionerError(
+          `LocalProvisioner: the data dir ${this.baseDir} is out of reach of the slot uids: ${blocked.dir} is mode ${octal(blocked.mode)} (others cannot search it). ` +
+            `Fix: a data dir under a directory every user can search (e.g. /var/lib/slotpool or /tmp), or chmod o+x ${blocked.dir}`,
+          "config",
+        );
+      }
     } else {
-      this.baseDir = await mkdtemp(join(tmpdir(), "slotpool-local-"));
+      this.baseDir = await mkdtemp(join(reachableTempDir(), "slotpool-local-"));
       // mkdtemp makes it 0700; slot commands run as other uids and must reach their workspaces.
       await chmod(this.baseDir, 0o755);
       this.ownsBaseDir = true;
@@ -272,4 +283,15 @@ export class LocalProvisioner implements Provisioner {
     this.restartBlockedUntil = performance.now() + delay;
     this.scheduleReconcile(delay);
   }
+}
+
+/**
+ * Where the default data dirs go. A root server runs slots as other uids, which must reach
+ * their workspaces: when TMPDIR is private (say /root/tmp), /var/tmp or /tmp (both 1777 on
+ * Debian) are used instead. A non-root server runs its slots as its own uid: tmpdir() is fine.
+ */
+function reachableTempDir(): string {
+  const preferred = tmpdir();
+  if (process.getuid?.() !== 0) return preferred;
+  return [preferred, "/var/tmp", "/tmp"].find((d) => !blockedForOthers(d)) ?? preferred;
 }

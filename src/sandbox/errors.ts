@@ -15,3 +15,14 @@ export function fieldName(path: ReadonlyArray<PropertyKey>, prefix?: string): st
   const parts = [...(prefix ? [prefix] : []), ...path.map((p) => String(p))];
   return parts.join(".") || "body";
 }
+
+/** The server cannot start as configured (e.g. slot uids cannot reach the data dir); the message says how to fix it. */
+export class SandboxSetupError extends Error {
+  override name = "SandboxSetupError";
+  constructor(
+    readonly code: "data_dir_unreachable",
+    message: string,
+  ) {
+    super(message);
+  }
+}

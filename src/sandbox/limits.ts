@@ -17,9 +17,10 @@ export interface CommandLimits {
   /** Memory per slot, bytes (cgroup memory limit; RLIMIT_AS when cgroups are unavailable and this is set). */
   memoryBytes: number;
   /**
-   * Also cap each process's address space (RLIMIT_AS) at memoryBytes when cgroups are
-   * unavailable. Off by default: runtimes that reserve large virtual ranges (V8, Go, JVM)
-   * fail under it.
+   * Cap each process's address space (RLIMIT_AS) at memoryBytes when there is no slot
+   * cgroup (non-root, or no writable cgroupfs): the only memory bound then. On by default;
+   * runtimes that reserve large virtual ranges (Go, JVM) may need a larger --memory-mb
+   * (node 20, python3, gcc and git run under 1 GB).
    */
   addressSpaceLimit: boolean;
   /** Characters of output returned per call (head + tail). */
@@ -33,7 +34,7 @@ export const DEFAULT_LIMITS: CommandLimits = {
   maxFileBytes: 1024 * 1024 * 1024,
   cpuSeconds: 600,
   memoryBytes: 1024 * 1024 * 1024,
-  addressSpaceLimit: false,
+  addressSpaceLimit: true,
   outputCap: 50_000,
 };
 

@@ -128,6 +128,7 @@ export class SandboxServer {
         ...(svc.bwrap.available ? {} : { sandbox_unavailable_reason: svc.bwrap.reason }),
         fast_path: svc.spawnerPath !== null,
         cgroups: svc.cgroups.mode,
+        limits: svc.limitsInForce,
         slots_busy: svc.slots.filter((s) => s.state !== "idle").length,
       });
     }

@@ -12,7 +12,8 @@ import {
   type WriteFileArgs,
   type SandboxToolName,
 } from "../protocol/sandbox.js";
-import { HttpError, fieldName } from "./errors.js";
+import { blockedForOthers, octal } from "../host/reachable.js";
+import { HttpError, SandboxSetupError, fieldName } from "./errors.js";
 import { identityFiles, probeBwrap, type BwrapProbe } from "./isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
@@ -24,6 +25,7 @@ import type { RunResult } from "./runner.js";
 import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
+import { limitsInForce, type LimitsInForce } from "./limits-in-force.js";
 
 /** Hermes names accepted as aliases. */
 const TOOL_ALIASES: Record<string, SandboxToolName> = {
@@ -81,6 +83,10 @@ export class SandboxService {
   readonly spawnerPath: string | null;
   readonly spawnerReason: string | undefined;
   readonly cgroups: SlotCgroups;
+  /** RLIMIT_AS per process (bytes; 0: none): the memory bound where there is no slot cgroup. */
+  readonly addressSpaceBytes: number;
+  /** The per-slot bounds in force here (/health, the listening line). */
+  readonly limitsInForce: LimitsInForce;
   /** Host dir for server-side state (spawner binary cache, unsandboxed terminal sockets). */
   readonly stateDir: string;
   readonly stateful: StatefulSessions;
@@ -101,7 +107,19 @@ export class SandboxService {
     const perSlotUid = options.perSlotUid ?? isRoot;
     // Slot uids must be able to traverse (not list) the data dir to reach their own
     // workspace (each workspace is 0700 for its slot's uid).
-    if (perSlotUid && isRoot) chmodSync(dataDir, 0o711);
+    if (perSlotUid && isRoot) {
+      chmodSync(dataDir, 0o711);
+      // Checked here, before bubblewrap is probed: a probe failing on this would otherwise
+      // look like "no bubblewrap" and the server would run commands unsandboxed.
+      const blocked = blockedForOthers(dataDir);
+      if (blocked) {
+        throw new SandboxSetupError(
+          "data_dir_unreachable",
+          `the data dir ${dataDir} is out of reach of the slot uids: ${blocked.dir} is mode ${octal(blocked.mode)} (others cannot search it). ` +
+            `Fix: pass --data-dir under a directory every user can search (e.g. --data-dir /var/lib/slotpool/data or /tmp/slotpool-data), or chmod o+x ${blocked.dir}`,
+        );
+      }
+    }
     const base = options.slotUidBase ?? 20_000;
     this.slots = [];
     for (let i = 0; i < options.slots; i++) {
@@ -120,7 +138,7 @@ export class SandboxService {
         : { available: false, path: null, reason: "no slots" };
     if (!this.bwrap.available) this.logger.warn({ reason: this.bwrap.reason }, "bubblewrap unavailable: commands run unsandboxed unless require_sandbox is set");
     if (this.bwrap.available && !options.disableSpawner) {
-      this.spawnerPath = spawnerBinary([this.stateDir]);
+      this.spawnerPath = spawnerBinary([this.stateDir], { othersMustReach: perSlotUid && isRoot });
       this.spawnerReason = this.spawnerPath ? undefined : spawnerUnavailableReason();
       if (!this.spawnerPath) this.logger.warn({ reason: this.spawnerReason }, "per-slot spawner unavailable: one bubblewrap per call (slower)");
     } else {
@@ -129,6 +147,14 @@ export class SandboxService {
     }
     this.cgroups = new SlotCgroups({ memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses }, this.logger, options.disableCgroups ?? false);
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
+    this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;
+    this.limitsInForce = limitsInForce({
+      perSlotUids: perSlotUid && isRoot,
+      cgroups: this.cgroups.mode,
+      addressSpaceBytes: this.addressSpaceBytes,
+      limits: this.limits,
+      uid: process.getuid?.() ?? 0,
+    });
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);
     this.stateful = new StatefulSessions(this);

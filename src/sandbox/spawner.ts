@@ -1,10 +1,11 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
-import { accessSync, chmodSync, constants as fsc, existsSync, mkdirSync, readFileSync, renameSync } from "node:fs";
+import { accessSync, chmodSync, constants as fsc, copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, renameSync } from "node:fs";
 import { setPriority } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import { fileURLToPath } from "node:url";
+import { blockedForOthers } from "../host/reachable.js";
 import { bwrapArgs, findExecutable, READ_ONLY_ROOT } from "./isolation.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
@@ -59,21 +60,25 @@ function writable(dir: string): boolean {
  * `SLOTPOOL_SPAWNER` may point at a prebuilt binary (the sandbox image builds it).
  * Returns null (with `spawnerUnavailableReason()`) when it cannot be built.
  */
-export function spawnerBinary(cacheDirs: string[]): string | null {
+export function spawnerBinary(cacheDirs: string[], options: { othersMustReach?: boolean } = {}): string | null {
   if (binaryPath !== undefined) return binaryPath;
+  const found = locateSpawner(cacheDirs);
+  binaryPath = found && options.othersMustReach ? reachableSpawner(found, cacheDirs) : found;
+  return binaryPath;
+}
+
+function locateSpawner(cacheDirs: string[]): string | null {
   const explicit = process.env["SLOTPOOL_SPAWNER"];
   if (explicit) {
-    binaryPath = existsSync(explicit) ? explicit : null;
-    if (!binaryPath) binaryError = `SLOTPOOL_SPAWNER=${explicit} does not exist`;
-    return binaryPath;
+    if (!existsSync(explicit)) binaryError = `SLOTPOOL_SPAWNER=${explicit} does not exist`;
+    return existsSync(explicit) ? explicit : null;
   }
   // Prebuilt next to this module (the sandbox image compiles it in its build stage:
   // `cc -O2 -o dist/src/sandbox/native/slotpool-spawner src/sandbox/native/spawner.c`).
   const prebuilt = join(dirname(fileURLToPath(import.meta.url)), "native", "slotpool-spawner");
   const src = sourcePath();
-  if (!src && existsSync(prebuilt)) return (binaryPath = prebuilt);
+  if (!src && existsSync(prebuilt)) return prebuilt;
   if (!src) {
-    binaryPath = null;
     binaryError = "spawner source (src/sandbox/native/spawner.c) not found";
     return null;
   }
@@ -83,11 +88,10 @@ export function spawnerBinary(cacheDirs: string[]): string | null {
   const dirs = [join(here, "native"), ...cacheDirs];
   for (const d of dirs) {
     const p = join(d, `slotpool-spawner-${hash}`);
-    if (existsSync(p)) return (binaryPath = p);
+    if (existsSync(p)) return p;
   }
   const cc = findExecutable("cc") ?? findExecutable("gcc") ?? findExecutable("clang");
   if (!cc) {
-    binaryPath = null;
     binaryError = "no C compiler (cc) to build the spawner";
     return null;
   }
@@ -102,10 +106,52 @@ export function spawnerBinary(cacheDirs: string[]): string | null {
     }
     chmodSync(tmp, 0o755);
     renameSync(tmp, p);
-    return (binaryPath = p);
+    return p;
   }
-  binaryPath = null;
   binaryError ??= "no writable directory for the spawner binary";
+  return null;
+}
+
+/**
+ * Root-owned directory for runtime files every slot uid must reach, whatever the checkout's
+ * location (`/run` is root's, mode 0755, on every systemd or Docker host).
+ */
+export const RUNTIME_DIR = "/run/slotpool";
+
+/**
+ * A root server's slots start their namespace as their own uid, and bubblewrap, running as that
+ * uid, must reach the spawner to bind it. A checkout under a private directory (/root, a
+ * `mktemp -d`) hides the binary built next to the code: then it is copied (content-addressed)
+ * into RUNTIME_DIR, or else into a cache dir (the data dir's state dir, already checked to be
+ * reachable). Null, with the reason, when no such place exists.
+ */
+function reachableSpawner(found: string, cacheDirs: string[]): string | null {
+  if (!blockedForOthers(dirname(found))) return found;
+  const code = readFileSync(found);
+  const name = `slotpool-spawner-${createHash("sha256").update(code).digest("hex").slice(0, 12)}`;
+  const dirs = [RUNTIME_DIR, ...cacheDirs];
+  for (const d of dirs) {
+    if (!writable(d)) continue;
+    try {
+      if (d === RUNTIME_DIR) chmodSync(d, 0o755);
+      const st = lstatSync(d);
+      // Only a directory no one else can write to may hold a binary every slot executes.
+      if (!st.isDirectory() || st.uid !== process.getuid?.() || (st.mode & 0o022) !== 0) continue;
+    } catch {
+      continue;
+    }
+    if (blockedForOthers(d)) continue;
+    const p = join(d, name);
+    if (!existsSync(p)) {
+      const tmp = `${p}.${process.pid}.tmp`;
+      copyFileSync(found, tmp);
+      chmodSync(tmp, 0o755);
+      renameSync(tmp, p);
+    }
+    return p;
+  }
+  const blocked = blockedForOthers(dirname(found))!;
+  binaryError = `the spawner ${found} is out of reach of the slot uids (${blocked.dir} is not searchable by others) and none of ${dirs.join(", ")} can hold a copy`;
   return null;
 }
 

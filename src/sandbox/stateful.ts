@@ -140,7 +140,7 @@ export class StatefulSessions {
         cpuSeconds: 0,
         maxProcesses: svc.limits.maxProcesses,
         maxFileBytes: svc.limits.maxFileBytes,
-        addressSpaceBytes: 0,
+        addressSpaceBytes: svc.addressSpaceBytes,
         outputCap: svc.limits.outputCap,
         outputFileName: output.fileName,
         keep: true,

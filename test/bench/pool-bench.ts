@@ -10,7 +10,7 @@
  *    servers) through the NomadProvisioner and the Nomad API emulator, or with `--local` the
  *    LocalProvisioner.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { NomadClient } from "../../src/nomad/client.js";
@@ -111,6 +111,7 @@ async function burst(): Promise<void> {
   const maxContainers = 10;
   const useEmulator = !process.argv.includes("--local");
   const baseDir = await mkdtemp(join(tmpdir(), "slotpool-bench-"));
+  await chmod(baseDir, 0o755); // slot uids of a root server must traverse it
   let provisioner: Provisioner;
   let cleanup = async () => {};
   if (useEmulator) {

@@ -1,6 +1,6 @@
 /**
- * Access to shared/nomad-api/ (Nomad's documented bodies), which lives beside the repo:
- * CI clones main with `shared/` next to it.
+ * Access to test/fixtures/nomad-api/ (Nomad's documented bodies; its README says where each
+ * comes from). Inside the repository: a clone with nothing beside it runs every test.
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import { parseNomadJson } from "../../src/nomad/json.js";
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-export const NOMAD_API_DIR = resolve(repoRoot, "..", "shared", "nomad-api");
+export const NOMAD_API_DIR = resolve(repoRoot, "test", "fixtures", "nomad-api");
 
 export function fixtureText(name: string): string {
   return readFileSync(join(NOMAD_API_DIR, name), "utf8");

@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -14,6 +14,8 @@ const pools: SlotPool[] = [];
 
 beforeAll(async () => {
   baseDir = await mkdtemp(join(tmpdir(), "slotpool-localpool-"));
+  // mkdtemp makes it 0700: a root server's slot uids must traverse it (else it refuses to start).
+  await chmod(baseDir, 0o755);
 });
 afterEach(async () => {
   for (const p of pools.splice(0)) await p.stop();
@@ -124,6 +126,29 @@ describe("SlotPool on the LocalProvisioner (real sandbox servers)", () => {
     expect(b.container.id).not.toBe(proc!.id);
     expect(b.container.index).toBe(0);
     expect((await bash(b, "ls -A")).output.trim()).toBe("");
+  });
+
+  it("a data dir the slot uids cannot reach: refused at start when root (naming the dir and the fix); fine otherwise", async () => {
+    const hidden = await mkdtemp(join(tmpdir(), "slotpool-hidden-")); // 0700, like /root
+    try {
+      const provisioner = new LocalProvisioner({ slotsPerContainer: 1, baseDir: join(hidden, "data") });
+      const pool = new SlotPool({ slotsPerContainer: 1, minContainers: 1, maxContainers: 1, tickMs: 50, provisioner });
+      pools.push(pool);
+      if (process.getuid?.() === 0) {
+        const err = await pool.start().then(() => undefined, (e: unknown) => e as Error);
+        expect(err?.message).toContain(`the data dir ${join(hidden, "data")} is out of reach of the slot uids: ${hidden} is mode 0700`);
+        expect(err?.message).toContain(`chmod o+x ${hidden}`);
+      } else {
+        await pool.start();
+        const slot = await pool.acquire({ trajectoryId: "t" });
+        const r = await bash(slot, "echo ok");
+        expect(r.output.trim()).toBe("ok");
+        expect(r.metadata.sandboxed).toBe(true);
+        await pool.release(slot);
+      }
+    } finally {
+      await rm(hidden, { recursive: true, force: true });
+    }
   });
 
   it("fails start() fast on a crash loop, with the servers' own output", async () => {

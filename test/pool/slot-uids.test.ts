@@ -5,7 +5,7 @@
  * process-count attack in one container's slot_0 starved slot_0 of all the others.
  */
 import { readdirSync, readFileSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -19,6 +19,8 @@ let baseDir: string;
 
 beforeAll(async () => {
   baseDir = await mkdtemp(join(tmpdir(), "slotpool-uids-"));
+  // mkdtemp makes it 0700: a root server's slot uids must traverse it (else it refuses to start).
+  await chmod(baseDir, 0o755);
 });
 afterAll(async () => {
   await rm(baseDir, { recursive: true, force: true });

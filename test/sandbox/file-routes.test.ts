@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { execFileSync } from "node:child_process";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -55,6 +55,7 @@ function noLeak(answer: unknown): void {
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "slotpool-file-routes-"));
+  await chmod(dir, 0o755); // a root server's slot uids must reach the data dir below it
   dataDir = join(dir, "data");
   outside = join(dir, "outside");
   execFileSync("mkdir", ["-p", outside]);

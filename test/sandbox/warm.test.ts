@@ -5,7 +5,8 @@
  * namespace is still starting waits for it instead of starting a second one. The
  * re-created namespace holds nothing of the previous trajectory.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRoot, startServer, type TestServer } from "./helpers.js";
 
@@ -36,10 +37,21 @@ function spawners(serverPid: number): Array<{ pid: number; uid: number }> {
   return [...info.entries()].filter(([pid, i]) => i.comm === "spawner" && under(pid)).map(([pid, i]) => ({ pid, uid: i.uid }));
 }
 
-/** Spawners of one slot (by its uid when root; every spawner otherwise). */
+/**
+ * Spawners of one slot: by its uid when root; otherwise (every slot runs as the server's
+ * uid) by the workspace its namespace shows at /workspace, which is the slot's directory.
+ */
 function slotSpawners(slot: number): number[] {
+  const workspace = statSync(join(s.dataDir, `slot_${slot}`)).ino;
+  const seesWorkspace = (pid: number): boolean => {
+    try {
+      return statSync(`/proc/${pid}/root/workspace`).ino === workspace;
+    } catch {
+      return false;
+    }
+  };
   return spawners(s.proc.pid)
-    .filter((p) => !isRoot || p.uid === UID_BASE + slot)
+    .filter((p) => (isRoot ? p.uid === UID_BASE + slot : seesWorkspace(p.pid)))
     .map((p) => p.pid);
 }
 
@@ -63,7 +75,7 @@ describe("warm slots", () => {
     const health = await s.get("/health");
     if (!health.json.fast_path) return; // no fast path: nothing to warm
     await until("one spawner per slot", () => spawners(s.proc.pid).length === 3);
-    if (isRoot) for (let i = 0; i < 3; i++) expect(slotSpawners(i)).toHaveLength(1);
+    for (let i = 0; i < 3; i++) expect(slotSpawners(i)).toHaveLength(1);
     // The first call uses that namespace: no new one appears.
     const before = slotSpawners(1);
     expect((await s.bash(1, "echo hi")).output).toBe("hi");
@@ -84,7 +96,7 @@ describe("warm slots", () => {
     // Warm again without any call: a new spawner, none of the old ones.
     await until("slot_0 re-warmed", () => {
       const now = slotSpawners(0);
-      return now.length === (isRoot ? 1 : 3) && now.some((p) => !old.has(p)) && now.every((p) => !old.has(p));
+      return now.length === 1 && now.every((p) => !old.has(p));
     });
     const warmed = slotSpawners(0);
     // The warmed namespace is the one the next no-network call uses (no second one started).
@@ -107,7 +119,7 @@ describe("warm slots", () => {
       expect(call.output).toBe("0");
       // Give a stray second start-up time to show, then count.
       await new Promise((r) => setTimeout(r, 150));
-      expect(slotSpawners(2), `round ${round}`).toHaveLength(isRoot ? 1 : 3);
+      expect(slotSpawners(2), `round ${round}`).toHaveLength(1);
     }
   }, 45_000);
 

@@ -7,6 +7,7 @@ import {
   bystanderLatency,
   eventually,
   processesWithMarker,
+  isRoot,
   startAttackServer,
   within,
   type AttackServer,
@@ -51,10 +52,29 @@ afterAll(async () => {
 });
 
 describe("limits are in force before any attack", () => {
-  it("slot cgroups carry the configured pids and memory limits", async () => {
+  it("/health names the bounds in force, and they are the ones a slot's command lives under", async () => {
     await server.bash(ATTACKER, "true");
-    expect(slotCgroupLimit(server.proc.pid, ATTACKER, "pids")).toBe(ATTACK_LIMITS.maxProcesses);
-    expect(slotCgroupLimit(server.proc.pid, ATTACKER, "memory")).toBe(ATTACK_LIMITS.memoryMb * 1024 * 1024);
+    const limits = (await server.health()).json.limits;
+    const r = await server.bash(ATTACKER, "grep -E '^Max (processes|address space|file size|core file size)' /proc/self/limits");
+    const rlimit = (name: string) => new RegExp(`^Max ${name}\\s+(\\S+)`, "m").exec(r.output)?.[1];
+    expect(rlimit("processes")).toBe(String(ATTACK_LIMITS.maxProcesses));
+    expect(rlimit("file size")).toBe(String(ATTACK_LIMITS.maxFileMb * 1024 * 1024));
+    expect(rlimit("core file size")).toBe("0");
+    expect(limits.per_slot_uids).toBe(isRoot);
+    if (limits.memory === "cgroup") {
+      // Root with writable cgroups: the slot's own memory and pids cgroups.
+      expect(limits.pids).toBe("cgroup");
+      expect(slotCgroupLimit(server.proc.pid, ATTACKER, "pids")).toBe(ATTACK_LIMITS.maxProcesses);
+      expect(slotCgroupLimit(server.proc.pid, ATTACKER, "memory")).toBe(ATTACK_LIMITS.memoryMb * 1024 * 1024);
+      expect(rlimit("address space")).toBe("unlimited");
+    } else {
+      // No cgroup (non-root: no delegation): every process is capped in address space instead.
+      expect(limits.memory).toBe("rlimit_as_per_process");
+      expect(limits.pids).toBe(isRoot ? "rlimit_nproc_per_slot_uid" : "rlimit_nproc_shared_uid");
+      expect(rlimit("address space")).toBe(String(ATTACK_LIMITS.memoryMb * 1024 * 1024));
+      expect(limits.gaps.join(" ")).toContain("no per-slot memory cgroup");
+    }
+    if (!isRoot) expect(limits.gaps.join(" ")).toMatch(/every slot runs as the server's uid \d+/);
   });
 });
 

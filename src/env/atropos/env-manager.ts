@@ -4,7 +4,7 @@ import { TokensUnavailableError } from "../errors.js";
 import type { RunStats } from "../run-stats.js";
 import type { GroupOutcome } from "../scored-group.js";
 import { AtroposError, type AtroposClient, type EnvStatus, type Registration } from "./client.js";
-import { filterGroupForSend } from "./group-filter.js";
+import { FilteredStreak, filterGroupForSend } from "./group-filter.js";
 
 export interface EnvManagerOptions {
   /** Pause between /status-env polls (BaseEnv: about 0.1 s). */
@@ -79,6 +79,10 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
   let lastStatus: EnvStatus | undefined;
   let stopReason = "";
 
+  const streak = new FilteredStreak();
+  const warnIfAllFiltered = (warning: string | undefined) => {
+    if (warning) log.warn({ sent, filtered: options.stats.filteredGroups }, warning);
+  };
   const deliver = async (outcome: GroupOutcome): Promise<void> => {
     options.stats.addGroup(outcome);
     if (!outcome.ok) {
@@ -95,6 +99,7 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
     if (!filtered.send) {
       options.stats.filteredGroups++;
       log.info({ reason: filtered.reason }, "group not sent");
+      warnIfAllFiltered(streak.observe(filtered));
       options.onGroup?.(outcome, "filtered");
       return;
     }
@@ -107,9 +112,12 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
     const r = await client.sendScoredData(filtered.group, options.signal);
     if (r.sent) {
       sent++;
+      options.stats.sentGroups++;
+      streak.observe(filtered);
       options.onGroup?.(outcome, "sent");
     } else {
       options.stats.filteredGroups++;
+      warnIfAllFiltered(streak.observe({ send: false, reason: "the trainer refused the group", fix: "see the trainer's log for why it refuses groups" }));
       options.onGroup?.(outcome, "rejected");
     }
   };

@@ -3,7 +3,8 @@ import { mkdir, open } from "node:fs/promises";
 import { basename, dirname, extname, join } from "node:path";
 import pLimit from "p-limit";
 import type { AgentEnv } from "../agent-env.js";
-import { filterGroupForSend } from "../atropos/group-filter.js";
+import type { Logger } from "../../observability/logger.js";
+import { FilteredStreak, filterGroupForSend } from "../atropos/group-filter.js";
 import { pythonJsonDumps } from "../atropos/python-json.js";
 import { RunStats } from "../run-stats.js";
 import type { GroupOutcome } from "../scored-group.js";
@@ -14,6 +15,8 @@ export interface ProcessModeOptions {
   /** Groups to make (default: config.totalGroups). */
   groups?: number;
   onGroup?: (outcome: GroupOutcome, stats: RunStats) => void;
+  /** Receives the warning when every group is being filtered. */
+  logger?: Logger;
 }
 
 export interface ProcessModeReport {
@@ -51,6 +54,7 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
   const limit = pLimit(env.config.groupConcurrency);
   // Writes are chained so lines never interleave and come out in completion order.
   let writes: Promise<unknown> = Promise.resolve();
+  const streak = new FilteredStreak();
   try {
     const tasks = Array.from({ length: total }, () =>
       limit(async () => {
@@ -66,6 +70,9 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
           ? filterGroupForSend(outcome.group, { groupSize: env.config.groupSize, ensureScoresAreNotSame: false, dropOverLength: false, includeMessages: true })
           : undefined;
         if (filtered && !filtered.send) stats.filteredGroups++;
+        if (filtered?.send) stats.sentGroups++;
+        const warning = filtered ? streak.observe(filtered) : undefined;
+        if (warning) options.logger?.warn({ written: stats.sentGroups, filtered: stats.filteredGroups }, warning);
         options.onGroup?.(outcome, stats);
         if (filtered?.send) {
           const line = pythonJsonDumps(filtered.group) + "\n";

@@ -12,6 +12,8 @@ export class ProgressBar {
     private readonly label: string,
     private readonly total: number | undefined,
     private readonly stream: NodeJS.WriteStream | NodeJS.WritableStream = process.stderr,
+    /** Shows delivered/filtered group counts, delivered named so ("sent", "written"). */
+    private readonly delivered?: string,
   ) {
     this.tty = Boolean((stream as NodeJS.WriteStream).isTTY);
   }
@@ -25,6 +27,7 @@ export class ProgressBar {
     const bar = total ? `[${"#".repeat(filled)}${".".repeat(width - filled)}] ${done}/${total}` : `${done}`;
     const line =
       `${this.label} ${bar} groups · mean score ${stats.meanScore.toFixed(3)} · tool calls ${stats.toolCalls}` +
+      (this.delivered ? ` · ${this.delivered} ${stats.sentGroups} · filtered ${stats.filteredGroups}` : "") +
       (stats.failedGroups ? ` · failed ${stats.failedGroups}` : "") +
       (stats.slotLosses ? ` · slot losses ${stats.slotLosses}` : "") +
       ` · ${((Date.now() - stats.startedAt) / 1000).toFixed(1)}s`;
