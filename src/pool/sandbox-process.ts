@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
-import { slotpoolCommand } from "../cli/command.js";
+import { slotpoolCommand } from "./slotpool-command.js";
 
 /**
  * Starts `slotpool sandbox-server` as a child process and waits until it listens. Used by
