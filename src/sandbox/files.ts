@@ -1,7 +1,8 @@
 import { isUtf8 } from "node:buffer";
 import type { FileHandle } from "node:fs/promises";
-import type { ExecuteResponse, ReadFileArgs, WriteFileArgs } from "../protocol/sandbox.js";
+import type { ReadFileArgs, WriteFileArgs } from "../protocol/sandbox.js";
 import { resolveInWorkspace, WorkspacePathError, type FileOwner } from "./path-guard.js";
+import type { ToolOutcome } from "./tool-outcome.js";
 
 /**
  * The `read_file` and `write_file` tools. They run in the server process (not in
@@ -9,8 +10,7 @@ import { resolveInWorkspace, WorkspacePathError, type FileOwner } from "./path-g
  * path-guard, which refuses anything that leads out of the workspace.
  */
 
-/** What a tool returns; the server adds the execution id. */
-export type ToolOutcome = Omit<ExecuteResponse, "execution_id">;
+export type { ToolOutcome };
 
 export interface FileToolOptions {
   /** read_file returns at most this many bytes (a smaller `max_bytes` in the call wins). */

@@ -17,7 +17,9 @@ import { identityFiles, probeBwrap, type BwrapProbe } from "./isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
 import { Slot } from "./slot.js";
-import { BashExecutor, type ToolOutcome } from "./bash.js";
+import { BashExecutor } from "./bash.js";
+import type { SlotHost } from "./slot-host.js";
+import type { OnChunk, ToolOutcome } from "./tool-outcome.js";
 import { StatefulSessions } from "./stateful.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
@@ -52,12 +54,7 @@ export interface SandboxServiceOptions {
   logger: Logger;
 }
 
-/**
- * Receives a streaming call's output as it is produced. Returning a promise asks the
- * producer to stop reading the command's output until it resolves (a slow WebSocket
- * reader): the command then blocks on its own stdout instead of the server buffering.
- */
-export type OnChunk = (stream: "stdout" | "stderr", chunk: string) => void | Promise<void>;
+export type { OnChunk, ToolOutcome };
 
 /** A validated call, ready to run on its slot. */
 export interface ParsedCall {
@@ -68,7 +65,7 @@ export interface ParsedCall {
   timeoutSec: number | undefined;
 }
 
-export class SandboxService {
+export class SandboxService implements SlotHost {
   readonly slots: Slot[];
   readonly limits: CommandLimits;
   readonly bwrap: BwrapProbe;
