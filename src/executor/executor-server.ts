@@ -10,7 +10,7 @@ import {
   ExecutorReleaseRequestSchema,
 } from "../protocol/executor.js";
 import type { SlotPoolLike } from "../pool/types.js";
-import { HttpError, checkBearer, closeConnectionsOnShutdown, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
+import { HttpError, checkBearer, closeConnectionsOnShutdown, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "../http/lifecycle.js";
 import type { ToolExecutorLike } from "./types.js";
 import { dropNulls } from "./wire-compat.js";
 

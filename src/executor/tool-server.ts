@@ -8,7 +8,7 @@ import type { ToolResult } from "../protocol/tool.js";
 import { ToolRegistry } from "../tools/registry.js";
 import { clampTimeoutS } from "./config.js";
 import type { ExternalTool, ExternalToolOutput } from "./external-tool.js";
-import { HttpError, checkBearer, closeConnectionsOnShutdown, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
+import { HttpError, checkBearer, closeConnectionsOnShutdown, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "../http/lifecycle.js";
 import { dropNulls } from "./wire-compat.js";
 
 /**

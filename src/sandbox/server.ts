@@ -12,7 +12,7 @@ import {
   ResetRequestSchema,
   type ExecuteResponse,
 } from "../protocol/sandbox.js";
-import { HttpError, fieldName } from "./errors.js";
+import { HttpError, fieldName } from "../http/errors.js";
 import { archiveArtifacts, listArtifacts, readArtifact } from "./artifacts.js";
 import { SandboxWebSockets } from "./ws.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "./service.js";

@@ -12,7 +12,7 @@ import {
   type WriteFileArgs,
   type SandboxToolName,
 } from "../protocol/sandbox.js";
-import { HttpError, fieldName } from "./errors.js";
+import { HttpError, fieldName } from "../http/errors.js";
 import { identityFiles, probeBwrap, type BwrapProbe } from "./isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
