@@ -1,3 +1,5 @@
+// Longer than 500 lines on purpose: the batching loop, per-trajectory ordering and slot-loss
+// handling share one queue state; the HTTP side, config and metrics are already apart.
 import { performance } from "node:perf_hooks";
 import pLimit, { type LimitFunction } from "p-limit";
 import type { Logger } from "pino";

@@ -1,3 +1,5 @@
+// Longer than 500 lines on purpose: what is left is the slot bookkeeping (acquire, release,
+// reset, loss) over one set of counters; waiters, autoscaler, health and statistics are apart.
 import { EventEmitter } from "node:events";
 import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";

@@ -54,3 +54,14 @@ describe("the layer rules themselves", () => {
     expect(importCycles(graph)).toEqual(["sandbox/bash.ts -> sandbox/service.ts -> sandbox/bash.ts"]);
   });
 });
+
+describe("file sizes in src/", () => {
+  it("no file is over 500 lines unless its header says why", async () => {
+    const { readFileSync } = await import("node:fs");
+    const long = [...readImportGraph(SRC).keys()].filter((file) => {
+      const text = readFileSync(`${SRC}/${file}`, "utf8");
+      return text.split("\n").length > 500 && !/^\/\/ Longer than 500 lines on purpose: \S/.test(text);
+    });
+    expect(long).toEqual([]);
+  });
+});
