@@ -14,9 +14,11 @@ import { ToolRegistry } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { callTimeoutS, parseToolExecutorConfig, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
 import { ExecutorMetrics } from "./executor-metrics.js";
-import { errorResult, fromExecuteResponse, isSlotLostError, slotLostResult } from "./results.js";
+import { errorResult, fromExecuteResponse, slotLostResult } from "./results.js";
+import { isSlotLostError } from "../pool/errors.js";
 import { ToolServerClient } from "./tool-server-client.js";
 import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * The ToolExecutor: every tool call of every trajectory passes here.
@@ -71,7 +73,7 @@ interface TrajectoryState {
 }
 
 
-export class ExecutorClosedError extends Error {
+export class ExecutorClosedError extends SlotpoolError {
   override name = "ExecutorClosedError";
 }
 

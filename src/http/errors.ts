@@ -1,5 +1,7 @@
+import { SlotpoolError } from "../protocol/errors.js";
+
 /** A request the server refuses: sent as HTTP `status` with `{error, field?}`. */
-export class HttpError extends Error {
+export class HttpError extends SlotpoolError {
   override name = "HttpError";
   constructor(
     readonly status: number,

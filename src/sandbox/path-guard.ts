@@ -1,6 +1,7 @@
 import { constants as fsc, type Stats } from "node:fs";
 import { open, mkdir, readlink, type FileHandle } from "node:fs/promises";
 import { posix } from "node:path";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * Resolves user-given paths inside a slot's workspace (host directory `workspaceDir`, seen
@@ -34,7 +35,7 @@ export type WorkspacePathProblem =
   | "not_regular";
 
 /** A user's path was refused or does not name what the call needs. Message names the path. */
-export class WorkspacePathError extends Error {
+export class WorkspacePathError extends SlotpoolError {
   override name = "WorkspacePathError";
   constructor(
     readonly problem: WorkspacePathProblem,
