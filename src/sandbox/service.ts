@@ -27,6 +27,9 @@ import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
 
+/** Calls at least this long are logged at info even when they succeed. */
+const SLOW_CALL_S = 1;
+
 /** Hermes names accepted as aliases. */
 const TOOL_ALIASES: Record<string, SandboxToolName> = {
   terminal: "bash",
@@ -184,11 +187,16 @@ export class SandboxService implements SlotHost {
     const seconds = (performance.now() - started) / 1000;
     const result = outcome.metadata["timeout"] ? "timeout" : outcome.success ? "ok" : "error";
     this.metrics.observeCall(call.tool, result, seconds);
-    // One line per call, with the slot (and the allocation, in the logger's base fields).
-    this.logger.info(
-      { slot: call.slot.id, tool: call.tool, execution_id: call.executionId, outcome: result, exit_code: outcome.metadata.exit_code, ms: Math.round(seconds * 10000) / 10 },
-      "call",
-    );
+    // One line per call, with the slot (and the allocation, in the logger's base fields): at
+    // info for failed or slow calls, at debug for the rest, so the cheap calls of a busy server
+    // (thousands a second) do not cost a log write each (SLOTPOOL_LOG_LEVEL=debug shows all).
+    const level = result !== "ok" || seconds >= SLOW_CALL_S ? "info" : "debug";
+    if (this.logger.isLevelEnabled(level)) {
+      this.logger[level](
+        { slot: call.slot.id, tool: call.tool, execution_id: call.executionId, outcome: result, exit_code: outcome.metadata.exit_code, ms: Math.round(seconds * 10000) / 10 },
+        "call",
+      );
+    }
     return { ...outcome, execution_id: call.executionId };
   }
 
