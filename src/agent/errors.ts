@@ -1,6 +1,8 @@
+import { SlotpoolError } from "../protocol/errors.js";
+
 /** Errors of the agent loop. Each message says what failed and what to change. */
 
-export class AgentError extends Error {
+export class AgentError extends SlotpoolError {
   override name = "AgentError";
 }
 

@@ -4,7 +4,7 @@
  */
 import { NomadClient } from "../nomad/client.js";
 import { NomadConfigError } from "../nomad/errors.js";
-import { StatusSourceError, fetchExecutorStatus, fetchNomadStatus, renderStatus, type StatusReport } from "../observability/status-report.js";
+import { StatusSourceError, fetchExecutorStatus, fetchNomadStatus, renderStatus, type StatusReport } from "./status-report.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 const HELP = `usage: slotpool status [--executor-url URL [--token T]] [--nomad] [options]

@@ -1,7 +1,8 @@
 import { parseArgs, type ParseArgsConfig } from "node:util";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /** A mistake in the command line: printed without a stack, exit code 2. */
-export class CliUsageError extends Error {
+export class CliUsageError extends SlotpoolError {
   override name = "CliUsageError";
 }
 

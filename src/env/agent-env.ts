@@ -14,7 +14,8 @@ import type { ToolBackend, ToolBackendFactory } from "./backend.js";
 import { AgentEnvConfigSchema, type AgentEnvConfig } from "./config.js";
 import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
-import { isSlotLostError, isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
+import { isSlotLostError } from "../pool/errors.js";
+import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
 

@@ -1,6 +1,8 @@
+import { SlotpoolError } from "../protocol/errors.js";
+
 /** Errors of the env layer. Each message says what happened and what to change. */
 
-export class EnvError extends Error {
+export class EnvError extends SlotpoolError {
   override name = "EnvError";
 }
 

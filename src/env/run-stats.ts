@@ -1,3 +1,4 @@
+import { percentile } from "../observability/latency-window.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
 
 /** Running totals of a run, for the progress bar and the summary table. */
@@ -57,9 +58,7 @@ export class RunStats {
 
   latencyPercentile(p: number): number {
     if (this.latencies.length === 0) return 0;
-    const sorted = [...this.latencies].sort((a, b) => a - b);
-    const idx = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-    return sorted[idx]!;
+    return percentile([...this.latencies].sort((a, b) => a - b), p / 100);
   }
 
   toJSON() {

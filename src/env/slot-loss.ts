@@ -16,8 +16,3 @@ export function slotLostErrorFrom(result: ToolResult, trajectoryId: string): Slo
     trajectoryId,
   );
 }
-
-/** The pool's SlotLostError, also when it comes from another copy of the module. */
-export function isSlotLostError(err: unknown): err is SlotLostError {
-  return err instanceof SlotLostError || (err instanceof Error && err.name === "SlotLostError");
-}

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * ToolExecutor settings. Policy fields (network, fail-closed sandboxing) come from the env
@@ -36,7 +37,7 @@ export const ToolExecutorConfigSchema = z.object({
 export type ToolExecutorConfig = z.output<typeof ToolExecutorConfigSchema>;
 export type ToolExecutorConfigInput = z.input<typeof ToolExecutorConfigSchema>;
 
-export class ToolExecutorConfigError extends Error {
+export class ToolExecutorConfigError extends SlotpoolError {
   override name = "ToolExecutorConfigError";
 }
 

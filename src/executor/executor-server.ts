@@ -10,7 +10,12 @@ import {
   ExecutorReleaseRequestSchema,
 } from "../protocol/executor.js";
 import type { SlotPoolLike } from "../pool/types.js";
-import { HttpError, checkBearer, closeConnectionsOnShutdown, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
+import { BearerAuth } from "../http/auth.js";
+import { JsonBodyReader, parseBody } from "../http/body.js";
+import { HttpError } from "../http/errors.js";
+import { closeConnectionsOnShutdown, closeGracefully, listenOn, serverUrl } from "../http/lifecycle.js";
+import { sendError, sendJson } from "../http/respond.js";
+import { RouteTable } from "../http/routes.js";
 import type { ToolExecutorLike } from "./types.js";
 import { dropNulls } from "./wire-compat.js";
 
@@ -39,10 +44,24 @@ export interface ExecutorServerOptions {
 export class ExecutorServer {
   private readonly server: Server;
   private readonly logger: Logger;
+  private readonly auth: BearerAuth;
+  private readonly body = new JsonBodyReader();
+  private readonly routes: RouteTable;
   private closing = false;
 
   constructor(private readonly options: ExecutorServerOptions) {
     this.logger = options.logger ?? silentLogger();
+    this.auth = new BearerAuth(options.token);
+    this.routes = new RouteTable()
+      .add("GET", "/health", (_req, res) => sendJson(res, 200, { status: "ok" }), { public: true })
+      .add("GET", "/", (_req, res) => sendJson(res, 200, { message: "slotpool tool executor" }), { public: true })
+      .add("POST", "/execute", (req, res) => this.execute(req, res))
+      .add("POST", "/release", (req, res) => this.release(req, res))
+      .add("GET", "/status", (req, res) => this.status(req, res))
+      .add("GET", "/metrics", (req, res) => this.metrics(req, res))
+      .add("POST", "/artifacts/read", (req, res) => this.artifactRead(req, res))
+      .add("POST", "/artifacts/list", (req, res) => this.artifactList(req, res))
+      .add("POST", "/artifacts/archive", (req, res) => this.artifactArchive(req, res));
     this.server = createServer((req, res) => {
       this.handle(req, res).catch((err: unknown) => {
         if (!(err instanceof HttpError)) this.logger.error({ err }, "request failed");
@@ -74,22 +93,16 @@ export class ExecutorServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     closeConnectionsOnShutdown(this.server, res, () => this.closing);
-    const path = requestPath(req);
-    const method = req.method ?? "GET";
-    if (method === "GET" && path === "/health") return sendJson(res, 200, { status: "ok" });
-    if (method === "GET" && path === "/") return sendJson(res, 200, { message: "slotpool tool executor" });
-    const route = ROUTES[`${method} ${path}`];
-    if (!route) {
-      if (Object.keys(ROUTES).some((r) => r.endsWith(` ${path}`))) throw new HttpError(405, `method ${method} not allowed on ${path}`);
-      throw new HttpError(404, `no route ${method} ${path}`);
+    const { route, path } = this.routes.match(req);
+    if (!route.public) {
+      this.auth.check(req);
+      if (this.closing) throw new HttpError(503, "the executor is shutting down");
     }
-    checkBearer(req, this.options.token);
-    if (this.closing) throw new HttpError(503, "the executor is shutting down");
-    await route.call(this, req, res);
+    await route.handler(req, res, path);
   }
 
-  async execute(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = parseBody(ExecutorExecuteRequestSchema, dropNulls(await readJson(req)));
+  private async execute(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = parseBody(ExecutorExecuteRequestSchema, dropNulls(await this.body.read(req)));
     // A client that hangs up no longer wants the answer: cancel the call if it has not run yet.
     const ac = new AbortController();
     const onClose = () => {
@@ -104,13 +117,13 @@ export class ExecutorServer {
     sendJson(res, 200, result);
   }
 
-  async release(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = parseBody(ExecutorReleaseRequestSchema, dropNulls(await readJson(req)));
+  private async release(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = parseBody(ExecutorReleaseRequestSchema, dropNulls(await this.body.read(req)));
     await this.options.executor.release(body.trajectory_id, { reset: body.reset_workspace });
     sendJson(res, 200, { status: "ok" });
   }
 
-  async status(_req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private async status(_req: IncomingMessage, res: ServerResponse): Promise<void> {
     const s = this.options.executor.stats();
     sendJson(res, 200, {
       // The original's keys first, then ours.
@@ -125,36 +138,24 @@ export class ExecutorServer {
     });
   }
 
-  async metrics(_req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private async metrics(_req: IncomingMessage, res: ServerResponse): Promise<void> {
     const text = this.options.metrics?.render() ?? "";
     res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE, "content-length": Buffer.byteLength(text) });
     res.end(text);
   }
 
-  async artifactRead(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const { trajectory_id, ...rest } = parseBody(ExecutorArtifactReadRequestSchema, dropNulls(await readJson(req)));
+  private async artifactRead(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { trajectory_id, ...rest } = parseBody(ExecutorArtifactReadRequestSchema, dropNulls(await this.body.read(req)));
     sendJson(res, 200, await this.options.executor.readArtifact(trajectory_id, rest));
   }
 
-  async artifactList(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const { trajectory_id, ...rest } = parseBody(ExecutorArtifactListRequestSchema, dropNulls(await readJson(req)));
+  private async artifactList(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { trajectory_id, ...rest } = parseBody(ExecutorArtifactListRequestSchema, dropNulls(await this.body.read(req)));
     sendJson(res, 200, await this.options.executor.listArtifacts(trajectory_id, rest));
   }
 
-  async artifactArchive(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const { trajectory_id, format: _format, ...rest } = parseBody(ExecutorArtifactArchiveRequestSchema, dropNulls(await readJson(req)));
+  private async artifactArchive(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { trajectory_id, format: _format, ...rest } = parseBody(ExecutorArtifactArchiveRequestSchema, dropNulls(await this.body.read(req)));
     sendJson(res, 200, await this.options.executor.archiveArtifacts(trajectory_id, rest));
   }
 }
-
-type Handler = (this: ExecutorServer, req: IncomingMessage, res: ServerResponse) => Promise<void>;
-
-const ROUTES: Record<string, Handler> = {
-  "POST /execute": ExecutorServer.prototype.execute,
-  "POST /release": ExecutorServer.prototype.release,
-  "GET /status": ExecutorServer.prototype.status,
-  "GET /metrics": ExecutorServer.prototype.metrics,
-  "POST /artifacts/read": ExecutorServer.prototype.artifactRead,
-  "POST /artifacts/list": ExecutorServer.prototype.artifactList,
-  "POST /artifacts/archive": ExecutorServer.prototype.artifactArchive,
-};

@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import type { z } from "zod";
 import { defineTool } from "../tools/definition.js";
 import type { ToolDefinition } from "../tools/types.js";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * External tools: run inside the ToolServer process, where their credentials live, never in
@@ -35,7 +36,7 @@ export interface ExternalTool<S extends z.ZodType = z.ZodType> extends ToolDefin
   execute(args: z.output<S>, ctx: ExternalToolContext): Promise<ExternalToolOutput> | ExternalToolOutput;
 }
 
-export class ToolModuleError extends Error {
+export class ToolModuleError extends SlotpoolError {
   override name = "ToolModuleError";
 }
 

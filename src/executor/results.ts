@@ -26,8 +26,3 @@ export function slotLostResult(err: SlotLostError, slot: Slot | undefined, uniqI
     reason: err.reason,
   });
 }
-
-/** True for the pool's SlotLostError, also when it comes from another copy of the module. */
-export function isSlotLostError(err: unknown): err is SlotLostError {
-  return err instanceof Error && err.name === "SlotLostError" && "slotId" in err && "allocationId" in err;
-}

@@ -1,6 +1,9 @@
+// Longer than 500 lines on purpose: the batching loop, per-trajectory ordering and slot-loss
+// handling share one queue state; the HTTP side, config and metrics are already apart.
 import { performance } from "node:perf_hooks";
 import pLimit, { type LimitFunction } from "p-limit";
 import type { Logger } from "pino";
+import { LatencyWindow } from "../observability/latency-window.js";
 import { silentLogger } from "../observability/logger.js";
 import type { MetricsRegistry } from "../observability/metrics.js";
 import type { ArtifactArchiveResponse, ArtifactListResponse, ArtifactReadResponse, ExecuteResponse } from "../protocol/sandbox.js";
@@ -11,9 +14,11 @@ import { ToolRegistry } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { callTimeoutS, parseToolExecutorConfig, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
 import { ExecutorMetrics } from "./executor-metrics.js";
-import { errorResult, fromExecuteResponse, isSlotLostError, slotLostResult } from "./results.js";
+import { errorResult, fromExecuteResponse, slotLostResult } from "./results.js";
+import { isSlotLostError } from "../pool/errors.js";
 import { ToolServerClient } from "./tool-server-client.js";
 import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * The ToolExecutor: every tool call of every trajectory passes here.
@@ -67,9 +72,8 @@ interface TrajectoryState {
   released: boolean;
 }
 
-const LATENCY_WINDOW = 4096;
 
-export class ExecutorClosedError extends Error {
+export class ExecutorClosedError extends SlotpoolError {
   override name = "ExecutorClosedError";
 }
 
@@ -92,8 +96,7 @@ export class ToolExecutor implements ToolExecutorLike {
   private started = false;
   private closed = false;
   private readonly totals = { calls: 0, errors: 0, sandbox: 0, external: 0 };
-  private readonly recentLatencies: number[] = [];
-  private latencyCursor = 0;
+  private readonly recentLatencies = new LatencyWindow(4096);
 
   constructor(options: ToolExecutorOptions) {
     this.config = parseToolExecutorConfig(options.config);
@@ -251,14 +254,13 @@ export class ToolExecutor implements ToolExecutorLike {
 
   /** Counts, and latency percentiles over the last 4096 calls (the histogram in `metrics` has them all). */
   stats(): ExecutorStats {
-    const recent = this.recentLatencies.slice().sort((a, b) => a - b);
-    const at = (q: number) => (recent.length ? recent[Math.min(recent.length - 1, Math.ceil(q * recent.length) - 1)]! : 0);
+    const { p50, p99 } = this.recentLatencies.summary();
     return {
       queued: this.queuedCount,
       inFlight: this.inFlightCount,
       trajectories: this.trajectories.size,
       totals: { ...this.totals },
-      latencyMs: { p50: at(0.5), p99: at(0.99), count: this.metrics.duration.snapshot().count },
+      latencyMs: { p50, p99, count: this.metrics.duration.snapshot().count },
     };
   }
 
@@ -549,9 +551,7 @@ export class ToolExecutor implements ToolExecutorLike {
     }
     const ms = performance.now() - startedAt;
     this.metrics.duration.observe(ms / 1000, { kind });
-    if (this.recentLatencies.length < LATENCY_WINDOW) this.recentLatencies.push(ms);
-    else this.recentLatencies[this.latencyCursor] = ms;
-    this.latencyCursor = (this.latencyCursor + 1) % LATENCY_WINDOW;
+    this.recentLatencies.record(ms);
     return ms;
   }
 

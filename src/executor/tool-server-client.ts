@@ -2,6 +2,7 @@ import { Agent, request, type Dispatcher } from "undici";
 import { z } from "zod";
 import { ToolResultSchema, type ParsedToolCall, type ToolResult } from "../protocol/tool.js";
 import type { OpenAIFunctionTool } from "../tools/types.js";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * Client of a ToolServer (external tools whose credentials live in that process). The
@@ -9,7 +10,7 @@ import type { OpenAIFunctionTool } from "../tools/types.js";
  * reach into the trajectory's workspace if it needs to.
  */
 
-export class ToolServerError extends Error {
+export class ToolServerError extends SlotpoolError {
   override name = "ToolServerError";
   constructor(
     message: string,

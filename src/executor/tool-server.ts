@@ -8,7 +8,12 @@ import type { ToolResult } from "../protocol/tool.js";
 import { ToolRegistry } from "../tools/registry.js";
 import { clampTimeoutS } from "./config.js";
 import type { ExternalTool, ExternalToolOutput } from "./external-tool.js";
-import { HttpError, checkBearer, closeConnectionsOnShutdown, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
+import { BearerAuth } from "../http/auth.js";
+import { JsonBodyReader, parseBody } from "../http/body.js";
+import { HttpError } from "../http/errors.js";
+import { closeConnectionsOnShutdown, closeGracefully, listenOn, serverUrl } from "../http/lifecycle.js";
+import { sendError, sendJson } from "../http/respond.js";
+import { RouteTable } from "../http/routes.js";
 import { dropNulls } from "./wire-compat.js";
 
 /**
@@ -33,6 +38,9 @@ export class ToolServer {
   private readonly limit: LimitFunction;
   private readonly logger: Logger;
   private readonly server: Server;
+  private readonly auth: BearerAuth;
+  private readonly body = new JsonBodyReader();
+  private readonly routes: RouteTable;
   private readonly defaultTimeoutS: number;
   private running = 0;
   private maxRunning = 0;
@@ -50,6 +58,14 @@ export class ToolServer {
     this.limit = pLimit(max);
     this.defaultTimeoutS = options.defaultTimeoutS ?? 60;
     this.logger = options.logger ?? silentLogger();
+    this.auth = new BearerAuth(options.token);
+    this.routes = new RouteTable()
+      .add("GET", "/health", (_req, res) => sendJson(res, 200, { status: "ok", tools: this.byName.size, running: this.running, queued: this.limit.pendingCount, served: this.served }), { public: true })
+      .add("GET", "/tools", (_req, res) => sendJson(res, 200, { tools: this.registry.openAiTools() }))
+      .add("POST", "/execute", async (req, res) => {
+        const body = parseBody(ToolServerExecuteRequestSchema, dropNulls(await this.body.read(req)));
+        sendJson(res, 200, await this.execute(body));
+      });
     this.server = createServer((req, res) => {
       this.handle(req, res).catch((err: unknown) => sendError(res, err));
     });
@@ -78,19 +94,9 @@ export class ToolServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     closeConnectionsOnShutdown(this.server, res, () => this.closing);
-    const path = requestPath(req);
-    const route = `${req.method ?? "GET"} ${path}`;
-    if (route === "GET /health") {
-      return sendJson(res, 200, { status: "ok", tools: this.byName.size, running: this.running, queued: this.limit.pendingCount, served: this.served });
-    }
-    if (!["GET /tools", "POST /execute"].includes(route)) {
-      if (path === "/tools" || path === "/execute") throw new HttpError(405, `method ${req.method} not allowed on ${path}`);
-      throw new HttpError(404, `no route ${route}`);
-    }
-    checkBearer(req, this.options.token);
-    if (route === "GET /tools") return sendJson(res, 200, { tools: this.registry.openAiTools() });
-    const body = parseBody(ToolServerExecuteRequestSchema, dropNulls(await readJson(req)));
-    sendJson(res, 200, await this.execute(body));
+    const { route, path } = this.routes.match(req);
+    if (!route.public) this.auth.check(req);
+    await route.handler(req, res, path);
   }
 
   private async execute(body: ReturnType<typeof ToolServerExecuteRequestSchema.parse>): Promise<ToolResult> {

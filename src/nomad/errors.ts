@@ -1,9 +1,11 @@
+import { SlotpoolError } from "../protocol/errors.js";
+
 /**
  * Typed failures of the Nomad HTTP API. Nomad answers errors as plain text (the whole body
  * is the message, see shared/nomad-api/README.md "Errors are plain text"), so every error
  * keeps that text verbatim next to a hint saying what to check.
  */
-export class NomadError extends Error {
+export class NomadError extends SlotpoolError {
   override name = "NomadError";
   /** HTTP status, or 0 when no answer came back. */
   readonly status: number;
@@ -107,6 +109,6 @@ export class NomadResponseError extends NomadError {
 }
 
 /** Bad options given to the client itself (e.g. an unreadable NOMAD_CACERT file). */
-export class NomadConfigError extends Error {
+export class NomadConfigError extends SlotpoolError {
   override name = "NomadConfigError";
 }

@@ -1,5 +1,6 @@
 import { EventFrameSchema, type NomadEvent } from "./schemas.js";
 import { parseNomadJson } from "./json.js";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * Splits the body of /v1/event/stream into frames and yields their events.
@@ -44,6 +45,6 @@ function* eventsOfLine(line: string): Generator<NomadEvent> {
   for (const event of frame.data.Events ?? []) yield event;
 }
 
-export class EventStreamFormatError extends Error {
+export class EventStreamFormatError extends SlotpoolError {
   override name = "EventStreamFormatError";
 }

@@ -5,6 +5,7 @@
  * renders the same settings as HCL for `nomad job run`.
  */
 import { hostname, userInfo } from "node:os";
+import { SlotpoolError } from "../protocol/errors.js";
 
 export const SANDBOX_GROUP = "sandbox";
 export const SANDBOX_TASK = "sandbox-server";
@@ -107,7 +108,7 @@ export const RESCHEDULE_POLICY = { Unlimited: true, Delay: 5e9, DelayFunction: "
 /** Time the server gets after SIGTERM to stop its slots' processes. */
 export const KILL_TIMEOUT_NS = 15e9;
 
-export class SandboxJobOptionError extends Error {
+export class SandboxJobOptionError extends SlotpoolError {
   override name = "SandboxJobOptionError";
 }
 

@@ -1,6 +1,8 @@
+import { SlotpoolError } from "../protocol/errors.js";
+
 /** Errors of the pool room. Each message says what happened and what the caller can do. */
 
-export class SlotPoolError extends Error {
+export class SlotPoolError extends SlotpoolError {
   override name = "SlotPoolError";
 }
 
@@ -66,4 +68,13 @@ export class SlotReleasedError extends SlotPoolError {
   ) {
     super(`slot ${slotKey} was already released by trajectory ${trajectoryId}; acquire a new slot to run more calls`);
   }
+}
+
+/**
+ * The one check for a lost slot: the pool's SlotLostError, also when it comes from another
+ * copy of the module (two installs of slotpool in one process), recognised by name or code.
+ */
+export function isSlotLostError(err: unknown): err is SlotLostError {
+  if (err instanceof SlotLostError) return true;
+  return err instanceof Error && (err.name === "SlotLostError" || (err as { code?: unknown }).code === "SLOT_LOST");
 }

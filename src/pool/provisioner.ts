@@ -1,4 +1,5 @@
 import type { ContainerInfo } from "./types.js";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * A provisioner runs containers (sandbox servers) and reports them. It keeps the number of
@@ -34,7 +35,7 @@ export interface ContainerGone {
 }
 
 /** Problems the pool cannot wait out; during `start()` the pool fails with them. */
-export class ProvisionerError extends Error {
+export class ProvisionerError extends SlotpoolError {
   override name = "ProvisionerError";
   constructor(
     message: string,

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
-import { slotpoolCommand } from "../cli/command.js";
+import { slotpoolCommand } from "./slotpool-command.js";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * Starts `slotpool sandbox-server` as a child process and waits until it listens. Used by
@@ -41,7 +42,7 @@ export interface SandboxProcess {
   stop(graceMs?: number): Promise<void>;
 }
 
-export class SandboxStartError extends Error {
+export class SandboxStartError extends SlotpoolError {
   override name = "SandboxStartError";
 }
 

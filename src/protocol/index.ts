@@ -1,3 +1,4 @@
 export * from "./tool.js";
 export * from "./sandbox.js";
 export * from "./executor.js";
+export * from "./errors.js";

@@ -1,13 +1,11 @@
-import type { ExecuteResponse } from "../protocol/sandbox.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
 import { ulimitPrologue } from "./limits.js";
 import { CappedOutput } from "./output.js";
 import { runProcess, type RunResult } from "./runner.js";
 import { Holder } from "./spawner.js";
-import type { OnChunk, SandboxService } from "./service.js";
+import type { SlotHost } from "./slot-host.js";
 import type { Slot } from "./slot.js";
-
-export type ToolOutcome = Omit<ExecuteResponse, "execution_id">;
+import type { OnChunk, ToolOutcome } from "./tool-outcome.js";
 
 export interface BashArgs {
   command: string;
@@ -30,7 +28,7 @@ export class BashExecutor {
   private readonly warming = new Map<Holder, Promise<void>>();
   private closed = false;
 
-  constructor(private readonly service: SandboxService) {}
+  constructor(private readonly service: SlotHost) {}
 
   timeoutSec(args: { timeout?: number }, envelopeTimeout: number | undefined): number {
     const l = this.service.limits;

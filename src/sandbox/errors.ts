@@ -1,26 +1,10 @@
-/** A request the server refuses: sent as HTTP `status` with `{error, field?}`. */
-export class HttpError extends Error {
-  override name = "HttpError";
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly field?: string,
-  ) {
-    super(message);
-  }
-}
-
-/** zod issue path → dotted field name (`args.command`, `3.slot_id`). */
-export function fieldName(path: ReadonlyArray<PropertyKey>, prefix?: string): string {
-  const parts = [...(prefix ? [prefix] : []), ...path.map((p) => String(p))];
-  return parts.join(".") || "body";
-}
+import { SlotpoolError } from "../protocol/errors.js";
 
 /** The server cannot start as configured (e.g. slot uids cannot reach the data dir); the message says how to fix it. */
-export class SandboxSetupError extends Error {
+export class SandboxSetupError extends SlotpoolError {
   override name = "SandboxSetupError";
   constructor(
-    readonly code: "data_dir_unreachable",
+    readonly reason: "data_dir_unreachable",
     message: string,
   ) {
     super(message);

@@ -1,7 +1,8 @@
 import { isUtf8 } from "node:buffer";
 import type { FileHandle } from "node:fs/promises";
-import type { ExecuteResponse, ReadFileArgs, WriteFileArgs } from "../protocol/sandbox.js";
+import type { ReadFileArgs, WriteFileArgs } from "../protocol/sandbox.js";
 import { resolveInWorkspace, WorkspacePathError, type FileOwner } from "./path-guard.js";
+import type { ToolOutcome } from "./tool-outcome.js";
 
 /**
  * The `read_file` and `write_file` tools. They run in the server process (not in
@@ -9,8 +10,7 @@ import { resolveInWorkspace, WorkspacePathError, type FileOwner } from "./path-g
  * path-guard, which refuses anything that leads out of the workspace.
  */
 
-/** What a tool returns; the server adds the execution id. */
-export type ToolOutcome = Omit<ExecuteResponse, "execution_id">;
+export type { ToolOutcome };
 
 export interface FileToolOptions {
   /** read_file returns at most this many bytes (a smaller `max_bytes` in the call wins). */
@@ -26,17 +26,22 @@ const CHUNK_BYTES = 64 * 1024;
 /**
  * Reads at most `limit` bytes from the start of an open file, plus one byte to learn
  * whether there was more. Memory stays bounded by `limit` whatever the file's size.
+ * `regularSize`: the file is a regular file of about this size; the first read is sized
+ * for it and a short read ends the loop (EOF on a regular file), saving a read per call.
  */
-export async function readHead(handle: FileHandle, limit: number): Promise<{ data: Buffer; truncated: boolean }> {
+export async function readHead(handle: FileHandle, limit: number, regularSize?: number): Promise<{ data: Buffer; truncated: boolean }> {
   const chunks: Buffer[] = [];
   let total = 0;
   const want = limit + 1;
+  let next = regularSize !== undefined ? Math.min(regularSize + 1, CHUNK_BYTES) : CHUNK_BYTES;
   while (total < want) {
-    const buf = Buffer.allocUnsafe(Math.min(CHUNK_BYTES, want - total));
+    const buf = Buffer.allocUnsafe(Math.min(next, want - total));
+    next = CHUNK_BYTES;
     const { bytesRead } = await handle.read(buf, 0, buf.length, total);
     if (bytesRead === 0) break;
     chunks.push(bytesRead === buf.length ? buf : buf.subarray(0, bytesRead));
     total += bytesRead;
+    if (regularSize !== undefined && bytesRead < buf.length) break;
   }
   const all = Buffer.concat(chunks, total);
   return total > limit ? { data: all.subarray(0, limit), truncated: true } : { data: all, truncated: false };
@@ -93,7 +98,7 @@ export async function readFileTool(
       return failure(`path ${JSON.stringify(args.path)} is a directory; list it with bash (ls) instead`, { path });
     }
     if (!stat.isFile()) return failure(`path ${JSON.stringify(args.path)} is not a regular file`, { path });
-    const { data, truncated } = await readHead(handle, limit);
+    const { data, truncated } = await readHead(handle, limit, stat.size);
     const base = { exit_code: 0, path, file_size: stat.size, truncated };
     if (args.encoding === "base64") {
       return {

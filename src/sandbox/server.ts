@@ -1,9 +1,12 @@
-import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
-import { setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
 import type { z } from "zod";
+import { BearerAuth } from "../http/auth.js";
+import { JsonBodyReader, parseBody } from "../http/body.js";
+import { HttpError } from "../http/errors.js";
+import { listenOn } from "../http/lifecycle.js";
+import { errorStatus, sendError, sendJson } from "../http/respond.js";
+import { RouteTable, type RouteHandler } from "../http/routes.js";
+import { requestPath, requestTarget } from "../http/target.js";
 import { PROMETHEUS_CONTENT_TYPE } from "../observability/metrics.js";
 import {
   ArtifactArchiveRequestSchema,
@@ -12,7 +15,6 @@ import {
   ResetRequestSchema,
   type ExecuteResponse,
 } from "../protocol/sandbox.js";
-import { HttpError, fieldName } from "./errors.js";
 import { archiveArtifacts, listArtifacts, readArtifact } from "./artifacts.js";
 import { SandboxWebSockets } from "./ws.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "./service.js";
@@ -30,26 +32,22 @@ export interface SandboxServerOptions extends SandboxServiceOptions {
   prewarm?: boolean;
 }
 
-/** Constant-time token check: both sides hashed to equal length first. */
-function tokenMatches(given: string, expected: Buffer): boolean {
-  const g = createHash("sha256").update(given).digest();
-  return timingSafeEqual(g, expected);
-}
-
 export class SandboxServer {
   readonly service: SandboxService;
   private readonly server: Server;
-  private readonly tokenHash: Buffer | null;
-  private readonly maxBody: number;
+  private readonly auth: BearerAuth;
+  private readonly body: JsonBodyReader;
+  private readonly routes: RouteTable;
   private readonly ws: SandboxWebSockets;
-  private readonly bodyBudget: ByteBudget;
   url = "";
 
   constructor(readonly options: SandboxServerOptions) {
     this.service = new SandboxService(options);
-    this.tokenHash = options.token ? createHash("sha256").update(options.token).digest() : null;
-    this.maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
-    this.bodyBudget = new ByteBudget(this.maxBody);
+    this.auth = new BearerAuth(options.token, { allowQueryTokenOnUpgrade: true });
+    // Bodies being read at once share one budget of `maxBodyBytes` (see JsonBodyReader).
+    const maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
+    this.body = new JsonBodyReader({ maxBytes: maxBody, budgetBytes: maxBody });
+    this.routes = this.routeTable();
     this.server = createServer((req, res) => {
       this.handle(req, res).catch((err: unknown) => {
         try {
@@ -63,12 +61,12 @@ export class SandboxServer {
     });
     this.ws = new SandboxWebSockets(this.service);
     this.server.on("upgrade", (req, socket, head) => {
-      const { path } = parseTarget(req.url);
+      const path = requestPath(req.url);
       try {
         if (path !== "/ws") throw new HttpError(404, `no WebSocket route ${path}`);
-        this.authorize(req);
+        this.auth.check(req);
       } catch (err) {
-        const status = err instanceof HttpError ? err.status : 500;
+        const status = errorStatus(err);
         const body = JSON.stringify({ error: err instanceof Error ? err.message : String(err) });
         socket.end(`HTTP/1.1 ${status} ${status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Not Found"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
         return;
@@ -84,16 +82,7 @@ export class SandboxServer {
   }
 
   async listen(): Promise<string> {
-    await new Promise<void>((resolve, reject) => {
-      this.server.once("error", reject);
-      this.server.listen(this.options.port, this.options.host, () => {
-        this.server.off("error", reject);
-        resolve();
-      });
-    });
-    const addr = this.server.address() as AddressInfo;
-    const host = addr.family === "IPv6" ? `[${addr.address}]` : addr.address;
-    this.url = `http://${host}:${addr.port}`;
+    this.url = await listenOn(this.server, this.options.port, this.options.host);
     // Pre-warm every slot's namespace in the background (bounded: a few at a time).
     if (this.options.prewarm !== false) void this.service.prewarm();
     return this.url;
@@ -116,59 +105,64 @@ export class SandboxServer {
     clearTimeout(timer);
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const { path, query } = parseTarget(req.url);
-    const method = req.method ?? "GET";
-    if (path === "/health" && method === "GET") {
-      const svc = this.service;
-      return this.send(res, 200, {
-        status: "ok",
-        slots: svc.slots.length,
-        bwrap_available: svc.bwrap.available,
-        ...(svc.bwrap.available ? {} : { sandbox_unavailable_reason: svc.bwrap.reason }),
-        fast_path: svc.spawnerPath !== null,
-        cgroups: svc.cgroups.mode,
-        limits: svc.limitsInForce,
-        slots_busy: svc.slots.filter((s) => s.state !== "idle").length,
-      });
-    }
-    this.authorize(req);
-    const route = `${method} ${path}`;
-    switch (route) {
-      case "GET /slots":
-        return this.send(res, 200, {
-          slots: this.service.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued })),
-        });
-      case "GET /metrics":
+  private routeTable(): RouteTable {
+    const svc = this.service;
+    const artifacts = (kind: "read" | "list" | "archive"): RouteHandler => (req, res) => this.artifacts(req, res, kind);
+    return new RouteTable()
+      .add(
+        "GET",
+        "/health",
+        (_req, res) =>
+          sendJson(res, 200, {
+            status: "ok",
+            slots: svc.slots.length,
+            bwrap_available: svc.bwrap.available,
+            ...(svc.bwrap.available ? {} : { sandbox_unavailable_reason: svc.bwrap.reason }),
+            fast_path: svc.spawnerPath !== null,
+            cgroups: svc.cgroups.mode,
+            limits: svc.limitsInForce,
+            slots_busy: svc.slots.filter((s) => s.state !== "idle").length,
+          }),
+        { public: true },
+      )
+      .add("GET", "/slots", (_req, res) =>
+        sendJson(res, 200, { slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued })) }),
+      )
+      .add("GET", "/metrics", (_req, res) => {
         res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE });
-        res.end(this.service.metrics.render());
-        return;
-      case "POST /execute": {
-        const body = await this.readJson(req);
-        const call = this.service.parseCall(body);
-        return this.send(res, 200, await this.service.execute(call));
-      }
-      case "POST /batch": {
-        const body = await this.readJson(req);
+        res.end(svc.metrics.render());
+      })
+      .add("POST", "/execute", async (req, res) => {
+        const call = svc.parseCall(await this.body.read(req));
+        sendJson(res, 200, await svc.execute(call));
+      })
+      .add("POST", "/batch", async (req, res) => {
+        const body = await this.body.read(req);
         if (!Array.isArray(body)) throw new HttpError(400, "invalid request: /batch expects a JSON list of execute bodies", "body");
-        const calls = body.map((b, i) => this.service.parseCall(b, String(i)));
-        const stream = ["1", "true", "yes"].includes(query.get("stream") ?? "");
-        return stream ? this.streamBatch(res, calls) : this.send(res, 200, await Promise.all(calls.map((c) => this.service.execute(c))));
-      }
-      case "POST /reset": {
-        const body = parse(ResetRequestSchema, await this.readJson(req));
-        const slot = this.service.slotById(body.slot_id);
-        return this.send(res, 200, await this.service.reset(slot));
-      }
-      case "POST /artifacts/read":
-      case "POST /artifacts/list":
-      case "POST /artifacts/archive":
-        return this.artifacts(req, res, path.slice("/artifacts/".length) as "read" | "list" | "archive");
+        const calls = body.map((b, i) => svc.parseCall(b, String(i)));
+        const stream = ["1", "true", "yes"].includes(requestTarget(req.url).query.get("stream") ?? "");
+        return stream ? this.streamBatch(res, calls) : sendJson(res, 200, await Promise.all(calls.map((c) => svc.execute(c))));
+      })
+      .add("POST", "/reset", async (req, res) => {
+        const body = parseBody(ResetRequestSchema, await this.body.read(req));
+        sendJson(res, 200, await svc.reset(svc.slotById(body.slot_id)));
+      })
+      .add("POST", "/artifacts/read", artifacts("read"))
+      .add("POST", "/artifacts/list", artifacts("list"))
+      .add("POST", "/artifacts/archive", artifacts("archive"));
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let matched: ReturnType<RouteTable["match"]>;
+    try {
+      matched = this.routes.match(req);
+    } catch (err) {
+      // Without the token, not even which routes exist is told: 401/403 before 404/405.
+      this.auth.check(req);
+      throw err;
     }
-    if (["/slots", "/metrics", "/execute", "/batch", "/reset", "/artifacts/read", "/artifacts/list", "/artifacts/archive"].includes(path)) {
-      throw new HttpError(405, `method ${method} not allowed on ${path}`);
-    }
-    throw new HttpError(404, `no route ${method} ${path}`);
+    if (!matched.route.public) this.auth.check(req);
+    await matched.route.handler(req, res, matched.path);
   }
 
   private streamBatch(res: ServerResponse, calls: ParsedCall[]): Promise<void> {
@@ -186,9 +180,9 @@ export class SandboxServer {
   }
 
   private async artifacts(req: IncomingMessage, res: ServerResponse, kind: "read" | "list" | "archive"): Promise<void> {
-    const body = await this.readJson(req);
+    const body = await this.body.read(req);
     const schema = kind === "read" ? ArtifactReadRequestSchema : kind === "list" ? ArtifactListRequestSchema : ArtifactArchiveRequestSchema;
-    const parsed = parse(schema as z.ZodType<{ slot_id: string } & Record<string, unknown>>, body);
+    const parsed = parseBody(schema as z.ZodType<{ slot_id: string } & Record<string, unknown>>, body);
     const slot = this.service.slotById(parsed.slot_id);
     const { slot_id: _omit, ...rest } = parsed;
     // Artifact reads run in the slot's queue so they see the files of every earlier call.
@@ -199,161 +193,21 @@ export class SandboxServer {
           ? listArtifacts(slot.workspaceDir, rest as Parameters<typeof listArtifacts>[1])
           : archiveArtifacts(slot.workspaceDir, rest as Parameters<typeof archiveArtifacts>[1]),
     );
-    return this.send(res, 200, answer);
-  }
-
-  private authorize(req: IncomingMessage): void {
-    if (!this.tokenHash) return;
-    const header = req.headers.authorization;
-    let given: string | undefined;
-    if (header) given = /^Bearer\s+(.+)$/i.exec(header)?.[1]?.trim() ?? "";
-    else if (req.headers.upgrade) {
-      // Browsers cannot set headers on a WebSocket: accept ?token= there only.
-      given = parseTarget(req.url).query.get("token") ?? undefined;
-    }
-    if (given === undefined) throw new HttpError(401, "missing Authorization: Bearer <token> header");
-    if (!tokenMatches(given, this.tokenHash)) throw new HttpError(403, "invalid bearer token");
-  }
-
-  /**
-   * Reads and parses a JSON body. Bodies are held whole while parsed (≈ 3-4 x their size
-   * at the peak), so the bytes of bodies being read at once are capped by a budget
-   * (`maxBodyBytes`, 64 MB by default): a request whose Content-Length does not fit waits
-   * its turn (TCP backpressure on its sender) instead of the server's memory growing with
-   * the number of concurrent large requests.
-   */
-  private async readJson(req: IncomingMessage): Promise<unknown> {
-    const declared = Number(req.headers["content-length"] ?? NaN);
-    if (Number.isFinite(declared) && declared > this.maxBody) {
-      req.resume();
-      throw new HttpError(413, `request body larger than ${this.maxBody} bytes`, "body");
-    }
-    const reserve = Number.isFinite(declared) ? declared : 0;
-    await this.bodyBudget.acquire(reserve);
-    try {
-      return await this.readJsonNow(req);
-    } finally {
-      // A large body leaves large garbage (bytes, text); collect it before the next one
-      // is let in, or peaks add up while V8 waits to collect.
-      if (reserve >= LARGE_BODY) collectGarbage();
-      this.bodyBudget.release(reserve);
-    }
-  }
-
-  private readJsonNow(req: IncomingMessage): Promise<unknown> {
-    return new Promise((resolve, reject) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      let failed = false;
-      req.on("data", (c: Buffer) => {
-        if (failed) return;
-        size += c.length;
-        if (size > this.maxBody) {
-          failed = true;
-          reject(new HttpError(413, `request body larger than ${this.maxBody} bytes`, "body"));
-          req.resume();
-          return;
-        }
-        chunks.push(c);
-      });
-      req.on("end", () => {
-        if (failed) return;
-        const buf = Buffer.concat(chunks);
-        chunks.length = 0;
-        const text = buf.toString("utf8");
-        if (!text.trim()) return reject(new HttpError(400, "invalid request: empty body, expected JSON", "body"));
-        try {
-          resolve(JSON.parse(text));
-        } catch (err) {
-          reject(new HttpError(400, `invalid JSON body: ${err instanceof Error ? err.message : String(err)}`, "body"));
-        }
-      });
-      req.on("error", reject);
-    });
-  }
-
-  private send(res: ServerResponse, status: number, body: unknown): void {
-    const text = JSON.stringify(body);
-    res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
-    res.end(text);
+    sendJson(res, 200, answer);
   }
 
   private sendError(res: ServerResponse, req: IncomingMessage, err: unknown): void {
-    const status = err instanceof HttpError ? err.status : 500;
-    const body: { error: string; field?: string } = { error: err instanceof Error ? err.message : String(err) };
-    if (err instanceof HttpError && err.field) body.field = err.field;
-    const route = parseTarget(req.url).path;
+    const status = errorStatus(err);
+    const route = requestPath(req.url);
     this.service.metrics.errors.inc({ route, status });
     if (status >= 500) this.service.logger.error({ err, route }, "request failed");
-    else this.service.logger.info({ route, status, error: body.error }, "request refused");
+    else this.service.logger.info({ route, status, error: err instanceof Error ? err.message : String(err) }, "request refused");
+    // A streamed batch has sent its header already: end what was sent.
     if (res.headersSent) {
       res.end();
       return;
     }
-    this.send(res, status, body);
-  }
-}
-
-/**
- * Path and query of a request target, without URL parsing surprises: `new URL("//x", base)`
- * reads `//x` as a host (or throws), which must never crash the server.
- */
-export function parseTarget(target: string | undefined): { path: string; query: URLSearchParams } {
-  const t = target ?? "/";
-  const q = t.indexOf("?");
-  const path = q >= 0 ? t.slice(0, q) : t;
-  return { path: path || "/", query: new URLSearchParams(q >= 0 ? t.slice(q + 1) : "") };
-}
-
-function parse<T>(schema: z.ZodType<T>, body: unknown): T {
-  const r = schema.safeParse(body);
-  if (!r.success) {
-    const issue = r.error.issues[0]!;
-    throw new HttpError(400, `invalid request: ${issue.message}`, fieldName(issue.path));
-  }
-  return r.data;
-}
-
-
-const LARGE_BODY = 8 * 1024 * 1024;
-
-let gcFn: (() => void) | null | undefined;
-/** A full GC, when V8 lets us have one (`--expose-gc` enabled at run time). */
-function collectGarbage(): void {
-  if (gcFn === undefined) {
-    try {
-      setFlagsFromString("--expose-gc");
-      gcFn = runInNewContext("gc") as () => void;
-    } catch {
-      gcFn = null;
-    }
-  }
-  gcFn?.();
-}
-
-/** A FIFO byte budget: `acquire(n)` waits until n bytes fit (a lone request always fits). */
-export class ByteBudget {
-  private used = 0;
-  private readonly waiters: Array<{ n: number; go: () => void }> = [];
-
-  constructor(private readonly capacity: number) {}
-
-  acquire(n: number): Promise<void> {
-    if (this.waiters.length === 0 && (this.used === 0 || this.used + n <= this.capacity)) {
-      this.used += n;
-      return Promise.resolve();
-    }
-    return new Promise((go) => this.waiters.push({ n, go }));
+    sendError(res, err);
   }
 
-  release(n: number): void {
-    this.used -= n;
-    while (this.waiters.length > 0) {
-      const next = this.waiters[0]!;
-      if (this.used !== 0 && this.used + next.n > this.capacity) break;
-      this.waiters.shift();
-      this.used += next.n;
-      next.go();
-    }
-  }
 }

@@ -13,12 +13,15 @@ import {
   type SandboxToolName,
 } from "../protocol/sandbox.js";
 import { blockedForOthers, octal } from "../host/reachable.js";
-import { HttpError, SandboxSetupError, fieldName } from "./errors.js";
+import { HttpError, fieldName } from "../http/errors.js";
+import { SandboxSetupError } from "./errors.js";
 import { identityFiles, probeBwrap, type BwrapProbe } from "./isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
 import { Slot } from "./slot.js";
-import { BashExecutor, type ToolOutcome } from "./bash.js";
+import { BashExecutor } from "./bash.js";
+import type { SlotHost } from "./slot-host.js";
+import type { OnChunk, ToolOutcome } from "./tool-outcome.js";
 import { StatefulSessions } from "./stateful.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
@@ -26,6 +29,9 @@ import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
 import { limitsInForce, type LimitsInForce } from "./limits-in-force.js";
+
+/** Calls at least this long are logged at info even when they succeed. */
+const SLOW_CALL_S = 1;
 
 /** Hermes names accepted as aliases. */
 const TOOL_ALIASES: Record<string, SandboxToolName> = {
@@ -54,12 +60,7 @@ export interface SandboxServiceOptions {
   logger: Logger;
 }
 
-/**
- * Receives a streaming call's output as it is produced. Returning a promise asks the
- * producer to stop reading the command's output until it resolves (a slow WebSocket
- * reader): the command then blocks on its own stdout instead of the server buffering.
- */
-export type OnChunk = (stream: "stdout" | "stderr", chunk: string) => void | Promise<void>;
+export type { OnChunk, ToolOutcome };
 
 /** A validated call, ready to run on its slot. */
 export interface ParsedCall {
@@ -70,7 +71,7 @@ export interface ParsedCall {
   timeoutSec: number | undefined;
 }
 
-export class SandboxService {
+export class SandboxService implements SlotHost {
   readonly slots: Slot[];
   readonly limits: CommandLimits;
   readonly bwrap: BwrapProbe;
@@ -213,11 +214,16 @@ export class SandboxService {
     const seconds = (performance.now() - started) / 1000;
     const result = outcome.metadata["timeout"] ? "timeout" : outcome.success ? "ok" : "error";
     this.metrics.observeCall(call.tool, result, seconds);
-    // One line per call, with the slot (and the allocation, in the logger's base fields).
-    this.logger.info(
-      { slot: call.slot.id, tool: call.tool, execution_id: call.executionId, outcome: result, exit_code: outcome.metadata.exit_code, ms: Math.round(seconds * 10000) / 10 },
-      "call",
-    );
+    // One line per call, with the slot (and the allocation, in the logger's base fields): at
+    // info for failed or slow calls, at debug for the rest, so the cheap calls of a busy server
+    // (thousands a second) do not cost a log write each (SLOTPOOL_LOG_LEVEL=debug shows all).
+    const level = result !== "ok" || seconds >= SLOW_CALL_S ? "info" : "debug";
+    if (this.logger.isLevelEnabled(level)) {
+      this.logger[level](
+        { slot: call.slot.id, tool: call.tool, execution_id: call.executionId, outcome: result, exit_code: outcome.metadata.exit_code, ms: Math.round(seconds * 10000) / 10 },
+        "call",
+      );
+    }
     return { ...outcome, execution_id: call.executionId };
   }
 

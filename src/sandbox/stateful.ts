@@ -1,9 +1,9 @@
 import { chownSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import type { ToolOutcome } from "./bash.js";
+import type { ToolOutcome } from "./tool-outcome.js";
 import { CappedOutput } from "./output.js";
 import { runProcess, type RunResult } from "./runner.js";
-import type { SandboxService } from "./service.js";
+import type { SlotHost } from "./slot-host.js";
 import { Holder } from "./spawner.js";
 import type { Slot } from "./slot.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
@@ -58,7 +58,7 @@ const SESSION_MOUNT = "/tmp/.slotpool";
 export class StatefulSessions {
   private readonly sessions = new Map<number, Session>();
 
-  constructor(private readonly service: SandboxService) {}
+  constructor(private readonly service: SlotHost) {}
 
   private dir(session: Session): string {
     return session.holder ? SESSION_MOUNT : session.hostDir;

@@ -1,4 +1,5 @@
 import { createGzip, type Gzip } from "node:zlib";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * A minimal streaming tar.gz writer (POSIX ustar with pax extended headers for long names,
@@ -10,7 +11,7 @@ import { createGzip, type Gzip } from "node:zlib";
  * fails with ArchiveTooLargeError, so memory stays bounded whatever the tree holds.
  */
 
-export class ArchiveTooLargeError extends Error {
+export class ArchiveTooLargeError extends SlotpoolError {
   override name = "ArchiveTooLargeError";
   constructor(readonly maxBytes: number) {
     super(`the archive exceeds max_bytes (${maxBytes} bytes)`);

@@ -3,7 +3,7 @@ import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { WebSocketServer, type WebSocket } from "ws";
 import { SlotIdSchema } from "../protocol/sandbox.js";
-import { HttpError } from "./errors.js";
+import { HttpError } from "../http/errors.js";
 import { SANDBOX_PATH } from "./isolation.js";
 import type { SandboxService } from "./service.js";
 

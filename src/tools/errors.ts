@@ -1,6 +1,8 @@
+import { SlotpoolError } from "../protocol/errors.js";
+
 /** Errors of the tool room. Each message names the problem and what the caller can do. */
 
-export class ToolError extends Error {
+export class ToolError extends SlotpoolError {
   override name = "ToolError";
 }
 

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import ShellTasksEnv, { type ShellTask } from "../../examples/shell-tasks/env.js";
-import { slotpoolCommand } from "../../src/cli/command.js";
+import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import type { OracleScript } from "../../src/agent/oracle-policy.js";
 import { silentLogger } from "../../src/observability/logger.js";
 import { startNomadEmulator, type NomadEmulator } from "../support/nomad-emulator.js";

@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import ShellTasksEnv, { type ShellTask } from "../../examples/shell-tasks/env.js";
-import { slotpoolCommand } from "../../src/cli/command.js";
+import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import type { ChatMessage } from "../../src/agent/messages.js";
 import { startAtroposDouble, type AtroposDouble } from "../support/atropos-double.js";
 import { startLlmServer, taskOf, turnOf, type ChatRequestBody, type LlmServer, type ScriptedReply } from "../support/llm-server.js";

@@ -4,7 +4,7 @@ import { request } from "undici";
 import { ExecutorServer } from "../../src/executor/executor-server.js";
 import { ToolExecutor } from "../../src/executor/tool-executor.js";
 import { MetricsRegistry } from "../../src/observability/metrics.js";
-import { slotpoolCommand } from "../../src/cli/command.js";
+import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { startNomadEmulator } from "../support/nomad-emulator.js";
 import { DirectSlotPool } from "./support/direct-slot-pool.js";
 import { startSandboxes, type Sandboxes } from "./support/sandboxes.js";

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { request } from "undici";
 import { loadToolModule, ToolModuleError } from "../../src/executor/external-tool.js";
 import { ToolServer } from "../../src/executor/tool-server.js";
-import { slotpoolCommand } from "../../src/cli/command.js";
+import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { testTools, type SleepProbe } from "./support/echo-tools.js";
 
 const TOKEN = "tool-server-test-token";

@@ -5,7 +5,7 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { slotpoolCommand } from "../../src/cli/command.js";
+import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { startNomadEmulator, type NomadEmulator } from "../support/nomad-emulator.js";
 import { eventually, liveJobs, runningAllocations, within } from "./support.js";
 

@@ -8,7 +8,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { slotpoolCommand } from "../../src/cli/command.js";
+import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { NomadClient } from "../../src/nomad/client.js";
 import { sandboxJob } from "../../src/nomad/job.js";
 import { NomadProvisioner } from "../../src/pool/nomad-provisioner.js";

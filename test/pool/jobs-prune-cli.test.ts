@@ -4,7 +4,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { slotpoolCommand } from "../../src/cli/command.js";
+import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { NomadClient } from "../../src/nomad/client.js";
 import { sandboxJob } from "../../src/nomad/job.js";
 import { startNomadEmulator, type NomadEmulator } from "../support/nomad-emulator.js";

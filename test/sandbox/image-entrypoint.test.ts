@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { delimiter, join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { slotpoolCommand } from "../../src/cli/command.js";
+import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 
 /**
  * No Docker engine runs on these machines, so the image is tested through what it does:

@@ -295,7 +295,7 @@ export interface CliServer {
  */
 export async function startCliServer(argv: string[], opts: { env?: NodeJS.ProcessEnv; startTimeoutMs?: number } = {}): Promise<CliServer> {
   const { spawn } = await import("node:child_process");
-  const { slotpoolCommand } = await import("../../src/cli/command.js");
+  const { slotpoolCommand } = await import("../../src/pool/slotpool-command.js");
   const { command, args } = slotpoolCommand();
   const child = spawn(command, [...args, ...argv], { env: { ...process.env, ...opts.env }, stdio: ["ignore", "pipe", "pipe"] });
   const logs: string[] = [];

@@ -9,8 +9,9 @@ import { fileURLToPath } from "node:url";
  * must have run (the test script does it).
  */
 export function slotpoolCommand(): { command: string; args: string[] } {
+  // This file sits in src/pool/ (or dist/src/pool/); the command is its sibling room cli/.
   const here = dirname(fileURLToPath(import.meta.url));
-  let main = join(here, "main.js");
+  let main = join(here, "..", "cli", "main.js");
   if (!existsSync(main)) {
     const root = resolve(here, "..", "..");
     main = join(root, "dist", "src", "cli", "main.js");

@@ -1,5 +1,6 @@
 import type { NomadClient } from "../nomad/client.js";
 import { META_CREATED, META_OWNER, META_SLOTPOOL, META_SLOTS, SANDBOX_GROUP } from "../nomad/job.js";
+import { SlotpoolError } from "../protocol/errors.js";
 
 /**
  * What `slotpool status` shows an operator: the executor service's own view (queue, totals,
@@ -8,7 +9,7 @@ import { META_CREATED, META_OWNER, META_SLOTPOOL, META_SLOTS, SANDBOX_GROUP } fr
  * being down does not hide the other.
  */
 
-export class StatusSourceError extends Error {
+export class StatusSourceError extends SlotpoolError {
   override name = "StatusSourceError";
   constructor(
     readonly source: "executor" | "nomad",

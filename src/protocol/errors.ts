@@ -1,0 +1,23 @@
+/**
+ * The base of every error slotpool raises on purpose. `code` is stable and meant to be
+ * matched on (messages are for people and may change): "SLOT_LOST" for SlotLostError,
+ * "NOMAD_UNREACHABLE" for NomadUnreachableError — the class name in upper snake case,
+ * without "Error". It lives with the protocol because every room may import it.
+ */
+export class SlotpoolError extends Error {
+  readonly code: string;
+
+  constructor(message?: string, options?: { cause?: unknown; code?: string }) {
+    super(message, options);
+    this.code = options?.code ?? errorCode(new.target.name);
+  }
+}
+
+/** "SlotLostError" → "SLOT_LOST". */
+export function errorCode(className: string): string {
+  return className
+    .replace(/Error$/, "")
+    .replace(/([a-z0-9])([A-Z])/g, "$1_$2")
+    .replace(/([A-Z])([A-Z][a-z])/g, "$1_$2")
+    .toUpperCase();
+}

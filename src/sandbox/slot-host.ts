@@ -1,0 +1,30 @@
+import type { Logger } from "pino";
+import type { SlotCgroups } from "./cgroups.js";
+import type { BwrapProbe } from "./isolation.js";
+import type { CommandLimits } from "./limits.js";
+import type { CappedOutput } from "./output.js";
+import type { RunResult } from "./runner.js";
+import type { Slot } from "./slot.js";
+import type { ToolOutcome } from "./tool-outcome.js";
+
+/**
+ * What the bash and stateful runners need from the service that owns the slots. An
+ * interface of its own so the runners do not import the service that constructs them
+ * (that was an import cycle); SandboxService implements it.
+ */
+export interface SlotHost {
+  readonly slots: readonly Slot[];
+  readonly limits: CommandLimits;
+  readonly bwrap: BwrapProbe;
+  readonly logger: Logger;
+  readonly defaultAllowNetwork: boolean;
+  readonly spawnerPath: string | null;
+  readonly spawnerReason: string | undefined;
+  readonly cgroups: SlotCgroups;
+  readonly stateDir: string;
+  /** RLIMIT_AS for every command where no slot cgroup bounds memory (0: none). */
+  readonly addressSpaceBytes: number;
+  identity(slot: Slot): { passwd: string; group: string };
+  newOutputName(): string;
+  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutSec: number }): ToolOutcome;
+}

@@ -1,0 +1,127 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join, relative, resolve, sep } from "node:path";
+import ts from "typescript";
+
+/**
+ * The import graph of src/ and the layer rules it must keep. Kept apart from the test so a
+ * test can feed the rules a made-up graph and watch them fail.
+ *
+ * Rooms (top-level folders of src/) and what each may import, besides itself:
+ *
+ *   protocol                  nothing (the wire format's single source)
+ *   http, observability, host protocol (shared rooms underneath everything; host holds facts
+ *                             about the machine, e.g. which paths other uids can reach)
+ *   sandbox                   protocol + shared rooms (it runs in the container, alone)
+ *   nomad                     protocol + shared rooms
+ *   pool                      nomad and below
+ *   tools                     protocol + shared rooms (tool definitions, used by the executor
+ *                             and the agent; knows nothing of slots)
+ *   executor                  pool, tools and below
+ *   agent                     tools and below (the model loop; the env drives it)
+ *   env                       executor, agent and below
+ *   cli                       everything
+ *   index.ts (the root file)  everything (the public API)
+ */
+export const ALLOWED: Record<string, readonly string[]> = {
+  protocol: [],
+  http: ["protocol"],
+  observability: ["protocol"],
+  host: ["protocol"],
+  sandbox: ["protocol", "http", "observability", "host"],
+  nomad: ["protocol", "http", "observability", "host"],
+  pool: ["nomad", "protocol", "http", "observability", "host"],
+  tools: ["protocol", "http", "observability", "host"],
+  executor: ["pool", "tools", "nomad", "protocol", "http", "observability", "host"],
+  agent: ["tools", "protocol", "http", "observability", "host"],
+  env: ["executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
+  cli: ["env", "executor", "agent", "pool", "tools", "nomad", "sandbox", "protocol", "http", "observability", "host"],
+  "": ["env", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
+};
+
+/** file (relative to src/, with "/" separators) -> files it imports (same form). */
+export type ImportGraph = Map<string, string[]>;
+
+function sourceFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) out.push(...sourceFiles(path));
+    else if (entry.name.endsWith(".ts") && !entry.name.endsWith(".d.ts")) out.push(path);
+  }
+  return out;
+}
+
+/** Every relative import (static, type-only, re-export and dynamic) of every .ts file under srcDir. */
+export function readImportGraph(srcDir: string): ImportGraph {
+  const graph: ImportGraph = new Map();
+  const rel = (p: string) => relative(srcDir, p).split(sep).join("/");
+  for (const file of sourceFiles(srcDir)) {
+    const info = ts.preProcessFile(readFileSync(file, "utf8"), true, true);
+    const targets = info.importedFiles
+      .map((f) => f.fileName)
+      .filter((name) => name.startsWith("."))
+      .map((name) => rel(resolve(dirname(file), name.replace(/\.js$/, ".ts"))));
+    graph.set(rel(file), [...new Set(targets)]);
+  }
+  return graph;
+}
+
+/** The room a file lives in: its top-level folder under src/, or "" for files at the root. */
+export function roomOf(file: string): string {
+  const slash = file.indexOf("/");
+  return slash < 0 ? "" : file.slice(0, slash);
+}
+
+/** Imports that cross rooms against ALLOWED, as "from -> to" lines. */
+export function layerViolations(graph: ImportGraph, allowed = ALLOWED): string[] {
+  const out: string[] = [];
+  for (const [from, targets] of graph) {
+    const room = roomOf(from);
+    const ok = allowed[room];
+    for (const to of targets) {
+      const target = roomOf(to);
+      if (target === room) continue;
+      if (ok === undefined || !ok.includes(target)) out.push(`${from} -> ${to} (${room || "root"} may not import ${target || "root"})`);
+    }
+  }
+  return out.sort();
+}
+
+/** Import cycles between files, each as "a -> b -> ... -> a" (one per strongly connected group). */
+export function importCycles(graph: ImportGraph): string[] {
+  // Tarjan's strongly connected components; any component with more than one file, or a
+  // file importing itself, is a cycle.
+  let index = 0;
+  const idx = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const cycles: string[] = [];
+  const visit = (v: string): void => {
+    idx.set(v, index);
+    low.set(v, index);
+    index++;
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!idx.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) {
+        low.set(v, Math.min(low.get(v)!, idx.get(w)!));
+      }
+    }
+    if (low.get(v) === idx.get(v)) {
+      const group: string[] = [];
+      let w: string;
+      do {
+        w = stack.pop()!;
+        onStack.delete(w);
+        group.push(w);
+      } while (w !== v);
+      if (group.length > 1 || (graph.get(v) ?? []).includes(v)) cycles.push([...group.sort(), group[0]].join(" -> "));
+    }
+  };
+  for (const v of graph.keys()) if (!idx.has(v)) visit(v);
+  return cycles.sort();
+}
