@@ -22,6 +22,8 @@ export class RunStats {
   prefixBreaks = 0;
   /** Trajectories whose every sample is token-exact. */
   tokenExactTrajectories = 0;
+  /** Serve mode: broken-off segments kept out of groups (Atropos takes exactly group_size sequences). */
+  unsentSegments = 0;
   readonly failures: string[] = [];
   private readonly latencies: number[] = [];
   readonly startedAt = Date.now();
@@ -103,6 +105,7 @@ export class RunStats {
       prefix_breaks: this.prefixBreaks,
       prefix_break_rate: this.prefixBreakRate,
       token_exact_trajectories: this.tokenExactTrajectories,
+      unsent_segments: this.unsentSegments,
       elapsed_s: (Date.now() - this.startedAt) / 1000,
     };
   }

@@ -2,7 +2,7 @@ import type { Logger } from "../../observability/logger.js";
 import type { AgentEnv } from "../agent-env.js";
 import { TokensInexactError, TokensUnavailableError } from "../errors.js";
 import type { RunStats } from "../run-stats.js";
-import type { GroupOutcome } from "../scored-group.js";
+import { buildScoredGroup, type GroupOutcome } from "../scored-group.js";
 import { AtroposError, type AtroposClient, type EnvStatus, type Registration } from "./client.js";
 import { filterGroupForSend } from "./group-filter.js";
 
@@ -87,7 +87,20 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       options.onGroup?.(outcome, "failed");
       return;
     }
-    const filtered = filterGroupForSend(outcome.group, {
+    // The trajectory API takes exactly group_size sequences per group (a larger group waits in
+    // its buffer forever): segments broken off before a prefix break stay out, each
+    // trajectory's last segment goes (its earlier turns masked). Process mode keeps them all.
+    let group = outcome.group;
+    const broken = outcome.trajectories.reduce((n, t) => n + (t.brokenSegments?.length ?? 0), 0);
+    if (broken > 0) {
+      options.stats.unsentSegments += broken;
+      log.warn({ segments: broken }, "segments broken off by a prefix break are not sent: Atropos takes exactly group_size sequences per group");
+      group = buildScoredGroup(
+        outcome.trajectories.map(({ brokenSegments: _drop, ...t }) => t),
+        { includeMessages: cfg.includeMessages, ...(outcome.group.generation_params ? { generationParams: outcome.group.generation_params } : {}) },
+      );
+    }
+    const filtered = filterGroupForSend(group, {
       groupSize: cfg.groupSize,
       ensureScoresAreNotSame: cfg.ensureScoresAreNotSame,
       maxTokenLen,

@@ -19,7 +19,7 @@ export function formatSummary(title: string, stats: RunStats, extra: Array<[stri
     ...(stats.tokenTurns
       ? ([
           ["token-exact", `${stats.tokenExactTrajectories} of ${stats.trajectories} trajectories`],
-          ["prefix breaks", `${stats.prefixBreaks} of ${stats.tokenTurns} turns (${(stats.prefixBreakRate * 100).toFixed(1)}%)`],
+          ["prefix breaks", `${stats.prefixBreaks} of ${stats.tokenTurns} turns (${(stats.prefixBreakRate * 100).toFixed(1)}%)${stats.unsentSegments ? `, ${stats.unsentSegments} broken-off segments not sent` : ""}`],
         ] as Array<[string, string]>)
       : []),
     ...extra,
