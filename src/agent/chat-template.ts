@@ -2,6 +2,7 @@ import { readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { AgentError } from "./errors.js";
 import type { ChatMessage, OpenAIFunctionTool } from "./messages.js";
+import { pieceMemoEncoder } from "./piece-memo-encoder.js";
 
 /** The tokenizer or its chat template cannot be loaded or used. */
 export class ChatTemplateError extends AgentError {
@@ -123,7 +124,8 @@ export async function loadChatTokenizer(path: string): Promise<ChatTokenizer> {
       throw new ChatTemplateError(`rendering the chat template failed: ${(err as Error).message}`);
     }
   };
-  const encode = (text: string) => tok.encode(text, { add_special_tokens: false }).ids;
+  const libraryEncode = (text: string) => tok.encode(text, { add_special_tokens: false }).ids;
+  const encode = pieceMemoEncoder(files.tokenizer, libraryEncode) ?? libraryEncode;
 
   // A stand-in exchange tells where an assistant turn ends and what the template writes after it.
   const standIn: ChatMessage[] = [
@@ -135,20 +137,31 @@ export async function loadChatTokenizer(path: string): Promise<ChatTokenizer> {
   const endOfTurn = afterContent.trimEnd();
   if (!endOfTurn) throw new ChatTemplateError(`the chat template in ${dirname(path)} closes assistant turns with no end-of-turn text; token-exact generation cannot find turn boundaries`);
 
+  const bridgeOf = (next: readonly ChatMessage[], tools: readonly OpenAIFunctionTool[]) => {
+    const full = render([...standIn, ...next], { tools, addGenerationPrompt: true });
+    // The second stand-in is the assistant's content; its end-of-turn text must follow it.
+    const at = full.indexOf(STAND_IN, full.indexOf(STAND_IN) + STAND_IN.length) + STAND_IN.length;
+    if (at < STAND_IN.length || !full.startsWith(endOfTurn, at)) {
+      throw new ChatTemplateError(`the chat template does not close an assistant turn with '${endOfTurn}' when messages follow it; the bridge between turns cannot be cut out of it`);
+    }
+    return full.slice(at + endOfTurn.length);
+  };
+  // Most templates write the tools before the first turn (Qwen, Hermes, Llama 3.1), so the
+  // bridge does not depend on them and rendering them each turn is wasted; templates that
+  // put tools near the last user message (Mistral) keep them.
+  const probeTools: OpenAIFunctionTool[] = [{ type: "function", function: { name: "probe_tool", description: "probe", parameters: { type: "object", properties: {} } } }];
+  const probeNext: ChatMessage[] = [
+    { role: "tool", tool_call_id: "probe", name: "probe_tool", content: "probe output" },
+    { role: "user", content: "probe question" },
+  ];
+  const toolsFree = bridgeOf(probeNext, probeTools) === bridgeOf(probeNext, []) && bridgeOf(probeNext.slice(1), probeTools) === bridgeOf(probeNext.slice(1), []);
+
   return {
     encode,
     decode: (ids) => tok.decode([...ids], { skip_special_tokens: false }),
     render,
     endOfTurn,
     endOfTurnIds: encode(endOfTurn),
-    bridge(next, tools) {
-      const full = render([...standIn, ...next], { tools, addGenerationPrompt: true });
-      // The second stand-in is the assistant's content; its end-of-turn text must follow it.
-      const at = full.indexOf(STAND_IN, full.indexOf(STAND_IN) + STAND_IN.length) + STAND_IN.length;
-      if (at < STAND_IN.length || !full.startsWith(endOfTurn, at)) {
-        throw new ChatTemplateError(`the chat template does not close an assistant turn with '${endOfTurn}' when messages follow it; the bridge between turns cannot be cut out of it`);
-      }
-      return full.slice(at + endOfTurn.length);
-    },
+    bridge: (next, tools) => bridgeOf(next, toolsFree ? [] : tools),
   };
 }

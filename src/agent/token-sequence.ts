@@ -26,42 +26,49 @@ export interface NextPrompt {
  * rendering and a new segment starts.
  */
 export class TokenSequence {
-  private prompt: number[] | undefined;
-  private completion: number[] = [];
+  /** Prompt + completion so far, appended in place (copying a 20k-id prompt every turn costs more than the bridge). */
+  private ids: number[] = [];
+  private started = false;
+  private completionLength = 0;
   private lastFinish = "stop";
   /** The messages (by identity) this sequence holds, the last one being the model's own turn. */
   private held: readonly ChatMessage[] = [];
   private toolsKey = "";
+  private tools: readonly OpenAIFunctionTool[] | undefined;
 
   constructor(private readonly tokenizer: ChatTokenizer) {}
 
   nextPrompt(messages: readonly ChatMessage[], tools: readonly OpenAIFunctionTool[]): NextPrompt {
-    const toolsKey = JSON.stringify(tools);
-    const reason = this.prompt === undefined ? undefined : this.breakReason(messages, toolsKey);
-    if (this.prompt === undefined || reason !== undefined) {
-      const ids = this.tokenizer.encode(this.tokenizer.render(messages, { tools, addGenerationPrompt: true }));
-      this.start(ids, messages, toolsKey);
-      return reason ? { ids, breakReason: reason } : { ids };
+    // The agent loop passes the same tools array each turn: compare by identity first.
+    const toolsKey = tools === this.tools ? this.toolsKey : JSON.stringify(tools);
+    this.tools = tools;
+    const reason = this.started ? this.breakReason(messages, toolsKey) : undefined;
+    if (!this.started || reason !== undefined) {
+      this.ids = this.tokenizer.encode(this.tokenizer.render(messages, { tools, addGenerationPrompt: true }));
+      this.start(messages, toolsKey);
+      return reason ? { ids: this.ids.slice(), breakReason: reason } : { ids: this.ids.slice() };
     }
     const eot = this.tokenizer.endOfTurnIds;
+    const n = this.ids.length;
     // Servers that trim the stop token: the template's end-of-turn goes in as prompt (masked).
-    const closed = eot.length > 0 && this.completion.length >= eot.length && eot.every((id, i) => this.completion[this.completion.length - eot.length + i] === id);
-    const bridgeText = (closed ? "" : this.tokenizer.endOfTurn) + this.tokenizer.bridge(messages.slice(this.held.length), tools);
-    const ids = [...this.prompt, ...this.completion, ...this.tokenizer.encode(bridgeText)];
-    this.start(ids, messages, toolsKey);
-    return { ids };
+    const closed = eot.length > 0 && this.completionLength >= eot.length && eot.every((id, i) => this.ids[n - eot.length + i] === id);
+    const bridge = this.tokenizer.encode((closed ? "" : this.tokenizer.endOfTurn) + this.tokenizer.bridge(messages.slice(this.held.length), tools));
+    for (const id of bridge) this.ids.push(id);
+    this.start(messages, toolsKey);
+    return { ids: this.ids.slice() };
   }
 
   /** The ids the model sampled for the prompt last returned, and the assistant message read from them. */
   recordCompletion(message: ChatMessage, ids: readonly number[], finishReason: string): void {
-    this.completion = [...ids];
+    for (const id of ids) this.ids.push(id);
+    this.completionLength = ids.length;
     this.lastFinish = finishReason;
     this.held = [...this.held, message];
   }
 
-  private start(ids: number[], messages: readonly ChatMessage[], toolsKey: string): void {
-    this.prompt = ids;
-    this.completion = [];
+  private start(messages: readonly ChatMessage[], toolsKey: string): void {
+    this.started = true;
+    this.completionLength = 0;
     this.held = [...messages];
     this.toolsKey = toolsKey;
   }

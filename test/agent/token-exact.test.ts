@@ -208,3 +208,33 @@ describe("token endpoints (scripted server)", () => {
     expect(TOOL_CALL_PARSERS.hermes("<tool_call>\n{not json}\n</tool_call>").parseError).toBeTruthy();
   });
 });
+
+describe("piece-memoised encoding", () => {
+  it("gives exactly the library's ids, special tokens included, for any text", async () => {
+    const fc = await import("fast-check");
+    const { Tokenizer } = await import("@huggingface/tokenizers");
+    const { readTokenizerFiles } = await import("../../src/agent/chat-template.js");
+    const { pieceMemoEncoder } = await import("../../src/agent/piece-memo-encoder.js");
+    const files = await readTokenizerFiles(QWEN3_TOKENIZER);
+    const lib = new Tokenizer(files.tokenizer, files.config);
+    const libraryEncode = (t: string) => lib.encode(t, { add_special_tokens: false }).ids;
+    const fast = pieceMemoEncoder(files.tokenizer, libraryEncode)!;
+    expect(fast).toBeDefined();
+    const specials = ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>", "\n", "  ", " international", "\r\n", "é", "東京", "123456", "{\"a\": 1}"];
+    const piece = fc.oneof(fc.constantFrom(...specials), fc.string({ unit: "grapheme", maxLength: 12 }), fc.string({ maxLength: 12 }));
+    fc.assert(
+      fc.property(fc.array(piece, { maxLength: 30 }), (parts) => {
+        const text = parts.join("");
+        expect(fast(text)).toEqual(libraryEncode(text));
+      }),
+      { numRuns: 400 },
+    );
+  });
+
+  it("is not used for a tokenizer of another shape (the library encodes everything)", () => {
+    return import("../../src/agent/piece-memo-encoder.js").then(({ pieceMemoEncoder }) => {
+      expect(pieceMemoEncoder({ model: { type: "WordPiece" }, pre_tokenizer: { type: "BertPreTokenizer" } }, () => [])).toBeUndefined();
+      expect(pieceMemoEncoder({ model: { type: "BPE" }, normalizer: { type: "NFKC" }, pre_tokenizer: { type: "Sequence", pretokenizers: [] } }, () => [])).toBeUndefined();
+    });
+  });
+});
