@@ -151,7 +151,7 @@ class VllmCompletions implements TokenBackend {
     const json = ok(this.url, await this.http.call("POST", this.url, body, req.signal)) as { choices?: Choice[] };
     const choices = [...(json.choices ?? [])].sort((a, b) => num(a["index"]) - num(b["index"]));
     return choices.map((c) => {
-      const ids = requireIds(this.url, c["token_ids"], "choices[].token_ids (vLLM ≥ 0.10.2 with return_token_ids)");
+      const ids = requireIds(this.url, c["token_ids"], "choices[].token_ids (a vLLM that supports return_token_ids)");
       const lp = (c["logprobs"] as { token_logprobs?: unknown[] } | null)?.token_logprobs ?? [];
       return { ids, logprobs: checkLogprobs(this.url, ids, lp.map(num)), finishReason: String(c["finish_reason"] ?? "stop") };
     });
