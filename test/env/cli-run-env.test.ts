@@ -82,7 +82,7 @@ describe("slotpool process / evaluate on the example env (oracle policy, local p
     expect(noTokenizer.stderr).toContain("--server-type vllm needs --tokenizer");
     const notEnv = await runCli(["process", "package.json"]);
     expect(notEnv.code).not.toBe(0);
-  }, 30_000);
+  }, 90_000);
 });
 
 describe("slotpool process with --server-type vllm --tokenizer (scripted token server)", () => {
