@@ -6,3 +6,8 @@ export * from "./policy.js";
 export * from "./model-policy.js";
 export * from "./oracle-policy.js";
 export * from "./agent-loop.js";
+export * from "./chat-template.js";
+export * from "./completions-backends.js";
+export * from "./tool-call-parsers.js";
+export * from "./token-sequence.js";
+export * from "./token-exact-policy.js";

@@ -42,4 +42,11 @@ export interface TurnTokens {
   completionTokenIds: number[];
   /** Log-probability of each completion token, same length as completionTokenIds. */
   completionLogprobs?: number[];
+  /**
+   * The prompt was built token in, token out (earlier sampled ids kept, only the bridge
+   * tokenized), so every completion id is exactly what the model sampled in that context.
+   */
+  tokenExact?: boolean;
+  /** This turn's prompt started a new segment: why the previous one could not be extended. */
+  prefixBreak?: "history-rewritten" | "truncated" | "tools-changed";
 }

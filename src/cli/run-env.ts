@@ -26,7 +26,12 @@ const COMMON = `  --groups N               groups to make (process) or send (ser
   --concurrency N          groups in flight at once
   --slots-per-container N  slots per sandbox server
   --max-containers N       most sandbox servers
-  --tokenizer FILE         a local HF tokenizer.json for tokens/masks when the server returns no token ids
+  --tokenizer FILE         the model's HF tokenizer.json (tokenizer_config.json beside it): its chat template
+                           for --server-type vllm|sglang; tokens/masks when an openai server returns no ids
+  --server-type T          openai (chat completions, default; not token-exact), vllm or sglang (token in,
+                           token out: every trained id as sampled; needs --tokenizer)
+  --tool-call-parser P     token-exact servers: hermes (default) or qwen3 (<think> kept apart)
+  --allow-inexact-tokens   serve: send trajectories that are not token-exact (also SLOTPOOL_ALLOW_INEXACT_TOKENS=1)
   --config FILE            JSON file of env config fields (flags win over it)
   --no-progress            no progress bar
 API keys come from the environment variable named by the config's apiKeyEnv (default OPENAI_API_KEY).`;
@@ -71,6 +76,9 @@ const FLAGS = {
   "slots-per-container": { type: "string" },
   "max-containers": { type: "string" },
   tokenizer: { type: "string" },
+  "server-type": { type: "string" },
+  "tool-call-parser": { type: "string" },
+  "allow-inexact-tokens": { type: "boolean" },
   config: { type: "string" },
   "no-progress": { type: "boolean" },
 } as const;
@@ -141,6 +149,20 @@ async function envConfigFromFlags(flags: ParsedFlags): Promise<Record<string, un
   if (config["modelUrl"] && !config["modelName"]) throw new CliUsageError("--model-url needs --model NAME (the model as the server knows it)");
   const tokenizer = stringFlag(flags, "tokenizer");
   if (tokenizer !== undefined) config["tokenizerPath"] = tokenizer;
+  const serverType = stringFlag(flags, "server-type");
+  if (serverType !== undefined) {
+    if (!["openai", "vllm", "sglang"].includes(serverType)) throw new CliUsageError(`--server-type must be openai, vllm or sglang, got '${serverType}'`);
+    config["serverType"] = serverType;
+  }
+  const parser = stringFlag(flags, "tool-call-parser");
+  if (parser !== undefined) {
+    if (parser !== "hermes" && parser !== "qwen3") throw new CliUsageError(`--tool-call-parser must be hermes or qwen3, got '${parser}'`);
+    config["toolCallParser"] = parser;
+  }
+  if (boolFlag(flags, "allow-inexact-tokens")) config["allowInexactTokens"] = true;
+  if (config["serverType"] && config["serverType"] !== "openai" && !config["tokenizerPath"]) {
+    throw new CliUsageError(`--server-type ${String(config["serverType"])} needs --tokenizer path/to/tokenizer.json (the model's, with tokenizer_config.json beside it)`);
+  }
   return config;
 }
 

@@ -3,6 +3,9 @@ import pLimit from "p-limit";
 import type { z } from "zod";
 import { runAgentLoop, type AgentResult } from "../agent/agent-loop.js";
 import { ChatCompletionsClient } from "../agent/chat-client.js";
+import { loadChatTokenizer, type ChatTokenizer } from "../agent/chat-template.js";
+import { probeTokenBackend, type TokenBackend } from "../agent/completions-backends.js";
+import { TokenExactPolicy } from "../agent/token-exact-policy.js";
 import type { ChatMessage } from "../agent/messages.js";
 import { ChatModelPolicy } from "../agent/model-policy.js";
 import { OraclePolicy, type OracleScript } from "../agent/oracle-policy.js";
@@ -86,6 +89,9 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   private readonly runtime: AgentEnvRuntime;
   private modelClient: ChatCompletionsClient | undefined;
   private tokenizer: TextTokenizer | undefined;
+  /** Token-exact servers (serverType vllm/sglang): the model's template and the probed endpoint. */
+  private chatTokenizer: ChatTokenizer | undefined;
+  private tokenBackend: TokenBackend | undefined;
   private started = false;
 
   constructor(config: Record<string, unknown> = {}, runtime: AgentEnvRuntime = {}) {
@@ -190,9 +196,33 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       const factory: ToolBackendFactory = b ?? (await import("./default-backend.js")).createDefaultBackend;
       this.backend = await factory(this.config, this.log);
     }
-    if (this.config.tokenizerPath) this.tokenizer = await loadTokenizerJson(this.config.tokenizerPath);
+    if (this.config.serverType !== "openai" && this.config.modelUrl && !this.runtime.policy) await this.startTokenExact();
+    else if (this.config.tokenizerPath) this.tokenizer = await loadTokenizerJson(this.config.tokenizerPath);
     this.started = true;
     await this.setup();
+  }
+
+  private async startTokenExact(): Promise<void> {
+    const { serverType, tokenizerPath, modelUrl, modelName } = this.config;
+    if (!tokenizerPath) {
+      throw new EnvConfigError(`serverType ${serverType} generates token in, token out and renders the chat itself: pass --tokenizer path/to/tokenizer.json (the model's, with tokenizer_config.json beside it)`);
+    }
+    if (!modelName) throw new NoPolicyError(`modelUrl is set but modelName is not: pass --model NAME (the model as the server knows it)`);
+    this.chatTokenizer = await loadChatTokenizer(tokenizerPath);
+    this.tokenizer = this.chatTokenizer;
+    const probed = await probeTokenBackend(
+      {
+        serverType: serverType as "vllm" | "sglang",
+        baseUrl: modelUrl!,
+        model: modelName,
+        timeoutMs: this.config.modelTimeoutMs,
+        maxRetries: this.config.modelMaxRetries,
+        ...(process.env[this.config.apiKeyEnv] ? { apiKey: process.env[this.config.apiKeyEnv]! } : {}),
+      },
+      this.chatTokenizer,
+    );
+    this.tokenBackend = probed.backend;
+    this.log.info({ endpoint: probed.backend.url, templateCheck: probed.templateCheck }, "token-exact generation");
   }
 
   /** Releases every slot and stops the backend and model client. */
@@ -202,6 +232,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     this.started = false;
     await this.modelClient?.close();
     this.modelClient = undefined;
+    await this.tokenBackend?.close();
+    this.tokenBackend = undefined;
     if (backend && typeof this.runtime.backend !== "object") await backend.close();
   }
 
@@ -230,6 +262,16 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   /** The policy for one item: the runtime's, the model at `modelUrl`, or the env's oracle. */
   policyFor(item: Item): AgentPolicy {
     if (this.runtime.policy) return this.runtime.policy;
+    if (this.tokenBackend && this.chatTokenizer) {
+      return new TokenExactPolicy({
+        backend: this.tokenBackend,
+        tokenizer: this.chatTokenizer,
+        parser: this.config.toolCallParser,
+        model: this.config.modelName!,
+        temperature: this.config.temperature,
+        maxTokens: this.config.maxTokens,
+      });
+    }
     if (this.config.modelUrl) {
       if (!this.config.modelName) throw new NoPolicyError(`modelUrl is set but modelName is not: pass --model NAME (the model as the server knows it)`);
       this.modelClient ??= new ChatCompletionsClient({
@@ -317,6 +359,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
             this.log.error({ trajectoryId, err: rewardError }, "computeReward failed; score 0");
           }
         }
+        const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);
         const outcome: TrajectoryOutcome = {
           trajectoryId,
           result,
@@ -325,8 +368,9 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           scoreMetadata,
           attempts: attempt,
           slotLosses: [...losses],
-          tokens: trajectoryTokens(result, this.tokenizer),
+          tokens,
         };
+        if (brokenSegments.length > 0) outcome.brokenSegments = brokenSegments;
         if (rewardError) outcome.rewardError = rewardError;
         return outcome;
       } catch (err) {

@@ -78,8 +78,17 @@ export const AgentEnvConfigSchema = z
     minBatchAllocation: z.number().min(0).max(1).nullable().default(null),
     /** Serve mode: run `evaluate()` each time the trainer's step crosses a multiple of this (0: never), pausing rollouts meanwhile. */
     stepsPerEval: z.number().int().min(0).default(0),
-    /** A local HF `tokenizer.json`, used for tokens/masks when the model server returns no token ids. */
+    /** A local HF `tokenizer.json` (tokenizer_config.json beside it): tokens/masks when the server returns no ids, and the chat template for token-exact servers. */
     tokenizerPath: z.string().min(1).optional(),
+    /**
+     * `openai`: chat completions, re-rendered each turn (Phase 1, not token-exact); `vllm` /
+     * `sglang`: token in, token out (needs tokenizerPath), every trained id as sampled.
+     */
+    serverType: z.enum(["openai", "vllm", "sglang"]).default("openai"),
+    /** Token-exact servers: how tool calls are read from the sampled text (one parser per model family). */
+    toolCallParser: z.enum(["hermes", "qwen3"]).default("hermes"),
+    /** Serve mode: send trajectories that are not token-exact to the trainer anyway (also SLOTPOOL_ALLOW_INEXACT_TOKENS=1). */
+    allowInexactTokens: z.boolean().default(false),
   })
   .refine((c) => c.minContainers <= c.maxContainers, { message: "minContainers must not exceed maxContainers", path: ["minContainers"] });
 

@@ -32,3 +32,8 @@ export class NoPolicyError extends EnvError {
 export class TokensUnavailableError extends EnvError {
   override name = "TokensUnavailableError";
 }
+
+/** Serve mode: trajectories whose ids are not token-exact would reach a trainer without the user's say-so. */
+export class TokensInexactError extends EnvError {
+  override name = "TokensInexactError";
+}

@@ -1,4 +1,5 @@
 import { percentile } from "../observability/latency-window.js";
+import type { MetricsRegistry } from "../observability/metrics.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
 
 /** Running totals of a run, for the progress bar and the summary table. */
@@ -19,6 +20,13 @@ export class RunStats {
   retries = 0;
   rewardErrors = 0;
   rewardSkipped = 0;
+  /** Model turns that came with token ids, and those whose prompt could not extend the sequence. */
+  tokenTurns = 0;
+  prefixBreaks = 0;
+  /** Trajectories whose every sample is token-exact. */
+  tokenExactTrajectories = 0;
+  /** Serve mode: broken-off segments kept out of groups (Atropos takes exactly group_size sequences). */
+  unsentSegments = 0;
   readonly failures: string[] = [];
   private readonly latencies: number[] = [];
   readonly startedAt = Date.now();
@@ -46,6 +54,23 @@ export class RunStats {
     if (t.rewardError) this.rewardErrors++;
     if (t.rewardSkipped) this.rewardSkipped++;
     for (const c of t.result.toolCalls) this.latencies.push(c.durationMs);
+    const withIds = t.result.turns.filter((r) => r.tokens?.promptTokenIds);
+    this.tokenTurns += withIds.length;
+    this.prefixBreaks += t.brokenSegments?.length ?? 0;
+    if (t.tokens?.tokenExact && (t.brokenSegments ?? []).every((s) => s.tokenExact)) this.tokenExactTrajectories++;
+  }
+
+  /** Breaks per model turn with token ids (0 when no turn had ids). */
+  get prefixBreakRate(): number {
+    return this.tokenTurns ? this.prefixBreaks / this.tokenTurns : 0;
+  }
+
+  /** Exposes the token figures as Prometheus gauges, read at scrape time. */
+  registerMetrics(registry: MetricsRegistry): void {
+    registry.gauge("slotpool_env_token_turns", "Model turns that came with token ids", () => [{ value: this.tokenTurns }]);
+    registry.gauge("slotpool_env_prefix_breaks", "Turns whose prompt could not extend the trajectory's token sequence (a new segment started)", () => [{ value: this.prefixBreaks }]);
+    registry.gauge("slotpool_env_prefix_break_rate", "Prefix breaks per model turn with token ids", () => [{ value: this.prefixBreakRate }]);
+    registry.gauge("slotpool_env_token_exact_trajectories", "Trajectories whose every trained id is as sampled", () => [{ value: this.tokenExactTrajectories }]);
   }
 
   get meanScore(): number {
@@ -78,6 +103,11 @@ export class RunStats {
       retries: this.retries,
       reward_errors: this.rewardErrors,
       reward_skipped: this.rewardSkipped,
+      token_turns: this.tokenTurns,
+      prefix_breaks: this.prefixBreaks,
+      prefix_break_rate: this.prefixBreakRate,
+      token_exact_trajectories: this.tokenExactTrajectories,
+      unsent_segments: this.unsentSegments,
       elapsed_s: (Date.now() - this.startedAt) / 1000,
     };
   }

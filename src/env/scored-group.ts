@@ -1,6 +1,6 @@
 import type { AgentResult } from "../agent/agent-loop.js";
 import type { ChatMessage } from "../agent/messages.js";
-import { tokensFromServer, tokensFromTokenizer, type SequenceTokens, type TextTokenizer } from "./tokens.js";
+import { tokenSegmentsFromServer, tokensFromTokenizer, type SequenceTokens, type TextTokenizer } from "./tokens.js";
 
 /**
  * A scored group in Atropos's `ScoredData` shape (field names as on the wire). Required:
@@ -37,6 +37,11 @@ export interface TrajectoryOutcome {
   attempts: number;
   slotLosses: string[];
   tokens: SequenceTokens | null;
+  /**
+   * Segments finished before the token sequence had to break (see tokenSegmentsFromServer),
+   * oldest first; each goes to the trainer as a sample of its own, with the trajectory's score.
+   */
+  brokenSegments?: SequenceTokens[];
 }
 
 export type GroupOutcome<Item = unknown> =
@@ -53,8 +58,15 @@ export type GroupOutcome<Item = unknown> =
     };
 
 /** The ids of a trajectory: the server's when it returned them, else the tokenizer's, else none. */
-export function trajectoryTokens(result: AgentResult, tokenizer: TextTokenizer | undefined): SequenceTokens | null {
-  return tokensFromServer(result.turns) ?? (tokenizer ? tokensFromTokenizer(result.messages, tokenizer) : null);
+export function trajectoryTokens(result: AgentResult, tokenizer: TextTokenizer | undefined): { tokens: SequenceTokens | null; brokenSegments: SequenceTokens[] } {
+  const segments = tokenSegmentsFromServer(result.turns);
+  if (segments) return { tokens: segments[segments.length - 1]!, brokenSegments: segments.slice(0, -1) };
+  return { tokens: tokenizer ? tokensFromTokenizer(result.messages, tokenizer) : null, brokenSegments: [] };
+}
+
+/** The samples a trajectory gives the trainer: its broken-off segments, then its last (or only) sequence. */
+function samplesOf(t: TrajectoryOutcome): Array<SequenceTokens | null> {
+  return [...(t.brokenSegments ?? []), t.tokens];
 }
 
 /**
@@ -66,15 +78,18 @@ export function buildScoredGroup(
   trajectories: readonly TrajectoryOutcome[],
   options: { includeMessages: boolean; generationParams?: Record<string, unknown> },
 ): ScoredDataGroup {
+  const rows = trajectories.flatMap((t) => samplesOf(t).map((seq) => ({ t, seq })));
   const group: ScoredDataGroup = {
-    tokens: trajectories.map((t) => t.tokens?.tokens ?? []),
-    masks: trajectories.map((t) => t.tokens?.masks ?? []),
-    scores: trajectories.map((t) => t.score),
+    tokens: rows.map((r) => r.seq?.tokens ?? []),
+    masks: rows.map((r) => r.seq?.masks ?? []),
+    scores: rows.map((r) => r.t.score),
   };
-  if (trajectories.length > 0 && trajectories.every((t) => t.tokens?.logprobs)) {
-    group.inference_logprobs = trajectories.map((t) => t.tokens!.logprobs!);
+  if (rows.length > 0 && rows.every((r) => r.seq?.logprobs)) {
+    group.inference_logprobs = rows.map((r) => r.seq!.logprobs!);
   }
-  if (options.includeMessages) group.messages = trajectories.map((t) => t.result.messages);
+  // Broken-off segments make the group larger than groupSize; say so, as Atropos envs do.
+  if (rows.length !== trajectories.length) group.group_overrides = { group_size: rows.length };
+  if (options.includeMessages) group.messages = rows.map((r) => r.t.result.messages);
   if (options.generationParams) group.generation_params = options.generationParams;
   return group;
 }

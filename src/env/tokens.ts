@@ -16,33 +16,51 @@ export interface SequenceTokens {
   logprobs?: number[];
   /** Where the ids come from: the inference server's own ids, or a local tokenizer.json. */
   source: "inference-server" | "tokenizer";
+  /**
+   * Every trained id is what the model sampled, in the context it sampled it in (token-in,
+   * token-out generation). False for Phase 1 ids: re-rendered chats, or a local tokenizer.
+   */
+  tokenExact: boolean;
 }
 
 const MASKED = -100;
 
 /**
- * From the ids the inference server returned for each turn. Each turn's prompt normally
- * extends the previous prompt + completion (the chat template re-renders the same prefix);
- * then earlier completions keep their trained mask. When a prompt does not extend it (a
- * template that rewrites history, e.g. dropping thinking), the sequence restarts at that
- * turn's prompt, all masked: real ids, fewer trained positions. Returns null unless every
- * turn carries prompt and completion ids.
+ * From the ids the inference server returned for each turn, one segment per unbroken run of
+ * turns. Each turn's prompt normally extends the previous prompt + completion (token-exact
+ * generation builds it so; a chat template that re-renders the same prefix does too); then
+ * earlier completions keep their trained mask. When a prompt does not extend it (a template
+ * that rewrites history, e.g. dropping thinking; a truncated turn; changed tools), the
+ * finished segment is kept as a sample of its own and a new one starts at that turn's
+ * prompt, all masked. Returns null unless every turn carries prompt and completion ids.
  */
-export function tokensFromServer(turns: readonly TurnRecord[]): SequenceTokens | null {
-  if (turns.length === 0 || !turns.every((t) => t.tokens?.promptTokenIds && t.tokens.completionTokenIds.length >= 0)) return null;
-  let tokens: number[] = [];
-  let masks: number[] = [];
-  let logprobs: number[] = [];
+export function tokenSegmentsFromServer(turns: readonly TurnRecord[]): SequenceTokens[] | null {
+  if (turns.length === 0 || !turns.every((t) => t.tokens?.promptTokenIds)) return null;
+  const segments: SequenceTokens[] = [];
+  let runStart = 0;
+  const close = (end: number) => segments.push(segmentOf(turns.slice(runStart, end)));
+  let expected: number[] = [];
+  for (const [i, t] of turns.entries()) {
+    const prompt = t.tokens!.promptTokenIds!;
+    const extends_ = i > 0 && prompt.length >= expected.length && expected.every((id, k) => prompt[k] === id);
+    if (i > 0 && !extends_) {
+      close(i);
+      runStart = i;
+    }
+    expected = [...prompt, ...t.tokens!.completionTokenIds];
+  }
+  close(turns.length);
+  return segments;
+}
+
+/** One unbroken run of turns, each prompt extending the last prompt + completion. */
+function segmentOf(turns: readonly TurnRecord[]): SequenceTokens {
+  const tokens: number[] = [];
+  const masks: number[] = [];
+  const logprobs: number[] = [];
   const haveLogprobs = turns.every((t) => t.tokens!.completionLogprobs);
   for (const t of turns) {
-    const prompt = t.tokens!.promptTokenIds!;
-    const extends_ = prompt.length >= tokens.length && tokens.every((id, i) => prompt[i] === id);
-    if (!extends_) {
-      tokens = [];
-      masks = [];
-      logprobs = [];
-    }
-    const added = prompt.slice(tokens.length);
+    const added = t.tokens!.promptTokenIds!.slice(tokens.length);
     tokens.push(...added);
     masks.push(...added.map(() => MASKED));
     logprobs.push(...added.map(() => 1.0));
@@ -51,9 +69,15 @@ export function tokensFromServer(turns: readonly TurnRecord[]): SequenceTokens |
     masks.push(...out);
     if (haveLogprobs) logprobs.push(...t.tokens!.completionLogprobs!);
   }
-  const seq: SequenceTokens = { tokens, masks, source: "inference-server" };
+  const seq: SequenceTokens = { tokens, masks, source: "inference-server", tokenExact: turns.every((t) => t.tokens!.tokenExact === true) };
   if (haveLogprobs) seq.logprobs = logprobs;
   return seq;
+}
+
+/** The last segment of tokenSegmentsFromServer (the whole trajectory when nothing broke). */
+export function tokensFromServer(turns: readonly TurnRecord[]): SequenceTokens | null {
+  const segments = tokenSegmentsFromServer(turns);
+  return segments ? segments[segments.length - 1]! : null;
 }
 
 /** Text → ids, as a HF tokenizer.json defines it. */
@@ -136,5 +160,5 @@ export function tokensFromTokenizer(messages: readonly ChatMessage[], tokenizer:
     }
   }
   // No logprobs: a tokenizer cannot know what the model's were.
-  return { tokens, masks, source: "tokenizer" };
+  return { tokens, masks, source: "tokenizer", tokenExact: false };
 }

@@ -3,7 +3,7 @@ import { AtroposClient } from "../../src/env/atropos/client.js";
 import { filterGroupForSend } from "../../src/env/atropos/group-filter.js";
 import { runEnvManager } from "../../src/env/atropos/env-manager.js";
 import { RunStats } from "../../src/env/run-stats.js";
-import { TokensUnavailableError } from "../../src/env/errors.js";
+import { TokensInexactError, TokensUnavailableError } from "../../src/env/errors.js";
 import type { ScoredDataGroup } from "../../src/env/scored-group.js";
 import { silentLogger } from "../../src/observability/logger.js";
 import { startAtroposDouble, SCORED_DATA_KEYS, type AtroposDouble } from "../support/atropos-double.js";
@@ -119,7 +119,7 @@ describe("serve: env manager against the trajectory API", () => {
     await api.registerTrainer({ batch_size: 4, max_token_len: 100_000, num_steps: 100 });
     await api.getBatch();
     llm = await startLlmServer({ tokenIds: true, respond: halfSolver() });
-    const env = new WriteFileEnv({ name: "wf", groupSize: 2, modelUrl: llm.url, modelName: "m", temperature: 0.5, maxTokens: 300 }, { backend: fakeBackend(), logger: log });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, modelUrl: llm.url, modelName: "m", temperature: 0.5, maxTokens: 300, allowInexactTokens: true }, { backend: fakeBackend(), logger: log });
     await env.start();
     const client = new AtroposClient({ url: api.url });
     const stats = new RunStats();
@@ -164,7 +164,7 @@ describe("serve: env manager against the trajectory API", () => {
     await api.getBatch();
     api.setQueueSize(6); // 6 groups × 2 ≥ 3 batches × 4: back off
     llm = await startLlmServer({ tokenIds: true, respond: halfSolver() });
-    const env = new WriteFileEnv({ name: "wf", groupSize: 2, modelUrl: llm.url, modelName: "m" }, { backend: fakeBackend(), logger: log });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, modelUrl: llm.url, modelName: "m", allowInexactTokens: true }, { backend: fakeBackend(), logger: log });
     await env.start();
     const client = new AtroposClient({ url: api.url });
     const stats = new RunStats();
@@ -186,7 +186,7 @@ describe("serve: env manager against the trajectory API", () => {
     await api.registerTrainer({ batch_size: 2, max_token_len: 100_000, num_steps: 100, save_checkpoint_interval: 1 });
     await api.getBatch();
     llm = await startLlmServer({ tokenIds: true, respond: halfSolver() });
-    const env = new WriteFileEnv({ name: "wf", groupSize: 2, groupConcurrency: 1, stepsPerEval: 1, modelUrl: llm.url, modelName: "m" }, { backend: fakeBackend(), logger: log });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, groupConcurrency: 1, stepsPerEval: 1, modelUrl: llm.url, modelName: "m", allowInexactTokens: true }, { backend: fakeBackend(), logger: log });
     const checkpoints: Array<[number, string]> = [];
     env.saveCheckpoint = async (step, dir) => {
       checkpoints.push([step, dir]);
@@ -209,6 +209,31 @@ describe("serve: env manager against the trajectory API", () => {
     expect(report.evaluations).toBeGreaterThanOrEqual(1);
     expect(checkpoints[0]).toEqual([1, "/ckpt"]);
     expect(llm.requests.some((r) => taskOf(r).includes("TASK 99"))).toBe(true);
+  });
+
+  it("refuses to send Phase 1 (not token-exact) ids to a trainer unless the user opts in", async () => {
+    api = await startAtroposDouble();
+    await api.registerTrainer({ batch_size: 4, max_token_len: 100_000, num_steps: 100 });
+    await api.getBatch();
+    llm = await startLlmServer({ tokenIds: true, respond: halfSolver() });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, modelUrl: llm.url, modelName: "m" }, { backend: fakeBackend(), logger: log });
+    await env.start();
+    const client = new AtroposClient({ url: api.url });
+    const saved = process.env["SLOTPOOL_ALLOW_INEXACT_TOKENS"];
+    delete process.env["SLOTPOOL_ALLOW_INEXACT_TOKENS"];
+    try {
+      await expect(runEnvManager(env as never, client, { logger: log, stats: new RunStats(), maxGroups: 1, pollMs: 10 })).rejects.toThrow(TokensInexactError);
+      expect(api.requests.filter((r) => r.path.startsWith("/scored_data"))).toHaveLength(0);
+      // The environment variable opts in, as ATROPOS_ALLOW_DUMMY_MANAGED_SERVER does for Atropos.
+      process.env["SLOTPOOL_ALLOW_INEXACT_TOKENS"] = "1";
+      const report = await runEnvManager(env as never, client, { logger: log, stats: new RunStats(), maxGroups: 1, pollMs: 10 });
+      expect(report.sent).toBe(1);
+    } finally {
+      if (saved === undefined) delete process.env["SLOTPOOL_ALLOW_INEXACT_TOKENS"];
+      else process.env["SLOTPOOL_ALLOW_INEXACT_TOKENS"] = saved;
+      await client.close();
+      await env.close();
+    }
   });
 
   it("refuses to send groups without token ids (oracle policy, no tokenizer)", async () => {

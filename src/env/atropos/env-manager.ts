@@ -1,8 +1,8 @@
 import type { Logger } from "../../observability/logger.js";
 import type { AgentEnv } from "../agent-env.js";
-import { TokensUnavailableError } from "../errors.js";
+import { TokensInexactError, TokensUnavailableError } from "../errors.js";
 import type { RunStats } from "../run-stats.js";
-import type { GroupOutcome } from "../scored-group.js";
+import { buildScoredGroup, type GroupOutcome } from "../scored-group.js";
 import { AtroposError, type AtroposClient, type EnvStatus, type Registration } from "./client.js";
 import { FilteredStreak, filterGroupForSend } from "./group-filter.js";
 
@@ -56,6 +56,8 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
   );
   let batchSize = -1;
   let maxTokenLen = -1;
+  // As Atropos's ATROPOS_ALLOW_DUMMY_MANAGED_SERVER: Phase 1 data only when the user says so.
+  const allowInexact = cfg.allowInexactTokens || ["1", "true", "yes"].includes((process.env["SLOTPOOL_ALLOW_INEXACT_TOKENS"] ?? "").toLowerCase());
   const refreshInfo = async () => {
     const info = await client.info(options.signal);
     if (info.batch_size !== -1) {
@@ -89,7 +91,20 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       options.onGroup?.(outcome, "failed");
       return;
     }
-    const filtered = filterGroupForSend(outcome.group, {
+    // The trajectory API takes exactly group_size sequences per group (a larger group waits in
+    // its buffer forever): segments broken off before a prefix break stay out, each
+    // trajectory's last segment goes (its earlier turns masked). Process mode keeps them all.
+    let group = outcome.group;
+    const broken = outcome.trajectories.reduce((n, t) => n + (t.brokenSegments?.length ?? 0), 0);
+    if (broken > 0) {
+      options.stats.unsentSegments += broken;
+      log.warn({ segments: broken }, "segments broken off by a prefix break are not sent: Atropos takes exactly group_size sequences per group");
+      group = buildScoredGroup(
+        outcome.trajectories.map(({ brokenSegments: _drop, ...t }) => t),
+        { includeMessages: cfg.includeMessages, ...(outcome.group.generation_params ? { generationParams: outcome.group.generation_params } : {}) },
+      );
+    }
+    const filtered = filterGroupForSend(group, {
       groupSize: cfg.groupSize,
       ensureScoresAreNotSame: cfg.ensureScoresAreNotSame,
       maxTokenLen,
@@ -107,6 +122,13 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       throw new TokensUnavailableError(
         "a trainer needs token ids, and this run has none: the model server returned no token ids (vLLM: add extra body {\"return_token_ids\": true}, or logprobs with return_tokens_as_token_ids) " +
           "and no tokenizer was given (--tokenizer path/to/tokenizer.json). An oracle policy has no tokens at all: use 'slotpool process' for it.",
+      );
+    }
+    if (!allowInexact && outcome.trajectories.some((t) => [...(t.brokenSegments ?? []), t.tokens].some((s) => s && !s.tokenExact))) {
+      throw new TokensInexactError(
+        "these trajectories are not token-exact: their ids come from re-rendered chat completions or a local tokenizer, so some trained ids may not be what the model sampled. " +
+          "Run the model on vLLM or SGLang with --server-type vllm|sglang --tokenizer path/to/tokenizer.json for token-exact data, " +
+          "or accept Phase 1 data with --allow-inexact-tokens (or SLOTPOOL_ALLOW_INEXACT_TOKENS=1).",
       );
     }
     const r = await client.sendScoredData(filtered.group, options.signal);

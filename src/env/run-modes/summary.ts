@@ -16,6 +16,12 @@ export function formatSummary(title: string, stats: RunStats, extra: Array<[stri
     ["slot losses", String(stats.slotLosses)],
     ["retries", String(stats.retries)],
     ...(stats.rewardErrors ? ([["reward errors", String(stats.rewardErrors)]] as Array<[string, string]>) : []),
+    ...(stats.tokenTurns
+      ? ([
+          ["token-exact", `${stats.tokenExactTrajectories} of ${stats.trajectories} trajectories`],
+          ["prefix breaks", `${stats.prefixBreaks} of ${stats.tokenTurns} turns (${(stats.prefixBreakRate * 100).toFixed(1)}%)${stats.unsentSegments ? `, ${stats.unsentSegments} broken-off segments not sent` : ""}`],
+        ] as Array<[string, string]>)
+      : []),
     ...extra,
     ["elapsed", `${((Date.now() - stats.startedAt) / 1000).toFixed(1)} s`],
   ];
