@@ -13,6 +13,8 @@ import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
 import { AgentEnvConfigSchema, type AgentEnvConfig } from "./config.js";
 import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
+import type { LineExtras } from "../report/rollout-extras.js";
+import { lineExtras } from "./rollout-extras.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { isSlotLostError, isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
@@ -33,6 +35,8 @@ export interface EvalSample {
   toolCalls: number;
   toolErrors: number;
   messages: ChatMessage[];
+  /** Timings, exit codes and tool errors for the report (the same key as on process-mode lines). */
+  slotpool?: LineExtras;
 }
 
 export interface EvalResult {
@@ -161,7 +165,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         continue;
       }
       const t = r.t;
-      samples.push({ item: r.item, score: t.score, finishReason: t.result.finishReason, turnsUsed: t.result.turnsUsed, toolCalls: t.result.toolCalls.length, toolErrors: t.result.toolErrors.length, messages: t.result.messages });
+      samples.push({ item: r.item, score: t.score, finishReason: t.result.finishReason, turnsUsed: t.result.turnsUsed, toolCalls: t.result.toolCalls.length, toolErrors: t.result.toolErrors.length, messages: t.result.messages, slotpool: lineExtras([t]) });
     }
     const n = samples.length;
     return {
@@ -276,6 +280,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       signal?.throwIfAborted();
       const trajectoryId = randomUUID();
       const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.toolTimeoutS });
+      const started = performance.now();
       try {
         await this.setupWorkspace(item, ctx);
         const result = await runAgentLoop({
@@ -325,6 +330,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           attempts: attempt,
           slotLosses: [...losses],
           tokens: trajectoryTokens(result, this.tokenizer),
+          durationMs: performance.now() - started,
         };
         if (rewardError) outcome.rewardError = rewardError;
         return outcome;

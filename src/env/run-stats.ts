@@ -1,4 +1,10 @@
+import { nearestRank } from "../observability/percentile.js";
+import type { ToolErrorRecord } from "../agent/agent-loop.js";
+import { toolLatencyTable, type ToolLatencyRow } from "../report/tool-stats.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
+
+/** Tool errors kept for the summary (the count goes on past it). */
+const TOOL_ERRORS_KEPT = 1000;
 
 /** Running totals of a run, for the progress bar and the summary table. */
 export class RunStats {
@@ -17,7 +23,10 @@ export class RunStats {
   rewardErrors = 0;
   rewardSkipped = 0;
   readonly failures: string[] = [];
+  /** The first tool errors, in the order their trajectories finished. */
+  readonly toolErrorLog: ToolErrorRecord[] = [];
   private readonly latencies: number[] = [];
+  private readonly calls: Array<{ tool: string; success: boolean; durationMs: number }> = [];
   readonly startedAt = Date.now();
 
   addGroup(outcome: GroupOutcome): void {
@@ -42,7 +51,11 @@ export class RunStats {
     this.retries += t.attempts - 1;
     if (t.rewardError) this.rewardErrors++;
     if (t.rewardSkipped) this.rewardSkipped++;
-    for (const c of t.result.toolCalls) this.latencies.push(c.durationMs);
+    for (const c of t.result.toolCalls) {
+      this.latencies.push(c.durationMs);
+      this.calls.push({ tool: c.tool, success: c.success, durationMs: c.durationMs });
+    }
+    for (const e of t.result.toolErrors) if (this.toolErrorLog.length < TOOL_ERRORS_KEPT) this.toolErrorLog.push(e);
   }
 
   get meanScore(): number {
@@ -54,10 +67,12 @@ export class RunStats {
   }
 
   latencyPercentile(p: number): number {
-    if (this.latencies.length === 0) return 0;
-    const sorted = [...this.latencies].sort((a, b) => a - b);
-    const idx = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-    return sorted[idx]!;
+    return nearestRank([...this.latencies].sort((a, b) => a - b), p);
+  }
+
+  /** Calls, errors and latency per tool, slowest first. */
+  toolTable(): ToolLatencyRow[] {
+    return toolLatencyTable(this.calls);
   }
 
   toJSON() {

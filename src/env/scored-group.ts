@@ -37,6 +37,8 @@ export interface TrajectoryOutcome {
   attempts: number;
   slotLosses: string[];
   tokens: SequenceTokens | null;
+  /** Wall time of the successful attempt: workspace setup, agent loop and reward. */
+  durationMs?: number;
 }
 
 export type GroupOutcome<Item = unknown> =
