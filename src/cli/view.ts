@@ -83,7 +83,7 @@ async function handle(file: string, req: IncomingMessage, res: ServerResponse): 
   const path = new URL(req.url ?? "/", "http://localhost").pathname;
   if (path === "/" || path === "/index.html") {
     const model = await readReportModel(file);
-    const { html } = renderReport(model, { lineHref: (n) => `line/${n}` });
+    const { html } = renderReport(model, { lineHrefPrefix: "line/" });
     return send(res, 200, "text/html; charset=utf-8", html);
   }
   const m = /^\/line\/(\d+)$/.exec(path);

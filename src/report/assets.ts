@@ -66,10 +66,89 @@ p.cut{margin:2px 0;font-size:12px;color:var(--zero)}
 [hidden]{display:none!important}
 `;
 
-/** Filters (score range, "had a tool error"), expand/collapse, and opening a trajectory a link points at. */
+/**
+ * Builds a trajectory's conversation from its JSON when it is first opened (text only through
+ * textContent: nothing in the data becomes markup), and runs the filters (score range, "had a
+ * tool error"), expand/collapse, and opening the trajectory a link points at.
+ */
 export const REPORT_SCRIPT = `
 (function () {
   "use strict";
+  var PREVIEW_CHARS = 800, PREVIEW_LINES = 16;
+  var source = document.body.getAttribute("data-source") || "the JSONL";
+  var lineHref = document.body.getAttribute("data-line-href") || "";
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function ms(v) { return v >= 1000 ? (v / 1000).toFixed(2) + " s" : v.toFixed(1) + " ms"; }
+  function num(n) { return n.toLocaleString("en"); }
+  /** A text: its head, the rest behind "show more", and what the file left out named. */
+  function block(parent, t, line, cls) {
+    var s = typeof t === "string" ? t : t[0], dropped = typeof t === "string" ? 0 : t[1];
+    var head = s.slice(0, PREVIEW_CHARS), nl = -1;
+    for (var k = 0; k < PREVIEW_LINES && nl < head.length; k++) { nl = head.indexOf("\\n", nl + 1); if (nl < 0) break; }
+    if (nl >= 0 && k === PREVIEW_LINES) head = head.slice(0, nl + 1);
+    parent.appendChild(el("pre", cls, head));
+    if (head.length >= s.length && !dropped) return;
+    var more = el("details", "more"), rest = s.slice(head.length);
+    more.appendChild(el("summary", "", rest.length ? "show " + num(rest.length) + " more characters" : "truncated"));
+    if (rest) more.appendChild(el("pre", cls, rest));
+    if (dropped) {
+      var p = el("p", "cut", "\u2702 " + num(dropped) + " more characters are not in this report: see ");
+      if (lineHref) { var a = el("a", "", "line " + line); a.href = lineHref + line; p.appendChild(a); }
+      else p.appendChild(document.createTextNode("line " + line));
+      p.appendChild(document.createTextNode(" of " + source));
+      more.appendChild(p);
+    }
+    parent.appendChild(more);
+  }
+  function fold(li, label, t, line) {
+    var d = el("details", "fold");
+    d.appendChild(el("summary", "", label));
+    block(d, t, line);
+    li.appendChild(d);
+  }
+  function textLength(t) { return typeof t === "string" ? t.length : t[0].length + t[1]; }
+  function render(d) {
+    var data = d.querySelector("script[type='application/json']");
+    if (!data || d.querySelector("ol.conv")) return;
+    var line = d.getAttribute("data-line"), entries = JSON.parse(data.textContent), ol = el("ol", "conv");
+    for (var i = 0; i < entries.length; i++) {
+      var e = entries[i], kind = e[0], turn = e[1], li;
+      if (kind === "x") {
+        li = el("li", "m-" + String(e[2]).replace(/[^a-z]/gi, ""));
+        if (e[2] === "system") fold(li, "system prompt (" + num(textLength(e[3])) + " characters)", e[3], line);
+        else { li.appendChild(el("div", "role", e[2] + (e[2] === "assistant" ? " \u00b7 turn " + turn : ""))); block(li, e[3], line); }
+      } else if (kind === "k") {
+        li = el("li", "thinking");
+        fold(li, "thinking \u00b7 turn " + turn + " (" + num(textLength(e[2])) + " characters)", e[2], line);
+      } else if (kind === "c") {
+        li = el("li", "call");
+        li.appendChild(el("div", "role", "tool call \u00b7 turn " + turn));
+        li.appendChild(el("code", "fn", e[2]));
+        block(li, e[3], line, "args");
+      } else {
+        li = el("li", e[5] === null ? "result" : "result err");
+        li.appendChild(el("div", "role", "tool result \u00b7 turn " + turn));
+        var meta = el("div", "rmeta", e[2]);
+        if (e[3] !== "") meta.appendChild(document.createTextNode(e[3] === null ? " \u00b7 no exit code" : " \u00b7 exit " + e[3]));
+        if (e[4] !== null) meta.appendChild(document.createTextNode(" \u00b7 " + ms(e[4])));
+        if (e[5] !== null) { meta.appendChild(document.createTextNode(" \u00b7 ")); meta.appendChild(el("span", "e", "error: " + e[5])); }
+        li.appendChild(meta);
+        if (textLength(e[6]) === 0) li.appendChild(el("pre", "sub", "(no output)"));
+        else block(li, e[6], line);
+      }
+      ol.appendChild(li);
+    }
+    d.appendChild(ol);
+  }
+  document.addEventListener("toggle", function (ev) {
+    var d = ev.target;
+    if (d.open && d.classList && d.classList.contains("traj")) render(d);
+  }, true);
   var trajs = Array.prototype.slice.call(document.querySelectorAll("details.traj"));
   var groups = Array.prototype.slice.call(document.querySelectorAll("section.group"));
   var minEl = document.getElementById("f-min");

@@ -13,12 +13,10 @@ export function escapeHtml(s: string): string {
 export interface RenderOptions {
   /** The file must stay under this many bytes (default 19 MB: the 1,000-trajectory bound is 20 MB). */
   maxBytes?: number;
-  /** Characters of model text kept in the file before the longest texts are cut (default 12 M). */
+  /** Characters of model text kept in the file before the longest texts are cut (default 8 M: the browser scans every byte at load). */
   textBudget?: number;
-  /** Characters of a text shown before "show more" (default 800, and at most 16 lines). */
-  previewChars?: number;
-  /** A link to a JSONL line (when served), else the cut texts name the file and line. */
-  lineHref?: (line: number) => string;
+  /** Links to JSONL lines are this plus the line number (when served, e.g. `line/`); else the page names file and line. */
+  lineHrefPrefix?: string;
   /** Shown in the header (default: now). */
   generatedAt?: Date;
 }
@@ -31,7 +29,8 @@ export interface RenderedReport {
   summary: ReportSummary;
 }
 
-const PREVIEW_LINES = 16;
+/** However tight the budget, a text keeps this much. */
+const MIN_KEPT = 120;
 const ERROR_LINES_SHOWN = 50;
 
 /**
@@ -41,7 +40,7 @@ const ERROR_LINES_SHOWN = 50;
  */
 export function renderReport(model: ReportModel, options: RenderOptions = {}): RenderedReport {
   const maxBytes = options.maxBytes ?? 19_000_000;
-  let budget = options.textBudget ?? 12_000_000;
+  let budget = options.textBudget ?? 8_000_000;
   const lengths = textLengths(model);
   const summary = summarize(model);
   for (let attempt = 0; ; attempt++) {
@@ -54,16 +53,12 @@ export function renderReport(model: ReportModel, options: RenderOptions = {}): R
 }
 
 class Renderer {
-  private readonly preview: number;
-
   constructor(
     private readonly model: ReportModel,
     private readonly s: ReportSummary,
     private readonly options: RenderOptions,
     private readonly cap: number,
-  ) {
-    this.preview = Math.min(options.previewChars ?? 800, cap);
-  }
+  ) {}
 
   page(): string {
     const script = REPORT_SCRIPT;
@@ -75,7 +70,8 @@ class Renderer {
       `<meta http-equiv="Content-Security-Policy" content="${csp}">`,
       `<meta name="viewport" content="width=device-width, initial-scale=1">`,
       `<title>${escapeHtml(this.model.title)}</title>`,
-      `<style>${REPORT_CSS}</style></head><body>`,
+      `<style>${REPORT_CSS}</style></head>`,
+      `<body data-source="${escapeHtml(this.model.source)}" data-line-href="${escapeHtml(this.options.lineHrefPrefix ?? "")}">`,
       this.header(),
       "<main>",
       this.filters(),
@@ -199,8 +195,10 @@ class Renderer {
     if (t.error !== undefined) bits.push(`<span class="bad">model error</span>`);
     const score = t.score === null ? "–" : fmtScore(t.score);
     const summary = `<summary><span class="score ${scoreCls}">${escapeHtml(score)}</span> ${bits.join(" · ")}</summary>`;
-    const body = t.entries === null ? `<p class="meta">No messages in this line${t.tokenCount !== undefined ? ` (${t.tokenCount} tokens)` : ""}.</p>` : `<ol class="conv">${t.entries.map((e) => this.entry(e, t.line)).join("")}</ol>`;
-    const attr = `class="traj" id="${t.id}" data-score="${t.score ?? ""}" data-err="${t.toolErrors.length}"`;
+    const attr = `class="traj" id="${t.id}" data-score="${t.score ?? ""}" data-err="${t.toolErrors.length}" data-line="${t.line}"`;
+    // The conversation is data, turned into elements by the page's script when the trajectory
+    // is opened: a thousand closed trajectories then cost the browser one text node each.
+    const body = t.entries === null ? `<p class="meta">No messages in this line${t.tokenCount !== undefined ? ` (${t.tokenCount} tokens)` : ""}.</p>` : `<script type="application/json">${jsonForScript(this.entries(t.entries))}</script>`;
     return `<details ${attr}>${summary}${this.meta(t)}${body}</details>`;
   }
 
@@ -209,55 +207,42 @@ class Renderer {
     if (t.tokenCount !== undefined) parts.push(`${t.tokenCount} tokens`);
     if (t.attempts !== undefined && t.attempts > 1) parts.push(`${t.attempts} attempts`);
     let extra = "";
-    if (t.slotLosses.length) extra += `<div class="bad">slot lost: ${escapeHtml(t.slotLosses.join(" | "))}</div>`;
-    if (t.rewardError !== undefined) extra += `<div class="bad">reward error: ${escapeHtml(t.rewardError)}</div>`;
-    if (t.error !== undefined) extra += `<div class="bad">model server: ${escapeHtml(t.error)}</div>`;
-    if (t.scoreMetadata !== undefined) extra += `<details class="fold"><summary>score metadata</summary><pre>${escapeHtml(cut(JSON.stringify(t.scoreMetadata, null, 2), 4000))}</pre></details>`;
+    if (t.slotLosses.length) extra += `<div class="bad">slot lost: ${escapeHtml(oneLine(t.slotLosses.join(" | "), 1000))}</div>`;
+    if (t.rewardError !== undefined) extra += `<div class="bad">reward error: ${escapeHtml(oneLine(t.rewardError, 1000))}</div>`;
+    if (t.error !== undefined) extra += `<div class="bad">model server: ${escapeHtml(oneLine(t.error, 1000))}</div>`;
+    if (t.scoreMetadata !== undefined) extra += `<details class="fold"><summary>score metadata</summary><pre>${escapeHtml(cut(JSON.stringify(t.scoreMetadata, null, 2), 2000))}</pre></details>`;
     return `<div class="meta">${parts.join(" · ")}${extra}</div>`;
   }
 
-  private entry(e: Entry, line: number): string {
-    switch (e.kind) {
-      case "text": {
-        const role = escapeHtml(e.role);
-        const head = `<div class="role">${role}${e.role === "assistant" ? ` · turn ${e.turn}` : ""}</div>`;
-        // The system prompt is the same in every trajectory: folded so the page stays readable.
-        if (e.role === "system") return `<li class="m-system"><details class="fold"><summary>system prompt (${e.text.length} characters)</summary>${this.text(e.text, line)}</details></li>`;
-        return `<li class="m-${role.replace(/[^a-z]/gi, "")}">${head}${this.text(e.text, line)}</li>`;
+  /**
+   * The conversation for the page's script, compact: `[kind, turn, …, text]` with kind
+   * x (message: role), k (thinking), c (call: tool), r (result: tool, exit code, ms, error).
+   * A text is a string, or `[kept, droppedCharacters]` when the budget cut it.
+   */
+  private entries(entries: Entry[]): unknown[] {
+    return entries.map((e) => {
+      switch (e.kind) {
+        case "text":
+          return ["x", e.turn, e.role, this.text(e.text)];
+        case "thinking":
+          return ["k", e.turn, this.text(e.text)];
+        case "call":
+          return ["c", e.turn, e.tool, this.text(displayArguments(e.arguments))];
+        case "result":
+          return ["r", e.turn, e.tool, e.exitCode === undefined ? "" : e.exitCode, e.durationMs ?? null, e.error === undefined ? null : oneLine(e.error, 300), this.text(e.output)];
       }
-      case "thinking":
-        return `<li class="thinking"><details class="fold"><summary>thinking · turn ${e.turn} (${e.text.length} characters)</summary>${this.text(e.text, line)}</details></li>`;
-      case "call":
-        return `<li class="call"><div class="role">tool call · turn ${e.turn}</div><code class="fn">${escapeHtml(e.tool)}</code>${this.text(displayArguments(e.arguments), line, "args")}</li>`;
-      case "result": {
-        const meta: string[] = [escapeHtml(e.tool)];
-        if (e.exitCode !== undefined) meta.push(e.exitCode === null ? "no exit code" : `exit ${e.exitCode}`);
-        if (e.durationMs !== undefined) meta.push(formatMs(e.durationMs));
-        if (e.error !== undefined) meta.push(`<span class="e">error: ${escapeHtml(oneLine(e.error, 300))}</span>`);
-        const output = e.output === "" ? `<pre class="sub">(no output)</pre>` : this.text(e.output, line);
-        return `<li class="result${e.error !== undefined ? " err" : ""}"><div class="role">tool result · turn ${e.turn}</div><div class="rmeta">${meta.join(" · ")}</div>${output}</li>`;
-      }
-    }
+    });
   }
 
-  /** A text with its first lines shown, the rest one click away, and past the cap a pointer to the JSONL. */
-  private text(s: string, line: number, cls = ""): string {
-    const c = cls ? ` class="${cls}"` : "";
-    let head = s.slice(0, this.preview);
-    const nl = nthIndex(head, "\n", PREVIEW_LINES);
-    if (nl >= 0) head = head.slice(0, nl + 1);
-    if (head.length >= s.length) return `<pre${c}>${escapeHtml(s)}</pre>`;
-    const kept = Number.isFinite(this.cap) ? Math.max(head.length, Math.min(s.length, this.cap)) : s.length;
-    const rest = s.slice(head.length, kept);
-    const dropped = s.length - kept;
-    const note = dropped > 0 ? `<p class="cut">✂ ${dropped.toLocaleString("en")} more characters are not in this report: see ${this.lineRef(line)} of ${escapeHtml(this.model.source)}</p>` : "";
-    const moreLabel = rest.length > 0 ? `show ${rest.length.toLocaleString("en")} more characters` : "truncated";
-    return `<pre${c}>${escapeHtml(head)}</pre><details class="more"><summary>${moreLabel}</summary>${rest ? `<pre${c}>${escapeHtml(rest)}</pre>` : ""}${note}</details>`;
+  private text(s: string): string | [string, number] {
+    if (!Number.isFinite(this.cap) || s.length <= this.cap) return s;
+    const kept = Math.max(this.cap, MIN_KEPT);
+    return kept >= s.length ? s : [s.slice(0, kept), s.length - kept];
   }
 
   private lineRef(line: number): string {
-    const href = this.options.lineHref?.(line);
-    return href ? `<a href="${escapeHtml(href)}">line ${line}</a>` : `line ${line}`;
+    const prefix = this.options.lineHrefPrefix;
+    return prefix ? `<a href="${escapeHtml(prefix + line)}">line ${line}</a>` : `line ${line}`;
   }
 }
 
@@ -281,13 +266,9 @@ export function displayArguments(args: string): string {
     .join("\n");
 }
 
-function nthIndex(s: string, ch: string, n: number): number {
-  let i = -1;
-  for (let k = 0; k < n; k++) {
-    i = s.indexOf(ch, i + 1);
-    if (i < 0) return -1;
-  }
-  return i;
+/** JSON inside a <script> element: no `<` at all, so neither `</script>` nor `<!--` can end it early. */
+export function jsonForScript(value: unknown): string {
+  return JSON.stringify(value).replace(/</g, "\\u003c").replace(/\u2028/g, "\\u2028").replace(/\u2029/g, "\\u2029");
 }
 
 function oneLine(s: string, max: number): string {

@@ -4,7 +4,7 @@
  * is hostile HTML. Screenshots are kept under test-results/report/.
  */
 import { spawn } from "node:child_process";
-import { mkdir, mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -15,6 +15,7 @@ import type { ToolBackend } from "../../src/env/backend.js";
 import { AgentEnvConfigSchema } from "../../src/env/config.js";
 import { poolBackend } from "../../src/env/pool-backend.js";
 import { runProcessMode } from "../../src/env/run-modes/process.js";
+import { writeReport } from "../../src/report/index.js";
 import { silentLogger } from "../../src/observability/logger.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { launchBrowser, type TestBrowser } from "../support/browser.js";
@@ -71,6 +72,11 @@ async function openReport(url: string): Promise<{ page: Page; dialogs: string[];
   return { page, dialogs, errors };
 }
 
+/** Waits until every open trajectory has built its conversation. */
+async function allRendered(page: Page): Promise<void> {
+  await page.waitForFunction(() => Array.from(document.querySelectorAll("details.traj[open]")).every((d) => d.querySelector("ol.conv")));
+}
+
 const shownTrajectories = (page: Page) => page.locator("details.traj:visible").count();
 
 describe("the HTML report in a real browser", () => {
@@ -86,13 +92,18 @@ describe("the HTML report in a real browser", () => {
     expect(await page.locator("details.traj").count()).toBe(8);
     expect(await page.locator("#f-count").textContent()).toBe("8 of 8 trajectories shown");
     // The four task kinds, each as the user message of its group.
+    await page.click("#f-expand");
+    await allRendered(page);
     const users = await page.locator("li.m-user pre").allTextContents();
     for (const task of ["Create the file notes/day-0.txt", "Fix calc.sh", "Count the files whose name ends in", "Exactly one file under tree/ contains"]) {
       expect(users.some((u) => u.includes(task)), task).toBe(true);
     }
     // The fix-script trajectory: read_file, then write_file and bash in one turn, each result with exit code and time.
-    const fix = page.locator("#g1t0");
+    await page.click("#f-collapse");
+    const fixGroup = await page.locator("details.traj", { hasText: "3 turns · 3 tool calls" }).first().getAttribute("id");
+    const fix = page.locator(`#${fixGroup}`);
     await fix.locator("summary").first().click();
+    await fix.locator("ol.conv").waitFor();
     expect(await fix.locator("li.call code.fn").allTextContents()).toEqual(["read_file", "write_file", "bash"]);
     expect(await fix.locator("li.call pre").nth(2).textContent()).toBe("command: bash calc.sh 2 3 4");
     const results = await fix.locator("li.result .rmeta").allTextContents();
@@ -101,6 +112,7 @@ describe("the HTML report in a real browser", () => {
     expect(await fix.locator("li.result pre").last().textContent()).toBe("9");
     expect(await page.locator(".panel h2", { hasText: "Tools, slowest first" }).count()).toBe(1);
 
+    await fix.scrollIntoViewIfNeeded();
     await page.screenshot({ path: join(ARTIFACTS, "shell-tasks.png"), fullPage: false });
 
     // All scored 1: score ≥ 1 keeps all, score ≥ 2 hides all (and their groups).
@@ -146,6 +158,7 @@ describe("the HTML report in a real browser", () => {
 
     const { page, dialogs, errors } = await openReport(pathToFileURL(run.report!.path).href);
     await page.click("#f-expand");
+    await allRendered(page);
     await page.locator("details.more > summary, details.fold > summary").evaluateAll((els) => els.forEach((s) => ((s.parentElement as HTMLDetailsElement).open = true)));
     // Nothing the model or the tools wrote ran: no dialog, no flag, no <img> or <b> from them.
     expect(await page.evaluate(() => (window as unknown as { __xss?: number }).__xss)).toBeUndefined();
@@ -186,6 +199,35 @@ describe("the HTML report in a real browser", () => {
     await page.screenshot({ path: join(ARTIFACTS, "model-run.png"), fullPage: false });
     await page.close();
   }, 120_000);
+});
+
+describe("long texts in the browser", () => {
+  it("shows 16 lines, the rest one click away, and names the JSONL line for what the file left out", async () => {
+    const long = Array.from({ length: 40 }, (_, i) => `line ${i}`).join("\n");
+    const huge = "z".repeat(300_000);
+    const jsonl = join(dir, "big.jsonl");
+    const line = { scores: [1], messages: [[{ role: "user", content: long }, { role: "assistant", content: null, tool_calls: [{ id: "a", type: "function", function: { name: "bash", arguments: '{"command":"yes z"}' } }] }, { role: "tool", tool_call_id: "a", content: JSON.stringify({ output: huge, exit_code: 0 }) }]] };
+    await writeFile(jsonl, "\n" + JSON.stringify(line) + "\n");
+    const r = await writeReport(jsonl, { textBudget: 50_000 });
+    expect(r.bytes).toBeLessThan(80_000);
+    const { page, errors } = await openReport(pathToFileURL(r.path).href);
+    await page.locator("#g0t0 summary").first().click();
+    await page.locator("#g0t0 ol.conv").waitFor();
+    const user = page.locator("#g0t0 li.m-user");
+    const head = Array.from({ length: 16 }, (_, i) => `line ${i}\n`).join("");
+    expect(await user.locator("pre").first().textContent()).toBe(head);
+    expect(await user.locator("details.more summary").textContent()).toBe(`show ${long.length - head.length} more characters`);
+    await user.locator("details.more summary").click();
+    expect(await user.locator("pre").last().textContent()).toContain("line 39");
+    const result = page.locator("#g0t0 li.result");
+    await result.locator("details.more summary").click();
+    expect(await result.locator("p.cut").textContent()).toMatch(/^✂ [\d,]+ more characters are not in this report: see line 2 of big\.jsonl$/);
+    const shown = (await result.locator("pre").allTextContents()).join("");
+    expect(shown.length).toBeGreaterThanOrEqual(800);
+    expect(shown.length).toBeLessThan(300_000);
+    expect(errors).toEqual([]);
+    await page.close();
+  }, 60_000);
 });
 
 /** The TASK numbers of the trajectories shown, sorted. */

@@ -119,7 +119,8 @@ describe("reading JSONL", () => {
     expect(result).toMatchObject({ tool: "bash", exitCode: 1, error: "Exit code: 1", durationMs: 812.5, output: "cat: notes.txt: No such file or directory\n" });
     expect(t.toolErrors).toEqual([{ turn: 1, tool: "bash", arguments: '{"command":"cat notes.txt"}', error: "Exit code: 1" }]);
     const html = renderReport(m).html;
-    expect(html).toContain("exit 1 · 812.5 ms");
+    // The conversation goes to the page as data: [kind, turn, tool, exit code, ms, error, output].
+    expect(html).toContain('["r",1,"bash",1,812.5,"Exit code: 1","cat: notes.txt: No such file or directory\\n"]');
     expect(html).toContain("[turn 1] bash({&quot;command&quot;:&quot;cat notes.txt&quot;}) -&gt; Exit code: 1");
     expect(html).toContain('data-err="1"');
   });
@@ -169,9 +170,13 @@ describe("escaping", () => {
       slotpool: { version: 1, trajectories: [{ finish_reason: evil, slot_losses: [evil], reward_error: evil, score_metadata: { note: evil } }] },
     };
     const html = renderReport(modelOf([JSON.stringify(line)])).html;
-    expect(html.match(/<script/g)).toHaveLength(1);
+    // Two script elements: the trajectory's data and the report's own code; nothing else opens or closes one.
+    expect(html.match(/<script[^>]*>/g)).toEqual(['<script type="application/json">', "<script>"]);
+    expect(html.match(/<\/script/g)).toHaveLength(2);
     expect(html).not.toContain("<img");
-    expect(html).toContain("&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;");
+    // In markup, escaped as HTML; in the data, without a single '<'.
+    expect(html).toContain("slot lost: &lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;");
+    expect(html).toContain("\\u003cscript>alert(1)\\u003c/script>\\u003cimg src=x onerror=alert(2)>");
     expect(html).toMatch(/Content-Security-Policy" content="default-src 'none'; [^"]*script-src 'sha256-[A-Za-z0-9+/=]+'/);
     expect(escapeHtml(`&<>"'`)).toBe("&amp;&lt;&gt;&quot;&#39;");
   });
@@ -186,23 +191,16 @@ describe("size", () => {
     const line = { scores: [1], messages: [[{ role: "user", content: "short" }, { role: "assistant", content: big }]] };
     const r = renderReport(modelOf(["", JSON.stringify(line)]), { textBudget: 10_000 });
     expect(r.textCap).toBeLessThan(10_000);
-    expect(r.bytes).toBeLessThan(20_000);
-    expect(r.html).toContain(`more characters are not in this report: see line 2 of run.jsonl`);
-    expect(r.html).toContain("short");
+    expect(r.bytes).toBeLessThan(30_000); // the page itself (style, script) is about 13 KB
+    // The cut text goes to the page as [kept, characters dropped].
+    expect(r.html).toContain(`["x",1,"assistant",["${"x".repeat(r.textCap)}",${200_000 - r.textCap}]]`);
+    expect(r.html).toContain('["x",0,"user","short"]');
   });
 
   it("a page over maxBytes is rendered again with a smaller budget", () => {
     const lines = Array.from({ length: 20 }, () => JSON.stringify({ scores: [1], messages: [[{ role: "assistant", content: "y".repeat(50_000) }]] }));
     const r = renderReport(modelOf(lines), { maxBytes: 200_000 });
     expect(r.bytes).toBeLessThanOrEqual(200_000);
-  });
-
-  it("a short text is one block; a long one shows its head and the rest behind 'show more'", () => {
-    const lines = Array.from({ length: 40 }, (_, i) => `line ${i}`).join("\n");
-    const m = modelOf([JSON.stringify({ scores: [1], messages: [[{ role: "user", content: lines }]] })]);
-    const html = renderReport(m).html;
-    expect(html).toContain("line 15\n</pre><details class=\"more\"><summary>show");
-    expect(html).toContain("line 39</pre>");
   });
 });
 
