@@ -13,3 +13,4 @@ export * from "./tools/index.js";
 export * from "./executor/index.js";
 export * from "./agent/index.js";
 export * from "./env/index.js";
+export { writeReport, readReportModel, renderReport, reportPathFor, ReportInputError, formatToolErrorLine, type ReportModel, type RenderOptions, type WriteReportOptions, type RolloutExtras, type LineExtras } from "./report/index.js";
