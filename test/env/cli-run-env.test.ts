@@ -64,7 +64,8 @@ describe("slotpool process / evaluate on the example env (oracle policy, local p
     expect(r.stdout).toContain(`report            ${join(outDir, "samples.html")}`);
     const html = await readFile(join(outDir, "samples.html"), "utf8");
     expect(html.match(/<section class="group"/g)).toHaveLength(4);
-    expect(html).toMatch(/bash · exit 0 · [\d.]+ m?s/);
+    // Conversations are data the page builds on opening: [kind, turn, tool, exit code, ms, error, output].
+    expect(html).toMatch(/\["r",1,"bash",0,[\d.]+,null,/);
   }, 60_000);
 
   it("bad command lines get a clear error and exit code 2", async () => {
