@@ -14,6 +14,9 @@ command -v tar >/dev/null 2>&1 || need+=(tar)
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 # The security suite runs a small Python program inside a slot (test/security/fixtures).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# Headless Chromium for the report's browser tests (test/report), driven by playwright-core,
+# which never downloads a browser of its own. Large (~300 MB with its libraries).
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need[*]}" >&2

@@ -10,6 +10,7 @@
  *   slotpool/agent      the agent loop, chat client, policies
  *   slotpool/env        AgentEnv internals: config schema, run modes, scored groups, tokens
  *   slotpool/atropos    the Atropos trainer client and env manager
+ *   slotpool/report     the HTML rollout report (what `process`, `evaluate` and `view` write)
  *   slotpool/sandbox    the in-container sandbox server
  */
 

@@ -12,6 +12,8 @@ export interface ToolCallRecord {
   success: boolean;
   durationMs: number;
   exitCode?: number | null;
+  /** The id of the call (pairs it with its tool message). */
+  callId?: string;
 }
 
 /** A tool call that failed (the seeds' `ToolError`): turn, tool, arguments, error, output. */
@@ -144,6 +146,7 @@ export async function runAgentLoop(options: AgentLoopOptions): Promise<AgentResu
         arguments: call.function.arguments,
         success: toolResult.success,
         durationMs,
+        callId: call.id,
         ...(typeof exit === "number" || exit === null ? { exitCode: exit as number | null } : {}),
       });
       if (!toolResult.success) {

@@ -40,6 +40,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Run> }> = 
     summary: "run an env's evaluation and write metrics and samples",
     load: async () => (await import("./run-env.js")).runEvaluate,
   },
+  view: {
+    summary: "view FILE.jsonl [--serve]: the HTML report of a run's rollouts",
+    load: async () => (await import("./view.js")).run,
+  },
   status: {
     summary: "print pool and job state for an operator",
     load: async () => (await import("./status.js")).run,

@@ -34,12 +34,14 @@ const COMMON = `  --groups N               groups to make (process) or send (ser
   --allow-inexact-tokens   serve: send trajectories that are not token-exact (also SLOTPOOL_ALLOW_INEXACT_TOKENS=1)
   --config FILE            JSON file of env config fields (flags win over it)
   --no-progress            no progress bar
+  --no-report              no HTML report beside the JSONL (process, evaluate)
 API keys come from the environment variable named by the config's apiKeyEnv (default OPENAI_API_KEY).`;
 
 const HELP = {
   process: `usage: slotpool process ENV [--out FILE] [options]
 
-Runs the env and writes each scored group as one JSONL line (Atropos process-mode format).
+Runs the env and writes each scored group as one JSONL line (Atropos process-mode format),
+and an HTML report of the rollouts beside it (FILE with .html).
 ENV is a module path whose default export is an AgentEnv subclass.
 
 options:
@@ -54,7 +56,7 @@ options:
 ${COMMON}`,
   evaluate: `usage: slotpool evaluate ENV [--out-dir DIR] [options]
 
-Runs the env's evaluate() and writes metrics.json and samples.jsonl.
+Runs the env's evaluate() and writes metrics.json, samples.jsonl and samples.html (the report).
 
 options:
   --out-dir DIR            where to write (default eval/<env name>)
@@ -81,6 +83,7 @@ const FLAGS = {
   "allow-inexact-tokens": { type: "boolean" },
   config: { type: "string" },
   "no-progress": { type: "boolean" },
+  "no-report": { type: "boolean" },
 } as const;
 
 type EnvConstructor = new (config?: Record<string, unknown>, runtime?: ConstructorParameters<typeof AgentEnv>[1]) => AgentEnv<unknown>;
@@ -184,6 +187,7 @@ async function runMode(mode: Mode, argv: string[]): Promise<number> {
   const groupsFlag = stringFlag(flags, "groups");
   const groups = groupsFlag !== undefined ? intFlag("groups", groupsFlag, 1, 1) : undefined;
   const showProgress = !boolFlag(flags, "no-progress");
+  const report = !boolFlag(flags, "no-report");
 
   const controller = new AbortController();
   let interrupted = false;
@@ -204,11 +208,13 @@ async function runMode(mode: Mode, argv: string[]): Promise<number> {
       const total = groups ?? env.config.totalGroups;
       const bar = showProgress ? new ProgressBar(`${mode} ${env.name}`, total, process.stderr, "written") : undefined;
       const out = stringFlag(flags, "out") ?? join("data", `${env.name}.jsonl`);
-      const run = runProcessMode(env, { out, groups: total, logger, onGroup: (_o, stats) => bar?.update(stats) });
-      const report = await Promise.race([run, aborted(controller.signal)]);
+      const run = runProcessMode(env, { out, groups: total, logger, report, onGroup: (_o, stats) => bar?.update(stats) });
+      const done = await Promise.race([run, aborted(controller.signal)]);
       bar?.finish();
-      process.stdout.write(formatSummary(title, report.stats, [["written", `${report.written} groups → ${report.out}`]]));
-      return report.stats.failedGroups > 0 ? 1 : 0;
+      const rows: Array<[string, string]> = [["written", `${done.written} groups → ${done.out}`]];
+      if (done.report) rows.push(["report", `${done.report.path} (${megabytes(done.report.bytes)})`]);
+      process.stdout.write(formatSummary(title, done.stats, rows));
+      return done.stats.failedGroups > 0 ? 1 : 0;
     }
     if (mode === "serve") {
       const bar = showProgress ? new ProgressBar(`${mode} ${env.name}`, groups, process.stderr, "sent") : undefined;
@@ -226,9 +232,11 @@ async function runMode(mode: Mode, argv: string[]): Promise<number> {
     const stats = new RunStats();
     const bar = showProgress ? new ProgressBar(`${mode} ${env.name}`, undefined) : undefined;
     const outDir = stringFlag(flags, "out-dir") ?? join("eval", env.name);
-    const report = await Promise.race([
+    const done = await Promise.race([
       runEvaluateMode(env, {
         outDir,
+        report,
+        stats,
         onTrajectory: (t) => {
           stats.addTrajectory(t);
           stats.groups++;
@@ -238,14 +246,20 @@ async function runMode(mode: Mode, argv: string[]): Promise<number> {
       aborted(controller.signal),
     ]);
     bar?.finish();
-    const metrics = Object.entries(report.result.metrics).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
-    process.stdout.write(formatSummary(title, stats, [...metrics, ["metrics", report.metricsPath], ["samples", report.samplesPath]]));
+    const metrics = Object.entries(done.result.metrics).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
+    const rows: Array<[string, string]> = [...metrics, ["metrics", done.metricsPath], ["samples", done.samplesPath]];
+    if (done.report) rows.push(["report", `${done.report.path} (${megabytes(done.report.bytes)})`]);
+    process.stdout.write(formatSummary(title, stats, rows));
     return 0;
   } finally {
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);
     await env.close();
   }
+}
+
+function megabytes(bytes: number): string {
+  return `${(bytes / 1e6).toFixed(2)} MB`;
 }
 
 function aborted(signal: AbortSignal): Promise<never> {

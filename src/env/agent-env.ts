@@ -16,6 +16,8 @@ import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
 import { AgentEnvConfigSchema, type AgentEnvConfig } from "./config.js";
 import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
+import type { LineExtras } from "../report/rollout-extras.js";
+import { lineExtras } from "./rollout-extras.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
@@ -37,6 +39,8 @@ export interface EvalSample {
   toolCalls: number;
   toolErrors: number;
   messages: ChatMessage[];
+  /** Timings, exit codes and tool errors for the report (the same key as on process-mode lines). */
+  slotpool?: LineExtras;
 }
 
 export interface EvalResult {
@@ -168,7 +172,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         continue;
       }
       const t = r.t;
-      samples.push({ item: r.item, score: t.score, finishReason: t.result.finishReason, turnsUsed: t.result.turnsUsed, toolCalls: t.result.toolCalls.length, toolErrors: t.result.toolErrors.length, messages: t.result.messages });
+      samples.push({ item: r.item, score: t.score, finishReason: t.result.finishReason, turnsUsed: t.result.turnsUsed, toolCalls: t.result.toolCalls.length, toolErrors: t.result.toolErrors.length, messages: t.result.messages, slotpool: lineExtras([t]) });
     }
     const n = samples.length;
     return {
@@ -319,6 +323,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       signal?.throwIfAborted();
       const trajectoryId = randomUUID();
       const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.toolTimeoutS });
+      const started = performance.now();
       try {
         await this.setupWorkspace(item, ctx);
         const result = await runAgentLoop({
@@ -369,6 +374,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           attempts: attempt,
           slotLosses: [...losses],
           tokens,
+          durationMs: performance.now() - started,
         };
         if (brokenSegments.length > 0) outcome.brokenSegments = brokenSegments;
         if (rewardError) outcome.rewardError = rewardError;

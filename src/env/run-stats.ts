@@ -1,6 +1,11 @@
 import { percentile } from "../observability/latency-window.js";
 import type { MetricsRegistry } from "../observability/metrics.js";
+import type { ToolErrorRecord } from "../agent/agent-loop.js";
+import { toolLatencyTable, type ToolLatencyRow } from "../report/tool-stats.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
+
+/** Tool errors kept for the summary (the count goes on past it). */
+const TOOL_ERRORS_KEPT = 1000;
 
 /** Running totals of a run, for the progress bar and the summary table. */
 export class RunStats {
@@ -28,7 +33,10 @@ export class RunStats {
   /** Serve mode: broken-off segments kept out of groups (Atropos takes exactly group_size sequences). */
   unsentSegments = 0;
   readonly failures: string[] = [];
+  /** The first tool errors, in the order their trajectories finished. */
+  readonly toolErrorLog: ToolErrorRecord[] = [];
   private readonly latencies: number[] = [];
+  private readonly calls: Array<{ tool: string; success: boolean; durationMs: number }> = [];
   readonly startedAt = Date.now();
 
   addGroup(outcome: GroupOutcome): void {
@@ -53,7 +61,11 @@ export class RunStats {
     this.retries += t.attempts - 1;
     if (t.rewardError) this.rewardErrors++;
     if (t.rewardSkipped) this.rewardSkipped++;
-    for (const c of t.result.toolCalls) this.latencies.push(c.durationMs);
+    for (const c of t.result.toolCalls) {
+      this.latencies.push(c.durationMs);
+      this.calls.push({ tool: c.tool, success: c.success, durationMs: c.durationMs });
+    }
+    for (const e of t.result.toolErrors) if (this.toolErrorLog.length < TOOL_ERRORS_KEPT) this.toolErrorLog.push(e);
     const withIds = t.result.turns.filter((r) => r.tokens?.promptTokenIds);
     this.tokenTurns += withIds.length;
     this.prefixBreaks += t.brokenSegments?.length ?? 0;
@@ -84,6 +96,11 @@ export class RunStats {
   latencyPercentile(p: number): number {
     if (this.latencies.length === 0) return 0;
     return percentile([...this.latencies].sort((a, b) => a - b), p / 100);
+  }
+
+  /** Calls, errors and latency per tool, slowest first. */
+  toolTable(): ToolLatencyRow[] {
+    return toolLatencyTable(this.calls);
   }
 
   toJSON() {

@@ -42,6 +42,8 @@ export interface TrajectoryOutcome {
    * oldest first; each goes to the trainer as a sample of its own, with the trajectory's score.
    */
   brokenSegments?: SequenceTokens[];
+  /** Wall time of the successful attempt: workspace setup, agent loop and reward. */
+  durationMs?: number;
 }
 
 export type GroupOutcome<Item = unknown> =

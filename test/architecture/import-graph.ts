@@ -18,7 +18,8 @@ import ts from "typescript";
  *                             and the agent; knows nothing of slots)
  *   executor                  pool, tools and below
  *   agent                     tools and below (the model loop; the env drives it)
- *   env                       executor, agent and below
+ *   report                    protocol + shared rooms (reads JSONL, renders the HTML report)
+ *   env                       executor, agent, report and below
  *   cli                       everything
  *   index.ts (the root file)  everything (the public API)
  */
@@ -27,15 +28,16 @@ export const ALLOWED: Record<string, readonly string[]> = {
   http: ["protocol"],
   observability: ["protocol"],
   host: ["protocol"],
+  report: ["protocol", "http", "observability", "host"],
   sandbox: ["protocol", "http", "observability", "host"],
   nomad: ["protocol", "http", "observability", "host"],
   pool: ["nomad", "protocol", "http", "observability", "host"],
   tools: ["protocol", "http", "observability", "host"],
   executor: ["pool", "tools", "nomad", "protocol", "http", "observability", "host"],
   agent: ["tools", "protocol", "http", "observability", "host"],
-  env: ["executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
-  cli: ["env", "executor", "agent", "pool", "tools", "nomad", "sandbox", "protocol", "http", "observability", "host"],
-  "": ["env", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
+  env: ["report", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
+  cli: ["report", "env", "executor", "agent", "pool", "tools", "nomad", "sandbox", "protocol", "http", "observability", "host"],
+  "": ["report", "env", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
 };
 
 /** file (relative to src/, with "/" separators) -> files it imports (same form). */

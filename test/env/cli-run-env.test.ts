@@ -45,6 +45,7 @@ describe("slotpool process / evaluate on the example env (oracle policy, local p
     expect(r.stdout).toMatch(/slot losses\s+0/);
     const lines = (await readFile(out, "utf8")).trim().split("\n");
     expect(lines).toHaveLength(4);
+    expect(r.stdout).toContain(`report            ${join(dir, "shell-tasks.html")}`);
     const kinds = new Set<string>();
     for (const l of lines) {
       const g = JSON.parse(l) as { scores: number[]; messages: Array<Array<{ role: string; content: string }>> };
@@ -62,6 +63,12 @@ describe("slotpool process / evaluate on the example env (oracle policy, local p
     expect(metrics.results.all).toMatchObject({ eval_items: 4, eval_failed: 0, solve_rate: 1 });
     expect((await readFile(join(outDir, "samples.jsonl"), "utf8")).trim().split("\n")).toHaveLength(4);
     expect(r.stdout).toMatch(/solve_rate\s+1/);
+    // The report beside samples.jsonl: each eval task a sample, with its tool calls timed.
+    expect(r.stdout).toContain(`report            ${join(outDir, "samples.html")}`);
+    const html = await readFile(join(outDir, "samples.html"), "utf8");
+    expect(html.match(/<section class="group"/g)).toHaveLength(4);
+    // Conversations are data the page builds on opening: [kind, turn, tool, exit code, ms, error, output].
+    expect(html).toMatch(/\["r",1,"bash",0,[\d.]+,null,/);
   }, 60_000);
 
   it("bad command lines get a clear error and exit code 2", async () => {

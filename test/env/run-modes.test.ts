@@ -30,6 +30,7 @@ describe("process mode", () => {
     const report = await runProcessMode(env, { out, onGroup: (_o, s) => seen.push(s.groups) });
     await env.close();
     expect(report.out).toBe(join(dir, "groups_1.jsonl"));
+    expect(report.report?.path).toBe(join(dir, "groups_1.html"));
     expect(await readFile(out, "utf8")).toBe("keep me\n");
     expect(seen).toEqual([1, 2, 3]);
     expect(report.written).toBe(3);
@@ -47,7 +48,13 @@ describe("process mode", () => {
       // Python json.dumps separators, no env_id in process mode, the five explicit nulls
       expect(line).toBe(pythonJsonDumps(g));
       expect(line.startsWith('{"tokens": [[], []], "masks": [[], []], "scores": [1, 1], "messages": [[{"role": "system"') || line.startsWith('{"tokens": [[], []], "masks": [[], []], "scores": [1, 1], "messages": [[{"role": "user"')).toBe(true);
-      expect(Object.keys(g).sort()).toEqual(["distill_logprobs", "distill_token_ids", "generation_params", "group_overrides", "masks", "messages", "overrides", "ref_logprobs", "scores", "tokens"]);
+      // Atropos's keys, plus one optional key of ours for the report (Atropos's readers ignore unknown keys).
+      expect(Object.keys(g).sort()).toEqual(["distill_logprobs", "distill_token_ids", "generation_params", "group_overrides", "masks", "messages", "overrides", "ref_logprobs", "scores", "slotpool", "tokens"]);
+      const extras = g["slotpool"] as { version: number; trajectories: Array<{ tool_calls: Array<{ tool: string; duration_ms: number }>; attempts: number }> };
+      expect(extras.version).toBe(1);
+      expect(extras.trajectories).toHaveLength(2);
+      expect(extras.trajectories[0]!.attempts).toBe(1);
+      expect(extras.trajectories[0]!.tool_calls[0]!.duration_ms).toBeGreaterThanOrEqual(0);
       expect(g["ref_logprobs"]).toBeNull();
       expect((g["messages"] as unknown[][])[0]!.length).toBeGreaterThanOrEqual(4);
     }

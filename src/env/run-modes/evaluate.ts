@@ -3,11 +3,17 @@ import { join } from "node:path";
 import type { AgentEnv, EvalResult } from "../agent-env.js";
 import type { TrajectoryOutcome } from "../scored-group.js";
 import { pythonJsonDumps } from "../atropos/python-json.js";
+import { writeReport } from "../../report/index.js";
+import type { RunStats } from "../run-stats.js";
+import { runRows } from "./summary.js";
 
 export interface EvaluateModeOptions {
   /** Directory for metrics.json and samples.jsonl (Atropos `data_dir_to_save_evals`). */
   outDir: string;
   onTrajectory?: (outcome: TrajectoryOutcome) => void;
+  /** Write samples.html beside samples.jsonl (default true); `stats` fills its run panel. */
+  report?: boolean;
+  stats?: RunStats;
 }
 
 export interface EvaluateModeReport {
@@ -15,6 +21,7 @@ export interface EvaluateModeReport {
   metricsPath: string;
   samplesPath: string;
   seconds: number;
+  report?: { path: string; bytes: number };
 }
 
 /**
@@ -42,5 +49,14 @@ export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateM
   const samplesPath = join(options.outDir, "samples.jsonl");
   await writeFile(metricsPath, JSON.stringify(metrics, null, 2) + "\n");
   await writeFile(samplesPath, result.samples.map((s) => pythonJsonDumps(s) + "\n").join(""));
-  return { result, metricsPath, samplesPath, seconds };
+  const out: EvaluateModeReport = { result, metricsPath, samplesPath, seconds };
+  if (options.report !== false) {
+    const metricRows = Object.entries(result.metrics).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
+    const r = await writeReport(samplesPath, {
+      title: `slotpool evaluate · ${env.name}`,
+      run: { rows: options.stats ? runRows(options.stats, metricRows) : metricRows, failures: options.stats?.failures ?? [] },
+    });
+    out.report = { path: r.path, bytes: r.bytes };
+  }
+  return out;
 }

@@ -6,8 +6,11 @@ import type { AgentEnv } from "../agent-env.js";
 import type { Logger } from "../../observability/logger.js";
 import { FilteredStreak, filterGroupForSend } from "../atropos/group-filter.js";
 import { pythonJsonDumps } from "../atropos/python-json.js";
+import { writeReport } from "../../report/index.js";
+import { lineExtras } from "../rollout-extras.js";
 import { RunStats } from "../run-stats.js";
 import type { GroupOutcome } from "../scored-group.js";
+import { runRows } from "./summary.js";
 
 export interface ProcessModeOptions {
   /** Output JSONL; an existing file is kept and `_1`, `_2`, … is added to the new name (as Atropos does). */
@@ -17,6 +20,8 @@ export interface ProcessModeOptions {
   onGroup?: (outcome: GroupOutcome, stats: RunStats) => void;
   /** Receives the warning when every group is being filtered. */
   logger?: Logger;
+  /** Write the HTML report beside the JSONL (default true). */
+  report?: boolean;
 }
 
 export interface ProcessModeReport {
@@ -24,6 +29,8 @@ export interface ProcessModeReport {
   /** The file actually written. */
   out: string;
   written: number;
+  /** The HTML report beside it, unless turned off. */
+  report?: { path: string; bytes: number };
 }
 
 /** `data/x.jsonl` → `data/x_1.jsonl` → `data/x_2.jsonl` … until the name is free. */
@@ -75,7 +82,8 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
         if (warning) options.logger?.warn({ written: stats.sentGroups, filtered: stats.filteredGroups }, warning);
         options.onGroup?.(outcome, stats);
         if (filtered?.send) {
-          const line = pythonJsonDumps(filtered.group) + "\n";
+          // Atropos's fields, plus one optional key with what the report needs (timings, exit codes, tool errors).
+          const line = pythonJsonDumps({ ...filtered.group, slotpool: lineExtras(outcome.trajectories) }) + "\n";
           writes = writes.then(() => file.write(line));
           await writes;
           written++;
@@ -87,5 +95,13 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
   } finally {
     await file.close();
   }
-  return { stats, out: outPath, written };
+  const result: ProcessModeReport = { stats, out: outPath, written };
+  if (options.report !== false) {
+    const r = await writeReport(outPath, {
+      title: `slotpool process · ${env.name}`,
+      run: { rows: runRows(stats, [["model", env.config.modelName ?? "oracle policy"], ["written", `${written} groups`]]), failures: stats.failures },
+    });
+    result.report = { path: r.path, bytes: r.bytes };
+  }
+  return result;
 }

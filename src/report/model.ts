@@ -1,0 +1,77 @@
+/** The report's data: what was read from a JSONL file, before any HTML. */
+
+/** One piece of a conversation, in order. `turn` is the model turn it belongs to (0: before the first). */
+export type Entry =
+  | { kind: "text"; role: string; turn: number; text: string }
+  | { kind: "thinking"; turn: number; text: string }
+  | { kind: "call"; turn: number; tool: string; arguments: string; callId?: string }
+  | { kind: "result"; turn: number; tool: string; callId?: string; output: string; exitCode?: number | null; error?: string; durationMs?: number };
+
+export interface ToolCallView {
+  turn: number;
+  tool: string;
+  arguments: string;
+  success: boolean;
+  durationMs?: number;
+  exitCode?: number | null;
+}
+
+export interface ToolErrorView {
+  turn: number;
+  tool: string;
+  arguments: string;
+  error: string;
+}
+
+export interface TrajectoryView {
+  /** Anchor id, e.g. `g3t1`. */
+  id: string;
+  group: number;
+  index: number;
+  /** 1-based line of the JSONL file that holds it. */
+  line: number;
+  score: number | null;
+  /** null when the line has no messages (tokens only). */
+  entries: Entry[] | null;
+  tokenCount?: number;
+  finishReason?: string;
+  turnsUsed?: number;
+  durationMs?: number;
+  attempts?: number;
+  slotLosses: string[];
+  rewardError?: string;
+  error?: string;
+  scoreMetadata?: Record<string, unknown>;
+  toolCalls: ToolCallView[];
+  toolErrors: ToolErrorView[];
+}
+
+export interface GroupView {
+  index: number;
+  line: number;
+  /** What the line was: an Atropos scored group, or one evaluation sample. */
+  kind: "group" | "sample";
+  /** A short description of the item (evaluation samples). */
+  item?: string;
+  trajectories: TrajectoryView[];
+}
+
+export interface SkippedLine {
+  line: number;
+  reason: string;
+}
+
+/** Facts only the writer knows (failed groups are not in the JSONL): rows and failure reasons. */
+export interface RunInfo {
+  rows: Array<[string, string]>;
+  failures: string[];
+}
+
+export interface ReportModel {
+  title: string;
+  /** The JSONL file's name as shown. */
+  source: string;
+  groups: GroupView[];
+  skipped: SkippedLine[];
+  run?: RunInfo;
+}
