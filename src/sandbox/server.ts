@@ -10,6 +10,7 @@ import {
   ArtifactListRequestSchema,
   ArtifactReadRequestSchema,
   ResetRequestSchema,
+  TemplateBuildRequestSchema,
   type ExecuteResponse,
 } from "../protocol/sandbox.js";
 import { HttpError, fieldName } from "./errors.js";
@@ -157,14 +158,18 @@ export class SandboxServer {
       case "POST /reset": {
         const body = parse(ResetRequestSchema, await this.readJson(req));
         const slot = this.service.slotById(body.slot_id);
-        return this.send(res, 200, await this.service.reset(slot));
+        return this.send(res, 200, await this.service.reset(slot, body.template));
       }
+      case "GET /templates":
+        return this.send(res, 200, this.service.templates.list());
+      case "POST /templates":
+        return this.send(res, 200, await this.service.templates.build(parse(TemplateBuildRequestSchema, await this.readJson(req))));
       case "POST /artifacts/read":
       case "POST /artifacts/list":
       case "POST /artifacts/archive":
         return this.artifacts(req, res, path.slice("/artifacts/".length) as "read" | "list" | "archive");
     }
-    if (["/slots", "/metrics", "/execute", "/batch", "/reset", "/artifacts/read", "/artifacts/list", "/artifacts/archive"].includes(path)) {
+    if (["/slots", "/metrics", "/execute", "/batch", "/reset", "/templates", "/artifacts/read", "/artifacts/list", "/artifacts/archive"].includes(path)) {
       throw new HttpError(405, `method ${method} not allowed on ${path}`);
     }
     throw new HttpError(404, `no route ${method} ${path}`);

@@ -24,6 +24,7 @@ import type { RunResult } from "./runner.js";
 import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
+import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.js";
 
 /** Hermes names accepted as aliases. */
 const TOOL_ALIASES: Record<string, SandboxToolName> = {
@@ -49,6 +50,8 @@ export interface SandboxServiceOptions {
   disableCgroups?: boolean;
   maxReadBytes?: number;
   maxWriteBytes?: number;
+  /** Size budget of workspace templates (LRU eviction of unused ones above it). */
+  templateBudgetBytes?: number;
   logger: Logger;
 }
 
@@ -84,6 +87,8 @@ export class SandboxService {
   /** Host dir for server-side state (spawner binary cache, unsandboxed terminal sockets). */
   readonly stateDir: string;
   readonly stateful: StatefulSessions;
+  /** Workspace templates: builds, and each slot's copy-on-write view (`slot-templates.ts`). */
+  readonly templates: SlotTemplates;
   private readonly bash: BashExecutor;
   private closed = false;
 
@@ -132,6 +137,7 @@ export class SandboxService {
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);
     this.stateful = new StatefulSessions(this);
+    this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
   }
 
   slotById(id: string, field = "slot_id"): Slot {
@@ -231,14 +237,22 @@ export class SandboxService {
     return { success: false, output: "", error, execution_id: call.executionId, metadata: {} };
   }
 
-  /** Kills every process of the slot and deletes the workspace's contents. */
-  async reset(slot: Slot): Promise<ResetResponse> {
+  /**
+   * Kills every process of the slot and deletes the workspace's contents; with `template`,
+   * the workspace then becomes a copy-on-write view of that template.
+   */
+  async reset(slot: Slot, template?: string): Promise<ResetResponse> {
+    const next = template === undefined ? undefined : this.templates.take(template);
     slot.killRunning();
     return slot.enqueue(() =>
       slot.withResetting(async () => {
         await this.stateful.stop(slot);
         await this.bash.resetSlot(slot);
-        slot.wipeWorkspace();
+        try {
+          await this.templates.resetWorkspace(slot, next);
+        } catch (err) {
+          return { success: false, output: "", error: `${slot.id} reset, but its view of template '${template}' failed: ${err instanceof Error ? err.message : String(err)}` };
+        }
         this.metrics.resets.inc();
         // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
         // trajectory: every process is dead and the workspace empty by now) for the network
@@ -247,7 +261,7 @@ export class SandboxService {
         // that would arrive meanwhile); the namespace builds in the background, not awaited.
         // A call arriving meanwhile waits for this start-up instead of starting a second one.
         void this.bash.warm(slot);
-        return { success: true, output: `${slot.id} reset`, error: "" };
+        return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
       }),
     );
   }
@@ -272,6 +286,7 @@ export class SandboxService {
     for (const slot of this.slots) slot.killRunning();
     await this.stateful.close();
     await this.bash.close();
+    this.templates.close();
     await this.cgroups.cleanup();
   }
 
