@@ -8,6 +8,7 @@ export { LocalProvisioner, type LocalProvisionerOptions } from "./pool/local-pro
 export { NomadProvisioner, type NomadProvisionerOptions } from "./pool/nomad-provisioner.js";
 export { ProvisionerError, type Provisioner, type ProvisionerEvents, type ContainerGone } from "./pool/provisioner.js";
 export { SandboxClient, type SandboxClientOptions, type SandboxClientLike } from "./pool/sandbox-client.js";
+export type { TemplateSpec } from "./pool/template-affinity.js";
 export * from "./nomad/index.js";
 export * from "./tools/index.js";
 export * from "./executor/index.js";

@@ -18,6 +18,8 @@ export class RunStats {
   rewardSkipped = 0;
   readonly failures: string[] = [];
   private readonly latencies: number[] = [];
+  /** Per trajectory: workspace preparation time (template + setupWorkspace), ms. */
+  readonly workspaceSetupMs: number[] = [];
   readonly startedAt = Date.now();
 
   addGroup(outcome: GroupOutcome): void {
@@ -43,6 +45,7 @@ export class RunStats {
     if (t.rewardError) this.rewardErrors++;
     if (t.rewardSkipped) this.rewardSkipped++;
     for (const c of t.result.toolCalls) this.latencies.push(c.durationMs);
+    if (t.workspaceSetupMs !== undefined) this.workspaceSetupMs.push(t.workspaceSetupMs);
   }
 
   get meanScore(): number {
@@ -53,9 +56,9 @@ export class RunStats {
     return this.trajectories ? this.solved / this.trajectories : 0;
   }
 
-  latencyPercentile(p: number): number {
-    if (this.latencies.length === 0) return 0;
-    const sorted = [...this.latencies].sort((a, b) => a - b);
+  latencyPercentile(p: number, of: readonly number[] = this.latencies): number {
+    if (of.length === 0) return 0;
+    const sorted = [...of].sort((a, b) => a - b);
     const idx = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
     return sorted[idx]!;
   }
@@ -72,6 +75,8 @@ export class RunStats {
       tool_errors: this.toolErrors,
       tool_latency_p50_ms: this.latencyPercentile(50),
       tool_latency_p99_ms: this.latencyPercentile(99),
+      workspace_setup_p50_ms: this.latencyPercentile(50, this.workspaceSetupMs),
+      workspace_setup_p99_ms: this.latencyPercentile(99, this.workspaceSetupMs),
       slot_losses: this.slotLosses,
       retries: this.retries,
       reward_errors: this.rewardErrors,

@@ -37,6 +37,8 @@ export interface TrajectoryOutcome {
   attempts: number;
   slotLosses: string[];
   tokens: SequenceTokens | null;
+  /** Time to prepare the workspace (reset into the item's template + setupWorkspace), ms. */
+  workspaceSetupMs?: number;
 }
 
 export type GroupOutcome<Item = unknown> =

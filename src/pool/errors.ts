@@ -67,3 +67,8 @@ export class SlotReleasedError extends SlotPoolError {
     super(`slot ${slotKey} was already released by trajectory ${trajectoryId}; acquire a new slot to run more calls`);
   }
 }
+
+/** A workspace template could not be built on the slot's container (its setup failed, or the server refused it). */
+export class PoolTemplateError extends SlotPoolError {
+  override name = "PoolTemplateError";
+}

@@ -3,12 +3,13 @@ import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry, type Counter, type Histogram } from "../observability/metrics.js";
 import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
+import { PoolNotRunningError, PoolTemplateError, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
 import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
 import { SlotLease, type LeaseHost } from "./slot-lease.js";
 import type { AcquireOptions, ContainerInfo, PoolStats, ReleaseOptions, Slot, SlotPoolLike } from "./types.js";
+import { TemplateAffinity, type TemplateSpec } from "./template-affinity.js";
 
 export interface ScaleEvent {
   at: number;
@@ -76,6 +77,8 @@ const LATENCY_WINDOW = 4096;
 export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLike, LeaseHost {
   readonly config: SlotPoolConfig;
   readonly metrics: MetricsRegistry;
+  /** Which containers hold which workspace templates (affinity, one build per container). */
+  readonly templates = new TemplateAffinity();
   private readonly provisioner: Provisioner;
   private readonly logger: Logger;
   private readonly createClient: NonNullable<SlotPoolOptions["createClient"]>;
@@ -137,6 +140,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     this.config = parseSlotPoolConfig(config);
     this.provisioner = provisioner;
     this.logger = logger ?? silentLogger();
+    this.on("container-lost", ({ container }) => this.templates.forget(container.id));
     this.createClient =
       createClient ??
       ((info, hooks) =>
@@ -263,7 +267,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     const startedAt = performance.now();
     // FIFO: a waiter ahead of this call gets any free slot first.
     if (this.waiting > 0) this.serveWaiters();
-    const record = this.waiting > 0 ? undefined : this.takeFreeSlot();
+    const record = this.waiting > 0 ? undefined : this.takeFreeSlot(options.template);
     if (record) {
       // Fast path: a free slot and nobody waiting.
       const lease = this.lease(record, options.trajectoryId, startedAt);
@@ -341,10 +345,22 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     return lease;
   }
 
-  /** The free slot of the lowest-index ready container (packing), or undefined. */
-  private takeFreeSlot(): SlotRecord | undefined {
+  /**
+   * A workspace template on a slot: built on its container unless held there (once per
+   * container, whatever the number of trajectories asking), then the slot is reset into it.
+   */
+  async useTemplate(slot: Slot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
+    if (!(slot instanceof SlotLease) || !this.leases.has(slot)) throw new SlotPoolError(`useTemplate(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
+    await this.templates.ensure(slot, spec, options.signal);
+    const res = await slot.reset({ template: spec.name, ...(options.signal ? { signal: options.signal } : {}) });
+    if (!res.success) throw new PoolTemplateError(`slot ${slot.key} could not be reset into template '${spec.name}': ${res.error}`);
+  }
+
+  /** The free slot of the lowest-index ready container (packing), or undefined; with `template`, one holding it first. */
+  private takeFreeSlot(template?: string): SlotRecord | undefined {
     if (this.freeCount === 0) return undefined;
-    for (const c of this.containers) {
+    const preferred = template === undefined ? undefined : this.templates.preferred(this.containers, template);
+    for (const c of preferred ? [preferred, ...this.containers] : this.containers) {
       if (c.state === "ready" && c.free.length > 0) {
         const record = c.free.pop()!;
         this.freeCount--;

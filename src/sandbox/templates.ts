@@ -1,9 +1,10 @@
-import { createHash, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import { lstat, mkdir, readdir, rm, writeFile, chown } from "node:fs/promises";
 import { dirname, join, normalize, isAbsolute } from "node:path";
 import type { Logger } from "pino";
 import type { TemplateBuildRequest, TemplateBuildResponse, TemplateInfo } from "../protocol/sandbox.js";
+import { templateHash } from "../protocol/template-hash.js";
 import { HttpError } from "./errors.js";
 
 /**
@@ -219,13 +220,6 @@ export class TemplateStore {
     rmSync(this.storeDir, { recursive: true, force: true });
     rmSync(this.buildingDir, { recursive: true, force: true });
   }
-}
-
-export function templateHash(setup: string[], files: Record<string, string>): string {
-  const sorted = Object.keys(files)
-    .sort()
-    .map((k) => [k, files[k]]);
-  return createHash("sha256").update(JSON.stringify({ setup, files: sorted })).digest("hex");
 }
 
 function info(t: Template): TemplateInfo {

@@ -13,6 +13,7 @@ export function formatSummary(title: string, stats: RunStats, extra: Array<[stri
     ["tool errors", String(stats.toolErrors)],
     ["tool latency p50", ms(stats.latencyPercentile(50))],
     ["tool latency p99", ms(stats.latencyPercentile(99))],
+    ["workspace setup p50/p99", `${ms(stats.latencyPercentile(50, stats.workspaceSetupMs))} / ${ms(stats.latencyPercentile(99, stats.workspaceSetupMs))}`],
     ["slot losses", String(stats.slotLosses)],
     ["retries", String(stats.retries)],
     ...(stats.rewardErrors ? ([["reward errors", String(stats.rewardErrors)]] as Array<[string, string]>) : []),
