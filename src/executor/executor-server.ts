@@ -7,10 +7,12 @@ import {
   ExecutorArtifactListRequestSchema,
   ExecutorArtifactReadRequestSchema,
   ExecutorExecuteRequestSchema,
+  ExecutorPrepareWorkspaceRequestSchema,
   ExecutorReleaseRequestSchema,
 } from "../protocol/executor.js";
 import type { SlotPoolLike } from "../pool/types.js";
 import { HttpError, checkBearer, closeConnectionsOnShutdown, closeGracefully, listenOn, parseBody, readJson, requestPath, sendError, sendJson, serverUrl } from "./http-json.js";
+import { isSlotLostError } from "./results.js";
 import type { ToolExecutorLike } from "./types.js";
 import { dropNulls } from "./wire-compat.js";
 
@@ -110,6 +112,20 @@ export class ExecutorServer {
     sendJson(res, 200, { status: "ok" });
   }
 
+  async prepareWorkspace(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { trajectory_id, template } = parseBody(ExecutorPrepareWorkspaceRequestSchema, dropNulls(await readJson(req)));
+    const executor = this.options.executor;
+    if (!executor.prepareWorkspace) throw new HttpError(501, "this executor cannot prepare workspace templates");
+    try {
+      const { timeout_s, ...spec } = template;
+      await executor.prepareWorkspace(trajectory_id, { ...spec, ...(timeout_s !== undefined ? { timeoutS: timeout_s } : {}) });
+      sendJson(res, 200, { success: true, error: "" });
+    } catch (err) {
+      const lost = isSlotLostError(err);
+      sendJson(res, 200, { success: false, error: err instanceof Error ? err.message : String(err), ...(lost ? { slot_lost: true } : {}) });
+    }
+  }
+
   async status(_req: IncomingMessage, res: ServerResponse): Promise<void> {
     const s = this.options.executor.stats();
     sendJson(res, 200, {
@@ -152,6 +168,7 @@ type Handler = (this: ExecutorServer, req: IncomingMessage, res: ServerResponse)
 const ROUTES: Record<string, Handler> = {
   "POST /execute": ExecutorServer.prototype.execute,
   "POST /release": ExecutorServer.prototype.release,
+  "POST /prepare_workspace": ExecutorServer.prototype.prepareWorkspace,
   "GET /status": ExecutorServer.prototype.status,
   "GET /metrics": ExecutorServer.prototype.metrics,
   "POST /artifacts/read": ExecutorServer.prototype.artifactRead,
