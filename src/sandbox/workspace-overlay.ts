@@ -1,4 +1,5 @@
-import { execFile, spawnSync } from "node:child_process";
+import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
 import { createHash, randomBytes } from "node:crypto";
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
@@ -42,6 +43,8 @@ export class WorkspaceViews {
   mode: ViewMode;
   private readonly helper: string | null;
   private readonly attached = new Map<number, Attached>();
+  /** The helper in `serve` mode (one per server: a reset then costs no fork + exec). */
+  private server: { child: ChildProcess; waiting: Array<(answer: string) => void> } | undefined;
 
   constructor(
     private readonly viewsDir: string,
@@ -121,12 +124,11 @@ export class WorkspaceViews {
     const disk = t.owner ?? me;
     const mine = slot.owner ?? me;
     try {
-      await run(this.helper!, ["mount", t.treeDir, lower, upper, work, slot.workspaceDir, String(disk.uid), String(mine.uid), String(disk.gid), String(mine.gid)]);
+      await this.helperCall(["mount", t.treeDir, lower, upper, work, slot.workspaceDir, String(disk.uid), String(mine.uid), String(disk.gid), String(mine.gid)]);
     } catch (err) {
       rmSync(upper, { recursive: true, force: true });
       rmSync(work, { recursive: true, force: true });
-      const stderr = (err as { stderr?: string }).stderr?.trim();
-      throw new Error(stderr || (err instanceof Error ? err.message : String(err)));
+      throw err;
     }
     this.attached.set(slot.index, { template: t, upper, work });
   }
@@ -141,7 +143,7 @@ export class WorkspaceViews {
     if (!a) return undefined;
     this.attached.delete(slot.index);
     if (a.upper) {
-      await run(this.helper!, ["umount", slot.workspaceDir, join(this.slotDir(slot), "lower")]);
+      await this.helperCall(["umount", slot.workspaceDir, join(this.slotDir(slot), "lower")]);
       this.trash(slot, a);
     }
     return a.template;
@@ -157,8 +159,39 @@ export class WorkspaceViews {
     void rm(trash, { recursive: true, force: true }).catch(() => undefined);
   }
 
+  /** One request to the helper: through the long-lived one, or one exec when a path has a tab or newline. */
+  private async helperCall(args: string[]): Promise<void> {
+    if (args.some((a) => /[\t\n]/.test(a))) {
+      try {
+        await run(this.helper!, args);
+        return;
+      } catch (err) {
+        throw new Error((err as { stderr?: string }).stderr?.trim() || (err instanceof Error ? err.message : String(err)));
+      }
+    }
+    let srv = this.server;
+    if (!srv || srv.child.exitCode !== null || srv.child.signalCode !== null) {
+      const child = spawn(this.helper!, ["serve"], { stdio: ["pipe", "pipe", "ignore"] });
+      const started = { child, waiting: [] as Array<(answer: string) => void> };
+      createInterface({ input: child.stdout! }).on("line", (line) => started.waiting.shift()?.(line));
+      child.once("exit", () => {
+        for (const w of started.waiting.splice(0)) w("err the mount helper exited");
+        if (this.server === started) this.server = undefined;
+      });
+      child.stdin!.on("error", () => undefined);
+      srv = this.server = started;
+    }
+    const answer = await new Promise<string>((resolve) => {
+      srv.waiting.push(resolve);
+      srv.child.stdin!.write(args.join("\t") + "\n");
+    });
+    if (answer !== "ok") throw new Error(answer.replace(/^err /, ""));
+  }
+
   /** Unmounts every view (shutdown). */
   closeAll(): void {
+    this.server?.child.kill();
+    this.server = undefined;
     if (!this.helper) return;
     for (const slot of this.slots) {
       if (!this.attached.has(slot.index)) continue;

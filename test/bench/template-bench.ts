@@ -15,6 +15,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { request } from "undici";
 import { startSandboxProcess } from "../../src/pool/sandbox-process.js";
 
 const argv = process.argv.slice(2);
@@ -41,9 +42,10 @@ async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "slotpool-tbench-"));
   const proc = await startSandboxProcess({ slots: 2, dataDir, extraArgs: ["--template-budget-mb", "8192"], startTimeoutMs: 60_000 });
   const post = async (path: string, body: unknown): Promise<any> => {
-    const r = await fetch(proc.url + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-    const json: any = await r.json();
-    if (r.status !== 200) throw new Error(`${path}: HTTP ${r.status} ${JSON.stringify(json)}`);
+    // No client-side deadline: a 50,000-file build takes minutes on a loaded box.
+    const r = await request(proc.url + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body), headersTimeout: 0, bodyTimeout: 0 });
+    const json: any = await r.body.json();
+    if (r.statusCode !== 200) throw new Error(`${path}: HTTP ${r.statusCode} ${JSON.stringify(json)}`);
     return json;
   };
   const results: Array<{ files: number; entries: number; mb: number; buildMs: number; p50: number; p99: number; plainP50: number; copyP50: number }> = [];
