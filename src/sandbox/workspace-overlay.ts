@@ -52,7 +52,9 @@ export class WorkspaceViews {
     private readonly logger: Logger,
   ) {
     const isRoot = process.getuid?.() === 0;
-    this.helper = isRoot ? helperBinary(dirname(viewsDir)) : null;
+    // SLOTPOOL_TEMPLATE_VIEWS=copy forces copy mode (what a non-root server gets; tests).
+    const forceCopy = process.env["SLOTPOOL_TEMPLATE_VIEWS"] === "copy";
+    this.helper = isRoot && !forceCopy ? helperBinary(dirname(viewsDir)) : null;
     this.mode = this.helper ? "overlay" : "copy";
     if (isRoot && !this.helper) logger.warn({ reason: helperError }, "template views fall back to copying (no mount helper)");
     if (this.helper) this.unmountStale();

@@ -259,3 +259,25 @@ describe("templates across a server restart", () => {
     }
   });
 });
+
+describe("templates in copy mode (a server that may not mount: not root, or no CAP_SYS_ADMIN)", () => {
+  it("copies the template into the workspace: same files, owned by the slot, reset restores it", async () => {
+    const s = await startServer({ slots: 2, extraArgs: ["--slot-uid-base", String(UID_BASE + 30)], env: { SLOTPOOL_TEMPLATE_VIEWS: "copy" } });
+    try {
+      expect((await s.get("/templates")).json.mode).toBe("copy");
+      expect((await s.post("/templates", REPO)).json.success).toBe(true);
+      const sum = hostSum(storeTree(s, "repo"));
+      await s.post("/reset", { slot_id: "slot_0", template: "repo" });
+      expect((await s.bash(0, TREE_SUM)).output).toBe(sum);
+      expect((await s.bash(0, "stat -c %U README.md; git status --short | wc -l")).output).toBe("sandbox\n0");
+      await s.bash(0, "rm -rf src data && echo x > README.md");
+      expect(hostSum(storeTree(s, "repo"))).toBe(sum);
+      await s.post("/reset", { slot_id: "slot_0", template: "repo" });
+      expect((await s.bash(0, TREE_SUM)).output).toBe(sum);
+      await s.post("/reset", { slot_id: "slot_0" });
+      expect((await s.bash(0, "ls -A | wc -l")).output).toBe("0");
+    } finally {
+      await s.stop();
+    }
+  }, 60_000);
+});
