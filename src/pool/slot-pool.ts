@@ -3,7 +3,7 @@ import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry, type Counter, type Histogram } from "../observability/metrics.js";
 import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, PoolTemplateError, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
+import { PoolNotRunningError, PoolTemplateError, SandboxRequestError, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
 import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
@@ -351,8 +351,18 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
    */
   async useTemplate(slot: Slot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
     if (!(slot instanceof SlotLease) || !this.leases.has(slot)) throw new SlotPoolError(`useTemplate(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
+    const reset = () => slot.reset({ template: spec.name, ...(options.signal ? { signal: options.signal } : {}) });
     await this.templates.ensure(slot, spec, options.signal);
-    const res = await slot.reset({ template: spec.name, ...(options.signal ? { signal: options.signal } : {}) });
+    let res;
+    try {
+      res = await reset();
+    } catch (err) {
+      // The server evicted it (budget) since it was built here: build it again, once.
+      if (!(err instanceof SandboxRequestError) || err.status !== 404) throw err;
+      this.templates.forget(slot.container.id, spec.name);
+      await this.templates.ensure(slot, spec, options.signal);
+      res = await reset();
+    }
     if (!res.success) throw new PoolTemplateError(`slot ${slot.key} could not be reset into template '${spec.name}': ${res.error}`);
   }
 

@@ -71,9 +71,10 @@ export class TemplateAffinity {
     await pending;
   }
 
-  /** The container is gone: nothing is held there any more. */
-  forget(containerId: string): void {
-    this.held.delete(containerId);
+  /** The container is gone (nothing is held there any more), or it dropped `name`. */
+  forget(containerId: string, name?: string): void {
+    if (name === undefined) this.held.delete(containerId);
+    else this.held.get(containerId)?.delete(name);
   }
 
   /** Containers holding `name` (status, tests). */

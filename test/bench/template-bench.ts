@@ -22,7 +22,8 @@ const argv = process.argv.slice(2);
 const quick = argv.includes("--quick");
 const i = argv.indexOf("--resets");
 const RESETS = i >= 0 ? Number(argv[i + 1]) : quick ? 15 : 40;
-const SIZES = quick ? [5_000, 20_000] : [5_000, 50_000];
+const j = argv.indexOf("--sizes");
+const SIZES = j >= 0 ? argv[j + 1]!.split(",").map(Number) : quick ? [5_000, 20_000] : [5_000, 50_000];
 
 const pct = (xs: number[], p: number): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -40,7 +41,8 @@ function treeSetup(files: number): string[] {
 
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "slotpool-tbench-"));
-  const proc = await startSandboxProcess({ slots: 2, dataDir, extraArgs: ["--template-budget-mb", "8192"], startTimeoutMs: 60_000 });
+  const logs: string[] = [];
+  const proc = await startSandboxProcess({ slots: 2, dataDir, extraArgs: ["--template-budget-mb", "8192"], startTimeoutMs: 60_000, onLog: (l) => void logs.push(l) });
   const post = async (path: string, body: unknown): Promise<any> => {
     // No client-side deadline: a 50,000-file build takes minutes on a loaded box.
     const r = await request(proc.url + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body), headersTimeout: 0, bodyTimeout: 0 });
@@ -101,6 +103,9 @@ async function main(): Promise<void> {
       );
       console.log(`target reset p50 <= 20 ms: ${results.map((r) => `${r.files} files ${r.p50 <= 20 ? "met" : "NOT met"} (${r.p50.toFixed(1)} ms)`).join(", ")}`);
     }
+  } catch (err) {
+    console.error(`failed: ${String(err)}\nlast server log lines:\n${logs.slice(-15).join("\n")}`);
+    process.exitCode = 1;
   } finally {
     await proc.stop(10_000);
     rmSync(dataDir, { recursive: true, force: true });

@@ -30,10 +30,11 @@ afterAll(async () => {
   await rm(baseDir, { recursive: true, force: true });
 });
 
-function localPool(config: Partial<SlotPoolOptions>): { pool: SlotPool; provisioner: LocalProvisioner } {
-  const slotsPerContainer = config.slotsPerContainer ?? 2;
-  const provisioner = new LocalProvisioner({ slotsPerContainer, baseDir: join(baseDir, `p${pools.length}-${Date.now()}`) });
-  const pool = new SlotPool({ slotsPerContainer, minContainers: 1, maxContainers: 1, tickMs: 50, ...config, provisioner });
+function localPool(config: Partial<SlotPoolOptions> & { extraArgs?: string[] }): { pool: SlotPool; provisioner: LocalProvisioner } {
+  const { extraArgs, ...rest } = config;
+  const slotsPerContainer = rest.slotsPerContainer ?? 2;
+  const provisioner = new LocalProvisioner({ slotsPerContainer, baseDir: join(baseDir, `p${pools.length}-${Date.now()}`), ...(extraArgs ? { extraArgs } : {}) });
+  const pool = new SlotPool({ slotsPerContainer, minContainers: 1, maxContainers: 1, tickMs: 50, ...rest, provisioner });
   pools.push(pool);
   return { pool, provisioner };
 }
@@ -122,6 +123,23 @@ describe("workspace templates through the pool", () => {
     expect(await bash(next, "test -s build-stamp && echo ok")).toBe("ok");
     await pool.release(next);
   }, 120_000);
+
+  it("a template the server evicted (budget) is built again when a trajectory needs it", async () => {
+    const { pool } = localPool({ slotsPerContainer: 1, extraArgs: ["--template-budget-mb", "2"] });
+    await pool.start();
+    const blob = (name: string): TemplateSpec => ({ name, setup: [`head -c 1500000 /dev/urandom > ${name}.bin`] });
+    const first = await pool.acquire({ trajectoryId: "e1" });
+    await pool.useTemplate(first, blob("a"));
+    await pool.release(first); // a plain reset: a is unused now
+    const slot = await pool.acquire({ trajectoryId: "e2" });
+    await pool.useTemplate(slot, blob("b")); // 2 x 1.5 MB > 2 MB: the server evicts a
+    expect(pool.templates.builds).toBe(2);
+    expect(pool.templates.holders("a")).toEqual([slot.container.id]); // the pool does not know yet
+    await pool.useTemplate(slot, blob("a"));
+    expect(pool.templates.builds).toBe(3);
+    expect(await bash(slot, "ls")).toBe("a.bin");
+    await pool.release(slot);
+  }, 60_000);
 
   it("a failing build is a clear PoolTemplateError and the slot stays usable", async () => {
     const { pool } = localPool({ slotsPerContainer: 1 });
