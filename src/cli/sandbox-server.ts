@@ -27,6 +27,7 @@ options:
   --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
   --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000)
   --no-sandbox             never use bubblewrap (testing the unsandboxed fallback)
+  --template-budget-mb N   disk budget of workspace templates, MB; unused ones are evicted LRU above it (default 4096)
 `;
 
 export async function run(argv: string[]): Promise<number> {
@@ -54,6 +55,7 @@ export async function run(argv: string[]): Promise<number> {
       "no-network": { type: "boolean" },
       "slot-uid-base": { type: "string" },
       "no-sandbox": { type: "boolean" },
+      "template-budget-mb": { type: "string" },
     },
     HELP,
   );
@@ -92,6 +94,7 @@ export async function run(argv: string[]): Promise<number> {
     defaultAllowNetwork: !boolFlag(flags, "no-network"),
     slotUidBase: intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), 20_000, 1000),
     disableSandbox: boolFlag(flags, "no-sandbox"),
+    templateBudgetBytes: intFlag("template-budget-mb", stringFlag(flags, "template-budget-mb"), 4096, 1) * MB,
   });
   const url = await server.listen();
   // The launcher (src/pool/sandbox-process.ts) waits for this line: it is written whatever

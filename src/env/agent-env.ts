@@ -11,6 +11,7 @@ import { ChatModelPolicy } from "../agent/model-policy.js";
 import { OraclePolicy, type OracleScript } from "../agent/oracle-policy.js";
 import type { AgentPolicy } from "../agent/policy.js";
 import { createLogger, type Logger } from "../observability/logger.js";
+import type { TemplateSpec } from "../pool/template-affinity.js";
 import type { ToolResult } from "../protocol/tool.js";
 import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
@@ -125,6 +126,16 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
 
   /** The user message for the agent, or the full initial conversation. */
   abstract buildTask(item: Item): string | ChatMessage[];
+
+  /**
+   * The item's workspace template, if any: a name and how to build it (setup commands, files).
+   * The trajectory's slot is reset into a copy-on-write view of it before `setupWorkspace`;
+   * it is built once per container (items that share a template share the build) and
+   * containers that hold it are preferred. See docs/templates.md.
+   */
+  workspaceTemplate(_item: Item): TemplateSpec | undefined {
+    return undefined;
+  }
 
   /** Prepare the trajectory's slot (write fixtures, clone a repo) before the agent starts. */
   async setupWorkspace(_item: Item, _ctx: ToolContext): Promise<void> {}
@@ -325,7 +336,14 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.toolTimeoutS });
       const started = performance.now();
       try {
+        const setupStarted = performance.now();
+        const template = this.workspaceTemplate(item);
+        if (template) {
+          if (!backend.executor.prepareWorkspace) throw new EnvError(`env ${this.name} names a workspace template but its executor cannot prepare one`);
+          await backend.executor.prepareWorkspace(trajectoryId, template, signal ? { signal } : {});
+        }
         await this.setupWorkspace(item, ctx);
+        const workspaceSetupMs = performance.now() - setupStarted;
         const result = await runAgentLoop({
           policy: this.policyFor(item),
           tools: groupTools.tools,
@@ -375,6 +393,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           slotLosses: [...losses],
           tokens,
           durationMs: performance.now() - started,
+          workspaceSetupMs,
         };
         if (brokenSegments.length > 0) outcome.brokenSegments = brokenSegments;
         if (rewardError) outcome.rewardError = rewardError;

@@ -37,6 +37,8 @@ export class RunStats {
   readonly toolErrorLog: ToolErrorRecord[] = [];
   private readonly latencies: number[] = [];
   private readonly calls: Array<{ tool: string; success: boolean; durationMs: number }> = [];
+  /** Per trajectory: workspace preparation time (template + setupWorkspace), ms. */
+  readonly workspaceSetupMs: number[] = [];
   readonly startedAt = Date.now();
 
   addGroup(outcome: GroupOutcome): void {
@@ -66,6 +68,7 @@ export class RunStats {
       this.calls.push({ tool: c.tool, success: c.success, durationMs: c.durationMs });
     }
     for (const e of t.result.toolErrors) if (this.toolErrorLog.length < TOOL_ERRORS_KEPT) this.toolErrorLog.push(e);
+    if (t.workspaceSetupMs !== undefined) this.workspaceSetupMs.push(t.workspaceSetupMs);
     const withIds = t.result.turns.filter((r) => r.tokens?.promptTokenIds);
     this.tokenTurns += withIds.length;
     this.prefixBreaks += t.brokenSegments?.length ?? 0;
@@ -93,9 +96,9 @@ export class RunStats {
     return this.trajectories ? this.solved / this.trajectories : 0;
   }
 
-  latencyPercentile(p: number): number {
-    if (this.latencies.length === 0) return 0;
-    return percentile([...this.latencies].sort((a, b) => a - b), p / 100);
+  latencyPercentile(p: number, of: readonly number[] = this.latencies): number {
+    if (of.length === 0) return 0;
+    return percentile([...of].sort((a, b) => a - b), p / 100);
   }
 
   /** Calls, errors and latency per tool, slowest first. */
@@ -116,6 +119,8 @@ export class RunStats {
       tool_errors: this.toolErrors,
       tool_latency_p50_ms: this.latencyPercentile(50),
       tool_latency_p99_ms: this.latencyPercentile(99),
+      workspace_setup_p50_ms: this.latencyPercentile(50, this.workspaceSetupMs),
+      workspace_setup_p99_ms: this.latencyPercentile(99, this.workspaceSetupMs),
       slot_losses: this.slotLosses,
       retries: this.retries,
       reward_errors: this.rewardErrors,

@@ -44,6 +44,8 @@ export interface TrajectoryOutcome {
   brokenSegments?: SequenceTokens[];
   /** Wall time of the successful attempt: workspace setup, agent loop and reward. */
   durationMs?: number;
+  /** Time to prepare the workspace (reset into the item's template + setupWorkspace), ms. */
+  workspaceSetupMs?: number;
 }
 
 export type GroupOutcome<Item = unknown> =

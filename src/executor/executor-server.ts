@@ -7,6 +7,7 @@ import {
   ExecutorArtifactListRequestSchema,
   ExecutorArtifactReadRequestSchema,
   ExecutorExecuteRequestSchema,
+  ExecutorPrepareWorkspaceRequestSchema,
   ExecutorReleaseRequestSchema,
 } from "../protocol/executor.js";
 import type { SlotPoolLike } from "../pool/types.js";
@@ -16,6 +17,7 @@ import { HttpError } from "../http/errors.js";
 import { closeConnectionsOnShutdown, closeGracefully, listenOn, serverUrl } from "../http/lifecycle.js";
 import { sendError, sendJson } from "../http/respond.js";
 import { RouteTable } from "../http/routes.js";
+import { isSlotLostError } from "../pool/errors.js";
 import type { ToolExecutorLike } from "./types.js";
 import { dropNulls } from "./wire-compat.js";
 
@@ -57,6 +59,7 @@ export class ExecutorServer {
       .add("GET", "/", (_req, res) => sendJson(res, 200, { message: "slotpool tool executor" }), { public: true })
       .add("POST", "/execute", (req, res) => this.execute(req, res))
       .add("POST", "/release", (req, res) => this.release(req, res))
+      .add("POST", "/prepare_workspace", (req, res) => this.prepareWorkspace(req, res))
       .add("GET", "/status", (req, res) => this.status(req, res))
       .add("GET", "/metrics", (req, res) => this.metrics(req, res))
       .add("POST", "/artifacts/read", (req, res) => this.artifactRead(req, res))
@@ -121,6 +124,20 @@ export class ExecutorServer {
     const body = parseBody(ExecutorReleaseRequestSchema, dropNulls(await this.body.read(req)));
     await this.options.executor.release(body.trajectory_id, { reset: body.reset_workspace });
     sendJson(res, 200, { status: "ok" });
+  }
+
+  private async prepareWorkspace(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { trajectory_id, template } = parseBody(ExecutorPrepareWorkspaceRequestSchema, dropNulls(await this.body.read(req)));
+    const executor = this.options.executor;
+    if (!executor.prepareWorkspace) throw new HttpError(501, "this executor cannot prepare workspace templates");
+    try {
+      const { timeout_s, ...spec } = template;
+      await executor.prepareWorkspace(trajectory_id, { ...spec, ...(timeout_s !== undefined ? { timeoutS: timeout_s } : {}) });
+      sendJson(res, 200, { success: true, error: "" });
+    } catch (err) {
+      const lost = isSlotLostError(err);
+      sendJson(res, 200, { success: false, error: err instanceof Error ? err.message : String(err), ...(lost ? { slot_lost: true } : {}) });
+    }
   }
 
   private async status(_req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -8,6 +8,7 @@ import { silentLogger } from "../observability/logger.js";
 import type { MetricsRegistry } from "../observability/metrics.js";
 import type { ArtifactArchiveResponse, ArtifactListResponse, ArtifactReadResponse, ExecuteResponse } from "../protocol/sandbox.js";
 import { ToolCallSchema, type ParsedToolCall, type ToolCall, type ToolResult } from "../protocol/tool.js";
+import type { TemplateSpec } from "../pool/template-affinity.js";
 import type { Slot, SlotCall, SlotPoolLike } from "../pool/types.js";
 import { toolFromOpenAiSchema } from "../tools/definition.js";
 import { ToolRegistry } from "../tools/registry.js";
@@ -187,6 +188,19 @@ export class ToolExecutor implements ToolExecutorLike {
       if (!traj.running) this.ready.add(traj);
       this.scheduleFlush();
     });
+  }
+
+  async prepareWorkspace(trajectoryId: string, template: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
+    if (!this.pool.useTemplate) throw new Error("this executor's pool cannot prepare workspace templates");
+    const traj = this.trajectory(trajectoryId);
+    const slot = await this.ensureSlot(traj, template.name);
+    try {
+      await this.pool.useTemplate(slot, template, options);
+    } catch (err) {
+      // A lost container: later calls of the trajectory report the loss, release skips the reset.
+      if (isSlotLostError(err)) traj.lost = { error: err, slot };
+      throw err;
+    }
   }
 
   async release(trajectoryId: string, options: { reset?: boolean } = {}): Promise<void> {
@@ -451,12 +465,12 @@ export class ToolExecutor implements ToolExecutorLike {
     }
   }
 
-  private async ensureSlot(traj: TrajectoryState): Promise<Slot> {
+  private async ensureSlot(traj: TrajectoryState, template?: string): Promise<Slot> {
     if (traj.slot) return traj.slot;
     // A released trajectory must not take a new slot: nobody would ever return it.
     if (traj.released) throw new Error(`trajectory ${traj.id} was released`);
     if (!traj.acquiring) {
-      traj.acquiring = this.pool.acquire({ trajectoryId: traj.id, timeoutMs: this.config.acquireTimeoutMs });
+      traj.acquiring = this.pool.acquire({ trajectoryId: traj.id, timeoutMs: this.config.acquireTimeoutMs, ...(template !== undefined ? { template } : {}) });
       traj.acquiring.then(
         (slot) => {
           traj.acquiring = undefined;

@@ -3,6 +3,7 @@
  * the agent loop and the executor HTTP service.
  */
 import type { ToolCall, ToolResult } from "../protocol/tool.js";
+import type { TemplateSpec } from "../pool/template-affinity.js";
 import type { ArtifactArchiveResponse, ArtifactListResponse, ArtifactReadResponse } from "../protocol/sandbox.js";
 
 export interface ExecuteOptions {
@@ -26,6 +27,13 @@ export interface ToolExecutorLike {
    * invalid arguments, lost slot, timeout): those come back as `success: false` results.
    */
   execute(trajectoryId: string, call: ToolCall, options?: ExecuteOptions): Promise<ToolResult>;
+  /**
+   * Gives the trajectory a slot whose workspace is a copy-on-write view of `template`
+   * (built on the slot's container first if it does not hold it; containers holding it are
+   * preferred). Call before the trajectory's first tool call. Throws SlotLostError when the
+   * container dies meanwhile, PoolTemplateError when the build fails.
+   */
+  prepareWorkspace?(trajectoryId: string, template: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
   /** Returns the trajectory's slot to the pool (reset by default). No-op if it holds none. */
   release(trajectoryId: string, options?: { reset?: boolean }): Promise<void>;
   readArtifact(trajectoryId: string, req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }): Promise<ArtifactReadResponse>;

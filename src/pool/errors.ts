@@ -70,6 +70,11 @@ export class SlotReleasedError extends SlotPoolError {
   }
 }
 
+/** A workspace template could not be built on the slot's container (its setup failed, or the server refused it). */
+export class PoolTemplateError extends SlotPoolError {
+  override name = "PoolTemplateError";
+}
+
 /**
  * The one check for a lost slot: the pool's SlotLostError, also when it comes from another
  * copy of the module (two installs of slotpool in one process), recognised by name or code.

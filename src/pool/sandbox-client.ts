@@ -11,6 +11,7 @@ import {
   ExecuteResponseSchema,
   HealthResponseSchema,
   ResetResponseSchema,
+  TemplateBuildResponseSchema,
   type ArtifactArchiveResponse,
   type ArtifactListResponse,
   type ArtifactReadResponse,
@@ -18,6 +19,8 @@ import {
   type ExecuteResponse,
   type HealthResponse,
   type ResetResponse,
+  type TemplateBuildRequest,
+  type TemplateBuildResponse,
 } from "../protocol/sandbox.js";
 import { SandboxRequestError } from "./errors.js";
 
@@ -58,7 +61,10 @@ export interface SandboxClientLike {
   execute(request: ExecuteRequest, options?: RequestOptions): Promise<ExecuteResponse>;
   batch(requests: ExecuteRequest[], options?: RequestOptions): Promise<ExecuteResponse[]>;
   batchStream(requests: ExecuteRequest[], onLine: (index: number, result: ExecuteResponse) => void, options?: RequestOptions): Promise<ExecuteResponse[]>;
-  reset(slotId: string, options?: RequestOptions): Promise<ResetResponse>;
+  /** With `template`: the workspace becomes a copy-on-write view of that (built) template. */
+  reset(slotId: string, options?: RequestOptions & { template?: string }): Promise<ResetResponse>;
+  /** Builds a workspace template on this container (idempotent; see docs/templates.md). */
+  buildTemplate?(request: TemplateBuildRequest, options?: RequestOptions): Promise<TemplateBuildResponse>;
   readArtifact(request: { slot_id: string; path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }, options?: RequestOptions): Promise<ArtifactReadResponse>;
   listArtifacts(request: { slot_id: string; path?: string; recursive?: boolean; max_entries?: number }, options?: RequestOptions): Promise<ArtifactListResponse>;
   archiveArtifacts(request: { slot_id: string; path?: string; max_bytes?: number; max_entries?: number }, options?: RequestOptions): Promise<ArtifactArchiveResponse>;
@@ -210,8 +216,15 @@ export class SandboxClient implements SandboxClientLike {
     );
   }
 
-  reset(slotId: string, options: RequestOptions = {}): Promise<ResetResponse> {
-    return this.request("POST", "/reset", { slot_id: slotId }, ResetResponseSchema, options.timeoutMs ?? this.controlTimeoutMs, options.signal);
+  reset(slotId: string, options: RequestOptions & { template?: string } = {}): Promise<ResetResponse> {
+    const body = options.template === undefined ? { slot_id: slotId } : { slot_id: slotId, template: options.template };
+    return this.request("POST", "/reset", body, ResetResponseSchema, options.timeoutMs ?? this.controlTimeoutMs, options.signal);
+  }
+
+  /** The build runs on the server under its own timeout: the HTTP deadline is that plus the margin. */
+  buildTemplate(request: TemplateBuildRequest, options: RequestOptions = {}): Promise<TemplateBuildResponse> {
+    const deadline = options.timeoutMs ?? Math.ceil((request.timeout ?? 600) * 1000) + this.marginMs;
+    return this.request("POST", "/templates", request, TemplateBuildResponseSchema, deadline, options.signal, false);
   }
 
   readArtifact(request: Parameters<SandboxClientLike["readArtifact"]>[0], options: RequestOptions = {}): Promise<ArtifactReadResponse> {

@@ -62,9 +62,16 @@ export async function startSandboxProcess(options: SandboxProcessOptions): Promi
   if (options.token) env["SANDBOX_TOKEN"] = options.token;
   else delete env["SANDBOX_TOKEN"];
   const setpriv = options.dieWithParent ? findSetpriv() : undefined;
-  const child = setpriv
-    ? spawn(setpriv, ["--pdeathsig", "SIGTERM", "--", command, ...argv], { env, stdio: ["ignore", "ignore", "pipe"] })
-    : spawn(command, argv, { env, stdio: ["ignore", "ignore", "pipe"] });
+  // As root, the server mounts workspace template views (overlayfs): in a mount namespace of
+  // its own they vanish with it, even when it is killed (`unshare` execs: the pid is the server's).
+  const unshare = process.getuid?.() === 0 ? findUnshare() : undefined;
+  const [file, ...rest] = [
+    ...(setpriv ? [setpriv, "--pdeathsig", "SIGTERM", "--"] : []),
+    ...(unshare ? [unshare, "--mount", "--propagation", "private", "--"] : []),
+    command,
+    ...argv,
+  ] as [string, ...string[]];
+  const child = spawn(file, rest, { env, stdio: ["ignore", "ignore", "pipe"] });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.once("exit", (code, signal) => resolve({ code, signal }));
   });
@@ -130,6 +137,12 @@ export async function startSandboxProcess(options: SandboxProcessOptions): Promi
 let setprivPath: string | null | undefined;
 
 /** util-linux `setpriv` (execs its command, so the pid stays the server's), or undefined. */
+let unsharePath: string | null | undefined;
+function findUnshare(): string | undefined {
+  if (unsharePath === undefined) unsharePath = ["/usr/bin/unshare", "/bin/unshare"].find((p) => existsSync(p)) ?? null;
+  return unsharePath ?? undefined;
+}
+
 function findSetpriv(): string | undefined {
   if (setprivPath === undefined) setprivPath = ["/usr/bin/setpriv", "/bin/setpriv"].find((p) => existsSync(p)) ?? null;
   return setprivPath ?? undefined;

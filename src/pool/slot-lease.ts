@@ -5,6 +5,8 @@ import type {
   ExecuteRequest,
   ExecuteResponse,
   ResetResponse,
+  TemplateBuildRequest,
+  TemplateBuildResponse,
 } from "../protocol/sandbox.js";
 import { SandboxRequestError, SlotLostError, SlotReleasedError } from "./errors.js";
 import type { SlotRecord } from "./records.js";
@@ -84,8 +86,16 @@ export class SlotLease implements Slot {
     });
   }
 
-  reset(options: CallOptions = {}): Promise<ResetResponse> {
+  reset(options: CallOptions & { template?: string } = {}): Promise<ResetResponse> {
     return this.use((client) => client.reset(this.slotId, options));
+  }
+
+  /** Builds a workspace template on this slot's container (see `template-affinity.ts`). */
+  buildTemplate(request: TemplateBuildRequest, options: CallOptions = {}): Promise<TemplateBuildResponse> {
+    return this.use((client) => {
+      if (!client.buildTemplate) throw new SandboxRequestError(`the sandbox client of ${this.container.id} cannot build templates`, this.container.id);
+      return client.buildTemplate(request, options);
+    });
   }
 
   readArtifact(

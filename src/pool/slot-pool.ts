@@ -6,7 +6,7 @@ import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { Autoscaler, type ScaleEvent } from "./autoscaler.js";
 import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
+import { PoolNotRunningError, PoolTemplateError, SandboxRequestError, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { HealthMonitor } from "./health-monitor.js";
 import { PoolStatistics } from "./pool-statistics.js";
@@ -15,6 +15,7 @@ import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sa
 import { SlotLease, type LeaseHost } from "./slot-lease.js";
 import type { AcquireOptions, ContainerInfo, PoolStats, ReleaseOptions, Slot, SlotPoolLike } from "./types.js";
 import { WaiterQueue, type Waiter } from "./waiter-queue.js";
+import { TemplateAffinity, type TemplateSpec } from "./template-affinity.js";
 
 export type { ScaleEvent };
 
@@ -62,6 +63,8 @@ type PoolState = "new" | "starting" | "running" | "stopping" | "stopped";
 export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLike, LeaseHost {
   readonly config: SlotPoolConfig;
   readonly metrics: MetricsRegistry;
+  /** Which containers hold which workspace templates (affinity, one build per container). */
+  readonly templates = new TemplateAffinity();
   private readonly provisioner: Provisioner;
   private readonly logger: Logger;
   private readonly createClient: NonNullable<SlotPoolOptions["createClient"]>;
@@ -99,6 +102,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     this.config = parseSlotPoolConfig(config);
     this.provisioner = provisioner;
     this.logger = logger ?? silentLogger();
+    this.on("container-lost", ({ container }) => this.templates.forget(container.id));
     this.createClient =
       createClient ??
       ((info, hooks) =>
@@ -242,7 +246,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     const startedAt = performance.now();
     // FIFO: a waiter ahead of this call gets any free slot first.
     if (this.waiters.size > 0) this.serveWaiters();
-    const record = this.waiters.size > 0 ? undefined : this.takeFreeSlot();
+    const record = this.waiters.size > 0 ? undefined : this.takeFreeSlot(options.template);
     if (record) {
       // Fast path: a free slot and nobody waiting.
       const lease = this.lease(record, options.trajectoryId, startedAt);
@@ -319,10 +323,32 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     return lease;
   }
 
-  /** The free slot of the lowest-index ready container (packing), or undefined. */
-  private takeFreeSlot(): SlotRecord | undefined {
+  /**
+   * A workspace template on a slot: built on its container unless held there (once per
+   * container, whatever the number of trajectories asking), then the slot is reset into it.
+   */
+  async useTemplate(slot: Slot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
+    if (!(slot instanceof SlotLease) || !this.leases.has(slot)) throw new SlotPoolError(`useTemplate(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
+    const reset = () => slot.reset({ template: spec.name, ...(options.signal ? { signal: options.signal } : {}) });
+    await this.templates.ensure(slot, spec, options.signal);
+    let res;
+    try {
+      res = await reset();
+    } catch (err) {
+      // The server evicted it (budget) since it was built here: build it again, once.
+      if (!(err instanceof SandboxRequestError) || err.status !== 404) throw err;
+      this.templates.forget(slot.container.id, spec.name);
+      await this.templates.ensure(slot, spec, options.signal);
+      res = await reset();
+    }
+    if (!res.success) throw new PoolTemplateError(`slot ${slot.key} could not be reset into template '${spec.name}': ${res.error}`);
+  }
+
+  /** The free slot of the lowest-index ready container (packing), or undefined; with `template`, one holding it first. */
+  private takeFreeSlot(template?: string): SlotRecord | undefined {
     if (this.freeCount === 0) return undefined;
-    for (const c of this.containers) {
+    const preferred = template === undefined ? undefined : this.templates.preferred(this.containers, template);
+    for (const c of preferred ? [preferred, ...this.containers] : this.containers) {
       if (c.state === "ready" && c.free.length > 0) {
         const record = c.free.pop()!;
         this.freeCount--;

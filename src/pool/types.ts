@@ -9,6 +9,7 @@ import type {
   ExecuteResponse,
   ResetResponse,
 } from "../protocol/sandbox.js";
+import type { TemplateSpec } from "./template-affinity.js";
 
 /** One call as the pool sends it to a slot: the execute body without `slot_id`. */
 export interface SlotCall {
@@ -49,7 +50,8 @@ export interface Slot {
   execute(call: SlotCall, options?: CallOptions): Promise<ExecuteResponse>;
   /** Calls of this slot, run in order on the server; results delivered one by one as they finish. */
   executeBatch(calls: SlotCall[], onResult?: (index: number, result: ExecuteResponse) => void, options?: CallOptions): Promise<ExecuteResponse[]>;
-  reset(options?: CallOptions): Promise<ResetResponse>;
+  /** With `template`: the workspace becomes a copy-on-write view of that template (built on the container). */
+  reset(options?: CallOptions & { template?: string }): Promise<ResetResponse>;
   readArtifact(req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }, options?: CallOptions): Promise<ArtifactReadResponse>;
   listArtifacts(req: { path?: string; recursive?: boolean; max_entries?: number }, options?: CallOptions): Promise<ArtifactListResponse>;
   archiveArtifacts(req: { path?: string; max_bytes?: number; max_entries?: number }, options?: CallOptions): Promise<ArtifactArchiveResponse>;
@@ -59,6 +61,8 @@ export interface Slot {
 
 export interface AcquireOptions {
   trajectoryId: string;
+  /** Prefer a container that already holds this workspace template (affinity). */
+  template?: string;
   signal?: AbortSignal;
   timeoutMs?: number;
 }
@@ -83,4 +87,6 @@ export interface SlotPoolLike {
   release(slot: Slot, options?: ReleaseOptions): Promise<void>;
   stats(): PoolStats;
   stop(options?: { purge?: boolean }): Promise<void>;
+  /** Builds `spec` on the slot's container unless held there, then resets the slot into it. */
+  useTemplate?(slot: Slot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
 }

@@ -12,6 +12,23 @@ export const ExecutorReleaseRequestSchema = z.object({
   reset_workspace: z.boolean().default(true),
 });
 
+/** `POST /prepare_workspace`: reset the trajectory's slot into a workspace template (built where missing). */
+export const ExecutorPrepareWorkspaceRequestSchema = z.object({
+  trajectory_id: z.string().min(1, "trajectory_id must not be empty"),
+  template: z.object({
+    name: z.string().min(1),
+    setup: z.array(z.string()),
+    files: z.record(z.string(), z.string()).optional(),
+    timeout_s: z.number().positive().optional(),
+  }),
+});
+export const ExecutorPrepareWorkspaceResponseSchema = z.object({
+  success: z.boolean(),
+  error: z.string(),
+  /** The container died meanwhile: start the trajectory again (new trajectory id). */
+  slot_lost: z.boolean().optional(),
+});
+
 const byTrajectory = { trajectory_id: z.string().min(1, "trajectory_id must not be empty") };
 export const ExecutorArtifactReadRequestSchema = z.object({
   ...byTrajectory,

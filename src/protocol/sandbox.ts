@@ -101,7 +101,15 @@ export const BatchStreamLineSchema = ExecuteResponseSchema.extend({
 });
 export type BatchStreamLine = z.infer<typeof BatchStreamLineSchema>;
 
-export const ResetRequestSchema = z.object({ slot_id: SlotIdSchema });
+export const TemplateNameSchema = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, "template name must be 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit");
+
+export const ResetRequestSchema = z.object({
+  slot_id: SlotIdSchema,
+  /** Make the workspace a copy-on-write view of this template (built with POST /templates). */
+  template: TemplateNameSchema.optional(),
+});
 export const ResetResponseSchema = z.object({
   success: z.boolean(),
   output: z.string(),
@@ -203,3 +211,46 @@ export const ErrorBodySchema = z.object({
   field: z.string().optional(),
 });
 export type ErrorBody = z.infer<typeof ErrorBodySchema>;
+
+/** `POST /templates`: build a workspace template once (idempotent by name + content hash). */
+export const TemplateBuildRequestSchema = z.object({
+  name: TemplateNameSchema,
+  /** Shell commands run in order in /workspace (sandboxed, like `bash`); the first failure fails the build. */
+  setup: z.array(z.string().min(1, "a setup command must not be empty")).max(256),
+  /** Files written into /workspace before the commands run: workspace-relative path → UTF-8 content. */
+  files: z.record(z.string(), z.string()).optional(),
+  /** Wall-clock limit of the whole build, seconds (capped by the server's --max-timeout). */
+  timeout: z.number().positive().optional(),
+});
+export type TemplateBuildRequest = z.infer<typeof TemplateBuildRequestSchema>;
+
+export const TemplateInfoSchema = z.object({
+  name: z.string(),
+  /** sha256 of the setup commands and files (hex). */
+  hash: z.string(),
+  size_bytes: z.number().int().nonnegative(),
+  files: z.number().int().nonnegative(),
+  build_ms: z.number().nonnegative(),
+  /** Slots whose workspace is a view of this template now (it is not evicted while > 0). */
+  in_use: z.number().int().nonnegative(),
+  last_used: z.string(),
+});
+export type TemplateInfo = z.infer<typeof TemplateInfoSchema>;
+
+export const TemplateBuildResponseSchema = z.object({
+  success: z.boolean(),
+  /** True when this request ran the build; false when the template was already there (or another request built it). */
+  built: z.boolean(),
+  output: z.string(),
+  error: z.string(),
+  template: TemplateInfoSchema.optional(),
+});
+export type TemplateBuildResponse = z.infer<typeof TemplateBuildResponseSchema>;
+
+export const TemplateListResponseSchema = z.object({
+  templates: z.array(TemplateInfoSchema),
+  budget_bytes: z.number().int().nonnegative(),
+  /** How slots get their view: "overlay" (copy-on-write, root) or "copy" (a copy per reset). */
+  mode: z.enum(["overlay", "copy"]),
+});
+export type TemplateListResponse = z.infer<typeof TemplateListResponseSchema>;

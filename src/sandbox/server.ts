@@ -13,6 +13,7 @@ import {
   ArtifactListRequestSchema,
   ArtifactReadRequestSchema,
   ResetRequestSchema,
+  TemplateBuildRequestSchema,
   type ExecuteResponse,
 } from "../protocol/sandbox.js";
 import { archiveArtifacts, listArtifacts, readArtifact } from "./artifacts.js";
@@ -145,7 +146,11 @@ export class SandboxServer {
       })
       .add("POST", "/reset", async (req, res) => {
         const body = parseBody(ResetRequestSchema, await this.body.read(req));
-        sendJson(res, 200, await svc.reset(svc.slotById(body.slot_id)));
+        sendJson(res, 200, await svc.reset(svc.slotById(body.slot_id), body.template));
+      })
+      .add("GET", "/templates", (_req, res) => sendJson(res, 200, svc.templates.list()))
+      .add("POST", "/templates", async (req, res) => {
+        sendJson(res, 200, await svc.templates.build(parseBody(TemplateBuildRequestSchema, await this.body.read(req))));
       })
       .add("POST", "/artifacts/read", artifacts("read"))
       .add("POST", "/artifacts/list", artifacts("list"))

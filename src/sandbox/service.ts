@@ -29,6 +29,7 @@ import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
 import { limitsInForce, type LimitsInForce } from "./limits-in-force.js";
+import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.js";
 
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
@@ -57,6 +58,8 @@ export interface SandboxServiceOptions {
   disableCgroups?: boolean;
   maxReadBytes?: number;
   maxWriteBytes?: number;
+  /** Size budget of workspace templates (LRU eviction of unused ones above it). */
+  templateBudgetBytes?: number;
   logger: Logger;
 }
 
@@ -91,6 +94,8 @@ export class SandboxService implements SlotHost {
   /** Host dir for server-side state (spawner binary cache, unsandboxed terminal sockets). */
   readonly stateDir: string;
   readonly stateful: StatefulSessions;
+  /** Workspace templates: builds, and each slot's copy-on-write view (`slot-templates.ts`). */
+  readonly templates: SlotTemplates;
   private readonly bash: BashExecutor;
   private closed = false;
 
@@ -159,6 +164,7 @@ export class SandboxService implements SlotHost {
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);
     this.stateful = new StatefulSessions(this);
+    this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
   }
 
   slotById(id: string, field = "slot_id"): Slot {
@@ -263,14 +269,22 @@ export class SandboxService implements SlotHost {
     return { success: false, output: "", error, execution_id: call.executionId, metadata: {} };
   }
 
-  /** Kills every process of the slot and deletes the workspace's contents. */
-  async reset(slot: Slot): Promise<ResetResponse> {
+  /**
+   * Kills every process of the slot and deletes the workspace's contents; with `template`,
+   * the workspace then becomes a copy-on-write view of that template.
+   */
+  async reset(slot: Slot, template?: string): Promise<ResetResponse> {
+    const next = template === undefined ? undefined : this.templates.take(template);
     slot.killRunning();
     return slot.enqueue(() =>
       slot.withResetting(async () => {
         await this.stateful.stop(slot);
         await this.bash.resetSlot(slot);
-        slot.wipeWorkspace();
+        try {
+          await this.templates.resetWorkspace(slot, next);
+        } catch (err) {
+          return { success: false, output: "", error: `${slot.id} reset, but its view of template '${template}' failed: ${err instanceof Error ? err.message : String(err)}` };
+        }
         this.metrics.resets.inc();
         // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
         // trajectory: every process is dead and the workspace empty by now) for the network
@@ -279,7 +293,7 @@ export class SandboxService implements SlotHost {
         // that would arrive meanwhile); the namespace builds in the background, not awaited.
         // A call arriving meanwhile waits for this start-up instead of starting a second one.
         void this.bash.warm(slot);
-        return { success: true, output: `${slot.id} reset`, error: "" };
+        return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
       }),
     );
   }
@@ -304,6 +318,7 @@ export class SandboxService implements SlotHost {
     for (const slot of this.slots) slot.killRunning();
     await this.stateful.close();
     await this.bash.close();
+    this.templates.close();
     await this.cgroups.cleanup();
   }
 

@@ -28,6 +28,7 @@ export function summaryRows(stats: RunStats, extra: Array<[string, string]> = []
     ["tool errors", String(stats.toolErrors)],
     ["tool latency p50", formatMs(stats.latencyPercentile(50))],
     ["tool latency p99", formatMs(stats.latencyPercentile(99))],
+    ["workspace setup p50/p99", `${formatMs(stats.latencyPercentile(50, stats.workspaceSetupMs))} / ${formatMs(stats.latencyPercentile(99, stats.workspaceSetupMs))}`],
     ["slot losses", String(stats.slotLosses)],
     ["retries", String(stats.retries)],
     ...(stats.rewardErrors ? ([["reward errors", String(stats.rewardErrors)]] as Array<[string, string]>) : []),

@@ -1,0 +1,180 @@
+/*
+ * slotpool template mounter (root only). Gives one slot a copy-on-write view of a template:
+ *
+ *   template-mount mount <tree> <lower> <upper> <work> <target> <disk_uid> <slot_uid> <disk_gid> <slot_gid>
+ *     1. <lower> := a read-only clone of <tree>, id-mapped so that files the template build
+ *        wrote as <disk_uid>/<disk_gid> appear owned by the slot's uid/gid (no chown, no
+ *        copy: O(1) whatever the template's size). Skipped when the ids are equal
+ *        (<tree> is then the lower layer itself).
+ *     2. overlayfs at <target> (the slot's workspace): lower = <lower>, upper/work = the
+ *        slot's private dirs (outside anything the slot can see).
+ *     Whatever is mounted at <target> and <lower> is detached first (one exec per reset).
+ *   template-mount umount <target> <lower>
+ *     Detaches both (either may be absent).
+ *
+ * Why C: util-linux 2.38 (Debian 12) has no X-mount.idmap, and Node has no mount syscalls.
+ * One exec of this helper costs ≈ 1-2 ms; a copy of the tree costs O(files).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/mount.h>
+
+/* The last error, also sent back as the answer in `serve` mode. */
+static char last_error[1024];
+static int serving;
+
+static int fail(const char *what, const char *arg) {
+  snprintf(last_error, sizeof last_error, "%s %s: %s", what, arg ? arg : "", strerror(errno));
+  if (!serving) fprintf(stderr, "template-mount: %s\n", last_error);
+  return 1;
+}
+
+static int write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, text, strlen(text));
+  close(fd);
+  return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A user namespace whose maps say: on-disk id <from> is <to>. Returns its fd. */
+static int idmap_userns(unsigned from_uid, unsigned to_uid, unsigned from_gid, unsigned to_gid) {
+  int sync_pipe[2];
+  if (pipe2(sync_pipe, O_CLOEXEC) < 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    char c;
+    if (unshare(CLONE_NEWUSER) < 0) _exit(1);
+    close(sync_pipe[1]);
+    /* Wait until the parent has read our namespace (the pipe closes), then leave. */
+    (void)!read(sync_pipe[0], &c, 1);
+    _exit(0);
+  }
+  close(sync_pipe[0]);
+  char path[64], map[96];
+  int fd = -1;
+  /* The child unshares asynchronously: retry until its user namespace differs from ours. */
+  for (int tries = 0; tries < 2000; tries++) {
+    char self[64], child[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+    ssize_t a = readlink("/proc/self/ns/user", self, sizeof self - 1);
+    ssize_t b = readlink(path, child, sizeof child - 1);
+    if (a > 0 && b > 0) {
+      self[a] = child[b] = 0;
+      if (strcmp(self, child) != 0) break;
+    }
+    usleep(50);
+  }
+  snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+  snprintf(map, sizeof map, "%u %u 1\n", from_uid, to_uid);
+  if (write_file(path, map) < 0) goto out;
+  snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+  snprintf(map, sizeof map, "%u %u 1\n", from_gid, to_gid);
+  if (write_file(path, map) < 0) goto out;
+  snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+out:
+  close(sync_pipe[1]);
+  waitpid(pid, NULL, 0);
+  return fd;
+}
+
+static int do_umount(char **a);
+
+static int do_mount(char **a) {
+  const char *tree = a[0], *lower = a[1], *upper = a[2], *work = a[3], *target = a[4];
+  /* A view mounted before (reset from one template view into the next): detach it first,
+   * in this same exec. */
+  char *old[2] = {(char *)target, (char *)lower};
+  if (do_umount(old) != 0) return 1;
+  unsigned disk_uid = strtoul(a[5], NULL, 10), slot_uid = strtoul(a[6], NULL, 10);
+  unsigned disk_gid = strtoul(a[7], NULL, 10), slot_gid = strtoul(a[8], NULL, 10);
+  const char *lowerdir = tree;
+  if (disk_uid != slot_uid || disk_gid != slot_gid) {
+    int ns = idmap_userns(disk_uid, slot_uid, disk_gid, slot_gid);
+    if (ns < 0) return fail("creating the id-mapping user namespace", NULL);
+    int t = (int)syscall(SYS_open_tree, AT_FDCWD, tree, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (t < 0) return fail("open_tree", tree);
+    struct mount_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    attr.userns_fd = (unsigned)ns;
+    int rc = 0;
+    if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) rc = fail("mount_setattr (id-mapped mount)", tree);
+    else if (syscall(SYS_move_mount, t, "", AT_FDCWD, lower, MOVE_MOUNT_F_EMPTY_PATH) < 0) rc = fail("move_mount", lower);
+    close(t);
+    close(ns);
+    if (rc) return rc;
+    lowerdir = lower;
+  }
+  char opts[8192];
+  int n = snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s", lowerdir, upper, work);
+  if (n < 0 || (size_t)n >= sizeof opts) { errno = ENAMETOOLONG; return fail("overlay options", NULL); }
+  if (mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts) < 0) {
+    int e = errno;
+    if (lowerdir == lower) umount2(lower, MNT_DETACH);
+    errno = e;
+    return fail("mounting overlayfs at", target);
+  }
+  return 0;
+}
+
+static int do_umount(char **a) {
+  int rc = 0;
+  for (int i = 0; i < 2; i++) {
+    if (umount2(a[i], MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT) rc = fail("umount", a[i]);
+  }
+  return rc;
+}
+
+/*
+ * `serve`: one request per stdin line, its arguments separated by tabs (as on the command
+ * line); answers "ok" or "err <message>" per line. The server keeps one helper running, so a
+ * reset costs no fork + exec (30+ ms on a loaded box).
+ */
+static int serve(void) {
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  serving = 1;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  while ((n = getline(&line, &cap, stdin)) > 0) {
+    if (line[n - 1] == '\n') line[n - 1] = 0;
+    char *args[16];
+    int count = 0;
+    for (char *tok = strtok(line, "\t"); tok && count < 16; tok = strtok(NULL, "\t")) args[count++] = tok;
+    int rc;
+    last_error[0] = 0;
+    if (count == 10 && strcmp(args[0], "mount") == 0) rc = do_mount(args + 1);
+    else if (count == 3 && strcmp(args[0], "umount") == 0) rc = do_umount(args + 1);
+    else {
+      snprintf(last_error, sizeof last_error, "bad request (%d fields)", count);
+      rc = 1;
+    }
+    if (rc == 0) printf("ok\n");
+    else printf("err %s\n", last_error);
+  }
+  free(line);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "serve") == 0) return serve();
+  if (argc == 11 && strcmp(argv[1], "mount") == 0) return do_mount(argv + 2);
+  if (argc == 4 && strcmp(argv[1], "umount") == 0) return do_umount(argv + 2);
+  fprintf(stderr, "usage: template-mount mount <tree> <lower> <upper> <work> <target> <disk_uid> <slot_uid> <disk_gid> <slot_gid>\n"
+                  "       template-mount umount <target> <lower>\n");
+  return 2;
+}

@@ -1,0 +1,269 @@
+import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
+import { createHash, randomBytes } from "node:crypto";
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { rm } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import type { Logger } from "pino";
+import { findExecutable } from "./isolation.js";
+import type { Slot } from "./slot.js";
+import type { Template } from "./templates.js";
+
+const run = promisify(execFile);
+
+/**
+ * A slot's workspace as a copy-on-write view of a template.
+ *
+ * "overlay" mode (server is root and may mount): overlayfs is mounted on the HOST at the
+ * slot's workspace directory — lower = the template's tree through a read-only, id-mapped
+ * bind (files the build wrote as the build uid appear owned by the slot's uid, so the slot
+ * may chmod, delete and edit them: each change lands in its upper dir), upper/work = the
+ * slot's private dirs under the server's state dir (0700 root: no slot reaches them).
+ * Every tool that uses the workspace — the slot's namespaces (bound at their start, which
+ * a reset always follows), file tools, artifacts, the stateful terminal — sees the merged
+ * view. Attaching costs one exec of a small C helper (`native/template-mount.c`), whatever
+ * the template's size; detaching unmounts and renames the upper dir away (deleted in the
+ * background).
+ *
+ * "copy" mode (not root, or mounts refused): the template is copied into the workspace
+ * (`cp -a --reflink=auto`: a clone on btrfs/xfs, a full copy elsewhere) — correct, but the
+ * cost grows with the template (see docs/templates.md).
+ */
+export type ViewMode = "overlay" | "copy";
+
+interface Attached {
+  template: Template;
+  upper: string;
+  work: string;
+}
+
+export class WorkspaceViews {
+  mode: ViewMode;
+  private readonly helper: string | null;
+  private readonly attached = new Map<number, Attached>();
+  /** The helper in `serve` mode (one per server: a reset then costs no fork + exec). */
+  private server: { child: ChildProcess; waiting: Array<(answer: string) => void> } | undefined;
+
+  constructor(
+    private readonly viewsDir: string,
+    private readonly slots: readonly Slot[],
+    private readonly logger: Logger,
+  ) {
+    const isRoot = process.getuid?.() === 0;
+    // SLOTPOOL_TEMPLATE_VIEWS=copy forces copy mode (what a non-root server gets; tests).
+    const forceCopy = process.env["SLOTPOOL_TEMPLATE_VIEWS"] === "copy";
+    this.helper = isRoot && !forceCopy ? helperBinary(dirname(viewsDir)) : null;
+    this.mode = this.helper ? "overlay" : "copy";
+    if (isRoot && !this.helper) logger.warn({ reason: helperError }, "template views fall back to copying (no mount helper)");
+    if (this.helper) this.unmountStale();
+    rmSync(viewsDir, { recursive: true, force: true });
+    mkdirSync(viewsDir, { recursive: true, mode: 0o700 });
+    chmodSync(viewsDir, 0o700);
+  }
+
+  /** The template the slot's workspace is a view of, if any. */
+  templateOf(slot: Slot): Template | undefined {
+    return this.attached.get(slot.index)?.template;
+  }
+
+  /**
+   * The reset's workspace step (the slot's processes are dead): ends the slot's current
+   * view, empties the workspace and attaches `next` if given; `release` gets the template
+   * the slot used before (the store's refcount). Between two views in overlay mode this is
+   * one exec of the helper (it unmounts the old view before mounting the new one).
+   */
+  async switch(slot: Slot, next: Template | undefined, release: (t: Template) => void): Promise<void> {
+    const prev = this.attached.get(slot.index);
+    if (next && prev?.upper && this.mode === "overlay") {
+      try {
+        await this.mountOverlay(slot, next);
+      } finally {
+        // The helper unmounted the old view first (also when the new mount then failed).
+        this.trash(slot, prev);
+        release(prev.template);
+      }
+      return;
+    }
+    const previous = await this.detach(slot);
+    if (previous) release(previous);
+    slot.wipeWorkspace();
+    if (next) await this.attach(slot, next);
+  }
+
+  /**
+   * Makes the (empty, unused: the slot is being reset) workspace a view of `t`. Falls back
+   * to copy mode for good when the kernel refuses the mount.
+   */
+  async attach(slot: Slot, t: Template): Promise<void> {
+    if (this.mode === "overlay") {
+      try {
+        await this.mountOverlay(slot, t);
+        return;
+      } catch (err) {
+        this.mode = "copy";
+        this.logger.warn({ err, slot: slot.id }, "overlay mount refused: template views fall back to copying");
+      }
+    }
+    await run("cp", ["-a", "--reflink=auto", `${t.treeDir}/.`, slot.workspaceDir], { maxBuffer: 1 << 20 });
+    if (slot.owner) await run("chown", ["-R", `${slot.owner.uid}:${slot.owner.gid}`, slot.workspaceDir]);
+    this.attached.set(slot.index, { template: t, upper: "", work: "" });
+  }
+
+  private async mountOverlay(slot: Slot, t: Template): Promise<void> {
+    const dir = this.slotDir(slot);
+    const tag = randomBytes(4).toString("hex");
+    const upper = join(dir, `upper-${tag}`);
+    const work = join(dir, `work-${tag}`);
+    const lower = join(dir, "lower");
+    mkdirSync(lower, { recursive: true, mode: 0o700 });
+    // The upper dir's root is the merged root: same mode and owner as a plain workspace.
+    mkdirSync(upper, { mode: 0o700 });
+    mkdirSync(work, { mode: 0o700 });
+    if (slot.owner) chownSync(upper, slot.owner.uid, slot.owner.gid);
+    const me = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+    const disk = t.owner ?? me;
+    const mine = slot.owner ?? me;
+    try {
+      await this.helperCall(["mount", t.treeDir, lower, upper, work, slot.workspaceDir, String(disk.uid), String(mine.uid), String(disk.gid), String(mine.gid)]);
+    } catch (err) {
+      rmSync(upper, { recursive: true, force: true });
+      rmSync(work, { recursive: true, force: true });
+      throw err;
+    }
+    this.attached.set(slot.index, { template: t, upper, work });
+  }
+
+  /**
+   * Ends the slot's view (its processes are dead: reset kills them first) and returns the
+   * template it used (for the store's refcount). The slot's changes are renamed away and
+   * deleted in the background, so a reset does not wait for them.
+   */
+  async detach(slot: Slot): Promise<Template | undefined> {
+    const a = this.attached.get(slot.index);
+    if (!a) return undefined;
+    this.attached.delete(slot.index);
+    if (a.upper) {
+      await this.helperCall(["umount", slot.workspaceDir, join(this.slotDir(slot), "lower")]);
+      this.trash(slot, a);
+    }
+    return a.template;
+  }
+
+  /** Renames an unmounted view's private dirs away and deletes them in the background. */
+  private trash(slot: Slot, a: Attached): void {
+    if (this.attached.get(slot.index) === a) this.attached.delete(slot.index);
+    const trash = join(this.slotDir(slot), `trash-${randomBytes(4).toString("hex")}`);
+    mkdirSync(trash, { mode: 0o700 });
+    renameSync(a.upper, join(trash, "upper"));
+    renameSync(a.work, join(trash, "work"));
+    void rm(trash, { recursive: true, force: true }).catch(() => undefined);
+  }
+
+  /** One request to the helper: through the long-lived one, or one exec when a path has a tab or newline. */
+  private async helperCall(args: string[]): Promise<void> {
+    if (args.some((a) => /[\t\n]/.test(a))) {
+      try {
+        await run(this.helper!, args);
+        return;
+      } catch (err) {
+        throw new Error((err as { stderr?: string }).stderr?.trim() || (err instanceof Error ? err.message : String(err)));
+      }
+    }
+    let srv = this.server;
+    if (!srv || srv.child.exitCode !== null || srv.child.signalCode !== null) {
+      const child = spawn(this.helper!, ["serve"], { stdio: ["pipe", "pipe", "ignore"] });
+      const started = { child, waiting: [] as Array<(answer: string) => void> };
+      createInterface({ input: child.stdout! }).on("line", (line) => started.waiting.shift()?.(line));
+      child.once("exit", () => {
+        for (const w of started.waiting.splice(0)) w("err the mount helper exited");
+        if (this.server === started) this.server = undefined;
+      });
+      child.stdin!.on("error", () => undefined);
+      srv = this.server = started;
+    }
+    const answer = await new Promise<string>((resolve) => {
+      srv.waiting.push(resolve);
+      srv.child.stdin!.write(args.join("\t") + "\n");
+    });
+    if (answer !== "ok") throw new Error(answer.replace(/^err /, ""));
+  }
+
+  /** Unmounts every view (shutdown). */
+  closeAll(): void {
+    this.server?.child.kill();
+    this.server = undefined;
+    if (!this.helper) return;
+    for (const slot of this.slots) {
+      if (!this.attached.has(slot.index)) continue;
+      spawnSync(this.helper, ["umount", slot.workspaceDir, join(this.slotDir(slot), "lower")]);
+      this.attached.delete(slot.index);
+    }
+    rmSync(this.viewsDir, { recursive: true, force: true });
+  }
+
+  private slotDir(slot: Slot): string {
+    const d = join(this.viewsDir, slot.id);
+    mkdirSync(d, { recursive: true, mode: 0o700 });
+    return d;
+  }
+
+  /** A server killed with views mounted leaves them: unmount those under our dirs. */
+  private unmountStale(): void {
+    const targets = new Set<string>([...this.slots.map((s) => s.workspaceDir)]);
+    for (const m of mountPoints()) {
+      if (targets.has(m) || m.startsWith(this.viewsDir + "/")) spawnSync("umount", ["-l", m]);
+    }
+  }
+}
+
+/** Mount points of this process's mount namespace (from /proc/self/mountinfo). */
+export function mountPoints(): string[] {
+  try {
+    return readFileSync("/proc/self/mountinfo", "utf8")
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => l.split(" ")[4]!.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))));
+  } catch {
+    return [];
+  }
+}
+
+let helperPath: string | null | undefined;
+let helperError: string | undefined;
+
+/** Compiles (once, cached by source hash) the mount helper; null when it cannot. */
+function helperBinary(cacheDir: string): string | null {
+  if (helperPath !== undefined && (helperPath === null || existsSync(helperPath))) return helperPath;
+  const here = dirname(fileURLToPath(import.meta.url));
+  const src = [join(here, "native", "template-mount.c"), resolve(here, "..", "..", "..", "src", "sandbox", "native", "template-mount.c")].find((c) => existsSync(c));
+  const prebuilt = join(here, "native", "slotpool-template-mount");
+  if (!src) {
+    helperPath = existsSync(prebuilt) ? prebuilt : null;
+    if (!helperPath) helperError = "template-mount.c not found";
+    return helperPath;
+  }
+  const hash = createHash("sha256").update(readFileSync(src)).digest("hex").slice(0, 12);
+  // Next to this module first (outlives any one server's data dir), else the state dir.
+  const outs = [join(here, "native"), cacheDir].map((d) => join(d, `slotpool-template-mount-${hash}`));
+  const found = outs.find((o) => existsSync(o));
+  if (found) return (helperPath = found);
+  const cc = findExecutable("cc") ?? findExecutable("gcc") ?? findExecutable("clang");
+  if (!cc) {
+    helperError = "no C compiler (cc) to build the mount helper";
+    return (helperPath = null);
+  }
+  for (const out of outs) {
+    const tmp = `${out}.${process.pid}.tmp`;
+    const res = spawnSync(cc, ["-O2", "-o", tmp, src], { encoding: "utf8", timeout: 60_000 });
+    if (res.status !== 0) {
+      helperError = `building the mount helper failed: ${(res.stderr || res.error?.message || "").trim()}`;
+      continue;
+    }
+    chmodSync(tmp, 0o700);
+    renameSync(tmp, out);
+    return (helperPath = out);
+  }
+  return (helperPath = null);
+}
