@@ -24,6 +24,7 @@ import type { RunResult } from "./runner.js";
 import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
+import { killProcessesOfUid } from "./process-barrier.js";
 
 /** Hermes names accepted as aliases. */
 const TOOL_ALIASES: Record<string, SandboxToolName> = {
@@ -231,13 +232,19 @@ export class SandboxService {
     return { success: false, output: "", error, execution_id: call.executionId, metadata: {} };
   }
 
-  /** Kills every process of the slot and deletes the workspace's contents. */
+  /**
+   * Kills every process of the slot and deletes the workspace's contents. A barrier: when
+   * it resolves, no process of the slot runs any more (each namespace's teardown is waited
+   * for; as root, no process of the slot's uid is left anywhere) and only then is the
+   * workspace wiped, so nothing of the previous trajectory can appear in it afterwards.
+   */
   async reset(slot: Slot): Promise<ResetResponse> {
     slot.killRunning();
     return slot.enqueue(() =>
       slot.withResetting(async () => {
         await this.stateful.stop(slot);
         await this.bash.resetSlot(slot);
+        if (slot.owner) await killProcessesOfUid(slot.owner.uid);
         slot.wipeWorkspace();
         this.metrics.resets.inc();
         // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous

@@ -6,6 +6,7 @@ import { dirname, join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import { fileURLToPath } from "node:url";
 import { bwrapArgs, findExecutable, READ_ONLY_ROOT } from "./isolation.js";
+import { firstChild, killNamespaceInit, type ProcessRef } from "./process-barrier.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
 
@@ -177,6 +178,8 @@ export class Holder {
   private dead = false;
   private stderrTail = "";
   private niced = false;
+  /** Init of the namespace's PID namespace (bwrap's child), known once the spawner said hello. */
+  private nsInit: ProcessRef | null = null;
 
   constructor(private readonly options: HolderOptions) {}
 
@@ -380,6 +383,8 @@ export class Holder {
     this.frameType = "";
     this.frameLeft = 0;
     if (type === "H") {
+      // The spawner runs, so bwrap's namespace init exists: remember it for the barrier in stop().
+      if (this.child?.pid !== undefined) this.nsInit = firstChild(this.child.pid);
       this.readyResolve?.();
       return;
     }
@@ -455,13 +460,20 @@ export class Holder {
     }
   }
 
-  /** Resolves once the holder process has exited. */
+  /**
+   * Resolves once every process of the namespace has exited (the reset barrier): bwrap's
+   * exit alone is not enough, its namespace init dies a moment later and the kernel kills
+   * the rest of the namespace only then, so the init is killed too and waited for.
+   */
   async stop(): Promise<void> {
     const child = this.child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise<void>((r) => child.once("exit", () => r()));
-    this.kill();
-    await exited;
+    const init = this.nsInit ?? (child?.pid !== undefined ? firstChild(child.pid) : null);
+    if (child && child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise<void>((r) => child.once("exit", () => r()));
+      this.kill();
+      await exited;
+    }
+    if (init) await killNamespaceInit(init);
   }
 }
 
