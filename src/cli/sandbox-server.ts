@@ -3,6 +3,7 @@ import { setFlagsFromString } from "node:v8";
 import { createLogger } from "../observability/logger.js";
 import { DEFAULT_LIMITS } from "../sandbox/limits.js";
 import { SandboxServer } from "../sandbox/server.js";
+import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../sandbox/slot-uids.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 const HELP = `usage: slotpool sandbox-server [options]
@@ -25,7 +26,8 @@ options:
   --max-read-mb N          read_file size cap, MB (default 10)
   --max-write-mb N         write_file size cap, MB (default 10)
   --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
-  --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000)
+  --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000; inside Nomad a block of
+                           its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model-hygiene.md)
   --no-sandbox             never use bubblewrap (testing the unsandboxed fallback)
 `;
 
@@ -90,7 +92,7 @@ export async function run(argv: string[]): Promise<number> {
     maxReadBytes: intFlag("max-read-mb", stringFlag(flags, "max-read-mb"), 10, 1) * MB,
     maxWriteBytes: intFlag("max-write-mb", stringFlag(flags, "max-write-mb"), 10, 1) * MB,
     defaultAllowNetwork: !boolFlag(flags, "no-network"),
-    slotUidBase: intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), 20_000, 1000),
+    slotUidBase: slotUidBase(stringFlag(flags, "slot-uid-base") === undefined ? undefined : intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), DEFAULT_SLOT_UID_BASE, 1000), allocId),
     disableSandbox: boolFlag(flags, "no-sandbox"),
   });
   const url = await server.listen();

@@ -69,10 +69,9 @@ export async function killNamespaceInit(init: ProcessRef, timeoutMs = 10_000): P
   }
 }
 
-/** Running processes whose real uid is `uid`. */
-export function processesOfUid(uid: number): number[] {
+/** Running processes whose real uid is `uid`, or in [uid, uid + count) with `count`. */
+export function processesOfUid(uid: number, count = 1): number[] {
   const pids: number[] = [];
-  const want = String(uid);
   for (const name of readdirSync("/proc")) {
     const c = name.charCodeAt(0);
     if (c < 48 || c > 57) continue;
@@ -82,8 +81,8 @@ export function processesOfUid(uid: number): number[] {
     } catch {
       continue;
     }
-    const uidLine = /\nUid:\s+(\d+)/.exec(status);
-    if (uidLine?.[1] !== want) continue;
+    const u = Number(/\nUid:\s+(\d+)/.exec(status)?.[1] ?? -1);
+    if (u < uid || u >= uid + count) continue;
     const state = /\nState:\s+(\S)/.exec(status)?.[1];
     if (state !== "Z" && state !== "X") pids.push(Number(name));
   }
