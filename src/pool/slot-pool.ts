@@ -3,7 +3,7 @@ import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry, type Counter, type Histogram } from "../observability/metrics.js";
 import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
+import { PoolNotRunningError, refusedScale, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
 import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
@@ -300,7 +300,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
             waiting: this.waiting + 1,
             containers: s.containers.total,
             maxContainers: this.config.maxContainers,
-          }, this.problemHint()),
+          }, this.problemHint(), refusedScale(this.scaleHistory, this.provisioner.kind)),
         );
       }, timeoutMs);
       signal?.addEventListener("abort", onAbort, { once: true });
@@ -668,7 +668,11 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private giveUp(container: ContainerRecord, reason: string): void {
     this.markLost(container, reason);
     if (this.provisioner.replaceContainer) {
-      void this.provisioner.replaceContainer(container.info.id, reason).catch(() => undefined);
+      // Nomad stops the allocation and places a new one; if it refuses, probe it instead.
+      void this.provisioner.replaceContainer(container.info.id, reason).catch((err: unknown) => {
+        this.logger.warn({ container: container.info.id, err: errorMessage(err) }, "could not replace a container that failed its checks; quarantined");
+        this.quarantine.set(container.info.id, { info: container.info, probing: false, healthyChecks: 0 });
+      });
     } else {
       this.quarantine.set(container.info.id, { info: container.info, probing: false, healthyChecks: 0 });
     }
