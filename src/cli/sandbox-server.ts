@@ -4,6 +4,7 @@ import { createLogger } from "../observability/logger.js";
 import { DEFAULT_LIMITS } from "../sandbox/limits.js";
 import { SandboxServer } from "../sandbox/server.js";
 import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../sandbox/slot-uids.js";
+import { checkAllowRanges } from "../sandbox/network.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 const HELP = `usage: slotpool sandbox-server [options]
@@ -28,6 +29,8 @@ options:
   --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
   --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000; inside Nomad a block of
                            its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model-hygiene.md)
+  --net-allow-ranges R     comma-separated IPv4 ranges a slot with network on may reach although private
+                           (e.g. 10.20.0.0/16); link-local and the host's own addresses stay unreachable
   --no-sandbox             never use bubblewrap (testing the unsandboxed fallback)
 `;
 
@@ -56,6 +59,7 @@ export async function run(argv: string[]): Promise<number> {
       "no-network": { type: "boolean" },
       "slot-uid-base": { type: "string" },
       "no-sandbox": { type: "boolean" },
+      "net-allow-ranges": { type: "string" },
     },
     HELP,
   );
@@ -94,6 +98,7 @@ export async function run(argv: string[]): Promise<number> {
     defaultAllowNetwork: !boolFlag(flags, "no-network"),
     slotUidBase: slotUidBase(stringFlag(flags, "slot-uid-base") === undefined ? undefined : intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), DEFAULT_SLOT_UID_BASE, 1000), allocId),
     disableSandbox: boolFlag(flags, "no-sandbox"),
+    netAllowRanges: allowRanges(stringFlag(flags, "net-allow-ranges")),
   });
   const url = await server.listen();
   // The launcher (src/pool/sandbox-process.ts) waits for this line: it is written whatever
@@ -105,6 +110,7 @@ export async function run(argv: string[]): Promise<number> {
       bwrap_available: server.service.bwrap.available,
       fast_path: server.service.spawnerPath !== null,
       cgroups: server.service.cgroups.mode,
+      internet: server.service.internetAccess ? "slirp4netns" : (server.service.internetReason ?? "none"),
       auth: token !== undefined,
     },
     "listening",
@@ -136,4 +142,13 @@ export async function run(argv: string[]): Promise<number> {
   logger.info("stopped");
   logger.flush();
   return 0;
+}
+
+function allowRanges(flag: string | undefined): string[] {
+  if (!flag) return [];
+  try {
+    return checkAllowRanges(flag.split(",").filter((r) => r.trim() !== ""));
+  } catch (err) {
+    throw new CliUsageError(`--net-allow-ranges: ${err instanceof Error ? err.message : String(err)}`);
+  }
 }

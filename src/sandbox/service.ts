@@ -25,6 +25,7 @@ import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
 import { killProcessesOfUid } from "./process-barrier.js";
+import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "./network.js";
 
 /** Hermes names accepted as aliases. */
 const TOOL_ALIASES: Record<string, SandboxToolName> = {
@@ -48,6 +49,8 @@ export interface SandboxServiceOptions {
   disableSpawner?: boolean;
   /** Do not create per-slot cgroups. */
   disableCgroups?: boolean;
+  /** IPv4 ranges a slot with network on may reach although private (`--net-allow-ranges`). */
+  netAllowRanges?: string[];
   maxReadBytes?: number;
   maxWriteBytes?: number;
   logger: Logger;
@@ -85,6 +88,9 @@ export class SandboxService {
   /** Host dir for server-side state (spawner binary cache, unsandboxed terminal sockets). */
   readonly stateDir: string;
   readonly stateful: StatefulSessions;
+  /** How a slot with network on reaches the internet (undefined: network on is refused, loopback only). */
+  readonly internetAccess: InternetAccess | undefined;
+  readonly internetReason: string | undefined;
   private readonly bash: BashExecutor;
   private closed = false;
 
@@ -128,11 +134,27 @@ export class SandboxService {
       this.spawnerPath = null;
       this.spawnerReason = options.disableSpawner ? "disabled" : "bubblewrap unavailable";
     }
+    const internet: InternetProbe = this.spawnerPath
+      ? probeInternet(this.stateDir, checkAllowRanges(options.netAllowRanges ?? []))
+      : { available: false, reason: "network on needs the per-slot spawner (one bubblewrap per call cannot host slirp4netns)" };
+    this.internetAccess = internet.available ? internet.access : undefined;
+    this.internetReason = internet.available ? undefined : internet.reason;
+    if (!internet.available && this.bwrap.available) this.logger.warn({ reason: internet.reason }, "network on is unavailable: calls with allow_network run loopback-only");
     this.cgroups = new SlotCgroups({ memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses }, this.logger, options.disableCgroups ?? false);
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);
     this.stateful = new StatefulSessions(this);
+  }
+
+  /**
+   * The network a call gets: on only where it means the internet and never the host (the
+   * slot's own namespace behind slirp4netns); otherwise loopback only (fail closed).
+   * Unsandboxed servers isolate nothing, network included.
+   */
+  effectiveNetwork(requested: boolean): boolean {
+    if (!this.bwrap.available) return requested;
+    return requested && this.internetAccess !== undefined;
   }
 
   slotById(id: string, field = "slot_id"): Slot {
