@@ -29,6 +29,9 @@ options:
   --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
   --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000; inside Nomad a block of
                            its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model-hygiene.md)
+  --disk-mb N              bound on what one slot writes to /tmp and /var/tmp (each), MB (default 1024)
+  --disk-workspace         as root: the workspace, /tmp and /var/tmp share one tmpfs of --disk-mb per slot
+                           (see docs/security-model-hygiene.md)
   --net-allow-ranges R     comma-separated IPv4 ranges a slot with network on may reach although private
                            (e.g. 10.20.0.0/16); link-local and the host's own addresses stay unreachable
   --no-sandbox             never use bubblewrap (testing the unsandboxed fallback)
@@ -60,6 +63,8 @@ export async function run(argv: string[]): Promise<number> {
       "slot-uid-base": { type: "string" },
       "no-sandbox": { type: "boolean" },
       "net-allow-ranges": { type: "string" },
+      "disk-mb": { type: "string" },
+      "disk-workspace": { type: "boolean" },
     },
     HELP,
   );
@@ -98,6 +103,8 @@ export async function run(argv: string[]): Promise<number> {
     defaultAllowNetwork: !boolFlag(flags, "no-network"),
     slotUidBase: slotUidBase(stringFlag(flags, "slot-uid-base") === undefined ? undefined : intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), DEFAULT_SLOT_UID_BASE, 1000), allocId),
     disableSandbox: boolFlag(flags, "no-sandbox"),
+    diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), 1024, 1) * MB,
+    boundWorkspace: boolFlag(flags, "disk-workspace"),
     netAllowRanges: allowRanges(stringFlag(flags, "net-allow-ranges")),
   });
   const url = await server.listen();
@@ -110,6 +117,7 @@ export async function run(argv: string[]): Promise<number> {
       bwrap_available: server.service.bwrap.available,
       fast_path: server.service.spawnerPath !== null,
       cgroups: server.service.cgroups.mode,
+      disk: server.service.disks.mode,
       internet: server.service.internetAccess ? "slirp4netns" : (server.service.internetReason ?? "none"),
       auth: token !== undefined,
     },

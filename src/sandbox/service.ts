@@ -25,6 +25,7 @@ import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
 import { killProcessesOfUid } from "./process-barrier.js";
+import { DEFAULT_DISK_BYTES, SlotDisks } from "./slot-disk.js";
 import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "./network.js";
 
 /** Hermes names accepted as aliases. */
@@ -49,6 +50,10 @@ export interface SandboxServiceOptions {
   disableSpawner?: boolean;
   /** Do not create per-slot cgroups. */
   disableCgroups?: boolean;
+  /** Bound on what a slot writes, bytes; see slot-disk.ts. */
+  diskBytes?: number;
+  /** As root, also bound the workspace (a tmpfs per slot mounted on the host); see slot-disk.ts. */
+  boundWorkspace?: boolean;
   /** IPv4 ranges a slot with network on may reach although private (`--net-allow-ranges`). */
   netAllowRanges?: string[];
   maxReadBytes?: number;
@@ -91,6 +96,7 @@ export class SandboxService {
   /** How a slot with network on reaches the internet (undefined: network on is refused, loopback only). */
   readonly internetAccess: InternetAccess | undefined;
   readonly internetReason: string | undefined;
+  readonly disks: SlotDisks;
   private readonly bash: BashExecutor;
   private closed = false;
 
@@ -119,6 +125,9 @@ export class SandboxService {
       slot.wipeWorkspace();
       this.slots.push(slot);
     }
+    this.disks = new SlotDisks(this.stateDir, options.diskBytes ?? DEFAULT_DISK_BYTES, isRoot && !options.disableSandbox && options.boundWorkspace === true);
+    this.disks.attachAll(this.slots);
+    if (this.disks.reason && options.boundWorkspace) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
     const first = this.slots[0];
     this.bwrap = options.disableSandbox
       ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox" }
@@ -268,6 +277,7 @@ export class SandboxService {
         await this.bash.resetSlot(slot);
         if (slot.owner) await killProcessesOfUid(slot.owner.uid);
         slot.wipeWorkspace();
+        this.disks.wipeTmp(slot);
         this.metrics.resets.inc();
         // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
         // trajectory: every process is dead and the workspace empty by now) for the network
@@ -302,6 +312,7 @@ export class SandboxService {
     await this.stateful.close();
     await this.bash.close();
     await this.cgroups.cleanup();
+    this.disks.detachAll(this.slots);
   }
 
   /** /etc/passwd and /etc/group overlays naming the slot's uid inside its sandbox. */

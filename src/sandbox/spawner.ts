@@ -130,6 +130,8 @@ export interface HolderOptions {
    * network, so callers pass it whenever network is allowed.
    */
   internet?: InternetAccess | undefined;
+  /** bubblewrap arguments for /tmp and /var/tmp (the slot's bounded disk). */
+  tmpArgs?: string[] | undefined;
   /** Extra host dirs bound read-write: [host path, sandbox path]. */
   extraBinds?: Array<[string, string]> | undefined;
   uid?: number | undefined;
@@ -205,7 +207,7 @@ export class Holder {
     const uid = o.uid ?? process.getuid?.() ?? 0;
     const gid = o.gid ?? o.uid ?? process.getgid?.() ?? 0;
     const args = [
-      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity }),
+      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity, tmpArgs: o.tmpArgs }),
       // Inside the holder's own user namespace (where it is root): the sandbox runs as the
       // slot's uid again, in a nested user namespace without any capability over the network.
       ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),

@@ -108,6 +108,7 @@ export class StatefulSessions {
           workspaceDir: slot.workspaceDir,
           allowNetwork,
           internet: svc.internetAccess,
+          tmpArgs: svc.disks.tmpArgs(slot),
           identity: svc.identity(slot),
           extraBinds: [[hostDir, SESSION_MOUNT]],
           uid: slot.owner?.uid,
