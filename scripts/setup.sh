@@ -14,6 +14,11 @@ command -v tar >/dev/null 2>&1 || need+=(tar)
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 # The security suite runs a small Python program inside a slot (test/security/fixtures).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# Network on = the internet, never the host: slirp4netns links each network-on slot's own
+# namespace out; unshare (util-linux) and ip (iproute2) set it up; the tests curl from a slot.
+command -v slirp4netns >/dev/null 2>&1 || need+=(slirp4netns)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need[*]}" >&2

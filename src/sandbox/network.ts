@@ -1,4 +1,4 @@
-import { readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { networkInterfaces } from "node:os";
 import { join } from "node:path";
 import { findExecutable } from "./isolation.js";
@@ -118,6 +118,9 @@ export function probeInternet(stateDir: string, allowRanges: string[]): Internet
   const unshare = findExecutable("unshare");
   if (!slirp4netns) return { available: false, reason: "slirp4netns is not installed (Debian: apt-get install slirp4netns)" };
   if (!unshare) return { available: false, reason: "unshare (util-linux) is not installed" };
+  if (!findExecutable("ip")) return { available: false, reason: "ip (iproute2) is not installed" };
+  // slirp4netns makes its tap device through /dev/net/tun (a container needs it passed in).
+  if (!existsSync("/dev/net/tun")) return { available: false, reason: "/dev/net/tun is missing (a container must be given the device)" };
   const ns = firstNameserver();
   const disableDns = !ns || ns.startsWith("127.") || ns === "::1" || ns.includes(":");
   const resolvConf = join(stateDir, "resolv.conf");
