@@ -88,24 +88,3 @@ export function processesOfUid(uid: number, count = 1): number[] {
   }
   return pids;
 }
-
-/**
- * SIGKILLs every process of `uid` until none runs (root with a uid per slot: whatever the
- * slot started, inside or outside its namespaces). Resolves when none is left.
- */
-export async function killProcessesOfUid(uid: number, timeoutMs = 10_000): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const pids = processesOfUid(uid);
-    if (pids.length === 0) return;
-    if (performance.now() > deadline) throw new Error(`processes of slot uid ${uid} still running ${timeoutMs} ms after SIGKILL: ${pids.join(", ")}`);
-    for (const pid of pids) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        /* exited meanwhile */
-      }
-    }
-    await new Promise((r) => setTimeout(r, 1));
-  }
-}

@@ -24,7 +24,6 @@ import type { RunResult } from "./runner.js";
 import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
-import { killProcessesOfUid } from "./process-barrier.js";
 import { DEFAULT_DISK_BYTES, SlotDisks } from "./slot-disk.js";
 import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "./network.js";
 
@@ -266,7 +265,7 @@ export class SandboxService {
   /**
    * Kills every process of the slot and deletes the workspace's contents. A barrier: when
    * it resolves, no process of the slot runs any more (each namespace's teardown is waited
-   * for; as root, no process of the slot's uid is left anywhere) and only then is the
+   * for, not only signalled) and only then is the
    * workspace wiped, so nothing of the previous trajectory can appear in it afterwards.
    */
   async reset(slot: Slot): Promise<ResetResponse> {
@@ -275,7 +274,6 @@ export class SandboxService {
       slot.withResetting(async () => {
         await this.stateful.stop(slot);
         await this.bash.resetSlot(slot);
-        if (slot.owner) await killProcessesOfUid(slot.owner.uid);
         slot.wipeWorkspace();
         this.disks.wipeTmp(slot);
         this.metrics.resets.inc();
