@@ -17,6 +17,11 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 # Headless Chromium for the report's browser tests (test/report), driven by playwright-core,
 # which never downloads a browser of its own. Large (~300 MB with its libraries).
 [ -x /usr/bin/chromium ] || need+=(chromium)
+# Network on = the internet, never the host: slirp4netns links each network-on slot's own
+# namespace out; unshare (util-linux) and ip (iproute2) set it up; the tests curl from a slot.
+command -v slirp4netns >/dev/null 2>&1 || need+=(slirp4netns)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need[*]}" >&2

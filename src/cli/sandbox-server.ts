@@ -3,6 +3,8 @@ import { setFlagsFromString } from "node:v8";
 import { createLogger } from "../observability/logger.js";
 import { DEFAULT_LIMITS } from "../sandbox/limits.js";
 import { SandboxServer } from "../sandbox/server.js";
+import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../sandbox/slot-uids.js";
+import { checkAllowRanges } from "../sandbox/network.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 const HELP = `usage: slotpool sandbox-server [options]
@@ -25,7 +27,13 @@ options:
   --max-read-mb N          read_file size cap, MB (default 10)
   --max-write-mb N         write_file size cap, MB (default 10)
   --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
-  --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000)
+  --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000; inside Nomad a block of
+                           its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model-hygiene.md)
+  --disk-mb N              bound on what one slot writes to /tmp and /var/tmp (each), MB (default 1024)
+  --disk-workspace         as root: the workspace, /tmp and /var/tmp share one tmpfs of --disk-mb per slot
+                           (see docs/security-model-hygiene.md)
+  --net-allow-ranges R     comma-separated IPv4 ranges a slot with network on may reach although private
+                           (e.g. 10.20.0.0/16); link-local and the host's own addresses stay unreachable
   --no-sandbox             never use bubblewrap (testing the unsandboxed fallback)
   --template-budget-mb N   disk budget of workspace templates, MB; unused ones are evicted LRU above it (default 4096)
 `;
@@ -56,6 +64,9 @@ export async function run(argv: string[]): Promise<number> {
       "slot-uid-base": { type: "string" },
       "no-sandbox": { type: "boolean" },
       "template-budget-mb": { type: "string" },
+      "net-allow-ranges": { type: "string" },
+      "disk-mb": { type: "string" },
+      "disk-workspace": { type: "boolean" },
     },
     HELP,
   );
@@ -92,9 +103,12 @@ export async function run(argv: string[]): Promise<number> {
     maxReadBytes: intFlag("max-read-mb", stringFlag(flags, "max-read-mb"), 10, 1) * MB,
     maxWriteBytes: intFlag("max-write-mb", stringFlag(flags, "max-write-mb"), 10, 1) * MB,
     defaultAllowNetwork: !boolFlag(flags, "no-network"),
-    slotUidBase: intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), 20_000, 1000),
+    slotUidBase: slotUidBase(stringFlag(flags, "slot-uid-base") === undefined ? undefined : intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), DEFAULT_SLOT_UID_BASE, 1000), allocId),
     disableSandbox: boolFlag(flags, "no-sandbox"),
     templateBudgetBytes: intFlag("template-budget-mb", stringFlag(flags, "template-budget-mb"), 4096, 1) * MB,
+    diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), 1024, 1) * MB,
+    boundWorkspace: boolFlag(flags, "disk-workspace"),
+    netAllowRanges: allowRanges(stringFlag(flags, "net-allow-ranges")),
   });
   const url = await server.listen();
   // The launcher (src/pool/sandbox-process.ts) waits for this line: it is written whatever
@@ -107,6 +121,8 @@ export async function run(argv: string[]): Promise<number> {
       fast_path: server.service.spawnerPath !== null,
       cgroups: server.service.cgroups.mode,
       limits: server.service.limitsInForce,
+      disk: server.service.disks.mode,
+      internet: server.service.internetAccess ? "slirp4netns" : (server.service.internetReason ?? "none"),
       auth: token !== undefined,
     },
     "listening",
@@ -138,4 +154,13 @@ export async function run(argv: string[]): Promise<number> {
   logger.info("stopped");
   logger.flush();
   return 0;
+}
+
+function allowRanges(flag: string | undefined): string[] {
+  if (!flag) return [];
+  try {
+    return checkAllowRanges(flag.split(",").filter((r) => r.trim() !== ""));
+  } catch (err) {
+    throw new CliUsageError(`--net-allow-ranges: ${err instanceof Error ? err.message : String(err)}`);
+  }
 }

@@ -36,6 +36,7 @@ import { parseNomadJson, stringifyNomadJson } from "./json.js";
 import { backoffDelayMs, DEFAULT_RETRY, sleep } from "./retry.js";
 import {
   AllocListSchema,
+  AllocStopResponseSchema,
   AllocationSchema,
   EvaluationListSchema,
   EvaluationSchema,
@@ -46,6 +47,7 @@ import {
   JobSchema,
   LeaderSchema,
   type AllocListStub,
+  type AllocStopResponse,
   type Allocation,
   type Evaluation,
   type Job,
@@ -316,6 +318,23 @@ export class NomadClient {
       if (err instanceof NomadNotFoundError) return { allocation: null, index: 0 };
       throw err;
     }
+  }
+
+  /**
+   * Stops one allocation; Nomad places a replacement (the job's count is unchanged), through
+   * the evaluation it answers with. Throws NomadNotFoundError for an unknown allocation.
+   */
+  async stopAllocation(allocId: string, options: { signal?: AbortSignal } = {}): Promise<AllocStopResponse> {
+    const { value } = await this.call(
+      {
+        method: "POST",
+        path: `/v1/allocation/${enc(allocId)}/stop`,
+        capability: "namespace:alloc-lifecycle",
+        signal: options.signal,
+      },
+      AllocStopResponseSchema,
+    );
+    return value;
   }
 
   // ------------------------------------------------------------------ scaling

@@ -233,6 +233,13 @@ export const JobDeregisterResponseSchema = JobRegisterResponseSchema.extend({
 });
 export type JobDeregisterResponse = z.output<typeof JobDeregisterResponseSchema>;
 
+/** structs.AllocStopResponse: the evaluation that places the stopped allocation's replacement. */
+export const AllocStopResponseSchema = z.looseObject({
+  EvalID: z.string(),
+  Index: z.number().int().optional(),
+});
+export type AllocStopResponse = z.output<typeof AllocStopResponseSchema>;
+
 const TaskGroupSummarySchema = z.looseObject({
   Queued: z.number().int().optional(),
   Complete: z.number().int().optional(),

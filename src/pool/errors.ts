@@ -31,14 +31,26 @@ export class SlotAcquireTimeoutError extends SlotPoolError {
     readonly counts: { slots: number; held: number; waiting: number; containers: number; maxContainers: number },
     /** What else the pool knows, e.g. the provisioner's last problem (no capacity, image pull). */
     readonly hint?: string,
+    /** The provisioner refused the last scale call (e.g. Nomad's error): that, not maxContainers, is the cause. */
+    readonly refusedScale?: string,
   ) {
     super(
       `no slot became free within ${timeoutMs} ms: ${counts.slots} slots exist, ${counts.held} are held, ` +
         `${counts.waiting} acquires are waiting (${counts.containers}/${counts.maxContainers} containers). ` +
-        `Raise maxContainers or slotsPerContainer, or release slots sooner.` +
+        (refusedScale ? `${refusedScale}; fix that (raising maxContainers does not help).` : `Raise maxContainers or slotsPerContainer, or release slots sooner.`) +
         (hint ? ` ${hint}` : ""),
     );
   }
+}
+
+/**
+ * "The <kind> provisioner refused to scale to N containers: <error>" when the last scale
+ * call of `log` (the pool's scale log, oldest first) failed within the last 10 minutes.
+ */
+export function refusedScale(log: readonly { at: number; to: number; ok: boolean; error?: string }[], kind: string): string | undefined {
+  const last = log[log.length - 1];
+  if (!last || last.ok || Date.now() - last.at > 10 * 60_000) return undefined;
+  return `The ${kind} provisioner refused to scale to ${last.to} containers: ${last.error ?? "unknown error"}`;
 }
 
 /** The pool is not running (not started yet, or stopped). */

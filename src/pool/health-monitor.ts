@@ -107,7 +107,11 @@ export class HealthMonitor {
     this.host.markLost(container, reason);
     const provisioner = this.host.provisioner;
     if (provisioner.replaceContainer) {
-      void provisioner.replaceContainer(container.info.id, reason).catch(() => undefined);
+      // Nomad stops the allocation and places a new one; if it refuses, probe it instead.
+      void provisioner.replaceContainer(container.info.id, reason).catch((err: unknown) => {
+        this.host.logger.warn({ container: container.info.id, err: errorMessage(err) }, "could not replace a container that failed its checks; quarantined");
+        this.quarantined.set(container.info.id, { info: container.info, probing: false, healthyChecks: 0 });
+      });
     } else {
       this.quarantined.set(container.info.id, { info: container.info, probing: false, healthyChecks: 0 });
     }

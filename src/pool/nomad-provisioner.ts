@@ -147,6 +147,21 @@ export class NomadProvisioner implements Provisioner {
     this.lastPlacementCheck = 0;
   }
 
+  /**
+   * A container that failed its health checks: its allocation is stopped through Nomad's API
+   * (`POST /v1/allocation/:id/stop`), and Nomad places a replacement (the count is unchanged).
+   * Left running, it would keep its node's resources and whatever state made it fail.
+   */
+  async replaceContainer(id: string, reason: string): Promise<void> {
+    const t = this.tracked.get(id);
+    try {
+      const { EvalID } = await this.client.stopAllocation(t?.allocId ?? id, { signal: this.abort.signal });
+      this.logger.warn({ alloc: t?.allocId ?? id, name: t?.name, reason, eval: EvalID }, "nomad provisioner: stopped an allocation the pool gave up on; Nomad replaces it");
+    } catch (err) {
+      throw toProvisionerError(err, `stopping allocation ${t?.name ?? id} (${reason})`);
+    }
+  }
+
   async describe(): Promise<string> {
     const lines: string[] = [`Nomad job '${this.jobId}' at ${this.client.address} (count ${this.target}):`];
     try {

@@ -6,7 +6,7 @@ import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { Autoscaler, type ScaleEvent } from "./autoscaler.js";
 import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, PoolTemplateError, SandboxRequestError, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
+import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { HealthMonitor } from "./health-monitor.js";
 import { PoolStatistics } from "./pool-statistics.js";
@@ -283,7 +283,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
             waiting: this.waiters.size + 1,
             containers: s.containers.total,
             maxContainers: this.config.maxContainers,
-          }, this.problemHint()),
+          }, this.problemHint(), refusedScale(this.scaler.log(), this.provisioner.kind)),
         );
       }, timeoutMs);
       signal?.addEventListener("abort", onAbort, { once: true });

@@ -48,6 +48,8 @@ export class BashExecutor {
         spawnerPath: svc.spawnerPath!,
         workspaceDir: slot.workspaceDir,
         allowNetwork,
+        internet: svc.internetAccess,
+        tmpArgs: svc.disks.tmpArgs(slot),
         identity: svc.identity(slot),
         uid: slot.owner?.uid,
         gid: slot.owner?.gid,
@@ -62,7 +64,7 @@ export class BashExecutor {
   async run(slot: Slot, args: BashArgs, envelopeTimeout: number | undefined, onChunk?: OnChunk): Promise<ToolOutcome> {
     const svc = this.service;
     const timeoutSec = this.timeoutSec(args, envelopeTimeout);
-    const allowNetwork = args.allow_network ?? svc.defaultAllowNetwork;
+    const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
     this.lastPolicy.set(slot.index, allowNetwork);
     const sandboxed = svc.bwrap.available;
     if (!sandboxed && args.require_sandbox) {
@@ -110,7 +112,7 @@ export class BashExecutor {
     } else {
       const script = ulimitPrologue(limits, timeoutSec) + args.command;
       const spec = sandboxed
-        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), tmpArgs: svc.disks.tmpArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,
@@ -162,7 +164,7 @@ export class BashExecutor {
    * second one. Resolves when the holder is ready (or failed; a failed holder is replaced
    * by the next call). No-op without the fast path or after shutdown.
    */
-  warm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.defaultAllowNetwork): Promise<void> {
+  warm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): Promise<void> {
     const svc = this.service;
     if (this.closed || !svc.bwrap.available || !svc.spawnerPath) return Promise.resolve();
     const existing = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
@@ -209,7 +211,7 @@ export class BashExecutor {
   }
 
   /** Whether the slot has a live namespace for `allowNetwork` (tests, /slots). */
-  isWarm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.defaultAllowNetwork): boolean {
+  isWarm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): boolean {
     const h = this.holders.get(slot.index);
     return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
   }

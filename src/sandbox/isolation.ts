@@ -41,6 +41,8 @@ export interface NamespaceOptions {
   allowNetwork: boolean;
   /** /etc/passwd and /etc/group that name the slot's uid (see `identityFiles`). */
   identity?: { passwd: string; group: string } | undefined;
+  /** How /tmp and /var/tmp are made (the slot's bounded disk); default: a tmpfs each. */
+  tmpArgs?: string[] | undefined;
 }
 
 /**
@@ -62,8 +64,7 @@ export function bwrapArgs(opts: NamespaceOptions): string[] {
     ...systemBindArgs(),
     "--proc", "/proc",
     "--dev", "/dev",
-    "--tmpfs", "/tmp",
-    "--tmpfs", "/var/tmp",
+    ...(opts.tmpArgs ?? ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]),
     ...(opts.identity ? ["--ro-bind", opts.identity.passwd, "/etc/passwd", "--ro-bind", opts.identity.group, "/etc/group"] : []),
     "--bind", opts.workspaceDir, "/workspace",
     "--chdir", "/workspace",

@@ -33,6 +33,8 @@ import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.j
 
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
+import { DEFAULT_DISK_BYTES, SlotDisks } from "./slot-disk.js";
+import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "./network.js";
 
 /** Hermes names accepted as aliases. */
 const TOOL_ALIASES: Record<string, SandboxToolName> = {
@@ -56,6 +58,12 @@ export interface SandboxServiceOptions {
   disableSpawner?: boolean;
   /** Do not create per-slot cgroups. */
   disableCgroups?: boolean;
+  /** Bound on what a slot writes, bytes; see slot-disk.ts. */
+  diskBytes?: number;
+  /** As root, also bound the workspace (a tmpfs per slot mounted on the host); see slot-disk.ts. */
+  boundWorkspace?: boolean;
+  /** IPv4 ranges a slot with network on may reach although private (`--net-allow-ranges`). */
+  netAllowRanges?: string[];
   maxReadBytes?: number;
   maxWriteBytes?: number;
   /** Size budget of workspace templates (LRU eviction of unused ones above it). */
@@ -96,6 +104,10 @@ export class SandboxService implements SlotHost {
   readonly stateful: StatefulSessions;
   /** Workspace templates: builds, and each slot's copy-on-write view (`slot-templates.ts`). */
   readonly templates: SlotTemplates;
+  /** How a slot with network on reaches the internet (undefined: network on is refused, loopback only). */
+  readonly internetAccess: InternetAccess | undefined;
+  readonly internetReason: string | undefined;
+  readonly disks: SlotDisks;
   private readonly bash: BashExecutor;
   private closed = false;
 
@@ -136,6 +148,9 @@ export class SandboxService implements SlotHost {
       slot.wipeWorkspace();
       this.slots.push(slot);
     }
+    this.disks = new SlotDisks(this.stateDir, options.diskBytes ?? DEFAULT_DISK_BYTES, isRoot && !options.disableSandbox && options.boundWorkspace === true);
+    this.disks.attachAll(this.slots);
+    if (this.disks.reason && options.boundWorkspace) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
     const first = this.slots[0];
     this.bwrap = options.disableSandbox
       ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox" }
@@ -151,6 +166,12 @@ export class SandboxService implements SlotHost {
       this.spawnerPath = null;
       this.spawnerReason = options.disableSpawner ? "disabled" : "bubblewrap unavailable";
     }
+    const internet: InternetProbe = this.spawnerPath
+      ? probeInternet(this.stateDir, checkAllowRanges(options.netAllowRanges ?? []))
+      : { available: false, reason: "network on needs the per-slot spawner (one bubblewrap per call cannot host slirp4netns)" };
+    this.internetAccess = internet.available ? internet.access : undefined;
+    this.internetReason = internet.available ? undefined : internet.reason;
+    if (!internet.available && this.bwrap.available) this.logger.warn({ reason: internet.reason }, "network on is unavailable: calls with allow_network run loopback-only");
     this.cgroups = new SlotCgroups({ memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses }, this.logger, options.disableCgroups ?? false);
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;
@@ -165,6 +186,16 @@ export class SandboxService implements SlotHost {
     this.bash = new BashExecutor(this);
     this.stateful = new StatefulSessions(this);
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
+  }
+
+  /**
+   * The network a call gets: on only where it means the internet and never the host (the
+   * slot's own namespace behind slirp4netns); otherwise loopback only (fail closed).
+   * Unsandboxed servers isolate nothing, network included.
+   */
+  effectiveNetwork(requested: boolean): boolean {
+    if (!this.bwrap.available) return requested;
+    return requested && this.internetAccess !== undefined;
   }
 
   slotById(id: string, field = "slot_id"): Slot {
@@ -271,7 +302,10 @@ export class SandboxService implements SlotHost {
 
   /**
    * Kills every process of the slot and deletes the workspace's contents; with `template`,
-   * the workspace then becomes a copy-on-write view of that template.
+   * the workspace then becomes a copy-on-write view of that template. A barrier: when it
+   * resolves, no process of the slot runs any more (each namespace's teardown is waited for,
+   * not only signalled) and only then is the workspace wiped, so nothing of the previous
+   * trajectory can appear in it afterwards.
    */
   async reset(slot: Slot, template?: string): Promise<ResetResponse> {
     const next = template === undefined ? undefined : this.templates.take(template);
@@ -285,6 +319,7 @@ export class SandboxService implements SlotHost {
         } catch (err) {
           return { success: false, output: "", error: `${slot.id} reset, but its view of template '${template}' failed: ${err instanceof Error ? err.message : String(err)}` };
         }
+        this.disks.wipeTmp(slot);
         this.metrics.resets.inc();
         // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
         // trajectory: every process is dead and the workspace empty by now) for the network
@@ -320,6 +355,7 @@ export class SandboxService implements SlotHost {
     await this.bash.close();
     this.templates.close();
     await this.cgroups.cleanup();
+    this.disks.detachAll(this.slots);
   }
 
   /** /etc/passwd and /etc/group overlays naming the slot's uid inside its sandbox. */

@@ -4,7 +4,9 @@ import type { BwrapProbe } from "./isolation.js";
 import type { CommandLimits } from "./limits.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
+import type { InternetAccess } from "./network.js";
 import type { Slot } from "./slot.js";
+import type { SlotDisks } from "./slot-disk.js";
 import type { ToolOutcome } from "./tool-outcome.js";
 
 /**
@@ -24,6 +26,11 @@ export interface SlotHost {
   readonly stateDir: string;
   /** RLIMIT_AS for every command where no slot cgroup bounds memory (0: none). */
   readonly addressSpaceBytes: number;
+  /** How a slot with network on reaches the internet (undefined: loopback only). */
+  readonly internetAccess: InternetAccess | undefined;
+  readonly disks: SlotDisks;
+  /** Whether a call asking for `requested` network gets it (network on needs internet access). */
+  effectiveNetwork(requested: boolean): boolean;
   identity(slot: Slot): { passwd: string; group: string };
   newOutputName(): string;
   outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutSec: number }): ToolOutcome;

@@ -1,12 +1,14 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
-import { accessSync, chmodSync, constants as fsc, copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, renameSync } from "node:fs";
+import { accessSync, chmodSync, constants as fsc, copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, renameSync } from "node:fs";
 import { setPriority } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import { fileURLToPath } from "node:url";
 import { blockedForOthers } from "../host/reachable.js";
-import { bwrapArgs, findExecutable, READ_ONLY_ROOT } from "./isolation.js";
+import { bwrapArgs, findExecutable, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
+import type { InternetAccess } from "./network.js";
+import { firstChild, killNamespaceInit, type ProcessRef } from "./process-barrier.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
 
@@ -168,6 +170,14 @@ export interface HolderOptions {
   workspaceDir: string;
   allowNetwork: boolean;
   identity?: { passwd: string; group: string } | undefined;
+  /**
+   * With `allowNetwork`: the slot's own network namespace linked to the internet by
+   * slirp4netns (see network.ts). Without it a network-on holder would share the host's
+   * network, so callers pass it whenever network is allowed.
+   */
+  internet?: InternetAccess | undefined;
+  /** bubblewrap arguments for /tmp and /var/tmp (the slot's bounded disk). */
+  tmpArgs?: string[] | undefined;
   /** Extra host dirs bound read-write: [host path, sandbox path]. */
   extraBinds?: Array<[string, string]> | undefined;
   uid?: number | undefined;
@@ -223,6 +233,8 @@ export class Holder {
   private dead = false;
   private stderrTail = "";
   private niced = false;
+  /** Init of the namespace's PID namespace (bwrap's child), known once the spawner said hello. */
+  private nsInit: ProcessRef | null = null;
 
   constructor(private readonly options: HolderOptions) {}
 
@@ -237,18 +249,29 @@ export class Holder {
   start(): Promise<void> {
     if (this.ready) return this.ready;
     const o = this.options;
+    const internet = o.allowNetwork ? o.internet : undefined;
+    const uid = o.uid ?? process.getuid?.() ?? 0;
+    const gid = o.gid ?? o.uid ?? process.getgid?.() ?? 0;
     const args = [
-      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity }),
+      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity, tmpArgs: o.tmpArgs }),
+      // Inside the holder's own user namespace (where it is root): the sandbox runs as the
+      // slot's uid again, in a nested user namespace without any capability over the network.
+      ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(o.extraBinds ?? []).flatMap(([src, dest]) => ["--bind", src, dest]),
       "--tmpfs", "/run",
       "--ro-bind", o.spawnerPath, SPAWNER_MOUNT,
       ...READ_ONLY_ROOT,
     ];
     // Arguments travel through fd 3 (`--args 3`) so the sandbox's /proc/1/cmdline does
-    // not show host paths.
-    const child = spawn(o.bwrapPath, ["--args", "3", "--", SPAWNER_MOUNT], {
+    // not show host paths. Network on: unshare makes the namespaces, the shell waits for
+    // slirp4netns ("go" on stdin), sets the routes, then becomes bubblewrap.
+    const bwrapCmd = [o.bwrapPath, "--args", "3", "--", SPAWNER_MOUNT];
+    const [file, argv] = internet
+      ? [internet.unshare, ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), ...bwrapCmd]]
+      : [o.bwrapPath, bwrapCmd.slice(1)];
+    const child = spawn(file, argv, {
       stdio: ["pipe", "pipe", "pipe", "pipe"],
-      env: {},
+      env: internet ? { PATH: SANDBOX_PATH } : {},
       detached: true,
       ...(o.uid !== undefined ? { uid: o.uid, gid: o.gid ?? o.uid } : {}),
     });
@@ -285,7 +308,49 @@ export class Holder {
       this.readyReject?.(new Error(`slot sandbox did not start within 10 s${this.stderrTail ? `: ${this.stderrTail.trim()}` : ""}`));
       this.kill();
     }, 10_000);
+    if (internet && child.pid !== undefined) {
+      this.startNetwork(child.pid, internet, uid, gid).then(
+        () => child.stdin!.write("go\n"),
+        (err: unknown) => {
+          this.readyReject?.(err instanceof Error ? err : new Error(String(err)));
+          this.kill();
+        },
+      );
+    }
     return this.ready.finally(() => clearTimeout(timer));
+  }
+
+  private slirp: ChildProcess | null = null;
+
+  /** slirp4netns for the holder's network namespace, as the slot's uid; resolves when it is up. */
+  private async startNetwork(pid: number, net: InternetAccess, uid: number, gid: number): Promise<void> {
+    // Until unshare has run, /proc/<pid>/ns/* are the host's: never hand those to slirp4netns.
+    const own = { net: nsLink("self", "net"), user: nsLink("self", "user") };
+    const deadline = performance.now() + 5_000;
+    for (;;) {
+      const n = nsLink(String(pid), "net");
+      const u = nsLink(String(pid), "user");
+      if (n && u && n !== own.net && u !== own.user) break;
+      if (this.dead || performance.now() > deadline) throw new Error(`the slot's network namespace did not appear${this.stderrTail ? `: ${this.stderrTail.trim()}` : ""}`);
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    const slirp = spawn(
+      net.slirp4netns,
+      ["--configure", "--mtu=65520", "--disable-host-loopback", ...(net.disableDns ? ["--disable-dns"] : []), "--ready-fd=3", "--exit-fd=4", `--userns-path=/proc/${pid}/ns/user`, String(pid), "tap0"],
+      { stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"], env: {}, detached: true, ...(process.getuid?.() === 0 ? { uid, gid } : {}) },
+    );
+    this.slirp = slirp;
+    let err = "";
+    slirp.stderr!.setEncoding("utf8");
+    slirp.stderr!.on("data", (d: string) => {
+      err = (err + d).slice(-1000);
+    });
+    (slirp.stdio[4] as NodeJS.WritableStream).on("error", () => undefined);
+    await new Promise<void>((resolve, reject) => {
+      (slirp.stdio[3] as NodeJS.ReadableStream).once("data", () => resolve());
+      slirp.once("error", (e) => reject(new Error(`could not start slirp4netns: ${e.message}`)));
+      slirp.once("exit", (code) => reject(new Error(`slirp4netns exited (code ${code}): ${err.trim()}`)));
+    });
   }
 
   /**
@@ -426,6 +491,8 @@ export class Holder {
     this.frameType = "";
     this.frameLeft = 0;
     if (type === "H") {
+      // The spawner runs, so bwrap's namespace init exists: remember it for the barrier in stop().
+      if (this.child?.pid !== undefined) this.nsInit = firstChild(this.child.pid);
       this.readyResolve?.();
       return;
     }
@@ -489,6 +556,13 @@ export class Holder {
 
   /** Kills the namespace and everything in it (bwrap --die-with-parent chain). */
   kill(): void {
+    if (this.slirp?.pid !== undefined && this.slirp.exitCode === null && this.slirp.signalCode === null) {
+      try {
+        this.slirp.kill("SIGKILL");
+      } catch {
+        /* gone */
+      }
+    }
     if (!this.child || this.child.pid === undefined) return;
     try {
       process.kill(-this.child.pid, "SIGKILL");
@@ -501,13 +575,37 @@ export class Holder {
     }
   }
 
-  /** Resolves once the holder process has exited. */
+  /**
+   * Resolves once every process of the namespace has exited (the reset barrier): bwrap's
+   * exit alone is not enough, its namespace init dies a moment later and the kernel kills
+   * the rest of the namespace only then, so the init is killed too and waited for.
+   */
   async stop(): Promise<void> {
     const child = this.child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise<void>((r) => child.once("exit", () => r()));
-    this.kill();
-    await exited;
+    const init = this.nsInit ?? (child?.pid !== undefined ? firstChild(child.pid) : null);
+    if (child && child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise<void>((r) => child.once("exit", () => r()));
+      this.kill();
+      await exited;
+    }
+    if (init) await killNamespaceInit(init);
+    const slirp = this.slirp;
+    if (slirp && slirp.exitCode === null && slirp.signalCode === null) {
+      const gone = new Promise<void>((r) => slirp.once("exit", () => r()));
+      slirp.kill("SIGKILL");
+      await gone;
+    }
+  }
+}
+
+/** Network on: wait for slirp4netns, set the slot's routes, become bubblewrap (see network.ts). */
+const NET_SETUP = `read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; shift; exec "$@"`;
+
+function nsLink(pid: string, ns: string): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/${ns}`);
+  } catch {
+    return undefined;
   }
 }
 

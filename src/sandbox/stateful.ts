@@ -107,6 +107,8 @@ export class StatefulSessions {
           spawnerPath: svc.spawnerPath,
           workspaceDir: slot.workspaceDir,
           allowNetwork,
+          internet: svc.internetAccess,
+          tmpArgs: svc.disks.tmpArgs(slot),
           identity: svc.identity(slot),
           extraBinds: [[hostDir, SESSION_MOUNT]],
           uid: slot.owner?.uid,
@@ -184,7 +186,7 @@ export class StatefulSessions {
     const refused = this.refuse(args);
     if (refused) return refused;
     const svc = this.service;
-    const allowNetwork = args.allow_network ?? svc.defaultAllowNetwork;
+    const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
     const timeoutSec = Math.min(args.timeout ?? envelopeTimeout ?? svc.limits.defaultTimeoutSec, svc.limits.maxTimeoutSec);
     const session = this.session(slot, allowNetwork);
     const n = `${Date.now().toString(36)}${(session.seq++).toString(36)}`;
@@ -219,7 +221,7 @@ export class StatefulSessions {
     const refused = this.refuse(args);
     if (refused) return refused;
     const svc = this.service;
-    const allowNetwork = args.allow_network ?? svc.defaultAllowNetwork;
+    const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
     const timeoutSec = Math.min(args.timeout ?? envelopeTimeout ?? 30, svc.limits.maxTimeoutSec);
     if (args.action === "stop") {
       await this.stop(slot);

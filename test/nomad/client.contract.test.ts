@@ -3,6 +3,7 @@
  * replayed by nock. Real network is disabled, so a request that escapes interception
  * fails the test instead of reaching anything.
  */
+import { readFileSync } from "node:fs";
 import nock from "nock";
 import { describe, expect, it } from "vitest";
 import { allocationHttpAddress, allocationNameIndex, latestTaskEvents } from "../../src/nomad/allocation.js";
@@ -158,6 +159,23 @@ describe("requests and documented answers", () => {
   it("deregisterJob sends purge=true", async () => {
     nock(ADDR).delete("/v1/job/example").query({ purge: "true" }).reply(200, fixtureText("job-deregister.response.json"), JSON_HEADERS);
     expect((await client().deregisterJob("example", { purge: true })).JobModifyIndex).toBe(34);
+  });
+
+  it("stopAllocation: POST /v1/allocation/:id/stop, no body; the documented answer {EvalID, Index}; 404 names the allocation", async () => {
+    // fixtures/allocation-stop.response.json: the sample response of Nomad's HTTP API docs,
+    // "Stop Allocation" (api-docs/allocations), copied into the repo.
+    const body = readFileSync(new URL("./fixtures/allocation-stop.response.json", import.meta.url), "utf8");
+    let sent: unknown = "unset";
+    nock(ADDR)
+      .post("/v1/allocation/5456bd7a-9fc0-c0dd-6131-cbee77f57577/stop", (b) => {
+        sent = b;
+        return true;
+      })
+      .reply(200, body, JSON_HEADERS);
+    nock(ADDR).post("/v1/allocation/gone/stop").reply(404, "alloc not found", TEXT_HEADERS);
+    expect(await client().stopAllocation("5456bd7a-9fc0-c0dd-6131-cbee77f57577")).toEqual({ EvalID: "5456bd7a-9fc0-c0dd-6131-cbee77f57577", Index: 54 });
+    expect(sent).toBe("");
+    await expect(client().stopAllocation("gone")).rejects.toBeInstanceOf(NomadNotFoundError);
   });
 
   it("jobEvaluations and readEvaluation (related) parse the documented answers", async () => {

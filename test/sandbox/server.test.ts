@@ -200,10 +200,12 @@ describe("sandbox server: network policy", () => {
     await s?.stop();
   });
 
-  it("reaches a host listener when allowed and not when allow_network is false", async () => {
+  it("network on reaches the internet, never the host's loopback (issue 11); allow_network false has loopback only", async () => {
     const probe = `exec 3<>/dev/tcp/127.0.0.1/${port} && head -c 4 <&3`;
-    const allowed = await s.bash(0, probe, { allow_network: true });
-    expect(allowed.output).toBe("pong");
+    const allowed = await s.bash(0, `${probe}; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '`, { allow_network: true });
+    expect(allowed.output).not.toContain("pong");
+    // Its own network (slirp4netns's tap0), not the host's.
+    expect(allowed.output).toContain("lo tap0");
     expect(allowed.metadata.network_isolated).toBe(false);
     const denied = await s.bash(0, probe, { allow_network: false });
     expect(denied.success).toBe(false);

@@ -618,6 +618,27 @@ export class EmulatedCluster {
     void proc.stop(2_000).then(finish, finish);
   }
 
+  /**
+   * POST /v1/allocation/:id/stop: the allocation is stopped (DesiredStatus stop, task
+   * killed) and, while its job still wants that name, a replacement is placed at once
+   * through an evaluation triggered by "alloc-stop" (Nomad: "stops and reschedules").
+   * Undefined for an unknown allocation.
+   */
+  stopAndReplace(allocId: string): { evalId: string; index: number } | undefined {
+    const alloc = this.allocs.get(allocId);
+    if (!alloc) return undefined;
+    const job = this.jobs.get(key(alloc.namespace, alloc.jobId));
+    if (!job) return undefined;
+    const evaluation = this.createEval(job, "alloc-stop");
+    const wasLive = isLive(alloc);
+    this.stopAllocation(alloc, "alloc was stopped by the user");
+    const group = (job.spec["TaskGroups"] as Json[]).find((g) => g["Name"] === alloc.taskGroup);
+    const wanted = !job.stop && job.createIndex === alloc.jobCreateIndex && group !== undefined && alloc.nameIndex < Number(group["Count"]);
+    const taken = this.jobAllocs(job).some((a) => a !== alloc && a.nameIndex === alloc.nameIndex && a.taskGroup === alloc.taskGroup && isLive(a));
+    if (wasLive && wanted && !taken) this.place(job, group, alloc.nameIndex, evaluation.id, alloc);
+    return { evalId: evaluation.id, index: evaluation.modifyIndex };
+  }
+
   /** Kills the allocation's process as a crash would (not an emulator stop): the allocation fails. */
   async killAllocation(allocId: string, signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
     const alloc = this.allocs.get(allocId);

@@ -226,6 +226,13 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
       only(method, ["GET"]);
       return readAllocation(req, res, url, id);
     }
+    if (resource === "allocation" && id && sub === "stop") {
+      // Nomad's "Stop Allocation": POST (PUT accepted), answers {EvalID, Index}; 404 for an unknown id.
+      only(method, ["POST", "PUT"]);
+      const stopped = cluster.stopAndReplace(id);
+      if (!stopped) throw new HttpError(404, "alloc not found");
+      return sendJson(res, 200, { EvalID: stopped.evalId, Index: stopped.index }, { "X-Nomad-Index": String(stopped.index) });
+    }
     if (resource === "evaluation" && id && sub === undefined) {
       only(method, ["GET"]);
       const e = cluster.evals.get(id);

@@ -1,0 +1,129 @@
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { networkInterfaces } from "node:os";
+import { join } from "node:path";
+import { findExecutable } from "./isolation.js";
+
+/**
+ * "Network on" for a slot: the internet, never the host. A slot with `allow_network: true`
+ * gets a network namespace of its own, linked to the outside by slirp4netns (a user-mode
+ * TCP/IP stack from Debian, run as the slot's uid with host loopback disabled): its
+ * connections leave through the host's ordinary sockets, so they reach what the host can
+ * reach, minus what the slot's routing table makes unreachable. That table is written by
+ * the server before the slot's first process starts, and the slot cannot change it (its
+ * processes have no capability over that namespace). Unreachable:
+ *  - the host's loopback: 127.0.0.0/8 is the namespace's own loopback, and slirp4netns's
+ *    gateway alias for the host (10.0.2.2) is disabled (--disable-host-loopback);
+ *  - every address of the host's interfaces (a listener on 0.0.0.0 is not reachable either);
+ *  - link-local 169.254.0.0/16 (cloud metadata), always;
+ *  - private and shared ranges (10/8, 172.16/12, 192.168/16, 100.64/10, 0/8) unless listed in
+ *    `allowRanges` (`--net-allow-ranges`);
+ *  - the rest of slirp4netns's own 10.0.2.0/24 (other addresses there are passed through
+ *    to the real network): only the gateway and the DNS forwarder (10.0.2.3) stay.
+ * DNS: the slot's /etc/resolv.conf names 10.0.2.3, which slirp4netns forwards to the host's
+ * first nameserver; a host whose nameserver is a loopback address gets no DNS forwarder
+ * (it would open the host's loopback), and the slot then has no name resolution.
+ * Works as root (slirp4netns runs as the slot's uid) and as non-root alike: the namespace
+ * is made by `unshare --user --map-root-user --net` (the holder's own user namespace), the
+ * routes are set in it, then bubblewrap starts the slot's sandbox in a nested user
+ * namespace under the slot's uid.
+ */
+
+export const SLIRP_GATEWAY = "10.0.2.2";
+export const SLIRP_DNS = "10.0.2.3";
+/** Never reachable, whatever `allowRanges` says. */
+export const LINK_LOCAL = "169.254.0.0/16";
+export const PRIVATE_RANGES = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "0.0.0.0/8"];
+
+export interface InternetAccess {
+  slirp4netns: string;
+  unshare: string;
+  /** `ip -batch` lines run inside the slot's namespace before its sandbox starts. */
+  routes: string[];
+  /** Host file bound at the slot's /etc/resolv.conf. */
+  resolvConf: string;
+  /** The host's resolver is a loopback address: slirp4netns runs without its DNS forwarder. */
+  disableDns: boolean;
+}
+
+export type InternetProbe = { available: true; access: InternetAccess } | { available: false; reason: string };
+
+export class NetworkRangeError extends Error {
+  override name = "NetworkRangeError";
+  readonly code = "bad_network_range";
+}
+
+/** Parses "a.b.c.d/n" (IPv4 only); throws NetworkRangeError naming the problem. */
+export function parseCidr(cidr: string): { base: number; bits: number; text: string } {
+  const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\/(\d{1,2})$/.exec(cidr.trim());
+  const octets = m ? m.slice(1, 5).map(Number) : [];
+  const bits = m ? Number(m[5]) : NaN;
+  if (!m || octets.some((o) => o > 255) || bits > 32) throw new NetworkRangeError(`'${cidr}' is not an IPv4 range like 198.18.0.0/15`);
+  const addr = ((octets[0]! << 24) | (octets[1]! << 16) | (octets[2]! << 8) | octets[3]!) >>> 0;
+  const mask = bits === 0 ? 0 : (0xffffffff << (32 - bits)) >>> 0;
+  const base = (addr & mask) >>> 0;
+  return { base, bits, text: `${[24, 16, 8, 0].map((s) => (base >>> s) & 255).join(".")}/${bits}` };
+}
+
+function overlaps(a: string, b: string): boolean {
+  const x = parseCidr(a);
+  const y = parseCidr(b);
+  const bits = Math.min(x.bits, y.bits);
+  const mask = bits === 0 ? 0 : (0xffffffff << (32 - bits)) >>> 0;
+  return ((x.base & mask) >>> 0) === ((y.base & mask) >>> 0);
+}
+
+/** Validates `--net-allow-ranges` entries: IPv4 ranges, none touching link-local. */
+export function checkAllowRanges(ranges: string[]): string[] {
+  return ranges.map((r) => {
+    const { text } = parseCidr(r);
+    if (overlaps(text, LINK_LOCAL)) throw new NetworkRangeError(`'${r}' overlaps link-local ${LINK_LOCAL} (cloud metadata), which slots never reach`);
+    if (overlaps(text, "127.0.0.0/8")) throw new NetworkRangeError(`'${r}' overlaps loopback: a slot's 127.0.0.0/8 is its own, the host's is never reachable`);
+    return text;
+  });
+}
+
+/** IPv4 addresses of the host's interfaces (loopback excluded). */
+export function hostAddresses(): string[] {
+  const out: string[] = [];
+  for (const list of Object.values(networkInterfaces())) {
+    for (const a of list ?? []) if (a.family === "IPv4" && !a.internal) out.push(a.address);
+  }
+  return out;
+}
+
+/** The routing table of a slot with network on (`ip -batch` lines). */
+export function slotRoutes(allowRanges: string[], hostAddrs: string[]): string[] {
+  const lines = ["link set lo up"];
+  for (const r of [...PRIVATE_RANGES, LINK_LOCAL]) lines.push(`route add unreachable ${r}`);
+  // slirp4netns's network: only its gateway and DNS forwarder.
+  lines.push("route add unreachable 10.0.2.0/25", "route add unreachable 10.0.2.128/25");
+  lines.push(`route add ${SLIRP_GATEWAY}/32 dev tap0`, `route add ${SLIRP_DNS}/32 dev tap0`);
+  for (const r of allowRanges) lines.push(`route add ${r} via ${SLIRP_GATEWAY} dev tap0`);
+  // Last and most specific: the host itself, even inside an allowed range.
+  for (const a of hostAddrs) lines.push(`route add unreachable ${a}/32`);
+  return lines;
+}
+
+function firstNameserver(): string | undefined {
+  try {
+    return /^\s*nameserver\s+(\S+)/m.exec(readFileSync("/etc/resolv.conf", "utf8"))?.[1];
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether slots can get the internet here (slirp4netns and unshare installed), and how. */
+export function probeInternet(stateDir: string, allowRanges: string[]): InternetProbe {
+  const slirp4netns = findExecutable("slirp4netns");
+  const unshare = findExecutable("unshare");
+  if (!slirp4netns) return { available: false, reason: "slirp4netns is not installed (Debian: apt-get install slirp4netns)" };
+  if (!unshare) return { available: false, reason: "unshare (util-linux) is not installed" };
+  if (!findExecutable("ip")) return { available: false, reason: "ip (iproute2) is not installed" };
+  // slirp4netns makes its tap device through /dev/net/tun (a container needs it passed in).
+  if (!existsSync("/dev/net/tun")) return { available: false, reason: "/dev/net/tun is missing (a container must be given the device)" };
+  const ns = firstNameserver();
+  const disableDns = !ns || ns.startsWith("127.") || ns === "::1" || ns.includes(":");
+  const resolvConf = join(stateDir, "resolv.conf");
+  writeFileSync(resolvConf, disableDns ? "# no DNS: the host's resolver is on its loopback, which slots never reach\n" : `nameserver ${SLIRP_DNS}\n`, { mode: 0o644 });
+  return { available: true, access: { slirp4netns, unshare, routes: slotRoutes(allowRanges, hostAddresses()), resolvConf, disableDns } };
+}

@@ -1,0 +1,90 @@
+import { readdirSync, readFileSync } from "node:fs";
+
+/**
+ * The reset barrier: helpers that make "every process of the slot is dead" a fact the
+ * server waits for, not a signal it sent. Killing a holder's bwrap only starts the
+ * teardown: its namespace's init dies through PR_SET_PDEATHSIG a moment later, and the
+ * kernel kills the rest of the PID namespace after that. Until then a process of the
+ * previous trajectory can still write into the workspace.
+ */
+
+/** A process identified by pid and start time (a pid alone may be reused). */
+export interface ProcessRef {
+  pid: number;
+  startTime: string;
+}
+
+/** `/proc/<pid>/stat` split after the command name (which may hold spaces and parentheses). */
+function statFields(pid: number): string[] | null {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return null;
+  }
+  const close = stat.lastIndexOf(")");
+  // Fields from 3 (state) on: index 0 = state, index 19 = starttime (field 22).
+  return close < 0 ? null : stat.slice(close + 2).split(" ");
+}
+
+export function processRef(pid: number): ProcessRef | null {
+  const f = statFields(pid);
+  return f ? { pid, startTime: f[19] ?? "" } : null;
+}
+
+/** Whether the process still runs (a zombie has exited: it can do nothing more). */
+export function isRunning(ref: ProcessRef): boolean {
+  const f = statFields(ref.pid);
+  if (!f || f[19] !== ref.startTime) return false;
+  return f[0] !== "Z" && f[0] !== "X";
+}
+
+/** The first child of `pid` (bwrap's child: the init of the sandbox's PID namespace). */
+export function firstChild(pid: number): ProcessRef | null {
+  try {
+    const kids = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(" ").filter(Boolean);
+    return kids[0] ? processRef(Number(kids[0])) : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Kills the init of a PID namespace and resolves once it has exited. The kernel kills
+ * every other process of the namespace and waits for them before init itself exits, so
+ * when this resolves no process of the namespace runs any more.
+ */
+export async function killNamespaceInit(init: ProcessRef, timeoutMs = 10_000): Promise<void> {
+  if (isRunning(init)) {
+    try {
+      process.kill(init.pid, "SIGKILL");
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  const deadline = performance.now() + timeoutMs;
+  while (isRunning(init)) {
+    if (performance.now() > deadline) throw new Error(`process ${init.pid} (a slot's PID namespace) did not exit within ${timeoutMs} ms of SIGKILL`);
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
+/** Running processes whose real uid is `uid`, or in [uid, uid + count) with `count`. */
+export function processesOfUid(uid: number, count = 1): number[] {
+  const pids: number[] = [];
+  for (const name of readdirSync("/proc")) {
+    const c = name.charCodeAt(0);
+    if (c < 48 || c > 57) continue;
+    let status: string;
+    try {
+      status = readFileSync(`/proc/${name}/status`, "utf8");
+    } catch {
+      continue;
+    }
+    const u = Number(/\nUid:\s+(\d+)/.exec(status)?.[1] ?? -1);
+    if (u < uid || u >= uid + count) continue;
+    const state = /\nState:\s+(\S)/.exec(status)?.[1];
+    if (state !== "Z" && state !== "X") pids.push(Number(name));
+  }
+  return pids;
+}

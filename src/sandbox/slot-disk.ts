@@ -1,0 +1,122 @@
+import { spawnSync } from "node:child_process";
+import { chownSync, mkdirSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import type { Slot } from "./slot.js";
+
+/**
+ * A bound on everything a slot writes: its workspace and its /tmp and /var/tmp.
+ *
+ * As root: one tmpfs of `--disk-mb` per slot, mounted on the host at
+ * `<data dir>/.slotpool/disk_<i>` (owned by the slot's uid, mode 0700), holding
+ * `workspace/` (bind-mounted onto the slot's workspace dir, so the file tools, artifacts
+ * and every namespace of the slot see it), `tmp/` and `var-tmp/` (bound at /tmp and
+ * /var/tmp in each of the slot's namespaces). A write past the bound fails with ENOSPC in
+ * that slot only; reset empties the three dirs, which frees the space at once. A later
+ * copy-on-write workspace (an overlayfs view of a template) composes: its upper and work
+ * dirs go on the same tmpfs. tmpfs lives in memory (and swap): the bound is also what a
+ * full slot costs in RAM, charged to the memory cgroup of the slot that wrote it.
+ * Not root (no mount on the host), and by default: /tmp and /var/tmp are tmpfs of
+ * `--disk-mb` each in the slot's namespaces (bubblewrap --size), gone with the namespace;
+ * the workspace is bounded only with `--disk-workspace` (root). Why opt-in: a mount on the
+ * host outlives a server killed with SIGKILL (its data dir cannot be removed until it is
+ * unmounted; the next server on that data dir unmounts it at start).
+ */
+/** Default `--disk-mb`: 1 GiB per slot. */
+export const DEFAULT_DISK_BYTES = 1024 * 1024 * 1024;
+
+export class SlotDisks {
+  private readonly mounted = new Map<number, { disk: string; tmp: string; varTmp: string }>();
+  mode: "tmpfs" | "tmp-only";
+  /** Why the workspace is not bounded (not root, or mounting failed), for logs and /health. */
+  reason: string | undefined;
+
+  constructor(
+    private readonly stateDir: string,
+    readonly bytes: number,
+    boundWorkspace: boolean,
+  ) {
+    this.mode = boundWorkspace ? "tmpfs" : "tmp-only";
+    this.reason = boundWorkspace ? undefined : "only /tmp and /var/tmp are bounded, the workspace is not (--disk-workspace, as root, bounds it)";
+  }
+
+  /** Mounts every slot's disk; if the host refuses (no CAP_SYS_ADMIN), bounds /tmp only. */
+  attachAll(slots: Slot[]): void {
+    try {
+      for (const slot of slots) this.attach(slot);
+    } catch (err) {
+      this.detachAll(slots);
+      this.mode = "tmp-only";
+      this.reason = `cannot mount a tmpfs per slot (${err instanceof Error ? err.message : String(err)}): only /tmp and /var/tmp are bounded, the workspace is not`;
+    }
+  }
+
+  /** Mounts the slot's tmpfs and binds its workspace (root); call after `slot.prepare()`. */
+  attach(slot: Slot): void {
+    if (this.mode !== "tmpfs") return;
+    const disk = join(this.stateDir, `disk_${slot.index}`);
+    // A crashed server may have left both mounts: start from empty ones.
+    unmount(slot.workspaceDir);
+    unmount(disk);
+    mkdirSync(disk, { recursive: true, mode: 0o700 });
+    const owner = slot.owner ?? { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+    run("mount", ["-t", "tmpfs", "-o", `size=${this.bytes},mode=0700,uid=${owner.uid},gid=${owner.gid},nosuid,nodev`, "tmpfs", disk]);
+    const dirs = { disk, workspace: join(disk, "workspace"), tmp: join(disk, "tmp"), varTmp: join(disk, "var-tmp") };
+    for (const d of [dirs.workspace, dirs.tmp, dirs.varTmp]) {
+      mkdirSync(d, { mode: 0o700 });
+      chownSync(d, owner.uid, owner.gid);
+    }
+    run("mount", ["--bind", dirs.workspace, slot.workspaceDir]);
+    this.mounted.set(slot.index, dirs);
+  }
+
+  /** bubblewrap arguments for the slot's /tmp and /var/tmp. */
+  tmpArgs(slot: Slot): string[] {
+    const m = this.mounted.get(slot.index);
+    if (m) return ["--bind", m.tmp, "/tmp", "--bind", m.varTmp, "/var/tmp"];
+    return ["--size", String(this.bytes), "--tmpfs", "/tmp", "--size", String(this.bytes), "--tmpfs", "/var/tmp"];
+  }
+
+  /** Empties the slot's /tmp and /var/tmp (reset, after every process of the slot is dead). */
+  wipeTmp(slot: Slot): void {
+    const m = this.mounted.get(slot.index);
+    if (!m) return;
+    for (const d of [m.tmp, m.varTmp]) for (const name of readdirSync(d)) rmSync(join(d, name), { recursive: true, force: true });
+  }
+
+  /** Unmounts every slot's disk (shutdown, once the slots' processes are gone). */
+  detachAll(slots: Slot[]): void {
+    for (const slot of slots) {
+      const m = this.mounted.get(slot.index);
+      if (!m) continue;
+      unmount(slot.workspaceDir);
+      unmount(m.disk);
+      this.mounted.delete(slot.index);
+    }
+  }
+}
+
+function run(cmd: string, args: string[]): void {
+  const r = spawnSync(cmd, args, { encoding: "utf8", timeout: 10_000 });
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed: ${(r.stderr || r.error?.message || `exit ${r.status}`).trim()}`);
+}
+
+function isMountPoint(path: string): boolean {
+  try {
+    return readFileSync("/proc/self/mountinfo", "utf8")
+      .split("\n")
+      .some((l) => l.split(" ")[4] === path);
+  } catch {
+    return false;
+  }
+}
+
+function unmount(path: string): void {
+  while (isMountPoint(path)) {
+    const r = spawnSync("umount", [path], { encoding: "utf8", timeout: 10_000 });
+    if (r.status !== 0) {
+      // Busy (a process of a crashed server still holds it): detach it lazily.
+      spawnSync("umount", ["-l", path], { timeout: 10_000 });
+      if (isMountPoint(path)) throw new Error(`cannot unmount ${path}: ${(r.stderr || "").trim()}`);
+    }
+  }
+}
