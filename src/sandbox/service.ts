@@ -27,7 +27,7 @@ import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
 import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
-import { spawnerBinary, spawnerUnavailableReason } from "./spawner.js";
+import { spawnerBinary, spawnerUnavailableReason } from "./spawner-binary.js";
 import { limitsInForce, type LimitsInForce } from "./limits-in-force.js";
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.js";
 

@@ -1,12 +1,9 @@
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { createHash } from "node:crypto";
-import { accessSync, chmodSync, constants as fsc, copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, renameSync } from "node:fs";
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync, readlinkSync } from "node:fs";
 import { setPriority } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
-import { fileURLToPath } from "node:url";
-import { blockedForOthers } from "../host/reachable.js";
-import { bwrapArgs, findExecutable, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
+import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
 import type { InternetAccess } from "./network.js";
 import { firstChild, killNamespaceInit, type ProcessRef } from "./process-barrier.js";
 import type { CappedOutput } from "./output.js";
@@ -33,133 +30,6 @@ import type { RunResult } from "./runner.js";
  * When the C helper cannot be built (no C compiler), the server falls back to one bubblewrap
  * per call (`bash.ts`), with the same isolation, only slower.
  */
-
-let binaryPath: string | null | undefined;
-let binaryError: string | undefined;
-
-function sourcePath(): string | null {
-  const here = dirname(fileURLToPath(import.meta.url));
-  const candidates = [
-    join(here, "native", "spawner.c"),
-    // dist/src/sandbox → src/sandbox/native
-    resolve(here, "..", "..", "..", "src", "sandbox", "native", "spawner.c"),
-  ];
-  return candidates.find((c) => existsSync(c)) ?? null;
-}
-
-function writable(dir: string): boolean {
-  try {
-    mkdirSync(dir, { recursive: true });
-    accessSync(dir, fsc.W_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/**
- * Path of the compiled spawner, compiling it (once, cached by source hash) when needed.
- * `SLOTPOOL_SPAWNER` may point at a prebuilt binary (the sandbox image builds it).
- * Returns null (with `spawnerUnavailableReason()`) when it cannot be built.
- */
-export function spawnerBinary(cacheDirs: string[], options: { othersMustReach?: boolean } = {}): string | null {
-  if (binaryPath !== undefined) return binaryPath;
-  const found = locateSpawner(cacheDirs);
-  binaryPath = found && options.othersMustReach ? reachableSpawner(found, cacheDirs) : found;
-  return binaryPath;
-}
-
-function locateSpawner(cacheDirs: string[]): string | null {
-  const explicit = process.env["SLOTPOOL_SPAWNER"];
-  if (explicit) {
-    if (!existsSync(explicit)) binaryError = `SLOTPOOL_SPAWNER=${explicit} does not exist`;
-    return existsSync(explicit) ? explicit : null;
-  }
-  // Prebuilt next to this module (the sandbox image compiles it in its build stage:
-  // `cc -O2 -o dist/src/sandbox/native/slotpool-spawner src/sandbox/native/spawner.c`).
-  const prebuilt = join(dirname(fileURLToPath(import.meta.url)), "native", "slotpool-spawner");
-  const src = sourcePath();
-  if (!src && existsSync(prebuilt)) return prebuilt;
-  if (!src) {
-    binaryError = "spawner source (src/sandbox/native/spawner.c) not found";
-    return null;
-  }
-  const code = readFileSync(src);
-  const hash = createHash("sha256").update(code).digest("hex").slice(0, 12);
-  const here = dirname(fileURLToPath(import.meta.url));
-  const dirs = [join(here, "native"), ...cacheDirs];
-  for (const d of dirs) {
-    const p = join(d, `slotpool-spawner-${hash}`);
-    if (existsSync(p)) return p;
-  }
-  const cc = findExecutable("cc") ?? findExecutable("gcc") ?? findExecutable("clang");
-  if (!cc) {
-    binaryError = "no C compiler (cc) to build the spawner";
-    return null;
-  }
-  for (const d of dirs) {
-    if (!writable(d)) continue;
-    const p = join(d, `slotpool-spawner-${hash}`);
-    const tmp = `${p}.${process.pid}.tmp`;
-    const res = spawnSync(cc, ["-O2", "-o", tmp, src], { encoding: "utf8", timeout: 60_000 });
-    if (res.status !== 0) {
-      binaryError = `building the spawner failed: ${(res.stderr || res.error?.message || "").trim()}`;
-      continue;
-    }
-    chmodSync(tmp, 0o755);
-    renameSync(tmp, p);
-    return p;
-  }
-  binaryError ??= "no writable directory for the spawner binary";
-  return null;
-}
-
-/**
- * Root-owned directory for runtime files every slot uid must reach, whatever the checkout's
- * location (`/run` is root's, mode 0755, on every systemd or Docker host).
- */
-export const RUNTIME_DIR = "/run/slotpool";
-
-/**
- * A root server's slots start their namespace as their own uid, and bubblewrap, running as that
- * uid, must reach the spawner to bind it. A checkout under a private directory (/root, a
- * `mktemp -d`) hides the binary built next to the code: then it is copied (content-addressed)
- * into RUNTIME_DIR, or else into a cache dir (the data dir's state dir, already checked to be
- * reachable). Null, with the reason, when no such place exists.
- */
-function reachableSpawner(found: string, cacheDirs: string[]): string | null {
-  if (!blockedForOthers(dirname(found))) return found;
-  const code = readFileSync(found);
-  const name = `slotpool-spawner-${createHash("sha256").update(code).digest("hex").slice(0, 12)}`;
-  const dirs = [RUNTIME_DIR, ...cacheDirs];
-  for (const d of dirs) {
-    if (!writable(d)) continue;
-    try {
-      if (d === RUNTIME_DIR) chmodSync(d, 0o755);
-      const st = lstatSync(d);
-      // Only a directory no one else can write to may hold a binary every slot executes.
-      if (!st.isDirectory() || st.uid !== process.getuid?.() || (st.mode & 0o022) !== 0) continue;
-    } catch {
-      continue;
-    }
-    if (blockedForOthers(d)) continue;
-    const p = join(d, name);
-    if (!existsSync(p)) {
-      const tmp = `${p}.${process.pid}.tmp`;
-      copyFileSync(found, tmp);
-      chmodSync(tmp, 0o755);
-      renameSync(tmp, p);
-    }
-    return p;
-  }
-  const blocked = blockedForOthers(dirname(found))!;
-  binaryError = `the spawner ${found} is out of reach of the slot uids (${blocked.dir} is not searchable by others) and none of ${dirs.join(", ")} can hold a copy`;
-  return null;
-}
-
-export function spawnerUnavailableReason(): string | undefined {
-  return binaryError;
-}
 
 /** Where the spawner appears inside the sandbox. */
 const SPAWNER_MOUNT = "/run/slotpool/spawner";
