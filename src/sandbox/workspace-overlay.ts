@@ -1,13 +1,12 @@
 import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
-import { createHash, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type { Logger } from "pino";
-import { findExecutable } from "./isolation.js";
+import { compileNative, NATIVE_DIR, nativeSource, prebuiltNative } from "./native-build.js";
 import type { Slot } from "./slot.js";
 import type { Template } from "./templates.js";
 
@@ -236,34 +235,16 @@ let helperError: string | undefined;
 /** Compiles (once, cached by source hash) the mount helper; null when it cannot. */
 function helperBinary(cacheDir: string): string | null {
   if (helperPath !== undefined && (helperPath === null || existsSync(helperPath))) return helperPath;
-  const here = dirname(fileURLToPath(import.meta.url));
-  const src = [join(here, "native", "template-mount.c"), resolve(here, "..", "..", "..", "src", "sandbox", "native", "template-mount.c")].find((c) => existsSync(c));
-  const prebuilt = join(here, "native", "slotpool-template-mount");
+  const src = nativeSource("template-mount.c");
+  const prebuilt = prebuiltNative("slotpool-template-mount");
   if (!src) {
     helperPath = existsSync(prebuilt) ? prebuilt : null;
     if (!helperPath) helperError = "template-mount.c not found";
     return helperPath;
   }
-  const hash = createHash("sha256").update(readFileSync(src)).digest("hex").slice(0, 12);
   // Next to this module first (outlives any one server's data dir), else the state dir.
-  const outs = [join(here, "native"), cacheDir].map((d) => join(d, `slotpool-template-mount-${hash}`));
-  const found = outs.find((o) => existsSync(o));
-  if (found) return (helperPath = found);
-  const cc = findExecutable("cc") ?? findExecutable("gcc") ?? findExecutable("clang");
-  if (!cc) {
-    helperError = "no C compiler (cc) to build the mount helper";
-    return (helperPath = null);
-  }
-  for (const out of outs) {
-    const tmp = `${out}.${process.pid}.tmp`;
-    const res = spawnSync(cc, ["-O2", "-o", tmp, src], { encoding: "utf8", timeout: 60_000 });
-    if (res.status !== 0) {
-      helperError = `building the mount helper failed: ${(res.stderr || res.error?.message || "").trim()}`;
-      continue;
-    }
-    chmodSync(tmp, 0o700);
-    renameSync(tmp, out);
-    return (helperPath = out);
-  }
+  const built = compileNative("slotpool-template-mount", src, [NATIVE_DIR, cacheDir], 0o700);
+  if ("path" in built) return (helperPath = built.path);
+  helperError = built.error;
   return (helperPath = null);
 }
