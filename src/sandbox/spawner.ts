@@ -169,9 +169,10 @@ export class Holder {
     child.stderr!.on("data", (s: string) => {
       this.stderrTail = (this.stderrTail + s).slice(-2000);
     });
-    child.stdin!.on("error", () => {
-      /* holder died; handled on exit */
-    });
+    // Every stdio end is a socket: a holder SIGKILLed with data in flight (reset's barrier)
+    // makes a read fail with ECONNRESET. That death is handled on exit; an unhandled stream
+    // error would take the whole server down instead.
+    for (const stream of child.stdio) stream?.on("error", () => undefined);
     child.once("error", (err) => this.onExit(`could not start bubblewrap: ${err.message}`));
     child.once("exit", (code, signal) => this.onExit(`slot sandbox process exited (code ${code}, signal ${signal})${this.stderrTail ? `: ${this.stderrTail.trim()}` : ""}`));
     const timer = setTimeout(() => {
@@ -215,7 +216,7 @@ export class Holder {
     slirp.stderr!.on("data", (d: string) => {
       err = (err + d).slice(-1000);
     });
-    (slirp.stdio[4] as NodeJS.WritableStream).on("error", () => undefined);
+    for (const stream of slirp.stdio) stream?.on("error", () => undefined);
     await new Promise<void>((resolve, reject) => {
       (slirp.stdio[3] as NodeJS.ReadableStream).once("data", () => resolve());
       slirp.once("error", (e) => reject(new Error(`could not start slirp4netns: ${e.message}`)));
