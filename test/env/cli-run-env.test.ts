@@ -45,7 +45,7 @@ describe("slotpool process / evaluate on the example env (oracle policy, local p
     expect(r.stdout).toMatch(/slot losses\s+0/);
     const lines = (await readFile(out, "utf8")).trim().split("\n");
     expect(lines).toHaveLength(4);
-    expect(r.stdout).toContain(`report            ${join(dir, "shell-tasks.html")}`);
+    expect(r.stdout).toMatch(new RegExp(`^  report +${join(dir, "shell-tasks.html").replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} `, "m"));
     const kinds = new Set<string>();
     for (const l of lines) {
       const g = JSON.parse(l) as { scores: number[]; messages: Array<Array<{ role: string; content: string }>> };
@@ -64,7 +64,7 @@ describe("slotpool process / evaluate on the example env (oracle policy, local p
     expect((await readFile(join(outDir, "samples.jsonl"), "utf8")).trim().split("\n")).toHaveLength(4);
     expect(r.stdout).toMatch(/solve_rate\s+1/);
     // The report beside samples.jsonl: each eval task a sample, with its tool calls timed.
-    expect(r.stdout).toContain(`report            ${join(outDir, "samples.html")}`);
+    expect(r.stdout).toMatch(new RegExp(`^  report +${join(outDir, "samples.html").replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} `, "m"));
     const html = await readFile(join(outDir, "samples.html"), "utf8");
     expect(html.match(/<section class="group"/g)).toHaveLength(4);
     // Conversations are data the page builds on opening: [kind, turn, tool, exit code, ms, error, output].

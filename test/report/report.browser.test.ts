@@ -84,7 +84,7 @@ describe("the HTML report in a real browser", () => {
     const out = join(dir, "shell-tasks.jsonl");
     const r = await runCli(["process", "examples/shell-tasks/env.ts", "--out", out, "--groups", "4", "--group-size", "2", "--no-progress"]);
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toContain(`report            ${join(dir, "shell-tasks.html")}`);
+    expect(r.stdout).toMatch(new RegExp(`^  report +${join(dir, "shell-tasks.html").replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} `, "m"));
     expect(r.stdout).toMatch(/slowest tools:\n\s+tool\s+calls\s+errors\s+p50\s+p99\s+max\n\s+(bash|read_file|write_file)\s+\d+\s+0/);
 
     const { page, dialogs, errors } = await openReport(pathToFileURL(join(dir, "shell-tasks.html")).href);
