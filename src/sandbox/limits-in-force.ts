@@ -20,11 +20,14 @@ export interface LimitsInForce {
   cpu_weight: "cgroup" | "none";
   /** rlimits set on every command. */
   rlimits: string[];
+  /** Disk: the slot's whole writable storage on one tmpfs of `disk_mb`, or only its /tmp and /var/tmp. */
+  disk: "workspace_and_tmp" | "tmp_only";
+  disk_mb: number;
   /** What is not bounded per slot here, in words. */
   gaps: string[];
 }
 
-export function limitsInForce(opts: { perSlotUids: boolean; cgroups: "v1" | "v2" | "none"; addressSpaceBytes: number; limits: CommandLimits; uid: number }): LimitsInForce {
+export function limitsInForce(opts: { perSlotUids: boolean; cgroups: "v1" | "v2" | "none"; addressSpaceBytes: number; limits: CommandLimits; uid: number; disk: { mode: "tmpfs" | "tmp-only"; bytes: number } }): LimitsInForce {
   const cg = opts.cgroups !== "none";
   const gaps: string[] = [];
   if (!opts.perSlotUids) {
@@ -40,12 +43,17 @@ export function limitsInForce(opts: { perSlotUids: boolean; cgroups: "v1" | "v2"
     );
     gaps.push("no per-slot CPU weight (no cgroup)");
   }
-  gaps.push("a slot's total disk use");
+  const diskMb = Math.round(opts.disk.bytes / 1048576);
+  if (opts.disk.mode !== "tmpfs") {
+    gaps.push(`a slot's workspace disk use (its /tmp and /var/tmp are bounded at ${diskMb} MB each; --disk-workspace, as root, bounds the workspace too)`);
+  }
   return {
     per_slot_uids: opts.perSlotUids,
     memory: cg ? "cgroup" : opts.addressSpaceBytes > 0 ? "rlimit_as_per_process" : "none",
     pids: cg ? "cgroup" : opts.perSlotUids ? "rlimit_nproc_per_slot_uid" : "rlimit_nproc_shared_uid",
     cpu_weight: cg ? "cgroup" : "none",
+    disk: opts.disk.mode === "tmpfs" ? "workspace_and_tmp" : "tmp_only",
+    disk_mb: diskMb,
     rlimits: ["RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CPU", "RLIMIT_CORE=0", ...(opts.addressSpaceBytes > 0 ? ["RLIMIT_AS"] : [])],
     gaps,
   };

@@ -181,6 +181,7 @@ export class SandboxService implements SlotHost {
       addressSpaceBytes: this.addressSpaceBytes,
       limits: this.limits,
       uid: process.getuid?.() ?? 0,
+      disk: { mode: this.disks.mode, bytes: this.disks.bytes },
     });
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);

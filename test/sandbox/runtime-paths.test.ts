@@ -105,7 +105,9 @@ describe("the bounds in force", () => {
       const health = (await s.get("/health")).json;
       expect(listening?.limits).toEqual(health.limits);
       expect(health.limits.per_slot_uids).toBe(isRoot);
-      expect(health.limits.gaps).toContain("a slot's total disk use");
+      // Without --disk-workspace only /tmp and /var/tmp are bounded, and the gaps say so.
+      expect(health.limits.disk).toBe("tmp_only");
+      expect(health.limits.gaps.some((g: string) => g.startsWith("a slot's workspace disk use"))).toBe(true);
       if (!isRoot) expect(health.limits.pids).toBe("rlimit_nproc_shared_uid");
     } finally {
       await s.stop();
