@@ -1,3 +1,4 @@
+// Longer than 500 lines on purpose: every Nomad API body the client reads, in one place to check against fields.json.
 /**
  * zod schemas of the Nomad HTTP API bodies slotpool sends and reads, written against
  * shared/nomad-api/ (docs samples, Go structs in fields.json, one real capture).

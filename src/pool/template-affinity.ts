@@ -3,19 +3,14 @@ import type { TemplateBuildRequest, TemplateBuildResponse } from "../protocol/sa
 import { PoolTemplateError } from "./errors.js";
 import type { ContainerRecord } from "./records.js";
 import type { SlotLease } from "./slot-lease.js";
+import type { TemplateSpec } from "./types.js";
+
+export type { TemplateSpec };
 
 /**
  * A workspace template as the env names it: a name and how to build it (setup commands run
  * in /workspace, optional files written first). See docs/templates.md.
  */
-export interface TemplateSpec {
-  name: string;
-  setup: string[];
-  files?: Record<string, string>;
-  /** Build time limit, seconds (the server caps it with its --max-timeout). */
-  timeoutS?: number;
-}
-
 /**
  * Which containers of the pool hold which templates, so that:
  * - acquire prefers a free slot on a container that already holds the item's template

@@ -9,7 +9,6 @@ import type {
   ExecuteResponse,
   ResetResponse,
 } from "../protocol/sandbox.js";
-import type { TemplateSpec } from "./template-affinity.js";
 
 /** One call as the pool sends it to a slot: the execute body without `slot_id`. */
 export interface SlotCall {
@@ -89,4 +88,13 @@ export interface SlotPoolLike {
   stop(options?: { purge?: boolean }): Promise<void>;
   /** Builds `spec` on the slot's container unless held there, then resets the slot into it. */
   useTemplate?(slot: Slot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
+}
+
+/** A workspace template: `files` written, then `setup` run once per container in a sandbox; slots get a copy-on-write view of the result. */
+export interface TemplateSpec {
+  name: string;
+  setup: string[];
+  files?: Record<string, string>;
+  /** Build time limit, seconds (the server caps it with its --max-timeout). */
+  timeoutS?: number;
 }

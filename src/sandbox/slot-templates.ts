@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import type { TemplateBuildRequest, TemplateBuildResponse, TemplateListResponse } from "../protocol/sandbox.js";
-import type { SandboxService } from "./service.js";
+import type { SlotHost } from "./slot-host.js";
 import type { Slot } from "./slot.js";
 import { sandboxedTemplateBuilder } from "./template-build.js";
 import { TemplateStore, type Template } from "./templates.js";
@@ -18,7 +18,7 @@ export class SlotTemplates {
   readonly store: TemplateStore;
   readonly views: WorkspaceViews;
 
-  constructor(svc: SandboxService, budgetBytes: number) {
+  constructor(svc: SlotHost, budgetBytes: number) {
     // Builds run as slot_0's uid (when slots have their own uids): a uid of this server's
     // block, never root; every slot sees the files as its own through the id-mapped view.
     const buildOwner = svc.slots[0]?.owner;

@@ -3,7 +3,7 @@ import { bwrapArgs, identityFiles, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolat
 import { ulimitPrologue } from "./limits.js";
 import { CappedOutput } from "./output.js";
 import { runProcess } from "./runner.js";
-import type { SandboxService } from "./service.js";
+import type { SlotHost } from "./slot-host.js";
 import type { TemplateBuilder } from "./templates.js";
 
 /**
@@ -13,7 +13,7 @@ import type { TemplateBuilder } from "./templates.js";
  * and one wall-clock deadline for the whole build. Commands run in order; the first that
  * fails ends the build and is named in the error.
  */
-export function sandboxedTemplateBuilder(svc: SandboxService, owner: { uid: number; gid: number } | undefined): TemplateBuilder {
+export function sandboxedTemplateBuilder(svc: SlotHost, owner: { uid: number; gid: number } | undefined): TemplateBuilder {
   return async (treeDir, setup, timeoutSec) => {
     const deadline = performance.now() + timeoutSec * 1000;
     const outputs: string[] = [];
