@@ -149,8 +149,6 @@ export class SandboxService implements SlotHost {
       this.slots.push(slot);
     }
     this.disks = new SlotDisks(this.stateDir, options.diskBytes ?? DEFAULT_DISK_BYTES, isRoot && !options.disableSandbox && options.boundWorkspace === true);
-    this.disks.attachAll(this.slots);
-    if (this.disks.reason && options.boundWorkspace) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
     const first = this.slots[0];
     this.bwrap = options.disableSandbox
       ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox" }
@@ -187,6 +185,10 @@ export class SandboxService implements SlotHost {
     this.bash = new BashExecutor(this);
     this.stateful = new StatefulSessions(this);
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
+    // After the template views: they unmount whatever a killed server left on the workspaces,
+    // which would take the disk bound's fresh mounts with it.
+    this.disks.attachAll(this.slots);
+    if (this.disks.reason && options.boundWorkspace) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
   }
 
   /**
