@@ -146,12 +146,16 @@ describe("the image's spawner (the server's fast path)", () => {
   const buildStage = instructions.slice(0, instructions.lastIndexOf(instructions.filter((i) => i.keyword === "FROM").at(-1)!));
   const buildRuns = buildStage.filter((i) => i.keyword === "RUN").map((i) => i.args);
   // Where the built server looks for a prebuilt spawner: next to dist/src/sandbox/spawner.js.
-  const spawnerTs = readFileSync(join(repo, "src", "sandbox", "spawner.ts"), "utf8");
+  const spawnerTs = readFileSync(join(repo, "src", "sandbox", "spawner-binary.ts"), "utf8");
+  const nativeBuildTs = readFileSync(join(repo, "src", "sandbox", "native-build.ts"), "utf8");
   const prebuilt = "dist/src/sandbox/native/slotpool-spawner";
   const compile = buildRuns.join(" && ").split(/&&|;/).map((c) => c.trim()).find((c) => /^(cc|gcc)\s/.test(c));
 
   it("is compiled in the build stage, after the TypeScript, at the path the server looks for, and shipped", () => {
-    expect(spawnerTs).toContain('join(dirname(fileURLToPath(import.meta.url)), "native", "slotpool-spawner")');
+    // The server looks for <this module's folder>/native/slotpool-spawner.
+    expect(spawnerTs).toContain('prebuiltNative("slotpool-spawner")');
+    expect(nativeBuildTs).toContain("const HERE = dirname(fileURLToPath(import.meta.url));");
+    expect(nativeBuildTs).toContain('return join(HERE, "native", name);');
     const installs = buildRuns.join("\n");
     expect(installs).toMatch(/apt-get install[^&;]*\bgcc\b/);
     expect(installs).toMatch(/apt-get install[^&;]*\blibc6-dev\b/);
