@@ -55,7 +55,7 @@ options:
   --max-batch-size N         executor batch size (default ${D.maxBatchSize})
   --default-timeout S        timeout of calls that name none, seconds (default ${D.toolTimeoutS}, max 600)
 
-Defaults are the tool backend's (docs/executor.md, "Configuration").
+Defaults are the tool backend's, shared with env configs (docs/executor.md, "One backend").
 Nomad settings come from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, ...
 `;
 

@@ -1,3 +1,5 @@
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { AgentEnvConfigSchema } from "../../src/env/config.js";
 import { ToolBackendConfigError, ToolBackendConfigSchema, ToolBackendSettingsSchema, parseToolBackendConfig } from "../../src/executor/backend-config.js";
@@ -46,5 +48,28 @@ describe("the tool backend config: one schema, one set of defaults", () => {
   it("ignores an env config's own fields, so an env config can be passed whole", () => {
     const env = AgentEnvConfigSchema.parse({ groupSize: 3, slotsPerContainer: 3 });
     expect(parseToolBackendConfig(env).slotsPerContainer).toBe(3);
+  });
+});
+
+describe("slotpool executor-server flags map onto the backend config", () => {
+  const cli = fileURLToPath(new URL("../../dist/src/cli/main.js", import.meta.url));
+  const run = (...args: string[]) => spawnSync(process.execPath, [cli, "executor-server", ...args], { encoding: "utf8", timeout: 30_000 });
+
+  it("--help shows the schema's defaults", () => {
+    const d = ToolBackendConfigSchema.parse({});
+    const help = run("--help").stdout;
+    expect(help).toContain(`--slots-per-container N    slots per container (default ${d.slotsPerContainer})`);
+    expect(help).toContain(`(default ${d.acquireTimeoutMs})`);
+    expect(help).toContain("--allow-network");
+  });
+
+  it("a bad value gets an error naming its flag, before anything starts", () => {
+    const r = run("--slots-per-container", "0", "--driver", "podman");
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/--slots-per-container 0: .*>=1/);
+    expect(r.stderr).toContain('--driver "podman": nomadDriver must be docker, raw_exec or exec');
+    const order = run("--min-containers", "3", "--max-containers", "2");
+    expect(order.status).toBe(2);
+    expect(order.stderr).toContain("--min-containers 3: minContainers must not exceed maxContainers");
   });
 });
