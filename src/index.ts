@@ -38,6 +38,8 @@ export type { TemplateSpec } from "./pool/template-affinity.js";
 export { LocalProvisioner } from "./pool/local-provisioner.js";
 export { NomadProvisioner } from "./pool/nomad-provisioner.js";
 export { ToolExecutor, type ToolExecutorOptions } from "./executor/tool-executor.js";
+export { createToolBackend, type ToolBackendOptions, type ToolBackendParts } from "./executor/tool-backend.js";
+export type { ToolBackendConfigInput } from "./executor/backend-config.js";
 export { ExecutorServer } from "./executor/executor-server.js";
 export { ToolServer } from "./executor/tool-server.js";
 export { defineExternalTool, type ExternalTool } from "./executor/external-tool.js";

@@ -28,10 +28,10 @@ options:
   --max-write-mb N         write_file size cap, MB (default 10)
   --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
   --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000; inside Nomad a block of
-                           its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model-hygiene.md)
+                           its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model.md)
   --disk-mb N              bound on what one slot writes to /tmp and /var/tmp (each), MB (default 1024)
   --disk-workspace         as root: the workspace, /tmp and /var/tmp share one tmpfs of --disk-mb per slot
-                           (see docs/security-model-hygiene.md)
+                           (see docs/security-model.md)
   --net-allow-ranges R     comma-separated IPv4 ranges a slot with network on may reach although private
                            (e.g. 10.20.0.0/16); link-local and the host's own addresses stay unreachable
   --no-sandbox             never use bubblewrap (testing the unsandboxed fallback)

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { ToolBackendSettingsSchema, containersInOrder } from "../executor/backend-config.js";
 
 /**
  * An env's settings (the seeds' HermesAgentEnvConfig + AgentEnvConfig, camelCase, ms).
@@ -38,28 +39,6 @@ export const AgentEnvConfigSchema = z
     modelTimeoutMs: z.number().int().positive().default(120_000),
     modelMaxRetries: z.number().int().min(0).max(20).default(4),
 
-    /** Sandbox commands may reach the network. */
-    allowNetwork: z.boolean().default(false),
-    /** Fail closed when bubblewrap is unavailable. */
-    requireSandbox: z.boolean().default(false),
-    requireStatefulSandbox: z.boolean().default(false),
-    /** Timeout of one tool call (seconds, clamped to 1..600 by the executor). */
-    toolTimeoutS: z.number().positive().default(120),
-    batchWindowMs: z.number().min(0).max(1000).default(2),
-    maxBatchSize: z.number().int().positive().default(200),
-
-    provisioner: z.enum(["local", "nomad"]).default("local"),
-    slotsPerContainer: z.number().int().min(1).max(4096).default(8),
-    minContainers: z.number().int().min(0).default(1),
-    maxContainers: z.number().int().min(1).default(4),
-    acquireTimeoutMs: z.number().int().positive().default(120_000),
-    /** Where the local provisioner keeps workspaces (default: a temp dir). */
-    dataDir: z.string().min(1).optional(),
-    /** Nomad provisioner: the sandbox job's image (docker) or .sif path (raw_exec), its driver and job id. */
-    sandboxImage: z.string().min(1).optional(),
-    nomadDriver: z.enum(["docker", "raw_exec", "exec"]).optional(),
-    nomadJobId: z.string().min(1).optional(),
-
     /** A trajectory whose slot was lost is restarted from scratch on a new slot this many times. */
     slotLossRetries: z.number().int().min(0).max(20).default(2),
 
@@ -90,7 +69,27 @@ export const AgentEnvConfigSchema = z
     /** Serve mode: send trajectories that are not token-exact to the trainer anyway (also SLOTPOOL_ALLOW_INEXACT_TOKENS=1). */
     allowInexactTokens: z.boolean().default(false),
   })
-  .refine((c) => c.minContainers <= c.maxContainers, { message: "minContainers must not exceed maxContainers", path: ["minContainers"] });
+  // The pool/executor/provisioner settings and their defaults come from the one backend schema.
+  .extend(
+    ToolBackendSettingsSchema.pick({
+      allowNetwork: true,
+      requireSandbox: true,
+      requireStatefulSandbox: true,
+      toolTimeoutS: true,
+      batchWindowMs: true,
+      maxBatchSize: true,
+      provisioner: true,
+      slotsPerContainer: true,
+      minContainers: true,
+      maxContainers: true,
+      acquireTimeoutMs: true,
+      dataDir: true,
+      sandboxImage: true,
+      nomadDriver: true,
+      nomadJobId: true,
+    }).shape,
+  )
+  .refine(...containersInOrder);
 
 export type AgentEnvConfig = z.output<typeof AgentEnvConfigSchema>;
 export type AgentEnvConfigInput = z.input<typeof AgentEnvConfigSchema>;

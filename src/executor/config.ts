@@ -25,8 +25,11 @@ export const ToolExecutorConfigSchema = z.object({
   defaultTimeoutS: z.number().positive().default(120),
   /** How long a trajectory's first sandbox call may wait for a slot (ms); pool default when unset. */
   acquireTimeoutMs: z.number().int().positive().optional(),
-  allowNetwork: z.boolean().default(true),
+  /** Sandbox commands may reach the network (off by default: fail closed; the model cannot turn it on). */
+  allowNetwork: z.boolean().default(false),
+  /** Refuse to run commands when bubblewrap is unavailable. */
   requireSandbox: z.boolean().default(false),
+  /** Refuse the stateful terminal when it cannot be sandboxed. */
   requireStatefulSandbox: z.boolean().default(false),
   /** Base URL of the ToolServer hosting external tools. */
   toolServerUrl: z.url({ protocol: /^https?$/, error: "toolServerUrl must be an http(s) URL" }).optional(),

@@ -11,6 +11,15 @@ export {
   type ToolExecutorConfig,
   type ToolExecutorConfigInput,
 } from "./config.js";
+export {
+  ToolBackendSettingsSchema,
+  ToolBackendConfigSchema,
+  ToolBackendConfigError,
+  parseToolBackendConfig,
+  type ToolBackendConfig,
+  type ToolBackendConfigInput,
+} from "./backend-config.js";
+export { createToolBackend, type ToolBackendOptions, type ToolBackendParts } from "./tool-backend.js";
 export { ExecutorServer, type ExecutorServerOptions } from "./executor-server.js";
 export { ToolServer, type ToolServerOptions } from "./tool-server.js";
 export { ToolServerClient, ToolServerError, type ToolServerCall } from "./tool-server-client.js";

@@ -7,11 +7,17 @@ import { SlotPoolError } from "./errors.js";
  */
 export const SlotPoolConfigSchema = z
   .object({
+    /** Slots each sandbox container serves (the provisioner starts its containers with this many). */
     slotsPerContainer: z.number().int().min(1).max(4096).default(10),
+    /** Containers kept running even when idle. */
     minContainers: z.number().int().min(0).default(1),
+    /** Most containers the autoscaler starts. */
     maxContainers: z.number().int().min(1).default(10),
-    /** How long acquire() waits for a slot before SlotAcquireTimeoutError (seed: acquire_timeout_s). */
-    acquireTimeoutMs: z.number().int().positive().default(30_000),
+    /**
+     * How long acquire() waits for a slot before SlotAcquireTimeoutError (seed: acquire_timeout_s).
+     * Long enough to outlast a container's cold start (containerHealthTimeoutMs is 60 s).
+     */
+    acquireTimeoutMs: z.number().int().positive().default(120_000),
     /** Extra free slots to keep ready beyond held + waiting. */
     headroomSlots: z.number().int().min(0).default(0),
     /** How long a surplus of containers must last before the highest ones are drained. */

@@ -13,7 +13,7 @@ import type { RunResult } from "./runner.js";
  * Fast path for `bash`: one long-lived bubblewrap namespace per slot (per network policy),
  * joined by every call, instead of a new bubblewrap per call.
  *
- * Why this design (measured on the 2-core CI box, see README "Sandbox server"):
+ * Why this design (measured on the 2-core CI box, see docs/sandbox-server.md):
  *  - a new `bwrap --unshare-all` per call costs ≈ 6 ms (mount namespace + pivot_root + binds);
  *  - `nsenter` into a per-slot holder costs ≈ 2.4 ms (exec of nsenter, then exec of the shell);
  *  - here a tiny C process (`native/spawner.c`) lives INSIDE the slot's namespaces and forks

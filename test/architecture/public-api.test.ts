@@ -27,6 +27,7 @@ describe("the public API", () => {
         "ToolContext",
         "ToolExecutor",
         "ToolServer",
+        "createToolBackend",
         "defineExternalTool",
         "defineTool",
         "isSlotLostError",

@@ -1,0 +1,105 @@
+import { silentLogger, type Logger } from "../observability/logger.js";
+import type { MetricsRegistry } from "../observability/metrics.js";
+import type { Provisioner } from "../pool/provisioner.js";
+import { SlotPool } from "../pool/slot-pool.js";
+import type { ToolRegistry } from "../tools/registry.js";
+import { parseToolBackendConfig, type ToolBackendConfig } from "./backend-config.js";
+import { ToolExecutor } from "./tool-executor.js";
+
+export interface ToolBackendOptions {
+  logger?: Logger;
+  metrics?: MetricsRegistry;
+  /** Tools the executor offers (default: the built-ins). */
+  tools?: ToolRegistry;
+  /** Use this provisioner instead of the one `config.provisioner` names (tests, custom set-ups). */
+  provisioner?: Provisioner;
+}
+
+/** A started provisioner + pool + executor; `close()` releases every slot and stops the pool (purging). */
+export interface ToolBackendParts {
+  config: ToolBackendConfig;
+  provisioner: Provisioner;
+  pool: SlotPool;
+  executor: ToolExecutor;
+  close(): Promise<void>;
+}
+
+/**
+ * The one place that wires the pool: builds the provisioner named in the config, a SlotPool
+ * over it and a ToolExecutor over the pool, and starts both. Used by the executor-server CLI
+ * and by an env's default backend, so both get the same defaults (ToolBackendConfigSchema).
+ */
+export async function createToolBackend(input: unknown, options: ToolBackendOptions = {}): Promise<ToolBackendParts> {
+  const config = parseToolBackendConfig(input);
+  const logger = options.logger ?? silentLogger();
+  const provisioner = options.provisioner ?? (await createProvisioner(config, logger));
+  const pool = new SlotPool({
+    provisioner,
+    logger: logger.child({ component: "pool" }),
+    slotsPerContainer: config.slotsPerContainer,
+    minContainers: config.minContainers,
+    maxContainers: config.maxContainers,
+    idleTimeoutMs: config.idleTimeoutMs,
+    acquireTimeoutMs: config.acquireTimeoutMs,
+    ...(options.metrics ? { metrics: options.metrics } : {}),
+  });
+  const executor = new ToolExecutor({
+    pool,
+    logger: logger.child({ component: "executor" }),
+    ...(options.tools ? { tools: options.tools } : {}),
+    ...(options.metrics ? { metrics: options.metrics } : {}),
+    config: {
+      batchWindowMs: config.batchWindowMs,
+      maxBatchSize: config.maxBatchSize,
+      defaultTimeoutS: config.toolTimeoutS,
+      acquireTimeoutMs: config.acquireTimeoutMs,
+      allowNetwork: config.allowNetwork,
+      requireSandbox: config.requireSandbox,
+      requireStatefulSandbox: config.requireStatefulSandbox,
+      ...(config.toolServerUrl ? { toolServerUrl: config.toolServerUrl } : {}),
+      ...(config.toolServerToken ? { toolServerToken: config.toolServerToken } : {}),
+    },
+  });
+  try {
+    await pool.start();
+    await executor.start();
+  } catch (err) {
+    await pool.stop({ purge: true }).catch(() => undefined);
+    throw err;
+  }
+  return {
+    config,
+    provisioner,
+    pool,
+    executor,
+    async close() {
+      await executor.close();
+      await pool.stop({ purge: true });
+    },
+  };
+}
+
+/** Loaded on demand so the local path never loads the Nomad client, and vice versa. */
+async function createProvisioner(config: ToolBackendConfig, logger: Logger): Promise<Provisioner> {
+  if (config.provisioner === "nomad") {
+    const { NomadProvisioner } = await import("../pool/nomad-provisioner.js");
+    return new NomadProvisioner({
+      slotsPerContainer: config.slotsPerContainer,
+      logger: logger.child({ component: "nomad" }),
+      job: {
+        ...(config.sandboxImage ? { image: config.sandboxImage } : {}),
+        ...(config.nomadDriver ? { driver: config.nomadDriver } : {}),
+        ...(config.nomadJobId ? { jobId: config.nomadJobId } : {}),
+      },
+    });
+  }
+  const { LocalProvisioner } = await import("../pool/local-provisioner.js");
+  return new LocalProvisioner({
+    slotsPerContainer: config.slotsPerContainer,
+    logger: logger.child({ component: "local" }),
+    // The launcher waits for the server's info-level "listening" line: a quieter
+    // SLOTPOOL_LOG_LEVEL inherited from the user's shell would hide it.
+    env: { SLOTPOOL_LOG_LEVEL: "info" },
+    ...(config.dataDir ? { baseDir: config.dataDir } : {}),
+  });
+}
