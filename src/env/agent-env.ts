@@ -24,6 +24,7 @@ import { isSlotLostError } from "../pool/errors.js";
 import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
+import { configProblems } from "../protocol/errors.js";
 
 /** What `verifyAndScore` returns: the score, plus anything worth keeping about how it was reached. */
 export interface ScoreResult {
@@ -103,8 +104,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     const cls = this.constructor as unknown as EnvClass;
     const parsed = cls.configSchema.safeParse(config);
     if (!parsed.success) {
-      const problems = parsed.error.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`);
-      throw new EnvConfigError(`invalid config for env ${cls.envName ?? cls.name}: ${problems.join("; ")}`);
+      const problems = configProblems(parsed.error.issues);
+      throw new EnvConfigError(`invalid config for env ${cls.envName ?? cls.name}: ${problems}`);
     }
     this.config = parsed.data as Config;
     this.runtime = runtime;

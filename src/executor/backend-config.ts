@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { SlotPoolConfigSchema } from "../pool/config.js";
-import { SlotpoolError } from "../protocol/errors.js";
+import { SlotpoolError, configProblems } from "../protocol/errors.js";
 import { ToolExecutorConfigSchema } from "./config.js";
 
 const pool = SlotPoolConfigSchema.shape;
@@ -61,6 +61,6 @@ export class ToolBackendConfigError extends SlotpoolError {
 export function parseToolBackendConfig(input: unknown): ToolBackendConfig {
   const r = ToolBackendConfigSchema.safeParse(input ?? {});
   if (r.success) return r.data;
-  const problems = r.error.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`);
-  throw new ToolBackendConfigError(`invalid tool backend config: ${problems.join("; ")}`);
+  const problems = configProblems(r.error.issues);
+  throw new ToolBackendConfigError(`invalid tool backend config: ${problems}`);
 }

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { SlotpoolError } from "../protocol/errors.js";
+import { SlotpoolError, configProblems } from "../protocol/errors.js";
 
 /**
  * ToolExecutor settings. Policy fields (network, fail-closed sandboxing) come from the env
@@ -47,8 +47,8 @@ export class ToolExecutorConfigError extends SlotpoolError {
 export function parseToolExecutorConfig(input: ToolExecutorConfigInput = {}): ToolExecutorConfig {
   const r = ToolExecutorConfigSchema.safeParse(input);
   if (!r.success) {
-    const problems = r.error.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`);
-    throw new ToolExecutorConfigError(`invalid ToolExecutor config: ${problems.join("; ")}`);
+    const problems = configProblems(r.error.issues);
+    throw new ToolExecutorConfigError(`invalid ToolExecutor config: ${problems}`);
   }
   return r.data;
 }

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { SlotPoolError } from "./errors.js";
+import { configProblems } from "../protocol/errors.js";
 
 /**
  * The pool's settings. Names follow the seed's AgentEnvConfig (slots_per_container,
@@ -60,6 +61,6 @@ export class SlotPoolConfigError extends SlotPoolError {
 export function parseSlotPoolConfig(input: unknown): SlotPoolConfig {
   const parsed = SlotPoolConfigSchema.safeParse(input ?? {});
   if (parsed.success) return parsed.data;
-  const problems = parsed.error.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`);
-  throw new SlotPoolConfigError(`invalid SlotPool config: ${problems.join("; ")}`);
+  const problems = configProblems(parsed.error.issues);
+  throw new SlotPoolConfigError(`invalid SlotPool config: ${problems}`);
 }

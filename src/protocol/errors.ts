@@ -21,3 +21,8 @@ export function errorCode(className: string): string {
     .replace(/([A-Z])([A-Z][a-z])/g, "$1_$2")
     .toUpperCase();
 }
+
+/** zod issues of a config object as one line: "field: problem; other.field: problem" ("(config)" for the whole object). */
+export function configProblems(issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }>): string {
+  return issues.map((i) => `${i.path.map(String).join(".") || "(config)"}: ${i.message}`).join("; ");
+}
