@@ -1,14 +1,17 @@
 /**
  * Workspace template benchmark (issue 13).
  *
- *   npm run build && node --import tsx test/bench/template-bench.ts [--resets 40] [--quick]
+ *   npm run build && node --import tsx test/bench/template-bench.ts [--resets 40] [--quick] [--network on]
  *
  * Builds two templates on a real sandbox server — 5,000 files and 50,000 files (a source
  * tree with a git repository) — then measures `POST /reset {"template"}` latency p50/p99
  * (each round first dirties the slot: one edited file, one deleted, one new), and as the
  * baseline the cost of giving each trajectory its own copy of the same tree
  * (`cp -a --reflink=auto` + deleting it afterwards, what a per-trajectory checkout costs at
- * the least). Prints the figures and the ratios measured in this one run. Targets: reset
+ * the least). Also printed: the first call after each reset (the dirtying command), which
+ * waits for the slot's fresh namespace if the background start-up a reset begins has not
+ * finished. Calls run with `allow_network: false` (the executor's default) unless
+ * `--network on`. Prints the figures and the ratios measured in this one run. Targets: reset
  * into a template p50 ≤ 20 ms, 50k / 5k ≤ 1.5x. Figures depend on the machine's load.
  */
 import { execFileSync } from "node:child_process";
@@ -23,6 +26,7 @@ const quick = argv.includes("--quick");
 const i = argv.indexOf("--resets");
 const RESETS = i >= 0 ? Number(argv[i + 1]) : quick ? 15 : 40;
 const j = argv.indexOf("--sizes");
+const NETWORK = argv[argv.indexOf("--network") + 1] === "on" && argv.includes("--network");
 const SIZES = j >= 0 ? argv[j + 1]!.split(",").map(Number) : quick ? [5_000, 20_000] : [5_000, 50_000];
 
 const pct = (xs: number[], p: number): number => {
@@ -50,10 +54,10 @@ async function main(): Promise<void> {
     if (r.statusCode !== 200) throw new Error(`${path}: HTTP ${r.statusCode} ${JSON.stringify(json)}`);
     return json;
   };
-  const results: Array<{ files: number; entries: number; mb: number; buildMs: number; p50: number; p99: number; plainP50: number; copyP50: number }> = [];
+  const results: Array<{ files: number; entries: number; mb: number; buildMs: number; p50: number; p99: number; plainP50: number; firstP50: number; copyP50: number }> = [];
   try {
     const mode = ((await (await fetch(proc.url + "/templates")).json()) as any).mode;
-    console.log(`view mode: ${mode}; ${RESETS} resets per template`);
+    console.log(`view mode: ${mode}; ${RESETS} resets per template; calls with network ${NETWORK ? "on" : "off"}`);
     for (const files of SIZES) {
       const name = `tree${files}`;
       const b = await post("/templates", { name, setup: treeSetup(files), timeout: 1800 });
@@ -62,16 +66,19 @@ async function main(): Promise<void> {
       const dirty = "echo edit >> src/pkg1/mod1.py && rm src/pkg1/mod2.py && echo new > NEW.txt";
       const lat: number[] = [];
       const plain: number[] = [];
+      const first: number[] = [];
       await post("/reset", { slot_id: "slot_0", template: name });
       for (let r = 0; r < RESETS; r++) {
-        const d = await post("/execute", { slot_id: "slot_0", tool: "bash", args: { command: dirty } });
+        const t2 = performance.now();
+        const d = await post("/execute", { slot_id: "slot_0", tool: "bash", args: { command: dirty, allow_network: NETWORK } });
+        first.push(performance.now() - t2);
         if (!d.success) throw new Error(`dirtying failed: ${d.error}`);
         const t0 = performance.now();
         const res = await post("/reset", { slot_id: "slot_0", template: name });
         lat.push(performance.now() - t0);
         if (!res.success) throw new Error(res.error);
         // Plain reset of another slot, same conditions (for reference).
-        await post("/execute", { slot_id: "slot_1", tool: "bash", args: { command: "echo x > a.txt" } });
+        await post("/execute", { slot_id: "slot_1", tool: "bash", args: { command: "echo x > a.txt", allow_network: NETWORK } });
         const t1 = performance.now();
         await post("/reset", { slot_id: "slot_1" });
         plain.push(performance.now() - t1);
@@ -89,11 +96,11 @@ async function main(): Promise<void> {
         rmSync(dst, { recursive: true, force: true });
         copies.push(performance.now() - t0);
       }
-      const row = { files, entries: t.files, mb: t.size_bytes / 1024 / 1024, buildMs: t.build_ms, p50: pct(lat, 50), p99: pct(lat, 99), plainP50: pct(plain, 50), copyP50: pct(copies, 50) };
+      const row = { files, entries: t.files, mb: t.size_bytes / 1024 / 1024, buildMs: t.build_ms, p50: pct(lat, 50), p99: pct(lat, 99), plainP50: pct(plain, 50), firstP50: pct(first, 50), copyP50: pct(copies, 50) };
       results.push(row);
       console.log(
         `${String(files).padStart(6)} files (${row.entries} entries, ${row.mb.toFixed(1)} MB, built in ${(row.buildMs / 1000).toFixed(1)} s): ` +
-          `reset into template p50 ${row.p50.toFixed(1)} ms p99 ${row.p99.toFixed(1)} ms | plain reset p50 ${row.plainP50.toFixed(1)} ms | ` +
+          `reset into template p50 ${row.p50.toFixed(1)} ms p99 ${row.p99.toFixed(1)} ms | first call after it p50 ${row.firstP50.toFixed(1)} ms | plain reset p50 ${row.plainP50.toFixed(1)} ms | ` +
           `copy per trajectory p50 ${row.copyP50.toFixed(1)} ms (${(row.copyP50 / row.p50).toFixed(1)}x the template reset) | after reset: ${check.output.replace(/\n/g, " changed, ")} files`,
       );
     }
