@@ -110,6 +110,9 @@ job "slotpool-sandbox" {
         args       = ["sandbox-server", "--slots", "${var.slots}", "--host", "0.0.0.0", "--port", "8080"]
         # docker's default seccomp profile refuses the user namespaces bubblewrap creates.
         security_opt = ["seccomp=unconfined", "apparmor=unconfined"]
+        # Slots with network on are linked out by slirp4netns, which needs the host's TUN
+        # device (docker passes none); drop this on nodes without the tun module.
+        devices = [{ host_path = "/dev/net/tun", container_path = "/dev/net/tun" }]
       }
 
       # Plain env for development. In production render the token from a Nomad Variable

@@ -27,6 +27,8 @@ options:
   --node-pool POOL         Nomad node pool
   --token T                sandbox token passed to the task as SANDBOX_TOKEN (default: env SANDBOX_TOKEN)
   --privileged             docker: run the container privileged
+  --no-tun-device          docker: do not pass the host's /dev/net/tun (nodes without the tun module;
+                           slots then get no network on, only loopback)
 `;
 
 export async function run(argv: string[]): Promise<number> {
@@ -54,6 +56,7 @@ export async function run(argv: string[]): Promise<number> {
       "node-pool": { type: "string" },
       token: { type: "string" },
       privileged: { type: "boolean" },
+      "no-tun-device": { type: "boolean" },
     },
     HELP,
   );
@@ -82,6 +85,7 @@ export async function run(argv: string[]): Promise<number> {
   set("nodePool", stringFlag(flags, "node-pool"));
   set("token", stringFlag(flags, "token") ?? (process.env["SANDBOX_TOKEN"] || undefined));
   if (flags.values["privileged"] === true) options.privileged = true;
+  if (flags.values["no-tun-device"] === true) options.tunDevice = false;
   if (Array.isArray(datacenters) && datacenters.length) options.datacenters = datacenters.map(String);
 
   let settings;

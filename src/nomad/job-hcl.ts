@@ -149,6 +149,8 @@ function value(v: unknown): string {
   if (typeof v === "string") return str(v);
   if (typeof v === "number" || typeof v === "boolean") return String(v);
   if (Array.isArray(v)) return `[${v.map(value).join(", ")}]`;
+  // An object constructor, e.g. one of the docker driver's `devices`.
+  if (typeof v === "object" && v !== null) return `{ ${Object.entries(v).map(([k, x]) => `${k} = ${value(x)}`).join(", ")} }`;
   throw new Error(`cannot render ${typeof v} as HCL`);
 }
 

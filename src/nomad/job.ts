@@ -14,6 +14,8 @@ export const HTTP_PORT_LABEL = "http";
 export const SANDBOX_SERVER_PORT = 8080;
 export const DEFAULT_JOB_ID = "slotpool-sandbox";
 export const DEFAULT_IMAGE = "slotpool-sandbox:local";
+/** The TUN device slirp4netns opens for a network-on slot (see `tunDevice`). */
+export const TUN_DEVICE = "/dev/net/tun";
 
 /** Meta keys marking a job as slotpool's, so `slotpool jobs prune` can find orphans. */
 export const META_SLOTPOOL = "slotpool";
@@ -60,6 +62,14 @@ export interface SandboxJobOptions {
    * docker's default seccomp profile refuses the user namespaces bubblewrap creates.
    */
   securityOpt?: string[];
+  /**
+   * docker: pass the host's /dev/net/tun into the container (default true). Slots with
+   * network on are linked out by slirp4netns, which makes its tap device through it; docker
+   * gives a container no /dev/net/tun, and without it the server refuses network on (calls
+   * run loopback-only). Set false for nodes without the tun module: docker refuses to start
+   * a container whose device is missing on the host.
+   */
+  tunDevice?: boolean;
   /** Who started the job (Meta slotpool.owner); default user@host. */
   owner?: string;
   /** When (Meta slotpool.created, ISO 8601); default now. */
@@ -88,6 +98,7 @@ export interface SandboxJobSettings {
   constraints: Array<{ attribute: string; operator: string; value: string | undefined }>;
   privileged: boolean;
   securityOpt: string[];
+  tunDevice: boolean;
   meta: Record<string, string>;
   serverArgs: string[];
 }
@@ -157,6 +168,7 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
     constraints,
     privileged: options.privileged ?? false,
     securityOpt: options.securityOpt ?? ["seccomp=unconfined", "apparmor=unconfined"],
+    tunDevice: options.tunDevice ?? true,
     meta: {
       ...options.meta,
       [META_SLOTPOOL]: "true",
@@ -192,6 +204,11 @@ export function taskConfig(s: SandboxJobSettings): Record<string, unknown> {
       const config: Record<string, unknown> = { image: s.image, entrypoint: [s.command || "slotpool"], ports: [HTTP_PORT_LABEL], args };
       if (s.privileged) config["privileged"] = true;
       if (s.securityOpt.length) config["security_opt"] = [...s.securityOpt];
+      // Field names of the docker driver's DockerDevice (drivers/docker/config.go); the cgroup
+      // permissions default to "rwm". slirp4netns needs nothing else here: it runs inside the
+      // user namespace the server creates (which the seccomp/apparmor options above allow, as
+      // bubblewrap needs them too), so no cap_add is needed.
+      if (s.tunDevice) config["devices"] = [{ host_path: TUN_DEVICE, container_path: TUN_DEVICE }];
       return config;
     }
     case "raw_exec":

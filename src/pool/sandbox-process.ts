@@ -29,6 +29,11 @@ export interface SandboxProcessOptions {
    * must not outlive their owner, like the local provisioner's.
    */
   dieWithParent?: boolean;
+  /**
+   * The built `main.js` to run instead of this tree's (benchmarks compare another build,
+   * e.g. test/bench/bash-true-ab.ts against a checkout from before a change).
+   */
+  mainScript?: string;
 }
 
 export interface SandboxProcess {
@@ -47,7 +52,7 @@ export class SandboxStartError extends SlotpoolError {
 }
 
 export async function startSandboxProcess(options: SandboxProcessOptions): Promise<SandboxProcess> {
-  const { command, args } = slotpoolCommand();
+  const { command, args } = options.mainScript ? { command: process.execPath, args: [options.mainScript] } : slotpoolCommand();
   const argv = [
     ...args,
     "sandbox-server",

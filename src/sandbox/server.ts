@@ -120,6 +120,10 @@ export class SandboxServer {
             bwrap_available: svc.bwrap.available,
             ...(svc.bwrap.available ? {} : { sandbox_unavailable_reason: svc.bwrap.reason }),
             fast_path: svc.spawnerPath !== null,
+            // What allow_network gets here, and if only loopback, why (e.g. a container not
+            // given /dev/net/tun): operators read it here, not only in the start-up log.
+            internet: svc.internetAccess ? "slirp4netns" : "unavailable",
+            ...(svc.internetAccess ? {} : { internet_unavailable_reason: svc.internetReason ?? "unknown" }),
             cgroups: svc.cgroups.mode,
             limits: svc.limitsInForce,
             slots_busy: svc.slots.filter((s) => s.state !== "idle").length,

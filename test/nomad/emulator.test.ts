@@ -63,6 +63,8 @@ describe("allocation lifecycle", () => {
     const readBack = await client.readJob("life");
     expect(readBack?.Status).toBe("running");
     expect(readBack?.TaskGroups?.[0]?.Count).toBe(2);
+    // The docker task's TUN device (network-on slots need it) is accepted and kept.
+    expect(readBack?.TaskGroups?.[0]?.Tasks?.[0]?.Config).toMatchObject({ devices: [{ host_path: "/dev/net/tun", container_path: "/dev/net/tun" }] });
   });
 
   it("delayAllocationStartMs keeps a new allocation pending that long", async () => {

@@ -100,6 +100,7 @@ describe("slotpool job render", () => {
   const cases: Array<[string, string[]]> = [
     ["docker defaults", []],
     ["docker, every option", ["--job-id", "sbx-7", "--image", "reg.example/sbx:1.2", "--count", "5", "--slots", "16", "--cpu", "3000", "--memory", "8192", "--datacenter", "dc1", "--datacenter", "dc2", "--namespace", "ml", "--node-pool", "big", "--token", "tok", "--privileged"]],
+    ["docker without the tun device", ["--no-tun-device"]],
     ["raw_exec", ["--driver", "raw_exec", "--image", "/opt/sbx.sif", "--command", "singularity"]],
     ["exec", ["--driver", "exec", "--count", "2"]],
   ];
@@ -122,6 +123,24 @@ describe("slotpool job render", () => {
     expect(Job["TaskGroups"][0]["Count"]).toBe(4);
     expect(Job["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"]).toBe(512);
     expect(Job["TaskGroups"][0]["Tasks"][0]["Config"]["args"]).toContain("2");
+  });
+
+  it("docker passes the host's /dev/net/tun (slirp4netns links network-on slots out through it), in JSON and HCL", async () => {
+    const tun = [{ host_path: "/dev/net/tun", container_path: "/dev/net/tun" }];
+    const { Job } = JSON.parse(await render([])) as { Job: Json };
+    expect(Job["TaskGroups"][0]["Tasks"][0]["Config"]["devices"]).toEqual(tun);
+    const hcl = await render(["--format", "hcl"]);
+    expect(hcl).toContain(`devices      = [{ host_path = "/dev/net/tun", container_path = "/dev/net/tun" }]`);
+    const config = hclJobToApi((await parse("job.nomad.hcl", hcl)) as Json)["TaskGroups"][0]["Tasks"][0]["Config"];
+    expect(config["devices"]).toEqual(tun);
+    // Opting out (nodes without the tun module) leaves the key out of both.
+    const without = JSON.parse(await render(["--no-tun-device"])) as { Job: Json };
+    expect(without.Job["TaskGroups"][0]["Tasks"][0]["Config"]).not.toHaveProperty("devices");
+    expect(await render(["--format", "hcl", "--no-tun-device"])).not.toContain("devices");
+    // raw_exec and exec share the host's /dev: nothing to pass.
+    for (const args of [["--driver", "exec"], ["--driver", "raw_exec", "--image", "/opt/sbx.sif"]]) {
+      expect((JSON.parse(await render(args)) as { Job: Json }).Job["TaskGroups"][0]["Tasks"][0]["Config"]).not.toHaveProperty("devices");
+    }
   });
 
   it("bad flags are usage errors naming the flag", async () => {
@@ -163,6 +182,7 @@ describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
     expect(task["Config"]["entrypoint"]).toEqual(taskConfig(built)["entrypoint"]);
     expect(task["Config"]["args"]).toEqual(sandboxServerArgs(built).map((a) => (a === "4" ? "${var.slots}" : a)));
     expect(task["Config"]["security_opt"]).toEqual(taskConfig(built)["security_opt"]);
+    expect(task["Config"]["devices"]).toEqual(taskConfig(built)["devices"]);
     expect(task["Resources"]).toEqual({ CPU: "${var.cpu}", MemoryMB: "${var.memory}" });
     expect(task["KillTimeout"]).toBe(KILL_TIMEOUT_NS);
     expect(task["Env"]).toMatch(/SANDBOX_TOKEN = var\.token/);

@@ -149,6 +149,14 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     expect(cfg(sandboxJob({ securityOpt: [] }))).not.toHaveProperty("security_opt");
   });
 
+  it("docker gets the host's /dev/net/tun for network-on slots (slirp4netns), unless told not to", () => {
+    const cfg = (j: Json) => ((j["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!["Config"] as Json;
+    expect(cfg(sandboxJob())["devices"]).toEqual([{ host_path: "/dev/net/tun", container_path: "/dev/net/tun" }]);
+    expect(cfg(sandboxJob({ tunDevice: false }))).not.toHaveProperty("devices");
+    // raw_exec and exec see the host's /dev.
+    expect(cfg(sandboxJob({ driver: "exec" }))).not.toHaveProperty("devices");
+  });
+
   it("raw_exec runs the .sif with apptainer on the host port; exec runs the slotpool binary", () => {
     const raw = sandboxJob({ driver: "raw_exec", image: "/srv/sbx.sif", slots: 2 });
     const rawGroup = (raw["TaskGroups"] as Json[])[0]!;
