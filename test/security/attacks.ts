@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
+import { serverView } from "../support/server-view.js";
 import type { ExecuteResponse } from "../../src/protocol/sandbox.js";
 import {
   ATTACK_LIMITS,
@@ -142,7 +143,7 @@ export const diskFill: Attack = {
   async run(server, slot) {
     // Many files, each under the per-file cap: RLIMIT_FSIZE alone does not stop this.
     const r = await timed(() => server.bash(slot, "i=0; while :; do head -c 20M /dev/zero > fill_$i || break; i=$((i+1)); done", { timeout: 3 }));
-    const written = diskUsage(`${server.dataDir}/slot_${slot}`);
+    const written = diskUsage(serverView(server.proc.pid, `${server.dataDir}/slot_${slot}`));
     return { ...r, notes: { written_mb: Math.round(written / MB) } };
   },
   async verify(run, server, slot) {
@@ -153,7 +154,7 @@ export const diskFill: Attack = {
     await assertOnlyHolders(server, slot);
     const reset = await server.reset(slot);
     assert.equal(reset.status, 200);
-    assert.equal(diskUsage(`${server.dataDir}/slot_${slot}`), 0, "reset left the filler files behind");
+    assert.equal(diskUsage(serverView(server.proc.pid, `${server.dataDir}/slot_${slot}`)), 0, "reset left the filler files behind");
   },
 };
 
@@ -161,7 +162,7 @@ export const bigFile: Attack = {
   name: "one huge file (2 GB via bash)",
   async run(server, slot) {
     const r = await timed(() => server.bash(slot, "head -c 2G /dev/zero > huge; echo rc=$?; stat -c %s huge"));
-    return { ...r, notes: { file_mb: Math.round(diskUsage(`${server.dataDir}/slot_${slot}`) / MB) } };
+    return { ...r, notes: { file_mb: Math.round(diskUsage(serverView(server.proc.pid, `${server.dataDir}/slot_${slot}`)) / MB) } };
   },
   async verify(run, server, slot) {
     assert.match(run.response.output, /File size limit exceeded/);
@@ -260,7 +261,7 @@ export const hugeWriteFile: Attack = {
   name: "write_file of 11 MB (cap 10 MB)",
   async run(server, slot) {
     const r = await timed(() => server.tool(slot, "write_file", { path: "big.txt", content: "x".repeat(11 * MB) }));
-    return { ...r, notes: { written_bytes: diskUsage(`${server.dataDir}/slot_${slot}`) } };
+    return { ...r, notes: { written_bytes: diskUsage(serverView(server.proc.pid, `${server.dataDir}/slot_${slot}`)) } };
   },
   async verify(run, server) {
     assert.equal(run.response.success, false, "write_file above the cap succeeded");
