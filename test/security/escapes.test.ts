@@ -114,7 +114,7 @@ describe("file tools refuse traversal and symlink escapes", () => {
       if (!echoesOwnTarget(path)) expect(JSON.stringify(r)).not.toContain(server.dataDir);
       expect(readFileSync(canaryFile, "utf8")).toBe("untouched");
       expect(readFileSync(serverView(server.proc.pid, join(slot1Host, "secret.txt")), "utf8")).toBe(SECRET);
-      expect(readdirSync(slot1Host).sort()).toEqual(["secret.txt"]);
+      expect(readdirSync(serverView(server.proc.pid, slot1Host)).sort()).toEqual(["secret.txt"]);
       expect(readdirSync(outside)).toEqual(["canary.txt"]);
     });
   }
