@@ -5,6 +5,7 @@ import { DEFAULT_LIMITS } from "../sandbox/limits.js";
 import { SandboxServer } from "../sandbox/server.js";
 import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../sandbox/slot-uids.js";
 import { checkAllowRanges } from "../sandbox/network.js";
+import { DEFAULT_DISK_BYTES } from "../sandbox/slot-disk.js";
 import { mountNamespacePlan, reexecInOwnMountNamespace } from "../host/mount-namespace.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
@@ -30,10 +31,11 @@ options:
   --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
   --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000; inside Nomad a block of
                            its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model.md)
-  --disk-mb N              bound on everything one slot writes, MB (default 1024). As root: its workspace
+  --disk-mb N              bound on everything one slot writes, MB (default ${DEFAULT_DISK_BYTES / 1024 / 1024}). As root: its workspace
                            (template views included), /tmp and /var/tmp share one tmpfs of N MB per slot
                            (RAM + swap, used only as written). Not root, or mounts refused: only /tmp and
-                           /var/tmp are bounded (N MB each); /health says which (see docs/security-model.md)
+                           /var/tmp are bounded (N MB each); /health says which. Keep it below --memory-mb:
+                           tmpfs pages count as the slot's memory (see docs/security-model.md)
   --no-disk-workspace      as root: do not bound the workspace (only /tmp and /var/tmp, as non-root)
   --disk-workspace         as root: bound the workspace (the default; kept for scripts)
   --net-allow-ranges R     comma-separated IPv4 ranges a slot with network on may reach although private
@@ -117,7 +119,7 @@ export async function run(argv: string[]): Promise<number> {
     slotUidBase: slotUidBase(stringFlag(flags, "slot-uid-base") === undefined ? undefined : intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), DEFAULT_SLOT_UID_BASE, 1000), allocId),
     disableSandbox: boolFlag(flags, "no-sandbox"),
     templateBudgetBytes: intFlag("template-budget-mb", stringFlag(flags, "template-budget-mb"), 4096, 1) * MB,
-    diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), 1024, 1) * MB,
+    diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), DEFAULT_DISK_BYTES / MB, 1) * MB,
     boundWorkspace: !boolFlag(flags, "no-disk-workspace"),
     netAllowRanges: allowRanges(stringFlag(flags, "net-allow-ranges")),
   });

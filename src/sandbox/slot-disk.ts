@@ -21,8 +21,12 @@ import type { Slot } from "./slot.js";
  * are tmpfs of `--disk-mb` each in the slot's namespaces (bubblewrap --size), gone with
  * the namespace; the workspace is not bounded (`reason` says why).
  */
-/** Default `--disk-mb`: 1 GiB per slot. */
-export const DEFAULT_DISK_BYTES = 1024 * 1024 * 1024;
+/**
+ * Default `--disk-mb`: 512 MiB per slot, half the default `--memory-mb`: where slot memory
+ * cgroups exist, a slot's tmpfs pages count as its memory, so a bound at or above the
+ * memory bound would end in the OOM killer instead of a write error.
+ */
+export const DEFAULT_DISK_BYTES = 512 * 1024 * 1024;
 
 export class SlotDisks {
   private readonly mounted = new Map<number, { disk: string; tmp: string; varTmp: string; views: string }>();

@@ -147,9 +147,18 @@ export const diskFill: Attack = {
     return { ...r, notes: { written_mb: Math.round(written / MB) } };
   },
   async verify(run, server, slot) {
-    assert.equal(run.response.success, false);
-    assert.equal(run.response.metadata.timeout, true, `expected a timeout, got ${JSON.stringify(run.response).slice(0, 300)}`);
-    assert.match(run.response.error, /timed out after 3 seconds/);
+    const bounded = (await server.health()).json.limits.disk === "workspace_and_tmp";
+    if (bounded) {
+      // Root: the slot's disk bound stops it (ENOSPC), long before the timeout.
+      assert.match(run.response.output, /No space left on device/);
+      assert.notEqual(run.response.metadata.timeout, true, JSON.stringify(run.response).slice(0, 300));
+      assert.ok(Number(run.notes["written_mb"]) <= ATTACK_LIMITS.diskMb, `wrote ${run.notes["written_mb"]} MB past --disk-mb ${ATTACK_LIMITS.diskMb}`);
+    } else {
+      // Not root: the workspace is not bounded; the timeout ends it.
+      assert.equal(run.response.success, false);
+      assert.equal(run.response.metadata.timeout, true, `expected a timeout, got ${JSON.stringify(run.response).slice(0, 300)}`);
+      assert.match(run.response.error, /timed out after 3 seconds/);
+    }
     await assertHealthy(server);
     await assertOnlyHolders(server, slot);
     const reset = await server.reset(slot);

@@ -20,6 +20,8 @@ export const ATTACK_LIMITS = {
   memoryMb: 256,
   maxProcesses: 128,
   maxFileMb: 50,
+  /** Below the memory bound: a slot's tmpfs pages count as its memory (see slot-disk.ts). */
+  diskMb: 128,
   timeoutSec: 10,
   outputCap: 50_000,
 };
@@ -72,6 +74,7 @@ export async function startAttackServer(opts: StartAttackServerOptions = {}): Pr
       "--memory-mb", String(ATTACK_LIMITS.memoryMb),
       "--max-processes", String(ATTACK_LIMITS.maxProcesses),
       "--max-file-mb", String(ATTACK_LIMITS.maxFileMb),
+      "--disk-mb", String(ATTACK_LIMITS.diskMb),
       "--timeout", String(ATTACK_LIMITS.timeoutSec),
       "--output-cap", String(ATTACK_LIMITS.outputCap),
       ...(opts.extraArgs ?? []),
