@@ -109,7 +109,8 @@ export class SlotDisks {
 
 function run(cmd: string, args: string[]): void {
   const r = spawnSync(cmd, args, { encoding: "utf8", timeout: 10_000 });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed: ${(r.stderr || r.error?.message || `exit ${r.status}`).trim()}`);
+  // First line only: mount(8) adds a "dmesg(1) may have more information" line.
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed: ${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split("\n")[0]}`);
 }
 
 function isMountPoint(path: string): boolean {

@@ -6,11 +6,12 @@
  * slots and the server keep working, and reset frees the space.
  */
 import { execFileSync } from "node:child_process";
-import { readdirSync, statSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serverView } from "../support/server-view.js";
-import { isRoot, startAttackServer, type AttackServer } from "./support.js";
+import { isRoot, startAttackServer, startCliServer, type AttackServer, type CliServer } from "./support.js";
 
 const write = (path: string, mb: number) => `dd if=/dev/zero of=${path} bs=1M count=${mb} 2>&1; echo "rc=$?"`;
 
@@ -123,5 +124,38 @@ describe.runIf(isRoot)("--no-disk-workspace (root): the way out, said in /health
     expect(health.limits.gaps.join("\n")).toMatch(/workspace disk use.*--no-disk-workspace/);
     expect((await server.bash(0, write("/workspace/big", 30))).output).toMatch(/rc=0/);
     expect((await server.bash(0, write("/tmp/big", 30))).output).toMatch(/No space left on device/);
+  }, 60_000);
+});
+
+describe.runIf(isRoot && existsSync("/usr/bin/setpriv"))("root without CAP_SYS_ADMIN (a default Docker container): /tmp-only, and it says so", () => {
+  let server: CliServer;
+  let base: string;
+  beforeAll(async () => {
+    base = mkdtempSync(join(tmpdir(), "slotpool-nocap-"));
+    chmodSync(base, 0o755);
+    // The capability leaves the bounding set: `unshare --mount` and every mount are refused.
+    server = await startCliServer(["sandbox-server", "--port", "0", "--slots", "1", "--data-dir", join(base, "data"), "--disk-mb", "20"], {
+      prefix: ["/usr/bin/setpriv", "--bounding-set", "-sys_admin", "--"],
+      startTimeoutMs: 60_000,
+    });
+  }, 90_000);
+  afterAll(async () => {
+    await server?.stop();
+    if (base) rmSync(base, { recursive: true, force: true });
+  });
+
+  it("falls back to bounding /tmp and /var/tmp only; /health, the start-up line and a warning name the reason", async () => {
+    const health = (await (await fetch(`${server.url}/health`)).json()) as { limits: { disk: string; gaps: string[] } };
+    expect(health.limits.disk).toBe("tmp_only");
+    expect(health.limits.gaps.join("\n")).toMatch(/workspace disk use.*cannot mount a tmpfs per slot/);
+    const listening = server.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l["msg"] === "listening");
+    expect(String(listening?.["disk_reason"])).toMatch(/cannot mount a tmpfs per slot/);
+    expect(server.logs.some((l) => l.includes("not in a mount namespace of its own") && l.includes("unshare --mount refused"))).toBe(true);
+    const bash = async (command: string) => {
+      const res = await fetch(`${server.url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command, require_sandbox: true } }) });
+      return ((await res.json()) as { output: string }).output;
+    };
+    expect(await bash(write("/tmp/big", 30))).toMatch(/No space left on device/);
+    expect(await bash(write("/workspace/big", 30))).toMatch(/rc=0/);
   }, 60_000);
 });
