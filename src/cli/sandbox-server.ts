@@ -5,6 +5,8 @@ import { DEFAULT_LIMITS } from "../sandbox/limits.js";
 import { SandboxServer } from "../sandbox/server.js";
 import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../sandbox/slot-uids.js";
 import { checkAllowRanges } from "../sandbox/network.js";
+import { DEFAULT_DISK_BYTES } from "../sandbox/slot-disk.js";
+import { mountNamespacePlan, reexecInOwnMountNamespace } from "../host/mount-namespace.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 const HELP = `usage: slotpool sandbox-server [options]
@@ -29,9 +31,13 @@ options:
   --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
   --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000; inside Nomad a block of
                            its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model.md)
-  --disk-mb N              bound on what one slot writes to /tmp and /var/tmp (each), MB (default 1024)
-  --disk-workspace         as root: the workspace, /tmp and /var/tmp share one tmpfs of --disk-mb per slot
-                           (see docs/security-model.md)
+  --disk-mb N              bound on everything one slot writes, MB (default ${DEFAULT_DISK_BYTES / 1024 / 1024}). As root: its workspace
+                           (template views included), /tmp and /var/tmp share one tmpfs of N MB per slot
+                           (RAM + swap, used only as written). Not root, or mounts refused: only /tmp and
+                           /var/tmp are bounded (N MB each); /health says which. Keep it below --memory-mb:
+                           tmpfs pages count as the slot's memory (see docs/security-model.md)
+  --no-disk-workspace      as root: do not bound the workspace (only /tmp and /var/tmp, as non-root)
+  --disk-workspace         as root: bound the workspace (the default; kept for scripts)
   --net-allow-ranges R     comma-separated IPv4 ranges a slot with network on may reach although private
                            (e.g. 10.20.0.0/16); link-local and the host's own addresses stay unreachable
   --no-sandbox             never use bubblewrap (testing the unsandboxed fallback)
@@ -67,10 +73,16 @@ export async function run(argv: string[]): Promise<number> {
       "net-allow-ranges": { type: "string" },
       "disk-mb": { type: "string" },
       "disk-workspace": { type: "boolean" },
+      "no-disk-workspace": { type: "boolean" },
     },
     HELP,
   );
   if (!flags) return 0;
+  if (boolFlag(flags, "disk-workspace") && boolFlag(flags, "no-disk-workspace")) throw new CliUsageError("--disk-workspace and --no-disk-workspace contradict each other");
+  // As root, run in a mount namespace of our own, so the slot disks and template views this
+  // server mounts vanish with it, even on SIGKILL (see src/host/mount-namespace.ts).
+  const namespace = mountNamespacePlan();
+  if (namespace.run === "reexec") return reexecInOwnMountNamespace(namespace.unshare);
   const MB = 1024 * 1024;
   const host = stringFlag(flags, "host") ?? "127.0.0.1";
   const port = intFlag("port", stringFlag(flags, "port"), 8080, 0, 65535);
@@ -83,6 +95,7 @@ export async function run(argv: string[]): Promise<number> {
   // Inside Nomad every line names the allocation.
   const allocId = process.env["NOMAD_ALLOC_ID"];
   const logger = allocId ? base.child({ alloc: allocId }) : base;
+  if (namespace.reason && !boolFlag(flags, "no-disk-workspace")) logger.warn({ reason: namespace.reason }, "not in a mount namespace of its own");
 
   const server = new SandboxServer({
     host,
@@ -106,8 +119,8 @@ export async function run(argv: string[]): Promise<number> {
     slotUidBase: slotUidBase(stringFlag(flags, "slot-uid-base") === undefined ? undefined : intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), DEFAULT_SLOT_UID_BASE, 1000), allocId),
     disableSandbox: boolFlag(flags, "no-sandbox"),
     templateBudgetBytes: intFlag("template-budget-mb", stringFlag(flags, "template-budget-mb"), 4096, 1) * MB,
-    diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), 1024, 1) * MB,
-    boundWorkspace: boolFlag(flags, "disk-workspace"),
+    diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), DEFAULT_DISK_BYTES / MB, 1) * MB,
+    boundWorkspace: !boolFlag(flags, "no-disk-workspace"),
     netAllowRanges: allowRanges(stringFlag(flags, "net-allow-ranges")),
   });
   const url = await server.listen();
@@ -122,6 +135,7 @@ export async function run(argv: string[]): Promise<number> {
       cgroups: server.service.cgroups.mode,
       limits: server.service.limitsInForce,
       disk: server.service.disks.mode,
+      ...(server.service.disks.reason ? { disk_reason: server.service.disks.reason } : {}),
       internet: server.service.internetAccess ? "slirp4netns" : (server.service.internetReason ?? "none"),
       auth: token !== undefined,
     },

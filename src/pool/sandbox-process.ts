@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
 import { slotpoolCommand } from "./slotpool-command.js";
+import { findUnshare, OWN_MOUNT_NAMESPACE_ENV, unshareMountPrefix } from "../host/mount-namespace.js";
 import { SlotpoolError } from "../protocol/errors.js";
 
 /**
@@ -67,12 +68,14 @@ export async function startSandboxProcess(options: SandboxProcessOptions): Promi
   if (options.token) env["SANDBOX_TOKEN"] = options.token;
   else delete env["SANDBOX_TOKEN"];
   const setpriv = options.dieWithParent ? findSetpriv() : undefined;
-  // As root, the server mounts workspace template views (overlayfs): in a mount namespace of
-  // its own they vanish with it, even when it is killed (`unshare` execs: the pid is the server's).
-  const unshare = process.getuid?.() === 0 ? findUnshare() : undefined;
+  // As root, the server mounts (slot disks, template views): in a mount namespace of its own
+  // they vanish with it, even when it is killed (`unshare` execs: the pid is the server's).
+  // The marker tells the CLI not to re-execute itself into one more.
+  const unshare = process.getuid?.() === 0 && env[OWN_MOUNT_NAMESPACE_ENV] !== "1" ? findUnshare() : undefined;
+  if (unshare) env[OWN_MOUNT_NAMESPACE_ENV] = "1";
   const [file, ...rest] = [
     ...(setpriv ? [setpriv, "--pdeathsig", "SIGTERM", "--"] : []),
-    ...(unshare ? [unshare, "--mount", "--propagation", "private", "--"] : []),
+    ...(unshare ? unshareMountPrefix(unshare) : []),
     command,
     ...argv,
   ] as [string, ...string[]];
@@ -142,12 +145,6 @@ export async function startSandboxProcess(options: SandboxProcessOptions): Promi
 let setprivPath: string | null | undefined;
 
 /** util-linux `setpriv` (execs its command, so the pid stays the server's), or undefined. */
-let unsharePath: string | null | undefined;
-function findUnshare(): string | undefined {
-  if (unsharePath === undefined) unsharePath = ["/usr/bin/unshare", "/bin/unshare"].find((p) => existsSync(p)) ?? null;
-  return unsharePath ?? undefined;
-}
-
 function findSetpriv(): string | undefined {
   if (setprivPath === undefined) setprivPath = ["/usr/bin/setpriv", "/bin/setpriv"].find((p) => existsSync(p)) ?? null;
   return setprivPath ?? undefined;

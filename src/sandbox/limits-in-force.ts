@@ -27,7 +27,7 @@ export interface LimitsInForce {
   gaps: string[];
 }
 
-export function limitsInForce(opts: { perSlotUids: boolean; cgroups: "v1" | "v2" | "none"; addressSpaceBytes: number; limits: CommandLimits; uid: number; disk: { mode: "tmpfs" | "tmp-only"; bytes: number } }): LimitsInForce {
+export function limitsInForce(opts: { perSlotUids: boolean; cgroups: "v1" | "v2" | "none"; addressSpaceBytes: number; limits: CommandLimits; uid: number; disk: { mode: "tmpfs" | "tmp-only"; bytes: number; reason?: string } }): LimitsInForce {
   const cg = opts.cgroups !== "none";
   const gaps: string[] = [];
   if (!opts.perSlotUids) {
@@ -44,8 +44,11 @@ export function limitsInForce(opts: { perSlotUids: boolean; cgroups: "v1" | "v2"
     gaps.push("no per-slot CPU weight (no cgroup)");
   }
   const diskMb = Math.round(opts.disk.bytes / 1048576);
+  if (opts.disk.mode === "tmpfs" && cg && opts.disk.bytes >= opts.limits.memoryBytes) {
+    gaps.push(`a slot's disk (${diskMb} MB of tmpfs) is not below its memory bound (${Math.round(opts.limits.memoryBytes / 1048576)} MB) and its pages count as the slot's memory: a slot that fills it meets the OOM killer, not a write error (lower --disk-mb)`);
+  }
   if (opts.disk.mode !== "tmpfs") {
-    gaps.push(`a slot's workspace disk use (its /tmp and /var/tmp are bounded at ${diskMb} MB each; --disk-workspace, as root, bounds the workspace too)`);
+    gaps.push(`a slot's workspace disk use (only its /tmp and /var/tmp are bounded, at ${diskMb} MB each): ${opts.disk.reason ?? "the workspace is not bounded"}`);
   }
   return {
     per_slot_uids: opts.perSlotUids,

@@ -60,7 +60,11 @@ export interface SandboxServiceOptions {
   disableCgroups?: boolean;
   /** Bound on what a slot writes, bytes; see slot-disk.ts. */
   diskBytes?: number;
-  /** As root, also bound the workspace (a tmpfs per slot mounted on the host); see slot-disk.ts. */
+  /**
+   * As root, bound the workspace too: one tmpfs per slot (default true). The server should
+   * run in a mount namespace of its own (the CLI arranges it) so the mounts die with it;
+   * see slot-disk.ts.
+   */
   boundWorkspace?: boolean;
   /** IPv4 ranges a slot with network on may reach although private (`--net-allow-ranges`). */
   netAllowRanges?: string[];
@@ -148,7 +152,12 @@ export class SandboxService implements SlotHost {
       slot.wipeWorkspace();
       this.slots.push(slot);
     }
-    this.disks = new SlotDisks(this.stateDir, options.diskBytes ?? DEFAULT_DISK_BYTES, isRoot && !options.disableSandbox && options.boundWorkspace === true);
+    const unbounded =
+      options.boundWorkspace === false ? "turned off (--no-disk-workspace)"
+      : !isRoot ? "the server is not root (bounding it needs a mount per slot)"
+      : options.disableSandbox ? "sandboxing is off (--no-sandbox)"
+      : undefined;
+    this.disks = new SlotDisks(this.stateDir, options.diskBytes ?? DEFAULT_DISK_BYTES, unbounded);
     const first = this.slots[0];
     this.bwrap = options.disableSandbox
       ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox" }
@@ -173,14 +182,6 @@ export class SandboxService implements SlotHost {
     this.cgroups = new SlotCgroups({ memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses }, this.logger, options.disableCgroups ?? false);
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;
-    this.limitsInForce = limitsInForce({
-      perSlotUids: perSlotUid && isRoot,
-      cgroups: this.cgroups.mode,
-      addressSpaceBytes: this.addressSpaceBytes,
-      limits: this.limits,
-      uid: process.getuid?.() ?? 0,
-      disk: { mode: this.disks.mode, bytes: this.disks.bytes },
-    });
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);
     this.stateful = new StatefulSessions(this);
@@ -188,7 +189,16 @@ export class SandboxService implements SlotHost {
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
     this.disks.attachAll(this.slots);
-    if (this.disks.reason && options.boundWorkspace) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
+    if (this.disks.reason && unbounded === undefined) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
+    // After attaching: a refused mount makes the disk bound /tmp-only, and /health says so.
+    this.limitsInForce = limitsInForce({
+      perSlotUids: perSlotUid && isRoot,
+      cgroups: this.cgroups.mode,
+      addressSpaceBytes: this.addressSpaceBytes,
+      limits: this.limits,
+      uid: process.getuid?.() ?? 0,
+      disk: { mode: this.disks.mode, bytes: this.disks.bytes, ...(this.disks.reason ? { reason: this.disks.reason } : {}) },
+    });
   }
 
   /**

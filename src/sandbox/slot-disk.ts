@@ -6,37 +6,42 @@ import type { Slot } from "./slot.js";
 /**
  * A bound on everything a slot writes: its workspace and its /tmp and /var/tmp.
  *
- * As root: one tmpfs of `--disk-mb` per slot, mounted on the host at
+ * As root (the default): one tmpfs of `--disk-mb` per slot, mounted at
  * `<data dir>/.slotpool/disk_<i>` (owned by the slot's uid, mode 0700), holding
  * `workspace/` (bind-mounted onto the slot's workspace dir, so the file tools, artifacts
  * and every namespace of the slot see it), `tmp/` and `var-tmp/` (bound at /tmp and
- * /var/tmp in each of the slot's namespaces). A write past the bound fails with ENOSPC in
- * that slot only; reset empties the three dirs, which frees the space at once. A later
- * copy-on-write workspace (an overlayfs view of a template) composes: its upper and work
- * dirs go on the same tmpfs. tmpfs lives in memory (and swap): the bound is also what a
- * full slot costs in RAM, charged to the memory cgroup of the slot that wrote it.
- * Not root (no mount on the host), and by default: /tmp and /var/tmp are tmpfs of
- * `--disk-mb` each in the slot's namespaces (bubblewrap --size), gone with the namespace;
- * the workspace is bounded only with `--disk-workspace` (root). Why opt-in: a mount on the
- * host outlives a server killed with SIGKILL (its data dir cannot be removed until it is
- * unmounted; the next server on that data dir unmounts it at start).
+ * /var/tmp in each of the slot's namespaces) and `views/` (root only: the upper and work
+ * dirs of the slot's copy-on-write view of a template, see workspace-overlay.ts). A write
+ * past the bound fails with ENOSPC in that slot only; reset empties the dirs, which frees
+ * the space at once. tmpfs lives in memory (and swap): the bound is also what a full slot
+ * costs in RAM, charged to the memory cgroup of the slot that wrote it.
+ * The server runs in a mount namespace of its own (src/host/mount-namespace.ts), so these
+ * mounts vanish with it, even on SIGKILL; from outside, the workspace dirs look empty.
+ * Not root, `--no-disk-workspace`, or mounts refused (no CAP_SYS_ADMIN): /tmp and /var/tmp
+ * are tmpfs of `--disk-mb` each in the slot's namespaces (bubblewrap --size), gone with
+ * the namespace; the workspace is not bounded (`reason` says why).
  */
-/** Default `--disk-mb`: 1 GiB per slot. */
-export const DEFAULT_DISK_BYTES = 1024 * 1024 * 1024;
+/**
+ * Default `--disk-mb`: 512 MiB per slot, half the default `--memory-mb`: where slot memory
+ * cgroups exist, a slot's tmpfs pages count as its memory, so a bound at or above the
+ * memory bound would end in the OOM killer instead of a write error.
+ */
+export const DEFAULT_DISK_BYTES = 512 * 1024 * 1024;
 
 export class SlotDisks {
-  private readonly mounted = new Map<number, { disk: string; tmp: string; varTmp: string }>();
+  private readonly mounted = new Map<number, { disk: string; tmp: string; varTmp: string; views: string }>();
   mode: "tmpfs" | "tmp-only";
-  /** Why the workspace is not bounded (not root, or mounting failed), for logs and /health. */
+  /** Why the workspace is not bounded (not root, turned off, mounting failed), for logs and /health. */
   reason: string | undefined;
 
+  /** `unboundedBecause`: why the workspace is not to be bounded here (not root, turned off), if so. */
   constructor(
     private readonly stateDir: string,
     readonly bytes: number,
-    boundWorkspace: boolean,
+    unboundedBecause: string | undefined,
   ) {
-    this.mode = boundWorkspace ? "tmpfs" : "tmp-only";
-    this.reason = boundWorkspace ? undefined : "only /tmp and /var/tmp are bounded, the workspace is not (--disk-workspace, as root, bounds it)";
+    this.mode = unboundedBecause === undefined ? "tmpfs" : "tmp-only";
+    this.reason = unboundedBecause;
   }
 
   /** Mounts every slot's disk; if the host refuses (no CAP_SYS_ADMIN), bounds /tmp only. */
@@ -46,7 +51,7 @@ export class SlotDisks {
     } catch (err) {
       this.detachAll(slots);
       this.mode = "tmp-only";
-      this.reason = `cannot mount a tmpfs per slot (${err instanceof Error ? err.message : String(err)}): only /tmp and /var/tmp are bounded, the workspace is not`;
+      this.reason = `cannot mount a tmpfs per slot (${err instanceof Error ? err.message : String(err)})`;
     }
   }
 
@@ -60,13 +65,20 @@ export class SlotDisks {
     mkdirSync(disk, { recursive: true, mode: 0o700 });
     const owner = slot.owner ?? { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
     run("mount", ["-t", "tmpfs", "-o", `size=${this.bytes},mode=0700,uid=${owner.uid},gid=${owner.gid},nosuid,nodev`, "tmpfs", disk]);
-    const dirs = { disk, workspace: join(disk, "workspace"), tmp: join(disk, "tmp"), varTmp: join(disk, "var-tmp") };
+    const dirs = { disk, workspace: join(disk, "workspace"), tmp: join(disk, "tmp"), varTmp: join(disk, "var-tmp"), views: join(disk, "views") };
     for (const d of [dirs.workspace, dirs.tmp, dirs.varTmp]) {
       mkdirSync(d, { mode: 0o700 });
       chownSync(d, owner.uid, owner.gid);
     }
+    // The server's own (root, 0700): never bound into the slot's namespaces.
+    mkdirSync(dirs.views, { mode: 0o700 });
     run("mount", ["--bind", dirs.workspace, slot.workspaceDir]);
     this.mounted.set(slot.index, dirs);
+  }
+
+  /** Where the upper and work dirs of the slot's template view go: on its bounded disk, if mounted. */
+  viewsDir(slot: Slot): string | undefined {
+    return this.mounted.get(slot.index)?.views;
   }
 
   /** bubblewrap arguments for the slot's /tmp and /var/tmp. */
@@ -97,7 +109,8 @@ export class SlotDisks {
 
 function run(cmd: string, args: string[]): void {
   const r = spawnSync(cmd, args, { encoding: "utf8", timeout: 10_000 });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed: ${(r.stderr || r.error?.message || `exit ${r.status}`).trim()}`);
+  // First line only: mount(8) adds a "dmesg(1) may have more information" line.
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed: ${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split("\n")[0]}`);
 }
 
 function isMountPoint(path: string): boolean {

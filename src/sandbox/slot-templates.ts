@@ -22,7 +22,7 @@ export class SlotTemplates {
     // Builds run as slot_0's uid (when slots have their own uids): a uid of this server's
     // block, never root; every slot sees the files as its own through the id-mapped view.
     const buildOwner = svc.slots[0]?.owner;
-    this.views = new WorkspaceViews(join(svc.stateDir, "views"), svc.slots, svc.logger);
+    this.views = new WorkspaceViews(join(svc.stateDir, "views"), svc.slots, svc.logger, (slot) => svc.disks.viewsDir(slot));
     for (const slot of svc.slots) slot.wipeWorkspace();
     this.store = new TemplateStore({
       dir: join(svc.stateDir, "templates"),

@@ -22,7 +22,10 @@ const run = promisify(execFile);
  * slot's private dirs under the server's state dir (0700 root: no slot reaches them).
  * Every tool that uses the workspace — the slot's namespaces (bound at their start, which
  * a reset always follows), file tools, artifacts, the stateful terminal — sees the merged
- * view. Attaching costs one exec of a small C helper (`native/template-mount.c`), whatever
+ * view. When the slot's disk is bounded (slot-disk.ts: a tmpfs per slot), its upper and work
+ * dirs live on that tmpfs instead, so what a slot writes into a view counts against its
+ * bound (the template itself does not), and a reset deletes them before it answers.
+ * Attaching costs one exec of a small C helper (`native/template-mount.c`), whatever
  * the template's size; detaching unmounts and renames the upper dir away (deleted in the
  * background).
  *
@@ -36,6 +39,8 @@ interface Attached {
   template: Template;
   upper: string;
   work: string;
+  /** Upper/work on the slot's bounded disk: deleted at once (frees the bound), not in the background. */
+  bounded: boolean;
 }
 
 export class WorkspaceViews {
@@ -49,6 +54,8 @@ export class WorkspaceViews {
     private readonly viewsDir: string,
     private readonly slots: readonly Slot[],
     private readonly logger: Logger,
+    /** The slot's bounded disk's dir for views (`SlotDisks.viewsDir`), if its disk is bounded. */
+    private readonly boundedDir: (slot: Slot) => string | undefined = () => undefined,
   ) {
     const isRoot = process.getuid?.() === 0;
     // SLOTPOOL_TEMPLATE_VIEWS=copy forces copy mode (what a non-root server gets; tests).
@@ -75,7 +82,8 @@ export class WorkspaceViews {
    */
   async switch(slot: Slot, next: Template | undefined, release: (t: Template) => void): Promise<void> {
     const prev = this.attached.get(slot.index);
-    if (next && prev?.upper && this.mode === "overlay") {
+    // Not from a view on the bounded disk: its old upper must go before the new view takes space there.
+    if (next && prev?.upper && !prev.bounded && this.mode === "overlay") {
       try {
         await this.mountOverlay(slot, next);
       } finally {
@@ -107,14 +115,16 @@ export class WorkspaceViews {
     }
     await run("cp", ["-a", "--reflink=auto", `${t.treeDir}/.`, slot.workspaceDir], { maxBuffer: 1 << 20 });
     if (slot.owner) await run("chown", ["-R", `${slot.owner.uid}:${slot.owner.gid}`, slot.workspaceDir]);
-    this.attached.set(slot.index, { template: t, upper: "", work: "" });
+    this.attached.set(slot.index, { template: t, upper: "", work: "", bounded: false });
   }
 
   private async mountOverlay(slot: Slot, t: Template): Promise<void> {
     const dir = this.slotDir(slot);
+    const bounded = this.boundedDir(slot);
     const tag = randomBytes(4).toString("hex");
-    const upper = join(dir, `upper-${tag}`);
-    const work = join(dir, `work-${tag}`);
+    // overlayfs needs upper and work on one filesystem: both on the bounded disk, or both here.
+    const upper = join(bounded ?? dir, `upper-${tag}`);
+    const work = join(bounded ?? dir, `work-${tag}`);
     const lower = join(dir, "lower");
     mkdirSync(lower, { recursive: true, mode: 0o700 });
     // The upper dir's root is the merged root: same mode and owner as a plain workspace.
@@ -131,7 +141,7 @@ export class WorkspaceViews {
       rmSync(work, { recursive: true, force: true });
       throw err;
     }
-    this.attached.set(slot.index, { template: t, upper, work });
+    this.attached.set(slot.index, { template: t, upper, work, bounded: bounded !== undefined });
   }
 
   /**
@@ -150,9 +160,18 @@ export class WorkspaceViews {
     return a.template;
   }
 
-  /** Renames an unmounted view's private dirs away and deletes them in the background. */
+  /**
+   * Deletes an unmounted view's private dirs: at once on the bounded disk (the reset frees
+   * the bound before it answers; a tmpfs deletes fast), else renamed away and deleted in
+   * the background.
+   */
   private trash(slot: Slot, a: Attached): void {
     if (this.attached.get(slot.index) === a) this.attached.delete(slot.index);
+    if (a.bounded) {
+      rmSync(a.upper, { recursive: true, force: true });
+      rmSync(a.work, { recursive: true, force: true });
+      return;
+    }
     const trash = join(this.slotDir(slot), `trash-${randomBytes(4).toString("hex")}`);
     mkdirSync(trash, { mode: 0o700 });
     renameSync(a.upper, join(trash, "upper"));

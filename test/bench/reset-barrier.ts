@@ -14,6 +14,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSandboxProcess } from "../../src/pool/sandbox-process.js";
+import { serverView } from "../support/server-view.js";
 
 const argv = process.argv.slice(2);
 const i = argv.indexOf("--rounds");
@@ -57,7 +58,8 @@ try {
   let survivors = 0;
   let filesAtAnswer = 0;
   let filesLater = 0;
-  const workspace = join(dataDir, "slot_0");
+  // The server's view: as root the workspace is its tmpfs, in its own mount namespace.
+  const workspace = serverView(proc.pid, join(dataDir, "slot_0"));
   for (let r = 0; r < ROUNDS; r++) {
     const marker = `slotpool-rb-${process.pid}-${r}`;
     // A marked sleep and a loop that keeps (re)creating 64 files in the workspace.

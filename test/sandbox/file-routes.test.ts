@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxProcess, type SandboxProcess } from "../../src/pool/sandbox-process.js";
+import { serverView } from "../support/server-view.js";
 import {
   ArtifactArchiveResponseSchema,
   ArtifactListResponseSchema,
@@ -130,7 +131,7 @@ describe("read_file / write_file through /execute", () => {
       const w = await exec("slot_0", "write_file", { path, content: "pwned" });
       expect(w.success, path).toBe(false);
     }
-    expect(await readFile(join(dataDir, "slot_1", "private", "secret.txt"), "utf8")).toBe(NEIGHBOUR_SECRET);
+    expect(await readFile(serverView(server.pid, join(dataDir, "slot_1", "private", "secret.txt")), "utf8")).toBe(NEIGHBOUR_SECRET);
     expect(existsSync(join(outside, "x"))).toBe(false);
   });
 

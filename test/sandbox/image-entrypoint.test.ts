@@ -1,6 +1,6 @@
 import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, rm, stat, symlink } from "node:fs/promises";
-import { cpSync, existsSync, readFileSync, readdirSync } from "node:fs";
+import { cpSync, existsSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -229,6 +229,31 @@ describe("the image's spawner (the server's fast path)", () => {
   }, 60_000);
 });
 
+const isRootHere = process.getuid?.() === 0;
+
+/** Every process below `pid` (from /proc's parent links). */
+function descendants(pid: number): number[] {
+  const parentOf = new Map<number, number>();
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      parentOf.set(Number(name), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  const out: number[] = [];
+  const walk = (p: number): void => {
+    for (const [c, pp] of parentOf) if (pp === p) {
+      out.push(c);
+      walk(c);
+    }
+  };
+  walk(pid);
+  return out;
+}
+
 describe("the image's entrypoint, run as written", () => {
   let dir: string;
   let child: ChildProcess | undefined;
@@ -318,6 +343,24 @@ describe("the image's entrypoint, run as written", () => {
     expect((await readdir(data)).sort()).toEqual(expect.arrayContaining(["slot_0", "slot_1"]));
     // Nothing landed in the working directory's ./data default.
     expect(existsSync(join(dir, "data"))).toBe(false);
+  });
+
+  it("as root, serves from a mount namespace of its own: its slot disks are not mounted on the host", async () => {
+    const data = join(dir, "alloc", "data");
+    const hostMounts = readFileSync("/proc/self/mountinfo", "utf8");
+    expect(hostMounts).not.toContain(data);
+    const health = (await (await fetch(`${url}/health`)).json()) as { limits: { disk: string } };
+    if (!isRootHere) {
+      expect(health.limits.disk).toBe("tmp_only");
+      return;
+    }
+    // The entrypoint's process re-executed itself under `unshare --mount`: the server is its
+    // descendant, in another mount namespace, where the slot disks are mounted.
+    const server = descendants(child!.pid!).find((pid) => readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("sandbox-server"));
+    expect(server, "no sandbox-server below the entrypoint's process").toBeDefined();
+    expect(readlinkSync(`/proc/${server}/ns/mnt`)).not.toBe(readlinkSync("/proc/self/ns/mnt"));
+    expect(readFileSync(`/proc/${server}/mountinfo`, "utf8")).toContain(join(data, "slot_0"));
+    expect(health.limits.disk).toBe("workspace_and_tmp");
   });
 
   it("stops on SIGTERM, as Nomad and docker stop it", async () => {

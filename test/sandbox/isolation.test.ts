@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRoot, startServer, type TestServer } from "./helpers.js";
+import { serverView } from "../support/server-view.js";
 
 /**
  * Isolation of `bash` (issue 2 point 2), with escape attempts: another slot's files through
@@ -25,7 +26,7 @@ describe("sandbox isolation", () => {
   it("shows the slot's workspace, writable, at /workspace, as HOME and cwd", async () => {
     const r = await s.bash(0, "pwd; echo $HOME; echo data > f.txt && cat /workspace/f.txt");
     expect(r.output).toBe("/workspace\n/workspace\ndata");
-    expect(readFileSync(join(s.dataDir, "slot_0", "f.txt"), "utf8")).toBe("data\n");
+    expect(readFileSync(serverView(s.proc.pid, join(s.dataDir, "slot_0", "f.txt")), "utf8")).toBe("data\n");
   });
 
   it("has its own pid, ipc, uts and user namespaces", async () => {
@@ -127,7 +128,7 @@ describe("sandbox fallback without bubblewrap", () => {
       expect(req.error).toMatch(/sandbox required but unavailable/);
       expect(req.output).toBe("");
       // Nothing ran: a file the command would create does not exist.
-      const marker = join(s.dataDir, "slot_0", "marker");
+      const marker = serverView(s.proc.pid, join(s.dataDir, "slot_0", "marker"));
       await s.bash(0, `touch marker`, { require_sandbox: true });
       expect(existsSync(marker)).toBe(false);
     } finally {

@@ -3,6 +3,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRoot, startServer, type TestServer } from "./helpers.js";
+import { serverView } from "../support/server-view.js";
 
 /** Stateful terminal (issue 2 point 8), reset (point 9) and graceful shutdown (point 12). */
 const UID_BASE = 21500;
@@ -95,7 +96,7 @@ describe("reset", () => {
     try {
       await s.post("/execute", { slot_id: "slot_0", tool: "bash_stateful", args: { command: "sleep 300 & echo bg" } });
       await s.bash(0, "mkdir -p d/e && touch .hidden d/e/f ro && chmod 444 ro && chmod 555 d/e && chmod 500 d && mkdir .dotdir && echo x > .dotdir/y");
-      expect(readdirSync(join(s.dataDir, "slot_0")).length).toBeGreaterThan(0);
+      expect(readdirSync(serverView(s.proc.pid, join(s.dataDir, "slot_0"))).length).toBeGreaterThan(0);
       // A long call is running when the reset arrives: it ends, killed.
       const running = s.bash(0, "sleep 60; echo never", { timeout: 120 });
       await new Promise((r) => setTimeout(r, 300));
@@ -106,7 +107,7 @@ describe("reset", () => {
       expect(Date.now() - t).toBeLessThan(5000);
       const killed = await running;
       expect(killed.output).not.toContain("never");
-      expect(readdirSync(join(s.dataDir, "slot_0"))).toEqual([]);
+      expect(readdirSync(serverView(s.proc.pid, join(s.dataDir, "slot_0")))).toEqual([]);
       if (isRoot) expect(hostProcessesOf(UID_BASE + 10)).not.toMatch(/sleep 300|sleep 60/);
       const next = await s.bash(0, "ls -A | wc -l; echo ok > f; cat f");
       expect(next.output).toBe("0\nok");

@@ -2,6 +2,7 @@ import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startServer, type TestServer } from "./helpers.js";
+import { serverView } from "../support/server-view.js";
 
 /** Limits (issue 2 point 4) and capped, streamed output (point 5). */
 function rssKb(pid: number, field: "VmRSS" | "VmHWM"): number {
@@ -56,7 +57,7 @@ describe("sandbox limits", () => {
 
   it("caps the size of a written file; a disk-filling loop ends and the server stays up", async () => {
     const big = await s.bash(0, "yes > big.txt; echo rc=$?");
-    expect(statSync(join(s.dataDir, "slot_0", "big.txt")).size).toBe(2 * 1024 * 1024);
+    expect(statSync(serverView(s.proc.pid, join(s.dataDir, "slot_0", "big.txt"))).size).toBe(2 * 1024 * 1024);
     expect(big.output).toMatch(/rc=153|File size limit/);
     const loop = await s.bash(0, "for i in $(seq 30); do head -c 1M /dev/zero > fill_$i || break; done; ls fill_* | wc -l", { timeout: 10 });
     expect(loop.output).toBe("30");
@@ -83,7 +84,7 @@ describe("sandbox limits", () => {
     expect(r.output.endsWith("END")).toBe(true);
     const file = r.metadata.output_file as string;
     expect(file).toMatch(/^\.slotpool-output-/);
-    expect(statSync(join(s.dataDir, "slot_2", file)).size).toBe(1_500_000 + 5);
+    expect(statSync(serverView(s.proc.pid, join(s.dataDir, "slot_2", file))).size).toBe(1_500_000 + 5);
     // The command sees it at the same workspace-relative name.
     const wc = await s.bash(2, `wc -c < ${file}`);
     expect(wc.output).toBe(String(1_500_000 + 5));
@@ -93,7 +94,7 @@ describe("sandbox limits", () => {
     const r = await s.bash(2, "yes | head -c 3000000", { timeout: 10 });
     expect(r.metadata.truncated).toBe(true);
     expect(r.metadata["output_file_cut"]).toBe(true);
-    expect(statSync(join(s.dataDir, "slot_2", r.metadata.output_file as string)).size).toBe(2 * 1024 * 1024);
+    expect(statSync(serverView(s.proc.pid, join(s.dataDir, "slot_2", r.metadata.output_file as string))).size).toBe(2 * 1024 * 1024);
   });
 
   it("a `yes` that never ends is stopped by its timeout with a capped answer", async () => {

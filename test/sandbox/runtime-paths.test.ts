@@ -105,9 +105,10 @@ describe("the bounds in force", () => {
       const health = (await s.get("/health")).json;
       expect(listening?.limits).toEqual(health.limits);
       expect(health.limits.per_slot_uids).toBe(isRoot);
-      // Without --disk-workspace only /tmp and /var/tmp are bounded, and the gaps say so.
-      expect(health.limits.disk).toBe("tmp_only");
-      expect(health.limits.gaps.some((g: string) => g.startsWith("a slot's workspace disk use"))).toBe(true);
+      // As root the workspace is bounded too (by default); not root, only /tmp and /var/tmp
+      // are, and the gaps say so.
+      expect(health.limits.disk).toBe(isRoot ? "workspace_and_tmp" : "tmp_only");
+      expect(health.limits.gaps.some((g: string) => g.startsWith("a slot's workspace disk use"))).toBe(!isRoot);
       if (!isRoot) expect(health.limits.pids).toBe("rlimit_nproc_shared_uid");
     } finally {
       await s.stop();

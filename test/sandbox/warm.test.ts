@@ -9,6 +9,7 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRoot, startServer, type TestServer } from "./helpers.js";
+import { serverView } from "../support/server-view.js";
 
 const UID_BASE = 21_700;
 let s: TestServer;
@@ -42,7 +43,7 @@ function spawners(serverPid: number): Array<{ pid: number; uid: number }> {
  * uid) by the workspace its namespace shows at /workspace, which is the slot's directory.
  */
 function slotSpawners(slot: number): number[] {
-  const workspace = statSync(join(s.dataDir, `slot_${slot}`)).ino;
+  const workspace = statSync(serverView(s.proc.pid, join(s.dataDir, `slot_${slot}`))).ino;
   const seesWorkspace = (pid: number): boolean => {
     try {
       return statSync(`/proc/${pid}/root/workspace`).ino === workspace;

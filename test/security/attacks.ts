@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
+import { serverView } from "../support/server-view.js";
 import type { ExecuteResponse } from "../../src/protocol/sandbox.js";
 import {
   ATTACK_LIMITS,
@@ -142,18 +143,27 @@ export const diskFill: Attack = {
   async run(server, slot) {
     // Many files, each under the per-file cap: RLIMIT_FSIZE alone does not stop this.
     const r = await timed(() => server.bash(slot, "i=0; while :; do head -c 20M /dev/zero > fill_$i || break; i=$((i+1)); done", { timeout: 3 }));
-    const written = diskUsage(`${server.dataDir}/slot_${slot}`);
+    const written = diskUsage(serverView(server.proc.pid, `${server.dataDir}/slot_${slot}`));
     return { ...r, notes: { written_mb: Math.round(written / MB) } };
   },
   async verify(run, server, slot) {
-    assert.equal(run.response.success, false);
-    assert.equal(run.response.metadata.timeout, true, `expected a timeout, got ${JSON.stringify(run.response).slice(0, 300)}`);
-    assert.match(run.response.error, /timed out after 3 seconds/);
+    const bounded = (await server.health()).json.limits.disk === "workspace_and_tmp";
+    if (bounded) {
+      // Root: the slot's disk bound stops it (ENOSPC), long before the timeout.
+      assert.match(run.response.output, /No space left on device/);
+      assert.notEqual(run.response.metadata.timeout, true, JSON.stringify(run.response).slice(0, 300));
+      assert.ok(Number(run.notes["written_mb"]) <= ATTACK_LIMITS.diskMb, `wrote ${run.notes["written_mb"]} MB past --disk-mb ${ATTACK_LIMITS.diskMb}`);
+    } else {
+      // Not root: the workspace is not bounded; the timeout ends it.
+      assert.equal(run.response.success, false);
+      assert.equal(run.response.metadata.timeout, true, `expected a timeout, got ${JSON.stringify(run.response).slice(0, 300)}`);
+      assert.match(run.response.error, /timed out after 3 seconds/);
+    }
     await assertHealthy(server);
     await assertOnlyHolders(server, slot);
     const reset = await server.reset(slot);
     assert.equal(reset.status, 200);
-    assert.equal(diskUsage(`${server.dataDir}/slot_${slot}`), 0, "reset left the filler files behind");
+    assert.equal(diskUsage(serverView(server.proc.pid, `${server.dataDir}/slot_${slot}`)), 0, "reset left the filler files behind");
   },
 };
 
@@ -161,7 +171,7 @@ export const bigFile: Attack = {
   name: "one huge file (2 GB via bash)",
   async run(server, slot) {
     const r = await timed(() => server.bash(slot, "head -c 2G /dev/zero > huge; echo rc=$?; stat -c %s huge"));
-    return { ...r, notes: { file_mb: Math.round(diskUsage(`${server.dataDir}/slot_${slot}`) / MB) } };
+    return { ...r, notes: { file_mb: Math.round(diskUsage(serverView(server.proc.pid, `${server.dataDir}/slot_${slot}`)) / MB) } };
   },
   async verify(run, server, slot) {
     assert.match(run.response.output, /File size limit exceeded/);
@@ -260,7 +270,7 @@ export const hugeWriteFile: Attack = {
   name: "write_file of 11 MB (cap 10 MB)",
   async run(server, slot) {
     const r = await timed(() => server.tool(slot, "write_file", { path: "big.txt", content: "x".repeat(11 * MB) }));
-    return { ...r, notes: { written_bytes: diskUsage(`${server.dataDir}/slot_${slot}`) } };
+    return { ...r, notes: { written_bytes: diskUsage(serverView(server.proc.pid, `${server.dataDir}/slot_${slot}`)) } };
   },
   async verify(run, server) {
     assert.equal(run.response.success, false, "write_file above the cap succeeded");

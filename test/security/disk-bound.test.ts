@@ -1,12 +1,17 @@
 /**
  * Disk bounded per slot (issue 11, hole 3). `--disk-mb` bounds /tmp and /var/tmp of every
- * slot (a tmpfs of that size in the slot's namespaces, root or not); with
- * `--disk-workspace` (root) the workspace, /tmp and /var/tmp share one tmpfs of that size
- * per slot. A slot that writes past it gets a write error (ENOSPC), the other slots and the
- * server keep working, and reset frees the space.
+ * slot (a tmpfs of that size in the slot's namespaces, root or not); as root, by default,
+ * the workspace (a template view's writes included), /tmp and /var/tmp share one tmpfs of
+ * that size per slot. A slot that writes past it gets a write error (ENOSPC), the other
+ * slots and the server keep working, and reset frees the space.
  */
+import { execFileSync } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isRoot, startAttackServer, type AttackServer } from "./support.js";
+import { serverView } from "../support/server-view.js";
+import { isRoot, startAttackServer, startCliServer, type AttackServer, type CliServer } from "./support.js";
 
 const write = (path: string, mb: number) => `dd if=/dev/zero of=${path} bs=1M count=${mb} 2>&1; echo "rc=$?"`;
 
@@ -29,10 +34,10 @@ describe("--disk-mb bounds a slot's /tmp (any user)", () => {
   }, 60_000);
 });
 
-describe.runIf(isRoot)("--disk-workspace (root): workspace, /tmp and /var/tmp share one bound per slot", () => {
+describe.runIf(isRoot)("as root (the default): workspace, /tmp and /var/tmp share one bound per slot", () => {
   let server: AttackServer;
   beforeAll(async () => {
-    server = await startAttackServer({ slots: 2, extraArgs: ["--disk-mb", "20", "--disk-workspace"] });
+    server = await startAttackServer({ slots: 2, extraArgs: ["--disk-mb", "20"] });
   }, 90_000);
   afterAll(async () => {
     await server?.stop();
@@ -52,5 +57,105 @@ describe.runIf(isRoot)("--disk-workspace (root): workspace, /tmp and /var/tmp sh
     const df = await server.bash(0, "df -k /workspace | tail -1 | awk '{print $3}'");
     expect(Number(df.output.trim())).toBeLessThan(1024);
     expect((await server.bash(0, write("/workspace/again", 15))).output).toMatch(/rc=0/);
+  }, 60_000);
+});
+
+/** Checksum of a tree's paths, modes and file contents (run inside it). */
+const TREE_SUM = "(find . -mindepth 1 -printf '%p %y %m\\n' | LC_ALL=C sort; find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-64";
+
+describe.runIf(isRoot)("templates under the disk bound (root): a view's writes count against the slot's tmpfs", () => {
+  let server: AttackServer;
+  let store: string;
+  beforeAll(async () => {
+    server = await startAttackServer({ slots: 2, extraArgs: ["--disk-mb", "20"] });
+    // 8 MB of template: read through the view, it must not count against the slot's 20 MB.
+    const built = await server.request("POST", "/templates", { name: "tpl", files: { "src/app.py": "print(1)\n" }, setup: ["head -c 8M /dev/urandom > blob && chmod 444 blob"] });
+    expect(built.json?.success, built.text).toBe(true);
+    const root = join(server.dataDir, ".slotpool", "templates", "store");
+    store = join(root, readdirSync(root).find((n) => n.startsWith("tpl-"))!);
+  }, 120_000);
+  afterAll(async () => {
+    await server?.stop();
+  });
+  const resetInto = (slot: number) => server.request("POST", "/reset", { slot_id: `slot_${slot}`, template: "tpl" });
+  const hostSum = () => execFileSync("bash", ["-c", TREE_SUM], { cwd: store, encoding: "utf8" }).trim();
+
+  it("writing 30 MB into the view fails with ENOSPC; the template, the other slot and the server are untouched; reset gives the template back and frees the space", async () => {
+    const sum = hostSum();
+    expect((await resetInto(0)).json?.success).toBe(true);
+    expect((await server.bash(0, TREE_SUM)).output).toBe(sum);
+    // The view's writable layer is on the slot's bounded disk, in a dir only root may enter.
+    const mount = (await server.bash(0, "grep ' /workspace ' /proc/self/mountinfo")).output;
+    const upper = /upperdir=([^,\s]+)/.exec(mount)?.[1] ?? "";
+    expect(upper.startsWith(join(server.dataDir, ".slotpool", "disk_0", "views") + "/"), mount).toBe(true);
+    const views = statSync(serverView(server.proc.pid, join(server.dataDir, ".slotpool", "disk_0", "views")));
+    expect({ mode: views.mode & 0o777, uid: views.uid }).toEqual({ mode: 0o700, uid: 0 });
+
+    const over = await server.bash(0, `echo edit >> src/app.py; rm -f blob; ${write("/workspace/big", 30)}`);
+    expect(over.output).toMatch(/No space left on device/);
+    expect(over.output).toMatch(/rc=1/);
+    expect(hostSum()).toBe(sum);
+    // The other slot (in the same template) has its own bound, untouched.
+    expect((await resetInto(1)).json?.success).toBe(true);
+    expect((await server.bash(1, write("/workspace/other", 15))).output).toMatch(/rc=0/);
+    expect((await server.health()).status).toBe(200);
+
+    expect((await resetInto(0)).json?.success).toBe(true);
+    expect((await server.bash(0, TREE_SUM)).output).toBe(sum);
+    expect((await server.bash(0, write("/workspace/fits", 15))).output).toMatch(/rc=0/);
+    // Still bounded after a reset from one view into the next (the bound lies under the view).
+    expect((await server.bash(0, write("/workspace/more", 10))).output).toMatch(/No space left on device/);
+    expect(hostSum()).toBe(sum);
+  }, 90_000);
+});
+
+describe.runIf(isRoot)("--no-disk-workspace (root): the way out, said in /health", () => {
+  let server: AttackServer;
+  beforeAll(async () => {
+    server = await startAttackServer({ slots: 1, extraArgs: ["--disk-mb", "20", "--no-disk-workspace"] });
+  }, 90_000);
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  it("only /tmp is bounded: 30 MB fit in the workspace, not in /tmp", async () => {
+    const health = (await server.health()).json;
+    expect(health.limits.disk).toBe("tmp_only");
+    expect(health.limits.gaps.join("\n")).toMatch(/workspace disk use.*--no-disk-workspace/);
+    expect((await server.bash(0, write("/workspace/big", 30))).output).toMatch(/rc=0/);
+    expect((await server.bash(0, write("/tmp/big", 30))).output).toMatch(/No space left on device/);
+  }, 60_000);
+});
+
+describe.runIf(isRoot && existsSync("/usr/bin/setpriv"))("root without CAP_SYS_ADMIN (a default Docker container): /tmp-only, and it says so", () => {
+  let server: CliServer;
+  let base: string;
+  beforeAll(async () => {
+    base = mkdtempSync(join(tmpdir(), "slotpool-nocap-"));
+    chmodSync(base, 0o755);
+    // The capability leaves the bounding set: `unshare --mount` and every mount are refused.
+    server = await startCliServer(["sandbox-server", "--port", "0", "--slots", "1", "--data-dir", join(base, "data"), "--disk-mb", "20"], {
+      prefix: ["/usr/bin/setpriv", "--bounding-set", "-sys_admin", "--"],
+      startTimeoutMs: 60_000,
+    });
+  }, 90_000);
+  afterAll(async () => {
+    await server?.stop();
+    if (base) rmSync(base, { recursive: true, force: true });
+  });
+
+  it("falls back to bounding /tmp and /var/tmp only; /health, the start-up line and a warning name the reason", async () => {
+    const health = (await (await fetch(`${server.url}/health`)).json()) as { limits: { disk: string; gaps: string[] } };
+    expect(health.limits.disk).toBe("tmp_only");
+    expect(health.limits.gaps.join("\n")).toMatch(/workspace disk use.*cannot mount a tmpfs per slot/);
+    const listening = server.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l["msg"] === "listening");
+    expect(String(listening?.["disk_reason"])).toMatch(/cannot mount a tmpfs per slot/);
+    expect(server.logs.some((l) => l.includes("not in a mount namespace of its own") && l.includes("unshare --mount refused"))).toBe(true);
+    const bash = async (command: string) => {
+      const res = await fetch(`${server.url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command, require_sandbox: true } }) });
+      return ((await res.json()) as { output: string }).output;
+    };
+    expect(await bash(write("/tmp/big", 30))).toMatch(/No space left on device/);
+    expect(await bash(write("/workspace/big", 30))).toMatch(/rc=0/);
   }, 60_000);
 });

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import type { ContainerInfo } from "../../src/pool/types.js";
 import { eventually, processesWithMarker, startAttackServer, within, type AttackServer } from "./support.js";
+import { serverView } from "../support/server-view.js";
 
 /**
  * Escape attempts against a real sandbox server: every file route (read_file / write_file
@@ -90,8 +91,8 @@ function noLeak(text: string): void {
 
 describe("file tools refuse traversal and symlink escapes", () => {
   it("the host paths are real (control: the secret is where the attacks aim)", () => {
-    expect(readFileSync(join(slot1Host, "secret.txt"), "utf8")).toBe(SECRET);
-    expect(existsSync(join(server.dataDir, "slot_0", "l_sibling"))).toBe(true);
+    expect(readFileSync(serverView(server.proc.pid, join(slot1Host, "secret.txt")), "utf8")).toBe(SECRET);
+    expect(existsSync(serverView(server.proc.pid, join(server.dataDir, "slot_0", "l_sibling")))).toBe(true);
   });
 
   for (const path of [...TRAVERSALS, ...SYMLINKS, "@SLOT1@/secret.txt", "secret.txt\u0000../x"]) {
@@ -112,8 +113,8 @@ describe("file tools refuse traversal and symlink escapes", () => {
       expect(r.error.length).toBeGreaterThan(10);
       if (!echoesOwnTarget(path)) expect(JSON.stringify(r)).not.toContain(server.dataDir);
       expect(readFileSync(canaryFile, "utf8")).toBe("untouched");
-      expect(readFileSync(join(slot1Host, "secret.txt"), "utf8")).toBe(SECRET);
-      expect(readdirSync(slot1Host).sort()).toEqual(["secret.txt"]);
+      expect(readFileSync(serverView(server.proc.pid, join(slot1Host, "secret.txt")), "utf8")).toBe(SECRET);
+      expect(readdirSync(serverView(server.proc.pid, slot1Host)).sort()).toEqual(["secret.txt"]);
       expect(readdirSync(outside)).toEqual(["canary.txt"]);
     });
   }
@@ -225,7 +226,7 @@ describe("the token and the server's environment stay outside", () => {
     const withNet = await server.bash(0, req, { allowNetwork: true });
     expect(withNet.metadata.network_isolated).toBe(false);
     expect(withNet.output).not.toMatch(/HTTP/);
-    expect(readFileSync(join(slot1Host, "secret.txt"), "utf8")).toBe(SECRET);
+    expect(readFileSync(serverView(server.proc.pid, join(slot1Host, "secret.txt")), "utf8")).toBe(SECRET);
     const noNet = await server.bash(0, req, { allowNetwork: false });
     expect(noNet.output).not.toMatch(/HTTP/);
   });

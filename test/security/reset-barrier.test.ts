@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startAttackServer, startCliServer, type AttackServer, type CliServer } from "./support.js";
+import { serverView } from "../support/server-view.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -53,6 +54,21 @@ function namespacesOf(marker: string): Set<string> {
   return found;
 }
 
+/** The pid of the sandbox server whose data dir lies under `base` (the executor's local container). */
+function sandboxServerUnder(base: string): number {
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const argv = readFileSync(`/proc/${name}/cmdline`, "utf8").split("\0");
+      const dataDir = argv[argv.indexOf("--data-dir") + 1] ?? "";
+      if (argv.includes("sandbox-server") && dataDir.startsWith(base + "/")) return Number(name);
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  throw new Error(`no sandbox server with its data dir under ${base}`);
+}
+
 /** Every path under `dir` whose name holds `marker`. */
 function filesWithMarker(dir: string, marker: string): string[] {
   try {
@@ -81,7 +97,8 @@ describe("reset is a barrier", () => {
   });
 
   it("100 rounds: when /reset answers, no process of the slot runs and the workspace is empty, also 200 ms later", async () => {
-    const workspace = join(server.dataDir, "slot_0");
+    // Through the server's view: as root the workspace is its tmpfs, in its mount namespace.
+    const workspace = serverView(server.proc.pid, join(server.dataDir, "slot_0"));
     for (let round = 0; round < 100; round++) {
       const marker = `slotpool-barrier-${process.pid}-${round}`;
       const planted = await server.tool(0, "bash_stateful", { command: writerCommand(marker), require_sandbox: true });
@@ -129,12 +146,15 @@ describe("the executor's /release (the pool's release with reset) is a barrier t
       expect(planted.output, JSON.stringify(planted)).toBe("started");
       const namespaces = namespacesOf(marker);
       expect(namespaces.size).toBeGreaterThan(0);
+      // Control: the files are where this test looks (the server's view of the data dir).
+      const seen = serverView(sandboxServerUnder(base), base);
+      expect(filesWithMarker(seen, marker).length).toBeGreaterThan(0);
       expect(await post("/release", { trajectory_id: t, reset_workspace: true })).toEqual({ status: "ok" });
       const procsNow = slotProcesses(marker, namespaces);
-      const filesNow = filesWithMarker(base, marker);
+      const filesNow = filesWithMarker(seen, marker);
       expect({ round, procs: procsNow, files: filesNow }).toEqual({ round, procs: [], files: [] });
       await sleep(200);
-      expect({ round, procs: slotProcesses(marker, namespaces), files: filesWithMarker(base, marker) }).toEqual({ round, procs: [], files: [] });
+      expect({ round, procs: slotProcesses(marker, namespaces), files: filesWithMarker(seen, marker) }).toEqual({ round, procs: [], files: [] });
     }
   }, 300_000);
 });

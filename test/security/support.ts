@@ -20,6 +20,8 @@ export const ATTACK_LIMITS = {
   memoryMb: 256,
   maxProcesses: 128,
   maxFileMb: 50,
+  /** Below the memory bound: a slot's tmpfs pages count as its memory (see slot-disk.ts). */
+  diskMb: 128,
   timeoutSec: 10,
   outputCap: 50_000,
 };
@@ -72,6 +74,7 @@ export async function startAttackServer(opts: StartAttackServerOptions = {}): Pr
       "--memory-mb", String(ATTACK_LIMITS.memoryMb),
       "--max-processes", String(ATTACK_LIMITS.maxProcesses),
       "--max-file-mb", String(ATTACK_LIMITS.maxFileMb),
+      "--disk-mb", String(ATTACK_LIMITS.diskMb),
       "--timeout", String(ATTACK_LIMITS.timeoutSec),
       "--output-cap", String(ATTACK_LIMITS.outputCap),
       ...(opts.extraArgs ?? []),
@@ -293,11 +296,12 @@ export interface CliServer {
  * Starts a built `slotpool <subcommand>` server (tool-server, executor-server, ...) and waits
  * for its `"msg":"listening"` log line with the URL.
  */
-export async function startCliServer(argv: string[], opts: { env?: NodeJS.ProcessEnv; startTimeoutMs?: number } = {}): Promise<CliServer> {
+export async function startCliServer(argv: string[], opts: { env?: NodeJS.ProcessEnv; startTimeoutMs?: number; /** A command that execs the server (e.g. setpriv dropping a capability). */ prefix?: string[] } = {}): Promise<CliServer> {
   const { spawn } = await import("node:child_process");
   const { slotpoolCommand } = await import("../../src/pool/slotpool-command.js");
   const { command, args } = slotpoolCommand();
-  const child = spawn(command, [...args, ...argv], { env: { ...process.env, ...opts.env }, stdio: ["ignore", "pipe", "pipe"] });
+  const [file, ...rest] = [...(opts.prefix ?? []), command, ...args, ...argv] as [string, ...string[]];
+  const child = spawn(file, rest, { env: { ...process.env, ...opts.env }, stdio: ["ignore", "pipe", "pipe"] });
   const logs: string[] = [];
   let all = "";
   let buffered = "";

@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { eventually, rssKb, startAttackServer, within, type AttackServer } from "./support.js";
+import { serverView } from "../support/server-view.js";
 
 let server: AttackServer;
 const hostMarkers: string[] = [];
@@ -89,7 +90,7 @@ describe("terminal attach", () => {
     for (const input of ["touch /workspace/pwned-by-ws\r", JSON.stringify({ type: "input", data: "touch /workspace/pwned-by-ws\n" }), JSON.stringify({ type: "keys", keys: "touch /workspace/pwned-by-ws", enter: true })]) ws.send(input);
     await new Promise((r) => setTimeout(r, 1_000));
     ws.close();
-    expect(existsSync(join(server.dataDir, "slot_0", "pwned-by-ws"))).toBe(false);
+    expect(existsSync(serverView(server.proc.pid, join(server.dataDir, "slot_0", "pwned-by-ws")))).toBe(false);
     const cap = await server.execute({ slot_id: "slot_0", tool: "tmux", args: { action: "capture", allow_network: false } });
     expect(cap.output).not.toContain("pwned-by-ws");
     await server.reset(0);
@@ -111,7 +112,7 @@ describe("terminal attach", () => {
     ws.send(JSON.stringify({ type: "attach", slot_id: "slot_0" }));
     await new Promise((r) => setTimeout(r, 3_000));
     ws.close();
-    const log = readFileSync(join(server.dataDir, "slot_0", "fake.log"), "utf8");
+    const log = readFileSync(serverView(server.proc.pid, join(server.dataDir, "slot_0", "fake.log")), "utf8");
     // Control: the fake took the socket over, a client connected, got MSG_EXEC and agreed to
     // exit for it (MSG_EXITING = 205): the attack was delivered; only where it ran is in question.
     expect(log).toContain("listening");

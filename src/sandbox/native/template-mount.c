@@ -8,9 +8,11 @@
  *        (<tree> is then the lower layer itself).
  *     2. overlayfs at <target> (the slot's workspace): lower = <lower>, upper/work = the
  *        slot's private dirs (outside anything the slot can see).
- *     Whatever is mounted at <target> and <lower> is detached first (one exec per reset).
+ *     A view mounted at <target> (overlayfs) and whatever is at <lower> are detached first
+ *     (one exec per reset). Other mounts at <target> stay: the slot's disk bound (its tmpfs
+ *     bound onto the workspace) lies under the view, and the view's upper/work live on it.
  *   template-mount umount <target> <lower>
- *     Detaches both (either may be absent).
+ *     Detaches both (either may be absent; at <target>, only overlayfs).
  *
  * Why C: util-linux 2.38 (Debian 12) has no X-mount.idmap, and Node has no mount syscalls.
  * One exec of this helper costs ≈ 1-2 ms; a copy of the tree costs O(files).
@@ -24,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/vfs.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -131,11 +134,24 @@ static int do_mount(char **a) {
   return 0;
 }
 
+#define OVERLAYFS_MAGIC 0x794c7630
+
+static int is_overlay(const char *path) {
+  struct statfs st;
+  return statfs(path, &st) == 0 && (unsigned long)st.f_type == OVERLAYFS_MAGIC;
+}
+
 static int do_umount(char **a) {
   int rc = 0;
-  for (int i = 0; i < 2; i++) {
-    if (umount2(a[i], MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT) rc = fail("umount", a[i]);
+  /* <target>: only views (overlayfs), never the disk bound's bind mount beneath them.
+   * EINVAL: not a mount point (the workspace sits on an overlayfs root, as in Docker). */
+  while (is_overlay(a[0])) {
+    if (umount2(a[0], MNT_DETACH) < 0) {
+      if (errno != EINVAL && errno != ENOENT) rc = fail("umount", a[0]);
+      break;
+    }
   }
+  if (umount2(a[1], MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT) rc = fail("umount", a[1]);
   return rc;
 }
 
