@@ -40,9 +40,17 @@ export function mountNamespacePlan(env: NodeJS.ProcessEnv = process.env): MountN
   if (env[OWN_MOUNT_NAMESPACE_ENV] === "1") return { run: "here" };
   const unshare = findUnshare();
   if (!unshare) return { run: "here", reason: "util-linux unshare not found: mounts of this server would outlive a SIGKILL" };
-  const probe = spawnSync(unshare, ["--mount", "--propagation", "private", "--", "true"], { encoding: "utf8", timeout: 10_000 });
-  if (probe.status !== 0) return { run: "here", reason: `unshare --mount refused (${(probe.stderr || probe.error?.message || `exit ${probe.status}`).trim()})` };
+  probed ??= probeUnshare(unshare);
+  if (probed !== true) return { run: "here", reason: `unshare --mount refused (${probed})` };
   return { run: "reexec", unshare };
+}
+
+/** The probe's answer, once per process (a launcher starts many servers): true, or why not. */
+let probed: true | string | undefined;
+
+function probeUnshare(unshare: string): true | string {
+  const probe = spawnSync(unshare, ["--mount", "--propagation", "private", "--", "true"], { encoding: "utf8", timeout: 10_000 });
+  return probe.status === 0 ? true : (probe.stderr || probe.error?.message || `exit ${probe.status}`).trim();
 }
 
 /**

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
 import { slotpoolCommand } from "./slotpool-command.js";
-import { findUnshare, OWN_MOUNT_NAMESPACE_ENV, unshareMountPrefix } from "../host/mount-namespace.js";
+import { mountNamespacePlan, OWN_MOUNT_NAMESPACE_ENV, unshareMountPrefix } from "../host/mount-namespace.js";
 import { SlotpoolError } from "../protocol/errors.js";
 
 /**
@@ -70,8 +70,11 @@ export async function startSandboxProcess(options: SandboxProcessOptions): Promi
   const setpriv = options.dieWithParent ? findSetpriv() : undefined;
   // As root, the server mounts (slot disks, template views): in a mount namespace of its own
   // they vanish with it, even when it is killed (`unshare` execs: the pid is the server's).
-  // The marker tells the CLI not to re-execute itself into one more.
-  const unshare = process.getuid?.() === 0 && env[OWN_MOUNT_NAMESPACE_ENV] !== "1" ? findUnshare() : undefined;
+  // The marker tells the CLI not to re-execute itself into one more. Where `unshare --mount`
+  // is refused (root without CAP_SYS_ADMIN, e.g. a default Docker container) the server
+  // starts without it: it cannot mount either, bounds /tmp only and says so in /health.
+  const plan = mountNamespacePlan(env);
+  const unshare = plan.run === "reexec" ? plan.unshare : undefined;
   if (unshare) env[OWN_MOUNT_NAMESPACE_ENV] = "1";
   const [file, ...rest] = [
     ...(setpriv ? [setpriv, "--pdeathsig", "SIGTERM", "--"] : []),

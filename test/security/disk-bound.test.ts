@@ -158,4 +158,11 @@ describe.runIf(isRoot && existsSync("/usr/bin/setpriv"))("root without CAP_SYS_A
     expect(await bash(write("/tmp/big", 30))).toMatch(/No space left on device/);
     expect(await bash(write("/workspace/big", 30))).toMatch(/rc=0/);
   }, 60_000);
+  it("the local launcher (LocalProvisioner) without it starts servers too, without a mount namespace of their own", () => {
+    const data = join(base, "launched");
+    const out = execFileSync("/usr/bin/setpriv", ["--bounding-set", "-sys_admin", "--", process.execPath, "--import", "tsx", "test/security/fixtures/launch-sandbox.ts", data], { encoding: "utf8", timeout: 90_000 });
+    const health = JSON.parse(out.trim().split("\n").pop()!) as { status: string; limits: { disk: string } };
+    expect(health.status).toBe("ok");
+    expect(health.limits.disk).toBe("tmp_only");
+  }, 120_000);
 });
