@@ -1,6 +1,6 @@
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
 import { constants } from "node:os";
+import { findExecutable } from "./executables.js";
 
 /**
  * A root sandbox server mounts on the host: a tmpfs per slot (the disk bound) and overlayfs
@@ -14,12 +14,14 @@ import { constants } from "node:os";
 /** Set in the environment of a server that already runs in a mount namespace of its own. */
 export const OWN_MOUNT_NAMESPACE_ENV = "SLOTPOOL_OWN_MOUNT_NS";
 
-let unsharePath: string | null | undefined;
-
 /** util-linux `unshare` (it execs its command: the pid stays the command's), or undefined. */
 export function findUnshare(): string | undefined {
-  if (unsharePath === undefined) unsharePath = ["/usr/bin/unshare", "/bin/unshare"].find((p) => existsSync(p)) ?? null;
-  return unsharePath ?? undefined;
+  return findExecutable("unshare") ?? undefined;
+}
+
+/** util-linux `setpriv` (it execs its command: the pid stays the command's), or undefined. */
+export function findSetpriv(): string | undefined {
+  return findExecutable("setpriv") ?? undefined;
 }
 
 /** The argv prefix that runs a command in a new private mount namespace. */
@@ -61,7 +63,7 @@ function probeUnshare(unshare: string): true | string {
  * Node has no execve, hence a parent that only waits.
  */
 export function reexecInOwnMountNamespace(unshare: string): Promise<number> {
-  const setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].find((p) => existsSync(p));
+  const setpriv = findSetpriv();
   const argv = [
     ...(setpriv ? [setpriv, "--pdeathsig", "SIGTERM", "--"] : []),
     ...unshareMountPrefix(unshare),

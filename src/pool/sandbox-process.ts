@@ -1,7 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync } from "node:fs";
 import { slotpoolCommand } from "./slotpool-command.js";
-import { mountNamespacePlan, OWN_MOUNT_NAMESPACE_ENV, unshareMountPrefix } from "../host/mount-namespace.js";
+import { findSetpriv, mountNamespacePlan, OWN_MOUNT_NAMESPACE_ENV, unshareMountPrefix } from "../host/mount-namespace.js";
 import { SlotpoolError } from "../protocol/errors.js";
 
 /**
@@ -143,12 +142,4 @@ export async function startSandboxProcess(options: SandboxProcessOptions): Promi
       clearTimeout(timer);
     },
   };
-}
-
-let setprivPath: string | null | undefined;
-
-/** util-linux `setpriv` (execs its command, so the pid stays the server's), or undefined. */
-function findSetpriv(): string | undefined {
-  if (setprivPath === undefined) setprivPath = ["/usr/bin/setpriv", "/bin/setpriv"].find((p) => existsSync(p)) ?? null;
-  return setprivPath ?? undefined;
 }

@@ -1,6 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, lstatSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { findExecutable } from "../host/executables.js";
 
 /**
  * Bubblewrap isolation: which host directories a slot's commands see, and whether this
@@ -105,15 +106,6 @@ export function probeBwrap(workspaceDir: string, uid?: number, gid?: number): Bw
     reason += ` (slot uid ${uid} must be able to traverse every parent directory of the data dir: chmod o+x them or pick another --data-dir)`;
   }
   return { available: false, path, reason: `bubblewrap cannot create namespaces here: ${reason}` };
-}
-
-export function findExecutable(name: string): string | null {
-  for (const dir of (process.env["PATH"] ?? "/usr/bin:/bin").split(":")) {
-    const p = `${dir}/${name}`;
-    if (dir && existsSync(p)) return p;
-  }
-  for (const p of [`/usr/bin/${name}`, `/bin/${name}`, `/usr/local/bin/${name}`]) if (existsSync(p)) return p;
-  return null;
 }
 
 /**

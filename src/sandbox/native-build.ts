@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import { accessSync, chmodSync, constants as fsc, existsSync, mkdirSync, readFileSync, renameSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { findExecutable } from "./isolation.js";
+import { findExecutable } from "../host/executables.js";
 
 /**
  * The sandbox's small C programs (`native/*.c`: the per-slot spawner, the template mount

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { networkInterfaces } from "node:os";
 import { join } from "node:path";
-import { findExecutable } from "./isolation.js";
+import { findExecutable } from "../host/executables.js";
 
 /**
  * "Network on" for a slot: the internet, never the host. A slot with `allow_network: true`
