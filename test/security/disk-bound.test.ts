@@ -15,48 +15,48 @@ import { isRoot, startAttackServer, startCliServer, type AttackServer, type CliS
 
 const write = (path: string, mb: number) => `dd if=/dev/zero of=${path} bs=1M count=${mb} 2>&1; echo "rc=$?"`;
 
-describe("--disk-mb bounds a slot's /tmp (any user)", () => {
-  let server: AttackServer;
+/** An attack server for the enclosing describe: started before its tests, stopped after them. */
+function serverFor(extraArgs: string[], slots = 2): () => AttackServer {
+  let server: AttackServer | undefined;
   beforeAll(async () => {
-    server = await startAttackServer({ slots: 2, extraArgs: ["--disk-mb", "20"] });
+    server = await startAttackServer({ slots, extraArgs });
   }, 90_000);
   afterAll(async () => {
     await server?.stop();
   });
+  return () => server!;
+}
+
+describe("--disk-mb bounds a slot's /tmp (any user)", () => {
+  const server = serverFor(["--disk-mb", "20"]);
 
   it("a write past the bound fails with ENOSPC; the slot's next namespace (after reset) has the space again", async () => {
-    const r = await server.bash(0, write("/tmp/big", 30));
+    const r = await server().bash(0, write("/tmp/big", 30));
     expect(r.output).toMatch(/No space left on device/);
     expect(r.output).toMatch(/rc=1/);
-    expect((await server.reset(0)).json?.success).toBe(true);
-    const again = await server.bash(0, write("/tmp/fits", 15));
+    expect((await server().reset(0)).json?.success).toBe(true);
+    const again = await server().bash(0, write("/tmp/fits", 15));
     expect(again.output).toMatch(/rc=0/);
   }, 60_000);
 });
 
 describe.runIf(isRoot)("as root (the default): workspace, /tmp and /var/tmp share one bound per slot", () => {
-  let server: AttackServer;
-  beforeAll(async () => {
-    server = await startAttackServer({ slots: 2, extraArgs: ["--disk-mb", "20"] });
-  }, 90_000);
-  afterAll(async () => {
-    await server?.stop();
-  });
+  const server = serverFor(["--disk-mb", "20"]);
 
   it("workspace + /tmp past the bound: ENOSPC in that slot only; the other slot and the server keep working; reset frees it", async () => {
-    expect((await server.bash(0, write("/workspace/a", 12))).output).toMatch(/rc=0/);
-    const over = await server.bash(0, write("/tmp/b", 12));
+    expect((await server().bash(0, write("/workspace/a", 12))).output).toMatch(/rc=0/);
+    const over = await server().bash(0, write("/tmp/b", 12));
     expect(over.output).toMatch(/No space left on device/);
     // write_file through the server is bounded too.
-    const viaTool = await server.tool(0, "write_file", { path: "c.txt", content: "x".repeat(9 * 1024 * 1024) });
+    const viaTool = await server().tool(0, "write_file", { path: "c.txt", content: "x".repeat(9 * 1024 * 1024) });
     expect(viaTool.success).toBe(false);
     // The other slot has its own bound, untouched.
-    expect((await server.bash(1, write("/workspace/a", 15))).output).toMatch(/rc=0/);
-    expect((await server.health()).status).toBe(200);
-    expect((await server.reset(0)).json?.success).toBe(true);
-    const df = await server.bash(0, "df -k /workspace | tail -1 | awk '{print $3}'");
+    expect((await server().bash(1, write("/workspace/a", 15))).output).toMatch(/rc=0/);
+    expect((await server().health()).status).toBe(200);
+    expect((await server().reset(0)).json?.success).toBe(true);
+    const df = await server().bash(0, "df -k /workspace | tail -1 | awk '{print $3}'");
     expect(Number(df.output.trim())).toBeLessThan(1024);
-    expect((await server.bash(0, write("/workspace/again", 15))).output).toMatch(/rc=0/);
+    expect((await server().bash(0, write("/workspace/again", 15))).output).toMatch(/rc=0/);
   }, 60_000);
 });
 
@@ -64,66 +64,56 @@ describe.runIf(isRoot)("as root (the default): workspace, /tmp and /var/tmp shar
 const TREE_SUM = "(find . -mindepth 1 -printf '%p %y %m\\n' | LC_ALL=C sort; find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-64";
 
 describe.runIf(isRoot)("templates under the disk bound (root): a view's writes count against the slot's tmpfs", () => {
-  let server: AttackServer;
+  const server = serverFor(["--disk-mb", "20"]);
   let store: string;
   beforeAll(async () => {
-    server = await startAttackServer({ slots: 2, extraArgs: ["--disk-mb", "20"] });
     // 8 MB of template: read through the view, it must not count against the slot's 20 MB.
-    const built = await server.request("POST", "/templates", { name: "tpl", files: { "src/app.py": "print(1)\n" }, setup: ["head -c 8M /dev/urandom > blob && chmod 444 blob"] });
+    const built = await server().request("POST", "/templates", { name: "tpl", files: { "src/app.py": "print(1)\n" }, setup: ["head -c 8M /dev/urandom > blob && chmod 444 blob"] });
     expect(built.json?.success, built.text).toBe(true);
-    const root = join(server.dataDir, ".slotpool", "templates", "store");
+    const root = join(server().dataDir, ".slotpool", "templates", "store");
     store = join(root, readdirSync(root).find((n) => n.startsWith("tpl-"))!);
   }, 120_000);
-  afterAll(async () => {
-    await server?.stop();
-  });
-  const resetInto = (slot: number) => server.request("POST", "/reset", { slot_id: `slot_${slot}`, template: "tpl" });
+  const resetInto = (slot: number) => server().request("POST", "/reset", { slot_id: `slot_${slot}`, template: "tpl" });
   const hostSum = () => execFileSync("bash", ["-c", TREE_SUM], { cwd: store, encoding: "utf8" }).trim();
 
   it("writing 30 MB into the view fails with ENOSPC; the template, the other slot and the server are untouched; reset gives the template back and frees the space", async () => {
     const sum = hostSum();
     expect((await resetInto(0)).json?.success).toBe(true);
-    expect((await server.bash(0, TREE_SUM)).output).toBe(sum);
+    expect((await server().bash(0, TREE_SUM)).output).toBe(sum);
     // The view's writable layer is on the slot's bounded disk, in a dir only root may enter.
-    const mount = (await server.bash(0, "grep ' /workspace ' /proc/self/mountinfo")).output;
+    const mount = (await server().bash(0, "grep ' /workspace ' /proc/self/mountinfo")).output;
     const upper = /upperdir=([^,\s]+)/.exec(mount)?.[1] ?? "";
-    expect(upper.startsWith(join(server.dataDir, ".slotpool", "disk_0", "views") + "/"), mount).toBe(true);
-    const views = statSync(serverView(server.proc.pid, join(server.dataDir, ".slotpool", "disk_0", "views")));
+    expect(upper.startsWith(join(server().dataDir, ".slotpool", "disk_0", "views") + "/"), mount).toBe(true);
+    const views = statSync(serverView(server().proc.pid, join(server().dataDir, ".slotpool", "disk_0", "views")));
     expect({ mode: views.mode & 0o777, uid: views.uid }).toEqual({ mode: 0o700, uid: 0 });
 
-    const over = await server.bash(0, `echo edit >> src/app.py; rm -f blob; ${write("/workspace/big", 30)}`);
+    const over = await server().bash(0, `echo edit >> src/app.py; rm -f blob; ${write("/workspace/big", 30)}`);
     expect(over.output).toMatch(/No space left on device/);
     expect(over.output).toMatch(/rc=1/);
     expect(hostSum()).toBe(sum);
     // The other slot (in the same template) has its own bound, untouched.
     expect((await resetInto(1)).json?.success).toBe(true);
-    expect((await server.bash(1, write("/workspace/other", 15))).output).toMatch(/rc=0/);
-    expect((await server.health()).status).toBe(200);
+    expect((await server().bash(1, write("/workspace/other", 15))).output).toMatch(/rc=0/);
+    expect((await server().health()).status).toBe(200);
 
     expect((await resetInto(0)).json?.success).toBe(true);
-    expect((await server.bash(0, TREE_SUM)).output).toBe(sum);
-    expect((await server.bash(0, write("/workspace/fits", 15))).output).toMatch(/rc=0/);
+    expect((await server().bash(0, TREE_SUM)).output).toBe(sum);
+    expect((await server().bash(0, write("/workspace/fits", 15))).output).toMatch(/rc=0/);
     // Still bounded after a reset from one view into the next (the bound lies under the view).
-    expect((await server.bash(0, write("/workspace/more", 10))).output).toMatch(/No space left on device/);
+    expect((await server().bash(0, write("/workspace/more", 10))).output).toMatch(/No space left on device/);
     expect(hostSum()).toBe(sum);
   }, 90_000);
 });
 
 describe.runIf(isRoot)("--no-disk-workspace (root): the way out, said in /health", () => {
-  let server: AttackServer;
-  beforeAll(async () => {
-    server = await startAttackServer({ slots: 1, extraArgs: ["--disk-mb", "20", "--no-disk-workspace"] });
-  }, 90_000);
-  afterAll(async () => {
-    await server?.stop();
-  });
+  const server = serverFor(["--disk-mb", "20", "--no-disk-workspace"], 1);
 
   it("only /tmp is bounded: 30 MB fit in the workspace, not in /tmp", async () => {
-    const health = (await server.health()).json;
+    const health = (await server().health()).json;
     expect(health.limits.disk).toBe("tmp_only");
     expect(health.limits.gaps.join("\n")).toMatch(/workspace disk use.*--no-disk-workspace/);
-    expect((await server.bash(0, write("/workspace/big", 30))).output).toMatch(/rc=0/);
-    expect((await server.bash(0, write("/tmp/big", 30))).output).toMatch(/No space left on device/);
+    expect((await server().bash(0, write("/workspace/big", 30))).output).toMatch(/rc=0/);
+    expect((await server().bash(0, write("/tmp/big", 30))).output).toMatch(/No space left on device/);
   }, 60_000);
 });
 
