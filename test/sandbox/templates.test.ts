@@ -175,7 +175,7 @@ describe("workspace templates", () => {
   });
 
   it("runs one build for concurrent requests of the same template", async () => {
-    const req = { name: "shared", setup: ["sleep 0.5; date +%s%N > stamp"] };
+    const req = { name: "once", setup: ["sleep 0.5; date +%s%N > stamp"] };
     const answers = await Promise.all([1, 2, 3, 4].map(() => s.post("/templates", req)));
     expect(answers.map((a) => a.json.success)).toEqual([true, true, true, true]);
     expect(answers.filter((a) => a.json.built).length).toBe(1);
