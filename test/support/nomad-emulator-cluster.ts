@@ -202,10 +202,10 @@ export class EmulatedCluster {
   }
 
   /** Resolves when `predicate` holds (checked after every change), or rejects after `timeoutMs`. */
-  async waitFor(predicate: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  async waitFor(predicate: () => boolean, timeoutMs: number, what: string | (() => string)): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     while (!predicate()) {
-      if (Date.now() >= deadline) throw new Error(`emulator: timed out after ${timeoutMs} ms waiting for ${what}`);
+      if (Date.now() >= deadline) throw new Error(`emulator: timed out after ${timeoutMs} ms waiting for ${typeof what === "string" ? what : what()}`);
       const signal = AbortSignal.timeout(Math.max(1, deadline - Date.now()));
       await this.blockUntil(() => this.index, this.index, timeoutMs, signal);
     }

@@ -556,7 +556,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     },
     async waitForAllocations(jobId, predicate, timeoutMs = 20_000) {
       let last: Json[] = [];
-      await cluster.waitFor(() => predicate((last = emulator.allocations(jobId))), timeoutMs, `allocations of ${jobId} to match (last: ${JSON.stringify(last.map((a) => [a["Name"], a["ClientStatus"], a["DesiredStatus"]]))})`);
+      await cluster.waitFor(() => predicate((last = emulator.allocations(jobId))), timeoutMs, () => `allocations of ${jobId} to match (last: ${JSON.stringify(last.map((a) => [a["Name"], a["ClientStatus"], a["DesiredStatus"]]))})`);
       return last;
     },
     index: () => cluster.index,
