@@ -122,6 +122,14 @@ export const HealthResponseSchema = z
     status: z.literal("ok"),
     slots: z.number().int().nonnegative(),
     bwrap_available: z.boolean(),
+    // Optional: older servers do not send them, and a client must still talk to those.
+    sandbox_unavailable_reason: z.string().optional(),
+    fast_path: z.boolean().optional(),
+    /** What `allow_network: true` gets: a user-mode network, or loopback only (and why). */
+    internet: z.enum(["slirp4netns", "unavailable"]).optional(),
+    internet_unavailable_reason: z.string().optional(),
+    cgroups: z.string().optional(),
+    slots_busy: z.number().int().nonnegative().optional(),
   })
   .catchall(z.unknown());
 export type HealthResponse = z.infer<typeof HealthResponseSchema>;

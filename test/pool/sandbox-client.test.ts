@@ -29,6 +29,10 @@ describe("SandboxClient against a real sandbox server", () => {
   it("checks health and runs commands with the bearer token", async () => {
     const health = await client.health();
     expect(health).toMatchObject({ status: "ok", slots: 2 });
+    // The typed keys a pool reads: what allow_network gets here, and if nothing, why.
+    expect(["slirp4netns", "unavailable"]).toContain(health.internet);
+    if (health.internet === "unavailable") expect(health.internet_unavailable_reason).toMatch(/\S/);
+    expect(typeof health.fast_path).toBe("boolean");
     const res = await client.execute({ slot_id: "slot_0", tool: "bash", args: { command: "echo hi-$((1+2))" }, execution_id: "e1" });
     expect(res.success).toBe(true);
     expect(res.output.trim()).toBe("hi-3");

@@ -35,7 +35,10 @@ function spawners(serverPid: number): Array<{ pid: number; uid: number }> {
     for (let p = parent.get(pid), n = 0; p !== undefined && p > 1 && n < 64; p = parent.get(p), n++) if (p === serverPid) return true;
     return false;
   };
-  return [...info.entries()].filter(([pid, i]) => i.comm === "spawner" && under(pid)).map(([pid, i]) => ({ pid, uid: i.uid }));
+  // A spawner's own children are "spawner" too between their fork and their exec of bash
+  // (the next command's bash is pre-forked right after each call): not a namespace.
+  const forkedBySpawner = (pid: number): boolean => info.get(parent.get(pid) ?? -1)?.comm === "spawner";
+  return [...info.entries()].filter(([pid, i]) => i.comm === "spawner" && !forkedBySpawner(pid) && under(pid)).map(([pid, i]) => ({ pid, uid: i.uid }));
 }
 
 /**
