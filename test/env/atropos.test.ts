@@ -185,7 +185,21 @@ describe("serve: env manager against the trajectory API", () => {
     api = await startAtroposDouble();
     await api.registerTrainer({ batch_size: 2, max_token_len: 100_000, num_steps: 100, save_checkpoint_interval: 1 });
     await api.getBatch();
-    llm = await startLlmServer({ tokenIds: true, respond: halfSolver() });
+    // Rollouts after the first sent group wait until the evaluation has begun: the trainer's
+    // step moves 0 → 1 asynchronously, and without this gate the second group could be sent
+    // (ending the run) before the manager's next status poll saw the new step.
+    let sentGroups = 0;
+    let evaluationBegan!: () => void;
+    const evaluating = new Promise<void>((r) => (evaluationBegan = r));
+    const solver = halfSolver();
+    llm = await startLlmServer({
+      tokenIds: true,
+      respond: async (body) => {
+        if (taskOf(body).includes("TASK 99")) evaluationBegan();
+        else if (sentGroups >= 1) await evaluating;
+        return solver(body);
+      },
+    });
     const env = new WriteFileEnv({ name: "wf", groupSize: 2, groupConcurrency: 1, stepsPerEval: 1, modelUrl: llm.url, modelName: "m", allowInexactTokens: true }, { backend: fakeBackend(), logger: log });
     const checkpoints: Array<[number, string]> = [];
     env.saveCheckpoint = async (step, dir) => {
@@ -201,7 +215,7 @@ describe("serve: env manager against the trajectory API", () => {
       pollMs: 10,
       onGroup: (_o, delivery) => {
         // the trainer consumes the first group: its step goes 0 → 1
-        if (delivery === "sent") void api!.getBatch();
+        if (delivery === "sent" && ++sentGroups === 1) void api!.getBatch();
       },
     });
     await client.close();
