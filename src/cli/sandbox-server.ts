@@ -79,10 +79,11 @@ export async function run(argv: string[]): Promise<number> {
   );
   if (!flags) return 0;
   if (boolFlag(flags, "disk-workspace") && boolFlag(flags, "no-disk-workspace")) throw new CliUsageError("--disk-workspace and --no-disk-workspace contradict each other");
-  // As root, run in a mount namespace of our own, so the slot disks and template views this
-  // server mounts vanish with it, even on SIGKILL (see src/host/mount-namespace.ts).
+  // Run in namespaces of our own (root: a mount namespace; not root: a user namespace holding
+  // one), so this server may mount the slot disks and template views, and they vanish with
+  // it, even on SIGKILL (see src/host/mount-namespace.ts).
   const namespace = mountNamespacePlan();
-  if (namespace.run === "reexec") return reexecInOwnMountNamespace(namespace.unshare);
+  if (namespace.run === "reexec") return reexecInOwnMountNamespace(namespace.prefix);
   const MB = 1024 * 1024;
   const host = stringFlag(flags, "host") ?? "127.0.0.1";
   const port = intFlag("port", stringFlag(flags, "port"), 8080, 0, 65535);

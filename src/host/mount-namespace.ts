@@ -1,17 +1,27 @@
 import { spawn, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { constants } from "node:os";
 import { findExecutable } from "./executables.js";
 
 /**
- * A root sandbox server mounts on the host: a tmpfs per slot (the disk bound) and overlayfs
- * views of templates. In a mount namespace of its own (private propagation) those mounts
- * are the namespace's and vanish with its last process, even when the server is killed
- * with SIGKILL; otherwise they would outlive it on the host. Shared by the local launcher
- * (src/pool/sandbox-process.ts), which starts servers under `unshare`, and the CLI, which
- * re-executes itself under it when started by hand or by an image entrypoint.
+ * A sandbox server mounts: a tmpfs per slot (the disk bound) and overlayfs views of
+ * templates. It does so in namespaces of its own, where those mounts are the namespace's
+ * and vanish with its last process, even when the server is killed with SIGKILL:
+ *
+ * - as root, a mount namespace of its own (`unshare --mount`, private propagation);
+ * - not root, a user namespace of its own holding a mount namespace (`unshare --user
+ *   --map-current-user --mount --keep-caps`): the server keeps its uid, so nothing else
+ *   changes for it, and holds capabilities over that namespace only (never over the
+ *   host), enough to mount a tmpfs and overlayfs there. Its children inherit them
+ *   (ambient); bubblewrap refuses to start with capabilities it did not ask for, so it is
+ *   started through `setpriv` dropping them (`dropCapabilitiesPrefix`).
+ *
+ * Shared by the local launcher (src/pool/sandbox-process.ts), which starts servers with the
+ * prefix, and the CLI, which re-executes itself under it when started by hand or by an
+ * image entrypoint.
  */
 
-/** Set in the environment of a server that already runs in a mount namespace of its own. */
+/** Set in the environment of a server that already runs in namespaces of its own. */
 export const OWN_MOUNT_NAMESPACE_ENV = "SLOTPOOL_OWN_MOUNT_NS";
 
 /** util-linux `unshare` (it execs its command: the pid stays the command's), or undefined. */
@@ -24,49 +34,95 @@ export function findSetpriv(): string | undefined {
   return findExecutable("setpriv") ?? undefined;
 }
 
-/** The argv prefix that runs a command in a new private mount namespace. */
-export function unshareMountPrefix(unshare: string): string[] {
-  return [unshare, "--mount", "--propagation", "private", "--"];
+/** The argv prefix that runs a command in namespaces of its own (see above), for root or not. */
+export function ownNamespacePrefix(unshare: string, root = isRoot()): string[] {
+  return root
+    ? [unshare, "--mount", "--propagation", "private", "--"]
+    : [unshare, "--user", "--map-current-user", "--mount", "--propagation", "private", "--keep-caps", "--"];
 }
 
-export type MountNamespacePlan = { run: "here"; reason?: string } | { run: "reexec"; unshare: string };
+export type MountNamespacePlan = { run: "here"; reason?: string } | { run: "reexec"; prefix: string[] };
 
 /**
- * Whether this (root) process should re-execute itself in a mount namespace of its own:
- * not when not root (it mounts nothing on the host), not when already there (the marker),
- * and not when `unshare` is missing or refused (no CAP_SYS_ADMIN, e.g. a default Docker
- * container: the server then cannot mount either, and says so).
+ * Whether this process should re-execute itself in namespaces of its own: not when already
+ * there (the marker), and not when `unshare` (or, not root, `setpriv`) is missing or the
+ * kernel refuses (root without CAP_SYS_ADMIN, e.g. a default Docker container; unprivileged
+ * user namespaces turned off): the server then cannot mount either, and says so.
  */
 export function mountNamespacePlan(env: NodeJS.ProcessEnv = process.env): MountNamespacePlan {
-  if (process.getuid?.() !== 0) return { run: "here" };
   if (env[OWN_MOUNT_NAMESPACE_ENV] === "1") return { run: "here" };
   const unshare = findUnshare();
-  if (!unshare) return { run: "here", reason: "util-linux unshare not found: mounts of this server would outlive a SIGKILL" };
-  probed ??= probeUnshare(unshare);
-  if (probed !== true) return { run: "here", reason: `unshare --mount refused (${probed})` };
-  return { run: "reexec", unshare };
+  if (!unshare) return { run: "here", reason: "util-linux unshare not found" };
+  // Not root, bubblewrap is then started through setpriv (it drops the inherited capabilities).
+  if (!isRoot() && !findSetpriv()) return { run: "here", reason: "util-linux setpriv not found" };
+  const prefix = ownNamespacePrefix(unshare);
+  probed ??= probeUnshare(prefix);
+  if (probed !== true) return { run: "here", reason: `${isRoot() ? "unshare --mount" : "unshare --user --mount"} refused (${probed})` };
+  return { run: "reexec", prefix };
 }
 
 /** The probe's answer, once per process (a launcher starts many servers): true, or why not. */
 let probed: true | string | undefined;
 
-function probeUnshare(unshare: string): true | string {
-  const probe = spawnSync(unshare, ["--mount", "--propagation", "private", "--", "true"], { encoding: "utf8", timeout: 10_000 });
-  return probe.status === 0 ? true : (probe.stderr || probe.error?.message || `exit ${probe.status}`).trim();
+function probeUnshare(prefix: string[]): true | string {
+  const probe = spawnSync(prefix[0]!, [...prefix.slice(1), "true"], { encoding: "utf8", timeout: 10_000 });
+  return probe.status === 0 ? true : (probe.stderr || probe.error?.message || `exit ${probe.status}`).trim().split("\n")[0]!;
+}
+
+function isRoot(): boolean {
+  return process.getuid?.() === 0;
+}
+
+/** Capability sets of this process, from /proc/self/status (0n where unreadable). */
+function capabilities(): { effective: bigint; ambient: bigint } {
+  try {
+    const status = readFileSync("/proc/self/status", "utf8");
+    const read = (key: string): bigint => BigInt("0x" + (new RegExp(`^${key}:\\s*([0-9a-f]+)`, "m").exec(status)?.[1] ?? "0"));
+    return { effective: read("CapEff"), ambient: read("CapAmb") };
+  } catch {
+    return { effective: 0n, ambient: 0n };
+  }
+}
+
+const CAP_SYS_ADMIN = 21n;
+let caps: { effective: bigint; ambient: bigint } | undefined;
+
+/**
+ * Whether this server may mount (slot disks, template views): root (a refused mount still
+ * falls back, said in /health), or not root inside its own user namespace with
+ * CAP_SYS_ADMIN there. Undefined when it may; otherwise why not, for logs and /health.
+ */
+export function whyNoMounts(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (isRoot()) return undefined;
+  caps ??= capabilities();
+  if (env[OWN_MOUNT_NAMESPACE_ENV] === "1" && (caps.effective >> CAP_SYS_ADMIN) & 1n) return undefined;
+  return "the server is not root and runs in no user namespace of its own (started in-process, or unshare --user refused)";
 }
 
 /**
- * Runs this same command again (same Node, flags and arguments) under `unshare --mount`,
+ * The argv prefix that starts a command without the capabilities this process passes on
+ * (ambient: a non-root server in its own user namespace), or [] when it passes on none.
+ * bubblewrap needs it: it refuses to start with capabilities while not setuid.
+ */
+export function dropCapabilitiesPrefix(): string[] {
+  caps ??= capabilities();
+  if (caps.ambient === 0n) return [];
+  const setpriv = findSetpriv();
+  return setpriv ? [setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--"] : [];
+}
+
+/**
+ * Runs this same command again (same Node, flags and arguments) under `prefix` (above),
  * with the marker set; forwards termination signals to it and resolves with its exit code
  * (128 + signal number when a signal ended it). The child gets SIGTERM if this process
  * dies, even by SIGKILL (parent-death signal through util-linux `setpriv`, when present).
  * Node has no execve, hence a parent that only waits.
  */
-export function reexecInOwnMountNamespace(unshare: string): Promise<number> {
+export function reexecInOwnMountNamespace(prefix: string[]): Promise<number> {
   const setpriv = findSetpriv();
   const argv = [
     ...(setpriv ? [setpriv, "--pdeathsig", "SIGTERM", "--"] : []),
-    ...unshareMountPrefix(unshare),
+    ...prefix,
     process.execPath,
     ...process.execArgv,
     ...process.argv.slice(1),

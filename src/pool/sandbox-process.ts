@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { slotpoolCommand } from "./slotpool-command.js";
-import { findSetpriv, mountNamespacePlan, OWN_MOUNT_NAMESPACE_ENV, unshareMountPrefix } from "../host/mount-namespace.js";
+import { findSetpriv, mountNamespacePlan, OWN_MOUNT_NAMESPACE_ENV } from "../host/mount-namespace.js";
 import { SlotpoolError } from "../protocol/errors.js";
 
 /**
@@ -67,17 +67,18 @@ export async function startSandboxProcess(options: SandboxProcessOptions): Promi
   if (options.token) env["SANDBOX_TOKEN"] = options.token;
   else delete env["SANDBOX_TOKEN"];
   const setpriv = options.dieWithParent ? findSetpriv() : undefined;
-  // As root, the server mounts (slot disks, template views): in a mount namespace of its own
-  // they vanish with it, even when it is killed (`unshare` execs: the pid is the server's).
-  // The marker tells the CLI not to re-execute itself into one more. Where `unshare --mount`
-  // is refused (root without CAP_SYS_ADMIN, e.g. a default Docker container) the server
-  // starts without it: it cannot mount either, bounds /tmp only and says so in /health.
+  // The server mounts (slot disks, template views) in namespaces of its own (root: a mount
+  // namespace; not root: a user namespace holding one): they vanish with it, even when it is
+  // killed (`unshare` execs: the pid is the server's). The marker tells the CLI not to
+  // re-execute itself into one more. Where unshare is refused (root without CAP_SYS_ADMIN,
+  // e.g. a default Docker container; unprivileged user namespaces off) the server starts
+  // without it: it cannot mount either, bounds /tmp only and says so in /health.
   const plan = mountNamespacePlan(env);
-  const unshare = plan.run === "reexec" ? plan.unshare : undefined;
-  if (unshare) env[OWN_MOUNT_NAMESPACE_ENV] = "1";
+  const prefix = plan.run === "reexec" ? plan.prefix : [];
+  if (prefix.length > 0) env[OWN_MOUNT_NAMESPACE_ENV] = "1";
   const [file, ...rest] = [
     ...(setpriv ? [setpriv, "--pdeathsig", "SIGTERM", "--"] : []),
-    ...(unshare ? unshareMountPrefix(unshare) : []),
+    ...prefix,
     command,
     ...argv,
   ] as [string, ...string[]];

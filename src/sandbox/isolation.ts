@@ -2,6 +2,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, lstatSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { findExecutable } from "../host/executables.js";
+import { dropCapabilitiesPrefix } from "../host/mount-namespace.js";
 
 /**
  * Bubblewrap isolation: which host directories a slot's commands see, and whether this
@@ -85,6 +86,17 @@ export function bwrapArgs(opts: NamespaceOptions): string[] {
 /** Last bwrap arguments: the sandbox's root (a tmpfs holding the mount points) read-only. */
 export const READ_ONLY_ROOT = ["--remount-ro", "/"];
 
+/**
+ * How to start bubblewrap with `args`: directly, or through setpriv dropping the
+ * capabilities this server passes on (not root, in a user namespace of its own: see
+ * src/host/mount-namespace.ts), since bubblewrap refuses to start with capabilities while
+ * not setuid. Every bubblewrap start goes through here.
+ */
+export function bwrapCommand(bwrap: string, args: string[]): { file: string; args: string[] } {
+  const drop = dropCapabilitiesPrefix();
+  return drop.length > 0 ? { file: drop[0]!, args: [...drop.slice(1), bwrap, ...args] } : { file: bwrap, args };
+}
+
 export interface BwrapProbe {
   available: boolean;
   path: string | null;
@@ -95,7 +107,8 @@ export interface BwrapProbe {
 export function probeBwrap(workspaceDir: string, uid?: number, gid?: number): BwrapProbe {
   const path = findExecutable("bwrap");
   if (!path) return { available: false, path: null, reason: "bwrap (bubblewrap) is not installed" };
-  const res = spawnSync(path, [...bwrapArgs({ workspaceDir, allowNetwork: false }), ...READ_ONLY_ROOT, "--", "/bin/sh", "-c", "true"], {
+  const cmd = bwrapCommand(path, [...bwrapArgs({ workspaceDir, allowNetwork: false }), ...READ_ONLY_ROOT, "--", "/bin/sh", "-c", "true"]);
+  const res = spawnSync(cmd.file, cmd.args, {
     encoding: "utf8",
     timeout: 10_000,
     ...(uid !== undefined ? { uid, gid: gid ?? uid } : {}),

@@ -34,6 +34,7 @@ import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.j
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
 import { DEFAULT_DISK_BYTES, SlotDisks } from "./slot-disk.js";
+import { whyNoMounts } from "../host/mount-namespace.js";
 import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "./network.js";
 
 /** Hermes names accepted as aliases. */
@@ -152,10 +153,12 @@ export class SandboxService implements SlotHost {
       slot.wipeWorkspace();
       this.slots.push(slot);
     }
+    // Mounting needs root, or (not root) a user namespace of the server's own.
+    const noMounts = whyNoMounts();
     const unbounded =
       options.boundWorkspace === false ? "turned off (--no-disk-workspace)"
-      : !isRoot ? "the server is not root (bounding it needs a mount per slot)"
       : options.disableSandbox ? "sandboxing is off (--no-sandbox)"
+      : noMounts !== undefined ? `${noMounts}: bounding it needs a mount per slot`
       : undefined;
     this.disks = new SlotDisks(this.stateDir, options.diskBytes ?? DEFAULT_DISK_BYTES, unbounded);
     const first = this.slots[0];

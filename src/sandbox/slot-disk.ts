@@ -6,20 +6,22 @@ import type { Slot } from "./slot.js";
 /**
  * A bound on everything a slot writes: its workspace and its /tmp and /var/tmp.
  *
- * As root (the default): one tmpfs of `--disk-mb` per slot, mounted at
+ * Where the server may mount (the default: root, or not root inside a user namespace of
+ * its own, see src/host/mount-namespace.ts): one tmpfs of `--disk-mb` per slot, mounted at
  * `<data dir>/.slotpool/disk_<i>` (owned by the slot's uid, mode 0700), holding
  * `workspace/` (bind-mounted onto the slot's workspace dir, so the file tools, artifacts
  * and every namespace of the slot see it), `tmp/` and `var-tmp/` (bound at /tmp and
- * /var/tmp in each of the slot's namespaces) and `views/` (root only: the upper and work
- * dirs of the slot's copy-on-write view of a template, see workspace-overlay.ts). A write
- * past the bound fails with ENOSPC in that slot only; reset empties the dirs, which frees
- * the space at once. tmpfs lives in memory (and swap): the bound is also what a full slot
- * costs in RAM, charged to the memory cgroup of the slot that wrote it.
- * The server runs in a mount namespace of its own (src/host/mount-namespace.ts), so these
- * mounts vanish with it, even on SIGKILL; from outside, the workspace dirs look empty.
- * Not root, `--no-disk-workspace`, or mounts refused (no CAP_SYS_ADMIN): /tmp and /var/tmp
- * are tmpfs of `--disk-mb` each in the slot's namespaces (bubblewrap --size), gone with
- * the namespace; the workspace is not bounded (`reason` says why).
+ * /var/tmp in each of the slot's namespaces) and `views/` (the server's own, never bound
+ * into a slot: the upper and work dirs of the slot's copy-on-write view of a template, see
+ * workspace-overlay.ts). A write past the bound fails with ENOSPC in that slot only; reset
+ * empties the dirs, which frees the space at once. tmpfs lives in memory (and swap): the
+ * bound is also what a full slot costs in RAM, charged to the memory cgroup of the slot
+ * that wrote it where slot cgroups exist. These mounts are the server's namespace's, so
+ * they vanish with it, even on SIGKILL; from outside, the workspace dirs look empty.
+ * `--no-disk-workspace`, or mounts not allowed or refused (a server started in-process,
+ * user namespaces off, root without CAP_SYS_ADMIN): /tmp and /var/tmp are tmpfs of
+ * `--disk-mb` each in the slot's namespaces (bubblewrap --size), gone with the namespace;
+ * the workspace is not bounded (`reason` says why).
  */
 /**
  * Default `--disk-mb`: 512 MiB per slot, half the default `--memory-mb`: where slot memory
@@ -55,7 +57,7 @@ export class SlotDisks {
     }
   }
 
-  /** Mounts the slot's tmpfs and binds its workspace (root); call after `slot.prepare()`. */
+  /** Mounts the slot's tmpfs and binds its workspace; call after `slot.prepare()`. */
   attach(slot: Slot): void {
     if (this.mode !== "tmpfs") return;
     const disk = join(this.stateDir, `disk_${slot.index}`);
@@ -70,7 +72,7 @@ export class SlotDisks {
       mkdirSync(d, { mode: 0o700 });
       chownSync(d, owner.uid, owner.gid);
     }
-    // The server's own (root, 0700): never bound into the slot's namespaces.
+    // The server's own (0700; as root, root's): never bound into the slot's namespaces.
     mkdirSync(dirs.views, { mode: 0o700 });
     run("mount", ["--bind", dirs.workspace, slot.workspaceDir]);
     this.mounted.set(slot.index, dirs);

@@ -3,7 +3,7 @@ import { readFileSync, readlinkSync } from "node:fs";
 import { setPriority } from "node:os";
 import { join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
-import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
+import { bwrapArgs, bwrapCommand, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
 import type { InternetAccess } from "./network.js";
 import { firstChild, killNamespaceInit, type ProcessRef } from "./process-barrier.js";
 import type { CappedOutput } from "./output.js";
@@ -136,9 +136,12 @@ export class Holder {
     // not show host paths. Network on: unshare makes the namespaces, the shell waits for
     // slirp4netns ("go" on stdin), sets the routes, then becomes bubblewrap.
     const bwrapCmd = [o.bwrapPath, "--args", "3", "--", SPAWNER_MOUNT];
-    const [file, argv] = internet
-      ? [internet.unshare, ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), ...bwrapCmd]]
-      : [o.bwrapPath, bwrapCmd.slice(1)];
+    // (Network on, bubblewrap runs as root of unshare's new user namespace, where the
+    // capabilities it holds are that namespace's own: only the first exec drops ours.)
+    const { file, args: argv } = bwrapCommand(
+      internet ? internet.unshare : o.bwrapPath,
+      internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), ...bwrapCmd] : bwrapCmd.slice(1),
+    );
     const child = spawn(file, argv, {
       stdio: ["pipe", "pipe", "pipe", "pipe"],
       env: internet ? { PATH: SANDBOX_PATH } : {},

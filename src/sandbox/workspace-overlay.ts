@@ -6,6 +6,7 @@ import { rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type { Logger } from "pino";
+import { whyNoMounts } from "../host/mount-namespace.js";
 import { compileNative, NATIVE_DIR, nativeSource, prebuiltNative } from "./native-build.js";
 import type { Slot } from "./slot.js";
 import type { Template } from "./templates.js";
@@ -15,11 +16,14 @@ const run = promisify(execFile);
 /**
  * A slot's workspace as a copy-on-write view of a template.
  *
- * "overlay" mode (server is root and may mount): overlayfs is mounted on the HOST at the
- * slot's workspace directory — lower = the template's tree through a read-only, id-mapped
- * bind (files the build wrote as the build uid appear owned by the slot's uid, so the slot
- * may chmod, delete and edit them: each change lands in its upper dir), upper/work = the
- * slot's private dirs under the server's state dir (0700 root: no slot reaches them).
+ * "overlay" mode (the server may mount: root, or not root in a user namespace of its own):
+ * overlayfs is mounted in the server's mount namespace at the slot's workspace directory —
+ * lower = the template's tree, as root through a read-only, id-mapped bind (files the build
+ * wrote as the build uid appear owned by the slot's uid, so the slot may chmod, delete and
+ * edit them: each change lands in its upper dir; not root, build and slot share the
+ * server's uid and the tree itself is the lower layer), upper/work = the slot's private
+ * dirs under the server's state dir (never bound into a slot's namespaces: no slot reaches
+ * them; as root also 0700 root).
  * Every tool that uses the workspace — the slot's namespaces (bound at their start, which
  * a reset always follows), file tools, artifacts, the stateful terminal — sees the merged
  * view. When the slot's disk is bounded (slot-disk.ts: a tmpfs per slot), its upper and work
@@ -29,7 +33,7 @@ const run = promisify(execFile);
  * the template's size; detaching unmounts and renames the upper dir away (deleted in the
  * background).
  *
- * "copy" mode (not root, or mounts refused): the template is copied into the workspace
+ * "copy" mode (mounts not allowed or refused): the template is copied into the workspace
  * (`cp -a --reflink=auto`: a clone on btrfs/xfs, a full copy elsewhere) — correct, but the
  * cost grows with the template (see docs/templates.md).
  */
@@ -57,12 +61,13 @@ export class WorkspaceViews {
     /** The slot's bounded disk's dir for views (`SlotDisks.viewsDir`), if its disk is bounded. */
     private readonly boundedDir: (slot: Slot) => string | undefined = () => undefined,
   ) {
-    const isRoot = process.getuid?.() === 0;
-    // SLOTPOOL_TEMPLATE_VIEWS=copy forces copy mode (what a non-root server gets; tests).
+    // Root, or not root in a user namespace of the server's own (src/host/mount-namespace.ts).
+    const mayMount = whyNoMounts() === undefined;
+    // SLOTPOOL_TEMPLATE_VIEWS=copy forces copy mode (what a server that may not mount gets; tests).
     const forceCopy = process.env["SLOTPOOL_TEMPLATE_VIEWS"] === "copy";
-    this.helper = isRoot && !forceCopy ? helperBinary(dirname(viewsDir)) : null;
+    this.helper = mayMount && !forceCopy ? helperBinary(dirname(viewsDir)) : null;
     this.mode = this.helper ? "overlay" : "copy";
-    if (isRoot && !this.helper) logger.warn({ reason: helperError }, "template views fall back to copying (no mount helper)");
+    if (mayMount && !forceCopy && !this.helper) logger.warn({ reason: helperError }, "template views fall back to copying (no mount helper)");
     if (this.helper) this.unmountStale();
     rmSync(viewsDir, { recursive: true, force: true });
     mkdirSync(viewsDir, { recursive: true, mode: 0o700 });

@@ -4,7 +4,7 @@ import type { Duplex } from "node:stream";
 import { WebSocketServer, type WebSocket } from "ws";
 import { SlotIdSchema } from "../protocol/sandbox.js";
 import { HttpError } from "../http/errors.js";
-import { SANDBOX_PATH } from "./isolation.js";
+import { bwrapCommand, SANDBOX_PATH } from "./isolation.js";
 import type { SandboxService } from "./service.js";
 
 /**
@@ -94,8 +94,9 @@ export class SandboxWebSockets {
     const svc = this.service;
     const owner = slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {};
     const sandboxed = cmd.sandboxArgs !== null && svc.bwrap.path !== null;
-    const child = sandboxed
-      ? spawn(svc.bwrap.path!, ["--args", "3", "--", ...cmd.command], { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, ...owner })
+    const bwrap = sandboxed ? bwrapCommand(svc.bwrap.path!, ["--args", "3", "--", ...cmd.command]) : undefined;
+    const child = bwrap
+      ? spawn(bwrap.file, bwrap.args, { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, ...owner })
       : spawn(cmd.command[0]!, cmd.command.slice(1), {
           stdio: ["pipe", "pipe", "pipe"],
           cwd: slot.workspaceDir,

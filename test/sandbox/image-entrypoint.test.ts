@@ -6,6 +6,7 @@ import { delimiter, join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
+import { serversMayMount } from "../support/server-view.js";
 
 /**
  * No Docker engine runs on these machines, so the image is tested through what it does:
@@ -229,8 +230,6 @@ describe("the image's spawner (the server's fast path)", () => {
   }, 60_000);
 });
 
-const isRootHere = process.getuid?.() === 0;
-
 /** Every process below `pid` (from /proc's parent links). */
 function descendants(pid: number): number[] {
   const parentOf = new Map<number, number>();
@@ -345,16 +344,16 @@ describe("the image's entrypoint, run as written", () => {
     expect(existsSync(join(dir, "data"))).toBe(false);
   });
 
-  it("as root, serves from a mount namespace of its own: its slot disks are not mounted on the host", async () => {
+  it("serves from namespaces of its own (root: a mount namespace; not root: a user namespace holding one): its slot disks are not mounted on the host", async () => {
     const data = join(dir, "alloc", "data");
     const hostMounts = readFileSync("/proc/self/mountinfo", "utf8");
     expect(hostMounts).not.toContain(data);
     const health = (await (await fetch(`${url}/health`)).json()) as { limits: { disk: string } };
-    if (!isRootHere) {
+    if (!serversMayMount) {
       expect(health.limits.disk).toBe("tmp_only");
       return;
     }
-    // The entrypoint's process re-executed itself under `unshare --mount`: the server is its
+    // The entrypoint's process re-executed itself under `unshare`: the server is its
     // descendant, in another mount namespace, where the slot disks are mounted.
     const server = descendants(child!.pid!).find((pid) => readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("sandbox-server"));
     expect(server, "no sandbox-server below the entrypoint's process").toBeDefined();

@@ -46,10 +46,12 @@ function spawners(serverPid: number): Array<{ pid: number; uid: number }> {
  * uid) by the workspace its namespace shows at /workspace, which is the slot's directory.
  */
 function slotSpawners(slot: number): number[] {
-  const workspace = statSync(serverView(s.proc.pid, join(s.dataDir, `slot_${slot}`))).ino;
+  // Device and inode: every slot's disk (a tmpfs each) numbers its inodes from the start.
+  const workspace = statSync(serverView(s.proc.pid, join(s.dataDir, `slot_${slot}`)));
   const seesWorkspace = (pid: number): boolean => {
     try {
-      return statSync(`/proc/${pid}/root/workspace`).ino === workspace;
+      const seen = statSync(`/proc/${pid}/root/workspace`);
+      return seen.ino === workspace.ino && seen.dev === workspace.dev;
     } catch {
       return false;
     }

@@ -1,8 +1,8 @@
 /**
  * Disk bounded per slot (issue 11, hole 3). `--disk-mb` bounds /tmp and /var/tmp of every
- * slot (a tmpfs of that size in the slot's namespaces, root or not); as root, by default,
- * the workspace (a template view's writes included), /tmp and /var/tmp share one tmpfs of
- * that size per slot. A slot that writes past it gets a write error (ENOSPC), the other
+ * slot (a tmpfs of that size in the slot's namespaces, root or not); by default, where the
+ * server may mount (root; not root, in a user namespace of its own), the workspace (a
+ * template view's writes included), /tmp and /var/tmp share one tmpfs of that size per slot. A slot that writes past it gets a write error (ENOSPC), the other
  * slots and the server keep working, and reset frees the space.
  */
 import { execFileSync } from "node:child_process";
@@ -10,7 +10,7 @@ import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync } fro
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { serverView } from "../support/server-view.js";
+import { serversMayMount, serverView } from "../support/server-view.js";
 import { isRoot, startAttackServer, startCliServer, type AttackServer, type CliServer } from "./support.js";
 
 const write = (path: string, mb: number) => `dd if=/dev/zero of=${path} bs=1M count=${mb} 2>&1; echo "rc=$?"`;
@@ -40,7 +40,7 @@ describe("--disk-mb bounds a slot's /tmp (any user)", () => {
   }, 60_000);
 });
 
-describe.runIf(isRoot)("as root (the default): workspace, /tmp and /var/tmp share one bound per slot", () => {
+describe.runIf(serversMayMount)("by default (root, or not root in a user namespace of the server's own): workspace, /tmp and /var/tmp share one bound per slot", () => {
   const server = serverFor(["--disk-mb", "20"]);
 
   it("workspace + /tmp past the bound: ENOSPC in that slot only; the other slot and the server keep working; reset frees it", async () => {
@@ -63,7 +63,7 @@ describe.runIf(isRoot)("as root (the default): workspace, /tmp and /var/tmp shar
 /** Checksum of a tree's paths, modes and file contents (run inside it). */
 const TREE_SUM = "(find . -mindepth 1 -printf '%p %y %m\\n' | LC_ALL=C sort; find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-64";
 
-describe.runIf(isRoot)("templates under the disk bound (root): a view's writes count against the slot's tmpfs", () => {
+describe.runIf(serversMayMount)("templates under the disk bound: a view's writes count against the slot's tmpfs", () => {
   const server = serverFor(["--disk-mb", "20"]);
   let store: string;
   beforeAll(async () => {
@@ -80,12 +80,14 @@ describe.runIf(isRoot)("templates under the disk bound (root): a view's writes c
     const sum = hostSum();
     expect((await resetInto(0)).json?.success).toBe(true);
     expect((await server().bash(0, TREE_SUM)).output).toBe(sum);
-    // The view's writable layer is on the slot's bounded disk, in a dir only root may enter.
+    // The view's writable layer is on the slot's bounded disk, in a dir of the server's own
+    // (root's as root), which no namespace of the slot has.
     const mount = (await server().bash(0, "grep ' /workspace ' /proc/self/mountinfo")).output;
     const upper = /upperdir=([^,\s]+)/.exec(mount)?.[1] ?? "";
     expect(upper.startsWith(join(server().dataDir, ".slotpool", "disk_0", "views") + "/"), mount).toBe(true);
     const views = statSync(serverView(server().proc.pid, join(server().dataDir, ".slotpool", "disk_0", "views")));
-    expect({ mode: views.mode & 0o777, uid: views.uid }).toEqual({ mode: 0o700, uid: 0 });
+    expect({ mode: views.mode & 0o777, uid: views.uid }).toEqual({ mode: 0o700, uid: process.getuid!() });
+    expect((await server().bash(0, `ls ${upper} || echo absent; echo x > ${upper}/evil || echo refused`)).output).toMatch(/absent[\s\S]*refused/);
 
     const over = await server().bash(0, `echo edit >> src/app.py; rm -f blob; ${write("/workspace/big", 30)}`);
     expect(over.output).toMatch(/No space left on device/);
@@ -105,7 +107,7 @@ describe.runIf(isRoot)("templates under the disk bound (root): a view's writes c
   }, 90_000);
 });
 
-describe.runIf(isRoot)("--no-disk-workspace (root): the way out, said in /health", () => {
+describe.runIf(serversMayMount)("--no-disk-workspace: the way out, said in /health", () => {
   const server = serverFor(["--disk-mb", "20", "--no-disk-workspace"], 1);
 
   it("only /tmp is bounded: 30 MB fit in the workspace, not in /tmp", async () => {
@@ -114,6 +116,38 @@ describe.runIf(isRoot)("--no-disk-workspace (root): the way out, said in /health
     expect(health.limits.gaps.join("\n")).toMatch(/workspace disk use.*--no-disk-workspace/);
     expect((await server().bash(0, write("/workspace/big", 30))).output).toMatch(/rc=0/);
     expect((await server().bash(0, write("/tmp/big", 30))).output).toMatch(/No space left on device/);
+  }, 60_000);
+});
+
+describe.runIf(!isRoot)("not root, without a user namespace of its own: /tmp-only, and it says so", () => {
+  let server: CliServer;
+  let base: string;
+  beforeAll(async () => {
+    base = mkdtempSync(join(tmpdir(), "slotpool-nouserns-"));
+    // The marker says "already in namespaces of its own": the CLI does not re-execute itself,
+    // so the server runs where it was started, as a server started in-process would.
+    server = await startCliServer(["sandbox-server", "--port", "0", "--slots", "1", "--data-dir", join(base, "data"), "--disk-mb", "20"], {
+      env: { SLOTPOOL_OWN_MOUNT_NS: "1" },
+      startTimeoutMs: 60_000,
+    });
+  }, 90_000);
+  afterAll(async () => {
+    await server?.stop();
+    if (base) rmSync(base, { recursive: true, force: true });
+  });
+
+  it("bounds /tmp only; /health names why the workspace is not bounded; templates are copied", async () => {
+    const health = (await (await fetch(`${server.url}/health`)).json()) as { limits: { disk: string; gaps: string[] } };
+    expect(health.limits.disk).toBe("tmp_only");
+    expect(health.limits.gaps.join("\n")).toMatch(/workspace disk use.*not root and runs in no user namespace of its own/);
+    const templates = (await (await fetch(`${server.url}/templates`)).json()) as { mode: string };
+    expect(templates.mode).toBe("copy");
+    const bash = async (command: string) => {
+      const res = await fetch(`${server.url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command, require_sandbox: true } }) });
+      return ((await res.json()) as { output: string }).output;
+    };
+    expect(await bash(write("/tmp/big", 30))).toMatch(/No space left on device/);
+    expect(await bash(write("/workspace/big", 30))).toMatch(/rc=0/);
   }, 60_000);
 });
 

@@ -1,3 +1,4 @@
+import { mountNamespacePlan } from "../../src/host/mount-namespace.js";
 import { resolve } from "node:path";
 
 /**
@@ -11,3 +12,11 @@ import { resolve } from "node:path";
 export function serverView(pid: number, path: string): string {
   return `/proc/${pid}/root${resolve(path)}`;
 }
+
+/**
+ * Whether the sandbox servers the tests start (through the local launcher) may mount: as
+ * root, and not root where this kernel lets the launcher give each server a user namespace
+ * of its own (src/host/mount-namespace.ts). Then a slot's workspace is on its bounded disk
+ * and template views are overlayfs; otherwise /tmp only and copies.
+ */
+export const serversMayMount = process.getuid?.() === 0 || mountNamespacePlan({}).run === "reexec";
