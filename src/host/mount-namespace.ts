@@ -13,8 +13,8 @@ import { findExecutable } from "./executables.js";
  *   --map-current-user --mount --keep-caps`): the server keeps its uid, so nothing else
  *   changes for it, and holds capabilities over that namespace only (never over the
  *   host), enough to mount a tmpfs and overlayfs there. Its children inherit them
- *   (ambient); bubblewrap refuses to start with capabilities it did not ask for, so it is
- *   started through `setpriv` dropping them (`dropCapabilitiesPrefix`).
+ *   (ambient); every command a slot runs starts through `setpriv` dropping them
+ *   (`withoutCapabilities`), bubblewrap included, which refuses to start with them.
  *
  * Shared by the local launcher (src/pool/sandbox-process.ts), which starts servers with the
  * prefix, and the CLI, which re-executes itself under it when started by hand or by an
@@ -100,15 +100,15 @@ export function whyNoMounts(env: NodeJS.ProcessEnv = process.env): string | unde
 }
 
 /**
- * The argv prefix that starts a command without the capabilities this process passes on
- * (ambient: a non-root server in its own user namespace), or [] when it passes on none.
- * bubblewrap needs it: it refuses to start with capabilities while not setuid.
+ * How to start `file args` without the capabilities this process passes on (ambient: a
+ * non-root server in its own user namespace): through setpriv dropping them, or as it is
+ * when it passes on none. Every command a slot runs starts this way, and so does
+ * bubblewrap, which refuses to start with capabilities while not setuid.
  */
-export function dropCapabilitiesPrefix(): string[] {
+export function withoutCapabilities(file: string, args: string[]): { file: string; args: string[] } {
   caps ??= capabilities();
-  if (caps.ambient === 0n) return [];
-  const setpriv = findSetpriv();
-  return setpriv ? [setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--"] : [];
+  const setpriv = caps.ambient === 0n ? undefined : findSetpriv();
+  return setpriv ? { file: setpriv, args: ["--inh-caps=-all", "--ambient-caps=-all", "--", file, ...args] } : { file, args };
 }
 
 /**

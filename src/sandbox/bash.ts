@@ -1,4 +1,4 @@
-import { bwrapArgs, bwrapCommand, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
+import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
 import { ulimitPrologue } from "./limits.js";
 import { CappedOutput } from "./output.js";
 import { runProcess, type RunResult } from "./runner.js";
@@ -112,7 +112,7 @@ export class BashExecutor {
     } else {
       const script = ulimitPrologue(limits, timeoutSec) + args.command;
       const spec = sandboxed
-        ? bwrapCommand(svc.bwrap.path!, [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), tmpArgs: svc.disks.tmpArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script])
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), tmpArgs: svc.disks.tmpArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,

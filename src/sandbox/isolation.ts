@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, lstatSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { findExecutable } from "../host/executables.js";
-import { dropCapabilitiesPrefix } from "../host/mount-namespace.js";
+import { withoutCapabilities } from "../host/mount-namespace.js";
 
 /**
  * Bubblewrap isolation: which host directories a slot's commands see, and whether this
@@ -90,11 +90,10 @@ export const READ_ONLY_ROOT = ["--remount-ro", "/"];
  * How to start bubblewrap with `args`: directly, or through setpriv dropping the
  * capabilities this server passes on (not root, in a user namespace of its own: see
  * src/host/mount-namespace.ts), since bubblewrap refuses to start with capabilities while
- * not setuid. Every bubblewrap start goes through here.
+ * not setuid. Every bubblewrap start goes through here (runProcess's too: see runner.ts).
  */
 export function bwrapCommand(bwrap: string, args: string[]): { file: string; args: string[] } {
-  const drop = dropCapabilitiesPrefix();
-  return drop.length > 0 ? { file: drop[0]!, args: [...drop.slice(1), bwrap, ...args] } : { file: bwrap, args };
+  return withoutCapabilities(bwrap, args);
 }
 
 export interface BwrapProbe {

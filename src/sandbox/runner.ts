@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { StringDecoder } from "node:string_decoder";
 import type { CappedOutput } from "./output.js";
+import { withoutCapabilities } from "../host/mount-namespace.js";
 
 /**
  * Runs one process to completion with a wall-clock timeout and capped output. The caller
@@ -39,8 +40,11 @@ export function runProcess(spec: RunSpec): Promise<RunResult> {
   const started = performance.now();
   return new Promise<RunResult>((resolve) => {
     let child: ChildProcess;
+    // A slot's command (bubblewrap, or bash when unsandboxed) never holds the capabilities a
+    // non-root server has over its own user namespace.
+    const cmd = withoutCapabilities(spec.file, spec.args);
     try {
-      child = spawn(spec.file, spec.args, {
+      child = spawn(cmd.file, cmd.args, {
         cwd: spec.cwd,
         env: spec.env ?? {},
         stdio: ["ignore", "pipe", "pipe"],

@@ -6,6 +6,7 @@ import { SlotIdSchema } from "../protocol/sandbox.js";
 import { HttpError } from "../http/errors.js";
 import { bwrapCommand, SANDBOX_PATH } from "./isolation.js";
 import type { SandboxService } from "./service.js";
+import { withoutCapabilities } from "../host/mount-namespace.js";
 
 /**
  * WebSocket route `GET /ws` (same bearer token as HTTP; `?token=` also accepted for
@@ -94,10 +95,10 @@ export class SandboxWebSockets {
     const svc = this.service;
     const owner = slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {};
     const sandboxed = cmd.sandboxArgs !== null && svc.bwrap.path !== null;
-    const bwrap = sandboxed ? bwrapCommand(svc.bwrap.path!, ["--args", "3", "--", ...cmd.command]) : undefined;
-    const child = bwrap
-      ? spawn(bwrap.file, bwrap.args, { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, ...owner })
-      : spawn(cmd.command[0]!, cmd.command.slice(1), {
+    const start = sandboxed ? bwrapCommand(svc.bwrap.path!, ["--args", "3", "--", ...cmd.command]) : withoutCapabilities(cmd.command[0]!, cmd.command.slice(1));
+    const child = sandboxed
+      ? spawn(start.file, start.args, { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, ...owner })
+      : spawn(start.file, start.args, {
           stdio: ["pipe", "pipe", "pipe"],
           cwd: slot.workspaceDir,
           env: { PATH: SANDBOX_PATH, TERM: "xterm", HOME: slot.workspaceDir, LANG: "C.UTF-8", SHELL: "/bin/bash" },

@@ -1,0 +1,89 @@
+/**
+ * A non-root sandbox server runs in a user namespace of its own holding a mount namespace
+ * (src/host/mount-namespace.ts): that is what lets it mount a tmpfs per slot (the disk
+ * bound) and overlayfs views of templates. It keeps the user's uid, its capabilities are
+ * over that namespace only, and no command of a slot holds any of them, sandboxed or not.
+ * Its mounts are never seen on the host.
+ */
+import { readFileSync, readdirSync, readlinkSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { serversMayMount } from "../support/server-view.js";
+import { isRoot, startCliServer, type CliServer } from "./support.js";
+
+/** The sandbox-server process at or below `pid` (the CLI re-executes itself under unshare). */
+function serverBelow(pid: number): number | undefined {
+  const parentOf = new Map<number, number>();
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      parentOf.set(Number(name), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      /* exited */
+    }
+  }
+  const below = (p: number): boolean => {
+    for (let q: number | undefined = p, n = 0; q !== undefined && n < 16; q = parentOf.get(q), n++) if (q === pid) return true;
+    return false;
+  };
+  return [...parentOf.keys()].filter(below).find((p) => {
+    try {
+      return readFileSync(`/proc/${p}/cmdline`, "utf8").includes("sandbox-server") && readlinkSync(`/proc/${p}/ns/user`) !== readlinkSync("/proc/self/ns/user");
+    } catch {
+      return false;
+    }
+  });
+}
+
+const capsOf = (status: string) => Object.fromEntries([...status.matchAll(/^(Cap(?:Inh|Prm|Eff|Amb)):\s*([0-9a-f]+)$/gm)].map((m) => [m[1]!, m[2]!]));
+const NO_CAPS = { CapInh: "0000000000000000", CapPrm: "0000000000000000", CapEff: "0000000000000000", CapAmb: "0000000000000000" };
+
+describe.runIf(!isRoot && serversMayMount)("not root: the server's own user namespace", () => {
+  const servers: CliServer[] = [];
+  let base: string;
+  const start = async (extra: string[] = []) => {
+    const s = await startCliServer(["sandbox-server", "--port", "0", "--slots", "1", "--data-dir", join(base, `data${servers.length}`), "--disk-mb", "20", ...extra], { startTimeoutMs: 60_000 });
+    servers.push(s);
+    return s;
+  };
+  const bash = async (s: CliServer, command: string) => {
+    const res = await fetch(`${s.url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command } }) });
+    return (await res.json()) as { output: string; metadata: { sandboxed: boolean } };
+  };
+  beforeAll(() => {
+    base = mkdtempSync(join(tmpdir(), "slotpool-userns-"));
+  });
+  afterAll(async () => {
+    for (const s of servers) await s.stop();
+    rmSync(base, { recursive: true, force: true });
+  });
+
+  it("keeps the user's uid, in a user and mount namespace other than the host's; its mounts never show on the host", async () => {
+    const s = await start();
+    const pid = serverBelow(s.pid);
+    expect(pid, "no sandbox-server in a user namespace of its own below the CLI's process").toBeDefined();
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    expect(Number(/^Uid:\s+(\d+)/m.exec(status)?.[1])).toBe(process.getuid!());
+    expect(readlinkSync(`/proc/${pid}/ns/mnt`)).not.toBe(readlinkSync("/proc/self/ns/mnt"));
+    // Capabilities over its own namespace (to mount there); a process of the host's
+    // namespace with the same uid has none.
+    expect(capsOf(status)["CapEff"]).not.toBe(NO_CAPS.CapEff);
+    expect(capsOf(readFileSync("/proc/self/status", "utf8"))["CapEff"]).toBe(NO_CAPS.CapEff);
+    const health = (await (await fetch(`${s.url}/health`)).json()) as { limits: { disk: string } };
+    expect(health.limits.disk).toBe("workspace_and_tmp");
+    expect((await bash(s, "df -k /workspace | tail -1")).output).toMatch(/^tmpfs\s+20480\s/);
+    expect(readFileSync("/proc/self/mountinfo", "utf8")).not.toContain(base);
+  }, 90_000);
+
+  it("a slot's commands hold no capability, sandboxed (bubblewrap started through setpriv) or not (--no-sandbox)", async () => {
+    const sandboxed = await bash(servers[0] ?? (await start()), "grep ^Cap /proc/self/status");
+    expect(sandboxed.metadata.sandboxed).toBe(true);
+    expect(capsOf(sandboxed.output)).toEqual(NO_CAPS);
+    const open = await start(["--no-sandbox"]);
+    const unsandboxed = await bash(open, "grep ^Cap /proc/self/status");
+    expect(unsandboxed.metadata.sandboxed).toBe(false);
+    expect(capsOf(unsandboxed.output)).toEqual(NO_CAPS);
+  }, 90_000);
+});
