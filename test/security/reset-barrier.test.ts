@@ -105,6 +105,8 @@ describe("reset is a barrier", () => {
       expect(planted.output, JSON.stringify(planted)).toBe("started");
       const namespaces = namespacesOf(marker);
       expect(namespaces.size).toBeGreaterThan(0);
+      // Control: the writer's files are where this test looks (so "empty" below means emptied).
+      expect(filesWithMarker(workspace, marker).length, `round ${round}: no file of the writer seen in ${workspace}`).toBeGreaterThan(0);
       const reset = await server.reset(0);
       // At once: no sleep between the answer and these checks.
       const procsNow = slotProcesses(marker, namespaces);
