@@ -64,8 +64,22 @@ export function mountNamespacePlan(env: NodeJS.ProcessEnv = process.env): MountN
 /** The probe's answer, once per process (a launcher starts many servers): true, or why not. */
 let probed: true | string | undefined;
 
+/**
+ * Not root, the probe does inside the namespace what the server will do there: mount a
+ * tmpfs, and start bubblewrap (when installed) without the namespace's capabilities. A
+ * kernel or policy may let `unshare --user` succeed yet refuse either (e.g. AppArmor's
+ * restriction of unprivileged user namespaces); the server then stays where it was, where
+ * bubblewrap still sandboxes its slots.
+ */
+const NON_ROOT_PROBE = `set -e
+d=$(mktemp -d)
+trap 'umount "$d" 2>/dev/null; rmdir "$d"' EXIT
+mount -t tmpfs -o size=1m slotpool-probe "$d"
+[ -z "$2" ] || "$1" --inh-caps=-all --ambient-caps=-all -- "$2" --unshare-user --unshare-pid --unshare-ipc --unshare-uts --unshare-net --ro-bind / / --proc /proc --dev /dev true`;
+
 function probeUnshare(prefix: string[]): true | string {
-  const probe = spawnSync(prefix[0]!, [...prefix.slice(1), "true"], { encoding: "utf8", timeout: 10_000 });
+  const check = isRoot() ? ["true"] : ["/bin/sh", "-c", NON_ROOT_PROBE, "slotpool-probe", findSetpriv() ?? "", findExecutable("bwrap") ?? ""];
+  const probe = spawnSync(prefix[0]!, [...prefix.slice(1), ...check], { encoding: "utf8", timeout: 10_000 });
   return probe.status === 0 ? true : (probe.stderr || probe.error?.message || `exit ${probe.status}`).trim().split("\n")[0]!;
 }
 

@@ -5,7 +5,7 @@
  * over that namespace only, and no command of a slot holds any of them, sandboxed or not.
  * Its mounts are never seen on the host.
  */
-import { readFileSync, readdirSync, readlinkSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -86,4 +86,40 @@ describe.runIf(!isRoot && serversMayMount)("not root: the server's own user name
     expect(unsandboxed.metadata.sandboxed).toBe(false);
     expect(capsOf(unsandboxed.output)).toEqual(NO_CAPS);
   }, 90_000);
+});
+
+describe.runIf(!isRoot && serversMayMount)("not root, where bubblewrap cannot run inside a user namespace (e.g. an AppArmor policy)", () => {
+  let server: CliServer | undefined;
+  let base: string;
+  beforeAll(async () => {
+    base = mkdtempSync(join(tmpdir(), "slotpool-userns-refused-"));
+    // A bwrap that refuses in any user namespace but the host's, as such a policy would.
+    const bin = join(base, "bin");
+    mkdirSync(bin);
+    writeFileSync(
+      join(bin, "bwrap"),
+      `#!/bin/sh\nif [ "$(awk '{print $3}' /proc/self/uid_map)" != 4294967295 ]; then echo "bwrap: setting up uid map: Permission denied" >&2; exit 1; fi\nexec /usr/bin/bwrap "$@"\n`,
+    );
+    chmodSync(join(bin, "bwrap"), 0o755);
+    // --no-network: network on runs bubblewrap inside a user namespace of unshare's, where this bwrap refuses too.
+    server = await startCliServer(["sandbox-server", "--port", "0", "--slots", "1", "--data-dir", join(base, "data"), "--disk-mb", "20", "--no-network"], {
+      env: { PATH: `${bin}:${process.env["PATH"] ?? "/usr/bin:/bin"}` },
+      startTimeoutMs: 60_000,
+    });
+  }, 90_000);
+  afterAll(async () => {
+    await server?.stop();
+    rmSync(base, { recursive: true, force: true });
+  });
+
+  it("the server stays in the user's namespace, still sandboxes every slot, bounds /tmp only and says why", async () => {
+    expect(serverBelow(server!.pid)).toBeUndefined();
+    const health = (await (await fetch(`${server!.url}/health`)).json()) as { bwrap_available: boolean; limits: { disk: string } };
+    expect(health.bwrap_available).toBe(true);
+    expect(health.limits.disk).toBe("tmp_only");
+    expect(server!.logs.some((l) => l.includes("not in a mount namespace of its own") && l.includes("unshare --user --mount refused") && l.includes("Permission denied"))).toBe(true);
+    const res = await fetch(`${server!.url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command: "echo hi", require_sandbox: true } }) });
+    const out = (await res.json()) as { output: string; metadata: { sandboxed: boolean } };
+    expect(out).toMatchObject({ output: "hi", metadata: { sandboxed: true } });
+  }, 60_000);
 });
