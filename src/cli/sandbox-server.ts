@@ -31,13 +31,14 @@ options:
   --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
   --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000; inside Nomad a block of
                            its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model.md)
-  --disk-mb N              bound on everything one slot writes, MB (default ${DEFAULT_DISK_BYTES / 1024 / 1024}). As root: its workspace
-                           (template views included), /tmp and /var/tmp share one tmpfs of N MB per slot
-                           (RAM + swap, used only as written). Not root, or mounts refused: only /tmp and
-                           /var/tmp are bounded (N MB each); /health says which. Keep it below --memory-mb:
-                           tmpfs pages count as the slot's memory (see docs/security-model.md)
-  --no-disk-workspace      as root: do not bound the workspace (only /tmp and /var/tmp, as non-root)
-  --disk-workspace         as root: bound the workspace (the default; kept for scripts)
+  --disk-mb N              bound on everything one slot writes, MB (default ${DEFAULT_DISK_BYTES / 1024 / 1024}). Its workspace (template
+                           views included), /tmp and /var/tmp share one tmpfs of N MB per slot (RAM + swap,
+                           used only as written), mounted in the server's own namespaces (root: a mount
+                           namespace; not root: a user namespace holding one). Where the server may not
+                           mount: only /tmp and /var/tmp are bounded (N MB each); /health says which. Keep it
+                           below --memory-mb: tmpfs pages count as the slot's memory (see docs/security-model.md)
+  --no-disk-workspace      do not bound the workspace (only /tmp and /var/tmp)
+  --disk-workspace         bound the workspace (the default; kept for scripts)
   --net-allow-ranges R     comma-separated IPv4 ranges a slot with network on may reach although private
                            (e.g. 10.20.0.0/16); link-local and the host's own addresses stay unreachable
   --no-sandbox             never use bubblewrap (testing the unsandboxed fallback)

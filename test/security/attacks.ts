@@ -149,12 +149,12 @@ export const diskFill: Attack = {
   async verify(run, server, slot) {
     const bounded = (await server.health()).json.limits.disk === "workspace_and_tmp";
     if (bounded) {
-      // Root: the slot's disk bound stops it (ENOSPC), long before the timeout.
+      // The slot's disk bound (root; not root, in the server's own user namespace) stops it (ENOSPC), long before the timeout.
       assert.match(run.response.output, /No space left on device/);
       assert.notEqual(run.response.metadata.timeout, true, JSON.stringify(run.response).slice(0, 300));
       assert.ok(Number(run.notes["written_mb"]) <= ATTACK_LIMITS.diskMb, `wrote ${run.notes["written_mb"]} MB past --disk-mb ${ATTACK_LIMITS.diskMb}`);
     } else {
-      // Not root: the workspace is not bounded; the timeout ends it.
+      // A server that may not mount does not bound the workspace; the timeout ends it.
       assert.equal(run.response.success, false);
       assert.equal(run.response.metadata.timeout, true, `expected a timeout, got ${JSON.stringify(run.response).slice(0, 300)}`);
       assert.match(run.response.error, /timed out after 3 seconds/);
