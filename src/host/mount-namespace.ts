@@ -35,8 +35,8 @@ export function findSetpriv(): string | undefined {
 }
 
 /** The argv prefix that runs a command in namespaces of its own (see above), for root or not. */
-export function ownNamespacePrefix(unshare: string, root = isRoot()): string[] {
-  return root
+export function ownNamespacePrefix(unshare: string): string[] {
+  return isRoot()
     ? [unshare, "--mount", "--propagation", "private", "--"]
     : [unshare, "--user", "--map-current-user", "--mount", "--propagation", "private", "--keep-caps", "--"];
 }
@@ -116,14 +116,21 @@ export function whyNoMounts(env: NodeJS.ProcessEnv = process.env): string | unde
 /**
  * How to start `file args` without the capabilities this process passes on (ambient: a
  * non-root server in its own user namespace): through setpriv dropping them, or as it is
- * when it passes on none. Every command a slot runs starts this way, and so does
- * bubblewrap, which refuses to start with capabilities while not setuid.
+ * when it passes on none. Every command a slot runs starts this way, and so does every
+ * bubblewrap (and the `unshare` of a network-on namespace, which then starts it), since
+ * bubblewrap refuses to start with capabilities while not setuid.
  */
 export function withoutCapabilities(file: string, args: string[]): { file: string; args: string[] } {
-  caps ??= capabilities();
-  const setpriv = caps.ambient === 0n ? undefined : findSetpriv();
-  return setpriv ? { file: setpriv, args: ["--inh-caps=-all", "--ambient-caps=-all", "--", file, ...args] } : { file, args };
+  if (dropPrefix === undefined) {
+    caps ??= capabilities();
+    const setpriv = caps.ambient === 0n ? undefined : findSetpriv();
+    dropPrefix = setpriv ? [setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--"] : [];
+  }
+  return dropPrefix.length > 0 ? { file: dropPrefix[0]!, args: [...dropPrefix.slice(1), file, ...args] } : { file, args };
 }
+
+/** The setpriv prefix `withoutCapabilities` puts in front ([] when none), found once per process. */
+let dropPrefix: string[] | undefined;
 
 /**
  * Runs this same command again (same Node, flags and arguments) under `prefix` (above),

@@ -86,16 +86,6 @@ export function bwrapArgs(opts: NamespaceOptions): string[] {
 /** Last bwrap arguments: the sandbox's root (a tmpfs holding the mount points) read-only. */
 export const READ_ONLY_ROOT = ["--remount-ro", "/"];
 
-/**
- * How to start bubblewrap with `args`: directly, or through setpriv dropping the
- * capabilities this server passes on (not root, in a user namespace of its own: see
- * src/host/mount-namespace.ts), since bubblewrap refuses to start with capabilities while
- * not setuid. Every bubblewrap start goes through here (runProcess's too: see runner.ts).
- */
-export function bwrapCommand(bwrap: string, args: string[]): { file: string; args: string[] } {
-  return withoutCapabilities(bwrap, args);
-}
-
 export interface BwrapProbe {
   available: boolean;
   path: string | null;
@@ -106,7 +96,8 @@ export interface BwrapProbe {
 export function probeBwrap(workspaceDir: string, uid?: number, gid?: number): BwrapProbe {
   const path = findExecutable("bwrap");
   if (!path) return { available: false, path: null, reason: "bwrap (bubblewrap) is not installed" };
-  const cmd = bwrapCommand(path, [...bwrapArgs({ workspaceDir, allowNetwork: false }), ...READ_ONLY_ROOT, "--", "/bin/sh", "-c", "true"]);
+  // Without the capabilities a non-root server holds over its own user namespace (bubblewrap refuses them).
+  const cmd = withoutCapabilities(path, [...bwrapArgs({ workspaceDir, allowNetwork: false }), ...READ_ONLY_ROOT, "--", "/bin/sh", "-c", "true"]);
   const res = spawnSync(cmd.file, cmd.args, {
     encoding: "utf8",
     timeout: 10_000,

@@ -3,7 +3,8 @@ import { readFileSync, readlinkSync } from "node:fs";
 import { setPriority } from "node:os";
 import { join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
-import { bwrapArgs, bwrapCommand, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
+import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
+import { withoutCapabilities } from "../host/mount-namespace.js";
 import type { InternetAccess } from "./network.js";
 import { firstChild, killNamespaceInit, type ProcessRef } from "./process-barrier.js";
 import type { CappedOutput } from "./output.js";
@@ -138,7 +139,7 @@ export class Holder {
     const bwrapCmd = [o.bwrapPath, "--args", "3", "--", SPAWNER_MOUNT];
     // (Network on, bubblewrap runs as root of unshare's new user namespace, where the
     // capabilities it holds are that namespace's own: only the first exec drops ours.)
-    const { file, args: argv } = bwrapCommand(
+    const { file, args: argv } = withoutCapabilities(
       internet ? internet.unshare : o.bwrapPath,
       internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), ...bwrapCmd] : bwrapCmd.slice(1),
     );

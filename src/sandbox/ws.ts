@@ -4,7 +4,7 @@ import type { Duplex } from "node:stream";
 import { WebSocketServer, type WebSocket } from "ws";
 import { SlotIdSchema } from "../protocol/sandbox.js";
 import { HttpError } from "../http/errors.js";
-import { bwrapCommand, SANDBOX_PATH } from "./isolation.js";
+import { SANDBOX_PATH } from "./isolation.js";
 import type { SandboxService } from "./service.js";
 import { withoutCapabilities } from "../host/mount-namespace.js";
 
@@ -95,7 +95,9 @@ export class SandboxWebSockets {
     const svc = this.service;
     const owner = slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {};
     const sandboxed = cmd.sandboxArgs !== null && svc.bwrap.path !== null;
-    const start = sandboxed ? bwrapCommand(svc.bwrap.path!, ["--args", "3", "--", ...cmd.command]) : withoutCapabilities(cmd.command[0]!, cmd.command.slice(1));
+    // Without the capabilities a non-root server holds over its own user namespace.
+    const [file, ...args] = sandboxed ? [svc.bwrap.path!, "--args", "3", "--", ...cmd.command] : cmd.command;
+    const start = withoutCapabilities(file!, args);
     const child = sandboxed
       ? spawn(start.file, start.args, { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, ...owner })
       : spawn(start.file, start.args, {

@@ -22,10 +22,11 @@
  * call (timed), which on this tree waits for the slot's new namespace (and slirp4netns).
  * Prints p50/p99 per side, the ratio current/baseline and a verdict against the 10 % target.
  */
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { startSandboxProcess, type SandboxProcess } from "../../src/pool/sandbox-process.js";
+import { baselineEnv } from "./baseline.js";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { percentile } from "../../src/observability/latency-window.js";
 
@@ -59,11 +60,7 @@ async function startSide(name: Side["name"], uidBase: number, mainScript?: strin
   // The slot uids must traverse the data dir (mkdtemp makes it 0700), or a root server
   // would run the slots unsandboxed and the comparison would mean nothing.
   chmodSync(dataDir, 0o755);
-  // Not root, the launcher starts a server in a user namespace of its own; a baseline built
-  // before that existed cannot start bubblewrap there (it does not drop the namespace's
-  // capabilities): it runs where it always ran (the marker says "already there").
-  const namespaces = mainScript && join(dirname(mainScript), "..", "host", "mount-namespace.js");
-  const oldBaseline = namespaces !== undefined && process.getuid?.() !== 0 && !(existsSync(namespaces) && readFileSync(namespaces, "utf8").includes("withoutCapabilities"));
+  const env = baselineEnv(mainScript);
   const proc = await startSandboxProcess({
     slots: 2,
     dataDir,
@@ -71,7 +68,7 @@ async function startSide(name: Side["name"], uidBase: number, mainScript?: strin
     startTimeoutMs: 120_000,
     dieWithParent: true,
     ...(mainScript ? { mainScript } : {}),
-    ...(oldBaseline ? { env: { SLOTPOOL_OWN_MOUNT_NS: "1" } } : {}),
+    ...(env ? { env } : {}),
   });
   return { name, proc, dataDir };
 }

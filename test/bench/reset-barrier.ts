@@ -15,9 +15,10 @@
  */
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { startSandboxProcess } from "../../src/pool/sandbox-process.js";
 import { serverView } from "../support/server-view.js";
+import { baselineEnv } from "./baseline.js";
 
 const argv = process.argv.slice(2);
 const i = argv.indexOf("--rounds");
@@ -52,10 +53,7 @@ function pct(sorted: number[], p: number): number {
 
 /** One server (this tree's, or a built checkout's `dist/src/cli/main.js`), ROUNDS rounds. */
 async function measure(label: string, mainScript?: string): Promise<void> {
-  // Not root, a baseline from before the server's own user namespace cannot start bubblewrap
-  // inside one: it runs where it always ran (the marker says "already there").
-  const namespaces = mainScript && join(dirname(mainScript), "..", "host", "mount-namespace.js");
-  const oldBaseline = namespaces !== undefined && process.getuid?.() !== 0 && !(existsSync(namespaces) && readFileSync(namespaces, "utf8").includes("withoutCapabilities"));
+  const env = baselineEnv(mainScript);
   const dataDir = mkdtempSync(join(tmpdir(), "slotpool-reset-bench-"));
   const proc = await startSandboxProcess({
     slots: 2,
@@ -63,7 +61,7 @@ async function measure(label: string, mainScript?: string): Promise<void> {
     extraArgs: [],
     startTimeoutMs: 60_000,
     ...(mainScript ? { mainScript } : {}),
-    ...(oldBaseline ? { env: { SLOTPOOL_OWN_MOUNT_NS: "1" } } : {}),
+    ...(env ? { env } : {}),
   });
   const post = async (path: string, body: unknown): Promise<any> => {
     const res = await fetch(proc.url + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });

@@ -6,6 +6,7 @@ import { delimiter, join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
+import { descendants } from "../support/processes.js";
 import { serversMayMount } from "../support/server-view.js";
 
 /**
@@ -229,29 +230,6 @@ describe("the image's spawner (the server's fast path)", () => {
     }
   }, 60_000);
 });
-
-/** Every process below `pid` (from /proc's parent links). */
-function descendants(pid: number): number[] {
-  const parentOf = new Map<number, number>();
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      parentOf.set(Number(name), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
-    } catch {
-      /* exited meanwhile */
-    }
-  }
-  const out: number[] = [];
-  const walk = (p: number): void => {
-    for (const [c, pp] of parentOf) if (pp === p) {
-      out.push(c);
-      walk(c);
-    }
-  };
-  walk(pid);
-  return out;
-}
 
 describe("the image's entrypoint, run as written", () => {
   let dir: string;

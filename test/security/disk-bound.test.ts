@@ -15,6 +15,25 @@ import { isRoot, startAttackServer, startCliServer, type AttackServer, type CliS
 
 const write = (path: string, mb: number) => `dd if=/dev/zero of=${path} bs=1M count=${mb} 2>&1; echo "rc=$?"`;
 
+/**
+ * A one-slot `slotpool sandbox-server` (`--disk-mb 20`) on a data dir under a fresh base dir
+ * (made traversable), for the enclosing describe; `opts` as for startCliServer.
+ */
+function cliServerFor(dirPrefix: string, opts: { env?: NodeJS.ProcessEnv; prefix?: string[] }): { server: () => CliServer; base: () => string } {
+  let server: CliServer | undefined;
+  let base: string | undefined;
+  beforeAll(async () => {
+    base = mkdtempSync(join(tmpdir(), dirPrefix));
+    chmodSync(base, 0o755);
+    server = await startCliServer(["sandbox-server", "--port", "0", "--slots", "1", "--data-dir", join(base, "data"), "--disk-mb", "20"], { ...opts, startTimeoutMs: 60_000 });
+  }, 90_000);
+  afterAll(async () => {
+    await server?.stop();
+    if (base) rmSync(base, { recursive: true, force: true });
+  });
+  return { server: () => server!, base: () => base! };
+}
+
 /** An attack server for the enclosing describe: started before its tests, stopped after them. */
 function serverFor(extraArgs: string[], slots = 2): () => AttackServer {
   let server: AttackServer | undefined;
@@ -120,70 +139,37 @@ describe.runIf(serversMayMount)("--no-disk-workspace: the way out, said in /heal
 });
 
 describe.runIf(!isRoot)("not root, without a user namespace of its own: /tmp-only, and it says so", () => {
-  let server: CliServer;
-  let base: string;
-  beforeAll(async () => {
-    base = mkdtempSync(join(tmpdir(), "slotpool-nouserns-"));
-    // The marker says "already in namespaces of its own": the CLI does not re-execute itself,
-    // so the server runs where it was started, as a server started in-process would.
-    server = await startCliServer(["sandbox-server", "--port", "0", "--slots", "1", "--data-dir", join(base, "data"), "--disk-mb", "20"], {
-      env: { SLOTPOOL_OWN_MOUNT_NS: "1" },
-      startTimeoutMs: 60_000,
-    });
-  }, 90_000);
-  afterAll(async () => {
-    await server?.stop();
-    if (base) rmSync(base, { recursive: true, force: true });
-  });
+  // The marker says "already in namespaces of its own": the CLI does not re-execute itself,
+  // so the server runs where it was started, as a server started in-process would.
+  const { server } = cliServerFor("slotpool-nouserns-", { env: { SLOTPOOL_OWN_MOUNT_NS: "1" } });
 
   it("bounds /tmp only; /health names why the workspace is not bounded; templates are copied", async () => {
-    const health = (await (await fetch(`${server.url}/health`)).json()) as { limits: { disk: string; gaps: string[] } };
+    const health = (await (await fetch(`${server().url}/health`)).json()) as { limits: { disk: string; gaps: string[] } };
     expect(health.limits.disk).toBe("tmp_only");
     expect(health.limits.gaps.join("\n")).toMatch(/workspace disk use.*not root and runs in no user namespace of its own/);
-    const templates = (await (await fetch(`${server.url}/templates`)).json()) as { mode: string };
+    const templates = (await (await fetch(`${server().url}/templates`)).json()) as { mode: string };
     expect(templates.mode).toBe("copy");
-    const bash = async (command: string) => {
-      const res = await fetch(`${server.url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command, require_sandbox: true } }) });
-      return ((await res.json()) as { output: string }).output;
-    };
-    expect(await bash(write("/tmp/big", 30))).toMatch(/No space left on device/);
-    expect(await bash(write("/workspace/big", 30))).toMatch(/rc=0/);
+    expect((await server().bash(write("/tmp/big", 30), { require_sandbox: true })).output).toMatch(/No space left on device/);
+    expect((await server().bash(write("/workspace/big", 30), { require_sandbox: true })).output).toMatch(/rc=0/);
   }, 60_000);
 });
 
 describe.runIf(isRoot && existsSync("/usr/bin/setpriv"))("root without CAP_SYS_ADMIN (a default Docker container): /tmp-only, and it says so", () => {
-  let server: CliServer;
-  let base: string;
-  beforeAll(async () => {
-    base = mkdtempSync(join(tmpdir(), "slotpool-nocap-"));
-    chmodSync(base, 0o755);
-    // The capability leaves the bounding set: `unshare --mount` and every mount are refused.
-    server = await startCliServer(["sandbox-server", "--port", "0", "--slots", "1", "--data-dir", join(base, "data"), "--disk-mb", "20"], {
-      prefix: ["/usr/bin/setpriv", "--bounding-set", "-sys_admin", "--"],
-      startTimeoutMs: 60_000,
-    });
-  }, 90_000);
-  afterAll(async () => {
-    await server?.stop();
-    if (base) rmSync(base, { recursive: true, force: true });
-  });
+  // The capability leaves the bounding set: `unshare --mount` and every mount are refused.
+  const { server, base } = cliServerFor("slotpool-nocap-", { prefix: ["/usr/bin/setpriv", "--bounding-set", "-sys_admin", "--"] });
 
   it("falls back to bounding /tmp and /var/tmp only; /health, the start-up line and a warning name the reason", async () => {
-    const health = (await (await fetch(`${server.url}/health`)).json()) as { limits: { disk: string; gaps: string[] } };
+    const health = (await (await fetch(`${server().url}/health`)).json()) as { limits: { disk: string; gaps: string[] } };
     expect(health.limits.disk).toBe("tmp_only");
     expect(health.limits.gaps.join("\n")).toMatch(/workspace disk use.*cannot mount a tmpfs per slot/);
-    const listening = server.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l["msg"] === "listening");
+    const listening = server().logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l["msg"] === "listening");
     expect(String(listening?.["disk_reason"])).toMatch(/cannot mount a tmpfs per slot/);
-    expect(server.logs.some((l) => l.includes("not in a mount namespace of its own") && l.includes("unshare --mount refused"))).toBe(true);
-    const bash = async (command: string) => {
-      const res = await fetch(`${server.url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command, require_sandbox: true } }) });
-      return ((await res.json()) as { output: string }).output;
-    };
-    expect(await bash(write("/tmp/big", 30))).toMatch(/No space left on device/);
-    expect(await bash(write("/workspace/big", 30))).toMatch(/rc=0/);
+    expect(server().logs.some((l) => l.includes("not in a mount namespace of its own") && l.includes("unshare --mount refused"))).toBe(true);
+    expect((await server().bash(write("/tmp/big", 30), { require_sandbox: true })).output).toMatch(/No space left on device/);
+    expect((await server().bash(write("/workspace/big", 30), { require_sandbox: true })).output).toMatch(/rc=0/);
   }, 60_000);
   it("the local launcher (LocalProvisioner) without it starts servers too, without a mount namespace of their own", () => {
-    const data = join(base, "launched");
+    const data = join(base(), "launched");
     const out = execFileSync("/usr/bin/setpriv", ["--bounding-set", "-sys_admin", "--", process.execPath, "--import", "tsx", "test/security/fixtures/launch-sandbox.ts", data], { encoding: "utf8", timeout: 90_000 });
     const health = JSON.parse(out.trim().split("\n").pop()!) as { status: string; limits: { disk: string } };
     expect(health.status).toBe("ok");

@@ -289,6 +289,8 @@ export interface CliServer {
   /** stdout and stderr as received, for "the token never appears" checks. */
   output(): string;
   alive(): boolean;
+  /** One `bash` call on a slot of a sandbox-server (slot_0 unless `args.slot`). */
+  bash(command: string, args?: Record<string, unknown> & { slot?: number }): Promise<{ success: boolean; output: string; metadata: { sandboxed: boolean } & Record<string, unknown> }>;
   stop(graceMs?: number): Promise<void>;
 }
 
@@ -349,6 +351,10 @@ export async function startCliServer(argv: string[], opts: { env?: NodeJS.Proces
     logs,
     output: () => all,
     alive: () => child.exitCode === null && child.signalCode === null,
+    async bash(command, { slot = 0, ...args } = {}) {
+      const res = await fetch(`${url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: `slot_${slot}`, tool: "bash", args: { command, ...args } }) });
+      return (await res.json()) as Awaited<ReturnType<CliServer["bash"]>>;
+    },
     async stop(graceMs = 8_000) {
       if (child.exitCode !== null || child.signalCode !== null) return;
       child.kill("SIGTERM");

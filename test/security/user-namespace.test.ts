@@ -5,30 +5,17 @@
  * over that namespace only, and no command of a slot holds any of them, sandboxed or not.
  * Its mounts are never seen on the host.
  */
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { descendants } from "../support/processes.js";
 import { serversMayMount } from "../support/server-view.js";
 import { isRoot, startCliServer, type CliServer } from "./support.js";
 
-/** The sandbox-server process at or below `pid` (the CLI re-executes itself under unshare). */
+/** The sandbox-server process below `pid` (the CLI re-executes itself under unshare), in a user namespace other than ours. */
 function serverBelow(pid: number): number | undefined {
-  const parentOf = new Map<number, number>();
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      parentOf.set(Number(name), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
-    } catch {
-      /* exited */
-    }
-  }
-  const below = (p: number): boolean => {
-    for (let q: number | undefined = p, n = 0; q !== undefined && n < 16; q = parentOf.get(q), n++) if (q === pid) return true;
-    return false;
-  };
-  return [...parentOf.keys()].filter(below).find((p) => {
+  return descendants(pid).find((p) => {
     try {
       return readFileSync(`/proc/${p}/cmdline`, "utf8").includes("sandbox-server") && readlinkSync(`/proc/${p}/ns/user`) !== readlinkSync("/proc/self/ns/user");
     } catch {
@@ -47,10 +34,6 @@ describe.runIf(!isRoot && serversMayMount)("not root: the server's own user name
     const s = await startCliServer(["sandbox-server", "--port", "0", "--slots", "1", "--data-dir", join(base, `data${servers.length}`), "--disk-mb", "20", ...extra], { startTimeoutMs: 60_000 });
     servers.push(s);
     return s;
-  };
-  const bash = async (s: CliServer, command: string) => {
-    const res = await fetch(`${s.url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command } }) });
-    return (await res.json()) as { output: string; metadata: { sandboxed: boolean } };
   };
   beforeAll(() => {
     base = mkdtempSync(join(tmpdir(), "slotpool-userns-"));
@@ -73,16 +56,16 @@ describe.runIf(!isRoot && serversMayMount)("not root: the server's own user name
     expect(capsOf(readFileSync("/proc/self/status", "utf8"))["CapEff"]).toBe(NO_CAPS.CapEff);
     const health = (await (await fetch(`${s.url}/health`)).json()) as { limits: { disk: string } };
     expect(health.limits.disk).toBe("workspace_and_tmp");
-    expect((await bash(s, "df -k /workspace | tail -1")).output).toMatch(/^tmpfs\s+20480\s/);
+    expect((await s.bash("df -k /workspace | tail -1")).output).toMatch(/^tmpfs\s+20480\s/);
     expect(readFileSync("/proc/self/mountinfo", "utf8")).not.toContain(base);
   }, 90_000);
 
   it("a slot's commands hold no capability, sandboxed (bubblewrap started through setpriv) or not (--no-sandbox)", async () => {
-    const sandboxed = await bash(servers[0] ?? (await start()), "grep ^Cap /proc/self/status");
+    const sandboxed = await (servers[0] ?? (await start())).bash("grep ^Cap /proc/self/status");
     expect(sandboxed.metadata.sandboxed).toBe(true);
     expect(capsOf(sandboxed.output)).toEqual(NO_CAPS);
     const open = await start(["--no-sandbox"]);
-    const unsandboxed = await bash(open, "grep ^Cap /proc/self/status");
+    const unsandboxed = await open.bash("grep ^Cap /proc/self/status");
     expect(unsandboxed.metadata.sandboxed).toBe(false);
     expect(capsOf(unsandboxed.output)).toEqual(NO_CAPS);
   }, 90_000);
@@ -118,8 +101,6 @@ describe.runIf(!isRoot && serversMayMount)("not root, where bubblewrap cannot ru
     expect(health.bwrap_available).toBe(true);
     expect(health.limits.disk).toBe("tmp_only");
     expect(server!.logs.some((l) => l.includes("not in a mount namespace of its own") && l.includes("unshare --user --mount refused") && l.includes("Permission denied"))).toBe(true);
-    const res = await fetch(`${server!.url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command: "echo hi", require_sandbox: true } }) });
-    const out = (await res.json()) as { output: string; metadata: { sandboxed: boolean } };
-    expect(out).toMatchObject({ output: "hi", metadata: { sandboxed: true } });
+    expect(await server!.bash("echo hi", { require_sandbox: true })).toMatchObject({ output: "hi", metadata: { sandboxed: true } });
   }, 60_000);
 });
