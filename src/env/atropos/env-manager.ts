@@ -78,6 +78,7 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
   let evaluations = 0;
   let exhausted = false;
   let fatal: unknown;
+  let infraStop: string | undefined;
   let lastStatus: EnvStatus | undefined;
   let stopReason = "";
 
@@ -88,6 +89,8 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
   const deliver = async (outcome: GroupOutcome): Promise<void> => {
     options.stats.addGroup(outcome);
     if (!outcome.ok) {
+      // infraFailurePolicy "fail": no more groups; the summary says why.
+      if (outcome.fatal) infraStop ??= outcome.reason;
       options.onGroup?.(outcome, "failed");
       return;
     }
@@ -101,7 +104,7 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       log.warn({ segments: broken }, "segments broken off by a prefix break are not sent: Atropos takes exactly group_size sequences per group");
       group = buildScoredGroup(
         outcome.trajectories.map(({ brokenSegments: _drop, ...t }) => t),
-        { includeMessages: cfg.includeMessages, ...(outcome.group.generation_params ? { generationParams: outcome.group.generation_params } : {}) },
+        { groupSize: cfg.groupSize, includeMessages: cfg.includeMessages, ...(outcome.group.generation_params ? { generationParams: outcome.group.generation_params } : {}) },
       );
     }
     const filtered = filterGroupForSend(group, {
@@ -192,6 +195,10 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       if (fatal) throw fatal;
       if (options.signal?.aborted) {
         stopReason = "stopped";
+        break;
+      }
+      if (infraStop !== undefined) {
+        stopReason = `infrastructure failure: ${infraStop}`;
         break;
       }
       if (options.maxGroups !== undefined && sent >= options.maxGroups) {

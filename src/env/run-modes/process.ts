@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
-import { mkdir, open } from "node:fs/promises";
-import { basename, dirname, extname, join } from "node:path";
+import { mkdir, open, stat } from "node:fs/promises";
+import { basename, dirname, extname, join, resolve } from "node:path";
 import pLimit from "p-limit";
 import type { AgentEnv } from "../agent-env.js";
 import type { Logger } from "../../observability/logger.js";
@@ -11,6 +11,7 @@ import { lineExtras } from "../rollout-extras.js";
 import { RunStats } from "../run-stats.js";
 import type { GroupOutcome } from "../scored-group.js";
 import { runRows } from "./summary.js";
+import { EnvError } from "../errors.js";
 
 export interface ProcessModeOptions {
   /** Output JSONL; an existing file is kept and `_1`, `_2`, … is added to the new name (as Atropos does). */
@@ -22,6 +23,12 @@ export interface ProcessModeOptions {
   logger?: Logger;
   /** Write the HTML report beside the JSONL (default true). */
   report?: boolean;
+  /** Stops the run: no new group starts, in-flight ones are abandoned; what was written stays, and the report is still written. */
+  signal?: AbortSignal;
+  /** The run's statistics (default: new, with the env's successThreshold). */
+  stats?: RunStats;
+  /** `out` was made by prepareOutputFile (empty, name already free): write it as is. */
+  prepared?: boolean;
 }
 
 export interface ProcessModeReport {
@@ -44,6 +51,52 @@ export function freeOutputPath(path: string): string {
   }
 }
 
+/** The output cannot be written where asked; the message names the path and why. */
+export class OutputPathError extends EnvError {
+  override name = "OutputPathError";
+}
+
+/**
+ * Creates the directories of `dir` one level at a time. (A recursive mkdir under /proc
+ * never returns, spinning a core; one level at a time fails at once with ENOENT.)
+ */
+export async function makeDirectories(dir: string): Promise<void> {
+  const missing: string[] = [];
+  for (let d = resolve(dir); ; d = dirname(d)) {
+    try {
+      if (!(await stat(d)).isDirectory()) throw new OutputPathError(`${d} is not a directory`);
+      break;
+    } catch (err) {
+      if (err instanceof OutputPathError) throw err;
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw new OutputPathError(`cannot use ${d}: ${(err as Error).message}`);
+      missing.unshift(d);
+      if (dirname(d) === d) break;
+    }
+  }
+  for (const d of missing) {
+    try {
+      await mkdir(d);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw new OutputPathError(`cannot create the directory ${d}: ${(err as Error).message}`);
+    }
+  }
+}
+
+/**
+ * Before any work: the free name for `path` (see freeOutputPath), its directories made and
+ * the file created empty, so a path that cannot be written fails before the pool starts.
+ */
+export async function prepareOutputFile(path: string): Promise<string> {
+  await makeDirectories(dirname(path));
+  const target = freeOutputPath(path);
+  try {
+    await (await open(target, "wx")).close();
+  } catch (err) {
+    throw new OutputPathError(`cannot write ${target}: ${(err as Error).message}`);
+  }
+  return target;
+}
+
 /**
  * Atropos's `process` mode: make `groups` groups of `groupSize` trajectories and write each
  * scored group as one JSONL line (Python json.dumps spacing, UTF-8, `\n`), with
@@ -52,9 +105,9 @@ export function freeOutputPath(path: string): string {
  */
 export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessModeOptions): Promise<ProcessModeReport> {
   const total = options.groups ?? env.config.totalGroups;
-  const stats = new RunStats();
-  const outPath = freeOutputPath(options.out);
-  await mkdir(dirname(outPath), { recursive: true });
+  const stats = options.stats ?? new RunStats({ successThreshold: env.config.successThreshold });
+  const signal = options.signal;
+  const outPath = options.prepared ? options.out : await prepareOutputFile(options.out);
   const file = await open(outPath, "w");
   let written = 0;
   let exhausted = false;
@@ -62,17 +115,26 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
   // Writes are chained so lines never interleave and come out in completion order.
   let writes: Promise<unknown> = Promise.resolve();
   const streak = new FilteredStreak();
+  const stopped = () => stats.stoppedEarly !== undefined;
   try {
     const tasks = Array.from({ length: total }, () =>
       limit(async () => {
-        if (exhausted) return;
+        if (exhausted || stopped() || signal?.aborted) return;
         const item = await env.getNextItem();
         if (item === null || item === undefined) {
           exhausted = true;
           return;
         }
-        const outcome = await env.collectTrajectories(item);
+        let outcome: GroupOutcome;
+        try {
+          outcome = await env.collectTrajectories(item, signal ? { signal } : {});
+        } catch (err) {
+          // Interrupted: the group is abandoned, not counted; anything else is a real error.
+          if (signal?.aborted) return;
+          throw err;
+        }
         stats.addGroup(outcome);
+        if (!outcome.ok && outcome.fatal) stats.stoppedEarly ??= `infraFailurePolicy "fail": ${outcome.reason}`;
         const filtered = outcome.ok
           ? filterGroupForSend(outcome.group, { groupSize: env.config.groupSize, ensureScoresAreNotSame: false, dropOverLength: false, includeMessages: true })
           : undefined;
@@ -83,7 +145,7 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
         options.onGroup?.(outcome, stats);
         if (filtered?.send) {
           // Atropos's fields, plus one optional key with what the report needs (timings, exit codes, tool errors).
-          const line = pythonJsonDumps({ ...filtered.group, slotpool: lineExtras(outcome.trajectories) }) + "\n";
+          const line = pythonJsonDumps({ ...filtered.group, slotpool: lineExtras(outcome.trajectories, outcome.ok ? outcome : undefined) }) + "\n";
           writes = writes.then(() => file.write(line));
           await writes;
           written++;
@@ -92,6 +154,7 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
     );
     await Promise.all(tasks);
     await writes;
+    if (signal?.aborted) stats.stoppedEarly ??= "interrupted";
   } finally {
     await file.close();
   }
