@@ -22,7 +22,8 @@ import type { InfraFailure } from "./infra-failure.js";
 import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
 import type { LineExtras } from "../report/rollout-extras.js";
 import { lineExtras } from "./rollout-extras.js";
-import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
+import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
+import { collectGroup } from "./group-collector.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
@@ -471,69 +472,18 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   }
 
   /**
-   * `groupSize` trajectories of one item, concurrently, each in its own slot. Never drops one
-   * silently: a trajectory that cannot finish makes the group fail with the reason. A
-   * trajectory with an infrastructure failure is never part of the group: by
-   * `infraFailurePolicy` the group is dropped and its item tried again (up to `infraRetries`
-   * more times), or the group goes on without it (`mask`), or the run stops (`fail`).
-   * Aborting `signal` (Atropos back-off) stops the rollouts and rejects with the signal's reason.
+   * `groupSize` trajectories of one item, concurrently, each in its own slot; a trajectory
+   * with an infrastructure failure is never part of the group (see collectGroup for what
+   * `infraFailurePolicy` makes of it). Never drops one silently. Aborting `signal` (Atropos
+   * back-off) stops the rollouts and rejects with the signal's reason.
    */
   async collectTrajectories(item: Item, options: { signal?: AbortSignal } = {}): Promise<GroupOutcome<Item>> {
     const groupTools = this.resolveTools();
-    const { infraFailurePolicy: policy, infraRetries, groupSize } = this.config;
-    const infraFailures: InfraFailure[] = [];
-    for (let attempt = 0; ; attempt++) {
-      const round = await this.collectGroupOnce(item, groupTools, options);
-      infraFailures.push(...round.infra);
-      const scored = round.done.filter((t) => !t.infraFailure);
-      const common = { item, toolsets: groupTools.toolsets, infraFailures };
-      if (round.errors.length > 0) {
-        const reason = `${round.errors.length} of ${groupSize} trajectories failed: ${[...new Set(round.errors)].join(" | ")}`;
-        this.log.error({ reason }, "group failed");
-        return { ok: false, kind: "error", fatal: false, reason, trajectories: scored, unfinished: round.unfinished, ...common };
-      }
-      if (round.infra.length === 0 || (policy === "mask" && scored.length > 0)) {
-        const group = buildScoredGroup(scored, {
-          groupSize,
-          includeMessages: this.config.includeMessages,
-          generationParams: { temperature: this.config.temperature, max_tokens: this.config.maxTokens },
-        });
-        return { ok: true, group, trajectories: scored, masked: round.infra.length, droppedAttempts: attempt, ...common };
-      }
-      const what = `${round.infra.length} of ${groupSize} trajectories had an infrastructure failure: ${[...new Set(round.infra.map((f) => `${f.cause}: ${f.message}`))].join(" | ")}`;
-      if (policy === "drop" && attempt < infraRetries) {
-        this.log.warn({ attempt: attempt + 1, infraRetries }, `${what}; the group is dropped and its item tried again`);
-        continue;
-      }
-      const reason = policy === "fail" ? `${what} (infraFailurePolicy "fail": the run stops)` : `${what}; dropped after ${attempt + 1} tries`;
-      this.log.error({ reason }, "group dropped");
-      return { ok: false, kind: "infra", fatal: policy === "fail", reason, trajectories: scored, unfinished: round.unfinished, ...common };
-    }
-  }
-
-  /** One try at a group: the finished trajectories, the infra failures among them (and slot losses), other errors. */
-  private async collectGroupOnce(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal }) {
-    const settled = await Promise.allSettled(Array.from({ length: this.config.groupSize }, () => this.collectTrajectory(item, groupTools, options)));
-    options.signal?.throwIfAborted();
-    const done: TrajectoryOutcome[] = [];
-    const infra: InfraFailure[] = [];
-    const errors: string[] = [];
-    const unfinished = { slotLosses: 0, retries: 0 };
-    for (const s of settled) {
-      if (s.status === "fulfilled") {
-        done.push(s.value);
-        if (s.value.infraFailure) infra.push(s.value.infraFailure);
-        continue;
-      }
-      const err = s.reason as unknown;
-      const message = err instanceof Error ? err.message : String(err);
-      if (err instanceof TrajectoryFailedError) {
-        unfinished.slotLosses += err.attempts;
-        unfinished.retries += err.attempts - 1;
-      }
-      if (err instanceof TrajectoryFailedError && err.slotLost) infra.push({ cause: "slot_lost", message });
-      else errors.push(message);
-    }
-    return { done, infra, errors, unfinished };
+    return collectGroup(item, groupTools, {
+      config: this.config,
+      log: this.log,
+      runTrajectory: () => this.collectTrajectory(item, groupTools, options),
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
   }
 }

@@ -68,17 +68,20 @@ describe("process mode", () => {
   it("counts failed groups with their reason instead of dropping them silently", async () => {
     const backend = fakeBackend();
     backend.executor.loseAllCalls = true;
-    const env = new WriteFileEnv({ groupSize: 2, totalGroups: 1, slotLossRetries: 1 }, { backend, logger: silentLogger() });
+    const env = new WriteFileEnv({ groupSize: 2, totalGroups: 1, slotLossRetries: 1, infraRetries: 0 }, { backend, logger: silentLogger() });
     env.setupWorkspace = async () => {};
     await env.start();
     const report = await runProcessMode(env, { out: join(dir, "failed.jsonl") });
     await env.close();
     expect(report.written).toBe(0);
     expect(report.stats.failedGroups).toBe(1);
+    expect(report.stats.droppedGroups).toBe(1);
+    expect(report.stats.infraFailures.slot_lost).toBe(2);
     expect(report.stats.slotLosses).toBe(4);
     expect(report.stats.retries).toBe(2);
     const table = formatSummary("t", report.stats);
-    expect(table).toMatch(/groups\s+1 \(1 failed, 0 filtered\)/);
+    expect(table).toMatch(/groups\s+1 \(1 failed, 1 of them dropped for infra failures, 0 filtered\)/);
+    expect(table).toMatch(/infra failures\s+2 trajectories not scored \(slot_lost 2\)/);
     expect(table).toMatch(/slot losses\s+4/);
     expect(table).toContain("trajectory lost its slot 2 times (slotLossRetries = 1)");
   });
