@@ -213,6 +213,9 @@ async function runMode(mode: Mode, argv: string[]): Promise<number> {
   } finally {
     process.off("SIGINT", onInt);
     process.off("SIGTERM", onTerm);
+    // Stopped by a signal, with the summary out: an env hook still waiting (a timer, a socket)
+    // must not keep the process alive. Unref'd: fires only if something else does.
+    if (signalled) setTimeout(() => process.exit(signalled === "SIGINT" ? EXIT.interrupted : EXIT.terminated), 500).unref();
   }
 }
 

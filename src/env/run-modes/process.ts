@@ -68,7 +68,8 @@ export async function makeDirectories(dir: string): Promise<void> {
       break;
     } catch (err) {
       if (err instanceof OutputPathError) throw err;
-      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw new OutputPathError(`cannot use ${d}: ${(err as Error).message}`);
+      // ENOTDIR: a file on the way (README.md/x); the walk up finds and names it.
+      if (!["ENOENT", "ENOTDIR"].includes((err as NodeJS.ErrnoException).code ?? "")) throw new OutputPathError(`cannot use ${d}: ${(err as Error).message}`);
       missing.unshift(d);
       if (dirname(d) === d) break;
     }
@@ -152,7 +153,8 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
         }
       }),
     );
-    await Promise.all(tasks);
+    // Interrupted: stop waiting for groups in flight (a hook may not heed the signal); keep what is written.
+    await (signal ? Promise.race([Promise.all(tasks), abortedSignal(signal)]) : Promise.all(tasks));
     await writes;
     if (signal?.aborted) stats.stoppedEarly ??= "interrupted";
   } finally {
@@ -167,4 +169,12 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
     result.report = { path: r.path, bytes: r.bytes };
   }
   return result;
+}
+
+/** Resolves when `signal` aborts (a race's way out, not an error). */
+function abortedSignal(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve();
+    signal.addEventListener("abort", () => resolve(), { once: true });
+  });
 }
