@@ -223,6 +223,35 @@ describe("ToolContext is honest", () => {
     expect(r.stdout).toContain('reward_tool: writeFile "/tmp/hidden_test.py" refused: paths must be inside /workspace');
   }, 60_000);
 
+  it("a slot lost under the reward's downloadFile: the rollout is retried on a new slot, not scored 0", async () => {
+    // The env process owns its local sandbox servers: on the first reward it SIGKILLs them,
+    // as a dying container would, then reads the agent's file.
+    const env = await fixtureEnv(
+      "lost-in-reward",
+      `if (call === 1) {
+      const { readdirSync, readFileSync } = await import("node:fs");
+      for (const pid of readdirSync("/proc").filter((d) => /^\\d+$/.test(d))) {
+        try {
+          const stat = readFileSync("/proc/" + pid + "/stat", "utf8");
+          if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === process.pid) process.kill(Number(pid), "SIGKILL");
+        } catch {}
+      }
+    }
+    const bytes = await ctx.downloadFile("out.txt");
+    return bytes.toString().trim() === String(item.n) ? 1 : 0;`,
+    );
+    const out = join(dir, "lost.jsonl");
+    const r = await runCli(["process", env, "--out", out, "--groups", "1", "--group-size", "1", "--no-progress"]);
+    expect(r.code, r.stderr).toBe(0);
+    const [line] = await jsonl(out);
+    expect(line!["scores"]).toEqual([1]);
+    const t = line!["slotpool"]["trajectories"][0];
+    expect(t["attempts"]).toBe(2);
+    expect(t["slot_losses"]).toHaveLength(1);
+    expect(r.stdout).toMatch(/slot losses\s+1/);
+    expect(r.stdout).toMatch(/infra failures\s+0/);
+  }, 90_000);
+
   it("a missing file is the agent's result (readFile ok: false, score 0, written); the reward's own commands run in the agent's slot", async () => {
     const env = await fixtureEnv("read-result", `const got = await ctx.readFile("out.txt"); const none = await ctx.readFile("nope.txt"); return got.ok && got.content.trim() === String(item.n) && !none.ok ? 0.5 : 0;`);
     const out = join(dir, "read.jsonl");
