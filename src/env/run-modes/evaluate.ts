@@ -63,7 +63,7 @@ export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateM
     const metricRows = Object.entries(result.metrics).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
     const r = await writeReport(samplesPath, {
       title: `slotpool evaluate · ${env.name}`,
-      run: { rows: options.stats ? runRows(options.stats, metricRows) : metricRows, failures: options.stats?.failures ?? [] },
+      run: { rows: options.stats ? runRows(options.stats, metricRows) : metricRows, failures: options.stats?.failures ?? [], successThreshold: options.stats?.successThreshold ?? env.config.successThreshold },
     });
     out.report = { path: r.path, bytes: r.bytes };
   }
