@@ -302,7 +302,7 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
         onGroup: (_o, s) => bar?.update(s),
       });
       bar?.finish();
-      if (sent.stopReason.startsWith("infrastructure failure")) stats.stoppedEarly ??= sent.stopReason;
+      if (sent.stopReason.startsWith("groups failed")) stats.stoppedEarly ??= sent.stopReason;
       if (signal.aborted) stats.stoppedEarly ??= "interrupted";
       process.stdout.write(formatSummary(title, stats, [["sent", `${sent.sent} groups (env_id ${sent.registration.env_id}, ${sent.backoffs} back-offs)`], ["stopped", sent.stopReason]]));
       return exitFor(runVerdict(stats, sent.sent, "sent"));
@@ -341,8 +341,13 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
           : undefined;
     return exitFor(failed);
   } catch (err) {
-    if (signal.aborted && !started) {
-      process.stderr.write(`slotpool ${mode}: interrupted before the run started\n`);
+    // A signal that broke off a wait (the pool starting, Atropos registration): say so, exit 130/143.
+    if (signal.aborted) {
+      if (!started) process.stderr.write(`slotpool ${mode}: interrupted before the run started\n`);
+      else {
+        stats.stoppedEarly ??= "interrupted";
+        process.stdout.write(formatSummary(title, stats));
+      }
       return exitFor(undefined);
     }
     throw err;

