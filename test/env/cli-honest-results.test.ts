@@ -261,12 +261,16 @@ describe("ToolContext is honest", () => {
       "lost-in-reward",
       `if (call === 1) {
       const { readdirSync, readFileSync } = await import("node:fs");
+      const parent = new Map();
       for (const pid of readdirSync("/proc").filter((d) => /^\\d+$/.test(d))) {
         try {
           const stat = readFileSync("/proc/" + pid + "/stat", "utf8");
-          if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === process.pid) process.kill(Number(pid), "SIGKILL");
+          parent.set(Number(pid), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
         } catch {}
       }
+      // Every descendant (a server behind a wrapper too), as a container's death takes them all.
+      const ours = (pid) => { for (let p = parent.get(pid); p; p = parent.get(p)) if (p === process.pid) return true; return false; };
+      for (const pid of parent.keys()) if (ours(pid)) try { process.kill(pid, "SIGKILL"); } catch {}
     }
     const bytes = await ctx.downloadFile("out.txt");
     return bytes.toString().trim() === String(item.n) ? 1 : 0;`,
