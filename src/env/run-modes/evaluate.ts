@@ -6,7 +6,7 @@ import { pythonJsonDumps } from "../atropos/python-json.js";
 import { writeReport } from "../../report/index.js";
 import type { RunStats } from "../run-stats.js";
 import { runRows } from "./summary.js";
-import { makeDirectories } from "./process.js";
+import { makeDirectories } from "./output-path.js";
 import type { InfraFailure } from "../infra-failure.js";
 
 export interface EvaluateModeOptions {
