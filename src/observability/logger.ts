@@ -33,16 +33,15 @@ export interface CreateLoggerOptions {
   destination?: NodeJS.WritableStream;
   /**
    * `json` (pino lines, for machines) or `pretty` (one short line per entry, for people).
-   * Default: `SLOTPOOL_LOG_FORMAT`, else pretty when the lines go to stderr and it is a
-   * terminal, else json.
+   * Default: pretty when the lines go to stderr and it is a terminal, else json. (Not an
+   * environment variable: a child sandbox server, whose listening line is read as JSON
+   * from a pipe, would inherit it.)
    */
   format?: LogFormat;
 }
 
 /** The format a command's logs take by default (see CreateLoggerOptions.format). */
 export function defaultLogFormat(): LogFormat {
-  const env = process.env["SLOTPOOL_LOG_FORMAT"];
-  if (env === "json" || env === "pretty") return env;
   return process.stderr.isTTY ? "pretty" : "json";
 }
 
