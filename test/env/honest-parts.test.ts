@@ -4,6 +4,7 @@
  * answers, the nearest known config key, and readable log lines that still redact secrets.
  */
 import { Writable } from "node:stream";
+import { z } from "zod";
 import { describe, expect, it } from "vitest";
 import type { ToolExecutorLike } from "../../src/executor/types.js";
 import type { ToolResult } from "../../src/protocol/tool.js";
@@ -106,6 +107,9 @@ describe("strict config", () => {
       "unknown key 'totallyUnrelatedKey'",
     ]);
     expect(nearestName("modelname", ["modelName", "modelUrl"])).toBe("modelName");
+    // An env's own settings (AgentEnvConfigSchema.extend) are known keys too, and checked the same way.
+    const Extended = AgentEnvConfigSchema.extend({ difficulty: z.number().default(1) });
+    expect(unknownConfigKeys(Extended, { difficulty: 2, difficutly: 3 })).toEqual(["unknown key 'difficutly' (did you mean 'difficulty'?)"]);
   });
 });
 
