@@ -87,7 +87,9 @@ export function formatPrettyLine(json: string): string {
 }
 
 function prettyStream(out: NodeJS.WritableStream): { write(line: string): boolean } {
-  return { write: (line: string) => out.write(formatPrettyLine(line.trimEnd())) };
+  // On a terminal, clear the line first: a progress bar redrawn in place may be on it.
+  const clear = (out as NodeJS.WriteStream).isTTY ? "\r\x1b[2K" : "";
+  return { write: (line: string) => out.write(clear + formatPrettyLine(line.trimEnd())) };
 }
 
 /** A logger that drops everything (library default when the caller gives none). */
