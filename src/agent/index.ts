@@ -11,3 +11,4 @@ export * from "./completions-backends.js";
 export * from "./tool-call-parsers.js";
 export * from "./token-sequence.js";
 export * from "./token-exact-policy.js";
+export * from "./model-check.js";

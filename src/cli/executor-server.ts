@@ -29,7 +29,7 @@ const D = ToolBackendConfigSchema.parse({});
 
 const HELP = `usage: slotpool executor-server [options]
 
-Runs the tool executor as an HTTP service (the original's executor API), so envs in any
+Runs the tool executor as an HTTP service (slotpool's executor API: docs/executor.md), so envs in any
 language can run tool calls in slotpool slots.
 
 options:

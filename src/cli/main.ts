@@ -3,6 +3,7 @@
  * The `slotpool` command. Each subcommand lives in its own module and is loaded only when
  * called, so `slotpool sandbox-server` inside a container never loads the pool or env code.
  */
+import { readFileSync } from "node:fs";
 import { CliUsageError } from "./usage.js";
 
 type Run = (argv: string[]) => Promise<number | void>;
@@ -50,14 +51,31 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Run> }> = 
   },
 };
 
+/** The package's version: package.json sits two levels above src/cli/ (three above dist/src/cli/). */
+function version(): string {
+  for (const rel of ["../../package.json", "../../../package.json"]) {
+    try {
+      const pkg = JSON.parse(readFileSync(new URL(rel, import.meta.url), "utf8")) as { name?: string; version?: string };
+      if (pkg.name === "slotpool" && pkg.version) return pkg.version;
+    } catch {
+      // not at this level
+    }
+  }
+  return "unknown";
+}
+
 function usage(): string {
   const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length));
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
-  return `usage: slotpool <command> [options]\n\ncommands:\n${lines.join("\n")}\n\nRun 'slotpool <command> --help' for a command's options.\n`;
+  return `usage: slotpool <command> [options]\n       slotpool --version\n\ncommands:\n${lines.join("\n")}\n\nRun 'slotpool <command> --help' for a command's options.\nExit codes: 0 done as asked, 1 the command failed (the last line says why), 2 a usage error, 130 interrupted.\n`;
 }
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
+  if (name === "--version" || name === "-V" || name === "version") {
+    process.stdout.write(`slotpool ${version()}\n`);
+    return 0;
+  }
   if (!name || name === "--help" || name === "-h" || name === "help") {
     process.stdout.write(usage());
     return name ? 0 : 2;

@@ -3,88 +3,88 @@
  * subclass), start it on the chosen provisioner and run it in Atropos's run modes.
  */
 import { existsSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { readFile, rm } from "node:fs/promises";
 import { isAbsolute, join, relative, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { AgentEnv } from "../env/agent-env.js";
 import { ProgressBar } from "../env/run-modes/progress.js";
 import { runEvaluateMode } from "../env/run-modes/evaluate.js";
 import { runProcessMode } from "../env/run-modes/process.js";
+import { makeDirectories, OutputPathError, prepareOutputFile } from "../env/run-modes/output-path.js";
+import { EnvConfigError } from "../env/errors.js";
+import { formatCauses, INFRA_FAILURE_POLICIES } from "../env/infra-failure.js";
+import { MetricsRegistry } from "../observability/metrics.js";
+import { serveRunMetrics } from "./metrics-endpoint.js";
 import { runServeMode } from "../env/run-modes/serve.js";
 import { formatSummary } from "../env/run-modes/summary.js";
 import { RunStats } from "../env/run-stats.js";
-import { createLogger } from "../observability/logger.js";
+import { createLogger, LOG_FORMATS, type LogFormat } from "../observability/logger.js";
 import { CliUsageError, intFlag, parseFlags, stringFlag, boolFlag, type ParsedFlags } from "./usage.js";
 
-const COMMON = `  --groups N               groups to make (process) or send (serve; default until the trainer's num_steps)
-  --group-size K           trajectories per group, each in its own slot
-  --provisioner P          local (child processes, default) or nomad (NOMAD_* environment)
-  --model-url URL          OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (default: the env's oracle policy)
-  --model NAME             the model name the server knows
-  --tool-call-format F     native (tools=, default) or hermes (tools in the prompt, <tool_call> text)
-  --max-turns N            model turns per trajectory
-  --concurrency N          groups in flight at once
-  --slots-per-container N  slots per sandbox server
-  --max-containers N       most sandbox servers
-  --tokenizer FILE         the model's HF tokenizer.json (tokenizer_config.json beside it): its chat template
-                           for --server-type vllm|sglang; tokens/masks when an openai server returns no ids
-  --server-type T          openai (chat completions, default; not token-exact), vllm or sglang (token in,
-                           token out: every trained id as sampled; needs --tokenizer)
-  --tool-call-parser P     token-exact servers: hermes (default) or qwen3 (<think> kept apart)
-  --allow-inexact-tokens   serve: send trajectories that are not token-exact (also SLOTPOOL_ALLOW_INEXACT_TOKENS=1)
-  --config FILE            JSON file of env config fields (flags win over it)
-  --no-progress            no progress bar
-  --no-report              no HTML report beside the JSONL (process, evaluate)
-API keys come from the environment variable named by the config's apiKeyEnv (default OPENAI_API_KEY).`;
+type Mode = "process" | "serve" | "evaluate";
+const ALL: Mode[] = ["process", "serve", "evaluate"];
 
-const HELP = {
+/** Every option of the three commands, with the commands that take it: each `--help` lists only its own. */
+const OPTIONS: Array<{ flag: string; type: "string" | "boolean"; modes: Mode[]; help: string }> = [
+  { flag: "out", type: "string", modes: ["process"], help: "--out FILE               output JSONL (default data/<env name>.jsonl; an existing file gets _1, _2, ...)" },
+  { flag: "out-dir", type: "string", modes: ["evaluate"], help: "--out-dir DIR            where to write (default eval/<env name>)" },
+  { flag: "atropos-url", type: "string", modes: ["serve"], help: "--atropos-url URL        the trajectory API, e.g. http://localhost:8000" },
+  { flag: "groups", type: "string", modes: ["process", "serve"], help: "--groups N               groups to make (process) or send (serve; default until the trainer's num_steps)" },
+  { flag: "group-size", type: "string", modes: ["process", "serve"], help: "--group-size K           trajectories per group, each in its own slot" },
+  { flag: "provisioner", type: "string", modes: ALL, help: "--provisioner P          local (child processes, default) or nomad (NOMAD_* environment)" },
+  { flag: "model-url", type: "string", modes: ALL, help: "--model-url URL          OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (default: the env's oracle policy);\n                           checked before the run: it must answer and serve --model" },
+  { flag: "model", type: "string", modes: ALL, help: "--model NAME             the model name the server knows (needs --model-url)" },
+  { flag: "tool-call-format", type: "string", modes: ALL, help: "--tool-call-format F     native (tools=, default) or hermes (tools in the prompt, <tool_call> text)" },
+  { flag: "max-turns", type: "string", modes: ALL, help: "--max-turns N            model turns per trajectory" },
+  { flag: "concurrency", type: "string", modes: ALL, help: "--concurrency N          groups in flight at once" },
+  { flag: "slots-per-container", type: "string", modes: ALL, help: "--slots-per-container N  slots per sandbox server" },
+  { flag: "max-containers", type: "string", modes: ALL, help: "--max-containers N       most sandbox servers" },
+  { flag: "tokenizer", type: "string", modes: ALL, help: "--tokenizer FILE         the model's HF tokenizer.json (tokenizer_config.json beside it): its chat template\n                           for --server-type vllm|sglang; tokens/masks when an openai server returns no ids" },
+  { flag: "server-type", type: "string", modes: ALL, help: "--server-type T          openai (chat completions, default; not token-exact), vllm or sglang (token in,\n                           token out: every trained id as sampled; needs --tokenizer)" },
+  { flag: "tool-call-parser", type: "string", modes: ALL, help: "--tool-call-parser P     token-exact servers: hermes (default) or qwen3 (<think> kept apart)" },
+  { flag: "allow-inexact-tokens", type: "boolean", modes: ["serve"], help: "--allow-inexact-tokens   send trajectories that are not token-exact (also SLOTPOOL_ALLOW_INEXACT_TOKENS=1)" },
+  { flag: "success-threshold", type: "string", modes: ALL, help: "--success-threshold X    a trajectory is solved when its score is at least X (default 1.0)" },
+  { flag: "infra-failure-policy", type: "string", modes: ["process", "serve"], help: "--infra-failure-policy P drop (default: drop the group, retry its item), mask (leave the failed\n                           trajectory out of its group) or fail (stop the run) when a model call, a slot or the\n                           reward fails; such a trajectory is never scored nor written" },
+  { flag: "config", type: "string", modes: ALL, help: "--config FILE            JSON file of env config fields (flags win over it; an unknown key is an error)" },
+  { flag: "metrics-port", type: "string", modes: ["process", "serve"], help: "--metrics-port N         serve the run's GET /metrics on 127.0.0.1:N (0: any free port, printed)" },
+  { flag: "log-format", type: "string", modes: ALL, help: "--log-format F           pretty (default on a terminal) or json (default otherwise)" },
+  { flag: "no-progress", type: "boolean", modes: ALL, help: "--no-progress            no progress bar" },
+  { flag: "no-report", type: "boolean", modes: ["process", "evaluate"], help: "--no-report              no HTML report beside the output" },
+];
+
+const INTRO: Record<Mode, string> = {
   process: `usage: slotpool process ENV [--out FILE] [options]
 
 Runs the env and writes each scored group as one JSONL line (Atropos process-mode format),
-and an HTML report of the rollouts beside it (FILE with .html).
+and an HTML report of the rollouts beside it (FILE with .html).`,
+  serve: `usage: slotpool serve ENV --atropos-url URL [options]
+
+Runs the env and feeds an Atropos trainer through its trajectory API.`,
+  evaluate: `usage: slotpool evaluate ENV [--out-dir DIR] [options]
+
+Runs the env's evaluate() and writes metrics.json, samples.jsonl and samples.html (the report).`,
+};
+
+const EXIT_CODES: Record<Mode, string> = {
+  process: "0 every group written; 1 groups failed or were dropped, or none written; 2 a usage error; 130 interrupted",
+  serve: "0 the groups were sent; 1 groups failed or were dropped, or none sent; 2 a usage error; 130 interrupted",
+  evaluate: "0 every item evaluated; 1 items failed, or the env has no eval items; 2 a usage error; 130 interrupted",
+};
+
+function helpFor(mode: Mode): string {
+  const options = OPTIONS.filter((o) => o.modes.includes(mode)).map((o) => `  ${o.help}`);
+  return `${INTRO[mode]}
 ENV is a module path whose default export is an AgentEnv subclass.
 
 options:
-  --out FILE               output JSONL (default data/<env name>.jsonl; an existing file gets _1, _2, ...)
-${COMMON}`,
-  serve: `usage: slotpool serve ENV --atropos-url URL [options]
+${options.join("\n")}
+API keys come from the environment variable named by the config's apiKeyEnv (default OPENAI_API_KEY).
+exit codes: ${EXIT_CODES[mode]}.`;
+}
 
-Runs the env and feeds an Atropos trainer through its trajectory API.
-
-options:
-  --atropos-url URL        the trajectory API, e.g. http://localhost:8000
-${COMMON}`,
-  evaluate: `usage: slotpool evaluate ENV [--out-dir DIR] [options]
-
-Runs the env's evaluate() and writes metrics.json, samples.jsonl and samples.html (the report).
-
-options:
-  --out-dir DIR            where to write (default eval/<env name>)
-${COMMON}`,
-};
-
-const FLAGS = {
-  out: { type: "string" },
-  "out-dir": { type: "string" },
-  "atropos-url": { type: "string" },
-  groups: { type: "string" },
-  "group-size": { type: "string" },
-  provisioner: { type: "string" },
-  "model-url": { type: "string" },
-  model: { type: "string" },
-  "tool-call-format": { type: "string" },
-  "max-turns": { type: "string" },
-  concurrency: { type: "string" },
-  "slots-per-container": { type: "string" },
-  "max-containers": { type: "string" },
-  tokenizer: { type: "string" },
-  "server-type": { type: "string" },
-  "tool-call-parser": { type: "string" },
-  "allow-inexact-tokens": { type: "boolean" },
-  config: { type: "string" },
-  "no-progress": { type: "boolean" },
-  "no-report": { type: "boolean" },
-} as const;
+function flagsFor(mode: Mode): Record<string, { type: "string" | "boolean" }> {
+  return Object.fromEntries(OPTIONS.filter((o) => o.modes.includes(mode)).map((o) => [o.flag, { type: o.type }]));
+}
 
 type EnvConstructor = new (config?: Record<string, unknown>, runtime?: ConstructorParameters<typeof AgentEnv>[1]) => AgentEnv<unknown>;
 
@@ -119,11 +119,14 @@ async function envConfigFromFlags(flags: ParsedFlags): Promise<Record<string, un
   let config: Record<string, unknown> = {};
   const file = stringFlag(flags, "config");
   if (file) {
+    let parsed: unknown;
     try {
-      config = JSON.parse(await readFile(file, "utf8")) as Record<string, unknown>;
+      parsed = JSON.parse(await readFile(file, "utf8"));
     } catch (err) {
       throw new CliUsageError(`--config ${file}: ${(err as Error).message}`);
     }
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new CliUsageError(`--config ${file}: must hold a JSON object of env config fields`);
+    config = parsed as Record<string, unknown>;
   }
   const num = (name: string, key: string, min = 1) => {
     const v = stringFlag(flags, name);
@@ -150,6 +153,19 @@ async function envConfigFromFlags(flags: ParsedFlags): Promise<Record<string, un
   if (modelUrl !== undefined) config["modelUrl"] = modelUrl;
   if (model !== undefined) config["modelName"] = model;
   if (config["modelUrl"] && !config["modelName"]) throw new CliUsageError("--model-url needs --model NAME (the model as the server knows it)");
+  // A model name alone would silently run the oracle policy.
+  if (config["modelName"] && !config["modelUrl"]) throw new CliUsageError("--model needs --model-url URL (the OpenAI-compatible server that serves it); without both the env's oracle policy plays the model");
+  const threshold = stringFlag(flags, "success-threshold");
+  if (threshold !== undefined) {
+    const x = Number(threshold);
+    if (threshold.trim() === "" || !Number.isFinite(x)) throw new CliUsageError(`--success-threshold must be a number, got '${threshold}'`);
+    config["successThreshold"] = x;
+  }
+  const policy = stringFlag(flags, "infra-failure-policy");
+  if (policy !== undefined) {
+    if (!(INFRA_FAILURE_POLICIES as readonly string[]).includes(policy)) throw new CliUsageError(`--infra-failure-policy must be ${INFRA_FAILURE_POLICIES.join(", ")}, got '${policy}'`);
+    config["infraFailurePolicy"] = policy;
+  }
   const tokenizer = stringFlag(flags, "tokenizer");
   if (tokenizer !== undefined) config["tokenizerPath"] = tokenizer;
   const serverType = stringFlag(flags, "server-type");
@@ -169,104 +185,205 @@ async function envConfigFromFlags(flags: ParsedFlags): Promise<Record<string, un
   return config;
 }
 
-type Mode = "process" | "serve" | "evaluate";
+/** Exit codes: what the run did, said the same way by every command (see helpFor). */
+const EXIT = { ok: 0, failed: 1, usage: 2, interrupted: 130, terminated: 143 } as const;
+/** How long a signalled run may take to stop before it is ended anyway (SIGTERM must end it within 5 s). */
+const STOP_GRACE_MS: Record<"SIGINT" | "SIGTERM", number> = { SIGINT: 15_000, SIGTERM: 4_000 };
 
 async function runMode(mode: Mode, argv: string[]): Promise<number> {
-  const flags = parseFlags(argv, FLAGS, HELP[mode], true);
-  if (!flags) return 0;
+  // Signals first: a run must stop on SIGTERM whatever it is doing (checks, pool start, run).
+  const controller = new AbortController();
+  let signalled: "SIGINT" | "SIGTERM" | undefined;
+  const onSignal = (sig: "SIGINT" | "SIGTERM") => {
+    const code = sig === "SIGINT" ? EXIT.interrupted : EXIT.terminated;
+    if (signalled) process.exit(code);
+    signalled = sig;
+    process.stderr.write(`\nslotpool ${mode}: ${sig}: stopping (partial summary follows; releasing slots and containers; Ctrl-C again to force)\n`);
+    controller.abort(new Error(`interrupted (${sig})`));
+    setTimeout(() => {
+      process.stderr.write(`slotpool ${mode}: did not stop within ${STOP_GRACE_MS[sig] / 1000} s of ${sig}; exiting\n`);
+      process.exit(code);
+    }, STOP_GRACE_MS[sig]).unref();
+  };
+  const onInt = () => onSignal("SIGINT");
+  const onTerm = () => onSignal("SIGTERM");
+  process.on("SIGINT", onInt);
+  process.on("SIGTERM", onTerm);
+  try {
+    return await runModeChecked(mode, argv, controller.signal, () => signalled);
+  } finally {
+    process.off("SIGINT", onInt);
+    process.off("SIGTERM", onTerm);
+    // Stopped by a signal, with the summary out: an env hook still waiting (a timer, a socket)
+    // must not keep the process alive. Unref'd: fires only if something else does.
+    if (signalled) setTimeout(() => process.exit(signalled === "SIGINT" ? EXIT.interrupted : EXIT.terminated), 500).unref();
+  }
+}
+
+async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, signalled: () => "SIGINT" | "SIGTERM" | undefined): Promise<number> {
+  const help = helpFor(mode);
+  const flags = parseFlags(argv, flagsFor(mode), help, true);
+  if (!flags) return EXIT.ok;
+  // Everything a user can get wrong is found here, before any work: no pool starts for a typo.
   const [spec, ...extra] = flags.positionals;
-  if (!spec) throw new CliUsageError(`missing ENV (a module path whose default export is an AgentEnv subclass)\n\n${HELP[mode]}`);
+  if (!spec) throw new CliUsageError(`missing ENV (a module path whose default export is an AgentEnv subclass)\n\n${help}`);
   if (extra.length) throw new CliUsageError(`unexpected arguments: ${extra.join(" ")}`);
   const atroposUrl = stringFlag(flags, "atropos-url");
-  if (mode === "serve" && !atroposUrl) throw new CliUsageError(`serve needs --atropos-url URL\n\n${HELP.serve}`);
+  if (mode === "serve" && !atroposUrl) throw new CliUsageError(`serve needs --atropos-url URL\n\n${help}`);
+  const logFormat = stringFlag(flags, "log-format");
+  if (logFormat !== undefined && !(LOG_FORMATS as readonly string[]).includes(logFormat)) throw new CliUsageError(`--log-format must be ${LOG_FORMATS.join(" or ")}, got '${logFormat}'`);
+  const metricsFlag = stringFlag(flags, "metrics-port");
+  const metricsPort = metricsFlag !== undefined ? intFlag("metrics-port", metricsFlag, 0, 0, 65535) : undefined;
+  const groupsFlag = stringFlag(flags, "groups");
+  const groups = groupsFlag !== undefined ? intFlag("groups", groupsFlag, 1, 1) : undefined;
 
   const Env = await loadEnvClass(spec);
   const config = await envConfigFromFlags(flags);
-  const logger = createLogger({ name: "slotpool", level: process.env["SLOTPOOL_LOG_LEVEL"] ?? "warn" });
-  const env = new Env(config, { logger });
-  const groupsFlag = stringFlag(flags, "groups");
-  const groups = groupsFlag !== undefined ? intFlag("groups", groupsFlag, 1, 1) : undefined;
+  const logger = createLogger({ name: "slotpool", level: process.env["SLOTPOOL_LOG_LEVEL"] ?? "warn", ...(logFormat ? { format: logFormat as LogFormat } : {}) });
+  let env: AgentEnv<unknown>;
+  try {
+    env = new Env(config, { logger });
+  } catch (err) {
+    if (err instanceof EnvConfigError) throw new CliUsageError(`${err.message}${stringFlag(flags, "config") ? ` (from --config ${stringFlag(flags, "config")} and the flags)` : ""}`);
+    throw err;
+  }
+  let out: string | undefined;
+  let outDir: string | undefined;
+  try {
+    if (mode === "process") out = await prepareOutputFile(stringFlag(flags, "out") ?? join("data", `${env.name}.jsonl`));
+    if (mode === "evaluate") await makeDirectories((outDir = stringFlag(flags, "out-dir") ?? join("eval", env.name)));
+  } catch (err) {
+    if (err instanceof OutputPathError) throw new CliUsageError(`--${mode === "process" ? "out" : "out-dir"}: ${err.message}`);
+    throw err;
+  }
   const showProgress = !boolFlag(flags, "no-progress");
   const report = !boolFlag(flags, "no-report");
-
-  const controller = new AbortController();
-  let interrupted = false;
-  const onSignal = () => {
-    if (interrupted) process.exit(130);
-    interrupted = true;
-    process.stderr.write("\nslotpool: stopping (releasing slots and containers; Ctrl-C again to force)\n");
-    controller.abort(new Error("interrupted"));
-  };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  const stats = new RunStats({ successThreshold: env.config.successThreshold });
+  const registry = new MetricsRegistry();
+  stats.registerMetrics(registry);
+  const metrics = metricsPort !== undefined ? await serveRunMetrics(registry, metricsPort) : undefined;
+  if (metrics) process.stderr.write(`slotpool ${mode}: metrics at ${metrics.url}\n`);
 
   const title = `slotpool ${mode} ${env.name} — ${env.config.modelUrl ? `model ${env.config.modelName}` : "oracle policy"}, ${env.config.provisioner} provisioner`;
+  const exitFor = (failed: string | undefined): number => {
+    const sig = signalled();
+    if (sig) return sig === "SIGINT" ? EXIT.interrupted : EXIT.terminated;
+    if (failed) process.stderr.write(`slotpool ${mode}: ${failed}\n`);
+    return failed ? EXIT.failed : EXIT.ok;
+  };
+  let started = false;
   try {
     process.stderr.write(`slotpool ${mode}: starting ${env.name} on the ${env.config.provisioner} provisioner…\n`);
-    await env.start();
+    const starting = env.start();
+    starting.catch(() => {}); // a start abandoned on a signal may fail later; it was reported by then
+    await Promise.race([starting, aborted(signal)]);
+    started = true;
+    stats.isolation = await env.isolation().catch(() => undefined);
+    if (stats.isolation && stats.isolation.sandboxed < stats.isolation.containers - stats.isolation.unanswered) {
+      logger.warn({ isolation: stats.isolation.sandbox }, "slots run WITHOUT a sandbox");
+    }
     if (mode === "process") {
       const total = groups ?? env.config.totalGroups;
       const bar = showProgress ? new ProgressBar(`${mode} ${env.name}`, total, process.stderr, "written") : undefined;
-      const out = stringFlag(flags, "out") ?? join("data", `${env.name}.jsonl`);
-      const run = runProcessMode(env, { out, groups: total, logger, report, onGroup: (_o, stats) => bar?.update(stats) });
-      const done = await Promise.race([run, aborted(controller.signal)]);
+      const done = await runProcessMode(env, { out: out!, prepared: true, groups: total, logger, report, stats, signal, onGroup: (_o, s) => bar?.update(s) });
       bar?.finish();
       const rows: Array<[string, string]> = [["written", `${done.written} groups → ${done.out}`]];
       if (done.report) rows.push(["report", `${done.report.path} (${megabytes(done.report.bytes)})`]);
-      process.stdout.write(formatSummary(title, done.stats, rows));
-      return done.stats.failedGroups > 0 ? 1 : 0;
+      process.stdout.write(formatSummary(title, stats, rows));
+      return exitFor(runVerdict(stats, done.written, "written"));
     }
     if (mode === "serve") {
       const bar = showProgress ? new ProgressBar(`${mode} ${env.name}`, groups, process.stderr, "sent") : undefined;
-      const { stats, report } = await runServeMode(env, {
+      const { report: sent } = await runServeMode(env, {
         atroposUrl: atroposUrl!,
         logger,
-        signal: controller.signal,
+        signal,
+        stats,
         ...(groups !== undefined ? { groups } : {}),
         onGroup: (_o, s) => bar?.update(s),
       });
       bar?.finish();
-      process.stdout.write(formatSummary(title, stats, [["sent", `${report.sent} groups (env_id ${report.registration.env_id}, ${report.backoffs} back-offs)`], ["stopped", report.stopReason]]));
-      return stats.failedGroups > 0 ? 1 : 0;
+      if (sent.stopReason.startsWith("groups failed")) stats.stoppedEarly ??= sent.stopReason;
+      if (signal.aborted) stats.stoppedEarly ??= "interrupted";
+      process.stdout.write(formatSummary(title, stats, [["sent", `${sent.sent} groups (env_id ${sent.registration.env_id}, ${sent.backoffs} back-offs)`], ["stopped", sent.stopReason]]));
+      return exitFor(runVerdict(stats, sent.sent, "sent"));
     }
-    const stats = new RunStats();
     const bar = showProgress ? new ProgressBar(`${mode} ${env.name}`, undefined) : undefined;
-    const outDir = stringFlag(flags, "out-dir") ?? join("eval", env.name);
-    const done = await Promise.race([
-      runEvaluateMode(env, {
-        outDir,
-        report,
-        stats,
-        onTrajectory: (t) => {
-          stats.addTrajectory(t);
-          stats.groups++;
-          bar?.update(stats);
-        },
-      }),
-      aborted(controller.signal),
-    ]);
+    const done = await runEvaluateMode(env, {
+      outDir: outDir!,
+      report,
+      stats,
+      signal,
+      onTrajectory: (t) => {
+        stats.addTrajectory(t);
+        stats.groups++;
+        bar?.update(stats);
+      },
+      onFailure: (reason, infra) => {
+        stats.groups++;
+        stats.failedGroups++;
+        stats.failures.push(reason);
+        if (infra) stats.addInfraFailure(infra);
+        bar?.update(stats);
+      },
+    });
     bar?.finish();
-    const metrics = Object.entries(done.result.metrics).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
-    const rows: Array<[string, string]> = [...metrics, ["metrics", done.metricsPath], ["samples", done.samplesPath]];
+    if (signal.aborted) stats.stoppedEarly ??= "interrupted";
+    const m = done.result.metrics;
+    const metricRows = Object.entries(m).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
+    const rows: Array<[string, string]> = [...metricRows, ["metrics", done.metricsPath], ["samples", done.samplesPath]];
     if (done.report) rows.push(["report", `${done.report.path} (${megabytes(done.report.bytes)})`]);
     process.stdout.write(formatSummary(title, stats, rows));
-    return 0;
+    const failed =
+      m["eval_items"] === 0
+        ? `the env has no eval items (getEvalItems() returned none): nothing was evaluated`
+        : m["eval_failed"]
+          ? `${m["eval_failed"]} of ${m["eval_items"]} eval items failed (see the summary); their scores are not in the metrics`
+          : undefined;
+    return exitFor(failed);
+  } catch (err) {
+    // A signal that broke off a wait (the pool starting, Atropos registration): say so, exit 130/143.
+    if (signal.aborted) {
+      if (!started) process.stderr.write(`slotpool ${mode}: interrupted before the run started\n`);
+      else {
+        stats.stoppedEarly ??= "interrupted";
+        process.stdout.write(formatSummary(title, stats));
+      }
+      return exitFor(undefined);
+    }
+    throw err;
   } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
+    await metrics?.close();
     await env.close();
+    // An output prepared for a run that never started holds nothing: do not leave it behind.
+    if (!started && out) await rm(out, { force: true });
   }
+}
+
+/** Why a process/serve run did not do what was asked, or undefined when it did. */
+function runVerdict(stats: RunStats, delivered: number, verb: "written" | "sent"): string | undefined {
+  if (stats.stoppedEarly && stats.stoppedEarly !== "interrupted") return `stopped early: ${stats.stoppedEarly}`;
+  if (stats.failedGroups > 0) {
+    const dropped = stats.droppedGroups ? ` (${stats.droppedGroups} dropped for infra failures: ${formatCauses(stats.infraFailures)})` : "";
+    return `${stats.failedGroups} of ${stats.groups} groups failed${dropped}`;
+  }
+  if (stats.groups === 0) return `the env gave no items: no group was made`;
+  if (delivered === 0) return `all ${stats.groups} groups were filtered out (equal scores, size or token length): none ${verb}`;
+  return undefined;
 }
 
 function megabytes(bytes: number): string {
   return `${(bytes / 1e6).toFixed(2)} MB`;
 }
 
+/** Rejects when `signal` aborts; marked handled, so a race it lost does not crash the process later. */
 function aborted(signal: AbortSignal): Promise<never> {
-  return new Promise((_, reject) => {
+  const p = new Promise<never>((_, reject) => {
     if (signal.aborted) reject(signal.reason);
     signal.addEventListener("abort", () => reject(signal.reason), { once: true });
   });
+  p.catch(() => {});
+  return p;
 }
 
 export const runProcess = (argv: string[]) => runMode("process", argv);

@@ -28,7 +28,7 @@ options:
   --output-cap N           characters of output returned per call, head + tail (default ${DEFAULT_LIMITS.outputCap})
   --max-read-mb N          read_file size cap, MB (default 10)
   --max-write-mb N         write_file size cap, MB (default 10)
-  --no-network             calls that do not set allow_network get no network (default: allowed, as the original)
+  --no-network             calls that do not set allow_network get no network (default: allowed)
   --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000; inside Nomad a block of
                            its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model.md)
   --disk-mb N              bound on everything one slot writes, MB (default ${DEFAULT_DISK_BYTES / 1024 / 1024}). Its workspace (template

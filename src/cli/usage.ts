@@ -27,7 +27,10 @@ export function parseFlags(argv: string[], options: Options, help: string, allow
       strict: true,
     });
   } catch (err) {
-    throw new CliUsageError(`${err instanceof Error ? err.message : String(err)}\n\n${help}`);
+    // The usage line and where the options are, not the whole help: the error stays readable.
+    const usageLine = help.split("\n")[0] ?? "";
+    const command = /^usage: (slotpool \S+)/.exec(usageLine)?.[1] ?? "the command";
+    throw new CliUsageError(`${err instanceof Error ? err.message : String(err)}\n${usageLine}\nRun '${command} --help' for its options.`);
   }
   if (parsed.values["help"]) {
     process.stdout.write(help.endsWith("\n") ? help : help + "\n");

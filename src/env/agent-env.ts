@@ -3,6 +3,7 @@ import pLimit from "p-limit";
 import type { z } from "zod";
 import { runAgentLoop, type AgentResult } from "../agent/agent-loop.js";
 import { ChatCompletionsClient } from "../agent/chat-client.js";
+import { checkModelServer } from "../agent/model-check.js";
 import { loadChatTokenizer, type ChatTokenizer } from "../agent/chat-template.js";
 import { probeTokenBackend, type TokenBackend } from "../agent/completions-backends.js";
 import { TokenExactPolicy } from "../agent/token-exact-policy.js";
@@ -15,11 +16,14 @@ import type { TemplateSpec } from "../pool/template-affinity.js";
 import type { ToolResult } from "../protocol/tool.js";
 import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
-import { AgentEnvConfigSchema, type AgentEnvConfig } from "./config.js";
-import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
+import { AgentEnvConfigSchema, unknownConfigKeys, type AgentEnvConfig } from "./config.js";
+import { EnvConfigError, EnvError, NoPolicyError, ToolContextError, TrajectoryFailedError } from "./errors.js";
+import type { InfraFailure } from "./infra-failure.js";
+import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
 import type { LineExtras } from "../report/rollout-extras.js";
 import { lineExtras } from "./rollout-extras.js";
-import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
+import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
+import { collectGroup } from "./group-collector.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
@@ -51,8 +55,12 @@ export interface EvalResult {
 }
 
 export interface EvaluateOptions {
-  /** Called as each evaluated trajectory finishes (progress, run statistics). */
+  /** Called as each evaluated trajectory finishes (progress, run statistics); infra failures included. */
   onTrajectory?: (outcome: TrajectoryOutcome) => void;
+  /** Called for each item whose trajectory could not finish: the reason, and the infra failure if it was one. */
+  onFailure?: (reason: string, infra?: InfraFailure) => void;
+  /** Stops the evaluation: items not started are skipped, trajectories in flight abandoned (neither counted). */
+  signal?: AbortSignal;
 }
 
 /** How an env instance gets its tools backend, model and logger (all optional). */
@@ -102,9 +110,10 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
 
   constructor(config: Record<string, unknown> = {}, runtime: AgentEnvRuntime = {}) {
     const cls = this.constructor as unknown as EnvClass;
+    const unknown = unknownConfigKeys(cls.configSchema, config);
     const parsed = cls.configSchema.safeParse(config);
-    if (!parsed.success) {
-      const problems = configProblems(parsed.error.issues);
+    if (unknown.length > 0 || !parsed.success) {
+      const problems = [...unknown, ...(parsed.success ? [] : [configProblems(parsed.error.issues)])].join("; ");
       throw new EnvConfigError(`invalid config for env ${cls.envName ?? cls.name}: ${problems}`);
     }
     this.config = parsed.data as Config;
@@ -161,25 +170,36 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     return [];
   }
 
-  /** Periodic evaluation. Default: one trajectory per eval item; mean score and solve rate. */
+  /**
+   * Periodic evaluation. Default: one trajectory per eval item; mean score and solve rate
+   * (score ≥ successThreshold). A trajectory that failed (infra failure, setup error) is
+   * counted in `eval_failed` and has no sample: it is not a zero.
+   */
   async evaluate(options: EvaluateOptions = {}): Promise<EvalResult> {
     const items = await this.getEvalItems();
     const samples: EvalSample[] = [];
     const limit = pLimit(this.config.groupConcurrency * this.config.groupSize);
+    const signal = options.signal;
     const results = await Promise.all(
       items.map((item) =>
-        limit(() => this.collectTrajectory(item, this.resolveTools())).then(
+        limit(async () => (signal?.aborted ? undefined : this.collectTrajectory(item, this.resolveTools(), signal ? { signal } : {}))).then(
           (t) => {
-            options.onTrajectory?.(t);
-            return { item, t };
+            if (t) options.onTrajectory?.(t);
+            return t ? { item, t } : { item, skipped: true as const };
           },
-          (err: unknown) => ({ item, err }),
+          (err: unknown) => {
+            if (signal?.aborted) return { item, skipped: true as const };
+            const reason = err instanceof Error ? err.message : String(err);
+            options.onFailure?.(reason, err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost", message: reason } : undefined);
+            return { item, err };
+          },
         ),
       ),
     );
     let failed = 0;
     for (const r of results) {
-      if ("err" in r) {
+      if ("skipped" in r) continue;
+      if ("err" in r || r.t.infraFailure) {
         failed++;
         continue;
       }
@@ -192,7 +212,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         eval_items: items.length,
         eval_failed: failed,
         mean_score: n ? samples.reduce((a, s) => a + s.score, 0) / n : 0,
-        solve_rate: n ? samples.filter((s) => s.score > 0).length / n : 0,
+        solve_rate: n ? samples.filter((s) => s.score >= this.config.successThreshold).length / n : 0,
       },
       samples,
     };
@@ -206,6 +226,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   /** Starts the tools backend (slot pool + executor), loads the tokenizer, then calls `setup()`. */
   async start(): Promise<void> {
     if (this.started) return;
+    // Before the pool: a dead or wrong model server fails the run in seconds, not as empty rollouts.
+    if (this.config.modelUrl && this.config.modelName && !this.runtime.policy) await this.checkModel();
     const b = this.runtime.backend;
     if (b && typeof b !== "function") this.backend = b;
     else {
@@ -216,6 +238,24 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     else if (this.config.tokenizerPath) this.tokenizer = await loadTokenizerJson(this.config.tokenizerPath);
     this.started = true;
     await this.setup();
+  }
+
+  /** The model server answers and serves `modelName` (see checkModelServer). */
+  async checkModel(): Promise<void> {
+    const apiKey = process.env[this.config.apiKeyEnv];
+    const checked = await checkModelServer({
+      baseUrl: this.config.modelUrl!,
+      model: this.config.modelName!,
+      apiKeyEnv: this.config.apiKeyEnv,
+      ...(apiKey ? { apiKey } : {}),
+    });
+    if (!checked.served) this.log.warn({ url: checked.url }, `the model server has no model list (404); cannot check that it serves '${this.config.modelName}'`);
+  }
+
+  /** What the run's slots are isolated by, from each sandbox server's /health; undefined when the backend cannot say. */
+  async isolation(): Promise<IsolationSummary | undefined> {
+    const health = await this.tools.containerHealth?.();
+    return health ? summarizeIsolation(health, { allowNetwork: this.config.allowNetwork }) : undefined;
   }
 
   private async startTokenExact(): Promise<void> {
@@ -361,34 +401,13 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
             return r;
           },
         });
-        const producedNothing = result.turnsUsed === 0 || result.messages.every((m) => m.role === "system" || m.role === "user");
-        let score = 0;
-        let rewardError: string | undefined;
-        let scoreMetadata: Record<string, unknown> = {};
-        if (producedNothing) {
-          this.log.warn({ trajectoryId, turns: result.turnsUsed, error: result.error }, "agent produced no output; reward skipped (0)");
-        } else {
-          try {
-            const scored = await this.verifyAndScore(item, result, ctx);
-            score = scored.score;
-            scoreMetadata = scored.metadata ?? {};
-            if (!Number.isFinite(score)) {
-              // NaN/Infinity would reach the trainer as null (422) or poison its statistics.
-              rewardError = `reward is ${score}, not a finite number`;
-              score = 0;
-            }
-          } catch (err) {
-            if (isSlotLostError(err)) throw err;
-            rewardError = err instanceof Error ? err.message : String(err);
-            this.log.error({ trajectoryId, err: rewardError }, "computeReward failed; score 0");
-          }
-        }
+        const { score, rewardError, scoreMetadata, infraFailure } = await this.scoreTrajectory(item, result, ctx, trajectoryId);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);
         const outcome: TrajectoryOutcome = {
           trajectoryId,
           result,
           score,
-          rewardSkipped: producedNothing,
+          rewardSkipped: infraFailure?.cause === "model",
           scoreMetadata,
           attempts: attempt,
           slotLosses: [...losses],
@@ -398,6 +417,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         };
         if (brokenSegments.length > 0) outcome.brokenSegments = brokenSegments;
         if (rewardError) outcome.rewardError = rewardError;
+        if (infraFailure) outcome.infraFailure = infraFailure;
         return outcome;
       } catch (err) {
         if (!isSlotLostError(err)) throw err;
@@ -412,41 +432,58 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     throw new TrajectoryFailedError(
       `trajectory lost its slot ${losses.length} times (slotLossRetries = ${this.config.slotLossRetries}); last: ${losses[losses.length - 1]}`,
       maxAttempts,
+      undefined,
+      true,
     );
   }
 
   /**
-   * `groupSize` trajectories of one item, concurrently, each in its own slot. Never drops one
-   * silently: a trajectory that cannot finish makes the group fail with the reason. Aborting
-   * `signal` (Atropos back-off) stops the rollouts and rejects with the signal's reason.
+   * The reward of a finished rollout, or the infra failure that means it has none: the
+   * model server failed (the rollout is not the model's answer), or the reward code or one
+   * of its tool calls failed (the score would be a guess). A lost slot propagates so the
+   * trajectory is restarted.
+   */
+  private async scoreTrajectory(
+    item: Item,
+    result: AgentResult,
+    ctx: ToolContext,
+    trajectoryId: string,
+  ): Promise<{ score: number; rewardError?: string; scoreMetadata: Record<string, unknown>; infraFailure?: InfraFailure }> {
+    if (result.finishReason === "error") {
+      const message = `the model server failed on turn ${result.turnsUsed + 1}: ${result.error ?? "no reason given"}`;
+      this.log.warn({ trajectoryId, turns: result.turnsUsed, error: result.error }, "model call failed; the trajectory is not scored");
+      return { score: 0, scoreMetadata: {}, infraFailure: { cause: "model", message, trajectoryId } };
+    }
+    try {
+      const scored = await this.verifyAndScore(item, result, ctx);
+      if (!Number.isFinite(scored.score)) {
+        // NaN/Infinity would reach the trainer as null (422) or poison its statistics.
+        const message = `reward is ${scored.score}, not a finite number`;
+        return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: { cause: "reward", message, trajectoryId } };
+      }
+      return { score: scored.score, scoreMetadata: scored.metadata ?? {} };
+    } catch (err) {
+      if (isSlotLostError(err)) throw err;
+      const message = err instanceof Error ? err.message : String(err);
+      const cause = err instanceof ToolContextError ? "reward_tool" : "reward";
+      this.log.warn({ trajectoryId, cause, err: message }, "the reward failed; the trajectory is not scored");
+      return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: { cause, message, trajectoryId } };
+    }
+  }
+
+  /**
+   * `groupSize` trajectories of one item, concurrently, each in its own slot; a trajectory
+   * with an infrastructure failure is never part of the group (see collectGroup for what
+   * `infraFailurePolicy` makes of it). Never drops one silently. Aborting `signal` (Atropos
+   * back-off) stops the rollouts and rejects with the signal's reason.
    */
   async collectTrajectories(item: Item, options: { signal?: AbortSignal } = {}): Promise<GroupOutcome<Item>> {
     const groupTools = this.resolveTools();
-    const settled = await Promise.allSettled(Array.from({ length: this.config.groupSize }, () => this.collectTrajectory(item, groupTools, options)));
-    options.signal?.throwIfAborted();
-    const done: TrajectoryOutcome[] = [];
-    const reasons: string[] = [];
-    const unfinished = { slotLosses: 0, retries: 0 };
-    for (const s of settled) {
-      if (s.status === "fulfilled") done.push(s.value);
-      else {
-        const err = s.reason as unknown;
-        reasons.push(err instanceof Error ? err.message : String(err));
-        if (err instanceof TrajectoryFailedError) {
-          unfinished.slotLosses += err.attempts;
-          unfinished.retries += err.attempts - 1;
-        }
-      }
-    }
-    if (reasons.length > 0) {
-      const reason = `${reasons.length} of ${this.config.groupSize} trajectories failed: ${[...new Set(reasons)].join(" | ")}`;
-      this.log.error({ reason }, "group failed");
-      return { ok: false, item, reason, trajectories: done, toolsets: groupTools.toolsets, unfinished };
-    }
-    const group = buildScoredGroup(done, {
-      includeMessages: this.config.includeMessages,
-      generationParams: { temperature: this.config.temperature, max_tokens: this.config.maxTokens },
+    return collectGroup(item, groupTools, {
+      config: this.config,
+      log: this.log,
+      runTrajectory: () => this.collectTrajectory(item, groupTools, options),
+      ...(options.signal ? { signal: options.signal } : {}),
     });
-    return { ok: true, item, group, trajectories: done, toolsets: groupTools.toolsets };
   }
 }

@@ -3,6 +3,7 @@ import type { Logger } from "../observability/logger.js";
 import type { PoolStats } from "../pool/types.js";
 import type { ToolRegistry } from "../tools/registry.js";
 import type { AgentEnvConfig } from "./config.js";
+import type { ContainerHealth } from "./isolation.js";
 
 /**
  * What the env layer runs tools on: an executor (queue, batching, slot affinity) over a slot
@@ -13,6 +14,8 @@ export interface ToolBackend {
   executor: ToolExecutorLike;
   registry: ToolRegistry;
   poolStats?(): PoolStats;
+  /** Each live container's /health (sandbox, limits, network): the isolation the run's slots have. */
+  containerHealth?(): Promise<ContainerHealth[]>;
   close(): Promise<void>;
 }
 

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { ToolBackendSettingsSchema, containersInOrder } from "../executor/backend-config.js";
+import { INFRA_FAILURE_POLICIES } from "./infra-failure.js";
 
 /**
  * An env's settings (the seeds' HermesAgentEnvConfig + AgentEnvConfig, camelCase, ms).
@@ -41,6 +42,17 @@ export const AgentEnvConfigSchema = z
 
     /** A trajectory whose slot was lost is restarted from scratch on a new slot this many times. */
     slotLossRetries: z.number().int().min(0).max(20).default(2),
+    /**
+     * A group with an infrastructure failure (model call failed, slot lost after the retries,
+     * reward code or a reward's tool call failed): `drop` it and retry its item up to
+     * `infraRetries` times (default), `mask` the failed trajectories (the group goes on
+     * without them), or `fail` the run. Such a trajectory is never scored nor written.
+     */
+    infraFailurePolicy: z.enum(INFRA_FAILURE_POLICIES).default("drop"),
+    /** `drop`: how many more times a dropped group's item is tried. */
+    infraRetries: z.number().int().min(0).max(20).default(2),
+    /** A trajectory counts as solved (success rate) when its score is at least this. */
+    successThreshold: z.number().default(1.0),
 
     // Atropos (BaseEnvConfig names in camelCase)
     /** Skip groups whose scores are all equal (serve mode; process mode turns it off, as Atropos does). */
@@ -93,3 +105,55 @@ export const AgentEnvConfigSchema = z
 
 export type AgentEnvConfig = z.output<typeof AgentEnvConfigSchema>;
 export type AgentEnvConfigInput = z.input<typeof AgentEnvConfigSchema>;
+
+/**
+ * The keys of `config` that `schema` does not know, each with the nearest known one, e.g.
+ * "unknown key 'groupSzie' (did you mean 'groupSize'?)". A mistyped key would otherwise be
+ * dropped by zod and the run would use the default without a word.
+ */
+export function unknownConfigKeys(schema: z.ZodType, config: Record<string, unknown>): string[] {
+  const shape = objectShape(schema);
+  if (!shape) return [];
+  const known = Object.keys(shape);
+  return Object.keys(config)
+    .filter((k) => !known.includes(k))
+    .map((k) => {
+      const near = nearestName(k, known);
+      return `unknown key '${k}'${near ? ` (did you mean '${near}'?)` : ""}`;
+    });
+}
+
+function objectShape(schema: z.ZodType): Record<string, unknown> | undefined {
+  const def = (schema as unknown as { _zod?: { def?: { shape?: Record<string, unknown>; in?: z.ZodType; innerType?: z.ZodType } } })._zod?.def;
+  if (!def) return undefined;
+  if (def.shape) return def.shape;
+  // Pipes and wrappers (transform, default): the object is inside.
+  const inner = def.in ?? def.innerType;
+  return inner ? objectShape(inner) : undefined;
+}
+
+/** The candidate closest to `name` by edit distance (case-insensitive), if it is reasonably close. */
+export function nearestName(name: string, candidates: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const c of candidates) {
+    const d = editDistance(name.toLowerCase(), c.toLowerCase());
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = c;
+    }
+  }
+  return best !== undefined && bestDistance <= Math.max(2, Math.floor(name.length / 3)) ? best : undefined;
+}
+
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) {
+      cur[j] = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    prev = cur;
+  }
+  return prev[b.length]!;
+}

@@ -18,6 +18,8 @@ export class TrajectoryFailedError extends EnvError {
     message: string,
     readonly attempts: number,
     options?: { cause?: unknown },
+    /** Set when the failure is the infrastructure's (slots kept being lost), not the env's. */
+    readonly slotLost = false,
   ) {
     super(message, options);
   }
@@ -36,4 +38,27 @@ export class TokensUnavailableError extends EnvError {
 /** Serve mode: trajectories whose ids are not token-exact would reach a trainer without the user's say-so. */
 export class TokensInexactError extends EnvError {
   override name = "TokensInexactError";
+}
+
+/**
+ * A ToolContext call (in `setupWorkspace` or the reward) could not do what it was asked:
+ * the tool failed, or the executor could not run it. Thrown instead of a `success: false`
+ * result that a reward could mistake for the agent's outcome; a reward that meets it is an
+ * infrastructure failure, not a score.
+ */
+export class ToolContextError extends EnvError {
+  override name = "ToolContextError";
+  constructor(
+    message: string,
+    readonly tool: string,
+    readonly path?: string,
+    options?: { cause?: unknown; code?: string },
+  ) {
+    super(message, options);
+  }
+}
+
+/** The sandbox refused a path: the message names the rule ("paths must be inside /workspace"). */
+export class PathRefusedError extends ToolContextError {
+  override name = "PathRefusedError";
 }

@@ -15,6 +15,7 @@ export async function poolBackend(config: AgentEnvConfig, provisioner: Provision
     executor: parts.executor,
     registry: parts.executor.tools,
     poolStats: () => parts.pool.stats(),
+    containerHealth: () => parts.pool.containerHealth(),
     close: () => parts.close(),
   };
 }

@@ -1,11 +1,21 @@
 import { ROLLOUT_EXTRAS_VERSION, type LineExtras, type RolloutExtras } from "../report/rollout-extras.js";
+import { countByCause, type InfraFailure } from "./infra-failure.js";
 import type { TrajectoryOutcome } from "./scored-group.js";
 
 const ARGUMENTS_KEPT = 500;
 
-/** The `slotpool` key of a JSONL line: what the report needs that the messages do not say. */
-export function lineExtras(trajectories: readonly TrajectoryOutcome[]): LineExtras {
-  return { version: ROLLOUT_EXTRAS_VERSION, trajectories: trajectories.map(rolloutExtras) };
+/**
+ * The `slotpool` key of a JSONL line: what the report needs that the messages do not say,
+ * and the group's infra failures by cause (never among its scores).
+ */
+export function lineExtras(trajectories: readonly TrajectoryOutcome[], group?: { infraFailures: readonly InfraFailure[]; masked: number; droppedAttempts: number }): LineExtras {
+  const out: LineExtras = { version: ROLLOUT_EXTRAS_VERSION, trajectories: trajectories.map(rolloutExtras) };
+  if (group) {
+    out.infra_failures = countByCause(group.infraFailures);
+    out.masked = group.masked;
+    out.dropped_attempts = group.droppedAttempts;
+  }
+  return out;
 }
 
 export function rolloutExtras(t: TrajectoryOutcome): RolloutExtras {

@@ -3,6 +3,8 @@ import type { MetricsRegistry } from "../observability/metrics.js";
 import type { ToolErrorRecord } from "../agent/agent-loop.js";
 import { toolLatencyTable, type ToolLatencyRow } from "../report/tool-stats.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
+import { INFRA_CAUSES, countByCause, type InfraCause, type InfraFailure } from "./infra-failure.js";
+import type { IsolationSummary } from "./isolation.js";
 
 /** Tool errors kept for the summary (the count goes on past it). */
 const TOOL_ERRORS_KEPT = 1000;
@@ -10,21 +12,33 @@ const TOOL_ERRORS_KEPT = 1000;
 /** Running totals of a run, for the progress bar and the summary table. */
 export class RunStats {
   groups = 0;
+  /** Groups not delivered because a trajectory failed: infra failures (dropped) and other errors. */
   failedGroups = 0;
+  /** Of failedGroups: dropped for infrastructure failures (after their item's retries). */
+  droppedGroups = 0;
+  /** Trajectories left out of their group under infraFailurePolicy "mask". */
+  maskedTrajectories = 0;
+  /** Infrastructure failures, each a trajectory that was not scored, by cause. */
+  readonly infraFailures: Record<InfraCause, number> = countByCause([]);
+  /** What the run's slots were isolated by (from the sandbox servers' /health), once known. */
+  isolation: IsolationSummary | undefined;
+  /** Why the run stopped early (interrupted, infraFailurePolicy "fail"), if it did. */
+  stoppedEarly: string | undefined;
+  /** A trajectory counts as solved when its score is at least this. */
+  readonly successThreshold: number;
+  private readonly scores: number[] = [];
   /** Groups collected but not delivered (same scores, token length, size mismatch). */
   filteredGroups = 0;
   /** Groups delivered: sent to the trainer (serve) or written (process). */
   sentGroups = 0;
   trajectories = 0;
-  /** Trajectories with a positive score. */
+  /** Scored trajectories with a score ≥ successThreshold. */
   solved = 0;
   scoreSum = 0;
   toolCalls = 0;
   toolErrors = 0;
   slotLosses = 0;
   retries = 0;
-  rewardErrors = 0;
-  rewardSkipped = 0;
   /** Model turns that came with token ids, and those whose prompt could not extend the sequence. */
   tokenTurns = 0;
   prefixBreaks = 0;
@@ -41,28 +55,51 @@ export class RunStats {
   readonly workspaceSetupMs: number[] = [];
   readonly startedAt = Date.now();
 
+  constructor(options: { successThreshold?: number } = {}) {
+    this.successThreshold = options.successThreshold ?? 1.0;
+  }
+
   addGroup(outcome: GroupOutcome): void {
     this.groups++;
+    for (const f of outcome.infraFailures) this.addInfraFailure(f);
     if (!outcome.ok) {
       this.failedGroups++;
+      if (outcome.kind === "infra") this.droppedGroups++;
       this.failures.push(outcome.reason);
       this.slotLosses += outcome.unfinished.slotLosses;
       this.retries += outcome.unfinished.retries;
+    } else {
+      this.maskedTrajectories += outcome.masked;
     }
     for (const t of outcome.trajectories) this.addTrajectory(t);
   }
 
-  /** One trajectory outside a group (evaluation). */
+  /** One infrastructure failure (a trajectory with no score). */
+  addInfraFailure(f: InfraFailure): void {
+    this.infraFailures[f.cause]++;
+  }
+
+  get infraFailureCount(): number {
+    return INFRA_CAUSES.reduce((n, c) => n + this.infraFailures[c], 0);
+  }
+
+  /**
+   * One trajectory outside a group (evaluation). An infra failure counts by its cause only:
+   * it has no score, so it is neither a low score nor a success.
+   */
   addTrajectory(t: TrajectoryOutcome): void {
+    if (t.infraFailure) {
+      this.addInfraFailure(t.infraFailure);
+      return;
+    }
     this.trajectories++;
     this.scoreSum += t.score;
-    if (t.score > 0) this.solved++;
+    this.scores.push(t.score);
+    if (t.score >= this.successThreshold) this.solved++;
     this.toolCalls += t.result.toolCalls.length;
     this.toolErrors += t.result.toolErrors.length;
     this.slotLosses += t.slotLosses.length;
     this.retries += t.attempts - 1;
-    if (t.rewardError) this.rewardErrors++;
-    if (t.rewardSkipped) this.rewardSkipped++;
     for (const c of t.result.toolCalls) {
       this.latencies.push(c.durationMs);
       this.calls.push({ tool: c.tool, success: c.success, durationMs: c.durationMs });
@@ -80,8 +117,39 @@ export class RunStats {
     return this.tokenTurns ? this.prefixBreaks / this.tokenTurns : 0;
   }
 
-  /** Exposes the token figures as Prometheus gauges, read at scrape time. */
+  /**
+   * The scores' distribution, for the summary: each distinct score with its count when
+   * there are few (rewards are often 0/1 or a handful of partial credits), else quartiles.
+   */
+  scoreDistribution(): string {
+    if (this.scores.length === 0) return "no scored trajectories";
+    const counts = new Map<number, number>();
+    for (const s of this.scores) counts.set(s, (counts.get(s) ?? 0) + 1);
+    if (counts.size <= 6) {
+      return [...counts.entries()]
+        .sort((a, b) => a[0] - b[0])
+        .map(([v, n]) => `${formatScore(v)}: ${n}`)
+        .join(" · ");
+    }
+    const sorted = [...this.scores].sort((a, b) => a - b);
+    const q = (p: number) => formatScore(percentile(sorted, p));
+    return `min ${q(0)} · p25 ${q(0.25)} · median ${q(0.5)} · p75 ${q(0.75)} · max ${q(1)}`;
+  }
+
+  /** Exposes the run's figures as Prometheus gauges, read at scrape time. */
   registerMetrics(registry: MetricsRegistry): void {
+    registry.gauge("slotpool_env_infra_failures", "Trajectories not scored because of an infrastructure failure, by cause (model, slot_lost, reward, reward_tool)", () =>
+      INFRA_CAUSES.map((cause) => ({ labels: { cause }, value: this.infraFailures[cause] })),
+    );
+    registry.gauge("slotpool_env_groups", "Groups by outcome: delivered (written or sent), filtered, dropped (infra failures), failed (other errors)", () => [
+      { labels: { outcome: "delivered" }, value: this.sentGroups },
+      { labels: { outcome: "filtered" }, value: this.filteredGroups },
+      { labels: { outcome: "dropped" }, value: this.droppedGroups },
+      { labels: { outcome: "failed" }, value: this.failedGroups - this.droppedGroups },
+    ]);
+    registry.gauge("slotpool_env_scored_trajectories", "Trajectories scored (infra failures excluded)", () => [{ value: this.trajectories }]);
+    registry.gauge("slotpool_env_solved_trajectories", "Scored trajectories with a score at or above successThreshold", () => [{ value: this.solved }]);
+    registry.gauge("slotpool_env_mean_score", "Mean score of the scored trajectories", () => [{ value: this.meanScore }]);
     registry.gauge("slotpool_env_token_turns", "Model turns that came with token ids", () => [{ value: this.tokenTurns }]);
     registry.gauge("slotpool_env_prefix_breaks", "Turns whose prompt could not extend the trajectory's token sequence (a new segment started)", () => [{ value: this.prefixBreaks }]);
     registry.gauge("slotpool_env_prefix_break_rate", "Prefix breaks per model turn with token ids", () => [{ value: this.prefixBreakRate }]);
@@ -114,7 +182,11 @@ export class RunStats {
       sent_groups: this.sentGroups,
       trajectories: this.trajectories,
       success_rate: this.successRate,
+      success_threshold: this.successThreshold,
       mean_score: this.meanScore,
+      dropped_groups: this.droppedGroups,
+      masked_trajectories: this.maskedTrajectories,
+      infra_failures: { ...this.infraFailures },
       tool_calls: this.toolCalls,
       tool_errors: this.toolErrors,
       tool_latency_p50_ms: this.latencyPercentile(50),
@@ -123,8 +195,6 @@ export class RunStats {
       workspace_setup_p99_ms: this.latencyPercentile(99, this.workspaceSetupMs),
       slot_losses: this.slotLosses,
       retries: this.retries,
-      reward_errors: this.rewardErrors,
-      reward_skipped: this.rewardSkipped,
       token_turns: this.tokenTurns,
       prefix_breaks: this.prefixBreaks,
       prefix_break_rate: this.prefixBreakRate,
@@ -133,4 +203,8 @@ export class RunStats {
       elapsed_s: (Date.now() - this.startedAt) / 1000,
     };
   }
+}
+
+function formatScore(v: number): string {
+  return Number.isInteger(v) ? String(v) : v.toFixed(3).replace(/0+$/, "");
 }

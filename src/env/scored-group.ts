@@ -1,5 +1,6 @@
 import type { AgentResult } from "../agent/agent-loop.js";
 import type { ChatMessage } from "../agent/messages.js";
+import type { InfraFailure } from "./infra-failure.js";
 import { tokenSegmentsFromServer, tokensFromTokenizer, type SequenceTokens, type TextTokenizer } from "./tokens.js";
 
 /**
@@ -30,8 +31,13 @@ export interface TrajectoryOutcome {
   score: number;
   /** Reward was not computed because the agent produced nothing (score 0). */
   rewardSkipped: boolean;
-  /** computeReward threw (score 0); the message. */
+  /** computeReward threw; the message (the trajectory is then an infra failure, not a score). */
   rewardError?: string;
+  /**
+   * The trajectory did not get a fair run (model server failed, reward code or its tool call
+   * failed): `score` means nothing and the trajectory is never written or sent.
+   */
+  infraFailure?: InfraFailure;
   scoreMetadata: Record<string, unknown>;
   /** How many times the trajectory ran (1 + restarts after slot losses). */
   attempts: number;
@@ -49,14 +55,35 @@ export interface TrajectoryOutcome {
 }
 
 export type GroupOutcome<Item = unknown> =
-  | { ok: true; item: Item; group: ScoredDataGroup; trajectories: TrajectoryOutcome[]; toolsets: string[] }
+  | {
+      ok: true;
+      item: Item;
+      group: ScoredDataGroup;
+      /** The trajectories in the group (masked ones left out). */
+      trajectories: TrajectoryOutcome[];
+      toolsets: string[];
+      /** Infra failures met on the way: in dropped earlier tries of the item, and masked trajectories. */
+      infraFailures: InfraFailure[];
+      /** Trajectories left out under `infraFailurePolicy: "mask"`. */
+      masked: number;
+      /** Earlier tries of the item dropped for an infra failure. */
+      droppedAttempts: number;
+    }
   | {
       ok: false;
       item: Item;
       reason: string;
-      /** The trajectories that did finish. */
+      /**
+       * `infra`: dropped for infrastructure failures (after `infraRetries` more tries, or at
+       * once under the `fail` policy); `error`: a trajectory failed otherwise (setup threw).
+       */
+      kind: "infra" | "error";
+      /** `infraFailurePolicy: "fail"`: the run must stop. */
+      fatal: boolean;
+      /** The scored trajectories of the last try (none of them written or sent). */
       trajectories: TrajectoryOutcome[];
       toolsets: string[];
+      infraFailures: InfraFailure[];
       /** Slot losses and restarts of the trajectories that did not finish. */
       unfinished: { slotLosses: number; retries: number };
     };
@@ -80,7 +107,7 @@ function samplesOf(t: TrajectoryOutcome): Array<SequenceTokens | null> {
  */
 export function buildScoredGroup(
   trajectories: readonly TrajectoryOutcome[],
-  options: { includeMessages: boolean; generationParams?: Record<string, unknown> },
+  options: { includeMessages: boolean; generationParams?: Record<string, unknown>; groupSize?: number },
 ): ScoredDataGroup {
   const rows = trajectories.flatMap((t) => samplesOf(t).map((seq) => ({ t, seq })));
   const group: ScoredDataGroup = {
@@ -91,8 +118,8 @@ export function buildScoredGroup(
   if (rows.length > 0 && rows.every((r) => r.seq?.logprobs)) {
     group.inference_logprobs = rows.map((r) => r.seq!.logprobs!);
   }
-  // Broken-off segments make the group larger than groupSize; say so, as Atropos envs do.
-  if (rows.length !== trajectories.length) group.group_overrides = { group_size: rows.length };
+  // Broken-off segments make the group larger than groupSize, masked trajectories smaller; say so, as Atropos envs do.
+  if (rows.length !== (options.groupSize ?? trajectories.length)) group.group_overrides = { group_size: rows.length };
   if (options.includeMessages) group.messages = rows.map((r) => r.t.result.messages);
   if (options.generationParams) group.generation_params = options.generationParams;
   return group;

@@ -1,28 +1,47 @@
 import type { ToolExecutorLike } from "../executor/types.js";
+import { SlotLostError } from "../pool/errors.js";
 import type { ToolResult } from "../protocol/tool.js";
+import { PathRefusedError, ToolContextError } from "./errors.js";
 import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 
 /** What `terminal()` returns: the seeds' `{"exit_code", "output"}`, plus the error text. */
 export interface TerminalResult {
   exitCode: number | null;
   output: string;
+  /** The command's stderr summary; empty when it exited 0. */
   error: string;
+  /** The command ran and exited 0. */
   success: boolean;
   timedOut: boolean;
 }
 
 export interface FileRead {
-  /** False when the file does not exist or cannot be read; see `error`. */
+  /** False only when the file does not exist (the agent did not make it); see `error`. */
   ok: boolean;
   content: string;
   error: string;
 }
 
+/** The rule a refused path broke, said plainly: the sandbox's own message follows it. */
+const PATH_RULE = "paths must be inside /workspace";
+const REFUSED_PROBLEMS = new Set(["outside", "symlink_outside", "invalid"]);
+/** Older servers send no `path_problem`; their messages say the same thing in these words. */
+const REFUSED_TEXT = /outside the workspace|escapes the workspace|leads outside the workspace|resolved outside the workspace/;
+/** How the executor words an artifact call on a trajectory whose slot is gone. */
+const WORKSPACE_LOST = /^workspace lost: /;
+
 /**
- * Tool access for `setupWorkspace` and `computeReward`, scoped to one trajectory: every call
- * runs in the trajectory's own slot, which still holds the agent's files and processes
- * (the slot is reset only after the reward is computed). Tool failures come back as
- * results; a lost slot throws `SlotLostError` so the trajectory is restarted.
+ * Tool access for `setupWorkspace` and the reward, scoped to one trajectory: every call runs
+ * in the trajectory's own slot, which still holds the agent's files and processes (the slot
+ * is reset only after the reward is computed).
+ *
+ * Every method either does what it says or throws — never a `success: false` that a reward
+ * could mistake for the agent's result:
+ *  - a lost slot throws `SlotLostError` (the trajectory is restarted on a new slot);
+ *  - a refused path throws `PathRefusedError` naming the rule ("paths must be inside /workspace");
+ *  - any other failure of the call throws `ToolContextError`.
+ * What the agent did is a result: a command's non-zero exit (`terminal`) and a missing file
+ * (`readFile` → `ok: false`). See docs/env-authoring.md for each method's contract.
  */
 export class ToolContext {
   constructor(
@@ -31,7 +50,10 @@ export class ToolContext {
     private readonly defaults: { timeoutS: number } = { timeoutS: 120 },
   ) {}
 
-  /** Calls any registered tool by name (or alias) with the given arguments. */
+  /**
+   * Calls any registered tool by name (or alias) and returns its raw result, failures
+   * included (the escape hatch: check `success` yourself). Throws only `SlotLostError`.
+   */
   async callTool(name: string, args: Record<string, unknown> = {}, options: { timeoutS?: number } = {}): Promise<ToolResult> {
     const timeoutS = options.timeoutS ?? (typeof args["timeout"] === "number" ? (args["timeout"] as number) : this.defaults.timeoutS);
     const result = await this.executor.execute(this.trajectoryId, { name, arguments: args }, { timeoutMs: timeoutS * 1000 });
@@ -39,49 +61,77 @@ export class ToolContext {
     return result;
   }
 
-  /** Runs a shell command in the slot (`bash`), from /workspace. `timeout` is in seconds. */
+  /**
+   * Runs a shell command in the slot (`bash`), from /workspace; `timeout` in seconds. Returns
+   * whenever the command ran, whatever its exit code (or timeout); throws when it could not run.
+   */
   async terminal(command: string, options: { timeout?: number } = {}): Promise<TerminalResult> {
     const timeout = options.timeout ?? this.defaults.timeoutS;
     const r = await this.callTool("bash", { command, timeout }, { timeoutS: timeout });
     const exit = r.metadata["exit_code"];
-    return {
-      exitCode: typeof exit === "number" ? exit : null,
-      output: r.output,
-      error: r.error,
-      success: r.success,
-      timedOut: r.metadata["timeout"] === true,
-    };
+    const timedOut = r.metadata["timeout"] === true;
+    if (!r.success && typeof exit !== "number" && !timedOut) {
+      throw new ToolContextError(`terminal: the command could not run in trajectory ${this.trajectoryId}'s slot: ${r.error || "no reason given"}`, "bash");
+    }
+    return { exitCode: typeof exit === "number" ? exit : null, output: r.output, error: r.error, success: r.success, timedOut };
   }
 
+  /** The file's text; `ok: false` when it does not exist. Throws for a refused path or any other failure. */
   async readFile(path: string): Promise<FileRead> {
     const r = await this.callTool("read_file", { path });
-    return { ok: r.success, content: r.success ? r.output : "", error: r.error };
+    if (r.success) return { ok: true, content: r.output, error: "" };
+    if (r.metadata["path_problem"] === "not_found" || (r.metadata["path_problem"] === undefined && /not found|No such file/i.test(r.error))) {
+      return { ok: false, content: "", error: r.error };
+    }
+    throw this.failure("readFile", "read_file", path, r.error, r.metadata["path_problem"]);
   }
 
+  /** Writes a text file (parents created). Throws for a refused path or any other failure. */
   async writeFile(path: string, content: string): Promise<ToolResult> {
-    return this.callTool("write_file", { path, content });
+    return this.checked("writeFile", "write_file", path, await this.callTool("write_file", { path, content }));
   }
 
-  /** Puts bytes into the slot (e.g. fixtures, images) at `path`. */
+  /** Puts bytes into the slot (fixtures, images) at `path`. Throws like writeFile. */
   async uploadFile(path: string, data: Uint8Array | string): Promise<ToolResult> {
     const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
-    return this.callTool("write_file", { path, content: bytes.toString("base64"), encoding: "base64" });
+    return this.checked("uploadFile", "write_file", path, await this.callTool("write_file", { path, content: bytes.toString("base64"), encoding: "base64" }));
   }
 
-  /** Reads a file of the slot as bytes (artifact read). Throws when it cannot be read. */
+  /** A file of the slot as bytes. Throws when it cannot be read (missing file included). */
   async downloadFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
     const r = await this.executor.readArtifact(this.trajectoryId, { path, encoding: "base64", ...(options.maxBytes ? { max_bytes: options.maxBytes } : {}) });
-    if (!r.success) throw new Error(`cannot download ${path} from trajectory ${this.trajectoryId}'s workspace: ${r.error ?? "read failed"}`);
+    if (!r.success) throw this.artifactFailure("downloadFile", path, r.error);
     return Buffer.from(r.content, r.encoding === "base64" ? "base64" : "utf8");
   }
 
-  /** Lists files of the slot (artifact list). */
+  /** The entries under `path` (artifact list). Throws when it cannot be listed. */
   async listFiles(path = ".", options: { recursive?: boolean; maxEntries?: number } = {}) {
-    return this.executor.listArtifacts(this.trajectoryId, { path, recursive: options.recursive ?? false, ...(options.maxEntries ? { max_entries: options.maxEntries } : {}) });
+    const r = await this.executor.listArtifacts(this.trajectoryId, { path, recursive: options.recursive ?? false, ...(options.maxEntries ? { max_entries: options.maxEntries } : {}) });
+    if (!r.success) throw this.artifactFailure("listFiles", path, r.error);
+    return r;
   }
 
-  /** A tar.gz of a directory of the slot (base64 in the answer). */
+  /** A tar.gz of a directory of the slot (base64 in the answer). Throws when it cannot be made. */
   async archive(path = ".", options: { maxBytes?: number } = {}) {
-    return this.executor.archiveArtifacts(this.trajectoryId, { path, ...(options.maxBytes ? { max_bytes: options.maxBytes } : {}) });
+    const r = await this.executor.archiveArtifacts(this.trajectoryId, { path, ...(options.maxBytes ? { max_bytes: options.maxBytes } : {}) });
+    if (!r.success) throw this.artifactFailure("archive", path, r.error);
+    return r;
+  }
+
+  private checked(method: string, tool: string, path: string, r: ToolResult): ToolResult {
+    if (!r.success) throw this.failure(method, tool, path, r.error, r.metadata["path_problem"]);
+    return r;
+  }
+
+  private failure(method: string, tool: string, path: string, error: string, problem: unknown): ToolContextError {
+    const refused = typeof problem === "string" ? REFUSED_PROBLEMS.has(problem) : REFUSED_TEXT.test(error);
+    if (refused) return new PathRefusedError(`${method} ${JSON.stringify(path)} refused: ${PATH_RULE} (${error})`, tool, path);
+    return new ToolContextError(`${method} ${JSON.stringify(path)} failed in trajectory ${this.trajectoryId}'s slot: ${error || "no reason given"}`, tool, path);
+  }
+
+  private artifactFailure(method: string, path: string, error: string | undefined): Error {
+    const text = error ?? "";
+    if (WORKSPACE_LOST.test(text)) return new SlotLostError("(unknown slot)", "(unknown allocation)", text.replace(WORKSPACE_LOST, ""), this.trajectoryId);
+    return this.failure(method, "artifacts", path, text, undefined);
   }
 }

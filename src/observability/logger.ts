@@ -23,16 +23,33 @@ export const REDACTED_PATHS = [
   "*.api_key",
 ];
 
+export type LogFormat = "json" | "pretty";
+export const LOG_FORMATS: readonly LogFormat[] = ["json", "pretty"];
+
 export interface CreateLoggerOptions {
   name: string;
   level?: LoggerOptions["level"];
-  /** Where JSON lines go; defaults to stderr so stdout stays free for command output. */
+  /** Where lines go; defaults to stderr so stdout stays free for command output. */
   destination?: NodeJS.WritableStream;
+  /**
+   * `json` (pino lines, for machines) or `pretty` (one short line per entry, for people).
+   * Default: pretty when the lines go to stderr and it is a terminal, else json. (Not an
+   * environment variable: a child sandbox server, whose listening line is read as JSON
+   * from a pipe, would inherit it.)
+   */
+  format?: LogFormat;
 }
 
-/** A pino logger that writes JSON lines with secrets redacted. `SLOTPOOL_LOG_LEVEL` sets the level. */
+/** The format a command's logs take by default (see CreateLoggerOptions.format). */
+export function defaultLogFormat(): LogFormat {
+  return process.stderr.isTTY ? "pretty" : "json";
+}
+
+/** A pino logger with secrets redacted, writing JSON lines or short readable ones. `SLOTPOOL_LOG_LEVEL` sets the level. */
 export function createLogger(options: CreateLoggerOptions): Logger {
   const level = options.level ?? process.env["SLOTPOOL_LOG_LEVEL"] ?? "info";
+  const format = options.format ?? (options.destination ? "json" : defaultLogFormat());
+  const out = format === "pretty" ? prettyStream(options.destination ?? process.stderr) : (options.destination ?? destination({ fd: 2, sync: false }));
   return pino(
     {
       name: options.name,
@@ -40,8 +57,39 @@ export function createLogger(options: CreateLoggerOptions): Logger {
       redact: { paths: REDACTED_PATHS, censor: "[redacted]" },
       base: { pid: process.pid },
     },
-    (options.destination ?? destination({ fd: 2, sync: false })) as DestinationStream,
+    out as DestinationStream,
   );
+}
+
+const LEVEL_NAMES: Record<number, string> = { 10: "TRACE", 20: "DEBUG", 30: "INFO", 40: "WARN", 50: "ERROR", 60: "FATAL" };
+/** Keys every line has, or that say nothing to a reader at a terminal. */
+const QUIET_KEYS = new Set(["level", "time", "pid", "hostname", "name", "msg", "v"]);
+const VALUE_CHARS = 160;
+
+/** One pino JSON line as `12:04:31 WARN  message  key=value …` (local time, values cut short). */
+export function formatPrettyLine(json: string): string {
+  let entry: Record<string, unknown>;
+  try {
+    entry = JSON.parse(json) as Record<string, unknown>;
+  } catch {
+    return json.endsWith("\n") ? json : json + "\n";
+  }
+  const time = typeof entry["time"] === "number" ? new Date(entry["time"]).toTimeString().slice(0, 8) : "";
+  const level = (LEVEL_NAMES[Number(entry["level"])] ?? String(entry["level"])).padEnd(5);
+  const fields = Object.entries(entry)
+    .filter(([k]) => !QUIET_KEYS.has(k))
+    .map(([k, v]) => {
+      let text = typeof v === "string" ? v : JSON.stringify(v);
+      if (text.length > VALUE_CHARS) text = text.slice(0, VALUE_CHARS - 1) + "…";
+      return `${k}=${/\s/.test(text) && typeof v === "string" ? JSON.stringify(text) : text}`;
+    });
+  return `${time} ${level} ${String(entry["msg"] ?? "")}${fields.length ? `  ${fields.join(" ")}` : ""}\n`;
+}
+
+function prettyStream(out: NodeJS.WritableStream): { write(line: string): boolean } {
+  // On a terminal, clear the line first: a progress bar redrawn in place may be on it.
+  const clear = (out as NodeJS.WriteStream).isTTY ? "\r\x1b[2K" : "";
+  return { write: (line: string) => out.write(clear + formatPrettyLine(line.trimEnd())) };
 }
 
 /** A logger that drops everything (library default when the caller gives none). */

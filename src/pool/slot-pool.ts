@@ -16,6 +16,7 @@ import { SlotLease, type LeaseHost } from "./slot-lease.js";
 import type { AcquireOptions, ContainerInfo, PoolStats, ReleaseOptions, Slot, SlotPoolLike } from "./types.js";
 import { WaiterQueue, type Waiter } from "./waiter-queue.js";
 import { TemplateAffinity, type TemplateSpec } from "./template-affinity.js";
+import type { HealthResponse } from "../protocol/sandbox.js";
 
 export type { ScaleEvent };
 
@@ -621,6 +622,24 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   stats(): PoolStats {
     return this.statistics.snapshot();
+  }
+
+  /**
+   * Each live container's /health answer (slots, sandbox, limits, network), asked now: what
+   * isolation the slots have, for a run's summary. A container that does not answer gets
+   * its error instead.
+   */
+  async containerHealth(): Promise<Array<{ id: string; url: string; health?: HealthResponse; error?: string }>> {
+    const live = this.containers.filter((c) => c.live);
+    return Promise.all(
+      live.map(async (c) => {
+        try {
+          return { id: c.info.id, url: c.info.url, health: await c.client.health({ timeoutMs: 5_000 }) };
+        } catch (err) {
+          return { id: c.info.id, url: c.info.url, error: err instanceof Error ? err.message : String(err) };
+        }
+      }),
+    );
   }
 
   /** The containers the pool knows, lowest index first (for status pages and tests). */

@@ -91,7 +91,7 @@ class Renderer {
     const lat = s.timedCalls ? `${formatMs(s.latency.p50)} / ${formatMs(s.latency.p90)} / ${formatMs(s.latency.p99)}` : "n/a";
     const cards = [
       card(String(s.trajectories), `trajectories in ${s.groups} ${m.groups.every((g) => g.kind === "sample") && s.groups ? "samples" : "groups"}`),
-      card(`${(s.successRate * 100).toFixed(1)}%`, "success rate (score > 0)"),
+      card(`${(s.successRate * 100).toFixed(1)}%`, `success rate (score ≥ ${s.successThreshold})`),
       card(s.meanScore.toFixed(3), "mean score"),
       card(String(s.toolCalls), "tool calls"),
       card(String(s.toolErrors), `tool errors (${s.trajectoriesWithErrors} trajectories)`, s.toolErrors ? "bad" : ""),

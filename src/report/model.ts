@@ -65,6 +65,8 @@ export interface SkippedLine {
 export interface RunInfo {
   rows: Array<[string, string]>;
   failures: string[];
+  /** A trajectory counts as solved at this score or above (the run's successThreshold; default 1). */
+  successThreshold?: number;
 }
 
 export interface ReportModel {

@@ -48,6 +48,16 @@ export interface RolloutExtras {
 export interface LineExtras {
   version: number;
   trajectories: RolloutExtras[];
+  /**
+   * Infrastructure failures met while making this group, by cause (model, slot_lost, reward,
+   * reward_tool): trajectories of dropped earlier tries of the item, or masked out of it.
+   * None of them is among `scores`. Present on every line slotpool writes (zeros included).
+   */
+  infra_failures?: Record<string, number>;
+  /** Trajectories left out of this group (infraFailurePolicy "mask"). */
+  masked?: number;
+  /** Earlier tries of this item dropped for an infra failure. */
+  dropped_attempts?: number;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);

@@ -15,6 +15,8 @@ export interface ReportSummary {
   trajectories: number;
   scored: number;
   successRate: number;
+  /** The score at or above which a trajectory counts as solved. */
+  successThreshold: number;
   meanScore: number;
   histogram: HistogramBin[];
   toolCalls: number;
@@ -52,13 +54,15 @@ export function summarize(model: ReportModel, slowestKept = 10): ReportSummary {
       for (const e of t.toolErrors) errors.push({ ...e, trajectory: t.id });
     }
   }
+  const threshold = model.run?.successThreshold ?? 1;
   const timed = calls.filter((c) => c.durationMs !== undefined);
   const ms = timed.map((c) => c.durationMs!).sort((a, b) => a - b);
   return {
     groups: model.groups.length,
     trajectories,
     scored: scores.length,
-    successRate: scores.length ? scores.filter((s) => s > 0).length / scores.length : 0,
+    successRate: scores.length ? scores.filter((s) => s >= threshold).length / scores.length : 0,
+    successThreshold: threshold,
     meanScore: scores.length ? scores.reduce((a, b) => a + b, 0) / scores.length : 0,
     histogram: histogram(scores),
     toolCalls: calls.length,

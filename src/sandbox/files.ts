@@ -76,7 +76,8 @@ function failure(error: string, metadata: Record<string, unknown> = {}): ToolOut
 
 /** Turns path-guard's refusals into tool results; anything else is a server fault and propagates. */
 function pathFailure(err: unknown): ToolOutcome {
-  if (err instanceof WorkspacePathError) return failure(err.message);
+  // path_problem lets a caller (ToolContext) tell a refused path from a missing file without parsing text.
+  if (err instanceof WorkspacePathError) return failure(err.message, { path_problem: err.problem });
   throw err;
 }
 

@@ -25,6 +25,8 @@ describe("the public API", () => {
         "SlotReleasedError",
         "SlotpoolError",
         "ToolContext",
+        "ToolContextError",
+        "PathRefusedError",
         "ToolExecutor",
         "ToolServer",
         "createToolBackend",

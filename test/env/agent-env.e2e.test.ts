@@ -160,8 +160,8 @@ describe("AgentEnv end to end", () => {
     expect(t.score).toBe(1);
   }, 60_000);
 
-  it("reports the group failed, with the reason, when slot losses exceed the retries", async () => {
-    const env = new WriteFileEnv({ groupSize: 2, maxTurns: 4, slotLossRetries: 0 }, { backend, logger: log });
+  it("drops the group as an infra failure (slot_lost), with the reason, when slot losses exceed the retries", async () => {
+    const env = new WriteFileEnv({ groupSize: 2, maxTurns: 4, slotLossRetries: 0, infraRetries: 0 }, { backend, logger: log });
     Object.assign(env, {
       oracle: () => async ({ turn }: { turn: number }) => {
         if (turn === 1) {
@@ -180,7 +180,9 @@ describe("AgentEnv end to end", () => {
     await env.close();
     expect(outcome.ok).toBe(false);
     if (outcome.ok) return;
-    expect(outcome.reason).toMatch(/trajectories failed: trajectory lost its slot 1 times \(slotLossRetries = 0\)/);
+    expect(outcome.kind).toBe("infra");
+    expect(outcome.reason).toMatch(/had an infrastructure failure: slot_lost: trajectory lost its slot 1 times \(slotLossRetries = 0\)/);
+    expect(outcome.infraFailures.some((f) => f.cause === "slot_lost")).toBe(true);
     expect(outcome.unfinished.slotLosses).toBeGreaterThanOrEqual(1);
   }, 60_000);
 });

@@ -52,18 +52,20 @@ describe("env config: toolsets, distributions, validation, policy choice", () =>
     await env.close();
   });
 
-  it("a model server that fails on turn 1 gives score 0 with the reward skipped, not a crash", async () => {
+  it("a model server that fails on turn 1 is an infra failure: no score, the group dropped after its retries, not a crash", async () => {
     llm = await startLlmServer({ respond: () => ({ status: 400, body: "bad request" }) });
     const backend = fakeBackend();
-    const env = new WriteFileEnv({ groupSize: 2, modelUrl: llm.url, modelName: "m" }, { backend, logger: silentLogger() });
+    const env = new WriteFileEnv({ groupSize: 2, modelUrl: llm.url, modelName: "m", infraRetries: 1 }, { backend, logger: silentLogger() });
     await env.start();
     const outcome = await env.collectTrajectories(env.getNextItem());
     await env.close();
-    expect(outcome.ok).toBe(true);
-    if (!outcome.ok) return;
-    expect(outcome.group.scores).toEqual([0, 0]);
-    expect(outcome.trajectories.every((t) => t.rewardSkipped && t.result.finishReason === "error")).toBe(true);
+    expect(outcome.ok).toBe(false);
+    if (outcome.ok) return;
+    expect(outcome.kind).toBe("infra");
+    expect(outcome.trajectories).toEqual([]); // nothing scored
+    expect(outcome.infraFailures.map((f) => f.cause)).toEqual(["model", "model", "model", "model"]); // 2 tries of 2
+    expect(outcome.reason).toMatch(/infrastructure failure: model: the model server failed on turn 1: .*400/);
     expect(env.rewardOutputs).toEqual([]); // computeReward never ran
-    expect(backend.executor.released).toHaveLength(2); // slots released all the same
+    expect(backend.executor.released).toHaveLength(4); // slots released all the same
   });
 });

@@ -31,6 +31,8 @@ export interface LlmServerOptions {
   respond: (body: ChatRequestBody, index: number) => ScriptedReply | Promise<ScriptedReply>;
   /** Return prompt/completion token ids and logprobs (vLLM `return_token_ids` style). */
   tokenIds?: boolean;
+  /** Answer `GET /v1/models` with these ids (default: 404, as a server without the route). */
+  models?: string[];
 }
 
 export interface LlmServer {
@@ -73,6 +75,10 @@ export async function startLlmServer(options: LlmServerOptions): Promise<LlmServ
   const statuses: number[] = [];
   let counter = 0;
   const server: Server = createServer(async (req, res) => {
+    if (req.method === "GET" && req.url?.endsWith("/models") && options.models) {
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ object: "list", data: options.models.map((id) => ({ id, object: "model" })) }));
+      return;
+    }
     if (req.method !== "POST" || !req.url?.endsWith("/chat/completions")) {
       res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: "not found" }));
       return;

@@ -36,6 +36,9 @@ interface Worker {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/** Failed groups in a row (none sent between) after which serve stops rather than spin. */
+export const FAILED_GROUPS_STOP = 10;
+
 /**
  * BaseEnv's `env_manager` against the trajectory API: register (waiting for the trainer),
  * read /info, then poll /status-env and keep the right number of groups in flight:
@@ -78,6 +81,8 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
   let evaluations = 0;
   let exhausted = false;
   let fatal: unknown;
+  let infraStop: string | undefined;
+  let failedInARow = 0;
   let lastStatus: EnvStatus | undefined;
   let stopReason = "";
 
@@ -88,6 +93,11 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
   const deliver = async (outcome: GroupOutcome): Promise<void> => {
     options.stats.addGroup(outcome);
     if (!outcome.ok) {
+      // infraFailurePolicy "fail": no more groups; the summary says why. A long run of failed
+      // groups (a model server gone mid-run) stops too: a trainer would wait on it forever.
+      failedInARow++;
+      if (outcome.fatal) infraStop ??= outcome.reason;
+      else if (failedInARow >= FAILED_GROUPS_STOP) infraStop ??= `the last ${failedInARow} groups all failed; last: ${outcome.reason}`;
       options.onGroup?.(outcome, "failed");
       return;
     }
@@ -101,7 +111,7 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       log.warn({ segments: broken }, "segments broken off by a prefix break are not sent: Atropos takes exactly group_size sequences per group");
       group = buildScoredGroup(
         outcome.trajectories.map(({ brokenSegments: _drop, ...t }) => t),
-        { includeMessages: cfg.includeMessages, ...(outcome.group.generation_params ? { generationParams: outcome.group.generation_params } : {}) },
+        { groupSize: cfg.groupSize, includeMessages: cfg.includeMessages, ...(outcome.group.generation_params ? { generationParams: outcome.group.generation_params } : {}) },
       );
     }
     const filtered = filterGroupForSend(group, {
@@ -135,6 +145,7 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
     if (r.sent) {
       sent++;
       options.stats.sentGroups++;
+      failedInARow = 0;
       streak.observe(filtered);
       options.onGroup?.(outcome, "sent");
     } else {
@@ -192,6 +203,10 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       if (fatal) throw fatal;
       if (options.signal?.aborted) {
         stopReason = "stopped";
+        break;
+      }
+      if (infraStop !== undefined) {
+        stopReason = `groups failed: ${infraStop}`;
         break;
       }
       if (options.maxGroups !== undefined && sent >= options.maxGroups) {

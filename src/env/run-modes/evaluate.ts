@@ -1,4 +1,4 @@
-import { mkdir, writeFile } from "node:fs/promises";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentEnv, EvalResult } from "../agent-env.js";
 import type { TrajectoryOutcome } from "../scored-group.js";
@@ -6,11 +6,16 @@ import { pythonJsonDumps } from "../atropos/python-json.js";
 import { writeReport } from "../../report/index.js";
 import type { RunStats } from "../run-stats.js";
 import { runRows } from "./summary.js";
+import { makeDirectories } from "./output-path.js";
+import type { InfraFailure } from "../infra-failure.js";
 
 export interface EvaluateModeOptions {
   /** Directory for metrics.json and samples.jsonl (Atropos `data_dir_to_save_evals`). */
   outDir: string;
   onTrajectory?: (outcome: TrajectoryOutcome) => void;
+  onFailure?: (reason: string, infra?: InfraFailure) => void;
+  /** Stops the evaluation: items not started are skipped; what finished is written. */
+  signal?: AbortSignal;
   /** Write samples.html beside samples.jsonl (default true); `stats` fills its run panel. */
   report?: boolean;
   stats?: RunStats;
@@ -31,9 +36,13 @@ export interface EvaluateModeReport {
  */
 export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateModeOptions): Promise<EvaluateModeReport> {
   const started = Date.now();
-  const result = await env.evaluate(options.onTrajectory ? { onTrajectory: options.onTrajectory } : {});
+  const result = await env.evaluate({
+    ...(options.onTrajectory ? { onTrajectory: options.onTrajectory } : {}),
+    ...(options.onFailure ? { onFailure: options.onFailure } : {}),
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
   const seconds = (Date.now() - started) / 1000;
-  await mkdir(options.outDir, { recursive: true });
+  await makeDirectories(options.outDir);
   const metrics = {
     config_general: {
       model_name: env.config.modelName ?? "oracle",
@@ -54,7 +63,7 @@ export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateM
     const metricRows = Object.entries(result.metrics).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
     const r = await writeReport(samplesPath, {
       title: `slotpool evaluate · ${env.name}`,
-      run: { rows: options.stats ? runRows(options.stats, metricRows) : metricRows, failures: options.stats?.failures ?? [] },
+      run: { rows: options.stats ? runRows(options.stats, metricRows) : metricRows, failures: options.stats?.failures ?? [], successThreshold: options.stats?.successThreshold ?? env.config.successThreshold },
     });
     out.report = { path: r.path, bytes: r.bytes };
   }

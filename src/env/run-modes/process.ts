@@ -1,6 +1,4 @@
-import { existsSync } from "node:fs";
-import { mkdir, open } from "node:fs/promises";
-import { basename, dirname, extname, join } from "node:path";
+import { open } from "node:fs/promises";
 import pLimit from "p-limit";
 import type { AgentEnv } from "../agent-env.js";
 import type { Logger } from "../../observability/logger.js";
@@ -11,6 +9,7 @@ import { lineExtras } from "../rollout-extras.js";
 import { RunStats } from "../run-stats.js";
 import type { GroupOutcome } from "../scored-group.js";
 import { runRows } from "./summary.js";
+import { prepareOutputFile } from "./output-path.js";
 
 export interface ProcessModeOptions {
   /** Output JSONL; an existing file is kept and `_1`, `_2`, … is added to the new name (as Atropos does). */
@@ -22,6 +21,12 @@ export interface ProcessModeOptions {
   logger?: Logger;
   /** Write the HTML report beside the JSONL (default true). */
   report?: boolean;
+  /** Stops the run: no new group starts, in-flight ones are abandoned; what was written stays, and the report is still written. */
+  signal?: AbortSignal;
+  /** The run's statistics (default: new, with the env's successThreshold). */
+  stats?: RunStats;
+  /** `out` was made by prepareOutputFile (empty, name already free): write it as is. */
+  prepared?: boolean;
 }
 
 export interface ProcessModeReport {
@@ -33,17 +38,6 @@ export interface ProcessModeReport {
   report?: { path: string; bytes: number };
 }
 
-/** `data/x.jsonl` → `data/x_1.jsonl` → `data/x_2.jsonl` … until the name is free. */
-export function freeOutputPath(path: string): string {
-  if (!existsSync(path)) return path;
-  const ext = extname(path);
-  const stem = basename(path, ext);
-  for (let i = 1; ; i++) {
-    const candidate = join(dirname(path), `${stem}_${i}${ext}`);
-    if (!existsSync(candidate)) return candidate;
-  }
-}
-
 /**
  * Atropos's `process` mode: make `groups` groups of `groupSize` trajectories and write each
  * scored group as one JSONL line (Python json.dumps spacing, UTF-8, `\n`), with
@@ -52,9 +46,9 @@ export function freeOutputPath(path: string): string {
  */
 export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessModeOptions): Promise<ProcessModeReport> {
   const total = options.groups ?? env.config.totalGroups;
-  const stats = new RunStats();
-  const outPath = freeOutputPath(options.out);
-  await mkdir(dirname(outPath), { recursive: true });
+  const stats = options.stats ?? new RunStats({ successThreshold: env.config.successThreshold });
+  const signal = options.signal;
+  const outPath = options.prepared ? options.out : await prepareOutputFile(options.out);
   const file = await open(outPath, "w");
   let written = 0;
   let exhausted = false;
@@ -62,17 +56,26 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
   // Writes are chained so lines never interleave and come out in completion order.
   let writes: Promise<unknown> = Promise.resolve();
   const streak = new FilteredStreak();
+  const stopped = () => stats.stoppedEarly !== undefined;
   try {
     const tasks = Array.from({ length: total }, () =>
       limit(async () => {
-        if (exhausted) return;
+        if (exhausted || stopped() || signal?.aborted) return;
         const item = await env.getNextItem();
         if (item === null || item === undefined) {
           exhausted = true;
           return;
         }
-        const outcome = await env.collectTrajectories(item);
+        let outcome: GroupOutcome;
+        try {
+          outcome = await env.collectTrajectories(item, signal ? { signal } : {});
+        } catch (err) {
+          // Interrupted: the group is abandoned, not counted; anything else is a real error.
+          if (signal?.aborted) return;
+          throw err;
+        }
         stats.addGroup(outcome);
+        if (!outcome.ok && outcome.fatal) stats.stoppedEarly ??= `infraFailurePolicy "fail": ${outcome.reason}`;
         const filtered = outcome.ok
           ? filterGroupForSend(outcome.group, { groupSize: env.config.groupSize, ensureScoresAreNotSame: false, dropOverLength: false, includeMessages: true })
           : undefined;
@@ -83,15 +86,17 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
         options.onGroup?.(outcome, stats);
         if (filtered?.send) {
           // Atropos's fields, plus one optional key with what the report needs (timings, exit codes, tool errors).
-          const line = pythonJsonDumps({ ...filtered.group, slotpool: lineExtras(outcome.trajectories) }) + "\n";
+          const line = pythonJsonDumps({ ...filtered.group, slotpool: lineExtras(outcome.trajectories, outcome.ok ? outcome : undefined) }) + "\n";
           writes = writes.then(() => file.write(line));
           await writes;
           written++;
         }
       }),
     );
-    await Promise.all(tasks);
+    // Interrupted: stop waiting for groups in flight (a hook may not heed the signal); keep what is written.
+    await (signal ? Promise.race([Promise.all(tasks), abortedSignal(signal)]) : Promise.all(tasks));
     await writes;
+    if (signal?.aborted) stats.stoppedEarly ??= "interrupted";
   } finally {
     await file.close();
   }
@@ -99,9 +104,17 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
   if (options.report !== false) {
     const r = await writeReport(outPath, {
       title: `slotpool process · ${env.name}`,
-      run: { rows: runRows(stats, [["model", env.config.modelName ?? "oracle policy"], ["written", `${written} groups`]]), failures: stats.failures },
+      run: { rows: runRows(stats, [["model", env.config.modelName ?? "oracle policy"], ["written", `${written} groups`]]), failures: stats.failures, successThreshold: stats.successThreshold },
     });
     result.report = { path: r.path, bytes: r.bytes };
   }
   return result;
+}
+
+/** Resolves when `signal` aborts (a race's way out, not an error). */
+function abortedSignal(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve();
+    signal.addEventListener("abort", () => resolve(), { once: true });
+  });
 }

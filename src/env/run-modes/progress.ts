@@ -29,6 +29,7 @@ export class ProgressBar {
       `${this.label} ${bar} groups · mean score ${stats.meanScore.toFixed(3)} · tool calls ${stats.toolCalls}` +
       (this.delivered ? ` · ${this.delivered} ${stats.sentGroups} · filtered ${stats.filteredGroups}` : "") +
       (stats.failedGroups ? ` · failed ${stats.failedGroups}` : "") +
+      (stats.infraFailureCount ? ` · infra failures ${stats.infraFailureCount}` : "") +
       (stats.slotLosses ? ` · slot losses ${stats.slotLosses}` : "") +
       ` · ${((Date.now() - stats.startedAt) / 1000).toFixed(1)}s`;
     if (this.tty) {

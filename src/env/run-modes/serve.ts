@@ -13,11 +13,13 @@ export interface ServeModeOptions {
   signal?: AbortSignal;
   logger: Logger;
   onGroup?: (outcome: GroupOutcome, stats: RunStats) => void;
+  /** The run's statistics (default: new, with the env's successThreshold). */
+  stats?: RunStats;
 }
 
 /** Atropos's `serve` mode: feed a trainer through its trajectory API until it has enough. */
 export async function runServeMode(env: AgentEnv<unknown>, options: ServeModeOptions): Promise<{ stats: RunStats; report: EnvManagerReport }> {
-  const stats = new RunStats();
+  const stats = options.stats ?? new RunStats({ successThreshold: env.config.successThreshold });
   const client = new AtroposClient({ url: options.atroposUrl, logger: options.logger });
   try {
     const report = await runEnvManager(env, client, {

@@ -1,29 +1,39 @@
 import { formatMs, formatToolErrorLine } from "../../report/tool-stats.js";
+import { formatCauses } from "../infra-failure.js";
+import { isolationRows } from "../isolation.js";
 import type { RunStats } from "../run-stats.js";
 
 const TOOL_ERROR_LINES = 10;
 const SLOWEST_TOOLS = 5;
 
 /**
- * What the report's run panel adds to the figures it computes from the JSONL itself: failed
- * and filtered groups (not in the file), reward errors, elapsed time.
+ * What the report's run panel adds to the figures it computes from the JSONL itself: failed,
+ * dropped and filtered groups and infra failures (not in the file), success by threshold,
+ * the slots' isolation, elapsed time.
  */
 export function runRows(stats: RunStats, extra: Array<[string, string]> = []): Array<[string, string]> {
   return [
-    ["groups", `${stats.groups} (${stats.failedGroups} failed, ${stats.filteredGroups} filtered)`],
-    ...(stats.rewardErrors ? ([["reward errors", String(stats.rewardErrors)]] as Array<[string, string]>) : []),
+    ["groups", groupsText(stats)],
+    ["success rate", successText(stats)],
+    ["score distribution", stats.scoreDistribution()],
+    ["infra failures", infraText(stats)],
+    ...(stats.stoppedEarly ? ([["stopped early", stats.stoppedEarly]] as Array<[string, string]>) : []),
+    ...(stats.isolation ? isolationRows(stats.isolation) : []),
     ...extra,
     ["elapsed", `${((Date.now() - stats.startedAt) / 1000).toFixed(1)} s`],
   ];
 }
 
-/** The summary's key/value rows: groups, success rate, mean score, tool calls/errors, latency, slot losses. */
+/** The summary's key/value rows: groups, success rate, mean score, scores, infra failures, tools, latency, slot losses, isolation. */
 export function summaryRows(stats: RunStats, extra: Array<[string, string]> = []): Array<[string, string]> {
   return [
-    ["groups", `${stats.groups} (${stats.failedGroups} failed, ${stats.filteredGroups} filtered)`],
-    ["trajectories", String(stats.trajectories)],
-    ["success rate", `${(stats.successRate * 100).toFixed(1)}%`],
+    ["groups", groupsText(stats)],
+    ["trajectories", `${stats.trajectories} scored`],
+    // `.ci/run` reads this line as "success rate  NN.N%": keep the figure first.
+    ["success rate", successText(stats)],
     ["mean score", stats.meanScore.toFixed(3)],
+    ["score distribution", stats.scoreDistribution()],
+    ["infra failures", infraText(stats)],
     ["tool calls", String(stats.toolCalls)],
     ["tool errors", String(stats.toolErrors)],
     ["tool latency p50", formatMs(stats.latencyPercentile(50))],
@@ -31,16 +41,34 @@ export function summaryRows(stats: RunStats, extra: Array<[string, string]> = []
     ["workspace setup p50/p99", `${formatMs(stats.latencyPercentile(50, stats.workspaceSetupMs))} / ${formatMs(stats.latencyPercentile(99, stats.workspaceSetupMs))}`],
     ["slot losses", String(stats.slotLosses)],
     ["retries", String(stats.retries)],
-    ...(stats.rewardErrors ? ([["reward errors", String(stats.rewardErrors)]] as Array<[string, string]>) : []),
     ...(stats.tokenTurns
       ? ([
           ["token-exact", `${stats.tokenExactTrajectories} of ${stats.trajectories} trajectories`],
           ["prefix breaks", `${stats.prefixBreaks} of ${stats.tokenTurns} turns (${(stats.prefixBreakRate * 100).toFixed(1)}%)${stats.unsentSegments ? `, ${stats.unsentSegments} broken-off segments not sent` : ""}`],
         ] as Array<[string, string]>)
       : []),
+    ...(stats.isolation ? isolationRows(stats.isolation) : []),
+    ...(stats.stoppedEarly ? ([["stopped early", stats.stoppedEarly]] as Array<[string, string]>) : []),
     ...extra,
     ["elapsed", `${((Date.now() - stats.startedAt) / 1000).toFixed(1)} s`],
   ];
+}
+
+function groupsText(stats: RunStats): string {
+  const dropped = stats.droppedGroups ? `, ${stats.droppedGroups} of them dropped for infra failures` : "";
+  return `${stats.groups} (${stats.failedGroups} failed${dropped}, ${stats.filteredGroups} filtered)`;
+}
+
+function successText(stats: RunStats): string {
+  return `${(stats.successRate * 100).toFixed(1)}% (${stats.solved} of ${stats.trajectories} with score ≥ ${stats.successThreshold})`;
+}
+
+/** Trajectories that were not scored, by cause; never mixed into the scores. */
+function infraText(stats: RunStats): string {
+  const n = stats.infraFailureCount;
+  if (n === 0) return "0";
+  const masked = stats.maskedTrajectories ? ` · ${stats.maskedTrajectories} masked out of their groups` : "";
+  return `${n} trajectories not scored (${formatCauses(stats.infraFailures)})${masked}`;
 }
 
 /**

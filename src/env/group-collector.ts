@@ -1,0 +1,84 @@
+import type { Logger } from "../observability/logger.js";
+import type { GroupTools } from "../tools/distributions.js";
+import type { AgentEnvConfig } from "./config.js";
+import { TrajectoryFailedError } from "./errors.js";
+import type { InfraFailure } from "./infra-failure.js";
+import { buildScoredGroup, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
+
+export interface GroupCollectorHost {
+  config: AgentEnvConfig;
+  log: Logger;
+  /** One trajectory of the item, start to finish, in its own slot (AgentEnv.collectTrajectory). */
+  runTrajectory: () => Promise<TrajectoryOutcome>;
+  signal?: AbortSignal;
+}
+
+/** One try at a group: what finished, the infra failures among it (lost slots included), other errors. */
+interface GroupRound {
+  done: TrajectoryOutcome[];
+  infra: InfraFailure[];
+  errors: string[];
+  unfinished: { slotLosses: number; retries: number };
+}
+
+/**
+ * The group of one item: `groupSize` trajectories at once. A trajectory with an
+ * infrastructure failure is never part of it; by `infraFailurePolicy` the group is dropped
+ * and its item tried again (up to `infraRetries` more times), or it goes on without that
+ * trajectory (`mask`), or the run stops (`fail`, the outcome is `fatal`). A trajectory that
+ * failed otherwise (setup threw) fails the group with the reason.
+ */
+export async function collectGroup<Item>(item: Item, groupTools: GroupTools, host: GroupCollectorHost): Promise<GroupOutcome<Item>> {
+  const { infraFailurePolicy: policy, infraRetries, groupSize } = host.config;
+  const infraFailures: InfraFailure[] = [];
+  const common = { item, toolsets: groupTools.toolsets, infraFailures };
+  for (let attempt = 0; ; attempt++) {
+    const round = await collectRound(host);
+    infraFailures.push(...round.infra);
+    const scored = round.done.filter((t) => !t.infraFailure);
+    if (round.errors.length > 0) {
+      const reason = `${round.errors.length} of ${groupSize} trajectories failed: ${[...new Set(round.errors)].join(" | ")}`;
+      host.log.error({ reason }, "group failed");
+      return { ok: false, kind: "error", fatal: false, reason, trajectories: scored, unfinished: round.unfinished, ...common };
+    }
+    if (round.infra.length === 0 || (policy === "mask" && scored.length > 0)) {
+      const group = buildScoredGroup(scored, {
+        groupSize,
+        includeMessages: host.config.includeMessages,
+        generationParams: { temperature: host.config.temperature, max_tokens: host.config.maxTokens },
+      });
+      return { ok: true, group, trajectories: scored, masked: round.infra.length, droppedAttempts: attempt, ...common };
+    }
+    const what = `${round.infra.length} of ${groupSize} trajectories had an infrastructure failure: ${[...new Set(round.infra.map((f) => `${f.cause}: ${f.message}`))].join(" | ")}`;
+    if (policy === "drop" && attempt < infraRetries) {
+      host.log.warn({ attempt: attempt + 1, infraRetries }, `${what}; the group is dropped and its item tried again`);
+      continue;
+    }
+    const reason = policy === "fail" ? `${what} (infraFailurePolicy "fail": the run stops)` : `${what}; dropped after ${attempt + 1} tries`;
+    host.log.error({ reason }, "group dropped");
+    return { ok: false, kind: "infra", fatal: policy === "fail", reason, trajectories: scored, unfinished: round.unfinished, ...common };
+  }
+}
+
+async function collectRound(host: GroupCollectorHost): Promise<GroupRound> {
+  const settled = await Promise.allSettled(Array.from({ length: host.config.groupSize }, () => host.runTrajectory()));
+  host.signal?.throwIfAborted();
+  const round: GroupRound = { done: [], infra: [], errors: [], unfinished: { slotLosses: 0, retries: 0 } };
+  for (const s of settled) {
+    if (s.status === "fulfilled") {
+      round.done.push(s.value);
+      if (s.value.infraFailure) round.infra.push(s.value.infraFailure);
+      continue;
+    }
+    const err = s.reason as unknown;
+    const message = err instanceof Error ? err.message : String(err);
+    if (err instanceof TrajectoryFailedError) {
+      round.unfinished.slotLosses += err.attempts;
+      round.unfinished.retries += err.attempts - 1;
+    }
+    // Slots lost more often than slotLossRetries allows: the infrastructure's failure, not the env's.
+    if (err instanceof TrajectoryFailedError && err.slotLost) round.infra.push({ cause: "slot_lost", message });
+    else round.errors.push(message);
+  }
+  return round;
+}

@@ -1,0 +1,77 @@
+import type { HealthResponse } from "../protocol/sandbox.js";
+
+/** One container's /health answer as the pool got it, or why it could not be asked. */
+export interface ContainerHealth {
+  id: string;
+  url: string;
+  health?: HealthResponse;
+  error?: string;
+}
+
+/**
+ * What the run's slots were isolated by, from the sandbox servers' /health: each line one
+ * fact, "2 of 2 containers" when servers differ. Read from the keys /health has
+ * (bwrap_available, sandbox_unavailable_reason, limits.memory/pids/disk, internet, cgroups);
+ * a key an older or newer server does not send reads "unknown", never a guess.
+ */
+export interface IsolationSummary {
+  containers: number;
+  /** Containers whose slots run inside bubblewrap. */
+  sandboxed: number;
+  /** "sandboxed (bubblewrap)", or in words that slots ran unsandboxed and why. */
+  sandbox: string;
+  memory: string;
+  pids: string;
+  disk: string;
+  network: string;
+  /** Containers that did not answer /health. */
+  unanswered: number;
+}
+
+export function summarizeIsolation(containers: readonly ContainerHealth[], options: { allowNetwork: boolean }): IsolationSummary {
+  const answered = containers.filter((c) => c.health).map((c) => c.health!);
+  const sandboxed = answered.filter((h) => h.bwrap_available).length;
+  const unsandboxed = answered.filter((h) => !h.bwrap_available);
+  const reasons = [...new Set(unsandboxed.map((h) => h.sandbox_unavailable_reason ?? "no reason given"))];
+  const sandbox =
+    answered.length === 0
+      ? "unknown (no sandbox server answered /health)"
+      : unsandboxed.length === 0
+        ? "sandboxed (bubblewrap)"
+        : `UNSANDBOXED: slots on ${unsandboxed.length} of ${answered.length} containers ran without bubblewrap, with the server's own view of the host (${reasons.join("; ")})`;
+  const limit = (pick: (l: Record<string, unknown>) => string | undefined) =>
+    distinct(answered.map((h) => {
+      const l = h["limits"];
+      return l && typeof l === "object" ? (pick(l as Record<string, unknown>) ?? "unknown") : "unknown";
+    }));
+  const memory = limit((l) => (typeof l["memory"] === "string" ? ({ cgroup: "per-slot cgroup", rlimit_as_per_process: "RLIMIT_AS per process (no per-slot bound)", none: "none" } as Record<string, string>)[l["memory"]] ?? l["memory"] : undefined));
+  const pids = limit((l) => (typeof l["pids"] === "string" ? ({ cgroup: "per-slot cgroup", rlimit_nproc_per_slot_uid: "RLIMIT_NPROC per slot uid", rlimit_nproc_shared_uid: "RLIMIT_NPROC shared by all slots" } as Record<string, string>)[l["pids"]] ?? l["pids"] : undefined));
+  const disk = limit((l) => {
+    const mb = typeof l["disk_mb"] === "number" ? ` ${l["disk_mb"]} MB` : "";
+    if (l["disk"] === "workspace_and_tmp") return `workspace and /tmp on a tmpfs of${mb}`;
+    if (l["disk"] === "tmp_only") return `only /tmp bounded (${mb.trim() || "?"} each); the workspace is not`;
+    return undefined;
+  });
+  const network = options.allowNetwork
+    ? distinct(answered.map((h) => (h.internet === "slirp4netns" ? "allowed (user-mode network, slirp4netns)" : h.internet === "unavailable" ? `loopback only (${h.internet_unavailable_reason ?? "no internet here"})` : "unknown")))
+    : "off (allowNetwork false: loopback only)";
+  return { containers: containers.length, sandboxed, sandbox, memory, pids, disk, network, unanswered: containers.length - answered.length };
+}
+
+/** The summary's and report's rows. */
+export function isolationRows(s: IsolationSummary): Array<[string, string]> {
+  return [
+    ["isolation", `${s.sandbox}${s.containers > 1 ? ` · ${s.containers} containers` : ""}${s.unanswered ? ` · ${s.unanswered} did not answer /health` : ""}`],
+    ["  memory / pids", `${s.memory} / ${s.pids}`],
+    ["  disk", s.disk],
+    ["  network", s.network],
+  ];
+}
+
+function distinct(values: string[]): string {
+  const counts = new Map<string, number>();
+  for (const v of values) counts.set(v, (counts.get(v) ?? 0) + 1);
+  if (counts.size === 0) return "unknown";
+  if (counts.size === 1) return [...counts.keys()][0]!;
+  return [...counts.entries()].map(([v, n]) => `${v} (${n} of ${values.length} containers)`).join("; ");
+}
