@@ -88,7 +88,8 @@ export class NomadProvisioner implements Provisioner {
     }
     this.options = options;
     this.logger = options.logger ?? silentLogger();
-    this.client = options.client ?? NomadClient.fromEnv({ logger: this.logger });
+    // The job's namespace is the one every call must name (else NOMAD_NAMESPACE, else "default").
+    this.client = options.client ?? NomadClient.fromEnv({ logger: this.logger, ...(options.job?.namespace ? { namespace: options.job.namespace } : {}) });
     this.ownsClient = !options.client;
     // Validates the job options now, so a bad image or job ID fails at construction.
     this.jobId = (sandboxJob({ ...options.job, slots: options.slotsPerContainer }) as { ID: string }).ID;
