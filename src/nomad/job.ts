@@ -268,8 +268,20 @@ export function sandboxServerArgs(s: SandboxJobSettings): string[] {
     String(s.slotMemoryMb),
     "--disk-mb",
     String(s.slotDiskMb),
+    ...(isHostMode(s) && !s.serverArgs.includes("--data-dir") ? ["--data-dir", HOST_MODE_DATA_DIR] : []),
     ...s.serverArgs,
   ];
+}
+
+/**
+ * raw_exec without an image: workspaces outside the allocation dir, which Nomad keeps under
+ * its data dir (mode 0700: out of the slot uids' reach, so the server would refuse it).
+ */
+export const HOST_MODE_DATA_DIR = "/tmp/slotpool-nomad/${NOMAD_ALLOC_ID}";
+
+/** raw_exec running the host's own slotpool (no image). */
+export function isHostMode(s: Pick<SandboxJobSettings, "driver" | "image">): boolean {
+  return s.driver === "raw_exec" && !s.image;
 }
 
 /**

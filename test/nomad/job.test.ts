@@ -128,7 +128,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     expect(resolveSandboxJobOptions({ token: "t" }).tokenGenerated).toBe(false);
     for (const driver of ["docker", "raw_exec", "exec"] as const) {
       const task = ((sandboxJob({ driver })["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!;
-      expect(task["Env"]["SANDBOX_TOKEN"]).toMatch(/^[A-Za-z0-9_-]{32}$/);
+      expect((task["Env"] as Json)["SANDBOX_TOKEN"]).toMatch(/^[A-Za-z0-9_-]{32}$/);
     }
   });
 
@@ -153,7 +153,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     expect(hostSlotpoolMain()).toMatch(/dist\/src\/cli\/main\.js$/);
     expect(taskConfig(s)).toEqual({
       command: process.execPath,
-      args: [hostSlotpoolMain(), "sandbox-server", "--slots", "2", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112"],
+      args: [hostSlotpoolMain(), "sandbox-server", "--slots", "2", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112", "--data-dir", "/tmp/slotpool-nomad/${NOMAD_ALLOC_ID}"],
     });
     // A slotpool binary of one's own: no script before the subcommand.
     const own = taskConfig(resolveSandboxJobOptions({ driver: "raw_exec", command: "/usr/local/bin/slotpool", slots: 1 }));
