@@ -10,7 +10,7 @@ import {
 } from "../nomad/allocation.js";
 import { NomadClient } from "../nomad/client.js";
 import { sleep } from "../nomad/retry.js";
-import { NomadAclDeniedError, NomadError, NomadUnreachableError } from "../nomad/errors.js";
+import { NomadAclDeniedError, NomadError, NomadScaleBlockedError, NomadUnreachableError } from "../nomad/errors.js";
 import { META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
 import type { AllocListStub, Evaluation, Job } from "../nomad/schemas.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
@@ -38,6 +38,11 @@ export interface NomadProvisionerOptions {
   /** How long one blocking query may wait (default 30 s). */
   blockingWaitMs?: number;
   /**
+   * How long a scale call refused with "job scaling blocked due to active deployment" waits
+   * for that deployment to end before it fails (default 120 s; the pool then retries it).
+   */
+  scaleBlockedWaitMs?: number;
+  /**
    * How allocation changes are seen: "blocking" (default) re-lists the job's allocations with
    * blocking queries; "events" lists once, then follows /v1/event/stream (topic
    * Allocation:<job>), re-listing whenever the stream drops.
@@ -45,6 +50,9 @@ export interface NomadProvisionerOptions {
   watch?: "blocking" | "events";
   logger?: Logger;
 }
+
+/** Deployment states in which Nomad refuses scale calls (structs.Deployment.Active()). */
+const ACTIVE_DEPLOYMENT = new Set(["running", "paused", "blocked", "unblocking", "pending", "initializing"]);
 
 interface TrackedAllocation {
   /** Nomad's allocation ID (for API calls). */
@@ -143,9 +151,47 @@ export class NomadProvisioner implements Provisioner {
 
   async setTargetCount(count: number, reason: string): Promise<void> {
     if (this.stopping) return;
-    await this.client.scaleTaskGroup(this.jobId, SANDBOX_GROUP, count, { message: `slotpool: ${reason}`.slice(0, 500), signal: this.abort.signal });
+    const message = `slotpool: ${reason}`.slice(0, 500);
+    const deadline = performance.now() + (this.options.scaleBlockedWaitMs ?? 120_000);
+    for (;;) {
+      try {
+        await this.client.scaleTaskGroup(this.jobId, SANDBOX_GROUP, count, { message, signal: this.abort.signal });
+        break;
+      } catch (err) {
+        // A job version with an update strategy (someone's `nomad job run` of the job with an
+        // `update` block; slotpool's own job has max_parallel = 0) has a deployment, and Nomad
+        // refuses every scale until it ends. Wait for it, then scale again: Nomad 1.1 may have
+        // stored the refused count already, but places nothing for it without a new call.
+        if (!(err instanceof NomadScaleBlockedError) || performance.now() > deadline || this.stopping) throw err;
+        await this.waitForDeployment(deadline);
+      }
+    }
     this.target = count;
     this.lastPlacementCheck = 0;
+  }
+
+  /** Waits (blocking queries) until the job's latest deployment is no longer active, or the deadline. */
+  private async waitForDeployment(deadline: number): Promise<void> {
+    let index = 0;
+    let logged = false;
+    while (!this.stopping && performance.now() < deadline) {
+      const { deployment, index: next } = await this.client.latestDeployment(this.jobId, {
+        index,
+        waitMs: Math.max(1_000, Math.min(10_000, deadline - performance.now())),
+        signal: this.abort.signal,
+      });
+      if (!deployment || !ACTIVE_DEPLOYMENT.has(deployment.Status ?? "")) return;
+      if (!logged) {
+        logged = true;
+        this.logger.warn(
+          { job: this.jobId, deployment: deployment.ID, status: deployment.Status, jobVersion: deployment.JobVersion },
+          "nomad provisioner: scaling is blocked by the job's active deployment (a job version with an update block); scaling once it ends",
+        );
+      }
+      // A server that does not block would make this a busy loop.
+      if (next === index) await sleep(500, this.abort.signal);
+      index = next < index ? 0 : next;
+    }
   }
 
   /**

@@ -104,6 +104,8 @@ export interface EmulatedJob {
   scaleEvents: Record<string, Json[]>;
   deploymentsEnabled: boolean;
   deploymentActiveUntil: number;
+  /** The latest deployment (jobs whose update block creates them), as GET /v1/job/:id/deployment shows it. */
+  deployment?: { id: string; jobVersion: number; createIndex: number };
 }
 
 export interface EmulatedEvaluation {
@@ -298,7 +300,7 @@ export class EmulatedCluster {
     job.modifyIndex = index;
     job.jobModifyIndex = index;
     job.deploymentsEnabled = createsDeployments(canonical);
-    if (job.deploymentsEnabled) job.deploymentActiveUntil = Date.now() + this.options.deploymentMs;
+    if (job.deploymentsEnabled) this.startDeployment(job, index);
     this.jobs.set(key(namespace, id), job);
     this.jobsTableIndex = index;
     this.emit([{ Topic: "Job", Type: "JobRegistered", Key: id, Namespace: namespace, FilterKeys: null, Payload: { Job: this.jobWire(job) } }], index);
@@ -326,7 +328,7 @@ export class EmulatedCluster {
     job.modifyIndex = index;
     job.jobModifyIndex = index;
     this.jobsTableIndex = index;
-    if (job.deploymentsEnabled) job.deploymentActiveUntil = Date.now() + this.options.deploymentMs;
+    if (job.deploymentsEnabled) this.startDeployment(job, index);
     const evaluation = this.createEval(job, "job-scaling");
     event["EvalID"] = evaluation.id;
     event["CreateIndex"] = index;
@@ -351,6 +353,26 @@ export class EmulatedCluster {
       this.jobsTableIndex = this.bump();
     }
     return { evalId: evaluation.id, evalIndex: evaluation.createIndex };
+  }
+
+  /**
+   * What a real 1.1.2 agent does with a scale call refused for an active deployment: the
+   * count is stored (the job's version moves) but no evaluation places anything for it
+   * (shared/tools/nomad/README.md, "Things a real agent does"). The refusal is the caller's.
+   */
+  storeRefusedCount(job: EmulatedJob, group: string, count: number): void {
+    const tg = (job.spec["TaskGroups"] as Json[]).find((g) => g["Name"] === group)!;
+    tg["Count"] = count;
+    const index = this.bump();
+    job.version += 1;
+    job.modifyIndex = index;
+    job.jobModifyIndex = index;
+    this.jobsTableIndex = index;
+  }
+
+  private startDeployment(job: EmulatedJob, index: number): void {
+    job.deploymentActiveUntil = Date.now() + this.options.deploymentMs;
+    job.deployment = { id: randomUUID(), jobVersion: job.version, createIndex: index };
   }
 
   deploymentActive(job: EmulatedJob): boolean {
