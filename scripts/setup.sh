@@ -22,6 +22,9 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v slirp4netns >/dev/null 2>&1 || need+=(slirp4netns)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# tini: the image's init (PID 1, reaps orphans); test/sandbox/image-entrypoint.test.ts runs the
+# image's ENTRYPOINT as written, tini first.
+command -v tini >/dev/null 2>&1 || need+=(tini)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need[*]}" >&2

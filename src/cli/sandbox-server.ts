@@ -41,7 +41,11 @@ options:
   --disk-workspace         bound the workspace (the default; kept for scripts)
   --net-allow-ranges R     comma-separated IPv4 ranges a slot with network on may reach although private
                            (e.g. 10.20.0.0/16); link-local and the host's own addresses stay unreachable
-  --no-sandbox             never use bubblewrap (testing the unsandboxed fallback)
+  --allow-unsandboxed      development only: start even where commands cannot be sandboxed (no
+                           bubblewrap, or namespaces refused); every result then says UNSANDBOXED
+                           (metadata.unsandboxed) and so does /health. Without it such a server refuses
+                           to start, naming what is missing and the fix
+  --no-sandbox             never use bubblewrap (testing the unsandboxed mode; needs --allow-unsandboxed)
   --template-budget-mb N   disk budget of workspace templates, MB; unused ones are evicted LRU above it (default 4096)
 `;
 
@@ -70,6 +74,7 @@ export async function run(argv: string[]): Promise<number> {
       "no-network": { type: "boolean" },
       "slot-uid-base": { type: "string" },
       "no-sandbox": { type: "boolean" },
+      "allow-unsandboxed": { type: "boolean" },
       "template-budget-mb": { type: "string" },
       "net-allow-ranges": { type: "string" },
       "disk-mb": { type: "string" },
@@ -120,6 +125,7 @@ export async function run(argv: string[]): Promise<number> {
     defaultAllowNetwork: !boolFlag(flags, "no-network"),
     slotUidBase: slotUidBase(stringFlag(flags, "slot-uid-base") === undefined ? undefined : intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), DEFAULT_SLOT_UID_BASE, 1000), allocId),
     disableSandbox: boolFlag(flags, "no-sandbox"),
+    allowUnsandboxed: boolFlag(flags, "allow-unsandboxed"),
     templateBudgetBytes: intFlag("template-budget-mb", stringFlag(flags, "template-budget-mb"), 4096, 1) * MB,
     diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), DEFAULT_DISK_BYTES / MB, 1) * MB,
     boundWorkspace: !boolFlag(flags, "no-disk-workspace"),
@@ -140,6 +146,7 @@ export async function run(argv: string[]): Promise<number> {
       ...(server.service.disks.reason ? { disk_reason: server.service.disks.reason } : {}),
       internet: server.service.internetAccess ? "slirp4netns" : (server.service.internetReason ?? "none"),
       auth: token !== undefined,
+      isolation: server.service.isolation().summary,
     },
     "listening",
   );

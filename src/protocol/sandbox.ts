@@ -71,6 +71,8 @@ export const ExecuteMetadataSchema = z
   .object({
     exit_code: z.number().int().nullable().optional(),
     sandboxed: z.boolean().optional(),
+    /** Set on every result of a server started with --allow-unsandboxed that cannot sandbox: why, in words. */
+    unsandboxed: z.string().optional(),
     network_isolated: z.boolean().optional(),
     timeout: z.boolean().optional(),
     truncated: z.boolean().optional(),
@@ -117,6 +119,28 @@ export const ResetResponseSchema = z.object({
 });
 export type ResetResponse = z.infer<typeof ResetResponseSchema>;
 
+/**
+ * The isolation a server's slots get, in one place (`/health` → `isolation`): for run
+ * summaries and reports. `summary` says it in one line of words.
+ */
+export const IsolationSummarySchema = z
+  .object({
+    sandboxed: z.boolean(),
+    /** Why not sandboxed (only with --allow-unsandboxed: a server that cannot sandbox otherwise refuses to start). */
+    unsandboxed_reason: z.string().optional(),
+    memory: z.string(),
+    memory_mb: z.number(),
+    pids: z.string(),
+    max_processes: z.number(),
+    disk: z.string(),
+    disk_mb: z.number(),
+    /** What `allow_network: true` gets: its own namespace behind slirp4netns, loopback only, or the server's own network (unsandboxed). */
+    network: z.enum(["slirp4netns", "loopback_only", "host_unsandboxed"]),
+    summary: z.string(),
+  })
+  .catchall(z.unknown());
+export type IsolationSummary = z.infer<typeof IsolationSummarySchema>;
+
 export const HealthResponseSchema = z
   .object({
     status: z.literal("ok"),
@@ -130,6 +154,7 @@ export const HealthResponseSchema = z
     internet_unavailable_reason: z.string().optional(),
     cgroups: z.string().optional(),
     slots_busy: z.number().int().nonnegative().optional(),
+    isolation: IsolationSummarySchema.optional(),
   })
   .catchall(z.unknown());
 export type HealthResponse = z.infer<typeof HealthResponseSchema>;

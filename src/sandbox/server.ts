@@ -127,6 +127,7 @@ export class SandboxServer {
             cgroups: svc.cgroups.mode,
             limits: svc.limitsInForce,
             slots_busy: svc.slots.filter((s) => s.state !== "idle").length,
+            isolation: svc.isolation(),
           }),
         { public: true },
       )

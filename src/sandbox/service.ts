@@ -10,6 +10,7 @@ import {
   type ReadFileArgs,
   type ResetResponse,
   type WriteFileArgs,
+  type IsolationSummary,
   type SandboxToolName,
 } from "../protocol/sandbox.js";
 import { blockedForOthers, octal } from "../host/reachable.js";
@@ -35,6 +36,7 @@ import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.j
 const SLOW_CALL_S = 1;
 import { DEFAULT_DISK_BYTES, SlotDisks } from "./slot-disk.js";
 import { whyNoMounts } from "../host/mount-namespace.js";
+import { mayChangeOwnMounts, procCovers, unmaskProc, writableCgroups } from "../host/container-mounts.js";
 import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "./network.js";
 
 /** Hermes names accepted as aliases. */
@@ -53,8 +55,14 @@ export interface SandboxServiceOptions {
   slotUidBase?: number;
   /** Run slots as separate uids (default: when root). */
   perSlotUid?: boolean;
-  /** Skip bubblewrap even if available (testing the fallback). */
+  /** Skip bubblewrap even if available (testing the unsandboxed mode; needs `allowUnsandboxed`). */
   disableSandbox?: boolean;
+  /**
+   * Start although commands cannot be sandboxed (development only: `--allow-unsandboxed`).
+   * Without it a server that cannot sandbox refuses to start (fail closed); with it every
+   * result and /health say the commands ran unsandboxed.
+   */
+  allowUnsandboxed?: boolean;
   /** Use one bubblewrap per call instead of the per-slot namespace (benchmarks, debugging). */
   disableSpawner?: boolean;
   /** Do not create per-slot cgroups. */
@@ -162,12 +170,18 @@ export class SandboxService implements SlotHost {
       : undefined;
     this.disks = new SlotDisks(this.stateDir, options.diskBytes ?? DEFAULT_DISK_BYTES, unbounded);
     const first = this.slots[0];
+    if (options.disableSandbox && !options.allowUnsandboxed) {
+      throw new SandboxSetupError("sandbox_unavailable", "--no-sandbox runs every command unsandboxed: pass --allow-unsandboxed as well to say so (development only)");
+    }
     this.bwrap = options.disableSandbox
       ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox" }
       : first
-        ? probeBwrap(first.workspaceDir, first.owner?.uid, first.owner?.gid)
+        ? this.probeSandbox(first)
         : { available: false, path: null, reason: "no slots" };
-    if (!this.bwrap.available) this.logger.warn({ reason: this.bwrap.reason }, "bubblewrap unavailable: commands run unsandboxed unless require_sandbox is set");
+    if (!this.bwrap.available) {
+      if (!options.allowUnsandboxed) throw new SandboxSetupError("sandbox_unavailable", cannotSandboxMessage(this.bwrap.reason ?? "bubblewrap cannot be used"));
+      this.logger.warn({ reason: this.bwrap.reason }, "UNSANDBOXED (--allow-unsandboxed, development only): commands run on the server's own system, unless require_sandbox is set");
+    }
     if (this.bwrap.available && !options.disableSpawner) {
       this.spawnerPath = spawnerBinary([this.stateDir], { othersMustReach: perSlotUid && isRoot });
       this.spawnerReason = this.spawnerPath ? undefined : spawnerUnavailableReason();
@@ -182,6 +196,15 @@ export class SandboxService implements SlotHost {
     this.internetAccess = internet.available ? internet.access : undefined;
     this.internetReason = internet.available ? undefined : internet.reason;
     if (!internet.available && this.bwrap.available) this.logger.warn({ reason: internet.reason }, "network on is unavailable: calls with allow_network run loopback-only");
+    // In a container (Docker mounts the cgroupfs read-only): read-write in our own namespace.
+    if (mayChangeOwnMounts() && !options.disableCgroups) {
+      try {
+        const remounted = writableCgroups();
+        if (remounted.length > 0) this.logger.info({ remounted }, "cgroup mounts made writable in the server's own mount namespace");
+      } catch (err) {
+        this.logger.info({ reason: err instanceof Error ? err.message : String(err) }, "cgroup mounts stay read-only");
+      }
+    }
     this.cgroups = new SlotCgroups({ memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses }, this.logger, options.disableCgroups ?? false);
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;
@@ -202,6 +225,23 @@ export class SandboxService implements SlotHost {
       uid: process.getuid?.() ?? 0,
       disk: { mode: this.disks.mode, bytes: this.disks.bytes, ...(this.disks.reason ? { reason: this.disks.reason } : {}) },
     });
+  }
+
+  /**
+   * Probes bubblewrap as slot `first` would run it. Inside a container whose /proc is partly
+   * covered (Docker's masked paths), a root server in a mount namespace of its own uncovers
+   * /proc there and probes again (see host/container-mounts.ts).
+   */
+  private probeSandbox(first: Slot): BwrapProbe {
+    const probe = probeBwrap(first.workspaceDir, first.owner?.uid, first.owner?.gid);
+    if (probe.available || !/can't mount proc/i.test(probe.reason ?? "") || !mayChangeOwnMounts() || procCovers().length === 0) return probe;
+    try {
+      const uncovered = unmaskProc();
+      this.logger.info({ uncovered }, "uncovered /proc in the server's own mount namespace (the container masks parts of it)");
+    } catch (err) {
+      return { ...probe, reason: `${probe.reason}; uncovering /proc failed: ${err instanceof Error ? err.message : String(err)}` };
+    }
+    return probeBwrap(first.workspaceDir, first.owner?.uid, first.owner?.gid);
   }
 
   /**
@@ -277,7 +317,40 @@ export class SandboxService implements SlotHost {
         "call",
       );
     }
+    // Every result of an unsandboxed server says so in words (--allow-unsandboxed only).
+    if (!this.bwrap.available) outcome = { ...outcome, metadata: { ...outcome.metadata, sandboxed: false, unsandboxed: this.unsandboxedNote() } };
     return { ...outcome, execution_id: call.executionId };
+  }
+
+  private unsandboxedNote(): string {
+    return `UNSANDBOXED: this command ran on the server's own system without isolation (started with --allow-unsandboxed, development only): ${this.bwrap.reason ?? "bubblewrap cannot be used"}`;
+  }
+
+  /** What isolation the slots get here, for /health and run summaries. */
+  isolation(): IsolationSummary {
+    const l = this.limitsInForce;
+    const sandboxed = this.bwrap.available;
+    const network = !sandboxed ? "host_unsandboxed" : this.internetAccess ? "slirp4netns" : "loopback_only";
+    const memoryMb = Math.round(this.limits.memoryBytes / 1048576);
+    const words = [
+      sandboxed ? "sandboxed (bubblewrap)" : `UNSANDBOXED (${this.bwrap.reason ?? "bubblewrap cannot be used"})`,
+      `memory: ${l.memory === "cgroup" ? `cgroup ${memoryMb} MB per slot` : l.memory === "rlimit_as_per_process" ? `${memoryMb} MB per process (RLIMIT_AS), not per slot` : "unbounded"}`,
+      `processes: ${l.pids === "cgroup" ? "cgroup" : l.pids === "rlimit_nproc_per_slot_uid" ? "RLIMIT_NPROC per slot uid" : "RLIMIT_NPROC shared by all slots"} (${this.limits.maxProcesses})`,
+      `disk: ${!sandboxed ? "unbounded" : l.disk === "workspace_and_tmp" ? `workspace + /tmp ${l.disk_mb} MB per slot` : `/tmp only (${l.disk_mb} MB), workspace unbounded`}`,
+      `network on: ${network === "slirp4netns" ? "own namespace via slirp4netns" : network === "loopback_only" ? `loopback only (${this.internetReason ?? "unavailable"})` : "the server's own network"}`,
+    ];
+    return {
+      sandboxed,
+      ...(sandboxed ? {} : { unsandboxed_reason: this.bwrap.reason ?? "bubblewrap cannot be used" }),
+      memory: l.memory,
+      memory_mb: memoryMb,
+      pids: l.pids,
+      max_processes: this.limits.maxProcesses,
+      disk: sandboxed ? l.disk : "none",
+      disk_mb: l.disk_mb,
+      network,
+      summary: words.join("; "),
+    };
   }
 
   private async dispatch(call: ParsedCall, onChunk?: OnChunk): Promise<ToolOutcome> {
@@ -386,3 +459,15 @@ export class SandboxService implements SlotHost {
   }
 }
 
+/** The one start-up error of a server that cannot sandbox: what is missing, and the fix. */
+export function cannotSandboxMessage(reason: string): string {
+  const root = process.getuid?.() === 0;
+  const fix = /not installed/.test(reason)
+    ? "install bubblewrap (Debian: apt-get install bubblewrap)"
+    : /pivot_root|can't mount proc|no permissions to create new namespace|operation not permitted/i.test(reason) && root
+      ? "in a container, run it with --cap-add SYS_ADMIN --security-opt seccomp=unconfined (and --security-opt apparmor=unconfined where AppArmor is on); see sandbox-image/Dockerfile and docs/security-model.md"
+      : root
+        ? "make the data dir reachable by the slot uids, or let this host create namespaces (see docs/security-model.md)"
+        : "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; Ubuntu: kernel.apparmor_restrict_unprivileged_userns=0), or run as root";
+  return `cannot sandbox commands here: ${reason.trim().replace(/\.+$/, "")}. Fix: ${fix}. To run commands unsandboxed anyway (development only), start with --allow-unsandboxed`;
+}

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync, readlinkSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { setPriority } from "node:os";
 import { join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
@@ -103,6 +103,9 @@ export class Holder {
   private readyReject: ((e: Error) => void) | null = null;
   private dead = false;
   private stderrTail = "";
+  /** Network on: the holder's namespaces exist (its shell said so on stderr). */
+  private netNamespaceUp = false;
+  private netNamespaceSeen: (() => void) | undefined;
   private niced = false;
   /** Init of the namespace's PID namespace (bwrap's child), known once the spawner said hello. */
   private nsInit: ProcessRef | null = null;
@@ -171,7 +174,14 @@ export class Holder {
     child.stdout!.on("data", (chunk: Buffer) => this.onData(chunk));
     child.stderr!.setEncoding("utf8");
     child.stderr!.on("data", (s: string) => {
-      this.stderrTail = (this.stderrTail + s).slice(-2000);
+      let tail = this.stderrTail + s;
+      // Network on: the holder's shell says when unshare has made its namespaces.
+      if (!this.netNamespaceUp && tail.includes(NET_READY_LINE)) {
+        tail = tail.replace(NET_READY_LINE, "");
+        this.netNamespaceUp = true;
+        this.netNamespaceSeen?.();
+      }
+      this.stderrTail = tail.slice(-2000);
     });
     // Every stdio end is a socket: a holder SIGKILLed with data in flight (reset's barrier)
     // makes a read fail with ECONNRESET. That death is handled on exit; an unhandled stream
@@ -200,14 +210,21 @@ export class Holder {
   /** slirp4netns for the holder's network namespace, as the slot's uid; resolves when it is up. */
   private async startNetwork(pid: number, net: InternetAccess, uid: number, gid: number): Promise<void> {
     // Until unshare has run, /proc/<pid>/ns/* are the host's: never hand those to slirp4netns.
-    const own = { net: nsLink("self", "net"), user: nsLink("self", "user") };
-    const deadline = performance.now() + 5_000;
-    for (;;) {
-      const n = nsLink(String(pid), "net");
-      const u = nsLink(String(pid), "user");
-      if (n && u && n !== own.net && u !== own.user) break;
-      if (this.dead || performance.now() > deadline) throw new Error(`the slot's network namespace did not appear${this.stderrTail ? `: ${this.stderrTail.trim()}` : ""}`);
-      await new Promise((r) => setTimeout(r, 1));
+    // The holder's shell says when it runs (after unshare): reading /proc/<pid>/ns of the slot
+    // uid's process instead needs CAP_SYS_PTRACE, which a root server in a container lacks
+    // (it then waited in vain until a 5 s deadline).
+    if (!this.netNamespaceUp) {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`the slot's network namespace did not appear within 5 s${this.stderrTail ? `: ${this.stderrTail.trim()}` : ""}`)), 5_000);
+        this.netNamespaceSeen = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        this.child?.once("exit", () => {
+          clearTimeout(timer);
+          reject(new Error(`the slot's network holder exited before its namespace appeared${this.stderrTail ? `: ${this.stderrTail.trim()}` : ""}`));
+        });
+      });
     }
     const slirp = spawn(
       net.slirp4netns,
@@ -478,15 +495,9 @@ export class Holder {
 }
 
 /** Network on: wait for slirp4netns, set the slot's routes, become bubblewrap (see network.ts). */
-const NET_SETUP = `read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; shift; exec "$@"`;
+const NET_READY_LINE = "slotpool-net-namespace-up\n";
+const NET_SETUP = `printf 'slotpool-net-namespace-up\\n' >&2; read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; shift; exec "$@"`;
 
-function nsLink(pid: string, ns: string): string | undefined {
-  try {
-    return readlinkSync(`/proc/${pid}/ns/${ns}`);
-  } catch {
-    return undefined;
-  }
-}
 
 const SIGNAL_NAMES: Record<number, NodeJS.Signals> = { 1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ" };
 function signalName(n: number): NodeJS.Signals | null {

@@ -10,8 +10,8 @@ import { descendants } from "../support/processes.js";
 import { serversMayMount } from "../support/server-view.js";
 
 /**
- * No Docker engine runs on these machines, so the image is tested through what it does:
- * the Dockerfile is parsed, its ENTRYPOINT is run as written (through a `slotpool` symlink
+ * The image without a Docker engine, through what it does (test/engines/docker-image.test.ts
+ * builds and runs the real image where an engine answers): the Dockerfile is parsed, its ENTRYPOINT is run as written (through a `slotpool` symlink
  * on PATH, as the image installs it) with only the port and listen address swapped for
  * test-safe values, its HEALTHCHECK command is run against that server, and every apt
  * package it installs is checked to exist in Debian bookworm.
@@ -111,7 +111,9 @@ describe("sandbox-image/Dockerfile", () => {
   });
 
   it("has the contract entrypoint and a curl HEALTHCHECK on /health", () => {
-    expect(entrypoint).toEqual(["slotpool", "sandbox-server", "--host", "0.0.0.0", "--port", "8080"]);
+    // tini as PID 1: it reaps the orphans slot commands leave (Node as PID 1 does not).
+    expect(entrypoint).toEqual(["tini", "-s", "--", "slotpool", "sandbox-server", "--host", "0.0.0.0", "--port", "8080"]);
+    expect(aptPackages()).toContain("tini");
     expect(healthcheck, "HEALTHCHECK missing").toBeDefined();
     expect(healthcheck!.args).toMatch(/\bCMD\s+\[/);
     const probe = execForm(healthcheck!.args.slice(healthcheck!.args.indexOf("[")));
@@ -151,7 +153,10 @@ describe("the image's spawner (the server's fast path)", () => {
   const spawnerTs = readFileSync(join(repo, "src", "sandbox", "spawner-binary.ts"), "utf8");
   const nativeBuildTs = readFileSync(join(repo, "src", "sandbox", "native-build.ts"), "utf8");
   const prebuilt = "dist/src/sandbox/native/slotpool-spawner";
-  const compile = buildRuns.join(" && ").split(/&&|;/).map((c) => c.trim()).find((c) => /^(cc|gcc)\s/.test(c));
+  const buildCommands = buildRuns.join(" && ").split(/&&|;/).map((c) => c.trim());
+  const compile = buildCommands.find((c) => /^(cc|gcc)\s/.test(c));
+  // What the build stage runs after the TypeScript build, up to the prune: mkdir and cc only.
+  const afterBuild = buildCommands.slice(buildCommands.indexOf("npm run build") + 1).filter((c) => /^(mkdir|cc|gcc)\s/.test(c));
 
   it("is compiled in the build stage, after the TypeScript, at the path the server looks for, and shipped", () => {
     // The server looks for <this module's folder>/native/slotpool-spawner.
@@ -174,22 +179,25 @@ describe("the image's spawner (the server's fast path)", () => {
     expect(last.filter((i) => i.keyword === "RUN").map((i) => i.args).join(" ")).not.toMatch(/\b(gcc|libc6-dev)\b/);
   });
 
-  it("the shipped layout (dist/src only, no C source, no compiler needed) runs on that binary", async () => {
-    const cc = (process.env["PATH"] ?? "").split(delimiter).some((d) => existsSync(join(d, "cc")));
-    if (!cc || !compile) return; // nothing to compile with here; the Dockerfile itself was checked above
+  const cc = (process.env["PATH"] ?? "").split(delimiter).some((d) => existsSync(join(d, "cc")));
+  it.skipIf(!cc)("the shipped layout (dist/src only, no C source, no compiler needed) runs on that binary (needs cc on PATH for the build stage's commands; skipped without)", async () => {
+    expect(compile, "no cc command in the build stage").toBeDefined();
     const root = await mkdtemp(join(tmpdir(), "slotpool-image-"));
     await chmod(root, 0o755); // a root server's slot uids must reach the data dir below it
     await chmod(root, 0o755);
     let server: ChildProcess | undefined;
     try {
-      // Build stage: /opt/slotpool with src/ and the built dist/ (without spawners compiled by tests).
+      // Build stage: /opt/slotpool with src/ and the built dist/ as a clean clone's tsc leaves
+      // it: no dist/src/sandbox/native/ (tsc never makes it; spawners compiled by tests live
+      // there). The Dockerfile's own commands after `npm run build` must make it.
       const build = join(root, "build");
       cpSync(join(repo, "src", "sandbox", "native"), join(build, "src", "sandbox", "native"), { recursive: true });
-      cpSync(join(repo, "dist", "src"), join(build, "dist", "src"), { recursive: true, filter: (p) => !/slotpool-spawner/.test(p) });
-      // dist/src/sandbox/native holds only test-compiled spawners, if anything: make sure it exists.
-      await mkdir(join(build, "dist", "src", "sandbox", "native"), { recursive: true });
-      const [file, ...args] = compile.split(/\s+/);
-      await run(file!, args, { cwd: build });
+      cpSync(join(repo, "dist", "src"), join(build, "dist", "src"), { recursive: true, filter: (p) => !/[/\\]dist[/\\]src[/\\]sandbox[/\\]native([/\\]|$)/.test(p) });
+      expect(existsSync(join(build, "dist", "src", "sandbox", "native"))).toBe(false);
+      for (const command of afterBuild) {
+        const [file, ...args] = command.split(/\s+/);
+        await run(file!, args, { cwd: build });
+      }
       // Runtime stage: only package.json, node_modules and dist/src.
       const rt = join(root, "rt");
       cpSync(join(build, "dist", "src"), join(rt, "dist", "src"), { recursive: true });
@@ -333,7 +341,10 @@ describe("the image's entrypoint, run as written", () => {
     }
     // The entrypoint's process re-executed itself under `unshare`: the server is its
     // descendant, in another mount namespace, where the slot disks are mounted.
-    const server = descendants(child!.pid!).find((pid) => readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("sandbox-server"));
+    // (Below tini and the entrypoint's own node: the one that carries the re-exec's marker.)
+    const server = descendants(child!.pid!).find(
+      (pid) => readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("sandbox-server") && readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").includes("SLOTPOOL_OWN_MOUNT_NS=1"),
+    );
     expect(server, "no sandbox-server below the entrypoint's process").toBeDefined();
     expect(readlinkSync(`/proc/${server}/ns/mnt`)).not.toBe(readlinkSync("/proc/self/ns/mnt"));
     expect(readFileSync(`/proc/${server}/mountinfo`, "utf8")).toContain(join(data, "slot_0"));

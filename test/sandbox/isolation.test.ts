@@ -1,6 +1,8 @@
-import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRoot, startServer, type TestServer } from "./helpers.js";
 import { serverView } from "../support/server-view.js";
@@ -115,14 +117,63 @@ describe("sandbox isolation", () => {
   });
 });
 
-describe("sandbox fallback without bubblewrap", () => {
-  it("runs unsandboxed and says so; require_sandbox gets a clear error", async () => {
-    const s = await startServer({ slots: 1, extraArgs: ["--no-sandbox", "--slot-uid-base", String(UID_BASE + 50)] });
+describe("fail closed: a server that cannot sandbox refuses to start", () => {
+  /** Runs `slotpool sandbox-server ARGS` to its exit (it must not start listening). */
+  function refusal(args: string[], env: NodeJS.ProcessEnv = {}): { status: number | null; stderr: string } {
+    const dataDir = mkdtempSync(join(tmpdir(), "slotpool-refuse-"));
+    chmodSync(dataDir, 0o755);
+    try {
+      const { command: file, args: pre } = slotpoolCommand();
+      const r = spawnSync(file, [...pre, "sandbox-server", "--port", "0", "--slots", "1", "--data-dir", dataDir, "--slot-uid-base", String(UID_BASE + 60), ...args], {
+        encoding: "utf8",
+        timeout: 30_000,
+        env: { ...process.env, ...env },
+      });
+      return { status: r.status, stderr: r.stderr };
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }
+
+  it("where bubblewrap cannot create its namespaces: one error naming what is missing and the fix", () => {
+    // A bwrap that fails as Docker's masked /proc makes the real one fail.
+    const bin = mkdtempSync(join(tmpdir(), "slotpool-fakebwrap-"));
+    chmodSync(bin, 0o755);
+    writeFileSync(join(bin, "bwrap"), "#!/bin/sh\necho \"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\" >&2\nexit 1\n", { mode: 0o755 });
+    try {
+      const r = refusal([], { PATH: `${bin}:${process.env["PATH"] ?? ""}` });
+      expect(r.status).toBe(1);
+      const lines = r.stderr.split("\n").filter((l) => l.startsWith("slotpool sandbox-server:"));
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatch(/cannot sandbox commands here: bubblewrap cannot create namespaces here: bwrap: Can't mount proc/);
+      expect(lines[0]).toMatch(/Fix: /);
+      expect(lines[0]).toMatch(/--allow-unsandboxed/);
+      expect(r.stderr).not.toMatch(/"msg":"listening"/);
+    } finally {
+      rmSync(bin, { recursive: true, force: true });
+    }
+  });
+
+  it("--no-sandbox alone is refused: unsandboxed takes --allow-unsandboxed", () => {
+    const r = refusal(["--no-sandbox"]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/--no-sandbox runs every command unsandboxed: pass --allow-unsandboxed/);
+  });
+});
+
+describe("--allow-unsandboxed (development only)", () => {
+  it("runs unsandboxed and says so in every result and /health; require_sandbox gets a clear error", async () => {
+    const s = await startServer({ slots: 1, extraArgs: ["--no-sandbox", "--allow-unsandboxed", "--slot-uid-base", String(UID_BASE + 50)] });
     try {
       const health = await s.get("/health");
       expect(health.json.bwrap_available).toBe(false);
+      expect(health.json.isolation).toMatchObject({ sandboxed: false, unsandboxed_reason: "sandboxing disabled by --no-sandbox", network: "host_unsandboxed", disk: "none" });
+      expect(health.json.isolation.summary).toMatch(/^UNSANDBOXED \(sandboxing disabled by --no-sandbox\)/);
       const r = await s.bash(0, "echo plain");
       expect(r).toMatchObject({ success: true, output: "plain", metadata: { sandboxed: false, network_isolated: false } });
+      expect(r.metadata["unsandboxed"]).toMatch(/^UNSANDBOXED: .*--allow-unsandboxed, development only/);
+      const w = await s.post("/execute", { slot_id: "slot_0", tool: "write_file", args: { path: "f.txt", content: "x" } });
+      expect(w.json.metadata.unsandboxed).toMatch(/^UNSANDBOXED/);
       const req = await s.bash(0, "echo plain", { require_sandbox: true });
       expect(req.success).toBe(false);
       expect(req.error).toMatch(/sandbox required but unavailable/);

@@ -2,6 +2,7 @@ import { createServer, type Server } from "node:net";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startServer, type TestServer } from "./helpers.js";
+import { HealthResponseSchema } from "../../src/protocol/sandbox.js";
 
 /**
  * Routes, bodies, auth and output format of `slotpool sandbox-server` (issue 2 points 1,
@@ -22,6 +23,13 @@ describe("sandbox server: routes and wire format", () => {
     expect(r.status).toBe(200);
     const j = (await r.json()) as Record<string, unknown>;
     expect(j).toMatchObject({ status: "ok", slots: 3, bwrap_available: true });
+    // The isolation summary run reports show: the same facts as limits/internet, in one place.
+    const iso = HealthResponseSchema.parse(j).isolation!;
+    const limits = j["limits"] as { memory: string; pids: string; disk: string; disk_mb: number };
+    expect(iso).toMatchObject({ sandboxed: true, memory: limits.memory, pids: limits.pids, disk: limits.disk, disk_mb: limits.disk_mb });
+    expect(iso.network).toBe(j["internet"] === "slirp4netns" ? "slirp4netns" : "loopback_only");
+    expect(iso.unsandboxed_reason).toBeUndefined();
+    expect(iso.summary).toMatch(/^sandboxed \(bubblewrap\); memory: .*; processes: .*; disk: .*; network on: /);
   });
 
   it("requires the bearer token on every other route: 401 without, 403 wrong", async () => {

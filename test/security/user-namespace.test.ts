@@ -60,11 +60,11 @@ describe.runIf(!isRoot && serversMayMount)("not root: the server's own user name
     expect(readFileSync("/proc/self/mountinfo", "utf8")).not.toContain(base);
   }, 90_000);
 
-  it("a slot's commands hold no capability, sandboxed (bubblewrap started through setpriv) or not (--no-sandbox)", async () => {
+  it("a slot's commands hold no capability, sandboxed (bubblewrap started through setpriv) or not (--no-sandbox --allow-unsandboxed)", async () => {
     const sandboxed = await (servers[0] ?? (await start())).bash("grep ^Cap /proc/self/status");
     expect(sandboxed.metadata.sandboxed).toBe(true);
     expect(capsOf(sandboxed.output)).toEqual(NO_CAPS);
-    const open = await start(["--no-sandbox"]);
+    const open = await start(["--no-sandbox", "--allow-unsandboxed"]);
     const unsandboxed = await open.bash("grep ^Cap /proc/self/status");
     expect(unsandboxed.metadata.sandboxed).toBe(false);
     expect(capsOf(unsandboxed.output)).toEqual(NO_CAPS);
