@@ -7,7 +7,9 @@
  * allocations, purge, and the CLI's status and jobs prune.
  */
 import { execFile } from "node:child_process";
-import { readFileSync, readdirSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { NomadClient } from "../../src/nomad/client.js";
@@ -201,4 +203,27 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
     expect(pruned.stdout).toContain(jobId);
     expect(await agent.client.readJob(jobId)).toBeNull();
   }, 120_000);
+
+  it("slotpool process examples/shell-tasks/env.js --provisioner nomad (local-development driver) solves every task, sandboxed", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engines-process-"));
+    try {
+      const jobId = `engines-process-${process.pid}`;
+      // requireSandbox: a call on a server without bubblewrap fails, so 100 % means sandboxed.
+      writeFileSync(join(dir, "config.json"), JSON.stringify({ nomadDriver: "raw_exec", nomadJobId: jobId, requireSandbox: true }));
+      const out = join(dir, "out.jsonl");
+      const { stdout } = await run(
+        process.execPath,
+        [main, "process", "examples/shell-tasks/env.js", "--provisioner", "nomad", "--config", join(dir, "config.json"), "--out", out, "--no-progress", "--no-report"],
+        { env: agent.env, cwd: repoRoot, timeout: 240_000 },
+      );
+      expect(stdout).toMatch(/nomad provisioner/);
+      expect(stdout).toMatch(/success rate\s+100\.0%/);
+      expect(stdout).not.toMatch(/unsandboxed|not sandboxed/i);
+      expect(readFileSync(out, "utf8").trim().split("\n").length).toBeGreaterThanOrEqual(1);
+      // The run purged its job.
+      expect(await agent.client.readJob(jobId)).toBeNull();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
 });
