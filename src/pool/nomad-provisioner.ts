@@ -13,7 +13,10 @@ import { sleep } from "../nomad/retry.js";
 import { NomadAclDeniedError, NomadError, NomadScaleBlockedError, NomadUnreachableError } from "../nomad/errors.js";
 import { META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
 import type { AllocListStub, Evaluation, Job } from "../nomad/schemas.js";
+import { describePlacementFailure, waitForDeploymentEnd } from "./nomad-placement.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
+
+export { describePlacementFailure } from "./nomad-placement.js";
 
 /**
  * Runs containers as allocations of one Nomad service job (task group `sandbox`). Submits
@@ -50,9 +53,6 @@ export interface NomadProvisionerOptions {
   watch?: "blocking" | "events";
   logger?: Logger;
 }
-
-/** Deployment states in which Nomad refuses scale calls (structs.Deployment.Active()). */
-const ACTIVE_DEPLOYMENT = new Set(["running", "paused", "blocked", "unblocking", "pending", "initializing"]);
 
 interface TrackedAllocation {
   /** Nomad's allocation ID (for API calls). */
@@ -163,35 +163,11 @@ export class NomadProvisioner implements Provisioner {
         // refuses every scale until it ends. Wait for it, then scale again: Nomad 1.1 may have
         // stored the refused count already, but places nothing for it without a new call.
         if (!(err instanceof NomadScaleBlockedError) || performance.now() > deadline || this.stopping) throw err;
-        await this.waitForDeployment(deadline);
+        await waitForDeploymentEnd(this.client, this.jobId, { deadline, signal: this.abort.signal, stopping: () => this.stopping, logger: this.logger });
       }
     }
     this.target = count;
     this.lastPlacementCheck = 0;
-  }
-
-  /** Waits (blocking queries) until the job's latest deployment is no longer active, or the deadline. */
-  private async waitForDeployment(deadline: number): Promise<void> {
-    let index = 0;
-    let logged = false;
-    while (!this.stopping && performance.now() < deadline) {
-      const { deployment, index: next } = await this.client.latestDeployment(this.jobId, {
-        index,
-        waitMs: Math.max(1_000, Math.min(10_000, deadline - performance.now())),
-        signal: this.abort.signal,
-      });
-      if (!deployment || !ACTIVE_DEPLOYMENT.has(deployment.Status ?? "")) return;
-      if (!logged) {
-        logged = true;
-        this.logger.warn(
-          { job: this.jobId, deployment: deployment.ID, status: deployment.Status, jobVersion: deployment.JobVersion },
-          "nomad provisioner: scaling is blocked by the job's active deployment (a job version with an update block); scaling once it ends",
-        );
-      }
-      // A server that does not block would make this a busy loop.
-      if (next === index) await sleep(500, this.abort.signal);
-      index = next < index ? 0 : next;
-    }
   }
 
   /**
@@ -490,28 +466,6 @@ function allocationReason(a: AllocListStub): string {
   const client = a.ClientDescription ? `: ${a.ClientDescription}` : "";
   const events = latestTaskEvents(a, 3);
   return `allocation ${a.ID} (${a.Name ?? "?"}) is ${a.ClientStatus ?? "unknown"}${client}${desired}${events.length ? `; latest task events: ${events.join(" · ")}` : ""}`;
-}
-
-/** Summarises an evaluation's FailedTGAllocs (AllocMetric) in a line, or undefined when placement did not fail. */
-export function describePlacementFailure(evaluation: Evaluation | undefined): string | undefined {
-  const failed = evaluation?.FailedTGAllocs;
-  if (!failed || Object.keys(failed).length === 0) return undefined;
-  const parts: string[] = [];
-  for (const [group, metric] of Object.entries(failed)) {
-    const m = metric as Record<string, unknown>;
-    const bits: string[] = [];
-    if (typeof m["NodesEvaluated"] === "number") bits.push(`${m["NodesEvaluated"]} nodes evaluated`);
-    const available = m["NodesAvailable"] as Record<string, number> | null | undefined;
-    if (available && Object.values(available).every((n) => n === 0)) bits.push("no nodes available in the datacenters");
-    for (const key of ["DimensionExhausted", "ConstraintFiltered", "ClassExhausted", "QuotaExhausted"]) {
-      const v = m[key];
-      if (v && typeof v === "object" && Object.keys(v).length) bits.push(`${key}: ${Object.entries(v).map(([k, n]) => `${k} (${String(n)})`).join(", ")}`);
-      else if (Array.isArray(v) && v.length) bits.push(`${key}: ${v.join(", ")}`);
-    }
-    if (typeof m["CoalescedFailures"] === "number" && (m["CoalescedFailures"] as number) > 0) bits.push(`${(m["CoalescedFailures"] as number) + 1} allocations unplaced`);
-    parts.push(`group ${group}: ${bits.join("; ") || "no feasible node"}`);
-  }
-  return parts.join(" | ");
 }
 
 function toProvisionerError(err: unknown, doing: string): ProvisionerError {

@@ -127,9 +127,20 @@ describe("scaling", () => {
     const err = await client.scaleTaskGroup("deploys", "sandbox", 0).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(NomadScaleBlockedError);
     expect((err as NomadError).nomadMessage).toBe("job scaling blocked due to active deployment");
+    // As a real 1.1.2 agent: the refused count is stored all the same, nothing is placed for it.
+    expect((await client.readJob("deploys"))?.TaskGroups?.[0]?.Count).toBe(0);
+    const blocked = await client.scaleTaskGroup("deploys", "sandbox", 1).catch((e: unknown) => e);
+    expect(blocked).toBeInstanceOf(NomadScaleBlockedError);
+    expect((await client.readJob("deploys"))?.TaskGroups?.[0]?.Count).toBe(1);
+    expect(nomad.allocations("deploys")).toEqual([]);
+    const { deployment } = await client.latestDeployment("deploys");
+    expect(deployment).toMatchObject({ JobID: "deploys", Status: "running" });
+    expect((await client.latestDeployment("no-such-job")).deployment).toBeNull();
 
     await client.registerJob(sandboxJob({ jobId: "no-deploys", count: 0 }));
     await expect(client.scaleTaskGroup("no-deploys", "sandbox", 0)).resolves.toMatchObject({ EvalID: expect.any(String) });
+    // A job without deployments answers null, as a real agent does.
+    expect((await client.latestDeployment("no-deploys")).deployment).toBeNull();
   });
 
   it("scale errors as Nomad words them", async () => {
