@@ -103,6 +103,10 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
     for (const c of containers) {
       const health = (await (await fetch(`${c.url}/health`)).json()) as Record<string, unknown>;
       expect(health["bwrap_available"]).toBe(true);
+      // The job's per-slot bounds, derived from the allocation (128 + 2 x 224 MB), reach the server.
+      const isolation = health["isolation"] as { sandboxed: boolean; memory_mb: number; disk_mb: number; summary: string } | undefined;
+      if (isolation) expect(isolation, isolation.summary).toMatchObject({ sandboxed: true, memory_mb: 224, disk_mb: 112 });
+      else expect((health["limits"] as { disk_mb?: number } | undefined)?.disk_mb).toBe(112);
       // An unauthenticated call is refused.
       const anon = await fetch(`${c.url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
       expect(anon.status).toBe(401);
