@@ -14,9 +14,12 @@ plugin "docker" {
       image = false
     }
 
-    # The sandbox job's docker task may set privileged = true (slotpool job render
-    # --privileged) when security_opt alone does not let bubblewrap create namespaces.
-    allow_privileged = true
+    # The sandbox job's docker task adds CAP_SYS_ADMIN (cap_add = ["sys_admin"]): Nomad's
+    # default allow_caps (below, without sys_admin) plus it. Nomad 1.1 and current Nomad
+    # (1.9/1.10) both take this list; the job needs no privileged container (slotpool job
+    # render --privileged would also need allow_privileged = true here).
+    allow_caps = ["audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod",
+    "net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot", "sys_admin"]
   }
 }
 

@@ -109,8 +109,9 @@ job "slotpool-sandbox" {
 
       config {
         image = var.image
-        # Explicit, so args hold the whole command line whatever the image's ENTRYPOINT says.
-        entrypoint = ["slotpool"]
+        # Explicit, so args hold the whole command line whatever the image's ENTRYPOINT says;
+        # tini (in the image) stays PID 1 and reaps what slot commands leave behind.
+        entrypoint = ["tini", "-s", "--", "slotpool"]
         ports      = ["http"]
         args = [
           "sandbox-server", "--slots", "${var.slots}", "--host", "0.0.0.0", "--port", "8080",
@@ -118,7 +119,13 @@ job "slotpool-sandbox" {
           "--memory-mb", "${floor((var.memory - 128) / var.slots)}",
           "--disk-mb", "${floor((var.memory - 128) / var.slots / 2)}",
         ]
-        # docker's default seccomp profile refuses the user namespaces bubblewrap creates.
+        # What a sandboxed server needs, and no more (no privileged; measured, see
+        # docs/security-model.md): CAP_SYS_ADMIN for its own mount namespace (slot disks,
+        # cgroups, uncovering Docker's masked /proc for bubblewrap); the client's docker plugin
+        # must allow it (allow_caps, see nomad/dev.hcl).
+        cap_add = ["sys_admin"]
+        # Docker's default seccomp profile refuses pivot_root (bubblewrap) even with
+        # CAP_SYS_ADMIN; AppArmor's docker-default refuses mount where AppArmor is on.
         security_opt = ["seccomp=unconfined", "apparmor=unconfined"]
         # Slots with network on are linked out by slirp4netns, which needs the host's TUN
         # device (docker passes none); drop this on nodes without the tun module.

@@ -19,6 +19,12 @@ export const DEFAULT_JOB_ID = "slotpool-sandbox";
 export const DEFAULT_IMAGE = "slotpool-sandbox:local";
 /** The TUN device slirp4netns opens for a network-on slot (see `tunDevice`). */
 export const TUN_DEVICE = "/dev/net/tun";
+/** docker: capabilities the sandbox container gets (Nomad's lower-case spelling; see `capAdd`). */
+export const DOCKER_CAP_ADD = ["sys_admin"] as const;
+/** docker: security options the sandbox container gets (see `securityOpt`). */
+export const DOCKER_SECURITY_OPT = ["seccomp=unconfined", "apparmor=unconfined"] as const;
+/** docker: the image's init, before the server command (sandbox-image/ installs tini). */
+export const DOCKER_INIT = ["tini", "-s", "--"] as const;
 
 /** Meta keys marking a job as slotpool's, so `slotpool jobs prune` can find orphans. */
 export const META_SLOTPOOL = "slotpool";
@@ -75,11 +81,22 @@ export interface SandboxJobOptions {
   region?: string;
   nodePool?: string;
   constraints?: JobConstraint[];
-  /** docker: run privileged (needs `allow_privileged` in the docker plugin config). */
+  /**
+   * docker: run privileged (needs `allow_privileged` in the docker plugin config). Not needed
+   * (`capAdd` + `securityOpt` sandbox fully) and on some hosts runc cannot even start it.
+   */
   privileged?: boolean;
   /**
+   * docker: capabilities added to the container. Default `["sys_admin"]` (the client's docker
+   * plugin must list it in `allow_caps`, as nomad/dev.hcl does): the server's own mount
+   * namespace, where it uncovers Docker's masked /proc paths, makes its slot cgroups and
+   * disks, and bubblewrap's namespaces (docs/security-model.md says what this gives away).
+   */
+  capAdd?: string[];
+  /**
    * docker: security options. Default `["seccomp=unconfined", "apparmor=unconfined"]`:
-   * docker's default seccomp profile refuses the user namespaces bubblewrap creates.
+   * docker's default seccomp profile refuses pivot_root (bubblewrap needs it) even with
+   * CAP_SYS_ADMIN, and AppArmor's docker-default refuses mount where AppArmor is on.
    */
   securityOpt?: string[];
   /**
@@ -124,6 +141,7 @@ export interface SandboxJobSettings {
   nodePool: string | undefined;
   constraints: Array<{ attribute: string; operator: string; value: string | undefined }>;
   privileged: boolean;
+  capAdd: string[];
   securityOpt: string[];
   tunDevice: boolean;
   meta: Record<string, string>;
@@ -233,7 +251,8 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
     nodePool: options.nodePool || undefined,
     constraints,
     privileged: options.privileged ?? false,
-    securityOpt: options.securityOpt ?? ["seccomp=unconfined", "apparmor=unconfined"],
+    capAdd: options.capAdd ?? [...DOCKER_CAP_ADD],
+    securityOpt: options.securityOpt ?? [...DOCKER_SECURITY_OPT],
     tunDevice: options.tunDevice ?? true,
     meta: {
       ...options.meta,
@@ -311,14 +330,17 @@ export function taskConfig(s: SandboxJobSettings): Record<string, unknown> {
     case "docker": {
       // The entrypoint is set explicitly so the args below hold the whole command line,
       // whatever the image's own ENTRYPOINT already includes (sandbox-image/Dockerfile has
-      // "slotpool sandbox-server --host 0.0.0.0 --port 8080").
-      const config: Record<string, unknown> = { image: s.image, entrypoint: [s.command || "slotpool"], ports: [HTTP_PORT_LABEL], args };
+      // "tini -s -- slotpool sandbox-server --host 0.0.0.0 --port 8080"); tini stays PID 1,
+      // reaping the orphans slot commands leave (Node as PID 1 does not).
+      const config: Record<string, unknown> = { image: s.image, entrypoint: [...DOCKER_INIT, s.command || "slotpool"], ports: [HTTP_PORT_LABEL], args };
       if (s.privileged) config["privileged"] = true;
+      // The same options as `docker run` in sandbox-image/Dockerfile's header (measured there
+      // and in test/engines/docker-image.test.ts).
+      if (s.capAdd.length) config["cap_add"] = [...s.capAdd];
       if (s.securityOpt.length) config["security_opt"] = [...s.securityOpt];
       // Field names of the docker driver's DockerDevice (drivers/docker/config.go); the cgroup
-      // permissions default to "rwm". slirp4netns needs nothing else here: it runs inside the
-      // user namespace the server creates (which the seccomp/apparmor options above allow, as
-      // bubblewrap needs them too), so no cap_add is needed.
+      // permissions default to "rwm". slirp4netns needs nothing more: it runs as the slot's
+      // uid inside the user namespace the server creates for it (no CAP_SYS_PTRACE either).
       if (s.tunDevice) config["devices"] = [{ host_path: TUN_DEVICE, container_path: TUN_DEVICE }];
       return config;
     }

@@ -123,7 +123,11 @@ export class BashExecutor {
         signal: slot.abortSignal,
       });
     }
-    return this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutSec });
+    const outcome = this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutSec });
+    // Asked for network where there is none (e.g. a container without /dev/net/tun): it ran
+    // loopback-only at once, and the result says why.
+    if (args.allow_network === true && sandboxed && !allowNetwork) outcome.metadata["network_unavailable"] = svc.internetReason ?? "network on is unavailable here";
+    return outcome;
   }
 
   outcome(

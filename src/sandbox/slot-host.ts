@@ -28,6 +28,8 @@ export interface SlotHost {
   readonly addressSpaceBytes: number;
   /** How a slot with network on reaches the internet (undefined: loopback only). */
   readonly internetAccess: InternetAccess | undefined;
+  /** Why network on is unavailable (when `internetAccess` is undefined). */
+  readonly internetReason: string | undefined;
   readonly disks: SlotDisks;
   /** Whether a call asking for `requested` network gets it (network on needs internet access). */
   effectiveNetwork(requested: boolean): boolean;

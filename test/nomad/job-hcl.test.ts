@@ -214,7 +214,9 @@ describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
     expect(task["Config"]["entrypoint"]).toEqual(taskConfig(built)["entrypoint"]);
     const derived: Record<string, string> = { "4": "${var.slots}", "224": "${floor((var.memory - 128) / var.slots)}", "112": "${floor((var.memory - 128) / var.slots / 2)}" };
     expect(task["Config"]["args"]).toEqual(sandboxServerArgs(built).map((a) => derived[a] ?? a));
+    expect(task["Config"]["cap_add"]).toEqual(taskConfig(built)["cap_add"]);
     expect(task["Config"]["security_opt"]).toEqual(taskConfig(built)["security_opt"]);
+    expect(task["Config"]).not.toHaveProperty("privileged");
     expect(task["Config"]["devices"]).toEqual(taskConfig(built)["devices"]);
     expect(task["Resources"]).toEqual({ CPU: "${var.cpu}", MemoryMB: "${var.memory}" });
     expect(task["KillTimeout"]).toBe(KILL_TIMEOUT_NS);
@@ -236,5 +238,17 @@ describe("nomad/dev.hcl", () => {
     const docker = cfg["plugin"]["docker"][0]["config"][0];
     expect(docker["gc"][0]["image"]).toBe(false);
     expect(cfg["plugin"]["raw_exec"][0]["config"][0]["enabled"]).toBe(true);
+  });
+
+  it("lets the sandbox job add its capabilities: allow_caps holds Nomad's defaults and every cap_add of the job; no privileged containers", async () => {
+    const cfg = (await parse("dev.hcl", readFileSync(resolve(repoRoot, "nomad", "dev.hcl"), "utf8"))) as Json;
+    const docker = cfg["plugin"]["docker"][0]["config"][0];
+    const allowed = docker["allow_caps"] as string[];
+    // Nomad's default allow_caps (1.1 through 1.10), lower case as current Nomad documents them.
+    const nomadDefaults = ["audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod", "net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot"];
+    expect(allowed).toEqual(expect.arrayContaining(nomadDefaults));
+    expect(allowed).toEqual(expect.arrayContaining(taskConfig(resolveSandboxJobOptions({}))["cap_add"] as string[]));
+    expect(allowed).toHaveLength(nomadDefaults.length + 1);
+    expect(docker).not.toHaveProperty("allow_privileged");
   });
 });

@@ -108,7 +108,8 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
   it("starts the server with --slots N --host 0.0.0.0 on the mapped port", () => {
     expect(task["Driver"]).toBe("docker");
     expect(config["image"]).toBe("slotpool-sandbox:local");
-    expect(config["entrypoint"]).toEqual(["slotpool"]);
+    // tini first: the image's init reaps what slot commands leave (Node as PID 1 does not).
+    expect(config["entrypoint"]).toEqual(["tini", "-s", "--", "slotpool"]);
     // 4096 MB less the server's 128, in 8 equal shares of 496 MB; the disk half a share.
     expect(config["args"]).toEqual(["sandbox-server", "--slots", "8", "--host", "0.0.0.0", "--port", "8080", "--memory-mb", "496", "--disk-mb", "248"]);
   });
@@ -190,9 +191,13 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     ]);
   });
 
-  it("docker can run privileged or with security options for user namespaces", () => {
+  it("docker gets exactly the sandbox's container options (CAP_SYS_ADMIN, seccomp and AppArmor unconfined), not privileged; each can be changed", () => {
     const cfg = (j: Json) => ((j["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!["Config"] as Json;
+    expect(cfg(sandboxJob())["cap_add"]).toEqual(["sys_admin"]);
     expect(cfg(sandboxJob())["security_opt"]).toEqual(["seccomp=unconfined", "apparmor=unconfined"]);
+    expect(cfg(sandboxJob())).not.toHaveProperty("privileged");
+    expect(cfg(sandboxJob({ capAdd: [] }))).not.toHaveProperty("cap_add");
+    expect(cfg(sandboxJob({ driver: "exec" }))).not.toHaveProperty("cap_add");
     expect(cfg(sandboxJob({ privileged: true }))["privileged"]).toBe(true);
     expect(cfg(sandboxJob({ securityOpt: [] }))).not.toHaveProperty("security_opt");
   });

@@ -62,8 +62,10 @@ describe("/health names the network a slot gets", () => {
         method: "POST",
         body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command: "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '", allow_network: true } }),
       });
-      const r = (await res.json()) as { success: boolean; output: string; metadata: { network_isolated: boolean } };
+      const r = (await res.json()) as { success: boolean; output: string; metadata: { network_isolated: boolean; network_unavailable?: string } };
       expect(r).toMatchObject({ success: true, output: "lo", metadata: { network_isolated: true } });
+      // The result says why it got no network.
+      expect(r.metadata.network_unavailable).toMatch(/\/dev\/net\/tun is missing/);
     });
   });
 });
