@@ -79,8 +79,10 @@ describe.skipIf(skip !== undefined)(`the docker driver on a real Nomad agent (${
       );
       expect(health["bwrap_available"]).toBe(true);
       expect(health["slots"]).toBe(4);
-      const isolation = health["isolation"] as { sandboxed?: boolean; summary?: string } | undefined;
-      if (isolation) expect(isolation.sandboxed, isolation.summary).toBe(true);
+      // Sandboxed, with each slot's share of the HCL's default 1024 MB for 4 slots.
+      const isolation = health["isolation"] as { sandboxed: boolean; memory_mb: number; disk_mb: number; summary: string } | undefined;
+      expect(isolation, JSON.stringify(health)).toBeDefined();
+      expect(isolation!, isolation!.summary).toMatchObject({ sandboxed: true, memory_mb: 224, disk_mb: 112 });
 
       const anon = await fetch(`${url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command: "id" } }) });
       expect(anon.status).toBe(401);
