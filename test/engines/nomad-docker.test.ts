@@ -13,7 +13,9 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { allocationHttpAddress } from "../../src/nomad/allocation.js";
+import { NomadProvisioner } from "../../src/pool/nomad-provisioner.js";
 import { SandboxClient } from "../../src/pool/sandbox-client.js";
+import { SlotPool } from "../../src/pool/slot-pool.js";
 import { dockerSkipReason, nomadVersion, repoRoot, startNomadAgent, type NomadAgent } from "../support/nomad-agent.js";
 
 const skip = dockerSkipReason();
@@ -123,4 +125,31 @@ describe.skipIf(skip !== undefined)(`the docker driver on a real Nomad agent (${
       rmSync(dir, { recursive: true, force: true });
     }
   }, 360_000);
+
+  it("the pool on the docker driver: a container killed is a loss seen at once, and the restarted task serves", async () => {
+    const jobId = `engines-docker-pool-${process.pid}`;
+    const provisioner = new NomadProvisioner({ slotsPerContainer: 1, client: agent.client, job: { jobId, driver: "docker", image }, blockingWaitMs: 10_000 });
+    const pool = new SlotPool({ slotsPerContainer: 1, minContainers: 1, maxContainers: 1, tickMs: 100, startTimeoutMs: 90_000, provisioner });
+    try {
+      await pool.start();
+      const held = await pool.acquire({ trajectoryId: "held", timeoutMs: 90_000 });
+      expect((await held.execute({ tool: "bash", args: { command: "echo in-docker" } })).output.trim()).toBe("in-docker");
+      // Nomad names the task's container <task>-<allocation id>.
+      const { stdout } = await run("docker", ["ps", "-q", "--filter", `name=${held.container.id}`]);
+      const container = stdout.trim();
+      expect(container).not.toBe("");
+      const lost: number[] = [];
+      pool.on("slot-lost", () => lost.push(Date.now()));
+      const killedAt = Date.now();
+      await run("docker", ["kill", container]);
+      await until("slot-lost", async () => (lost.length ? true : undefined), 15_000);
+      expect(lost[0]! - killedAt).toBeLessThan(5_000);
+      const next = await pool.acquire({ trajectoryId: "next", timeoutMs: 90_000 });
+      expect(next.container.id).toBe(`${held.container.id}/restart-1`);
+      expect((await next.execute({ tool: "bash", args: { command: "echo again" } })).output.trim()).toBe("again");
+    } finally {
+      await pool.stop({ purge: true });
+    }
+    expect(await agent.client.readJob(jobId)).toBeNull();
+  }, 240_000);
 });

@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { allocationHttpAddress } from "../../src/nomad/allocation.js";
 import { NomadClient } from "../../src/nomad/client.js";
 import { NomadScaleBlockedError } from "../../src/nomad/errors.js";
 import { sandboxJob } from "../../src/nomad/job.js";
@@ -230,4 +231,43 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
       rmSync(dir, { recursive: true, force: true });
     }
   }, 300_000);
+
+  it("slotpool job render --format hcl: nomad job run of the rendered file serves on Nomad 1.1.2 (raw_exec), the docker one validates", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engines-render-"));
+    const jobId = `engines-render-${process.pid}`;
+    try {
+      const token = "render-token-0123456789";
+      const raw = await run(process.execPath, [main, "job", "render", "--format", "hcl", "--driver", "raw_exec", "--job-id", jobId, "--slots", "2", "--token", token], { cwd: repoRoot });
+      writeFileSync(join(dir, "raw.nomad.hcl"), raw.stdout);
+      await run("nomad", ["job", "run", join(dir, "raw.nomad.hcl")], { env: agent.env, timeout: 120_000 });
+      const alloc = await until("a running allocation", async () => {
+        const up = (await running(jobId))[0];
+        return up ? ((await agent.client.readAllocation(up.ID)) ?? undefined) : undefined;
+      });
+      const url = allocationHttpAddress(alloc)!.url;
+      const health = await until("/health", async () => {
+        const res = await fetch(`${url}/health`).catch(() => undefined);
+        return res?.ok ? ((await res.json()) as { isolation?: { sandboxed: boolean; memory_mb: number } }) : undefined;
+      });
+      expect(health.isolation).toMatchObject({ sandboxed: true, memory_mb: 224 });
+      const anon = await fetch(`${url}/execute`, { method: "POST", body: "{}" });
+      expect(anon.status).toBe(401);
+      const authed = await fetch(`${url}/execute`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify({ slot_id: "slot_0", tool: "bash", args: { command: "echo rendered" } }),
+      });
+      expect(((await authed.json()) as { output: string }).output.trim()).toBe("rendered");
+
+      // The docker job (default options) as the 1.1.2 CLI parses and the agent validates it.
+      const docker = await run(process.execPath, [main, "job", "render", "--format", "hcl", "--job-id", `${jobId}-docker`], { cwd: repoRoot });
+      expect(docker.stderr).toMatch(/a random sandbox token was generated/);
+      writeFileSync(join(dir, "docker.nomad.hcl"), docker.stdout);
+      const validated = await run("nomad", ["job", "validate", join(dir, "docker.nomad.hcl")], { env: agent.env });
+      expect(validated.stdout).toMatch(/Job validation successful/);
+    } finally {
+      await run("nomad", ["job", "stop", "-purge", jobId], { env: agent.env }).catch(() => undefined);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 180_000);
 });
