@@ -30,6 +30,8 @@ interface MountLine {
   mountPoint: string;
   options: string;
   fsType: string;
+  /** The filesystem's own options (cgroup v1: its controllers, e.g. "rw,memory"). */
+  superOptions: string;
 }
 
 function mounts(): MountLine[] {
@@ -44,7 +46,8 @@ function mounts(): MountLine[] {
     const [left, right] = line.split(" - ");
     if (!left || !right) continue;
     const f = left.split(" ");
-    out.push({ mountPoint: unescape(f[4] ?? ""), options: f[5] ?? "", fsType: right.split(" ")[0] ?? "" });
+    const r = right.split(" ");
+    out.push({ mountPoint: unescape(f[4] ?? ""), options: f[5] ?? "", fsType: r[0] ?? "", superOptions: r[2] ?? "" });
   }
   return out;
 }
@@ -78,9 +81,13 @@ export function unmaskProc(): string[] {
   return covers;
 }
 
+/** The cgroup v1 controllers the server uses (cgroups.ts); v2 is one mount. */
+const CONTROLLERS = ["memory", "pids", "cpu"];
+
 /**
- * Remounts read-only cgroup (v1 and v2) mounts under /sys/fs/cgroup read-write in this (own)
- * mount namespace. Returns what it remounted; throws naming the one it could not.
+ * Remounts the read-only cgroup mounts the server uses (v2, or v1's memory, pids and cpu)
+ * read-write in this (own) mount namespace. Returns what it remounted; throws naming the one
+ * it could not.
  */
 export function writableCgroups(): string[] {
   if (!mayChangeOwnMounts()) throw new Error("refusing to remount cgroups outside a mount namespace of the server's own");
@@ -88,7 +95,8 @@ export function writableCgroups(): string[] {
   if (!mount) throw new Error("mount (util-linux) is not installed");
   const done: string[] = [];
   for (const m of mounts()) {
-    if (!(m.fsType === "cgroup" || m.fsType === "cgroup2") || !m.mountPoint.startsWith("/sys/fs/cgroup")) continue;
+    if (!m.mountPoint.startsWith("/sys/fs/cgroup")) continue;
+    if (!(m.fsType === "cgroup2" || (m.fsType === "cgroup" && m.superOptions.split(",").some((o) => CONTROLLERS.includes(o))))) continue;
     if (!m.options.split(",").includes("ro")) continue;
     const r = spawnSync(mount, ["-o", "remount,bind,rw", m.mountPoint], { encoding: "utf8", timeout: 5_000 });
     if (r.status !== 0) throw new Error(`mount -o remount,bind,rw ${m.mountPoint} failed: ${(r.stderr || r.error?.message || `exit ${r.status}`).trim()}`);

@@ -209,21 +209,15 @@ export class Holder {
 
   /** slirp4netns for the holder's network namespace, as the slot's uid; resolves when it is up. */
   private async startNetwork(pid: number, net: InternetAccess, uid: number, gid: number): Promise<void> {
-    // Until unshare has run, /proc/<pid>/ns/* are the host's: never hand those to slirp4netns.
-    // The holder's shell says when it runs (after unshare): reading /proc/<pid>/ns of the slot
-    // uid's process instead needs CAP_SYS_PTRACE, which a root server in a container lacks
-    // (it then waited in vain until a 5 s deadline).
+    // Until unshare has run, /proc/<pid>/ns/* are the host's: the holder's shell says when it
+    // runs. (Reading /proc/<pid>/ns of the slot uid's process needs CAP_SYS_PTRACE, which a
+    // root server in a container lacks.)
     if (!this.netNamespaceUp) {
       await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`the slot's network namespace did not appear within 5 s${this.stderrTail ? `: ${this.stderrTail.trim()}` : ""}`)), 5_000);
-        this.netNamespaceSeen = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-        this.child?.once("exit", () => {
-          clearTimeout(timer);
-          reject(new Error(`the slot's network holder exited before its namespace appeared${this.stderrTail ? `: ${this.stderrTail.trim()}` : ""}`));
-        });
+        const fail = (why: string): void => reject(new Error(`the slot's network namespace ${why}${this.stderrTail ? `: ${this.stderrTail.trim()}` : ""}`));
+        const timer = setTimeout(() => fail("did not appear within 5 s"), 5_000);
+        this.netNamespaceSeen = () => (clearTimeout(timer), resolve());
+        this.child?.once("exit", () => (clearTimeout(timer), fail("holder exited before it appeared")));
       });
     }
     const slirp = spawn(

@@ -43,7 +43,7 @@ export interface NomadEmulatorOptions {
   dataDir?: string;
   /** Replaces the real sandbox server (only while developing the emulator itself). */
   startProcess?: ProcessFactory;
-  /** Extra `slotpool sandbox-server` arguments for every allocation (e.g. ["--no-sandbox"]). */
+  /** Extra `slotpool sandbox-server` arguments for every allocation (e.g. ["--no-network"]). */
   serverArgs?: string[];
   /** Delay before a failed allocation is replaced (default 500 ms; -1: never reschedule). */
   rescheduleDelayMs?: number;
