@@ -130,7 +130,7 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
     // An operator registers a version of the job with an update strategy (slotpool's own has
     // max_parallel = 0): Nomad starts a deployment, and refuses scale calls while it runs.
     const job = sandboxJob({ jobId, driver: "raw_exec", slots: 2, count: 1, token: first.container.token! });
-    const withUpdate = { ...job, Update: { MaxParallel: 1, MinHealthyTime: 2e9, HealthyDeadline: 60e9, ProgressDeadline: 120e9, HealthCheck: "task_states" } };
+    const withUpdate = { ...job, Update: { MaxParallel: 1, MinHealthyTime: 5e9, HealthyDeadline: 60e9, ProgressDeadline: 120e9, HealthCheck: "task_states" } };
     await agent.client.registerJob(withUpdate, { preserveCounts: true });
     // The scheduler creates the deployment a moment after the register answers.
     await until("the deployment", async () => ((await agent.client.latestDeployment(jobId)).deployment?.Status === "running" ? true : undefined), 10_000);
