@@ -25,7 +25,15 @@ export interface ClusterOptions {
   /** How long a deployment stays active (jobs whose update block does create deployments). */
   deploymentMs: number;
   processStartTimeoutMs: number;
+  /**
+   * Whether a job's datacenters may be glob patterns ("*", Nomad >= 1.6). false: like Nomad
+   * 1.1, which takes them literally, so `["*"]` places nothing (seen on a real 1.1.2 agent).
+   */
+  datacenterGlobs: boolean;
 }
+
+/** The emulator's one node is in Nomad's default datacenter. */
+export const NODE_DATACENTER = "dc1";
 
 const NS_EPOCH = BigInt(Date.now()) * 1_000_000n - process.hrtime.bigint();
 /** Unix nanoseconds, above 2^53 like Nomad's, so clients must keep them exact. */
@@ -119,6 +127,8 @@ export interface EmulatedEvaluation {
   createTime: bigint;
   previousEval: string;
   queued: Record<string, number>;
+  /** structs.AllocMetric per group that could not be placed. */
+  failedTGAllocs?: Record<string, Json>;
 }
 
 export interface EmittedEvent {
@@ -427,12 +437,34 @@ export class EmulatedCluster {
       }
       const used = new Set(live.map((a) => a.nameIndex));
       let placed = live.length;
+      const datacenters = ((job.spec["Datacenters"] as string[] | undefined) ?? ["*"]).map(String);
+      if (placed < count && !datacenters.some((d) => this.datacenterMatches(d))) {
+        // No node in any of the job's datacenters: the evaluation says so, nothing is placed
+        // (structs.AllocMetric: NodesAvailable counts the ready nodes per datacenter asked for).
+        const evaluation = this.evals.get(evalId);
+        if (evaluation) {
+          evaluation.queued[groupName] = count - placed;
+          (evaluation.failedTGAllocs ??= {})[groupName] = {
+            NodesEvaluated: 0,
+            NodesFiltered: 0,
+            NodesAvailable: Object.fromEntries(datacenters.map((d) => [d, 0])),
+            CoalescedFailures: count - placed - 1,
+          };
+        }
+        continue;
+      }
       for (let i = 0; placed < count; i++) {
         if (used.has(i)) continue;
         this.place(job, group, i, evalId, undefined);
         placed++;
       }
     }
+  }
+
+  private datacenterMatches(pattern: string): boolean {
+    if (!this.options.datacenterGlobs) return pattern === NODE_DATACENTER;
+    const re = new RegExp(`^${pattern.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*")}$`);
+    return re.test(NODE_DATACENTER);
   }
 
   // ------------------------------------------------------------------ allocation lifecycle
@@ -984,6 +1016,7 @@ export function evaluationWire(e: EmulatedEvaluation): Json {
     Status: "complete",
     PreviousEval: e.previousEval,
     QueuedAllocations: e.queued,
+    FailedTGAllocs: e.failedTGAllocs,
     SnapshotIndex: e.createIndex,
     CreateIndex: e.createIndex,
     ModifyIndex: e.modifyIndex,

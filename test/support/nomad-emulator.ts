@@ -51,6 +51,8 @@ export interface NomadEmulatorOptions {
   deploymentMs?: number;
   /** List jobs with their Meta on `?meta=true` (default true; false: like Nomad 1.1, which ignores it). */
   listMeta?: boolean;
+  /** Datacenters may be glob patterns such as "*" (default true, Nomad >= 1.6; false: like Nomad 1.1). The node is in "dc1". */
+  datacenterGlobs?: boolean;
   /** Interval of the `{}` heartbeat on the event stream (Nomad: 30 s; default here 30 s). */
   heartbeatMs?: number;
   /** How long a sandbox server may take to start listening (default 20 s). */
@@ -125,6 +127,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     rescheduleDelayMs: options.rescheduleDelayMs ?? 500,
     deploymentMs: options.deploymentMs ?? 3_000,
     processStartTimeoutMs: options.processStartTimeoutMs ?? 20_000,
+    datacenterGlobs: options.datacenterGlobs ?? true,
   });
   const heartbeatMs = options.heartbeatMs ?? 30_000;
   const injections: Injection[] = [];
