@@ -213,20 +213,37 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
     const dir = mkdtempSync(join(tmpdir(), "engines-process-"));
     try {
       const jobId = `engines-process-${process.pid}`;
-      // requireSandbox: a call on a server without bubblewrap fails, so 100 % means sandboxed.
-      writeFileSync(join(dir, "config.json"), JSON.stringify({ nomadDriver: "raw_exec", nomadJobId: jobId, requireSandbox: true }));
+      // The env's config places the job: a namespace of its own (every call must name it) and
+      // the datacenter. requireSandbox: a call on a server without bubblewrap fails, so 100 %
+      // means sandboxed.
+      await run("nomad", ["namespace", "apply", "-description", "slotpool real-engine test", "engines"], { env: agent.env });
+      writeFileSync(
+        join(dir, "config.json"),
+        JSON.stringify({ nomadDriver: "raw_exec", nomadJobId: jobId, nomadNamespace: "engines", nomadDatacenters: ["dc1"], requireSandbox: true }),
+      );
+      let seenIn: string | undefined;
+      const watcher = setInterval(() => {
+        void fetch(`${agent.address}/v1/jobs?namespace=*&prefix=${jobId}`)
+          .then((r) => r.json() as Promise<Array<{ Namespace: string }>>)
+          .then((jobs) => (seenIn ??= jobs[0]?.Namespace))
+          .catch(() => undefined);
+      }, 300);
       const out = join(dir, "out.jsonl");
       const { stdout } = await run(
         process.execPath,
         [main, "process", "examples/shell-tasks/env.js", "--provisioner", "nomad", "--config", join(dir, "config.json"), "--out", out, "--no-progress", "--no-report"],
         { env: agent.env, cwd: repoRoot, timeout: 240_000 },
       );
+      clearInterval(watcher);
+      expect(seenIn).toBe("engines");
       expect(stdout).toMatch(/nomad provisioner/);
       expect(stdout).toMatch(/success rate\s+100\.0%/);
       expect(stdout).not.toMatch(/unsandboxed|not sandboxed/i);
       expect(readFileSync(out, "utf8").trim().split("\n").length).toBeGreaterThanOrEqual(1);
       // The run purged its job.
-      expect(await agent.client.readJob(jobId)).toBeNull();
+      const inNamespace = new NomadClient({ address: agent.address, namespace: "engines" });
+      expect(await inNamespace.readJob(jobId)).toBeNull();
+      await inNamespace.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
