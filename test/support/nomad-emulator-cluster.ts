@@ -86,6 +86,8 @@ export interface EmulatedAllocation {
   task: TaskStateRecord;
   previousAllocation: string;
   nextAllocation: string;
+  /** Stopped through the API (POST /v1/allocation/:id/stop): DesiredTransition.Migrate. */
+  migrate?: boolean;
   rescheduleEvents: Json[];
   createIndex: number;
   modifyIndex: number;
@@ -685,7 +687,9 @@ export class EmulatedCluster {
     if (!job) return undefined;
     const evaluation = this.createEval(job, "alloc-stop");
     const wasLive = isLive(alloc);
-    this.stopAllocation(alloc, "alloc was stopped by the user");
+    // As a real 1.1.2 agent words it: the stop is a migration (DesiredTransition.Migrate).
+    alloc.migrate = true;
+    this.stopAllocation(alloc, "alloc is being migrated");
     const group = (job.spec["TaskGroups"] as Json[]).find((g) => g["Name"] === alloc.taskGroup);
     const wanted = !job.stop && job.createIndex === alloc.jobCreateIndex && group !== undefined && alloc.nameIndex < Number(group["Count"]);
     const taken = this.jobAllocs(job).some((a) => a !== alloc && a.nameIndex === alloc.nameIndex && a.taskGroup === alloc.taskGroup && isLive(a));
@@ -989,7 +993,7 @@ export function allocationStubWire(alloc: EmulatedAllocation): Json {
     DesiredDescription: alloc.desiredDescription,
     ClientStatus: alloc.clientStatus,
     ClientDescription: alloc.clientDescription,
-    DesiredTransition: { Migrate: null, Reschedule: null, ForceReschedule: null, NoShutdownDelay: null },
+    DesiredTransition: { Migrate: alloc.migrate ? true : null, Reschedule: null, ForceReschedule: null, NoShutdownDelay: null },
     TaskStates: taskStatesWire(alloc),
     DeploymentStatus: null,
     FollowupEvalID: "",
