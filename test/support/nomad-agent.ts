@@ -6,12 +6,13 @@
  * allocations: their processes and containers go with it).
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, closeSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { NomadClient } from "../../src/nomad/client.js";
+import { HOST_MODE_DATA_DIR } from "../../src/nomad/job.js";
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -119,6 +120,15 @@ export async function startNomadAgent(options: { docker?: boolean; readyTimeoutM
       return "(no log)";
     }
   };
+  // Every allocation this agent ran (purged ones drop out of its state): for the clean-up in stop().
+  const allocIds = new Set<string>();
+  const allocWatch = setInterval(() => {
+    void fetch(`${address}/v1/allocations?namespace=*`)
+      .then((r) => (r.ok ? (r.json() as Promise<Array<{ ID: string }>>) : []))
+      .then((allocs) => allocs.forEach((a) => allocIds.add(a.ID)))
+      .catch(() => undefined);
+  }, 500);
+  allocWatch.unref();
   const stop = async () => {
     try {
       if (exited === undefined) {
@@ -133,6 +143,10 @@ export async function startNomadAgent(options: { docker?: boolean; readyTimeoutM
         await exit;
         clearTimeout(killer);
       }
+      // raw_exec without an image keeps workspaces outside Nomad's data dir (HOST_MODE_DATA_DIR):
+      // remove those of this agent's allocations too (their servers are gone with the agent).
+      clearInterval(allocWatch);
+      for (const alloc of allocIds) rmSync(HOST_MODE_DATA_DIR.replace("${NOMAD_ALLOC_ID}", alloc), { recursive: true, force: true });
       rmSync(root, { recursive: true, force: true });
     }
   };
