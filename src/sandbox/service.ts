@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
 import type { z } from "zod";
@@ -462,12 +462,23 @@ export class SandboxService implements SlotHost {
 /** The one start-up error of a server that cannot sandbox: what is missing, and the fix. */
 export function cannotSandboxMessage(reason: string): string {
   const root = process.getuid?.() === 0;
+  const refused = /pivot_root|can't mount proc|no permissions to create new namespace|operation not permitted/i.test(reason);
   const fix = /not installed/.test(reason)
     ? "install bubblewrap (Debian: apt-get install bubblewrap)"
-    : /pivot_root|can't mount proc|no permissions to create new namespace|operation not permitted/i.test(reason) && root
+    : refused && root && inContainer()
       ? "in a container, run it with --cap-add SYS_ADMIN --security-opt seccomp=unconfined (and --security-opt apparmor=unconfined where AppArmor is on); see sandbox-image/Dockerfile and docs/security-model.md"
-      : root
-        ? "make the data dir reachable by the slot uids, or let this host create namespaces (see docs/security-model.md)"
-        : "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; Ubuntu: kernel.apparmor_restrict_unprivileged_userns=0), or run as root";
+      : refused
+        ? "let this host create user namespaces (sysctl user.max_user_namespaces > 0 and kernel.unprivileged_userns_clone=1; Ubuntu: kernel.apparmor_restrict_unprivileged_userns=0)"
+        : "make the data dir reachable by the slot uids, or let this host create namespaces (see docs/security-model.md)";
   return `cannot sandbox commands here: ${reason.trim().replace(/\.+$/, "")}. Fix: ${fix}. To run commands unsandboxed anyway (development only), start with --allow-unsandboxed`;
+}
+
+/** A Docker/containerd/Kubernetes container (where the fix is the container's options). */
+function inContainer(): boolean {
+  if (existsSync("/.dockerenv") || existsSync("/run/.containerenv")) return true;
+  try {
+    return /docker|containerd|kubepods|libpod/.test(readFileSync("/proc/1/cgroup", "utf8"));
+  } catch {
+    return false;
+  }
 }
