@@ -51,7 +51,7 @@ export function describePlacementFailure(evaluation: Evaluation | undefined): st
     const bits: string[] = [];
     if (typeof m["NodesEvaluated"] === "number") bits.push(`${m["NodesEvaluated"]} nodes evaluated`);
     const available = m["NodesAvailable"] as Record<string, number> | null | undefined;
-    if (available && Object.values(available).every((n) => n === 0)) bits.push("no nodes available in the datacenters");
+    if (available && Object.values(available).every((n) => n === 0)) bits.push(`no nodes available in the datacenters ${Object.keys(available).map((d) => `"${d}"`).join(", ")}`);
     for (const key of ["DimensionExhausted", "ConstraintFiltered", "ClassExhausted", "QuotaExhausted"]) {
       const v = m[key];
       if (v && typeof v === "object" && Object.keys(v).length) bits.push(`${key}: ${Object.entries(v).map(([k, n]) => `${k} (${String(n)})`).join(", ")}`);
@@ -61,4 +61,12 @@ export function describePlacementFailure(evaluation: Evaluation | undefined): st
     parts.push(`group ${group}: ${bits.join("; ") || "no feasible node"}`);
   }
   return parts.join(" | ");
+}
+
+/** What to do about a placement failure: datacenters no node is in, or too little capacity. */
+export function placementAdvice(failure: string): string {
+  if (/no nodes available in the datacenters/.test(failure)) {
+    return 'Check the job\'s datacenters (nomadDatacenters in the env config, --datacenters for the executor service; default ["dc1"], every agent\'s default; "*" needs Nomad 1.6 or newer): `nomad node status` lists the nodes\' datacenters.';
+  }
+  return "Add client capacity, lower the job's cpu/memory, or lower minContainers/maxContainers.";
 }

@@ -13,7 +13,7 @@ import { sleep } from "../nomad/retry.js";
 import { NomadAclDeniedError, NomadError, NomadScaleBlockedError, NomadUnreachableError } from "../nomad/errors.js";
 import { META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
 import type { AllocListStub, Evaluation, Job } from "../nomad/schemas.js";
-import { describePlacementFailure, waitForDeploymentEnd } from "./nomad-placement.js";
+import { describePlacementFailure, placementAdvice, waitForDeploymentEnd } from "./nomad-placement.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 
 export { describePlacementFailure } from "./nomad-placement.js";
@@ -427,8 +427,7 @@ export class NomadProvisioner implements Provisioner {
       this.reportOnce(
         `eval:${evaluation.ID}`,
         new ProvisionerError(
-          `Nomad could not place ${this.target - live} of ${this.target} sandbox allocations of '${this.jobId}': ${failure}. ` +
-            "Add client capacity, lower the job's cpu/memory, or lower minContainers/maxContainers.",
+          `Nomad could not place ${this.target - live} of ${this.target} sandbox allocations of '${this.jobId}': ${failure}. ${placementAdvice(failure)}`,
           "placement",
         ),
       );

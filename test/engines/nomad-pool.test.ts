@@ -123,6 +123,19 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
     expect(pool.stats().containers.lost).toBe(0);
   }, 180_000);
 
+  it("datacenters the agent does not have: start() fails at once, naming them (Nomad 1.1 takes \"*\" literally too)", async () => {
+    for (const datacenters of [["nowhere"], ["*"]]) {
+      const { pool } = realPool({ slotsPerContainer: 1, maxContainers: 1 }, { job: { jobId: `engines-dc-${process.pid}-${datacenters[0] === "*" ? "star" : "nowhere"}`, driver: "raw_exec", datacenters } });
+      const started = Date.now();
+      const err = await pool.start().catch((e: unknown) => e);
+      expect(err, String(err)).toBeInstanceOf(Error);
+      expect((err as Error).message).toContain(`no nodes available in the datacenters "${datacenters[0]}"`);
+      expect((err as Error).message).toMatch(/Check the job's datacenters \(nomadDatacenters/);
+      expect(Date.now() - started).toBeLessThan(30_000);
+      await pool.stop({ purge: true }).catch(() => undefined);
+    }
+  }, 120_000);
+
   it("a scale refused with 'job scaling blocked due to active deployment' right after a register is made once the deployment ends", async () => {
     const { pool, client, jobId } = realPool();
     await pool.start();
