@@ -2,8 +2,9 @@
 #
 #   sudo nomad agent -dev -config nomad/dev.hcl
 #
-# (-dev already runs one server and one client on 127.0.0.1:4646 with datacenter "dc1";
-# root is needed for the docker and exec drivers.)
+# (-dev already runs one server and one client on 127.0.0.1:4646 with datacenter "dc1",
+# the job's default; root is needed for the docker and exec drivers. Tested against a real
+# Nomad 1.1.2 agent by test/engines/.)
 
 plugin "docker" {
   config {
@@ -22,7 +23,8 @@ plugin "docker" {
   }
 }
 
-# Optional: the raw_exec driver, for running the sandbox as an apptainer/singularity .sif
+# The raw_exec driver: local development without an image (the host's own slotpool,
+# `--driver raw_exec` with no image), or an apptainer/singularity .sif
 # (slotpool job render --driver raw_exec --image /path/to/slotpool-sandbox.sif).
 plugin "raw_exec" {
   config {
@@ -30,8 +32,6 @@ plugin "raw_exec" {
   }
 }
 
-client {
-  # The dynamic port range the "http" port is taken from (Nomad's default).
-  min_dynamic_port = 20000
-  max_dynamic_port = 32000
-}
+# Only fields that Nomad 1.1 (the agent CI runs) and current Nomad (1.9/1.10) both document:
+# e.g. client.min_dynamic_port/max_dynamic_port came in 1.2 and make a 1.1 agent refuse the
+# file; the "http" port comes from the default dynamic range (20000-32000) anyway.

@@ -2,7 +2,13 @@
 # servers (containers); each serves `slots` isolated workspaces on a dynamic host port
 # labelled "http" that maps to the server's port 8080 in the container.
 #
-#   nomad job run -var image=slotpool-sandbox:local nomad/sandbox.nomad.hcl
+#   export SANDBOX_TOKEN=$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')
+#   nomad job run -var image=slotpool-sandbox:local -var token="$SANDBOX_TOKEN" nomad/sandbox.nomad.hcl
+#
+# The token is required (no default): the server listens beyond loopback, and clients send
+# it as their bearer token. Each slot's memory bound is an equal share of `memory` less the
+# server's 128 MB, its disk half that share (keep the share >= 64 MB; `slotpool job render`
+# refuses smaller ones with the numbers).
 #
 # The pool (slotpool --provisioner nomad) submits the same job through the HTTP API;
 # `slotpool job render --format hcl` prints it for other option values. Keep the two in
@@ -34,20 +40,19 @@ variable "cpu" {
 
 variable "memory" {
   type        = number
-  description = "Memory per sandbox server, MB"
+  description = "Memory per sandbox server, MB: 128 for the server, the rest split evenly among the slots (each slot's memory bound; half of it its disk)"
   default     = 1024
 }
 
 variable "datacenters" {
   type        = list(string)
-  description = "Datacenters to run in"
-  default     = ["*"]
+  description = "Datacenters to run in (dc1 is every agent's default; \"*\" needs Nomad >= 1.6)"
+  default     = ["dc1"]
 }
 
 variable "token" {
   type        = string
-  description = "Bearer token the sandbox servers require (empty: no token). For production, keep it in a Nomad Variable or Vault instead."
-  default     = ""
+  description = "Bearer token the sandbox servers require (required: they listen beyond loopback). For production, keep it in a Nomad Variable or Vault instead."
 }
 
 job "slotpool-sandbox" {
@@ -108,7 +113,12 @@ job "slotpool-sandbox" {
         # tini (in the image) stays PID 1 and reaps what slot commands leave behind.
         entrypoint = ["tini", "-s", "--", "slotpool"]
         ports      = ["http"]
-        args       = ["sandbox-server", "--slots", "${var.slots}", "--host", "0.0.0.0", "--port", "8080"]
+        args = [
+          "sandbox-server", "--slots", "${var.slots}", "--host", "0.0.0.0", "--port", "8080",
+          # Each slot's share of the allocation (see the top of this file).
+          "--memory-mb", "${floor((var.memory - 128) / var.slots)}",
+          "--disk-mb", "${floor((var.memory - 128) / var.slots / 2)}",
+        ]
         # What a sandboxed server needs, and no more (no privileged; measured, see
         # docs/security-model.md): CAP_SYS_ADMIN for its own mount namespace (slot disks,
         # cgroups, uncovering Docker's masked /proc for bubblewrap); the client's docker plugin
@@ -124,7 +134,7 @@ job "slotpool-sandbox" {
 
       # Plain env for development. In production render the token from a Nomad Variable
       # (template block with env = true) or from Vault.
-      env = var.token == "" ? {} : { SANDBOX_TOKEN = var.token }
+      env = { SANDBOX_TOKEN = var.token }
 
       resources {
         cpu    = var.cpu

@@ -17,6 +17,9 @@ const BACKEND_FLAGS = {
   image: "sandboxImage",
   "job-id": "nomadJobId",
   driver: "nomadDriver",
+  datacenters: "nomadDatacenters",
+  namespace: "nomadNamespace",
+  "node-pool": "nomadNodePool",
   "tool-server-url": "toolServerUrl",
   "tool-server-token": "toolServerToken",
   "batch-window-ms": "batchWindowMs",
@@ -45,7 +48,11 @@ options:
   --data-dir D               local provisioner: where workspaces live (default: a temp dir)
   --image IMG                nomad provisioner: sandbox image (default: the job builder's)
   --job-id ID                nomad provisioner: sandbox job id
-  --driver D                 nomad provisioner: docker|raw_exec|exec
+  --driver D                 nomad provisioner: docker|raw_exec|exec (raw_exec without --image: this
+                             host's own slotpool, for local development)
+  --datacenters DC[,DC...]   nomad provisioner: datacenters of the job (default dc1, every agent's default)
+  --namespace NS             nomad provisioner: the job's namespace (default NOMAD_NAMESPACE, else "default")
+  --node-pool P              nomad provisioner: the job's node pool (Nomad >= 1.6)
   --tool-server-url URL      ToolServer hosting external tools
   --tool-server-token T      its bearer token (or env TOOL_EXECUTOR_TOOL_SERVER_TOKEN)
   --allow-network            sandbox commands may reach the network (default: ${D.allowNetwork ? "on" : "off"})
@@ -65,7 +72,7 @@ function backendConfigFromFlags(flags: NonNullable<ReturnType<typeof parseFlags>
   for (const [flag, field] of Object.entries(BACKEND_FLAGS)) {
     const raw = stringFlag(flags, flag);
     if (raw === undefined) continue;
-    input[field] = NUMERIC.has(flag) ? intFlag(flag, raw, 0, Number.MIN_SAFE_INTEGER) : raw;
+    input[field] = NUMERIC.has(flag) ? intFlag(flag, raw, 0, Number.MIN_SAFE_INTEGER) : flag === "datacenters" ? raw.split(",").map((d) => d.trim()) : raw;
   }
   input["toolServerToken"] ??= process.env["TOOL_EXECUTOR_TOOL_SERVER_TOKEN"] || undefined;
   if (boolFlag(flags, "allow-network") && boolFlag(flags, "no-network")) throw new CliUsageError("--allow-network and --no-network contradict each other");

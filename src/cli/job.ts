@@ -3,7 +3,20 @@
  * (`{"Job": ...}`, for `nomad job run -json` or `curl -X POST $NOMAD_ADDR/v1/jobs`) or as
  * HCL (for `nomad job run`), from the same options the pool uses.
  */
-import { sandboxJobFromSettings, resolveSandboxJobOptions, SANDBOX_DRIVERS, type SandboxDriver, type SandboxJobOptions, SandboxJobOptionError, JOB_DEFAULTS, DEFAULT_JOB_ID, DEFAULT_IMAGE } from "../nomad/job.js";
+import {
+  sandboxJobFromSettings,
+  resolveSandboxJobOptions,
+  SANDBOX_DRIVERS,
+  type SandboxDriver,
+  type SandboxJobOptions,
+  SandboxJobOptionError,
+  JOB_DEFAULTS,
+  DEFAULT_JOB_ID,
+  DEFAULT_IMAGE,
+  DEFAULT_SLOT_MEMORY_MB,
+  MIN_SLOT_MEMORY_MB,
+  SERVER_RESERVE_MB,
+} from "../nomad/job.js";
 import { sandboxJobHclFromSettings } from "../nomad/job-hcl.js";
 import { CliUsageError, intFlag, parseFlags, stringFlag } from "./usage.js";
 
@@ -14,18 +27,24 @@ Prints the sandbox job (task group "sandbox", dynamic port "http").
 options:
   --format json|hcl        json: the Nomad API body {"Job": ...}; hcl: a job file (default json)
   --job-id ID              job ID (default ${DEFAULT_JOB_ID})
-  --image IMG              docker image, or the .sif path for raw_exec (default ${DEFAULT_IMAGE})
+  --image IMG              docker image (default ${DEFAULT_IMAGE}), or for raw_exec the .sif path;
+                           raw_exec without --image runs this host's own slotpool (local development)
   --count N                sandbox servers (default ${JOB_DEFAULTS.count})
   --slots N                slots per server (default ${JOB_DEFAULTS.slots})
   --cpu MHZ                CPU per server (default ${JOB_DEFAULTS.cpu})
-  --memory MB              memory per server (default ${JOB_DEFAULTS.memoryMb})
-  --driver D               docker | raw_exec (apptainer/singularity) | exec (default docker)
-  --command CMD            docker: the entrypoint (default slotpool); raw_exec: apptainer (default)
-                           or singularity; exec: the slotpool binary (default /usr/local/bin/slotpool)
-  --datacenter DC          a datacenter; repeat for several (default "*")
+  --memory MB              memory per server (default ${SERVER_RESERVE_MB} + slots x ${DEFAULT_SLOT_MEMORY_MB}). The server keeps
+                           ${SERVER_RESERVE_MB} MB; each slot gets an equal share of the rest as its memory bound and half
+                           that share as its disk (min ${MIN_SLOT_MEMORY_MB} MB a slot, else rendering refuses)
+  --driver D               docker | raw_exec (a .sif, or this host's slotpool) | exec (default docker)
+  --command CMD            docker: the entrypoint (default slotpool); raw_exec with a .sif: apptainer
+                           (default) or singularity; raw_exec without an image: the program running
+                           slotpool (default: this node with this checkout's dist/src/cli/main.js);
+                           exec: the slotpool binary (default /usr/local/bin/slotpool)
+  --datacenter DC          a datacenter; repeat for several (default "dc1", every agent's default)
   --namespace NS           Nomad namespace (default: NOMAD_NAMESPACE, else Nomad's "default")
   --node-pool POOL         Nomad node pool
-  --token T                sandbox token passed to the task as SANDBOX_TOKEN (default: env SANDBOX_TOKEN)
+  --token T                sandbox token passed to the task as SANDBOX_TOKEN (default: env SANDBOX_TOKEN,
+                           else a fresh random one: it is in the job's env block, stderr says so)
   --privileged             docker: run the container privileged
   --no-tun-device          docker: do not pass the host's /dev/net/tun (nodes without the tun module;
                            slots then get no network on, only loopback)
@@ -73,8 +92,9 @@ export async function run(argv: string[]): Promise<number> {
     count: intFlag("count", stringFlag(flags, "count"), JOB_DEFAULTS.count, 0, 10_000),
     slots: intFlag("slots", stringFlag(flags, "slots"), JOB_DEFAULTS.slots, 1, 4096),
     cpu: intFlag("cpu", stringFlag(flags, "cpu"), JOB_DEFAULTS.cpu, 1),
-    memoryMb: intFlag("memory", stringFlag(flags, "memory"), JOB_DEFAULTS.memoryMb, 16),
   };
+  const memory = stringFlag(flags, "memory");
+  if (memory !== undefined) options.memoryMb = intFlag("memory", memory, 0, 16);
   const set = <K extends keyof SandboxJobOptions>(key: K, v: SandboxJobOptions[K] | undefined) => {
     if (v !== undefined) options[key] = v;
   };
@@ -94,6 +114,13 @@ export async function run(argv: string[]): Promise<number> {
   } catch (err) {
     if (err instanceof SandboxJobOptionError) throw new CliUsageError(err.message);
     throw err;
+  }
+  if (settings.tokenGenerated) {
+    // Never a server beyond loopback without a token: one was made; say where it is, not what.
+    process.stderr.write(
+      "slotpool job render: no --token (or SANDBOX_TOKEN) given, so a random sandbox token was generated: it is the task's env SANDBOX_TOKEN in the rendered job " +
+        "(read it back with 'nomad job inspect'); clients need it as their bearer token\n",
+    );
   }
   if (format === "json") process.stdout.write(JSON.stringify({ Job: sandboxJobFromSettings(settings) }, null, 2) + "\n");
   else process.stdout.write(sandboxJobHclFromSettings(settings));

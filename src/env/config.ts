@@ -99,6 +99,9 @@ export const AgentEnvConfigSchema = z
       sandboxImage: true,
       nomadDriver: true,
       nomadJobId: true,
+      nomadDatacenters: true,
+      nomadNamespace: true,
+      nomadNodePool: true,
     }).shape,
   )
   .refine(...containersInOrder);

@@ -28,6 +28,12 @@ export const ToolBackendSettingsSchema = z.object({
   nomadDriver: z.enum(["docker", "raw_exec", "exec"], { error: "nomadDriver must be docker, raw_exec or exec" }).optional(),
   /** Nomad provisioner: the sandbox job's id. */
   nomadJobId: z.string().min(1).optional(),
+  /** Nomad provisioner: datacenters the job may run in (default ["dc1"], every agent's default; Nomad ≥ 1.6 also takes "*"). */
+  nomadDatacenters: z.array(z.string().min(1)).min(1).optional(),
+  /** Nomad provisioner: the job's namespace (default NOMAD_NAMESPACE, else Nomad's "default"). */
+  nomadNamespace: z.string().min(1).optional(),
+  /** Nomad provisioner: the job's node pool (Nomad ≥ 1.6; older agents ignore it). */
+  nomadNodePool: z.string().min(1).optional(),
   batchWindowMs: executor.batchWindowMs,
   maxBatchSize: executor.maxBatchSize,
   /** Timeout of a tool call whose arguments name none (seconds, clamped to 1..600): the executor's defaultTimeoutS. */

@@ -90,6 +90,9 @@ async function createProvisioner(config: ToolBackendConfig, logger: Logger): Pro
         ...(config.sandboxImage ? { image: config.sandboxImage } : {}),
         ...(config.nomadDriver ? { driver: config.nomadDriver } : {}),
         ...(config.nomadJobId ? { jobId: config.nomadJobId } : {}),
+        ...(config.nomadDatacenters ? { datacenters: config.nomadDatacenters } : {}),
+        ...(config.nomadNamespace ? { namespace: config.nomadNamespace } : {}),
+        ...(config.nomadNodePool ? { nodePool: config.nomadNodePool } : {}),
       },
     });
   }

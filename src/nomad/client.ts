@@ -38,6 +38,7 @@ import {
   AllocListSchema,
   AllocStopResponseSchema,
   AllocationSchema,
+  DeploymentSchema,
   EvaluationListSchema,
   EvaluationSchema,
   JobDeregisterResponseSchema,
@@ -49,6 +50,7 @@ import {
   type AllocListStub,
   type AllocStopResponse,
   type Allocation,
+  type Deployment,
   type Evaluation,
   type Job,
   type JobDeregisterResponse,
@@ -238,7 +240,11 @@ export class NomadClient {
     });
   }
 
-  /** GET /v1/jobs. `meta: true` includes each job's Meta (to find slotpool's jobs). */
+  /**
+   * GET /v1/jobs. `meta: true` includes each job's Meta (to find slotpool's jobs): newer Nomad
+   * puts it in the list; older agents ignore `meta=true` (a real 1.1.2 agent lists no Meta at
+   * all), so each job without the key is read for it (`namespace:read-job`).
+   */
   async listJobs(options: { prefix?: string; meta?: boolean; signal?: AbortSignal } = {}): Promise<JobListStub[]> {
     const { value } = await this.call(
       {
@@ -250,6 +256,18 @@ export class NomadClient {
       },
       JobListSchema,
     );
+    if (options.meta) {
+      const missing = value.filter((j) => j.Meta === undefined);
+      // A few at a time: one read per job on an old agent.
+      for (let i = 0; i < missing.length; i += 8) {
+        await Promise.all(
+          missing.slice(i, i + 8).map(async (stub) => {
+            const job = await this.readJob(stub.ID, { ...(options.signal ? { signal: options.signal } : {}) });
+            stub.Meta = job?.Meta ?? null;
+          }),
+        );
+      }
+    }
     return value;
   }
 
@@ -375,6 +393,30 @@ export class NomadClient {
       );
       return value;
     });
+  }
+
+  /**
+   * The job's most recent deployment (`GET /v1/job/:id/deployment`), or null when it has none
+   * (Nomad answers `null`) or the job is unknown. Blocking with `index`.
+   */
+  async latestDeployment(jobId: string, options: BlockingOptions = {}): Promise<{ deployment: Deployment | null; index: number }> {
+    try {
+      const { value, index } = await this.call(
+        {
+          method: "GET",
+          path: `/v1/job/${enc(jobId)}/deployment`,
+          query: blockingQuery(options),
+          capability: "namespace:read-job",
+          blockingWaitMs: blockingWait(options),
+          signal: options.signal,
+        },
+        DeploymentSchema.nullable(),
+      );
+      return { deployment: value, index: index ?? 0 };
+    } catch (err) {
+      if (err instanceof NomadNotFoundError) return { deployment: null, index: 0 };
+      throw err;
+    }
   }
 
   // ------------------------------------------------------------------ evaluations

@@ -83,11 +83,9 @@ export function sandboxJobHclFromSettings(s: SandboxJobSettings): string {
   out.open("config");
   out.attrs(Object.entries(taskConfig(s)).map(([k, v]) => [k, value(v)] as Attr));
   out.close();
-  if (s.token) {
-    out.blank();
-    out.line("# Plain env for development; in production render it from a Nomad Variable or Vault.");
-    out.map("env", { SANDBOX_TOKEN: s.token });
-  }
+  out.blank();
+  out.line("# Plain env for development; in production render it from a Nomad Variable or Vault.");
+  out.map("env", { SANDBOX_TOKEN: s.token });
   out.blank();
   out.open("resources");
   out.attrs([["cpu", String(s.cpu)], ["memory", String(s.memoryMb)]]);

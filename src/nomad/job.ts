@@ -4,7 +4,10 @@
  * API JSON (what `POST /v1/jobs` takes inside `{"Job": ...}`); `sandboxJobHcl` (job-hcl.ts)
  * renders the same settings as HCL for `nomad job run`.
  */
+import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
 import { hostname, userInfo } from "node:os";
+import { fileURLToPath } from "node:url";
 import { SlotpoolError } from "../protocol/errors.js";
 
 export const SANDBOX_GROUP = "sandbox";
@@ -47,14 +50,31 @@ export interface SandboxJobOptions {
   /** Slots per sandbox server. */
   slots?: number;
   driver?: SandboxDriver;
-  /** docker: the image (must have `slotpool` on its PATH, as sandbox-image/ has). raw_exec: path of the `.sif`. */
+  /**
+   * docker: the image (must have `slotpool` on its PATH, as sandbox-image/ has). raw_exec:
+   * path of a `.sif` (run with apptainer/singularity), or none: the host's own slotpool
+   * (local development without an image, see `command`).
+   */
   image?: string;
-  /** docker: the entrypoint (default "slotpool"). raw_exec: "apptainer" (default) or "singularity". exec: the slotpool binary (default "/usr/local/bin/slotpool"). */
+  /**
+   * docker: the entrypoint (default "slotpool"). raw_exec with a .sif: "apptainer" (default)
+   * or "singularity"; raw_exec without an image: the program that runs slotpool on the host
+   * (default: this node binary, with this checkout's dist/src/cli/main.js as `commandArgs`).
+   * exec: the slotpool binary (default "/usr/local/bin/slotpool").
+   */
   command?: string;
+  /** raw_exec without an image: arguments before `sandbox-server` (default: [this checkout's main.js] when `command` is not given, else []). */
+  commandArgs?: string[];
   /** MHz of CPU per server. */
   cpu?: number;
+  /**
+   * Memory per server (the allocation), MB. Default: what `slots` need at the default share
+   * (SERVER_RESERVE_MB + slots × DEFAULT_SLOT_MEMORY_MB). Each slot gets an equal part of what
+   * the server does not keep: `--memory-mb` = (memoryMb − SERVER_RESERVE_MB) / slots, and half
+   * of that as its disk (`--disk-mb`, a tmpfs whose pages count as the slot's memory).
+   */
   memoryMb?: number;
-  /** Bearer token the servers require; passed to the task as env SANDBOX_TOKEN. */
+  /** Bearer token the servers require; passed to the task as env SANDBOX_TOKEN. Default: a fresh random one (see `tokenGenerated`). */
   token?: string;
   datacenters?: string[];
   namespace?: string;
@@ -105,9 +125,16 @@ export interface SandboxJobSettings {
   driver: SandboxDriver;
   image: string;
   command: string;
+  commandArgs: string[];
   cpu: number;
   memoryMb: number;
-  token: string | undefined;
+  /** Each slot's memory bound (`--memory-mb`), MB: its share of the allocation. */
+  slotMemoryMb: number;
+  /** Each slot's disk bound (`--disk-mb`), MB: half its memory share. */
+  slotDiskMb: number;
+  token: string;
+  /** No token was given: `token` was generated here (a renderer must say so). */
+  tokenGenerated: boolean;
   datacenters: string[];
   namespace: string | undefined;
   region: string | undefined;
@@ -121,14 +148,38 @@ export interface SandboxJobSettings {
   serverArgs: string[];
 }
 
+/** What a server keeps for itself (node, its spawners) before the slots' shares, MB. */
+export const SERVER_RESERVE_MB = 128;
+/** Each slot's default share of the allocation, MB (4 slots: a 1024 MB allocation). */
+export const DEFAULT_SLOT_MEMORY_MB = 224;
+/** The smallest share a slot may get, MB: below it a shell and its tools hardly start. */
+export const MIN_SLOT_MEMORY_MB = 64;
+
 export const JOB_DEFAULTS = {
   count: 1,
   slots: 4,
   cpu: 1000,
-  memoryMb: 1024,
-  datacenters: ["*"],
+  memoryMb: SERVER_RESERVE_MB + 4 * DEFAULT_SLOT_MEMORY_MB,
+  // "dc1" is every Nomad agent's default datacenter (dev agents included); the "*" wildcard
+  // only exists since Nomad 1.6, and 1.1-1.5 place nothing with it.
+  datacenters: ["dc1"],
   driver: "docker" as SandboxDriver,
 };
+
+/** The allocation memory `slots` slots get by default, MB. */
+export function defaultMemoryMb(slots: number): number {
+  return SERVER_RESERVE_MB + slots * DEFAULT_SLOT_MEMORY_MB;
+}
+
+/**
+ * This checkout's CLI (dist/src/cli/main.js), for raw_exec's local development mode: from the
+ * built module itself, or, from the TypeScript sources (tests), the build beside them.
+ */
+export function hostSlotpoolMain(): string {
+  const built = fileURLToPath(new URL("../cli/main.js", import.meta.url));
+  if (existsSync(built)) return built;
+  return fileURLToPath(new URL("../../dist/src/cli/main.js", import.meta.url));
+}
 
 /** Restart in place twice within 30 min, then fail the allocation so it is rescheduled. */
 export const RESTART_POLICY = { Attempts: 2, Interval: 30 * 60e9, Delay: 5e9, Mode: "fail" } as const;
@@ -154,16 +205,27 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
   const count = whole("count", options.count ?? JOB_DEFAULTS.count, 0);
   const slots = whole("slots", options.slots ?? JOB_DEFAULTS.slots, 1);
   const cpu = whole("cpu", options.cpu ?? JOB_DEFAULTS.cpu, 1);
-  const memoryMb = whole("memory", options.memoryMb ?? JOB_DEFAULTS.memoryMb, 16);
-  const image = options.image ?? (driver === "raw_exec" ? "slotpool-sandbox.sif" : DEFAULT_IMAGE);
-  if (!image) throw new SandboxJobOptionError("image must not be empty");
-  if (driver === "raw_exec" && !image.endsWith(".sif")) {
-    throw new SandboxJobOptionError(`the raw_exec driver runs a .sif with apptainer/singularity; image '${image}' is not a .sif path`);
+  const memoryMb = whole("memory", options.memoryMb ?? defaultMemoryMb(slots), 16);
+  const { slotMemoryMb, slotDiskMb } = slotShares(slots, memoryMb);
+  // raw_exec runs a .sif with apptainer, or, given no image, the host's own slotpool.
+  const hostMode = driver === "raw_exec" && options.image === undefined;
+  const image = options.image ?? (hostMode ? "" : DEFAULT_IMAGE);
+  if (!image && !hostMode) throw new SandboxJobOptionError("image must not be empty");
+  if (driver === "raw_exec" && !hostMode && !image.endsWith(".sif")) {
+    throw new SandboxJobOptionError(
+      `the raw_exec driver runs a .sif with apptainer/singularity, or, with no image, the host's own slotpool; image '${image}' is not a .sif path`,
+    );
   }
-  const command = options.command ?? (driver === "raw_exec" ? "apptainer" : driver === "exec" ? "/usr/local/bin/slotpool" : "");
+  const command =
+    options.command ?? (hostMode ? process.execPath : driver === "raw_exec" ? "apptainer" : driver === "exec" ? "/usr/local/bin/slotpool" : "");
+  if (options.commandArgs && !hostMode) throw new SandboxJobOptionError("commandArgs applies to the raw_exec driver without an image only (the host's own slotpool)");
+  const commandArgs = hostMode ? [...(options.commandArgs ?? (options.command === undefined ? [hostSlotpoolMain()] : []))] : [];
   const datacenters = options.datacenters ?? JOB_DEFAULTS.datacenters;
-  if (datacenters.length === 0) throw new SandboxJobOptionError("datacenters must name at least one datacenter (or \"*\")");
+  if (datacenters.length === 0 || datacenters.some((d) => !d)) throw new SandboxJobOptionError("datacenters must name at least one datacenter, none empty (Nomad's default is \"dc1\")");
   if (options.token !== undefined && options.token === "") throw new SandboxJobOptionError("token must not be empty");
+  // Every server listens beyond loopback (docker: 0.0.0.0 in its container; raw_exec/exec: the
+  // node's address): never without a token.
+  const token = options.token ?? randomBytes(24).toString("base64url");
   const constraints = [
     // bubblewrap and the slot isolation need Linux namespaces.
     { attribute: "${attr.kernel.name}", operator: "=", value: "linux" as string | undefined },
@@ -176,9 +238,13 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
     driver,
     image,
     command,
+    commandArgs,
     cpu,
     memoryMb,
-    token: options.token,
+    slotMemoryMb,
+    slotDiskMb,
+    token,
+    tokenGenerated: options.token === undefined,
     datacenters: [...datacenters],
     namespace: options.namespace || undefined,
     region: options.region || undefined,
@@ -209,7 +275,52 @@ export function sandboxServerArgs(s: SandboxJobSettings): string[] {
   // Host networking: bind only the address Nomad allocated the port on, not every interface.
   const host = s.driver === "docker" ? "0.0.0.0" : "${NOMAD_IP_http}";
   const port = s.driver === "docker" ? String(SANDBOX_SERVER_PORT) : "${NOMAD_PORT_http}";
-  return ["sandbox-server", "--slots", String(s.slots), "--host", host, "--port", port, ...s.serverArgs];
+  return [
+    "sandbox-server",
+    "--slots",
+    String(s.slots),
+    "--host",
+    host,
+    "--port",
+    port,
+    "--memory-mb",
+    String(s.slotMemoryMb),
+    "--disk-mb",
+    String(s.slotDiskMb),
+    ...(isHostMode(s) && !s.serverArgs.includes("--data-dir") ? ["--data-dir", HOST_MODE_DATA_DIR] : []),
+    ...s.serverArgs,
+  ];
+}
+
+/**
+ * raw_exec without an image: workspaces outside the allocation dir, which Nomad keeps under
+ * its data dir (mode 0700: out of the slot uids' reach, so the server would refuse it).
+ */
+export const HOST_MODE_DATA_DIR = "/tmp/slotpool-nomad/${NOMAD_ALLOC_ID}";
+
+/** raw_exec running the host's own slotpool (no image). */
+export function isHostMode(s: Pick<SandboxJobSettings, "driver" | "image">): boolean {
+  return s.driver === "raw_exec" && !s.image;
+}
+
+/**
+ * Each slot's memory and disk bound from the allocation: the allocation less the server's
+ * reserve, split evenly; a slot's disk (tmpfs, counted as its memory) is half its share. So
+ * slots × share + reserve ≤ the allocation: slots filling their bounds stay inside it.
+ * Refuses, with the numbers, when a share would fall below MIN_SLOT_MEMORY_MB.
+ */
+export function slotShares(slots: number, memoryMb: number): { slotMemoryMb: number; slotDiskMb: number } {
+  const share = Math.floor((memoryMb - SERVER_RESERVE_MB) / slots);
+  if (share < MIN_SLOT_MEMORY_MB) {
+    const need = SERVER_RESERVE_MB + slots * MIN_SLOT_MEMORY_MB;
+    const fit = Math.max(0, Math.floor((memoryMb - SERVER_RESERVE_MB) / MIN_SLOT_MEMORY_MB));
+    throw new SandboxJobOptionError(
+      `${slots} slots do not fit in ${memoryMb} MB: the server keeps ${SERVER_RESERVE_MB} MB and each slot needs at least ${MIN_SLOT_MEMORY_MB} MB ` +
+        `(its memory bound, its disk counted in it), so ${slots} slots need ${need} MB; raise memory to ${need} or more, ` +
+        (fit > 0 ? `or lower slots to ${fit} or fewer` : `(${memoryMb} MB holds no slot)`),
+    );
+  }
+  return { slotMemoryMb: share, slotDiskMb: Math.floor(share / 2) };
 }
 
 /** The driver's `Config` map (keys as in the driver docs; Nomad passes it through untyped). */
@@ -234,6 +345,8 @@ export function taskConfig(s: SandboxJobSettings): Record<string, unknown> {
       return config;
     }
     case "raw_exec":
+      // No image: the host's own slotpool (local development), run as the agent's user.
+      if (!s.image) return { command: s.command, args: [...s.commandArgs, ...args] };
       // apptainer shares the host network; --bind makes the allocation dir (the server's
       // default data dir is $NOMAD_ALLOC_DIR/data) visible at the same path inside.
       return { command: s.command, args: ["run", "--bind", "${NOMAD_ALLOC_DIR}", s.image, ...args] };
@@ -261,9 +374,9 @@ export function sandboxJobFromSettings(s: SandboxJobSettings): Record<string, un
     KillTimeout: KILL_TIMEOUT_NS,
   };
   // The token reaches the task as a plain env var, visible to anyone who may read the job.
-  // In production put it in a Nomad Variable (rendered by a `template` block into env) or in
-  // Vault, and pass no token here.
-  if (s.token) task["Env"] = { SANDBOX_TOKEN: s.token };
+  // In production keep it in a Nomad Variable or Vault and render it into the task's env with
+  // a `template` block (an edit of the rendered job).
+  task["Env"] = { SANDBOX_TOKEN: s.token };
 
   const job: Record<string, unknown> & { ID: string } = {
     ID: s.jobId,

@@ -10,10 +10,13 @@ import {
 } from "../nomad/allocation.js";
 import { NomadClient } from "../nomad/client.js";
 import { sleep } from "../nomad/retry.js";
-import { NomadAclDeniedError, NomadError, NomadUnreachableError } from "../nomad/errors.js";
+import { NomadAclDeniedError, NomadError, NomadScaleBlockedError, NomadUnreachableError } from "../nomad/errors.js";
 import { META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
 import type { AllocListStub, Evaluation, Job } from "../nomad/schemas.js";
+import { describePlacementFailure, placementAdvice, waitForDeploymentEnd } from "./nomad-placement.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
+
+export { describePlacementFailure } from "./nomad-placement.js";
 
 /**
  * Runs containers as allocations of one Nomad service job (task group `sandbox`). Submits
@@ -37,6 +40,11 @@ export interface NomadProvisionerOptions {
   purgeJobOnStart?: boolean;
   /** How long one blocking query may wait (default 30 s). */
   blockingWaitMs?: number;
+  /**
+   * How long a scale call refused with "job scaling blocked due to active deployment" waits
+   * for that deployment to end before it fails (default 120 s; the pool then retries it).
+   */
+  scaleBlockedWaitMs?: number;
   /**
    * How allocation changes are seen: "blocking" (default) re-lists the job's allocations with
    * blocking queries; "events" lists once, then follows /v1/event/stream (topic
@@ -88,7 +96,8 @@ export class NomadProvisioner implements Provisioner {
     }
     this.options = options;
     this.logger = options.logger ?? silentLogger();
-    this.client = options.client ?? NomadClient.fromEnv({ logger: this.logger });
+    // The job's namespace is the one every call must name (else NOMAD_NAMESPACE, else "default").
+    this.client = options.client ?? NomadClient.fromEnv({ logger: this.logger, ...(options.job?.namespace ? { namespace: options.job.namespace } : {}) });
     this.ownsClient = !options.client;
     // Validates the job options now, so a bad image or job ID fails at construction.
     this.jobId = (sandboxJob({ ...options.job, slots: options.slotsPerContainer }) as { ID: string }).ID;
@@ -142,7 +151,21 @@ export class NomadProvisioner implements Provisioner {
 
   async setTargetCount(count: number, reason: string): Promise<void> {
     if (this.stopping) return;
-    await this.client.scaleTaskGroup(this.jobId, SANDBOX_GROUP, count, { message: `slotpool: ${reason}`.slice(0, 500), signal: this.abort.signal });
+    const message = `slotpool: ${reason}`.slice(0, 500);
+    const deadline = performance.now() + (this.options.scaleBlockedWaitMs ?? 120_000);
+    for (;;) {
+      try {
+        await this.client.scaleTaskGroup(this.jobId, SANDBOX_GROUP, count, { message, signal: this.abort.signal });
+        break;
+      } catch (err) {
+        // A job version with an update strategy (someone's `nomad job run` of the job with an
+        // `update` block; slotpool's own job has max_parallel = 0) has a deployment, and Nomad
+        // refuses every scale until it ends. Wait for it, then scale again: Nomad 1.1 may have
+        // stored the refused count already, but places nothing for it without a new call.
+        if (!(err instanceof NomadScaleBlockedError) || performance.now() > deadline || this.stopping) throw err;
+        await waitForDeploymentEnd(this.client, this.jobId, { deadline, signal: this.abort.signal, stopping: () => this.stopping, logger: this.logger });
+      }
+    }
     this.target = count;
     this.lastPlacementCheck = 0;
   }
@@ -404,8 +427,7 @@ export class NomadProvisioner implements Provisioner {
       this.reportOnce(
         `eval:${evaluation.ID}`,
         new ProvisionerError(
-          `Nomad could not place ${this.target - live} of ${this.target} sandbox allocations of '${this.jobId}': ${failure}. ` +
-            "Add client capacity, lower the job's cpu/memory, or lower minContainers/maxContainers.",
+          `Nomad could not place ${this.target - live} of ${this.target} sandbox allocations of '${this.jobId}': ${failure}. ${placementAdvice(failure)}`,
           "placement",
         ),
       );
@@ -443,28 +465,6 @@ function allocationReason(a: AllocListStub): string {
   const client = a.ClientDescription ? `: ${a.ClientDescription}` : "";
   const events = latestTaskEvents(a, 3);
   return `allocation ${a.ID} (${a.Name ?? "?"}) is ${a.ClientStatus ?? "unknown"}${client}${desired}${events.length ? `; latest task events: ${events.join(" · ")}` : ""}`;
-}
-
-/** Summarises an evaluation's FailedTGAllocs (AllocMetric) in a line, or undefined when placement did not fail. */
-export function describePlacementFailure(evaluation: Evaluation | undefined): string | undefined {
-  const failed = evaluation?.FailedTGAllocs;
-  if (!failed || Object.keys(failed).length === 0) return undefined;
-  const parts: string[] = [];
-  for (const [group, metric] of Object.entries(failed)) {
-    const m = metric as Record<string, unknown>;
-    const bits: string[] = [];
-    if (typeof m["NodesEvaluated"] === "number") bits.push(`${m["NodesEvaluated"]} nodes evaluated`);
-    const available = m["NodesAvailable"] as Record<string, number> | null | undefined;
-    if (available && Object.values(available).every((n) => n === 0)) bits.push("no nodes available in the datacenters");
-    for (const key of ["DimensionExhausted", "ConstraintFiltered", "ClassExhausted", "QuotaExhausted"]) {
-      const v = m[key];
-      if (v && typeof v === "object" && Object.keys(v).length) bits.push(`${key}: ${Object.entries(v).map(([k, n]) => `${k} (${String(n)})`).join(", ")}`);
-      else if (Array.isArray(v) && v.length) bits.push(`${key}: ${v.join(", ")}`);
-    }
-    if (typeof m["CoalescedFailures"] === "number" && (m["CoalescedFailures"] as number) > 0) bits.push(`${(m["CoalescedFailures"] as number) + 1} allocations unplaced`);
-    parts.push(`group ${group}: ${bits.join("; ") || "no feasible node"}`);
-  }
-  return parts.join(" | ");
 }
 
 function toProvisionerError(err: unknown, doing: string): ProvisionerError {

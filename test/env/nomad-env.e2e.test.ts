@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import ShellTasksEnv, { type ShellTask } from "../../examples/shell-tasks/env.js";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
+import { NomadClient } from "../../src/nomad/client.js";
 import type { OracleScript } from "../../src/agent/oracle-policy.js";
 import { silentLogger } from "../../src/observability/logger.js";
 import { startNomadEmulator, type NomadEmulator } from "../support/nomad-emulator.js";
@@ -35,11 +36,16 @@ const live = (jobId: string) => nomad.allocations(jobId).filter((a) => a["Client
 describe("AgentEnv on the Nomad provisioner (emulator)", () => {
   it("runs every kind of shell task to a full score, and purges the job on close", async () => {
     const jobId = `env-nomad-${process.pid}-1`;
-    const env = new ShellTasksEnv({ provisioner: "nomad", nomadJobId: jobId, groupSize: 2, slotsPerContainer: 4, minContainers: 1, maxContainers: 2 }, { logger: silentLogger() });
+    // Datacenters from the env's config (the emulator's node is in dc1).
+    const env = new ShellTasksEnv(
+      { provisioner: "nomad", nomadJobId: jobId, nomadDatacenters: ["dc1", "dc2"], groupSize: 2, slotsPerContainer: 4, minContainers: 1, maxContainers: 2 },
+      { logger: silentLogger() },
+    );
     await env.start();
     const outcomes = [];
     for (let i = 0; i < 4; i++) outcomes.push(await env.collectTrajectories(env.getNextItem()));
     expect(live(jobId).length).toBeGreaterThanOrEqual(1);
+    expect((await new NomadClient({ address: nomad.address }).readJob(jobId))?.Datacenters).toEqual(["dc1", "dc2"]);
     await env.close();
     for (const o of outcomes) {
       expect(o.ok).toBe(true);

@@ -45,6 +45,14 @@ describe("the tool backend config: one schema, one set of defaults", () => {
     expect(() => parseToolBackendConfig({ slotsPerContainer: 0, nomadDriver: "podman" })).toThrow(/slotsPerContainer: .*; nomadDriver: nomadDriver must be docker, raw_exec or exec/);
   });
 
+  it("takes the Nomad job's datacenters, namespace and node pool, from an env config too", () => {
+    const placed = { nomadDatacenters: ["eu-1", "eu-2"], nomadNamespace: "ml", nomadNodePool: "sandboxes" };
+    expect(parseToolBackendConfig(placed)).toMatchObject(placed);
+    expect(AgentEnvConfigSchema.parse(placed)).toMatchObject(placed);
+    expect(() => parseToolBackendConfig({ nomadDatacenters: [] })).toThrow(/nomadDatacenters/);
+    expect(() => parseToolBackendConfig({ nomadDatacenters: ["dc1", ""] })).toThrow(/nomadDatacenters/);
+  });
+
   it("ignores an env config's own fields, so an env config can be passed whole", () => {
     const env = AgentEnvConfigSchema.parse({ groupSize: 3, slotsPerContainer: 3 });
     expect(parseToolBackendConfig(env).slotsPerContainer).toBe(3);
@@ -68,6 +76,10 @@ describe("slotpool executor-server flags map onto the backend config", () => {
     expect(r.status).toBe(2);
     expect(r.stderr).toMatch(/--slots-per-container 0: .*>=1/);
     expect(r.stderr).toContain('--driver "podman": nomadDriver must be docker, raw_exec or exec');
+    const dcs = run("--datacenters", "dc1,");
+    expect(dcs.status).toBe(2);
+    expect(dcs.stderr).toContain('--datacenters ["dc1",""]');
+    expect(run("--help").stdout).toMatch(/--datacenters DC\[,DC\.\.\.\].*default dc1/);
     const order = run("--min-containers", "3", "--max-containers", "2");
     expect(order.status).toBe(2);
     expect(order.stderr).toContain("--min-containers 3: minContainers must not exceed maxContainers");

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { allocationHttpAddress, allocationNameIndex, latestTaskEvents } from "../../src/nomad/allocation.js";
 import { NomadClient } from "../../src/nomad/client.js";
 import { NomadAclDeniedError, NomadError, NomadNotFoundError, NomadScaleBlockedError, NomadTimeoutError } from "../../src/nomad/errors.js";
+import { describePlacementFailure } from "../../src/pool/nomad-placement.js";
 import { sandboxJob } from "../../src/nomad/job.js";
 import type { AllocListStub, NomadEvent } from "../../src/nomad/schemas.js";
 import { startNomadEmulator, type NomadEmulator } from "../support/nomad-emulator.js";
@@ -127,9 +128,20 @@ describe("scaling", () => {
     const err = await client.scaleTaskGroup("deploys", "sandbox", 0).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(NomadScaleBlockedError);
     expect((err as NomadError).nomadMessage).toBe("job scaling blocked due to active deployment");
+    // As a real 1.1.2 agent: the refused count is stored all the same, nothing is placed for it.
+    expect((await client.readJob("deploys"))?.TaskGroups?.[0]?.Count).toBe(0);
+    const blocked = await client.scaleTaskGroup("deploys", "sandbox", 1).catch((e: unknown) => e);
+    expect(blocked).toBeInstanceOf(NomadScaleBlockedError);
+    expect((await client.readJob("deploys"))?.TaskGroups?.[0]?.Count).toBe(1);
+    expect(nomad.allocations("deploys")).toEqual([]);
+    const { deployment } = await client.latestDeployment("deploys");
+    expect(deployment).toMatchObject({ JobID: "deploys", Status: "running" });
+    expect((await client.latestDeployment("no-such-job")).deployment).toBeNull();
 
     await client.registerJob(sandboxJob({ jobId: "no-deploys", count: 0 }));
     await expect(client.scaleTaskGroup("no-deploys", "sandbox", 0)).resolves.toMatchObject({ EvalID: expect.any(String) });
+    // A job without deployments answers null, as a real agent does.
+    expect((await client.latestDeployment("no-deploys")).deployment).toBeNull();
   });
 
   it("scale errors as Nomad words them", async () => {
@@ -305,6 +317,32 @@ describe("ACL", () => {
     expect(await res.text()).toBe("job not found");
     expect(res.headers.get("content-type")).toMatch(/^text\/plain/);
     for (const c of [anonymous, wrong, right]) await c.close();
+  });
+});
+
+describe("datacenters", () => {
+  it("places only in the node's datacenter (dc1); \"*\" matches as in Nomad >= 1.6, not as in 1.1", async () => {
+    await client.registerJob(sandboxJob({ jobId: "dc-elsewhere", count: 2, datacenters: ["eu-1"] }));
+    const evals = await client.jobEvaluations("dc-elsewhere");
+    expect(evals[0]?.FailedTGAllocs?.["sandbox"]).toMatchObject({ NodesEvaluated: 0, NodesAvailable: { "eu-1": 0 }, CoalescedFailures: 1 });
+    expect(describePlacementFailure(evals[0])).toMatch(/no nodes available in the datacenters/);
+    expect(nomad.allocations("dc-elsewhere")).toEqual([]);
+    await client.registerJob(sandboxJob({ jobId: "dc-default", count: 1 }));
+    await nomad.waitForAllocations("dc-default", (a) => a.length === 1);
+    await client.registerJob(sandboxJob({ jobId: "dc-glob", count: 1, datacenters: ["*"] }));
+    await nomad.waitForAllocations("dc-glob", (a) => a.length === 1);
+    for (const id of ["dc-elsewhere", "dc-default", "dc-glob"]) await client.deregisterJob(id, { purge: true });
+
+    const old = await startNomadEmulator({ datacenterGlobs: false });
+    try {
+      const c = new NomadClient({ address: old.address, retry: { attempts: 1 } });
+      await c.registerJob(sandboxJob({ jobId: "dc-star", count: 1, datacenters: ["*"] }));
+      expect((await c.jobEvaluations("dc-star"))[0]?.FailedTGAllocs?.["sandbox"]).toMatchObject({ NodesAvailable: { "*": 0 } });
+      expect(old.allocations("dc-star")).toEqual([]);
+      await c.close();
+    } finally {
+      await old.stop();
+    }
   });
 });
 

@@ -102,10 +102,13 @@ describe("slotpool job render", () => {
     ["docker, every option", ["--job-id", "sbx-7", "--image", "reg.example/sbx:1.2", "--count", "5", "--slots", "16", "--cpu", "3000", "--memory", "8192", "--datacenter", "dc1", "--datacenter", "dc2", "--namespace", "ml", "--node-pool", "big", "--token", "tok", "--privileged"]],
     ["docker without the tun device", ["--no-tun-device"]],
     ["raw_exec", ["--driver", "raw_exec", "--image", "/opt/sbx.sif", "--command", "singularity"]],
+    ["raw_exec, the host's own slotpool", ["--driver", "raw_exec"]],
     ["exec", ["--driver", "exec", "--count", "2"]],
   ];
-  for (const [name, args] of cases) {
+  for (const [name, given] of cases) {
     it(`${name}: --format hcl parses with hcl2json and matches --format json`, async () => {
+      // Same token in both renders (else each generates its own).
+      const args = given.includes("--token") ? given : [...given, "--token", "t0k"];
       const json = JSON.parse(await render(["--format", "json", ...args])) as { Job: Json };
       const hcl = await render(["--format", "hcl", ...args]);
       const fromHcl = hclJobToApi((await parse("job.nomad.hcl", hcl)) as Json);
@@ -118,8 +121,36 @@ describe("slotpool job render", () => {
     });
   }
 
+  it("without a token, generates one and says on stderr where it is (not what it is)", async () => {
+    let err = "";
+    const spy = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => {
+      err += String(chunk);
+      return true;
+    });
+    const saved = process.env["SANDBOX_TOKEN"];
+    delete process.env["SANDBOX_TOKEN"];
+    let text: string;
+    try {
+      text = await render(["--format", "hcl"]);
+    } finally {
+      spy.mockRestore();
+      if (saved !== undefined) process.env["SANDBOX_TOKEN"] = saved;
+    }
+    const token = /"SANDBOX_TOKEN" = "([A-Za-z0-9_-]{32})"/.exec(text)?.[1];
+    expect(token).toBeDefined();
+    expect(err).toMatch(/a random sandbox token was generated: it is the task's env SANDBOX_TOKEN in the rendered job/);
+    expect(err).not.toContain(token!);
+  });
+
+  it("refuses slots that do not fit the allocation, with the numbers (the issue's --slots 16 --memory 256)", async () => {
+    await expect(jobCommand(["render", "--slots", "16", "--memory", "256"])).rejects.toThrow(/16 slots do not fit in 256 MB: .* 16 slots need 1152 MB; raise memory to 1152 or more, or lower slots to 2 or fewer/);
+    const { Job } = JSON.parse(await render(["--slots", "16", "--token", "t"])) as { Job: Json };
+    expect(Job["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"]).toBe(128 + 16 * 224);
+    expect(Job["TaskGroups"][0]["Tasks"][0]["Config"]["args"]).toEqual(expect.arrayContaining(["--memory-mb", "224", "--disk-mb", "112"]));
+  });
+
   it("json output is a register body with the options applied", async () => {
-    const { Job } = JSON.parse(await render(["--count", "4", "--slots", "2", "--memory", "512"])) as { Job: Json };
+    const { Job } = JSON.parse(await render(["--count", "4", "--slots", "2", "--memory", "512", "--token", "t"])) as { Job: Json };
     expect(Job["TaskGroups"][0]["Count"]).toBe(4);
     expect(Job["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"]).toBe(512);
     expect(Job["TaskGroups"][0]["Tasks"][0]["Config"]["args"]).toContain("2");
@@ -164,7 +195,8 @@ describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
     expect(vars["cpu"]![0]!["default"]).toBe(JOB_DEFAULTS.cpu);
     expect(vars["memory"]![0]!["default"]).toBe(JOB_DEFAULTS.memoryMb);
     expect(vars["datacenters"]![0]!["default"]).toEqual(JOB_DEFAULTS.datacenters);
-    expect(vars["token"]![0]!["default"]).toBe("");
+    // Required: the servers listen beyond loopback, never without a token.
+    expect(vars["token"]![0]).not.toHaveProperty("default");
   });
 
   it("has the builder's group, port, args, policies and meta", async () => {
@@ -180,14 +212,16 @@ describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
     expect(task["Config"]["image"]).toBe("${var.image}");
     expect(task["Config"]["ports"]).toEqual(["http"]);
     expect(task["Config"]["entrypoint"]).toEqual(taskConfig(built)["entrypoint"]);
-    expect(task["Config"]["args"]).toEqual(sandboxServerArgs(built).map((a) => (a === "4" ? "${var.slots}" : a)));
+    const derived: Record<string, string> = { "4": "${var.slots}", "224": "${floor((var.memory - 128) / var.slots)}", "112": "${floor((var.memory - 128) / var.slots / 2)}" };
+    expect(task["Config"]["args"]).toEqual(sandboxServerArgs(built).map((a) => derived[a] ?? a));
     expect(task["Config"]["cap_add"]).toEqual(taskConfig(built)["cap_add"]);
     expect(task["Config"]["security_opt"]).toEqual(taskConfig(built)["security_opt"]);
     expect(task["Config"]).not.toHaveProperty("privileged");
     expect(task["Config"]["devices"]).toEqual(taskConfig(built)["devices"]);
     expect(task["Resources"]).toEqual({ CPU: "${var.cpu}", MemoryMB: "${var.memory}" });
     expect(task["KillTimeout"]).toBe(KILL_TIMEOUT_NS);
-    expect(task["Env"]).toMatch(/SANDBOX_TOKEN = var\.token/);
+    // Always set: no "empty token: no env" branch any more.
+    expect(task["Env"]).toEqual({ SANDBOX_TOKEN: "${var.token}" });
     expect(group["RestartPolicy"]).toEqual({ ...RESTART_POLICY });
     expect(group["ReschedulePolicy"]).toEqual({ ...RESCHEDULE_POLICY });
     expect(job["Update"]).toEqual({ MaxParallel: 0 });

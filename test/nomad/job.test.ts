@@ -6,8 +6,12 @@ import {
   META_SLOTPOOL,
   SANDBOX_GROUP,
   SANDBOX_SERVER_PORT,
+  SERVER_RESERVE_MB,
   SandboxJobOptionError,
+  hostSlotpoolMain,
+  resolveSandboxJobOptions,
   sandboxJob,
+  taskConfig,
 } from "../../src/nomad/job.js";
 import { JobRegisterRequestSchema, JobSchema } from "../../src/nomad/schemas.js";
 import { fixture, structFields } from "./nomad-api-fixtures.js";
@@ -106,13 +110,57 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     expect(config["image"]).toBe("slotpool-sandbox:local");
     // tini first: the image's init reaps what slot commands leave (Node as PID 1 does not).
     expect(config["entrypoint"]).toEqual(["tini", "-s", "--", "slotpool"]);
-    expect(config["args"]).toEqual(["sandbox-server", "--slots", "8", "--host", "0.0.0.0", "--port", "8080"]);
+    // 4096 MB less the server's 128, in 8 equal shares of 496 MB; the disk half a share.
+    expect(config["args"]).toEqual(["sandbox-server", "--slots", "8", "--host", "0.0.0.0", "--port", "8080", "--memory-mb", "496", "--disk-mb", "248"]);
   });
 
   it("passes the token as SANDBOX_TOKEN, never on the command line", () => {
     expect(task["Env"]).toEqual({ SANDBOX_TOKEN: "s3cret" });
     expect(JSON.stringify(config)).not.toContain("s3cret");
-    expect((sandboxJob()["TaskGroups"] as Json[])[0]!["Tasks"]).not.toHaveProperty("0.Env");
+  });
+
+  it("never a server without a token: with none given, a fresh random one, flagged as generated", () => {
+    const a = resolveSandboxJobOptions();
+    const b = resolveSandboxJobOptions();
+    expect(a.tokenGenerated).toBe(true);
+    expect(a.token).toMatch(/^[A-Za-z0-9_-]{32}$/);
+    expect(a.token).not.toBe(b.token);
+    expect(((sandboxJob({ token: "t" })["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!["Env"]).toEqual({ SANDBOX_TOKEN: "t" });
+    expect(resolveSandboxJobOptions({ token: "t" }).tokenGenerated).toBe(false);
+    for (const driver of ["docker", "raw_exec", "exec"] as const) {
+      const task = ((sandboxJob({ driver })["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!;
+      expect((task["Env"] as Json)["SANDBOX_TOKEN"]).toMatch(/^[A-Za-z0-9_-]{32}$/);
+    }
+  });
+
+  it("derives each slot's memory and disk from the allocation, or refuses with the numbers", () => {
+    // The default allocation fits the default share for any slot count.
+    expect(resolveSandboxJobOptions({ slots: 4 })).toMatchObject({ memoryMb: 1024, slotMemoryMb: 224, slotDiskMb: 112 });
+    expect(resolveSandboxJobOptions({ slots: 16 })).toMatchObject({ memoryMb: 128 + 16 * 224, slotMemoryMb: 224 });
+    const s = resolveSandboxJobOptions({ slots: 3, memoryMb: 1000 });
+    expect(s).toMatchObject({ slotMemoryMb: 290, slotDiskMb: 145 });
+    expect(s.slots * s.slotMemoryMb + SERVER_RESERVE_MB).toBeLessThanOrEqual(s.memoryMb);
+    // The issue's case: 16 slots in 256 MB.
+    expect(() => resolveSandboxJobOptions({ slots: 16, memoryMb: 256 })).toThrow(
+      "16 slots do not fit in 256 MB: the server keeps 128 MB and each slot needs at least 64 MB (its memory bound, its disk counted in it), so 16 slots need 1152 MB; raise memory to 1152 or more, or lower slots to 2 or fewer",
+    );
+    expect(() => resolveSandboxJobOptions({ slots: 1, memoryMb: 100 })).toThrow(/100 MB holds no slot/);
+  });
+
+  it("raw_exec without an image runs this host's own slotpool (local development)", () => {
+    const s = resolveSandboxJobOptions({ driver: "raw_exec", slots: 2, token: "t" });
+    expect(s.command).toBe(process.execPath);
+    expect(s.commandArgs).toEqual([hostSlotpoolMain()]);
+    expect(hostSlotpoolMain()).toMatch(/dist\/src\/cli\/main\.js$/);
+    expect(taskConfig(s)).toEqual({
+      command: process.execPath,
+      args: [hostSlotpoolMain(), "sandbox-server", "--slots", "2", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112", "--data-dir", "/tmp/slotpool-nomad/${NOMAD_ALLOC_ID}"],
+    });
+    // A slotpool binary of one's own: no script before the subcommand.
+    const own = taskConfig(resolveSandboxJobOptions({ driver: "raw_exec", command: "/usr/local/bin/slotpool", slots: 1 }));
+    expect(own["command"]).toBe("/usr/local/bin/slotpool");
+    expect((own["args"] as string[]).slice(0, 3)).toEqual(["sandbox-server", "--slots", "1"]);
+    expect(() => resolveSandboxJobOptions({ driver: "docker", commandArgs: ["x"] })).toThrow(/commandArgs applies to the raw_exec driver without an image/);
   });
 
   it("sets cpu/memory, restart and reschedule policies", () => {
@@ -169,7 +217,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     expect(rawTask["Driver"]).toBe("raw_exec");
     expect(rawTask["Config"]).toEqual({
       command: "apptainer",
-      args: ["run", "--bind", "${NOMAD_ALLOC_DIR}", "/srv/sbx.sif", "sandbox-server", "--slots", "2", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}"],
+      args: ["run", "--bind", "${NOMAD_ALLOC_DIR}", "/srv/sbx.sif", "sandbox-server", "--slots", "2", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112"],
     });
     // Host networking: no mapping, the server binds the allocated port itself.
     expect(rawGroup["Networks"]).toEqual([{ DynamicPorts: [{ Label: "http" }] }]);
@@ -178,7 +226,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     const exec = sandboxJob({ driver: "exec" });
     const execTask = ((exec["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!;
     expect(execTask["Driver"]).toBe("exec");
-    expect(execTask["Config"]).toMatchObject({ command: "/usr/local/bin/slotpool", args: ["sandbox-server", "--slots", "4", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}"] });
+    expect(execTask["Config"]).toMatchObject({ command: "/usr/local/bin/slotpool", args: ["sandbox-server", "--slots", "4", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112"] });
   });
 
   it("rejects bad options with a message naming the problem", () => {
@@ -188,5 +236,6 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     expect(() => sandboxJob({ driver: "raw_exec", image: "busybox:1" })).toThrow(/not a \.sif/);
     expect(() => sandboxJob({ driver: "podman" as never })).toThrow(/driver must be one of docker, raw_exec, exec/);
     expect(() => sandboxJob({ datacenters: [] })).toThrow(/datacenters/);
+    expect(() => sandboxJob({ datacenters: [""] })).toThrow(/none empty/);
   });
 });

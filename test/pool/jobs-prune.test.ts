@@ -33,6 +33,16 @@ const client = () => new NomadClient({ address: ADDR, retry: { attempts: 1, base
 useNockOffline();
 
 describe("slotpool jobs prune", () => {
+  it("an agent that lists no Meta (Nomad 1.1 ignores meta=true, seen on a real 1.1.2 agent): each job is read for it", async () => {
+    const bare = JOBS.slice(0, 3).map(({ Meta: _meta, ...rest }) => rest);
+    nock(ADDR).get("/v1/jobs").query({ meta: "true" }).reply(200, bare);
+    for (const j of JOBS.slice(0, 3)) nock(ADDR).get(`/v1/job/${j.ID}`).reply(200, { ID: j.ID, Name: j.ID, Type: "service", Meta: j.Meta });
+    const jobs = await pruneJobs(client(), { dryRun: true });
+    expect(jobs.map((j) => j.id)).toEqual(["slotpool-sandbox", "slotpool-fresh"]);
+    expect(jobs[0]).toMatchObject({ owner: "alice@box" });
+    expect(nock.isDone()).toBe(true);
+  });
+
   it("dry run lists running slotpool jobs only and stops nothing", async () => {
     nock(ADDR).get("/v1/jobs").query({ meta: "true" }).reply(200, JOBS);
     const jobs = await pruneJobs(client(), { dryRun: true });

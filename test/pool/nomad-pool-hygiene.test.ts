@@ -22,6 +22,8 @@ describe("the pool and Nomad, for slot hygiene (emulator, real sandbox processes
     await until(() => h.nomad.requests.some((r) => r.method === "POST" && r.path === `/v1/allocation/${allocId}/stop`), 15_000);
     const stopped = await h.nomad.waitForAllocations(jobId, (allocs) => allocs.some((x) => x["ID"] === allocId && x["DesiredStatus"] === "stop"), 10_000);
     expect(stopped.find((x) => x["ID"] === allocId)?.["DesiredStatus"]).toBe("stop");
+    // Worded as a real 1.1.2 agent words a stop through the API: a migration.
+    expect(stopped.find((x) => x["ID"] === allocId)?.["DesiredDescription"]).toBe("alloc is being migrated");
     const b = await pool.acquire({ trajectoryId: "b", timeoutMs: 20_000 });
     expect(b.container.id).not.toBe(allocId);
     expect((await bash(b, "echo fresh")).output.trim()).toBe("fresh");

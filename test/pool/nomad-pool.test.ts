@@ -40,6 +40,22 @@ describe("SlotPool on the NomadProvisioner (emulator, real sandbox processes)", 
     expect(outs.map((o) => o.output.trim())).toEqual(slots.map((s) => s.trajectoryId));
   });
 
+  it("a scale refused for an active deployment (someone registered a version with an update block) is made once the deployment ends", async () => {
+    const { pool, jobId } = h.nomadPool({ slotsPerContainer: 2, minContainers: 1, maxContainers: 2 });
+    await pool.start();
+    const first = await pool.acquire({ trajectoryId: "first" });
+    const withUpdate = { ...sandboxJob({ jobId, slots: 2, count: 1, token: first.container.token! }), Update: { MaxParallel: 1 } };
+    await h.client().registerJob(withUpdate, { preserveCounts: true });
+    const started = Date.now();
+    const more = await Promise.all([0, 1, 2].map((i) => pool.acquire({ trajectoryId: `m${i}`, timeoutMs: 20_000 })));
+    // The emulator's deployment lasts 3 s: the first call was refused, the one after it placed.
+    expect(Date.now() - started).toBeGreaterThan(2_000);
+    // Exactly two calls: the provisioner waited for the deployment (blind retries would make more).
+    expect(h.scaleCalls(jobId)).toBe(2);
+    expect(new Set(more.map((s) => s.container.index))).toContain(1);
+    expect(pool.stats().containers.lost).toBe(0);
+  });
+
   it("each allocation runs its slots under its own host uids (slot_0 of two allocations differ when root)", async () => {
     const { pool } = h.nomadPool({ slotsPerContainer: 1, minContainers: 2, maxContainers: 2 });
     await pool.start();

@@ -105,6 +105,6 @@ describe("NomadProvisioner start-up failures (documented shapes)", () => {
     expect(describePlacementFailure({ ID: "e", FailedTGAllocs: {} })).toBeUndefined();
     expect(
       describePlacementFailure({ ID: "e", FailedTGAllocs: { sandbox: { NodesEvaluated: 0, NodesAvailable: { dc1: 0 }, ConstraintFiltered: { "${attr.kernel.name} = linux": 2 } } } }),
-    ).toBe("group sandbox: 0 nodes evaluated; no nodes available in the datacenters; ConstraintFiltered: ${attr.kernel.name} = linux (2)");
+    ).toBe('group sandbox: 0 nodes evaluated; no nodes available in the datacenters "dc1"; ConstraintFiltered: ${attr.kernel.name} = linux (2)');
   });
 });

@@ -25,7 +25,15 @@ export interface ClusterOptions {
   /** How long a deployment stays active (jobs whose update block does create deployments). */
   deploymentMs: number;
   processStartTimeoutMs: number;
+  /**
+   * Whether a job's datacenters may be glob patterns ("*", Nomad >= 1.6). false: like Nomad
+   * 1.1, which takes them literally, so `["*"]` places nothing (seen on a real 1.1.2 agent).
+   */
+  datacenterGlobs: boolean;
 }
+
+/** The emulator's one node is in Nomad's default datacenter. */
+export const NODE_DATACENTER = "dc1";
 
 const NS_EPOCH = BigInt(Date.now()) * 1_000_000n - process.hrtime.bigint();
 /** Unix nanoseconds, above 2^53 like Nomad's, so clients must keep them exact. */
@@ -78,6 +86,8 @@ export interface EmulatedAllocation {
   task: TaskStateRecord;
   previousAllocation: string;
   nextAllocation: string;
+  /** Stopped through the API (POST /v1/allocation/:id/stop): DesiredTransition.Migrate. */
+  migrate?: boolean;
   rescheduleEvents: Json[];
   createIndex: number;
   modifyIndex: number;
@@ -104,6 +114,8 @@ export interface EmulatedJob {
   scaleEvents: Record<string, Json[]>;
   deploymentsEnabled: boolean;
   deploymentActiveUntil: number;
+  /** The latest deployment (jobs whose update block creates them), as GET /v1/job/:id/deployment shows it. */
+  deployment?: { id: string; jobVersion: number; createIndex: number };
 }
 
 export interface EmulatedEvaluation {
@@ -117,6 +129,8 @@ export interface EmulatedEvaluation {
   createTime: bigint;
   previousEval: string;
   queued: Record<string, number>;
+  /** structs.AllocMetric per group that could not be placed. */
+  failedTGAllocs?: Record<string, Json>;
 }
 
 export interface EmittedEvent {
@@ -298,7 +312,7 @@ export class EmulatedCluster {
     job.modifyIndex = index;
     job.jobModifyIndex = index;
     job.deploymentsEnabled = createsDeployments(canonical);
-    if (job.deploymentsEnabled) job.deploymentActiveUntil = Date.now() + this.options.deploymentMs;
+    if (job.deploymentsEnabled) this.startDeployment(job, index);
     this.jobs.set(key(namespace, id), job);
     this.jobsTableIndex = index;
     this.emit([{ Topic: "Job", Type: "JobRegistered", Key: id, Namespace: namespace, FilterKeys: null, Payload: { Job: this.jobWire(job) } }], index);
@@ -326,7 +340,7 @@ export class EmulatedCluster {
     job.modifyIndex = index;
     job.jobModifyIndex = index;
     this.jobsTableIndex = index;
-    if (job.deploymentsEnabled) job.deploymentActiveUntil = Date.now() + this.options.deploymentMs;
+    if (job.deploymentsEnabled) this.startDeployment(job, index);
     const evaluation = this.createEval(job, "job-scaling");
     event["EvalID"] = evaluation.id;
     event["CreateIndex"] = index;
@@ -351,6 +365,26 @@ export class EmulatedCluster {
       this.jobsTableIndex = this.bump();
     }
     return { evalId: evaluation.id, evalIndex: evaluation.createIndex };
+  }
+
+  /**
+   * What a real 1.1.2 agent does with a scale call refused for an active deployment: the
+   * count is stored (the job's version moves) but no evaluation places anything for it
+   * (shared/tools/nomad/README.md, "Things a real agent does"). The refusal is the caller's.
+   */
+  storeRefusedCount(job: EmulatedJob, group: string, count: number): void {
+    const tg = (job.spec["TaskGroups"] as Json[]).find((g) => g["Name"] === group)!;
+    tg["Count"] = count;
+    const index = this.bump();
+    job.version += 1;
+    job.modifyIndex = index;
+    job.jobModifyIndex = index;
+    this.jobsTableIndex = index;
+  }
+
+  private startDeployment(job: EmulatedJob, index: number): void {
+    job.deploymentActiveUntil = Date.now() + this.options.deploymentMs;
+    job.deployment = { id: randomUUID(), jobVersion: job.version, createIndex: index };
   }
 
   deploymentActive(job: EmulatedJob): boolean {
@@ -405,12 +439,34 @@ export class EmulatedCluster {
       }
       const used = new Set(live.map((a) => a.nameIndex));
       let placed = live.length;
+      const datacenters = ((job.spec["Datacenters"] as string[] | undefined) ?? ["*"]).map(String);
+      if (placed < count && !datacenters.some((d) => this.datacenterMatches(d))) {
+        // No node in any of the job's datacenters: the evaluation says so, nothing is placed
+        // (structs.AllocMetric: NodesAvailable counts the ready nodes per datacenter asked for).
+        const evaluation = this.evals.get(evalId);
+        if (evaluation) {
+          evaluation.queued[groupName] = count - placed;
+          (evaluation.failedTGAllocs ??= {})[groupName] = {
+            NodesEvaluated: 0,
+            NodesFiltered: 0,
+            NodesAvailable: Object.fromEntries(datacenters.map((d) => [d, 0])),
+            CoalescedFailures: count - placed - 1,
+          };
+        }
+        continue;
+      }
       for (let i = 0; placed < count; i++) {
         if (used.has(i)) continue;
         this.place(job, group, i, evalId, undefined);
         placed++;
       }
     }
+  }
+
+  private datacenterMatches(pattern: string): boolean {
+    if (!this.options.datacenterGlobs) return pattern === NODE_DATACENTER;
+    const re = new RegExp(`^${pattern.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*")}$`);
+    return re.test(NODE_DATACENTER);
   }
 
   // ------------------------------------------------------------------ allocation lifecycle
@@ -631,7 +687,9 @@ export class EmulatedCluster {
     if (!job) return undefined;
     const evaluation = this.createEval(job, "alloc-stop");
     const wasLive = isLive(alloc);
-    this.stopAllocation(alloc, "alloc was stopped by the user");
+    // As a real 1.1.2 agent words it: the stop is a migration (DesiredTransition.Migrate).
+    alloc.migrate = true;
+    this.stopAllocation(alloc, "alloc is being migrated");
     const group = (job.spec["TaskGroups"] as Json[]).find((g) => g["Name"] === alloc.taskGroup);
     const wanted = !job.stop && job.createIndex === alloc.jobCreateIndex && group !== undefined && alloc.nameIndex < Number(group["Count"]);
     const taken = this.jobAllocs(job).some((a) => a !== alloc && a.nameIndex === alloc.nameIndex && a.taskGroup === alloc.taskGroup && isLive(a));
@@ -935,7 +993,7 @@ export function allocationStubWire(alloc: EmulatedAllocation): Json {
     DesiredDescription: alloc.desiredDescription,
     ClientStatus: alloc.clientStatus,
     ClientDescription: alloc.clientDescription,
-    DesiredTransition: { Migrate: null, Reschedule: null, ForceReschedule: null, NoShutdownDelay: null },
+    DesiredTransition: { Migrate: alloc.migrate ? true : null, Reschedule: null, ForceReschedule: null, NoShutdownDelay: null },
     TaskStates: taskStatesWire(alloc),
     DeploymentStatus: null,
     FollowupEvalID: "",
@@ -962,6 +1020,7 @@ export function evaluationWire(e: EmulatedEvaluation): Json {
     Status: "complete",
     PreviousEval: e.previousEval,
     QueuedAllocations: e.queued,
+    FailedTGAllocs: e.failedTGAllocs,
     SnapshotIndex: e.createIndex,
     CreateIndex: e.createIndex,
     ModifyIndex: e.modifyIndex,

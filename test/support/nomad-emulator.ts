@@ -49,6 +49,10 @@ export interface NomadEmulatorOptions {
   rescheduleDelayMs?: number;
   /** How long a deployment blocks scaling, for jobs whose update block creates deployments (default 3000 ms). */
   deploymentMs?: number;
+  /** List jobs with their Meta on `?meta=true` (default true; false: like Nomad 1.1, which ignores it). */
+  listMeta?: boolean;
+  /** Datacenters may be glob patterns such as "*" (default true, Nomad >= 1.6; false: like Nomad 1.1). The node is in "dc1". */
+  datacenterGlobs?: boolean;
   /** Interval of the `{}` heartbeat on the event stream (Nomad: 30 s; default here 30 s). */
   heartbeatMs?: number;
   /** How long a sandbox server may take to start listening (default 20 s). */
@@ -123,6 +127,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     rescheduleDelayMs: options.rescheduleDelayMs ?? 500,
     deploymentMs: options.deploymentMs ?? 3_000,
     processStartTimeoutMs: options.processStartTimeoutMs ?? 20_000,
+    datacenterGlobs: options.datacenterGlobs ?? true,
   });
   const heartbeatMs = options.heartbeatMs ?? 30_000;
   const injections: Injection[] = [];
@@ -217,6 +222,30 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
         only(method, ["POST", "PUT"]);
         return scaleJob(req, res, url, namespace, id);
       }
+      if (sub === "deployment") {
+        // The latest deployment, or null (a real agent answers `null` for a job without one).
+        only(method, ["GET"]);
+        const job = findJob(namespace, id);
+        const d = job?.deployment;
+        if (!job || !d) return sendJson(res, 200, null, readHeaders(cluster.index));
+        const active = cluster.deploymentActive(job);
+        return sendJson(
+          res,
+          200,
+          {
+            ID: d.id,
+            Namespace: job.namespace,
+            JobID: job.id,
+            JobVersion: d.jobVersion,
+            JobCreateIndex: job.createIndex,
+            Status: active ? "running" : "successful",
+            StatusDescription: active ? "Deployment is running" : "Deployment completed successfully",
+            CreateIndex: d.createIndex,
+            ModifyIndex: d.createIndex,
+          },
+          readHeaders(cluster.index),
+        );
+      }
       if (sub === "summary") {
         only(method, ["GET"]);
         return jobSummary(res, namespace, id);
@@ -293,8 +322,9 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
           JobModifyIndex: j.jobModifyIndex,
           SubmitTime: j.submitTime,
         };
-        // jobs.mdx "List Jobs": meta=true includes each job's meta.
-        if (withMeta) stub["Meta"] = j.spec["Meta"] ?? null;
+        // jobs.mdx "List Jobs": meta=true includes each job's meta (a real 1.1.2 agent ignores
+        // the parameter: listMeta false).
+        if (withMeta && options.listMeta !== false) stub["Meta"] = j.spec["Meta"] ?? null;
         return stub;
       });
     sendJson(res, 200, stubs, readHeaders(cluster.jobsTableIndex));
@@ -401,8 +431,12 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     if (!(job.spec["TaskGroups"] as Json[]).some((g) => g["Name"] === group)) {
       throw new HttpError(400, `task group "${group}" specified for scaling does not exist in job`);
     }
-    // README l.264: 400 while the job's latest deployment is active (jobs whose update block creates deployments).
-    if (count !== undefined && cluster.deploymentActive(job)) throw new HttpError(400, "job scaling blocked due to active deployment");
+    // README l.264: 400 while the job's latest deployment is active (jobs whose update block
+    // creates deployments). A real 1.1.2 agent stores the refused count all the same.
+    if (count !== undefined && cluster.deploymentActive(job)) {
+      cluster.storeRefusedCount(job, group, count);
+      throw new HttpError(400, "job scaling blocked due to active deployment");
+    }
     const { evalId, evalIndex } = cluster.scale(job, group, count, String(body["Message"] ?? ""), body["Error"] === true, (body["Meta"] as Json | undefined) ?? null);
     const index = evalIndex || cluster.index;
     sendJson(res, 200, { EvalID: evalId, EvalCreateIndex: evalIndex, JobModifyIndex: job.jobModifyIndex, Warnings: "", Index: index, LastContact: 0, KnownLeader: false, NextToken: "" }, { "X-Nomad-Index": String(index) });
