@@ -3,6 +3,7 @@ import { ExecutorServer } from "../executor/executor-server.js";
 import { createToolBackend } from "../executor/tool-backend.js";
 import { createLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
+import { exposureProblem } from "../http/exposure.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 /** The flags that set backend fields; their defaults and ranges are the schema's (ToolBackendConfigSchema). */
@@ -108,6 +109,8 @@ export async function run(argv: string[]): Promise<number> {
   const host = stringFlag(flags, "host") ?? "127.0.0.1";
   const port = intFlag("port", stringFlag(flags, "port"), 9001, 0, 65535);
   const token = stringFlag(flags, "token") ?? (process.env["TOOL_EXECUTOR_TOKEN"] || undefined);
+  const exposed = exposureProblem(host, token, "--token T or the environment variable TOOL_EXECUTOR_TOKEN");
+  if (exposed) throw new CliUsageError(exposed);
   const config = backendConfigFromFlags(flags);
 
   const logger = createLogger({ name: "executor-server" });

@@ -7,6 +7,7 @@ import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../sandbox/slot-uids.js";
 import { checkAllowRanges } from "../sandbox/network.js";
 import { DEFAULT_DISK_BYTES } from "../sandbox/slot-disk.js";
 import { mountNamespacePlan, reexecInOwnMountNamespace } from "../host/mount-namespace.js";
+import { exposureProblem } from "../http/exposure.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 const HELP = `usage: slotpool sandbox-server [options]
@@ -98,6 +99,8 @@ export async function run(argv: string[]): Promise<number> {
   const dataDir = stringFlag(flags, "data-dir") ?? (allocDir ? join(allocDir, "data") : "./data");
   const token = stringFlag(flags, "token") ?? process.env["SANDBOX_TOKEN"] ?? undefined;
   if (token !== undefined && token.length === 0) throw new CliUsageError("--token must not be empty");
+  const exposed = exposureProblem(host, token, "--token T or the environment variable SANDBOX_TOKEN");
+  if (exposed) throw new CliUsageError(exposed);
   const base = createLogger({ name: "sandbox-server" });
   // Inside Nomad every line names the allocation.
   const allocId = process.env["NOMAD_ALLOC_ID"];

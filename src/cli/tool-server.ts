@@ -1,6 +1,7 @@
 import { createLogger } from "../observability/logger.js";
 import { loadToolModule } from "../executor/external-tool.js";
 import { ToolServer } from "../executor/tool-server.js";
+import { exposureProblem } from "../http/exposure.js";
 import { CliUsageError, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 const HELP = `usage: slotpool tool-server --tools MODULE [options]
@@ -39,6 +40,8 @@ export async function run(argv: string[]): Promise<number> {
   const maxConcurrency = intFlag("max-concurrency", stringFlag(flags, "max-concurrency"), 16, 1, 10_000);
   const defaultTimeoutS = intFlag("timeout", stringFlag(flags, "timeout"), 60, 1, 600);
   const token = stringFlag(flags, "token") ?? (process.env["TOOL_SERVER_TOKEN"] || undefined);
+  const exposed = exposureProblem(host, token, "--token T or the environment variable TOOL_SERVER_TOKEN");
+  if (exposed) throw new CliUsageError(exposed);
 
   const logger = createLogger({ name: "tool-server" });
   const tools = await loadToolModule(modulePath);
