@@ -462,7 +462,7 @@ describe("the run states its slots' isolation", () => {
         'super({ requireSandbox: false, groupSize: 2,',
       ).replace(
         "}, runtime);",
-        "}, { ...runtime, backend: (cfg, log) => poolBackend(cfg, new LocalProvisioner({ slotsPerContainer: cfg.slotsPerContainer, extraArgs: [\"--no-sandbox\"] }), log) });",
+        "}, { ...runtime, backend: (cfg, log) => poolBackend(cfg, new LocalProvisioner({ slotsPerContainer: cfg.slotsPerContainer, extraArgs: [\"--no-sandbox\", \"--allow-unsandboxed\"] }), log) });",
       ),
     );
     const r = await runCli(["process", env, "--out", join(dir, "unsandboxed.jsonl"), "--groups", "1", "--no-progress"]);
