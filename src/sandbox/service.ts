@@ -200,6 +200,7 @@ export class SandboxService implements SlotHost {
     this.internetAccess = internet.available ? internet.access : undefined;
     this.internetReason = internet.available ? undefined : internet.reason;
     if (!internet.available && this.bwrap.available) this.logger.warn({ reason: internet.reason }, "network on is unavailable: calls with allow_network run loopback-only");
+    if (internet.available && internet.access.dnsReason) this.logger.warn({ reason: internet.access.dnsReason }, "network-on slots get no DNS forwarder");
     this.cgroups = new SlotCgroups({ memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses }, this.logger, options.disableCgroups ?? false);
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;

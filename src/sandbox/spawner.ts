@@ -143,7 +143,7 @@ export class Holder {
     // capabilities it holds are that namespace's own: only the first exec drops ours.)
     const { file, args: argv } = withoutCapabilities(
       internet ? internet.unshare : o.bwrapPath,
-      internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), ...bwrapCmd] : bwrapCmd.slice(1),
+      internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, ...bwrapCmd] : bwrapCmd.slice(1),
     );
     const child = spawn(file, argv, {
       stdio: ["pipe", "pipe", "pipe", "pipe"],
@@ -481,8 +481,8 @@ export class Holder {
   }
 }
 
-/** Network on: wait for slirp4netns, set the slot's routes, become bubblewrap (see network.ts). */
-const NET_SETUP = `read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; shift; exec "$@"`;
+/** Network on: wait for slirp4netns, set the slot's routes and DNS-only filter, become bubblewrap (see network.ts). */
+const NET_SETUP = `read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; [ -z "$2" ] || printf '%s\\n' "$2" | nft -f - || exit 98; shift 2; exec "$@"`;
 
 function nsLink(pid: string, ns: string): string | undefined {
   try {
