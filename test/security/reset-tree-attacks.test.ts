@@ -129,7 +129,7 @@ describe("bad input is refused before anything happens", () => {
       const r = await execute("write_file", { path, content: "x" });
       expect(r.status, path).toBe(400);
       expect(r.json.field).toBe("args.path");
-      expect(r.json.error).toMatch(/out of the workspace|outside/);
+      expect(r.json.error).toMatch(/escapes the workspace|outside/);
     }
     expect(readdirSync(workspace())).toEqual([]);
     // `..` that stays inside is fine.
