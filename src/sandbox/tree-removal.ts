@@ -82,6 +82,9 @@ export class TreeRemoval {
   private runRemoval(args: string[], what: string): Promise<void> {
     const done = new Promise<void>((resolve, reject) => {
       const child = spawn("/bin/sh", args, { stdio: ["ignore", "ignore", "pipe"], env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" } });
+      // Never what keeps a stopping server alive: a deletion goes on by itself after it exits.
+      child.unref();
+      (child.stderr as unknown as { unref?: () => void }).unref?.();
       let err = "";
       child.stderr!.setEncoding("utf8");
       child.stderr!.on("data", (d: string) => {
@@ -96,8 +99,11 @@ export class TreeRemoval {
   }
 }
 
+/** Lowest CPU and I/O priority: a deletion in the background must not slow the slots that run. */
+const BACKGROUND = `renice -n 19 -p $$ >/dev/null 2>&1; ionice -c 3 -p $$ >/dev/null 2>&1;`;
+
 /** Deletes the tree $1 (made writable first: a non-root owner cannot empty a read-only dir). */
-const REMOVE_TREE = `chmod -R u+rwx -- "$1" 2>/dev/null; rm -rf -- "$1"`;
+const REMOVE_TREE = `${BACKGROUND} chmod -R u+rwx -- "$1" 2>/dev/null; rm -rf -- "$1"`;
 
 /** Deletes every entry of directory $1, dotfiles included, and fails unless it is empty afterwards. */
 const REMOVE_ENTRIES = `chmod -R u+rwx -- "$1" 2>/dev/null; find "$1" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + ; [ -z "$(ls -A -- "$1")" ] || { echo "$1 is not empty after deleting its entries" >&2; exit 1; }`;
