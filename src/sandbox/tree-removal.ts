@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, chownSync, mkdirSync, renameSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
@@ -37,10 +37,13 @@ export class TreeRemoval {
     await this.runRemoval(["-c", REMOVE_ENTRIES, "slotpool-empty", dir], dir);
   }
 
-  /** The same, for start-up (constructors): the deletion runs on in the background. */
+  /** The same, for start-up (constructors): the deletion runs on in the background (in a child process, waited for, when the directory cannot be renamed). */
   emptyNow(dir: string, owner?: { uid: number; gid: number }): void {
     if (!this.moveAway(dir)) {
-      void this.runRemoval(["-c", REMOVE_ENTRIES, "slotpool-empty", dir], dir).catch(() => undefined);
+      // A mount point a crashed server left: emptied before anything can be written there
+      // (a deletion still running once a fresh disk is mounted there would hit the new files).
+      const r = spawnSync("/bin/sh", ["-c", REMOVE_ENTRIES, "slotpool-empty", dir], { encoding: "utf8", env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" } });
+      if (r.status !== 0) throw new Error(`cannot empty ${dir}: ${(r.stderr || r.error?.message || "").trim().split("\n")[0]}`);
       return;
     }
     mkdirSync(dir, { mode: 0o700 });
