@@ -17,6 +17,14 @@ export class TreeRemoval {
 
   /** `trashDir`: on the same filesystem as the trees to rename (the server's state dir). */
   constructor(private readonly trashDir: string) {
+    // What an earlier server had not finished deleting: renamed aside and deleted too.
+    try {
+      const old = `${trashDir}-${randomBytes(6).toString("hex")}`;
+      renameSync(trashDir, old);
+      void this.runRemoval(["-c", REMOVE_TREE, "slotpool-remove", old], old).catch(() => undefined);
+    } catch {
+      /* none */
+    }
     mkdirSync(trashDir, { recursive: true, mode: 0o700 });
     chmodSync(trashDir, 0o700);
   }
