@@ -49,7 +49,7 @@ export class BashExecutor {
         workspaceDir: slot.workspaceDir,
         allowNetwork,
         internet: svc.internetAccess,
-        tmpArgs: svc.disks.tmpArgs(slot),
+        writableArgs: svc.disks.writableArgs(slot),
         identity: svc.identity(slot),
         uid: slot.owner?.uid,
         gid: slot.owner?.gid,
@@ -112,7 +112,7 @@ export class BashExecutor {
     } else {
       const script = ulimitPrologue(limits, timeoutSec) + args.command;
       const spec = sandboxed
-        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), tmpArgs: svc.disks.tmpArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,
