@@ -113,6 +113,12 @@ export class Holder {
     return !this.dead && this.child !== null;
   }
 
+  /** The init of the namespace (bwrap's child): a process inside its mount namespace (fork.ts). */
+  get namespacePid(): number | undefined {
+    if (!this.alive || this.child?.pid === undefined) return undefined;
+    return (this.nsInit ?? firstChild(this.child.pid))?.pid;
+  }
+
   get pid(): number | undefined {
     return this.child?.pid;
   }
