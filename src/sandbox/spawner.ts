@@ -115,8 +115,7 @@ export class Holder {
 
   /** The init of the namespace (bwrap's child): a process inside its mount namespace (fork.ts). */
   get namespacePid(): number | undefined {
-    if (!this.alive || this.child?.pid === undefined) return undefined;
-    return (this.nsInit ?? firstChild(this.child.pid))?.pid;
+    return this.alive && this.child?.pid !== undefined ? (this.nsInit ?? firstChild(this.child.pid))?.pid : undefined;
   }
 
   get pid(): number | undefined {
