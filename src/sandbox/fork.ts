@@ -53,6 +53,8 @@ interface Layer {
   dir: string;
   owner: Ids;
   refs: number;
+  /** Its id-mapped clones by reader ("uid:gid"): made once, kept as long as the layer. */
+  clones: Map<string, string>;
 }
 
 /** A slot whose workspace is a fork view (parent after a fork, or a child). */
@@ -61,8 +63,6 @@ interface ForkView {
   layers: Layer[];
   /** The path each layer is mounted into this view from (the dir, or its id-mapped clone). */
   lowers: string[];
-  /** Id-mapped clones made for this view (unmounted at release). */
-  clones: string[];
   upper: string;
   work: string;
   /** Overlays stacked on the workspace by forks (unmounted at release). */
@@ -82,6 +82,10 @@ export interface ForkHost {
   stopSlot(slot: Slot): Promise<void>;
   /** Stops the slot's command namespaces only (the terminal stays). */
   stopCommandNamespaces(slot: Slot): Promise<void>;
+  /** A process in each live command namespace of the slot. */
+  commandNamespacePids(slot: Slot): Promise<number[]>;
+  /** The next command of each command namespace enters /workspace again. */
+  reanchorCommands(slot: Slot): void;
   warm(slot: Slot): void;
   terminalPid(slot: Slot): number | undefined;
   terminalState(slot: Slot): TerminalState | undefined;
@@ -158,6 +162,8 @@ export class SlotForks {
     release(snapshot);
     const results = await Promise.allSettled(childSteps);
     snapshot.done();
+    // Warm-ups spawn (milliseconds of blocked event loop each): after the answer, not before.
+    for (const c of children) this.host.warm(c);
     const failed = results.findIndex((r) => r.status === "rejected");
     if (failed >= 0) {
       const err = (results[failed] as PromiseRejectedResult).reason;
@@ -182,20 +188,18 @@ export class SlotForks {
     const upper = prev?.upper ?? templateUpper ?? h.disks.workspaceSource(parent)!;
     const plain = !prev && !templateUpper;
     const tag = randomBytes(4).toString("hex");
-    const layer: Layer = { dir: join(disk, `layer-${tag}`), owner, refs: 1 };
+    const layer: Layer = { dir: join(disk, `layer-${tag}`), owner, refs: 1, clones: new Map() };
     const lowers = [layer.dir, ...(prev?.lowers ?? []), ...optional(h.templates.views.lowerOf(parent))];
     const next: ForkView = {
       layers: [layer, ...(prev?.layers ?? [])],
       lowers,
-      clones: prev?.clones ?? [],
       upper: join(disk, `upper-${tag}`),
       work: join(disk, `work-${tag}`),
       stacked: (prev?.stacked ?? 0) + 1,
       rebind: (prev?.rebind ?? false) || plain,
     };
     const pid = h.terminalPid(parent);
-    // The command namespaces were started on the old mount: restarted after (nothing in them outlives a call).
-    await h.stopCommandNamespaces(parent);
+    const commandPids = await h.commandNamespacePids(parent);
     renameSync(upper, layer.dir);
     try {
       mkdirSync(next.upper, { mode: 0o700 });
@@ -212,13 +216,20 @@ export class SlotForks {
       rmSync(next.upper, { recursive: true, force: true });
       rmSync(next.work, { recursive: true, force: true });
       renameSync(layer.dir, upper);
-      h.warm(parent);
       throw err;
+    }
+    // The command namespaces get the new mount the same way (nothing holds files there between
+    // calls); one that cannot is stopped: nothing outlives a call in it, the next call starts it anew.
+    try {
+      for (const p of commandPids) await this.mounter.seal(p, parent.workspaceDir);
+      h.reanchorCommands(parent);
+    } catch (err) {
+      h.logger.warn({ err, slot: parent.id }, "fork: restarting the parent's command namespaces on the new mount");
+      await h.stopCommandNamespaces(parent);
     }
     if (prev) void rm(prev.work, { recursive: true, force: true }).catch(() => undefined);
     this.views.set(parent.index, next);
     h.reanchorTerminal(parent);
-    h.warm(parent);
     // Held until every child holds its own (a child's reset during the fork cannot delete them).
     for (const l of next.layers) l.refs++;
     return {
@@ -268,7 +279,6 @@ export class SlotForks {
       await this.attachChild(child, snap.layers);
     }
     h.seedTerminal(child, snap.terminal);
-    h.warm(child);
   }
 
   private async attachChild(child: Slot, layers: Layer[]): Promise<void> {
@@ -277,24 +287,14 @@ export class SlotForks {
     const owner = child.owner ?? me();
     const disk = h.disks.viewsDir(child)!;
     const tag = randomBytes(4).toString("hex");
-    const view: ForkView = { layers: [], lowers: [], clones: [], upper: join(disk, `upper-${tag}`), work: join(disk, `work-${tag}`), stacked: 1, rebind: false };
+    const view: ForkView = { layers: [], lowers: [], upper: join(disk, `upper-${tag}`), work: join(disk, `work-${tag}`), stacked: 1, rebind: false };
     try {
-      for (const l of layers) {
-        let path = l.dir;
-        if (l.owner.uid !== owner.uid || l.owner.gid !== owner.gid) {
-          path = join(this.cloneDir, child.id, `${tag}-${view.clones.length}`);
-          mkdirSync(path, { recursive: true, mode: 0o700 });
-          await m.idmap(l.dir, path, l.owner, owner);
-          view.clones.push(path);
-        }
-        view.lowers.push(path);
-      }
+      for (const l of layers) view.lowers.push(await this.lowerFor(l, owner));
       mkdirSync(view.upper, { mode: 0o700 });
       mkdirSync(view.work, { mode: 0o700 });
       chownSync(view.upper, owner.uid, owner.gid);
       await m.overlay(child.workspaceDir, view.upper, view.work, [...view.lowers, ...optional(h.templates.views.lowerOf(child))]);
     } catch (err) {
-      for (const c of view.clones) await this.dropClone(c);
       rmSync(view.upper, { recursive: true, force: true });
       rmSync(view.work, { recursive: true, force: true });
       throw err;
@@ -302,6 +302,20 @@ export class SlotForks {
     view.layers = layers;
     for (const l of layers) l.refs++;
     this.views.set(child.index, view);
+  }
+
+  /** The layer as `reader` sees it: the dir itself, or (as root, another slot's uid) its id-mapped clone. */
+  private async lowerFor(l: Layer, reader: Ids): Promise<string> {
+    if (l.owner.uid === reader.uid && l.owner.gid === reader.gid) return l.dir;
+    const key = `${reader.uid}:${reader.gid}`;
+    let path = l.clones.get(key);
+    if (!path) {
+      path = join(this.cloneDir, `${randomBytes(6).toString("hex")}`);
+      mkdirSync(path, { recursive: true, mode: 0o700 });
+      await this.mounter!.idmap(l.dir, path, l.owner, reader);
+      l.clones.set(key, path);
+    }
+    return path;
   }
 
   /**
@@ -315,7 +329,6 @@ export class SlotForks {
     this.views.delete(slot.index);
     const m = this.mounter!;
     for (let i = 0; i < v.stacked; i++) await m.umount(slot.workspaceDir);
-    for (const c of v.clones) await this.dropClone(c);
     if (v.rebind) this.host.disks.rebindWorkspace(slot);
     for (const l of v.layers) this.unref(l);
     void rm(v.upper, { recursive: true, force: true }).catch(() => undefined);
@@ -324,8 +337,13 @@ export class SlotForks {
 
   private unref(l: Layer): void {
     if (--l.refs > 0) return;
-    // Off the event loop (libuv's pool): a layer may hold many files.
-    void rm(l.dir, { recursive: true, force: true }).catch((err: unknown) => this.host.logger.warn({ err, layer: l.dir }, "could not delete a fork layer"));
+    const clones = [...l.clones.values()];
+    l.clones.clear();
+    void (async () => {
+      for (const c of clones) await this.dropClone(c);
+      // Off the event loop (libuv's pool): a layer may hold many files.
+      await rm(l.dir, { recursive: true, force: true });
+    })().catch((err: unknown) => this.host.logger.warn({ err, layer: l.dir }, "could not delete a fork layer"));
   }
 
   private async dropClone(path: string): Promise<void> {

@@ -380,6 +380,14 @@ export class SandboxService implements SlotHost, ForkHost {
     return this.bash.stopNamespaces(slot);
   }
 
+  commandNamespacePids(slot: Slot): Promise<number[]> {
+    return this.bash.namespacePids(slot);
+  }
+
+  reanchorCommands(slot: Slot): void {
+    this.bash.reanchor(slot);
+  }
+
   warm(slot: Slot): void {
     setImmediate(() => void this.bash.warm(slot));
   }
