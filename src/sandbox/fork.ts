@@ -205,11 +205,11 @@ export class SlotForks {
       mkdirSync(next.upper, { mode: 0o700 });
       mkdirSync(next.work, { mode: 0o700 });
       chownSync(next.upper, owner.uid, owner.gid);
-      await m.overlay(parent.workspaceDir, next.upper, next.work, lowers);
+      await m.overlay(parent.index, parent.workspaceDir, next.upper, next.work, lowers);
       try {
         if (pid !== undefined) await this.seal(pid, parent);
       } catch (err) {
-        await m.umount(parent.workspaceDir);
+        await m.umount(parent.index, parent.workspaceDir);
         throw err;
       }
     } catch (err) {
@@ -221,7 +221,7 @@ export class SlotForks {
     // The command namespaces get the new mount the same way (nothing holds files there between
     // calls); one that cannot is stopped: nothing outlives a call in it, the next call starts it anew.
     try {
-      for (const p of commandPids) await this.mounter.seal(p, parent.workspaceDir);
+      await Promise.all(commandPids.map((p, i) => this.mounter!.seal(parent.index + i + 1, p, parent.workspaceDir)));
       h.reanchorCommands(parent);
     } catch (err) {
       h.logger.warn({ err, slot: parent.id }, "fork: restarting the parent's command namespaces on the new mount");
@@ -248,7 +248,7 @@ export class SlotForks {
   private async seal(pid: number, parent: Slot): Promise<void> {
     for (let i = 1; ; i++) {
       try {
-        await this.mounter!.seal(pid, parent.workspaceDir);
+        await this.mounter!.seal(parent.index, pid, parent.workspaceDir);
         return;
       } catch (err) {
         if (!(err instanceof ForkBusyError)) throw err;
@@ -289,11 +289,11 @@ export class SlotForks {
     const tag = randomBytes(4).toString("hex");
     const view: ForkView = { layers: [], lowers: [], upper: join(disk, `upper-${tag}`), work: join(disk, `work-${tag}`), stacked: 1, rebind: false };
     try {
-      for (const l of layers) view.lowers.push(await this.lowerFor(l, owner));
+      for (const l of layers) view.lowers.push(await this.lowerFor(child.index, l, owner));
       mkdirSync(view.upper, { mode: 0o700 });
       mkdirSync(view.work, { mode: 0o700 });
       chownSync(view.upper, owner.uid, owner.gid);
-      await m.overlay(child.workspaceDir, view.upper, view.work, [...view.lowers, ...optional(h.templates.views.lowerOf(child))]);
+      await m.overlay(child.index, child.workspaceDir, view.upper, view.work, [...view.lowers, ...optional(h.templates.views.lowerOf(child))]);
     } catch (err) {
       rmSync(view.upper, { recursive: true, force: true });
       rmSync(view.work, { recursive: true, force: true });
@@ -305,14 +305,14 @@ export class SlotForks {
   }
 
   /** The layer as `reader` sees it: the dir itself, or (as root, another slot's uid) its id-mapped clone. */
-  private async lowerFor(l: Layer, reader: Ids): Promise<string> {
+  private async lowerFor(lane: number, l: Layer, reader: Ids): Promise<string> {
     if (l.owner.uid === reader.uid && l.owner.gid === reader.gid) return l.dir;
     const key = `${reader.uid}:${reader.gid}`;
     let path = l.clones.get(key);
     if (!path) {
       path = join(this.cloneDir, `${randomBytes(6).toString("hex")}`);
       mkdirSync(path, { recursive: true, mode: 0o700 });
-      await this.mounter!.idmap(l.dir, path, l.owner, reader);
+      await this.mounter!.idmap(lane, l.dir, path, l.owner, reader);
       l.clones.set(key, path);
     }
     return path;
@@ -328,7 +328,7 @@ export class SlotForks {
     if (!v) return;
     this.views.delete(slot.index);
     const m = this.mounter!;
-    for (let i = 0; i < v.stacked; i++) await m.umount(slot.workspaceDir);
+    for (let i = 0; i < v.stacked; i++) await m.umount(slot.index, slot.workspaceDir);
     if (v.rebind) this.host.disks.rebindWorkspace(slot);
     for (const l of v.layers) this.unref(l);
     void rm(v.upper, { recursive: true, force: true }).catch(() => undefined);
@@ -347,7 +347,7 @@ export class SlotForks {
   }
 
   private async dropClone(path: string): Promise<void> {
-    await this.mounter!.umount(path);
+    await this.mounter!.umount(0, path);
     try {
       rmdirSync(path);
     } catch {

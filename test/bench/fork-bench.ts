@@ -3,10 +3,11 @@
  *
  *   npm run build && node --import tsx test/bench/fork-bench.ts [--rounds 30] [--children 8] [--sizes 5000,50000] [--quick] [--no-template]
  *
- * On a real sandbox server (as root or not, whoever runs it): a parent slot writes a tree of
- * N small files itself (not a template: `awk` in the slot), then each round dirties one file
- * and forks into 8 children (`POST /fork`), timed from the client; then every child runs one
- * command (as a branch would) and checks a file the parent wrote. Baselines measured in the
+ * On a real sandbox server (as root or not, whoever runs it): one parent slot per size writes
+ * a tree of N small files itself (not a template: `awk` in the slot); then each round, for
+ * each size in turn (interleaved, so a change in the machine's load hits both sizes alike),
+ * the parent dirties one file and forks into the same 8 children (`POST /fork`), timed from
+ * the client; then every child runs one command (as a branch would) and checks the file. Baselines measured in the
  * same run: copying the parent's tree once inside the slot (`cp -a`, what a fork by copying
  * costs per child; 8 children cost 8 of them), and resetting 8 slots into a template of the
  * same tree (`POST /reset {"template"}`, concurrently: the cheapest way to start 8 children
@@ -50,7 +51,7 @@ function writeTree(files: number): string {
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "slotpool-fbench-"));
   const logs: string[] = [];
-  const slots = CHILDREN + 1;
+  const slots = CHILDREN + SIZES.length;
   const proc = await startSandboxProcess({
     slots,
     dataDir,
@@ -69,43 +70,50 @@ async function main(): Promise<void> {
     if (!r.success) throw new Error(`slot_${slot}: ${command.slice(0, 80)}: ${r.error} ${r.output}`);
     return r.output as string;
   };
-  const children = Array.from({ length: CHILDREN }, (_, i) => `slot_${i + 1}`);
+  // Parents: one slot per size; children: the next CHILDREN slots, shared (each fork resets them).
+  const parents = SIZES.map((_, i) => i);
+  const children = Array.from({ length: CHILDREN }, (_, i) => `slot_${SIZES.length + i}`);
   const results: Array<{ files: number; p50: number; p99: number; copyMs: number; tplP50?: number }> = [];
   try {
-    console.log(`uid ${process.getuid?.()}; fork into ${CHILDREN} children, ${ROUNDS} rounds per size`);
-    for (const files of SIZES) {
-      for (let s = 0; s < slots; s++) await post("/reset", { slot_id: `slot_${s}` });
+    console.log(`uid ${process.getuid?.()}; fork into ${CHILDREN} children, ${ROUNDS} rounds per size, sizes interleaved round by round`);
+    const lat: number[][] = SIZES.map(() => []);
+    let mode = "";
+    for (const [k, files] of SIZES.entries()) {
       const t0 = performance.now();
-      const count = (await bash(0, writeTree(files))).trim();
-      const writeMs = performance.now() - t0;
-      const lat: number[] = [];
-      let mode = "";
-      for (let r = 0; r < ROUNDS; r++) {
-        await bash(0, `echo round${r} > src/pkg0/mod0.py`);
+      const count = (await bash(parents[k]!, writeTree(files))).trim();
+      console.log(`slot_${parents[k]}: ${count} files written in the slot in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    }
+    for (let r = 0; r < ROUNDS; r++) {
+      for (const [k] of SIZES.entries()) {
+        const p = parents[k]!;
+        await bash(p, `echo round${r} > src/pkg0/mod0.py`);
         const f0 = performance.now();
-        const f = await post("/fork", { slot_id: "slot_0", into: children });
-        lat.push(performance.now() - f0);
+        const f = await post("/fork", { slot_id: `slot_${p}`, into: children });
+        lat[k]!.push(performance.now() - f0);
         mode = f.mode;
         // Each child works a little (as a branch would) and sees the parent's state at the fork.
-        const seen = await Promise.all(children.map((_, i) => bash(i + 1, "cat src/pkg0/mod0.py")));
+        const seen = await Promise.all(children.map((c) => bash(Number(c.slice(5)), "cat src/pkg0/mod0.py")));
         if (seen.some((o) => o.trim() !== `round${r}`)) throw new Error(`round ${r}: a child does not see the parent's last write: ${JSON.stringify(seen)}`);
       }
+    }
+    for (const [k, files] of SIZES.entries()) {
+      const p = parents[k]!;
       // Baseline: one copy of the parent's tree (what a fork by copying costs per child).
       const copies: number[] = [];
       for (let r = 0; r < (files > 10_000 ? 2 : 3); r++) {
         const c0 = performance.now();
-        await bash(0, "cp -a /workspace/src /tmp/copy && rm -rf /tmp/copy");
+        await bash(p, "cp -a /workspace/src /tmp/copy && rm -rf /tmp/copy");
         copies.push(performance.now() - c0);
       }
-      const row: (typeof results)[number] = { files, p50: pct(lat, 50), p99: pct(lat, 99), copyMs: pct(copies, 50) };
+      const row: (typeof results)[number] = { files, p50: pct(lat[k]!, 50), p99: pct(lat[k]!, 99), copyMs: pct(copies, 50) };
       if (TEMPLATE) {
-        // Baseline: 8 children reset into a template holding the same tree, concurrently.
+        // Baseline: the children reset into a template holding the same tree, concurrently.
         const name = `tree${files}`;
         const b = await post("/templates", { name, setup: [writeTree(files)], timeout: 1800 });
         if (!b.success) throw new Error(`template build failed: ${b.error}`);
         const tl: number[] = [];
         for (let r = 0; r < Math.min(ROUNDS, 10); r++) {
-          await Promise.all(children.map((c, i) => bash(i + 1, "echo x > dirty")));
+          await Promise.all(children.map((c) => bash(Number(c.slice(5)), "echo x > dirty")));
           const r0 = performance.now();
           const rs = await Promise.all(children.map((c) => post("/reset", { slot_id: c, template: name })));
           tl.push(performance.now() - r0);
@@ -115,8 +123,7 @@ async function main(): Promise<void> {
       }
       results.push(row);
       console.log(
-        `${String(files).padStart(6)} files (${count} written in the slot in ${(writeMs / 1000).toFixed(1)} s), mode ${mode}: ` +
-          `fork into ${CHILDREN} p50 ${row.p50.toFixed(1)} ms p99 ${row.p99.toFixed(1)} ms | ` +
+        `${String(files).padStart(6)} files, mode ${mode}: fork into ${CHILDREN} p50 ${row.p50.toFixed(1)} ms p99 ${row.p99.toFixed(1)} ms | ` +
           `one copy of the tree ${row.copyMs.toFixed(0)} ms (x${CHILDREN} children: ${((row.copyMs * CHILDREN) / 1000).toFixed(1)} s) | ` +
           (row.tplP50 !== undefined ? `${CHILDREN} template resets p50 ${row.tplP50.toFixed(1)} ms` : "template baseline skipped"),
       );
