@@ -3,6 +3,7 @@ import { ulimitPrologue } from "./limits.js";
 import { CappedOutput } from "./output.js";
 import { runProcess, type RunResult } from "./runner.js";
 import { Holder } from "./spawner.js";
+import { firstChild } from "./process-barrier.js";
 import type { SlotHost } from "./slot-host.js";
 import type { Slot } from "./slot.js";
 import type { OnChunk, ToolOutcome } from "./tool-outcome.js";
@@ -51,7 +52,7 @@ export class BashExecutor {
         workspaceDir: slot.workspaceDir,
         allowNetwork,
         internet: svc.internetAccess,
-        tmpArgs: svc.disks.tmpArgs(slot),
+        writableArgs: svc.disks.writableArgs(slot),
         identity: svc.identity(slot),
         uid: slot.owner?.uid,
         gid: slot.owner?.gid,
@@ -116,7 +117,7 @@ export class BashExecutor {
     } else {
       const script = ulimitPrologue(limits, timeoutSec) + args.command;
       const spec = sandboxed
-        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), tmpArgs: svc.disks.tmpArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,
@@ -225,7 +226,7 @@ export class BashExecutor {
     const h = this.holders.get(slot.index);
     const live = [h?.net, h?.nonet].filter((x): x is Holder => x !== undefined && x.alive);
     await Promise.all(live.map((x) => this.warming.get(x)));
-    return live.map((x) => x.namespacePid).filter((p): p is number => p !== undefined);
+    return live.map((x) => (x.pid !== undefined ? firstChild(x.pid)?.pid : undefined)).filter((p): p is number => p !== undefined);
   }
 
   /**

@@ -53,6 +53,16 @@ export class ForkMounter {
     return this.call(lane, ["umount", path]);
   }
 
+  /** A read-only clone of `src` at `mountpoint` (a layer's own handle, see fork-mount.c). */
+  bind(lane: number, src: string, mountpoint: string): Promise<void> {
+    return this.call(lane, ["bind", src, mountpoint]);
+  }
+
+  /** Detaches `path` from a detached grandchild (the freeing of a last reference does not hold the helper). */
+  umountInBackground(lane: number, path: string): Promise<void> {
+    return this.call(lane, ["umount-bg", path]);
+  }
+
   close(): void {
     for (const h of this.helpers) h?.child.kill();
     this.helpers.fill(undefined);

@@ -1,7 +1,6 @@
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chownSync, mkdirSync, renameSync, rmSync, rmdirSync } from "node:fs";
-import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { Logger } from "pino";
@@ -50,7 +49,10 @@ const MAX_LAYERS = 64;
 const SEAL_TRIES = 5;
 
 interface Layer {
+  /** Its own read-only mount (what views use): alive while the layer is, also after its slot's disk is replaced by a reset. */
   dir: string;
+  /** Where its files lie: on the disk of the slot that wrote them (deleted from there if that disk is still the slot's). */
+  src: string;
   owner: Ids;
   refs: number;
   /** Its id-mapped clones by reader ("uid:gid"): made once, kept as long as the layer. */
@@ -67,8 +69,6 @@ interface ForkView {
   work: string;
   /** Overlays stacked on the workspace by forks (unmounted at release). */
   stacked: number;
-  /** The disk's bind shows a dir renamed into a layer: bind the disk's workspace dir again at release. */
-  rebind: boolean;
 }
 
 /** What the fork needs from the service (implemented by SandboxService). */
@@ -80,6 +80,10 @@ export interface ForkHost {
   readonly stateDir: string;
   /** Kills every process of the slot and ends its terminal (as reset does first). */
   stopSlot(slot: Slot): Promise<void>;
+  /** The reset's workspace steps: its view detached, a fresh empty disk, then a view of `template` if named. */
+  resetWorkspace(slot: Slot, template: string | undefined): Promise<void>;
+  /** Deletes a tree in the background (tree-removal.ts). */
+  discard(path: string): void;
   /** Stops the slot's command namespaces only (the terminal stays). */
   stopCommandNamespaces(slot: Slot): Promise<void>;
   /** A process in each live command namespace of the slot. */
@@ -99,10 +103,16 @@ export class SlotForks {
   private readonly mounter: ForkMounter | undefined;
   private readonly views = new Map<number, ForkView>();
   private readonly cloneDir: string;
+  private readonly layerDir: string;
 
   constructor(private readonly host: ForkHost) {
     this.cloneDir = join(host.stateDir, "fork-clones");
-    rmSync(this.cloneDir, { recursive: true, force: true });
+    this.layerDir = join(host.stateDir, "fork-layers");
+    for (const d of [this.cloneDir, this.layerDir]) {
+      // A killed server's mounts died with its namespace: what is left are empty dirs.
+      rmSync(d, { recursive: true, force: true });
+      mkdirSync(d, { recursive: true, mode: 0o700 });
+    }
     const why =
       host.disks.mode !== "tmpfs" ? `no disk of its own per slot (${host.disks.reason ?? "tmpfs mode off"})`
       : host.templates.views.mode !== "overlay" ? "template views are copies (no overlayfs)"
@@ -188,7 +198,7 @@ export class SlotForks {
     const upper = prev?.upper ?? templateUpper ?? h.disks.workspaceSource(parent)!;
     const plain = !prev && !templateUpper;
     const tag = randomBytes(4).toString("hex");
-    const layer: Layer = { dir: join(disk, `layer-${tag}`), owner, refs: 1, clones: new Map() };
+    const layer: Layer = { dir: join(this.layerDir, tag), src: join(disk, `layer-${tag}`), owner, refs: 1, clones: new Map() };
     const lowers = [layer.dir, ...(prev?.lowers ?? []), ...optional(h.templates.views.lowerOf(parent))];
     const next: ForkView = {
       layers: [layer, ...(prev?.layers ?? [])],
@@ -196,12 +206,13 @@ export class SlotForks {
       upper: join(disk, `upper-${tag}`),
       work: join(disk, `work-${tag}`),
       stacked: (prev?.stacked ?? 0) + 1,
-      rebind: (prev?.rebind ?? false) || plain,
     };
     const pid = h.terminalPid(parent);
     const commandPids = await h.commandNamespacePids(parent);
-    renameSync(upper, layer.dir);
+    renameSync(upper, layer.src);
+    mkdirSync(layer.dir, { recursive: true, mode: 0o700 });
     try {
+      await m.bind(parent.index, layer.src, layer.dir);
       mkdirSync(next.upper, { mode: 0o700 });
       mkdirSync(next.work, { mode: 0o700 });
       chownSync(next.upper, owner.uid, owner.gid);
@@ -215,7 +226,9 @@ export class SlotForks {
     } catch (err) {
       rmSync(next.upper, { recursive: true, force: true });
       rmSync(next.work, { recursive: true, force: true });
-      renameSync(layer.dir, upper);
+      await m.umount(parent.index, layer.dir).catch(() => undefined);
+      rmdirQuiet(layer.dir);
+      renameSync(layer.src, upper);
       throw err;
     }
     // The command namespaces get the new mount the same way (nothing holds files there between
@@ -227,7 +240,7 @@ export class SlotForks {
       h.logger.warn({ err, slot: parent.id }, "fork: restarting the parent's command namespaces on the new mount");
       await h.stopCommandNamespaces(parent);
     }
-    if (prev) void rm(prev.work, { recursive: true, force: true }).catch(() => undefined);
+    if (prev) h.discard(prev.work);
     this.views.set(parent.index, next);
     h.reanchorTerminal(parent);
     // Held until every child holds its own (a child's reset during the fork cannot delete them).
@@ -269,9 +282,7 @@ export class SlotForks {
     await h.stopSlot(child);
     await this.release(child);
     // Copy mode copies the parent's whole view, template files included.
-    const template = snap.template === undefined || snap.mode === "copy" ? undefined : h.templates.take(snap.template);
-    await h.templates.resetWorkspace(child, template);
-    h.disks.wipeTmp(child);
+    await h.resetWorkspace(child, snap.mode === "copy" ? undefined : snap.template);
     if (snap.mode === "copy") {
       await run("cp", ["-a", "--reflink=auto", `${parent.workspaceDir}/.`, child.workspaceDir], { maxBuffer: 1 << 20 });
       if (child.owner) await run("chown", ["-R", `${child.owner.uid}:${child.owner.gid}`, child.workspaceDir]);
@@ -287,7 +298,7 @@ export class SlotForks {
     const owner = child.owner ?? me();
     const disk = h.disks.viewsDir(child)!;
     const tag = randomBytes(4).toString("hex");
-    const view: ForkView = { layers: [], lowers: [], upper: join(disk, `upper-${tag}`), work: join(disk, `work-${tag}`), stacked: 1, rebind: false };
+    const view: ForkView = { layers: [], lowers: [], upper: join(disk, `upper-${tag}`), work: join(disk, `work-${tag}`), stacked: 1 };
     try {
       for (const l of layers) view.lowers.push(await this.lowerFor(child.index, l, owner));
       mkdirSync(view.upper, { mode: 0o700 });
@@ -329,30 +340,27 @@ export class SlotForks {
     this.views.delete(slot.index);
     const m = this.mounter!;
     for (let i = 0; i < v.stacked; i++) await m.umount(slot.index, slot.workspaceDir);
-    if (v.rebind) this.host.disks.rebindWorkspace(slot);
     for (const l of v.layers) this.unref(l);
-    void rm(v.upper, { recursive: true, force: true }).catch(() => undefined);
-    void rm(v.work, { recursive: true, force: true }).catch(() => undefined);
+    // Upper and work lie on the slot's disk, which the reset that follows replaces whole.
   }
 
   private unref(l: Layer): void {
     if (--l.refs > 0) return;
     const clones = [...l.clones.values()];
     l.clones.clear();
+    // Its files: deleted in the background where its slot's disk still holds them (after a
+    // reset of that slot they go with the old disk, freed when its last mount goes).
+    this.host.discard(l.src);
     void (async () => {
-      for (const c of clones) await this.dropClone(c);
-      // Off the event loop (libuv's pool): a layer may hold many files.
-      await rm(l.dir, { recursive: true, force: true });
-    })().catch((err: unknown) => this.host.logger.warn({ err, layer: l.dir }, "could not delete a fork layer"));
+      for (const c of [...clones, l.dir]) await this.dropClone(c);
+    })().catch((err: unknown) => this.host.logger.warn({ err, layer: l.dir }, "could not unmount a fork layer"));
   }
 
+  /** Unmounts a layer's mount or clone (from a grandchild of the helper: it may free a whole old disk) and drops its dir. */
   private async dropClone(path: string): Promise<void> {
-    await this.mounter!.umount(0, path);
-    try {
-      rmdirSync(path);
-    } catch {
-      /* still mounted (lazily detached) or gone */
-    }
+    await this.mounter!.umountInBackground(0, path);
+    // The grandchild may not have run yet: the dir goes when it is no mount point any more.
+    setTimeout(() => rmdirQuiet(path), 1000).unref();
   }
 
   /** The number of layers beneath the slot's view (tests, docs). */
@@ -374,6 +382,14 @@ interface Snapshot {
   layers: Layer[];
   /** Drops the fork's own references once every child holds its own. */
   done: () => void;
+}
+
+function rmdirQuiet(path: string): void {
+  try {
+    rmdirSync(path);
+  } catch {
+    /* still a mount point, or gone */
+  }
 }
 
 function me(): Ids {

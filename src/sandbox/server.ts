@@ -125,6 +125,8 @@ export class SandboxServer {
             // given /dev/net/tun): operators read it here, not only in the start-up log.
             internet: svc.internetAccess ? "slirp4netns" : "unavailable",
             ...(svc.internetAccess ? {} : { internet_unavailable_reason: svc.internetReason ?? "unknown" }),
+            // What a network-on slot's DNS forwarder (10.0.2.3) answers: DNS only, or nothing (and why).
+            ...(svc.internetAccess ? { dns: svc.internetAccess.disableDns ? "off" : "dns_only", ...(svc.internetAccess.dnsReason ? { dns_off_reason: svc.internetAccess.dnsReason } : {}) } : {}),
             cgroups: svc.cgroups.mode,
             limits: svc.limitsInForce,
             slots_busy: svc.slots.filter((s) => s.state !== "idle").length,

@@ -97,6 +97,9 @@ describe("POST /fork", () => {
     for (const c of [2, 3]) expect(await ok(s, c, "cat g0 g1; ls late 2>/dev/null || echo no-late")).toBe("gen0\ngen1\nno-late");
     await ok(s, 2, "rm g0 && echo mine > g1");
     expect(await ok(s, 3, "cat g0 g1")).toBe("gen0\ngen1");
+    // A grandchild forks again after both ancestors were reset: their layers still serve.
+    expect((await s.post("/fork", { slot_id: "slot_3", into: ["slot_4"] })).status).toBe(200);
+    expect(await ok(s, 4, "cat g0 g1")).toBe("gen0\ngen1");
   });
 
   it("forks a template view: the child gets the template layer and the parent's changes to it", async () => {
