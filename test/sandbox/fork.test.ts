@@ -159,3 +159,27 @@ describe("POST /fork", () => {
     expect(await ok(s, 5, "cat held.log; ls child-file 2>/dev/null || echo dropped")).toBe("held\nmore\ndropped");
   });
 });
+
+describe("POST /fork where the server cannot use overlayfs (copy mode)", () => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startServer({ slots: 3, extraArgs: ["--slot-uid-base", String(UID_BASE + 10)], env: { SLOTPOOL_TEMPLATE_VIEWS: "copy" } });
+  }, 120_000);
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  it("copies the parent's tree into each child: same checksum, changes stay apart", async () => {
+    await ok(s, 0, "mkdir -p a/b && for i in $(seq 1 50); do echo $i > a/b/f$i; done && chmod 600 a/b/f1");
+    await ok(s, 1, "echo old > old-child-file");
+    const before = await ok(s, 0, TREE_SUM);
+    const f = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2"] });
+    expect(f.status, f.text).toBe(200);
+    expect(f.json.mode).toBe("copy");
+    expect(await ok(s, 1, TREE_SUM)).toBe(before);
+    expect(await ok(s, 2, TREE_SUM)).toBe(before);
+    await ok(s, 1, "rm a/b/f2 && echo c > c");
+    expect(await ok(s, 0, "ls a/b/f2 && ! ls c old-child-file 2>/dev/null")).toBe("a/b/f2");
+    expect(await ok(s, 2, "ls a/b/f2")).toBe("a/b/f2");
+  });
+});
