@@ -279,6 +279,13 @@ export class SlotForks {
 
   private async childStep(parent: Slot, child: Slot, snap: Snapshot): Promise<void> {
     const h = this.host;
+    const fresh = child.pristine && snap.mode === "overlay" && !this.views.has(child.index) && h.templates.views.templateOf(child) === undefined;
+    child.pristine = false;
+    if (fresh) {
+      await this.attachFresh(child, snap);
+      h.seedTerminal(child, snap.terminal);
+      return;
+    }
     await h.stopSlot(child);
     await this.release(child);
     // Copy mode copies the parent's whole view, template files included.
@@ -290,6 +297,26 @@ export class SlotForks {
       await this.attachChild(child, snap.layers);
     }
     h.seedTerminal(child, snap.terminal);
+  }
+
+  /**
+   * A child fresh from a reset (empty disk, no terminal, namespaces that ran nothing): no
+   * reset is needed. The view is mounted over its empty workspace and its idle command
+   * namespaces get it the way the parent's do (the old, empty mount made read-only under it).
+   */
+  private async attachFresh(child: Slot, snap: Snapshot): Promise<void> {
+    const h = this.host;
+    h.logger.debug({ slot: child.id }, "fork: the child is fresh from a reset: no reset");
+    if (snap.template !== undefined) await h.templates.attach(child, h.templates.take(snap.template));
+    const pids = await h.commandNamespacePids(child);
+    await this.attachChild(child, snap.layers);
+    try {
+      await Promise.all(pids.map((p, i) => this.mounter!.seal(child.index + i, p, child.workspaceDir)));
+      h.reanchorCommands(child);
+    } catch (err) {
+      h.logger.warn({ err, slot: child.id }, "fork: restarting the child's command namespaces on its new workspace");
+      await h.stopCommandNamespaces(child);
+    }
   }
 
   private async attachChild(child: Slot, layers: Layer[]): Promise<void> {

@@ -280,6 +280,7 @@ export class SandboxService implements SlotHost {
   /** Queues the call on its slot (arrival order) and resolves with its answer. */
   execute(call: ParsedCall, onChunk?: OnChunk): Promise<ExecuteResponse> {
     if (this.closed) return Promise.resolve(this.fail(call, "sandbox server is shutting down"));
+    call.slot.pristine = false;
     return call.slot.enqueue(() => {
       // Checked in the queue: a reset queued before this call decides.
       const broken = call.slot.outOfService;
@@ -367,6 +368,7 @@ export class SandboxService implements SlotHost {
     slot.killRunning();
     return slot.enqueue(() =>
       slot.withResetting(async () => {
+        slot.pristine = false;
         try {
           await this.stateful.stop(slot);
           await this.bash.resetSlot(slot);
@@ -400,6 +402,7 @@ export class SandboxService implements SlotHost {
         // process: 5–15 ms of blocked event loop, measured) happens after this answer is
         // written, not before: the reset is complete without it. A call that arrives first
         // starts the namespace itself; one arriving during the start-up waits for it.
+        slot.pristine = next === undefined;
         setImmediate(() => void this.bash.warm(slot));
         return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
       }),

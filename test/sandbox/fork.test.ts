@@ -114,6 +114,26 @@ describe("POST /fork", () => {
     expect(list.json.templates[0].in_use).toBe(2);
   });
 
+  it("children fresh from a reset (no call since) get the view without a second reset: same tree, their own writes, their namespaces on it", async () => {
+    for (const i of [0, 1, 2]) await s.post("/reset", { slot_id: `slot_${i}`, ...(i === 0 ? { template: "forkrepo" } : {}) });
+    // Let the children's namespaces start (they are sealed with the new view, not restarted).
+    await new Promise((r) => setTimeout(r, 500));
+    await ok(s, 0, "echo fresh > fresh.txt && rm data/f5.txt");
+    const before = await ok(s, 0, TREE_SUM);
+    const logged = s.logs.length;
+    expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2"] })).status).toBe(200);
+    // The fast path ran for both (else this test would only repeat the first one).
+    expect(s.logs.slice(logged).filter((l) => l.includes("fresh from a reset")).length).toBe(2);
+    for (const c of [1, 2]) {
+      expect(await ok(s, c, TREE_SUM)).toBe(before);
+      expect(await ok(s, c, `pwd; echo mine-${c} > own.txt; cat own.txt; ls /tmp | wc -l`)).toBe(`/workspace\nmine-${c}\n0`);
+    }
+    expect(await ok(s, 0, "ls own.txt 2>/dev/null || echo none")).toBe("none");
+    expect(await ok(s, 1, "cat own.txt")).toBe("mine-1");
+    const list = await s.get("/templates");
+    expect(list.json.templates.find((t: { name: string }) => t.name === "forkrepo").in_use).toBeGreaterThanOrEqual(3);
+  });
+
   it("refuses bad forks with a 4xx naming the problem, and nothing changes", async () => {
     await s.post("/reset", { slot_id: "slot_0" });
     await s.post("/reset", { slot_id: "slot_1" });
