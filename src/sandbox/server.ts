@@ -134,7 +134,10 @@ export class SandboxServer {
         { public: true },
       )
       .add("GET", "/slots", (_req, res) =>
-        sendJson(res, 200, { slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued })) }),
+        sendJson(res, 200, {
+          // out_of_service: why the slot refuses calls (its last reset failed) until a reset succeeds.
+          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
+        }),
       )
       .add("GET", "/metrics", (_req, res) => {
         res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE });

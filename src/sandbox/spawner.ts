@@ -148,6 +148,9 @@ export class Holder {
     const child = spawn(file, argv, {
       stdio: ["pipe", "pipe", "pipe", "pipe"],
       env: internet ? { PATH: SANDBOX_PATH } : {},
+      // Not the server's working directory: the network-on shell would export it as PWD into
+      // bubblewrap's environment, which the slot reads as /proc/1/environ (issue 20).
+      cwd: "/",
       detached: true,
       ...(o.uid !== undefined ? { uid: o.uid, gid: o.gid ?? o.uid } : {}),
     });
@@ -482,7 +485,7 @@ export class Holder {
 }
 
 /** Network on: wait for slirp4netns, set the slot's routes and DNS-only filter, become bubblewrap (see network.ts). */
-const NET_SETUP = `read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; [ -z "$2" ] || printf '%s\\n' "$2" | nft -f - || exit 98; shift 2; exec "$@"`;
+const NET_SETUP = `read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; [ -z "$2" ] || printf '%s\\n' "$2" | nft -f - || exit 98; shift 2; unset PWD OLDPWD; exec "$@"`;
 
 function nsLink(pid: string, ns: string): string | undefined {
   try {

@@ -301,7 +301,9 @@ export class StatefulSessions {
     if (!s) return null;
     const svc = this.service;
     const timeoutSec = svc.limits.maxTimeoutSec;
-    const limited = (tmux: string[]): string[] => ["/bin/bash", "-c", `${ulimitPrologue(svc.limits, timeoutSec)}exec "$@"`, "slotpool-attach", ...tmux];
+    // RLIMIT_AS too where no slot cgroup bounds memory, as for every slot command.
+    const addressSpace = svc.addressSpaceBytes > 0 ? `ulimit -H -S -v ${Math.floor(svc.addressSpaceBytes / 1024)} 2>/dev/null\n` : "";
+    const limited = (tmux: string[]): string[] => ["/bin/bash", "-c", `${ulimitPrologue(svc.limits, timeoutSec)}${addressSpace}exec "$@"`, "slotpool-attach", ...tmux];
     if (!s.holder) {
       return { sandboxArgs: null, command: limited(["tmux", "-S", join(s.hostDir, "tmux.sock"), "-C", "attach-session", "-r", "-t", "main"]), hostDir: s.hostDir, timeoutSec };
     }

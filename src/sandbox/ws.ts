@@ -100,7 +100,7 @@ export class SandboxWebSockets {
     const start = withoutCapabilities(file!, args);
     // A process group of its own: the slot's reset kills all of it (StatefulSessions.stop).
     const child = sandboxed
-      ? spawn(start.file, start.args, { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, detached: true, ...owner })
+      ? spawn(start.file, start.args, { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, cwd: "/", detached: true, ...owner })
       : spawn(start.file, start.args, {
           stdio: ["pipe", "pipe", "pipe"],
           cwd: slot.workspaceDir,

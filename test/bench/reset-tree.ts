@@ -8,8 +8,9 @@
  * server's own): a reset drops and remounts it. "fallback": `--no-disk-workspace`, the
  * workspace is renamed away and deleted by a child process. Each round fills slot_0
  * (not timed), then times `POST /reset` while slot_1 runs `bash true` back to back, and
- * checks the workspace is empty when /reset answers. Prints p50/p99 of the reset and the
- * bystander's longest wait per case. Rounds are few for the large cases (filling 150,000
+ * checks the workspace is empty when /reset answers. Prints p50/p99 of the reset, the
+ * bystander's p99 and longest wait per case, and the longest /health answer meanwhile (it
+ * runs nothing but the server's event loop: a stall of that loop shows there). Rounds are few for the large cases (filling 150,000
  * files takes seconds): with 5 rounds p99 is the maximum. Timing figures depend on what
  * else runs on the machine.
  */
@@ -67,7 +68,8 @@ async function measure(mode: "disk" | "fallback"): Promise<void> {
     console.log(`${mode}: uid ${process.getuid?.()}, disk ${health.limits?.disk}, ${health.limits?.disk_mb} MB per slot`);
     for (const c of CASES) {
       const lat: number[] = [];
-      let maxWait = 0;
+      const allWaits: number[] = [];
+      const healthWaits: number[] = [];
       let left = 0;
       for (let r = 0; r < c.rounds; r++) {
         const filled = await bash(0, c.fill, 600);
@@ -82,6 +84,15 @@ async function measure(mode: "disk" | "fallback"): Promise<void> {
             waits.push(performance.now() - t);
           }
         })();
+        // GET /health back to back: it runs nothing but the server's event loop, so its
+        // longest answer bounds how long the reset blocked that loop (bash true adds the CPU).
+        const health = (async () => {
+          while (!done) {
+            const t = performance.now();
+            await fetch(proc.url + "/health").then((r) => r.arrayBuffer());
+            healthWaits.push(performance.now() - t);
+          }
+        })();
         // Let the bystander get going before the reset starts.
         await new Promise((res) => setTimeout(res, 50));
         const t0 = performance.now();
@@ -92,11 +103,17 @@ async function measure(mode: "disk" | "fallback"): Promise<void> {
         // One more bystander call after the answer: a wait that spans the reset's tail counts too.
         await new Promise((res) => setTimeout(res, 50));
         done = true;
-        await bystander;
-        maxWait = Math.max(maxWait, ...waits);
+        await Promise.all([bystander, health]);
+        allWaits.push(...waits);
       }
       lat.sort((a, b) => a - b);
-      console.log(`${mode}: ${c.name.padEnd(16)} ${String(c.rounds).padStart(2)} rounds  reset p50 ${pct(lat, 50).toFixed(1)} ms  p99 ${pct(lat, 99).toFixed(1)} ms  max ${lat.at(-1)!.toFixed(1)} ms  other slot's bash true max ${maxWait.toFixed(1)} ms  workspace not empty at answer: ${left}`);
+      allWaits.sort((a, b) => a - b);
+      healthWaits.sort((a, b) => a - b);
+      console.log(
+        `${mode}: ${c.name.padEnd(16)} ${String(c.rounds).padStart(2)} rounds  reset p50 ${pct(lat, 50).toFixed(1)} ms  p99 ${pct(lat, 99).toFixed(1)} ms  max ${lat.at(-1)!.toFixed(1)} ms` +
+          `  other slot's bash true (n=${allWaits.length}) p99 ${pct(allWaits, 99).toFixed(1)} max ${allWaits.at(-1)!.toFixed(1)} ms, >250 ms: ${allWaits.filter((w) => w > 250).length}` +
+          `  /health max ${healthWaits.at(-1)!.toFixed(1)} ms  workspace not empty at answer: ${left}`,
+      );
     }
   } finally {
     await proc.stop(10_000);

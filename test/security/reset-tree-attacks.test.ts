@@ -157,11 +157,22 @@ describe("bad input is refused before anything happens", () => {
     expect(readdirSync(workspace())).toEqual([]);
   });
 
-  it("a slot sees no host path of the server in /proc/1 (environ, cmdline, cwd)", async () => {
-    const r = await server.bash(0, "cat /proc/1/environ | tr '\\0' '\\n'; echo ---; cat /proc/1/cmdline | tr '\\0' ' '; echo; readlink /proc/1/cwd; echo ---; cat /proc/self/environ | tr '\\0' '\\n'");
-    expect(r.success, r.error).toBe(true);
-    for (const hostPath of [server.dataDir, process.cwd(), "/proc/self/fd", "/root", "/home"]) expect(r.output, hostPath).not.toContain(hostPath);
-    expect(r.output).not.toMatch(/^PWD=\/(?!workspace)/m);
-    expect(r.output).not.toMatch(/^OLDPWD=/m);
+  it("a slot sees no host path of the server in /proc/1 (environ, cmdline, cwd): bash with and without network, the terminal", async () => {
+    const probe = "cat /proc/1/environ | tr '\\0' '\\n'; echo ---; cat /proc/1/cmdline | tr '\\0' ' '; echo; readlink /proc/1/cwd; echo ---; cat /proc/self/environ | tr '\\0' '\\n'";
+    const health = (await server.health()).json;
+    const answers = [
+      await server.bash(0, probe),
+      ...(health.internet === "slirp4netns" ? [await server.bash(0, probe, { allowNetwork: true })] : []),
+      await server.execute({ slot_id: "slot_0", tool: "bash_stateful", args: { command: probe, require_sandbox: true, allow_network: false } }),
+    ];
+    for (const r of answers) {
+      expect(r.success, r.error).toBe(true);
+      // Control: the probe printed pid 1's command line.
+      expect(r.output).toMatch(/bwrap|spawner/);
+      for (const hostPath of [server.dataDir, process.cwd(), "/proc/self/fd", "/root", "/home"]) expect(r.output, hostPath).not.toContain(hostPath);
+      expect(r.output).not.toMatch(/^PWD=\/(?!workspace)/m);
+      expect(r.output).not.toMatch(/^OLDPWD=/m);
+    }
+    expect((await server.reset(0)).status).toBe(200);
   });
 });

@@ -196,6 +196,9 @@ describe.skipIf(!isRoot)("a reset that cannot empty the workspace (root: the dat
     expect(refused.success).toBe(false);
     expect(refused.error).toMatch(/out of service until a reset succeeds/);
     expect(refused.output).not.toContain("previous");
+    const slots = await server.request("GET", "/slots");
+    expect(slots.json.slots[0].out_of_service).toMatch(/last reset failed/);
+    expect(slots.json.slots[1].out_of_service).toBeUndefined();
     // The other slot is not affected.
     expect((await server.bash(1, "echo fine")).output).toBe("fine");
     inServerNs(`umount '${server.dataDir}'`);
@@ -203,5 +206,6 @@ describe.skipIf(!isRoot)("a reset that cannot empty the workspace (root: the dat
     expect(again.status, again.text).toBe(200);
     const after = await server.bash(0, "ls -A /workspace | wc -l");
     expect(after.output).toBe("0");
+    expect((await server.request("GET", "/slots")).json.slots[0].out_of_service).toBeUndefined();
   }, 60_000);
 });
