@@ -196,7 +196,6 @@ export class SlotForks {
     // What the parent wrote: its fork view's upper, its template view's upper, or the plain dir on its disk.
     const templateUpper = h.templates.views.upperOf(parent);
     const upper = prev?.upper ?? templateUpper ?? h.disks.workspaceSource(parent)!;
-    const plain = !prev && !templateUpper;
     const tag = randomBytes(4).toString("hex");
     const layer: Layer = { dir: join(this.layerDir, tag), src: join(disk, `layer-${tag}`), owner, refs: 1, clones: new Map() };
     const lowers = [layer.dir, ...(prev?.lowers ?? []), ...optional(h.templates.views.lowerOf(parent))];
