@@ -148,8 +148,7 @@ export class Holder {
     const child = spawn(file, argv, {
       stdio: ["pipe", "pipe", "pipe", "pipe"],
       env: internet ? { PATH: SANDBOX_PATH } : {},
-      // Not the server's working directory: the network-on shell would export it as PWD into
-      // bubblewrap's environment, which the slot reads as /proc/1/environ (issue 20).
+      // Not the server's cwd: the network-on shell would export it (PWD) into the slot's /proc/1/environ.
       cwd: "/",
       detached: true,
       ...(o.uid !== undefined ? { uid: o.uid, gid: o.gid ?? o.uid } : {}),
@@ -426,8 +425,7 @@ export class Holder {
   }
 
   private onExit(reason: string): void {
-    // slirp4netns lives only for this namespace: whatever ended it (a reset, `kill -9 -1`
-    // inside the slot, a crash), it goes too, or it would outlive the slot on the host.
+    // slirp4netns lives only for this namespace: whatever ended it (reset, `kill -9 -1`, a crash).
     this.killSlirp();
     if (this.dead) return;
     this.dead = true;
