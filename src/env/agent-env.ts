@@ -24,6 +24,7 @@ import type { LineExtras } from "../report/rollout-extras.js";
 import { lineExtras } from "./rollout-extras.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { collectGroup } from "./group-collector.js";
+import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
@@ -127,6 +128,15 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   }
 
   // ---------------------------------------------------------------- hooks
+
+  /**
+   * Branching groups (docs/fork.md): where the item's group forks one trajectory into
+   * `groupSize` branches (`{afterTurn: n}` or `{afterTool: name}`); undefined (the default)
+   * runs `groupSize` independent trajectories.
+   */
+  branchPoint(_item: Item): BranchPoint | undefined {
+    return undefined;
+  }
 
   /** Load datasets, build state. Called once by `start()` after the backend is up. */
   async setup(): Promise<void> {}
@@ -478,6 +488,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * back-off) stops the rollouts and rejects with the signal's reason.
    */
   async collectTrajectories(item: Item, options: { signal?: AbortSignal } = {}): Promise<GroupOutcome<Item>> {
+    const point = this.branchPoint(item);
+    if (point) return collectBranchingGroup(this, item, point, { tokenizer: this.tokenizer, log: this.log }, options);
     const groupTools = this.resolveTools();
     return collectGroup(item, groupTools, {
       config: this.config,

@@ -6,10 +6,12 @@ const ARGUMENTS_KEPT = 500;
 
 /**
  * The `slotpool` key of a JSONL line: what the report needs that the messages do not say,
- * and the group's infra failures by cause (never among its scores).
+ * the group's infra failures by cause (never among its scores), and a branching group's tree.
  */
 export function lineExtras(trajectories: readonly TrajectoryOutcome[], group?: { infraFailures: readonly InfraFailure[]; masked: number; droppedAttempts: number }): LineExtras {
   const out: LineExtras = { version: ROLLOUT_EXTRAS_VERSION, trajectories: trajectories.map(rolloutExtras) };
+  const tree = trajectories.find((t) => t.branchTree)?.branchTree;
+  if (tree) out.tree = tree;
   if (group) {
     out.infra_failures = countByCause(group.infraFailures);
     out.masked = group.masked;

@@ -7,6 +7,8 @@
  *   {"tokens": …, "scores": …, "messages": …, "slotpool": {"version": 1, "trajectories": [RolloutExtras, …]}}
  */
 
+import type { BranchTree } from "./branch-tree.js";
+
 export const ROLLOUT_EXTRAS_VERSION = 1;
 
 export interface ToolCallExtras {
@@ -58,6 +60,8 @@ export interface LineExtras {
   masked?: number;
   /** Earlier tries of this item dropped for an infra failure. */
   dropped_attempts?: number;
+  /** A branching group's tree (src/report/branch-tree.ts). */
+  tree?: BranchTree;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);

@@ -3,6 +3,7 @@ import { ulimitPrologue } from "./limits.js";
 import { CappedOutput } from "./output.js";
 import { runProcess, type RunResult } from "./runner.js";
 import { Holder } from "./spawner.js";
+import { firstChild } from "./process-barrier.js";
 import type { SlotHost } from "./slot-host.js";
 import type { Slot } from "./slot.js";
 import type { OnChunk, ToolOutcome } from "./tool-outcome.js";
@@ -26,6 +27,8 @@ export class BashExecutor {
   private readonly lastPolicy = new Map<number, boolean>();
   /** Holders running their warm-up command: a real call waits for it (one command at a time). */
   private readonly warming = new Map<Holder, Promise<void>>();
+  /** Holders whose next command must enter /workspace again (see `reanchor`). */
+  private readonly reanchored = new WeakSet<Holder>();
   private closed = false;
 
   constructor(private readonly service: SlotHost) {}
@@ -92,8 +95,10 @@ export class BashExecutor {
           holder = this.holder(slot, allowNetwork);
         }
         holder.boost();
+        const again = this.reanchored.delete(holder);
         res = await holder.run({
-          command: args.command,
+          // Same line: the command's line numbers stay as they were.
+          command: again ? `cd /workspace 2>/dev/null; unset OLDPWD; ${args.command}` : args.command,
           cpuSeconds: cpu,
           maxProcesses: limits.maxProcesses,
           maxFileBytes: limits.maxFileBytes,
@@ -218,6 +223,30 @@ export class BashExecutor {
   isWarm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): boolean {
     const h = this.holders.get(slot.index);
     return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
+  }
+
+  /** A process inside each live command namespace of the slot (after its warm-up), for a fork to remount (fork.ts). */
+  async namespacePids(slot: Slot): Promise<number[]> {
+    const h = this.holders.get(slot.index);
+    const live = [h?.net, h?.nonet].filter((x): x is Holder => x !== undefined && x.alive);
+    await Promise.all(live.map((x) => this.warming.get(x)));
+    return live.map((x) => (x.pid !== undefined ? firstChild(x.pid)?.pid : undefined)).filter((p): p is number => p !== undefined);
+  }
+
+  /**
+   * After a fork: the next command of each namespace enters /workspace again first, since the
+   * bash pre-started for it sits in the old, read-only mount (later ones start on the new).
+   */
+  reanchor(slot: Slot): void {
+    const h = this.holders.get(slot.index);
+    for (const x of [h?.net, h?.nonet]) if (x) this.reanchored.add(x);
+  }
+
+  /** Stops the slot's command namespaces only (the terminal's stays); the next call starts them again. */
+  async stopNamespaces(slot: Slot): Promise<void> {
+    const h = this.holders.get(slot.index);
+    this.holders.delete(slot.index);
+    await Promise.all([h?.net?.stop(), h?.nonet?.stop()]);
   }
 
   /** Tears down the slot's namespaces (every process in them dies). */

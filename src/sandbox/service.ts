@@ -31,6 +31,9 @@ import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner-binary.js";
 import { limitsInForce, type LimitsInForce } from "./limits-in-force.js";
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.js";
+import { SlotForks } from "./fork.js";
+import { forkHost } from "./fork-host.js";
+import type { ForkResponse } from "../protocol/sandbox.js";
 
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
@@ -134,6 +137,8 @@ export class SandboxService implements SlotHost {
   readonly mountHelper: MountHelper | null;
   readonly mayMount: boolean;
   readonly removal: TreeRemoval;
+  /** POST /fork (fork.ts). */
+  readonly forks: SlotForks;
   private readonly bash: BashExecutor;
   private closed = false;
 
@@ -234,6 +239,10 @@ export class SandboxService implements SlotHost {
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
     this.disks.attachAll(this.slots);
+    // After the disks: forks need each slot's disk (else they copy).
+    this.forks = new SlotForks(
+      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: (slot) => this.emptyWorkspace(slot), discard: (path) => this.removal.discard(path) }),
+    );
     if (this.disks.reason && unbounded === undefined) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
     // After attaching: a refused mount makes the disk bound /tmp-only, and /health says so.
     this.limitsInForce = limitsInForce({
@@ -311,6 +320,7 @@ export class SandboxService implements SlotHost {
   /** Queues the call on its slot (arrival order) and resolves with its answer. */
   execute(call: ParsedCall, onChunk?: OnChunk): Promise<ExecuteResponse> {
     if (this.closed) return Promise.resolve(this.fail(call, "sandbox server is shutting down"));
+    call.slot.pristine = false;
     return call.slot.enqueue(() => {
       // Checked in the queue: a reset queued before this call decides.
       const broken = call.slot.outOfService;
@@ -431,9 +441,11 @@ export class SandboxService implements SlotHost {
     slot.killRunning();
     return slot.enqueue(() =>
       slot.withResetting(async () => {
+        slot.pristine = false;
         try {
           await this.stateful.stop(slot);
           await this.bash.resetSlot(slot);
+          await this.forks.release(slot);
           await this.templates.detach(slot);
           await this.emptyWorkspace(slot);
         } catch (err) {
@@ -463,6 +475,7 @@ export class SandboxService implements SlotHost {
         // process: 5–15 ms of blocked event loop, measured) happens after this answer is
         // written, not before: the reset is complete without it. A call that arrives first
         // starts the namespace itself; one arriving during the start-up waits for it.
+        slot.pristine = next === undefined;
         setImmediate(() => void this.bash.warm(slot));
         return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
       }),
@@ -473,6 +486,19 @@ export class SandboxService implements SlotHost {
   private async emptyWorkspace(slot: Slot): Promise<void> {
     if (this.disks.bounded(slot)) await this.disks.renew(slot);
     else await this.removal.empty(slot.workspaceDir, slot.owner);
+  }
+
+  /**
+   * POST /fork: `into` become copy-on-write copies of `parentId`'s workspace (fork.ts). Bad
+   * requests (unknown, busy or repeated children, the parent itself) are refused before
+   * anything happens.
+   */
+  fork(parentId: string, into: readonly string[]): Promise<ForkResponse> {
+    if (this.closed) throw new HttpError(503, "sandbox server is shutting down");
+    const parent = this.slotById(parentId);
+    const children = into.map((id, i) => this.slotById(id, `into.${i}`));
+    SlotForks.check(parent, children);
+    return this.forks.fork(parent, children);
   }
 
   /**
@@ -495,6 +521,7 @@ export class SandboxService implements SlotHost {
     for (const slot of this.slots) slot.killRunning();
     await this.stateful.close();
     await this.bash.close();
+    await this.forks.close();
     this.templates.close();
     await this.cgroups.cleanup();
     this.disks.detachAll(this.slots);

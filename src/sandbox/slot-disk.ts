@@ -123,6 +123,12 @@ export class SlotDisks {
     return this.mounted.get(slot.index)?.views;
   }
 
+  /** The dir on the slot's disk that is bound onto its workspace (fork.ts renames it into a layer; the next `renew` replaces it). */
+  workspaceSource(slot: Slot): string | undefined {
+    const m = this.mounted.get(slot.index);
+    return m ? join(m.disk, "workspace") : undefined;
+  }
+
   /** Where the slot's terminal session dir goes: under its /tmp on the bounded disk, if mounted. */
   sessionDir(slot: Slot): string | undefined {
     const m = this.mounted.get(slot.index);

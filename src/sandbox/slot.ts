@@ -17,6 +17,11 @@ export class Slot {
    * still hold the previous trajectory's files). Calls are refused until a reset succeeds.
    */
   outOfService: string | undefined;
+  /**
+   * Reset (without a template) and used by no call since: an empty workspace on a fresh
+   * disk, namespaces that ran nothing. A fork into it skips the child's reset (fork.ts).
+   */
+  pristine = false;
   /** Aborted by reset/shutdown: every running command of the slot watches it. */
   private abort = new AbortController();
 
