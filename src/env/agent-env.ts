@@ -17,11 +17,12 @@ import type { ToolResult } from "../protocol/tool.js";
 import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
 import { AgentEnvConfigSchema, unknownConfigKeys, type AgentEnvConfig } from "./config.js";
-import { EnvConfigError, EnvError, NoPolicyError, ToolContextError, TrajectoryFailedError } from "./errors.js";
+import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
 import type { InfraFailure } from "./infra-failure.js";
 import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
 import type { LineExtras } from "../report/rollout-extras.js";
 import { lineExtras } from "./rollout-extras.js";
+import { scoreRollout } from "./rollout-score.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
@@ -411,7 +412,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
             return r;
           },
         });
-        const { score, rewardError, scoreMetadata, infraFailure } = await this.scoreTrajectory(item, result, ctx, trajectoryId);
+        const { score, rewardError, scoreMetadata, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, ctx), this.log);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);
         const outcome: TrajectoryOutcome = {
           trajectoryId,
@@ -445,40 +446,6 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       undefined,
       true,
     );
-  }
-
-  /**
-   * The reward of a finished rollout, or the infra failure that means it has none: the
-   * model server failed (the rollout is not the model's answer), or the reward code or one
-   * of its tool calls failed (the score would be a guess). A lost slot propagates so the
-   * trajectory is restarted.
-   */
-  private async scoreTrajectory(
-    item: Item,
-    result: AgentResult,
-    ctx: ToolContext,
-    trajectoryId: string,
-  ): Promise<{ score: number; rewardError?: string; scoreMetadata: Record<string, unknown>; infraFailure?: InfraFailure }> {
-    if (result.finishReason === "error") {
-      const message = `the model server failed on turn ${result.turnsUsed + 1}: ${result.error ?? "no reason given"}`;
-      this.log.warn({ trajectoryId, turns: result.turnsUsed, error: result.error }, "model call failed; the trajectory is not scored");
-      return { score: 0, scoreMetadata: {}, infraFailure: { cause: "model", message, trajectoryId } };
-    }
-    try {
-      const scored = await this.verifyAndScore(item, result, ctx);
-      if (!Number.isFinite(scored.score)) {
-        // NaN/Infinity would reach the trainer as null (422) or poison its statistics.
-        const message = `reward is ${scored.score}, not a finite number`;
-        return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: { cause: "reward", message, trajectoryId } };
-      }
-      return { score: scored.score, scoreMetadata: scored.metadata ?? {} };
-    } catch (err) {
-      if (isSlotLostError(err)) throw err;
-      const message = err instanceof Error ? err.message : String(err);
-      const cause = err instanceof ToolContextError ? "reward_tool" : "reward";
-      this.log.warn({ trajectoryId, cause, err: message }, "the reward failed; the trajectory is not scored");
-      return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: { cause, message, trajectoryId } };
-    }
   }
 
   /**

@@ -9,7 +9,8 @@ import type { BranchNode, BranchTree } from "../report/branch-tree.js";
 import type { GroupTools } from "../tools/distributions.js";
 import type { ToolBackend } from "./backend.js";
 import type { AgentEnvConfig } from "./config.js";
-import { EnvError, ToolContextError } from "./errors.js";
+import { EnvError } from "./errors.js";
+import { scoreRollout, type RolloutScore } from "./rollout-score.js";
 import type { InfraFailure } from "./infra-failure.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
@@ -214,36 +215,13 @@ function copyResult(r: AgentResult): AgentResult {
 
 async function score<Item>(env: BranchingEnv<Item>, item: Item, trajectoryId: string, result: AgentResult, parts: { tokenizer: TextTokenizer | undefined; log: Logger }, durationMs: number): Promise<TrajectoryOutcome> {
   const ctx = new ToolContext(trajectoryId, env.tools.executor, { timeoutS: env.config.toolTimeoutS });
-  const producedNothing = result.turnsUsed === 0 || result.messages.every((m) => m.role === "system" || m.role === "user");
-  let value = 0;
-  let rewardError: string | undefined;
-  let infraFailure: InfraFailure | undefined;
-  let scoreMetadata: Record<string, unknown> = {};
-  if (result.finishReason === "error") {
-    // The model server failed: the branch is not the model's answer (an infra failure, never a zero).
-    infraFailure = { cause: "model", message: `the model server failed on turn ${result.turnsUsed + 1}: ${result.error ?? "no reason given"}`, trajectoryId };
-  } else if (!producedNothing) {
-    try {
-      const scored = await env.verifyAndScore(item, result, ctx);
-      value = scored.score;
-      scoreMetadata = scored.metadata ?? {};
-      if (!Number.isFinite(value)) {
-        rewardError = `reward is ${value}, not a finite number`;
-        infraFailure = { cause: "reward", message: rewardError, trajectoryId };
-        value = 0;
-      }
-    } catch (err) {
-      if (isSlotLostError(err)) throw err;
-      rewardError = err instanceof Error ? err.message : String(err);
-      infraFailure = { cause: err instanceof ToolContextError ? "reward_tool" : "reward", message: rewardError, trajectoryId };
-      parts.log.warn({ trajectoryId, cause: infraFailure.cause, err: rewardError }, "the reward failed; the branch is not scored");
-    }
-  }
+  const producedNothing = result.finishReason !== "error" && (result.turnsUsed === 0 || result.messages.every((m) => m.role === "system" || m.role === "user"));
+  const scored: RolloutScore = producedNothing ? { score: 0, scoreMetadata: {} } : await scoreRollout(result, trajectoryId, () => env.verifyAndScore(item, result, ctx), parts.log);
   const { tokens, brokenSegments } = trajectoryTokens(result, parts.tokenizer);
-  const outcome: TrajectoryOutcome = { trajectoryId, result, score: value, rewardSkipped: producedNothing, scoreMetadata, attempts: 1, slotLosses: [], tokens, durationMs };
+  const outcome: TrajectoryOutcome = { trajectoryId, result, score: scored.score, rewardSkipped: producedNothing || scored.infraFailure?.cause === "model", scoreMetadata: scored.scoreMetadata, attempts: 1, slotLosses: [], tokens, durationMs };
   if (brokenSegments.length > 0) outcome.brokenSegments = brokenSegments;
-  if (rewardError) outcome.rewardError = rewardError;
-  if (infraFailure) outcome.infraFailure = infraFailure;
+  if (scored.rewardError) outcome.rewardError = scored.rewardError;
+  if (scored.infraFailure) outcome.infraFailure = scored.infraFailure;
   return outcome;
 }
 

@@ -155,3 +155,11 @@ export function dnsFilterRules(): string {
     "}",
   ].join("\n");
 }
+
+/** What the network-on set-up shell says on stderr once unshare has made its namespaces. */
+export const NET_READY_LINE = "slotpool-net-namespace-up\n";
+/**
+ * Network on (spawner.ts): say the namespace is up, wait for slirp4netns, set the slot's
+ * routes ($1) and DNS-only filter ($2), forget the server's directory, become bubblewrap.
+ */
+export const NET_SETUP = `printf 'slotpool-net-namespace-up\\n' >&2; read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; [ -z "$2" ] || printf '%s\\n' "$2" | nft -f - || exit 98; shift 2; unset PWD OLDPWD; exec "$@"`;

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync } from "node:fs";
+import { chmodSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
 import type { z } from "zod";
@@ -16,7 +16,7 @@ import {
 import { blockedForOthers, octal } from "../host/reachable.js";
 import { HttpError, fieldName } from "../http/errors.js";
 import { SandboxSetupError } from "./errors.js";
-import { identityFiles, probeBwrap, type BwrapProbe } from "./isolation.js";
+import { identityFiles, type BwrapProbe } from "./isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
 import { Slot } from "./slot.js";
@@ -30,6 +30,7 @@ import { readFileTool, writeFileTool } from "./files.js";
 import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner-binary.js";
 import { limitsInForce, type LimitsInForce } from "./limits-in-force.js";
+import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote } from "./isolation-summary.js";
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.js";
 import { SlotForks } from "./fork.js";
 import { forkHost } from "./fork-host.js";
@@ -41,7 +42,7 @@ import { DEFAULT_DISK_BYTES, SlotDisks } from "./slot-disk.js";
 import { MountHelper, mountHelperBinary } from "./mount-helper.js";
 import { TreeRemoval } from "./tree-removal.js";
 import { whyNoMounts } from "../host/mount-namespace.js";
-import { mayChangeOwnMounts, procCovers, unmaskProc, writableCgroups } from "../host/container-mounts.js";
+import { mayChangeOwnMounts, writableCgroups } from "../host/container-mounts.js";
 import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "./network.js";
 
 /** A reset could not empty the slot (HTTP 500): the slot is out of service until a reset succeeds. */
@@ -199,7 +200,7 @@ export class SandboxService implements SlotHost {
     this.bwrap = options.disableSandbox
       ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox" }
       : first
-        ? this.probeSandbox(first)
+        ? probeSandbox(first.workspaceDir, first.owner, this.logger)
         : { available: false, path: null, reason: "no slots" };
     if (!this.bwrap.available) {
       if (!options.allowUnsandboxed) throw new SandboxSetupError("sandbox_unavailable", cannotSandboxMessage(this.bwrap.reason ?? "bubblewrap cannot be used"));
@@ -253,23 +254,6 @@ export class SandboxService implements SlotHost {
       uid: process.getuid?.() ?? 0,
       disk: { mode: this.disks.mode, bytes: this.disks.bytes, ...(this.disks.reason ? { reason: this.disks.reason } : {}) },
     });
-  }
-
-  /**
-   * Probes bubblewrap as slot `first` would run it. Inside a container whose /proc is partly
-   * covered (Docker's masked paths), a root server in a mount namespace of its own uncovers
-   * /proc there and probes again (see host/container-mounts.ts).
-   */
-  private probeSandbox(first: Slot): BwrapProbe {
-    const probe = probeBwrap(first.workspaceDir, first.owner?.uid, first.owner?.gid);
-    if (probe.available || !/can't mount proc/i.test(probe.reason ?? "") || !mayChangeOwnMounts() || procCovers().length === 0) return probe;
-    try {
-      const uncovered = unmaskProc();
-      this.logger.info({ uncovered }, "uncovered /proc in the server's own mount namespace (the container masks parts of it)");
-    } catch (err) {
-      return { ...probe, reason: `${probe.reason}; uncovering /proc failed: ${err instanceof Error ? err.message : String(err)}` };
-    }
-    return probeBwrap(first.workspaceDir, first.owner?.uid, first.owner?.gid);
   }
 
   /**
@@ -352,39 +336,13 @@ export class SandboxService implements SlotHost {
       );
     }
     // Every result of an unsandboxed server says so in words (--allow-unsandboxed only).
-    if (!this.bwrap.available) outcome = { ...outcome, metadata: { ...outcome.metadata, sandboxed: false, unsandboxed: this.unsandboxedNote() } };
+    if (!this.bwrap.available) outcome = { ...outcome, metadata: { ...outcome.metadata, sandboxed: false, unsandboxed: unsandboxedNote(this.bwrap.reason) } };
     return { ...outcome, execution_id: call.executionId };
-  }
-
-  private unsandboxedNote(): string {
-    return `UNSANDBOXED: this command ran on the server's own system without isolation (started with --allow-unsandboxed, development only): ${this.bwrap.reason ?? "bubblewrap cannot be used"}`;
   }
 
   /** What isolation the slots get here, for /health and run summaries. */
   isolation(): IsolationSummary {
-    const l = this.limitsInForce;
-    const sandboxed = this.bwrap.available;
-    const network = !sandboxed ? "host_unsandboxed" : this.internetAccess ? "slirp4netns" : "loopback_only";
-    const memoryMb = Math.round(this.limits.memoryBytes / 1048576);
-    const words = [
-      sandboxed ? "sandboxed (bubblewrap)" : `UNSANDBOXED (${this.bwrap.reason ?? "bubblewrap cannot be used"})`,
-      `memory: ${l.memory === "cgroup" ? `cgroup ${memoryMb} MB per slot` : l.memory === "rlimit_as_per_process" ? `${memoryMb} MB per process (RLIMIT_AS), not per slot` : "unbounded"}`,
-      `processes: ${l.pids === "cgroup" ? "cgroup" : l.pids === "rlimit_nproc_per_slot_uid" ? "RLIMIT_NPROC per slot uid" : "RLIMIT_NPROC shared by all slots"} (${this.limits.maxProcesses})`,
-      `disk: ${!sandboxed ? "unbounded" : l.disk === "workspace_and_tmp" ? `workspace + /tmp ${l.disk_mb} MB per slot` : `/tmp only (${l.disk_mb} MB), workspace unbounded`}`,
-      `network on: ${network === "slirp4netns" ? "own namespace via slirp4netns" : network === "loopback_only" ? `loopback only (${this.internetReason ?? "unavailable"})` : "the server's own network"}`,
-    ];
-    return {
-      sandboxed,
-      ...(sandboxed ? {} : { unsandboxed_reason: this.bwrap.reason ?? "bubblewrap cannot be used" }),
-      memory: l.memory,
-      memory_mb: memoryMb,
-      pids: l.pids,
-      max_processes: this.limits.maxProcesses,
-      disk: sandboxed ? l.disk : "none",
-      disk_mb: l.disk_mb,
-      network,
-      summary: words.join("; "),
-    };
+    return isolationSummary({ limits: this.limitsInForce, bwrap: this.bwrap, memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses, internet: this.internetAccess !== undefined, internetReason: this.internetReason });
   }
 
   private async dispatch(call: ParsedCall, onChunk?: OnChunk): Promise<ToolOutcome> {
@@ -537,29 +495,5 @@ export class SandboxService implements SlotHost {
 
   newOutputName(): string {
     return `.slotpool-output-${Date.now()}-${randomBytes(4).toString("hex")}.txt`;
-  }
-}
-
-/** The one start-up error of a server that cannot sandbox: what is missing, and the fix. */
-export function cannotSandboxMessage(reason: string): string {
-  const root = process.getuid?.() === 0;
-  const refused = /pivot_root|can't mount proc|no permissions to create new namespace|operation not permitted/i.test(reason);
-  const fix = /not installed/.test(reason)
-    ? "install bubblewrap (Debian: apt-get install bubblewrap)"
-    : refused && root && inContainer()
-      ? "in a container, run it with --cap-add SYS_ADMIN --security-opt seccomp=unconfined (and --security-opt apparmor=unconfined where AppArmor is on); see sandbox-image/Dockerfile and docs/security-model.md"
-      : refused
-        ? "let this host create user namespaces (sysctl user.max_user_namespaces > 0 and kernel.unprivileged_userns_clone=1; Ubuntu: kernel.apparmor_restrict_unprivileged_userns=0)"
-        : "make the data dir reachable by the slot uids, or let this host create namespaces (see docs/security-model.md)";
-  return `cannot sandbox commands here: ${reason.trim().replace(/\.+$/, "")}. Fix: ${fix}. To run commands unsandboxed anyway (development only), start with --allow-unsandboxed`;
-}
-
-/** A Docker/containerd/Kubernetes container (where the fix is the container's options). */
-function inContainer(): boolean {
-  if (existsSync("/.dockerenv") || existsSync("/run/.containerenv")) return true;
-  try {
-    return /docker|containerd|kubepods|libpod/.test(readFileSync("/proc/1/cgroup", "utf8"));
-  } catch {
-    return false;
   }
 }

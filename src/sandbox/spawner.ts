@@ -5,7 +5,7 @@ import { join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
 import { withoutCapabilities } from "../host/mount-namespace.js";
-import type { InternetAccess } from "./network.js";
+import { NET_READY_LINE, NET_SETUP, type InternetAccess } from "./network.js";
 import { firstChild, killNamespaceInit, type ProcessRef } from "./process-barrier.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
@@ -492,11 +492,6 @@ export class Holder {
     }
   }
 }
-
-/** Network on: say the namespace is up, wait for slirp4netns, set the slot's routes and DNS-only filter, become bubblewrap (see network.ts). */
-const NET_READY_LINE = "slotpool-net-namespace-up\n";
-const NET_SETUP = `printf 'slotpool-net-namespace-up\\n' >&2; read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; [ -z "$2" ] || printf '%s\\n' "$2" | nft -f - || exit 98; shift 2; unset PWD OLDPWD; exec "$@"`;
-
 
 const SIGNAL_NAMES: Record<number, NodeJS.Signals> = { 1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ" };
 function signalName(n: number): NodeJS.Signals | null {
