@@ -23,6 +23,7 @@ import { BashExecutor } from "./bash.js";
 import type { SlotHost } from "./slot-host.js";
 import type { OnChunk, ToolOutcome } from "./tool-outcome.js";
 import { StatefulSessions } from "./stateful.js";
+import { ProcessSessions } from "./process-sessions.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
 import { readFileTool, writeFileTool } from "./files.js";
@@ -107,6 +108,8 @@ export class SandboxService implements SlotHost {
   /** Host dir for server-side state (spawner binary cache, unsandboxed terminal sockets). */
   readonly stateDir: string;
   readonly stateful: StatefulSessions;
+  /** Long-lived processes outside the slots' queues (routes /processes/*, used by src/e2b). */
+  readonly processes: ProcessSessions;
   /** Workspace templates: builds, and each slot's copy-on-write view (`slot-templates.ts`). */
   readonly templates: SlotTemplates;
   /** How a slot with network on reaches the internet (undefined: network on is refused, loopback only). */
@@ -188,6 +191,7 @@ export class SandboxService implements SlotHost {
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);
     this.stateful = new StatefulSessions(this);
+    this.processes = new ProcessSessions(this);
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
@@ -329,6 +333,7 @@ export class SandboxService implements SlotHost {
     return slot.enqueue(() =>
       slot.withResetting(async () => {
         await this.stateful.stop(slot);
+        await this.processes.killSlot(slot);
         await this.bash.resetSlot(slot);
         try {
           await this.templates.resetWorkspace(slot, next);
@@ -368,6 +373,7 @@ export class SandboxService implements SlotHost {
     this.closed = true;
     for (const slot of this.slots) slot.killRunning();
     await this.stateful.close();
+    await this.processes.close();
     await this.bash.close();
     this.templates.close();
     await this.cgroups.cleanup();

@@ -1,0 +1,252 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
+import { HttpError } from "../http/errors.js";
+import { withoutCapabilities } from "../host/mount-namespace.js";
+import type { ProcessEvent, ProcessInfo } from "../protocol/process-session.js";
+import { bwrapArgs, READ_ONLY_ROOT } from "./isolation.js";
+import { firstChild, killNamespaceInit } from "./process-barrier.js";
+import type { SlotHost } from "./slot-host.js";
+import type { Slot } from "./slot.js";
+
+/**
+ * Process sessions: long-lived processes in a slot, outside its call queue (the routes are
+ * in `process-routes.ts`, the wire format in `protocol/process-session.ts`).
+ *
+ * Why not the slot's fast path: its spawner kills everything a call leaves behind when the
+ * call ends, and a slot runs one call at a time; an E2B background process must keep
+ * running while other commands run, take stdin and signals. So each session is a bubblewrap
+ * sandbox of its own, with the slot's isolation (its uid and cgroups, the same read-only
+ * system view, the slot's workspace at /workspace, the slot's /tmp where the slot has a
+ * bounded disk) and the same hard rlimits, its network namespace loopback-only. A reset
+ * of the slot kills every session first (`killSlot`, a barrier like the reset's own).
+ */
+
+export interface SessionListener {
+  /** An event; returns true when the listener cannot take more output now (backpressure). */
+  event(ev: ProcessEvent): boolean;
+  /** Called when a listener that was full can take output again. */
+  onDrain(resume: () => void): void;
+}
+
+/** Most sessions alive at once per slot: each one is a sandbox with its own processes. */
+export const MAX_SESSIONS_PER_SLOT = 64;
+
+export interface SessionStart {
+  cmd: string;
+  args: string[];
+  envs: Record<string, string>;
+  cwd?: string | undefined;
+  stdin: boolean;
+  tag?: string | undefined;
+  /** Also mount the workspace here (e.g. /home/user for E2B code); must be under /home. */
+  workspaceAlias?: string | undefined;
+}
+
+class Session {
+  readonly listeners = new Set<SessionListener>();
+  ended: ProcessEvent | null = null;
+  private readonly exited: Promise<void>;
+  private paused = 0;
+  private sentSignal: NodeJS.Signals | null = null;
+
+  constructor(
+    readonly pid: number,
+    readonly info: ProcessInfo,
+    readonly child: ChildProcess,
+    private readonly onEnd: () => void,
+  ) {
+    this.exited = new Promise((resolve) => child.once("close", () => resolve()));
+    for (const [stream, type] of [[child.stdout, "stdout"], [child.stderr, "stderr"]] as const) {
+      stream?.on("data", (chunk: Buffer) => this.emit({ type, data: chunk.toString("base64") }));
+      stream?.on("error", () => undefined);
+    }
+    child.stdin?.on("error", () => undefined);
+    child.once("error", (err) => this.finish({ type: "end", exit_code: -1, signal: null, error: `could not start the process: ${err.message}` }));
+    child.once("close", (code, signal) => {
+      // bwrap reports a signal that ended the program as an exit status above 128.
+      const sig = signal ?? (this.sentSignal === "SIGKILL" || (code !== null && code > 128 && this.sentSignal) ? this.sentSignal : null);
+      this.finish(sig ? { type: "end", exit_code: -1, signal: sig, error: `signal: ${sig === "SIGKILL" ? "killed" : sig}` } : { type: "end", exit_code: code ?? -1, signal: null });
+    });
+  }
+
+  private emit(ev: ProcessEvent): void {
+    for (const l of this.listeners) {
+      if (l.event(ev)) {
+        // A slow reader makes the process wait (its pipe fills), not the server buffer.
+        this.pause();
+        l.onDrain(() => this.resume());
+      }
+    }
+  }
+
+  private pause(): void {
+    if (this.paused++ === 0) {
+      this.child.stdout?.pause();
+      this.child.stderr?.pause();
+    }
+  }
+
+  private resume(): void {
+    if (--this.paused === 0) {
+      this.child.stdout?.resume();
+      this.child.stderr?.resume();
+    }
+  }
+
+  private finish(ev: ProcessEvent): void {
+    if (this.ended) return;
+    this.ended = ev;
+    this.emit(ev);
+    this.listeners.clear();
+    this.onEnd();
+  }
+
+  write(data: Buffer): void {
+    if (!this.child.stdin || this.child.stdin.destroyed || this.child.stdin.writableEnded) throw new HttpError(400, `process ${this.pid} has no open stdin (start it with stdin: true)`, "pid");
+    this.child.stdin.write(data);
+  }
+
+  closeStdin(): void {
+    this.child.stdin?.end();
+  }
+
+  /** SIGKILL ends the sandbox's PID namespace (every process of the session); other signals go to each of its processes. */
+  async signal(sig: NodeJS.Signals): Promise<void> {
+    const bwrap = this.child.pid;
+    if (bwrap === undefined || this.ended) return;
+    const init = firstChild(bwrap);
+    if (sig === "SIGKILL") {
+      this.sentSignal = "SIGKILL";
+      if (init) await killNamespaceInit(init).catch(() => undefined);
+      this.child.kill("SIGKILL");
+      await this.exited;
+      return;
+    }
+    if (!init) return;
+    this.sentSignal = sig;
+    for (const pid of [init.pid, ...descendants(init.pid)]) {
+      try {
+        process.kill(pid, sig);
+      } catch {
+        /* exited meanwhile */
+      }
+    }
+  }
+}
+
+/** Every descendant of `pid` (children of all its threads, recursively). */
+function descendants(pid: number): number[] {
+  const out: number[] = [];
+  const walk = (p: number) => {
+    let tasks: string[];
+    try {
+      tasks = readdirSync(`/proc/${p}/task`);
+    } catch {
+      return;
+    }
+    for (const t of tasks) {
+      let kids: string;
+      try {
+        kids = readFileSync(`/proc/${p}/task/${t}/children`, "utf8");
+      } catch {
+        continue;
+      }
+      for (const k of kids.trim().split(" ").filter(Boolean)) {
+        out.push(Number(k));
+        walk(Number(k));
+      }
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+export class ProcessSessions {
+  private readonly bySlot = new Map<number, Map<number, Session>>();
+  /** Per slot: pids are handed out increasing, never reused while the server runs. */
+  private readonly nextPid = new Map<number, number>();
+
+  constructor(private readonly host: SlotHost) {}
+
+  private sessions(slot: Slot): Map<number, Session> {
+    let m = this.bySlot.get(slot.index);
+    if (!m) this.bySlot.set(slot.index, (m = new Map()));
+    return m;
+  }
+
+  start(slot: Slot, req: SessionStart): Session {
+    const host = this.host;
+    if (!host.bwrap.available || !host.bwrap.path) throw new HttpError(503, `process sessions need bubblewrap, which is unavailable here: ${host.bwrap.reason ?? "unknown reason"}`);
+    if (req.workspaceAlias !== undefined && !/^\/home\/[A-Za-z0-9._-]+$/.test(req.workspaceAlias)) throw new HttpError(400, "workspace_alias must be /home/<name>", "workspace_alias");
+    const sessions = this.sessions(slot);
+    if (sessions.size >= MAX_SESSIONS_PER_SLOT) throw new HttpError(429, `${slot.id} already runs ${MAX_SESSIONS_PER_SLOT} processes; wait for one to end or kill one`);
+    const pid = this.nextPid.get(slot.index) ?? 1000;
+    this.nextPid.set(slot.index, pid + 1);
+    const limits = host.limits;
+    // Hard rlimits like every slot command's, set by a shell that then execs the program.
+    const ulimit = [
+      `ulimit -H -S -u ${limits.maxProcesses} -f ${Math.max(1, Math.floor(limits.maxFileBytes / 1024))} -t ${limits.cpuSeconds} -c 0`,
+      host.addressSpaceBytes > 0 ? ` -v ${Math.floor(host.addressSpaceBytes / 1024)}` : "",
+      ` 2>/dev/null; exec "$0" "$@"`,
+    ].join("");
+    const base = bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: false, identity: host.identity(slot), tmpArgs: host.disks.tmpArgs(slot) });
+    // bubblewrap warns on a second --chdir: drop the default one when the caller names a directory.
+    if (req.cwd) {
+      const i = base.indexOf("--chdir");
+      if (i >= 0) base.splice(i, 2);
+    }
+    const args = [
+      ...base,
+      ...(req.workspaceAlias ? ["--bind", slot.workspaceDir, req.workspaceAlias] : []),
+      ...Object.entries(req.envs).flatMap(([k, v]) => ["--setenv", k, v]),
+      ...(req.cwd ? ["--chdir", req.cwd] : []),
+      ...READ_ONLY_ROOT,
+    ];
+    const start = withoutCapabilities(host.bwrap.path, ["--args", "3", "--", "/bin/sh", "-c", ulimit, req.cmd, ...req.args]);
+    const child = spawn(start.file, start.args, {
+      stdio: [req.stdin ? "pipe" : "ignore", "pipe", "pipe", "pipe"],
+      env: {},
+      ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
+    });
+    // In the slot's cgroups before bwrap reads its arguments (and forks anything).
+    if (child.pid !== undefined) host.cgroups.place(slot.index, child.pid);
+    const argPipe = child.stdio[3] as NodeJS.WritableStream & { on(e: "error", f: () => void): void };
+    argPipe.on("error", () => undefined);
+    argPipe.end(Buffer.from(args.map((a) => a + "\0").join(""), "utf8"));
+    const info: ProcessInfo = {
+      pid,
+      cmd: req.cmd,
+      args: req.args,
+      envs: req.envs,
+      ...(req.cwd ? { cwd: req.cwd } : {}),
+      ...(req.tag ? { tag: req.tag } : {}),
+    };
+    const session = new Session(pid, info, child, () => sessions.delete(pid));
+    sessions.set(pid, session);
+    return session;
+  }
+
+  get(slot: Slot, pid: number): Session {
+    const s = this.bySlot.get(slot.index)?.get(pid);
+    if (!s) throw new HttpError(404, `no running process ${pid} in ${slot.id}`, "pid");
+    return s;
+  }
+
+  list(slot: Slot): ProcessInfo[] {
+    return [...(this.bySlot.get(slot.index)?.values() ?? [])].map((s) => s.info);
+  }
+
+  /** Kills every session of the slot and resolves once all have exited (reset, shutdown). */
+  async killSlot(slot: Slot): Promise<void> {
+    const m = this.bySlot.get(slot.index);
+    if (!m) return;
+    await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
+    m.clear();
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.host.slots.map((s) => this.killSlot(s)));
+  }
+}
+
+export type { Session as ProcessSession };
