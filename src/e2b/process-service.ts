@@ -1,0 +1,187 @@
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ProcessEvent } from "../protocol/process-session.js";
+import { Process, Signal, type ProcessSelector, type ConnectResponseSchema, type StartResponseSchema } from "./gen/process/process_pb.js";
+import { sandboxForRpc, toConnectError } from "./envd-auth.js";
+import { commandCwd, E2B_HOME } from "./paths.js";
+import type { SandboxRegistry, E2bSandbox } from "./sandboxes.js";
+import type { ProcessStream } from "./slot-processes.js";
+
+type EventResponse = MessageInitShape<typeof StartResponseSchema> & MessageInitShape<typeof ConnectResponseSchema>;
+
+/** How often a quiet stream gets a keepalive event, unless the client's `Keepalive-Ping-Interval` says otherwise. */
+const DEFAULT_KEEPALIVE_S = 50;
+
+/**
+ * envd's `process.Process` Connect service over slot process sessions. Every command runs
+ * in the sandbox's slot with the workspace at /home/user (its home and default working
+ * directory) and /workspace. A started command's stream ends when it ends; when its
+ * deadline (the SDK's `timeoutMs`) passes first, the command is killed, as in E2B. A client
+ * that disconnects leaves the command running (a background command, `disconnect()`).
+ */
+export function processService(registry: SandboxRegistry): ServiceImpl<typeof Process> {
+  const call = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err) {
+      throw toConnectError(err);
+    }
+  };
+  return {
+    async *start(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      if (req.pty) throw new ConnectError("PTY sessions are not supported by slotpool; run commands without pty", Code.Unimplemented);
+      const cfg = req.process;
+      if (!cfg?.cmd) throw new ConnectError("process.cmd is required", Code.InvalidArgument);
+      const stream = await call(() =>
+        s.processes.start(
+          {
+            cmd: cfg.cmd,
+            args: cfg.args,
+            envs: { HOME: E2B_HOME, ...s.envs, ...cfg.envs },
+            cwd: commandCwd(cfg.cwd),
+            // envd's default for old clients: stdin open unless asked otherwise.
+            stdin: req.stdin ?? true,
+            ...(req.tag ? { tag: req.tag } : {}),
+            workspace_alias: E2B_HOME,
+          },
+          ctx.signal,
+        ),
+      );
+      yield* relay(s, stream, ctx, true);
+    },
+
+    async *connect(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const pid = await call(() => pidOf(s, req.process));
+      const stream = await call(() => s.processes.connect(pid, ctx.signal));
+      yield* relay(s, stream, ctx, false);
+    },
+
+    async list(_req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const processes = await call(() => s.processes.list());
+      return {
+        processes: processes.map((p) => ({
+          pid: p.pid,
+          ...(p.tag ? { tag: p.tag } : {}),
+          config: { cmd: p.cmd, args: p.args, envs: p.envs, ...(p.cwd ? { cwd: p.cwd } : {}) },
+        })),
+      };
+    },
+
+    async sendInput(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const pid = await call(() => pidOf(s, req.process));
+      if (req.input?.input.case === "pty") throw new ConnectError("PTY input is not supported by slotpool", Code.Unimplemented);
+      if (req.input?.input.case === "stdin") {
+        const data = req.input.input.value;
+        await call(() => s.processes.input(pid, data));
+      }
+      return {};
+    },
+
+    async streamInput(reqs, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      let pid: number | undefined;
+      for await (const r of reqs) {
+        const ev = r.event;
+        if (ev.case === "start") {
+          const sel = ev.value.process;
+          pid = await call(() => pidOf(s, sel));
+        } else if (ev.case === "data") {
+          if (pid === undefined) throw new ConnectError("streamInput: the first message must name the process", Code.InvalidArgument);
+          const input = ev.value.input?.input;
+          if (input?.case === "stdin") {
+            const target = pid;
+            await call(() => s.processes.input(target, input.value));
+          } else if (input?.case === "pty") throw new ConnectError("PTY input is not supported by slotpool", Code.Unimplemented);
+        }
+      }
+      return {};
+    },
+
+    async sendSignal(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const pid = await call(() => pidOf(s, req.process));
+      if (req.signal !== Signal.SIGKILL && req.signal !== Signal.SIGTERM) throw new ConnectError("signal must be SIGTERM or SIGKILL", Code.InvalidArgument);
+      await call(() => s.processes.signal(pid, req.signal === Signal.SIGKILL ? "SIGKILL" : "SIGTERM"));
+      return {};
+    },
+
+    async closeStdin(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const pid = await call(() => pidOf(s, req.process));
+      await call(() => s.processes.closeStdin(pid));
+      return {};
+    },
+
+    async update() {
+      throw new ConnectError("PTY resize is not supported by slotpool (no PTY sessions)", Code.Unimplemented);
+    },
+  };
+}
+
+/** The pid a selector names (by pid, or by tag among the running processes). */
+async function pidOf(s: E2bSandbox, selector: ProcessSelector | undefined): Promise<number> {
+  const sel = selector?.selector;
+  if (sel?.case === "pid") return sel.value;
+  if (sel?.case === "tag") {
+    const tag = sel.value;
+    const found = (await s.processes.list()).find((p) => p.tag === tag);
+    if (!found) throw new ConnectError(`no running process tagged '${tag}'`, Code.NotFound);
+    return found.pid;
+  }
+  throw new ConnectError("process selector (pid or tag) is required", Code.InvalidArgument);
+}
+
+/** Process events → envd's, with keepalives on a quiet stream; kills a started command whose deadline passed. */
+async function* relay(s: E2bSandbox, stream: ProcessStream, ctx: HandlerContext, killOnDeadline: boolean): AsyncGenerator<EventResponse> {
+  const keepaliveS = Number(ctx.requestHeader.get("keepalive-ping-interval")) || DEFAULT_KEEPALIVE_S;
+  const onAbort = () => {
+    stream.close();
+    const reason: unknown = ctx.signal.reason;
+    if (killOnDeadline && reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) void s.processes.signal(stream.pid, "SIGKILL").catch(() => undefined);
+  };
+  ctx.signal.addEventListener("abort", onAbort, { once: true });
+  const it = stream.events[Symbol.asyncIterator]();
+  try {
+    yield { event: { event: { case: "start", value: { pid: stream.pid } } } };
+    let next = it.next();
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const tick = new Promise<"tick">((r) => (timer = setTimeout(() => r("tick"), keepaliveS * 1000)));
+      const got = await Promise.race([next, tick]);
+      clearTimeout(timer);
+      if (got === "tick") {
+        yield { event: { event: { case: "keepalive", value: {} } } };
+        continue;
+      }
+      if (got.done) break;
+      next = it.next();
+      const ev = toEnvd(got.value);
+      yield ev;
+      if (got.value.type === "end") return;
+    }
+    // The stream broke off without an end: the client was cancelled, or the slot went away.
+    if (!ctx.signal.aborted) throw new ConnectError(`the process stream of pid ${stream.pid} ended early (the sandbox's slot went away?)`, Code.Unavailable);
+  } finally {
+    ctx.signal.removeEventListener("abort", onAbort);
+    stream.close();
+  }
+}
+
+function toEnvd(ev: ProcessEvent): EventResponse {
+  switch (ev.type) {
+    case "start":
+      return { event: { event: { case: "start", value: { pid: ev.pid } } } };
+    case "stdout":
+    case "stderr":
+      return { event: { event: { case: "data", value: { output: { case: ev.type, value: Buffer.from(ev.data, "base64") } } } } };
+    case "end": {
+      const status = ev.signal ? `signal: ${ev.signal === "SIGKILL" ? "killed" : ev.signal}` : `exit status ${ev.exit_code}`;
+      const error = ev.error ?? (ev.exit_code !== 0 ? status : undefined);
+      return { event: { event: { case: "end", value: { exitCode: ev.exit_code, exited: ev.signal === null, status, ...(error ? { error } : {}) } } } };
+    }
+  }
+}
