@@ -95,7 +95,7 @@ async function readUpload(req: IncomingMessage, queryPath: string | undefined, m
   }
   if (!/^multipart\/form-data/i.test(type)) throw new E2bApiError(400, `unsupported upload content-type '${type}': send multipart/form-data or application/octet-stream`);
   // undici's (Node's) form parser: no hand-written multipart code.
-  const form = await new Response(body as unknown as BodyInit, { headers: { "content-type": type } }).formData().catch((err: unknown) => {
+  const form = await new Response(body as unknown as ConstructorParameters<typeof Response>[0], { headers: { "content-type": type } }).formData().catch((err: unknown) => {
     throw new E2bApiError(400, `malformed multipart upload: ${err instanceof Error ? err.message : String(err)}`);
   });
   const parts = form.getAll("file").filter((v): v is File => typeof v !== "string");
