@@ -349,6 +349,7 @@ export class SandboxService implements SlotHost {
         // written, not before: the reset is complete without it. A call that arrives first
         // starts the namespace itself; one arriving during the start-up waits for it.
         setImmediate(() => void this.bash.warm(slot));
+        setImmediate(() => this.processes.afterReset(slot));
         return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
       }),
     );
