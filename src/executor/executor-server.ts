@@ -8,6 +8,8 @@ import {
   ExecutorArtifactReadRequestSchema,
   ExecutorExecuteRequestSchema,
   ExecutorPrepareWorkspaceRequestSchema,
+  ExecutorForkRequestSchema,
+  type ExecutorForkResponse,
   ExecutorReleaseRequestSchema,
 } from "../protocol/executor.js";
 import type { SlotPoolLike } from "../pool/types.js";
@@ -60,6 +62,7 @@ export class ExecutorServer {
       .add("POST", "/execute", (req, res) => this.execute(req, res))
       .add("POST", "/release", (req, res) => this.release(req, res))
       .add("POST", "/prepare_workspace", (req, res) => this.prepareWorkspace(req, res))
+      .add("POST", "/fork", (req, res) => this.fork(req, res))
       .add("GET", "/status", (req, res) => this.status(req, res))
       .add("GET", "/metrics", (req, res) => this.metrics(req, res))
       .add("POST", "/artifacts/read", (req, res) => this.artifactRead(req, res))
@@ -137,6 +140,19 @@ export class ExecutorServer {
     } catch (err) {
       const lost = isSlotLostError(err);
       sendJson(res, 200, { success: false, error: err instanceof Error ? err.message : String(err), ...(lost ? { slot_lost: true } : {}) });
+    }
+  }
+
+  private async fork(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { trajectory_id, into, timeout_s } = parseBody(ExecutorForkRequestSchema, dropNulls(await this.body.read(req)));
+    const executor = this.options.executor;
+    if (!executor.fork) throw new HttpError(501, "this executor cannot fork slots");
+    try {
+      await executor.fork(trajectory_id, into, timeout_s !== undefined ? { timeoutMs: timeout_s * 1000 } : {});
+      sendJson(res, 200, { success: true, error: "", into } satisfies ExecutorForkResponse);
+    } catch (err) {
+      const lost = isSlotLostError(err);
+      sendJson(res, 200, { success: false, error: err instanceof Error ? err.message : String(err), into: [], ...(lost ? { slot_lost: true } : {}) } satisfies ExecutorForkResponse);
     }
   }
 

@@ -78,6 +78,11 @@ export class ExecutorClosedError extends SlotpoolError {
   override name = "ExecutorClosedError";
 }
 
+/** `fork()` was refused before anything happened (no slot yet, child id in use, pool cannot fork). Code EXECUTOR_FORK. */
+export class ExecutorForkError extends SlotpoolError {
+  override name = "ExecutorForkError";
+}
+
 export class ToolExecutor implements ToolExecutorLike {
   readonly config: ToolExecutorConfig;
   readonly tools: ToolRegistry;
@@ -201,6 +206,45 @@ export class ToolExecutor implements ToolExecutorLike {
       if (isSlotLostError(err)) traj.lost = { error: err, slot };
       throw err;
     }
+  }
+
+  async fork(trajectoryId: string, into: string[], options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<void> {
+    const traj = this.trajectories.get(trajectoryId);
+    if (traj?.lost) throw traj.lost.error;
+    const slot = traj?.slot;
+    if (!traj || !slot) throw new ExecutorForkError(`trajectory ${trajectoryId} holds no slot to fork: run one of its calls (or prepareWorkspace) first`);
+    if (!slot.fork) throw new ExecutorForkError("this executor's pool cannot fork slots");
+    const seen = new Set<string>();
+    for (const id of into) {
+      if (this.trajectories.has(id) || seen.has(id)) throw new ExecutorForkError(`cannot fork ${trajectoryId} into ${id}: that trajectory id is already in use (or named twice); pick new ids`);
+      seen.add(id);
+    }
+    // Reserved now: a call for a child arriving during the fork waits for its slot instead of acquiring another.
+    const children = into.map((id) => this.trajectory(id));
+    let slots: Slot[];
+    const forking = slot.fork(into.length, { trajectoryIds: into, ...options });
+    for (const c of children) {
+      const mine = forking.then((s) => s[children.indexOf(c)]!);
+      mine.catch(() => undefined);
+      c.acquiring = mine;
+    }
+    try {
+      slots = await forking;
+    } catch (err) {
+      for (const c of children) {
+        c.acquiring = undefined;
+        this.trajectories.delete(c.id);
+      }
+      if (isSlotLostError(err)) traj.lost = { error: err, slot };
+      throw err;
+    }
+    children.forEach((c, i) => {
+      c.acquiring = undefined;
+      // Released during the fork: release() awaited `acquiring` and returns the slot itself.
+      if (c.released) return;
+      c.slot = slots[i]!;
+      c.heldSlot = slots[i]!;
+    });
   }
 
   async release(trajectoryId: string, options: { reset?: boolean } = {}): Promise<void> {

@@ -34,6 +34,13 @@ export interface ToolExecutorLike {
    * container dies meanwhile, PoolTemplateError when the build fails.
    */
   prepareWorkspace?(trajectoryId: string, template: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
+  /**
+   * Forks the trajectory's slot into new trajectories `into` (ids not in use): each gets a
+   * sibling slot of the same container holding a copy-on-write copy of the parent's
+   * workspace as it is now (docs/fork.md). Call between turns (no call of the trajectory in
+   * flight). All or nothing; throws SlotForkError (pool) or ExecutorForkError.
+   */
+  fork?(trajectoryId: string, into: string[], options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<void>;
   /** Returns the trajectory's slot to the pool (reset by default). No-op if it holds none. */
   release(trajectoryId: string, options?: { reset?: boolean }): Promise<void>;
   readArtifact(trajectoryId: string, req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }): Promise<ArtifactReadResponse>;

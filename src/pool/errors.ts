@@ -88,6 +88,23 @@ export class PoolTemplateError extends SlotPoolError {
 }
 
 /**
+ * `lease.fork(n)` failed; nothing is held and the parent is unchanged. `reason`: "capacity"
+ * (the container has fewer than n other slots, waiting cannot help), "timeout" (too few
+ * became free in time), "refused" (the server refused or failed the fork), "unsupported"
+ * (the container's client cannot fork), "invalid" (a bad argument). Code SLOT_FORK.
+ */
+export class SlotForkError extends SlotPoolError {
+  override name = "SlotForkError";
+  constructor(
+    readonly reason: "capacity" | "timeout" | "refused" | "unsupported" | "invalid",
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/**
  * The one check for a lost slot: the pool's SlotLostError, also when it comes from another
  * copy of the module (two installs of slotpool in one process), recognised by name or code.
  */

@@ -9,6 +9,7 @@ import {
   BatchStreamLineSchema,
   ErrorBodySchema,
   ExecuteResponseSchema,
+  ForkResponseSchema,
   HealthResponseSchema,
   ResetResponseSchema,
   TemplateBuildResponseSchema,
@@ -21,6 +22,7 @@ import {
   type ResetResponse,
   type TemplateBuildRequest,
   type TemplateBuildResponse,
+  type ForkResponse,
 } from "../protocol/sandbox.js";
 import { SandboxRequestError } from "./errors.js";
 
@@ -63,6 +65,8 @@ export interface SandboxClientLike {
   batchStream(requests: ExecuteRequest[], onLine: (index: number, result: ExecuteResponse) => void, options?: RequestOptions): Promise<ExecuteResponse[]>;
   /** With `template`: the workspace becomes a copy-on-write view of that (built) template. */
   reset(slotId: string, options?: RequestOptions & { template?: string }): Promise<ResetResponse>;
+  /** POST /fork: the `into` slots become copy-on-write copies of `slotId`'s workspace (docs/fork.md). */
+  fork?(slotId: string, into: string[], options?: RequestOptions): Promise<ForkResponse>;
   /** Builds a workspace template on this container (idempotent; see docs/templates.md). */
   buildTemplate?(request: TemplateBuildRequest, options?: RequestOptions): Promise<TemplateBuildResponse>;
   readArtifact(request: { slot_id: string; path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }, options?: RequestOptions): Promise<ArtifactReadResponse>;
@@ -219,6 +223,10 @@ export class SandboxClient implements SandboxClientLike {
   reset(slotId: string, options: RequestOptions & { template?: string } = {}): Promise<ResetResponse> {
     const body = options.template === undefined ? { slot_id: slotId } : { slot_id: slotId, template: options.template };
     return this.request("POST", "/reset", body, ResetResponseSchema, options.timeoutMs ?? this.controlTimeoutMs, options.signal);
+  }
+
+  fork(slotId: string, into: string[], options: RequestOptions = {}): Promise<ForkResponse> {
+    return this.request("POST", "/fork", { slot_id: slotId, into }, ForkResponseSchema, options.timeoutMs ?? this.controlTimeoutMs, options.signal);
   }
 
   /** The build runs on the server under its own timeout: the HTTP deadline is that plus the margin. */

@@ -4,6 +4,7 @@ import type {
   ArtifactReadResponse,
   ExecuteRequest,
   ExecuteResponse,
+  ForkResponse,
   ResetResponse,
   TemplateBuildRequest,
   TemplateBuildResponse,
@@ -11,12 +12,14 @@ import type {
 import { SandboxRequestError, SlotLostError, SlotReleasedError } from "./errors.js";
 import type { SlotRecord } from "./records.js";
 import { isConnectionFailure } from "./sandbox-client.js";
-import type { CallOptions, ContainerInfo, Slot, SlotCall } from "./types.js";
+import type { CallOptions, ContainerInfo, ForkOptions, Slot, SlotCall } from "./types.js";
 
 /** What a lease needs from its pool. */
 export interface LeaseHost {
   /** After a call failed to connect: decides (quickly) whether the container is gone. */
   confirmContainerLoss(record: SlotRecord, error: unknown): Promise<void>;
+  /** Holds n free sibling slots, forks `lease` into them, hands them out (see `SlotLease.fork`). */
+  forkLease(lease: SlotLease, n: number, options: ForkOptions): Promise<SlotLease[]>;
 }
 
 export type LeaseEnd =
@@ -88,6 +91,20 @@ export class SlotLease implements Slot {
 
   reset(options: CallOptions & { template?: string } = {}): Promise<ResetResponse> {
     return this.use((client) => client.reset(this.slotId, options));
+  }
+
+  /** See `Slot.fork`: n sibling leases holding copy-on-write copies of this slot's workspace. */
+  fork(n: number, options: ForkOptions = {}): Promise<SlotLease[]> {
+    this.check();
+    return this.host.forkLease(this, n, options);
+  }
+
+  /** The server side of a fork (the pool holds the children already). */
+  forkInto(children: string[], options: CallOptions = {}): Promise<ForkResponse> {
+    return this.use((client) => {
+      if (!client.fork) throw new SandboxRequestError(`the sandbox client of ${this.container.id} cannot fork`, this.container.id);
+      return client.fork(this.slotId, children, options);
+    });
   }
 
   /** Builds a workspace template on this slot's container (see `template-affinity.ts`). */

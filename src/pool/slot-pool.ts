@@ -6,14 +6,14 @@ import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { Autoscaler, type ScaleEvent } from "./autoscaler.js";
 import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, SlotPoolError } from "./errors.js";
+import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, SlotForkError, SlotPoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { HealthMonitor } from "./health-monitor.js";
 import { PoolStatistics } from "./pool-statistics.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
 import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
 import { SlotLease, type LeaseHost } from "./slot-lease.js";
-import type { AcquireOptions, ContainerInfo, PoolStats, ReleaseOptions, Slot, SlotPoolLike } from "./types.js";
+import type { AcquireOptions, ContainerInfo, ForkOptions, PoolStats, ReleaseOptions, Slot, SlotPoolLike } from "./types.js";
 import { WaiterQueue, type Waiter } from "./waiter-queue.js";
 import { TemplateAffinity, type TemplateSpec } from "./template-affinity.js";
 
@@ -310,6 +310,98 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   private readonly lostHeldLeases = new Set<SlotLease>();
 
+  // ---------------------------------------------------------------- fork
+
+  /** Forks waiting for free slots on one container: served before acquires when slots come back there. */
+  private readonly forkWaiters: Array<{ container: ContainerRecord; n: number; take: (records: SlotRecord[]) => void }> = [];
+
+  /**
+   * `lease.fork(n)`: holds n free slots of the lease's container (all at once, waiting up to
+   * the timeout), asks the server to fork into them, and hands them out as leases. On any
+   * failure the held slots go back (reset only when the server may have touched them) and
+   * a SlotForkError says why: never half-done.
+   */
+  async forkLease(parent: SlotLease, n: number, options: ForkOptions): Promise<SlotLease[]> {
+    if (!Number.isInteger(n) || n < 1) throw new SlotForkError("invalid", `fork(n): n must be a positive integer, got ${String(n)}`);
+    const ids = options.trajectoryIds ?? Array.from({ length: n }, (_, i) => `${parent.trajectoryId}/fork-${i}`);
+    if (ids.length !== n) throw new SlotForkError("invalid", `fork(${n}): trajectoryIds names ${ids.length} trajectories, expected ${n}`);
+    if (this.state !== "running") throw new PoolNotRunningError(`cannot fork: the pool is ${this.state}`);
+    const container = parent.record.container;
+    if (!container.client.fork) throw new SlotForkError("unsupported", `the sandbox client of ${container.info.id} cannot fork (no POST /fork)`);
+    const others = container.slots.filter((s) => s !== parent.record && s.state !== "lost").length;
+    if (n > others) {
+      throw new SlotForkError(
+        "capacity",
+        `cannot fork ${parent.key} into ${n} slots: its container ${container.info.id} has ${container.slots.length} slots, so at most ${others} siblings; fork into fewer, or start containers with more slots (slotsPerContainer)`,
+      );
+    }
+    const startedAt = performance.now();
+    const timeoutMs = options.timeoutMs ?? this.config.acquireTimeoutMs;
+    const records = await this.takeFromContainer(container, n, timeoutMs, options.signal, parent.key);
+    const leases = records.map((r, i) => this.lease(r, ids[i]!, startedAt));
+    try {
+      await parent.forkInto(
+        records.map((r) => r.slotId),
+        { ...(options.signal ? { signal: options.signal } : {}), ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) },
+      );
+    } catch (err) {
+      // A refusal (4xx) changed nothing on the server; anything else may have touched the children.
+      const untouched = err instanceof SandboxRequestError && err.status !== undefined && err.status >= 400 && err.status < 500;
+      await Promise.all(leases.map((l) => this.release(l, { reset: !untouched })));
+      throw new SlotForkError("refused", `fork of ${parent.key} into ${records.map((r) => r.slotId).join(", ")} failed: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    }
+    return leases;
+  }
+
+  /** n free slots of `container`, taken together (never some of them), or a SlotForkError after `timeoutMs`. */
+  private takeFromContainer(container: ContainerRecord, n: number, timeoutMs: number, signal: AbortSignal | undefined, parentKey: string): Promise<SlotRecord[]> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    const now = this.takeN(container, n);
+    if (now) return Promise.resolve(now);
+    return new Promise<SlotRecord[]>((resolve, reject) => {
+      const entry = {
+        container,
+        n,
+        take: (records: SlotRecord[]) => {
+          done();
+          resolve(records);
+        },
+      };
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        const i = this.forkWaiters.indexOf(entry);
+        if (i >= 0) this.forkWaiters.splice(i, 1);
+      };
+      const onAbort = () => {
+        done();
+        reject(signal!.reason);
+      };
+      const timer = setTimeout(() => {
+        done();
+        reject(new SlotForkError("timeout", `cannot fork ${parentKey} into ${n} slots: only ${container.free.length} of its container's slots became free within ${timeoutMs} ms; release sibling slots sooner, fork into fewer, or pass a longer timeoutMs`));
+      }, timeoutMs);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.forkWaiters.push(entry);
+    });
+  }
+
+  private takeN(container: ContainerRecord, n: number): SlotRecord[] | undefined {
+    if (container.state !== "ready" || container.free.length < n) return undefined;
+    const records = container.free.splice(container.free.length - n, n).reverse();
+    this.freeCount -= n;
+    return records;
+  }
+
+  private serveForkWaiters(container: ContainerRecord): void {
+    for (const w of [...this.forkWaiters]) {
+      if (w.container !== container) continue;
+      const records = this.takeN(container, w.n);
+      if (!records) break;
+      w.take(records);
+    }
+  }
+
   private lease(record: SlotRecord, trajectoryId: string, startedAt: number): SlotLease {
     record.state = "held";
     record.container.busy++;
@@ -394,6 +486,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     container.busy--;
     this.busyCount--;
     this.insertFree(container, record, reset);
+    if (this.forkWaiters.length > 0) this.serveForkWaiters(container);
     if (container.state === "ready") this.serveWaiters();
     else this.scheduleScale(); // a draining container may have emptied
   }

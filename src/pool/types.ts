@@ -56,6 +56,19 @@ export interface Slot {
   archiveArtifacts(req: { path?: string; max_bytes?: number; max_entries?: number }, options?: CallOptions): Promise<ArtifactArchiveResponse>;
   /** Marks the slot used now (lease keep-alive); execute() does this itself. */
   touch(): void;
+  /**
+   * Forks this slot into `n` sibling slots of the same container (docs/fork.md): holds n free
+   * slots there (waiting up to `timeoutMs` for them), makes each a copy-on-write copy of this
+   * slot's workspace as it is now, and hands them back as leases of their own (release each
+   * as usual). All or nothing: on failure no child lease is held and this slot is unchanged.
+   * Raises SlotForkError. Optional: a pool that cannot fork leaves it out.
+   */
+  fork?(n: number, options?: ForkOptions): Promise<Slot[]>;
+}
+
+export interface ForkOptions extends CallOptions {
+  /** The children's trajectory ids (default `<this trajectory>/fork-<i>`); n of them if given. */
+  trajectoryIds?: string[];
 }
 
 export interface AcquireOptions {

@@ -29,6 +29,26 @@ export const ExecutorPrepareWorkspaceResponseSchema = z.object({
   slot_lost: z.boolean().optional(),
 });
 
+/**
+ * `POST /fork`: the trajectory's slot is forked into new trajectories (`into`, ids not in
+ * use), each holding a sibling slot whose workspace is a copy-on-write copy of the parent's
+ * as it is now (docs/fork.md). All or nothing.
+ */
+export const ExecutorForkRequestSchema = z.object({
+  trajectory_id: z.string().min(1, "trajectory_id must not be empty"),
+  into: z.array(z.string().min(1, "a child trajectory id must not be empty")).min(1, "into must name at least one child trajectory").max(256, "into names at most 256 child trajectories"),
+  timeout_s: z.number().positive().optional(),
+});
+export const ExecutorForkResponseSchema = z.object({
+  success: z.boolean(),
+  error: z.string(),
+  /** The children, each now holding a slot (empty on failure). */
+  into: z.array(z.string()),
+  /** The parent's container died meanwhile: start the trajectory again (new trajectory id). */
+  slot_lost: z.boolean().optional(),
+});
+export type ExecutorForkResponse = z.infer<typeof ExecutorForkResponseSchema>;
+
 const byTrajectory = { trajectory_id: z.string().min(1, "trajectory_id must not be empty") };
 export const ExecutorArtifactReadRequestSchema = z.object({
   ...byTrajectory,

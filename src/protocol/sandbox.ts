@@ -117,6 +117,27 @@ export const ResetResponseSchema = z.object({
 });
 export type ResetResponse = z.infer<typeof ResetResponseSchema>;
 
+/**
+ * POST /fork: every slot of `into` becomes a copy-on-write copy of `slot_id`'s workspace as
+ * it is now (its previous contents dropped as by a reset); the parent keeps running.
+ * See docs/fork.md.
+ */
+export const ForkRequestSchema = z.object({
+  slot_id: SlotIdSchema,
+  into: z.array(SlotIdSchema).min(1, "into must name at least one child slot").max(256, "into names at most 256 child slots"),
+});
+export type ForkRequest = z.infer<typeof ForkRequestSchema>;
+export const ForkResponseSchema = z.object({
+  success: z.literal(true),
+  slot_id: z.string(),
+  into: z.array(z.string()),
+  /** "overlay": copy-on-write layers, O(1) in the workspace's size; "copy": the files were copied. */
+  mode: z.enum(["overlay", "copy"]),
+  /** Server-side time from the parent's turn in its queue to the last child ready. */
+  duration_ms: z.number(),
+});
+export type ForkResponse = z.infer<typeof ForkResponseSchema>;
+
 export const HealthResponseSchema = z
   .object({
     status: z.literal("ok"),

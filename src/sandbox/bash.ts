@@ -216,6 +216,18 @@ export class BashExecutor {
     return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
   }
 
+  /**
+   * Stops the slot's command namespaces only (nothing outlives a `bash` call in them, so
+   * nothing is lost; the terminal's namespace stays): a fork changes the workspace mount
+   * they were started on (fork.ts). The next call or `warm` starts them again.
+   */
+  async stopNamespaces(slot: Slot): Promise<void> {
+    const h = this.holders.get(slot.index);
+    this.holders.delete(slot.index);
+    await Promise.all([h?.net && (this.warming.get(h.net) ?? Promise.resolve()), h?.nonet && (this.warming.get(h.nonet) ?? Promise.resolve())]);
+    await Promise.all([h?.net?.stop(), h?.nonet?.stop()]);
+  }
+
   /** Tears down the slot's namespaces (every process in them dies). */
   async resetSlot(slot: Slot): Promise<void> {
     const h = this.holders.get(slot.index);

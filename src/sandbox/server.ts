@@ -12,6 +12,7 @@ import {
   ArtifactArchiveRequestSchema,
   ArtifactListRequestSchema,
   ArtifactReadRequestSchema,
+  ForkRequestSchema,
   ResetRequestSchema,
   TemplateBuildRequestSchema,
   type ExecuteResponse,
@@ -152,6 +153,10 @@ export class SandboxServer {
       .add("POST", "/reset", async (req, res) => {
         const body = parseBody(ResetRequestSchema, await this.body.read(req));
         sendJson(res, 200, await svc.reset(svc.slotById(body.slot_id), body.template));
+      })
+      .add("POST", "/fork", async (req, res) => {
+        const body = parseBody(ForkRequestSchema, await this.body.read(req));
+        sendJson(res, 200, await svc.fork(body.slot_id, body.into));
       })
       .add("GET", "/templates", (_req, res) => sendJson(res, 200, svc.templates.list()))
       .add("POST", "/templates", async (req, res) => {

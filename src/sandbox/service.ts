@@ -31,6 +31,9 @@ import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner-binary.js";
 import { limitsInForce, type LimitsInForce } from "./limits-in-force.js";
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.js";
+import { SlotForks, type ForkHost } from "./fork.js";
+import type { ForkResponse } from "../protocol/sandbox.js";
+import type { TerminalState } from "./stateful.js";
 
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
@@ -88,7 +91,7 @@ export interface ParsedCall {
   timeoutSec: number | undefined;
 }
 
-export class SandboxService implements SlotHost {
+export class SandboxService implements SlotHost, ForkHost {
   readonly slots: Slot[];
   readonly limits: CommandLimits;
   readonly bwrap: BwrapProbe;
@@ -116,6 +119,8 @@ export class SandboxService implements SlotHost {
   readonly internetAccess: InternetAccess | undefined;
   readonly internetReason: string | undefined;
   readonly disks: SlotDisks;
+  /** POST /fork (fork.ts). */
+  readonly forks: SlotForks;
   private readonly bash: BashExecutor;
   private closed = false;
 
@@ -196,6 +201,8 @@ export class SandboxService implements SlotHost {
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
     this.disks.attachAll(this.slots);
+    // After the disks: forks need each slot's disk (else they copy).
+    this.forks = new SlotForks(this);
     if (this.disks.reason && unbounded === undefined) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
     // After attaching: a refused mount makes the disk bound /tmp-only, and /health says so.
     this.limitsInForce = limitsInForce({
@@ -336,6 +343,7 @@ export class SandboxService implements SlotHost {
         await this.processes.killSlot(slot);
         await this.bash.resetSlot(slot);
         try {
+          await this.forks.release(slot);
           await this.templates.resetWorkspace(slot, next);
         } catch (err) {
           return { success: false, output: "", error: `${slot.id} reset, but its view of template '${template}' failed: ${err instanceof Error ? err.message : String(err)}` };
@@ -353,6 +361,49 @@ export class SandboxService implements SlotHost {
         return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
       }),
     );
+  }
+
+  /**
+   * POST /fork: `into` become copy-on-write copies of `parentId`'s workspace (fork.ts). Bad
+   * requests (unknown, busy or repeated children, the parent itself) are refused before
+   * anything happens.
+   */
+  fork(parentId: string, into: readonly string[]): Promise<ForkResponse> {
+    if (this.closed) throw new HttpError(503, "sandbox server is shutting down");
+    const parent = this.slotById(parentId);
+    const children = into.map((id, i) => this.slotById(id, `into.${i}`));
+    SlotForks.check(parent, children);
+    return this.forks.fork(parent, children);
+  }
+
+  async stopSlot(slot: Slot): Promise<void> {
+    slot.killRunning();
+    await this.stateful.stop(slot);
+    await this.bash.resetSlot(slot);
+  }
+
+  stopCommandNamespaces(slot: Slot): Promise<void> {
+    return this.bash.stopNamespaces(slot);
+  }
+
+  warm(slot: Slot): void {
+    setImmediate(() => void this.bash.warm(slot));
+  }
+
+  terminalPid(slot: Slot): number | undefined {
+    return this.stateful.terminalPid(slot);
+  }
+
+  terminalState(slot: Slot): TerminalState | undefined {
+    return this.stateful.terminalState(slot);
+  }
+
+  seedTerminal(slot: Slot, state: TerminalState): void {
+    this.stateful.seed(slot, state);
+  }
+
+  reanchorTerminal(slot: Slot): void {
+    this.stateful.reanchor(slot);
   }
 
   /**
@@ -376,6 +427,7 @@ export class SandboxService implements SlotHost {
     await this.stateful.close();
     await this.processes.close();
     await this.bash.close();
+    await this.forks.close();
     this.templates.close();
     await this.cgroups.cleanup();
     this.disks.detachAll(this.slots);

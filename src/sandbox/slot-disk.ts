@@ -31,7 +31,7 @@ import type { Slot } from "./slot.js";
 export const DEFAULT_DISK_BYTES = 512 * 1024 * 1024;
 
 export class SlotDisks {
-  private readonly mounted = new Map<number, { disk: string; tmp: string; varTmp: string; views: string }>();
+  private readonly mounted = new Map<number, { disk: string; workspace: string; tmp: string; varTmp: string; views: string }>();
   mode: "tmpfs" | "tmp-only";
   /** Why the workspace is not bounded (not root, turned off, mounting failed), for logs and /health. */
   reason: string | undefined;
@@ -81,6 +81,25 @@ export class SlotDisks {
   /** Where the upper and work dirs of the slot's template view go: on its bounded disk, if mounted. */
   viewsDir(slot: Slot): string | undefined {
     return this.mounted.get(slot.index)?.views;
+  }
+
+  /** The dir on the slot's disk that is bound onto its workspace (fork.ts renames it into a layer). */
+  workspaceSource(slot: Slot): string | undefined {
+    return this.mounted.get(slot.index)?.workspace;
+  }
+
+  /**
+   * Binds the slot's disk's workspace dir onto the workspace again, in place of whatever is
+   * mounted there (a fork turned the dir the old bind shows into a layer: fork.ts).
+   */
+  rebindWorkspace(slot: Slot): void {
+    const m = this.mounted.get(slot.index);
+    if (!m) return;
+    unmount(slot.workspaceDir);
+    mkdirSync(m.workspace, { recursive: true, mode: 0o700 });
+    const owner = slot.owner ?? { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+    chownSync(m.workspace, owner.uid, owner.gid);
+    run("mount", ["--bind", m.workspace, slot.workspaceDir]);
   }
 
   /** bubblewrap arguments for the slot's /tmp and /var/tmp. */

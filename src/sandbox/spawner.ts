@@ -113,6 +113,11 @@ export class Holder {
     return !this.dead && this.child !== null;
   }
 
+  /** The init of the namespace (bwrap's child): a process inside its mount namespace (fork.ts). */
+  get namespacePid(): number | undefined {
+    return this.alive && this.child?.pid !== undefined ? (this.nsInit ?? firstChild(this.child.pid))?.pid : undefined;
+  }
+
   get pid(): number | undefined {
     return this.child?.pid;
   }

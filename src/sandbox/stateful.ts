@@ -1,4 +1,4 @@
-import { chownSync, mkdirSync, rmSync } from "node:fs";
+import { chownSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ToolOutcome } from "./tool-outcome.js";
 import { CappedOutput } from "./output.js";
@@ -57,6 +57,10 @@ const SESSION_MOUNT = "/tmp/.slotpool";
 
 export class StatefulSessions {
   private readonly sessions = new Map<number, Session>();
+  /** Per slot: where a fork's child's terminal starts (the parent's at the fork), until its first session. */
+  private readonly pendingSeeds = new Map<number, TerminalState>();
+  /** The start directory of a seeded session (shell-quoted). */
+  private readonly seeds = new WeakMap<Session, string>();
 
   constructor(private readonly service: SlotHost) {}
 
@@ -78,12 +82,20 @@ export class StatefulSessions {
     // pane shows ` __sp <id>` per call), and an EXIT trap that releases a waiting call if
     // the command ends the shell.
     const setup =
-      ` HISTCONTROL=ignorespace; __sp() { export SLOTPOOL_N=$1; . ${Dp}/c.$1 >${Dp}/o.$1 2>${Dp}/e.$1 </dev/null; echo $? >${Dp}/r.$1; ${Tp} wait-for -S w.$1; };` +
-      ` trap 'echo $? > ${Dp}/r.$SLOTPOOL_N; ${Tp} wait-for -S w.$SLOTPOOL_N' EXIT; clear`;
+      // After a fork (fork.ts) the shell's working directory is on the old, read-only mount:
+      // `recd` makes the next call enter it again by its path, on the new one. After each
+      // call the shell's exported environment and directory are saved, for the children of
+      // a later fork (their terminals start from them).
+      ` HISTCONTROL=ignorespace; __sp() { export SLOTPOOL_N=$1; if [ -e ${Dp}/recd ]; then rm -f ${Dp}/recd; __o=$OLDPWD; cd -- "$PWD" 2>/dev/null; OLDPWD=$__o; fi;` +
+      ` . ${Dp}/c.$1 >${Dp}/o.$1 2>${Dp}/e.$1 </dev/null; __r=$?; export -p >${Dp}/x.env 2>/dev/null; printf %s "$PWD" >${Dp}/x.cwd; echo $__r >${Dp}/r.$1; ${Tp} wait-for -S w.$1; };` +
+      ` trap 'echo $? > ${Dp}/r.$SLOTPOOL_N; ${Tp} wait-for -S w.$SLOTPOOL_N' EXIT;` +
+      // A fork's child: the parent's exported environment.
+      ` [ -e ${Dp}/seed.env ] && . ${Dp}/seed.env; clear`;
+    const cwd = this.seeds.get(session) ?? `"$PWD"`;
     return [
       `mkdir -p ${D} && chmod 700 ${D}`,
       `if ! ${T} has-session -t main 2>/dev/null; then`,
-      `  ${T} new-session -d -s main -x 200 -y 50 -c "$PWD" 'exec bash --noprofile --norc' || exit 90`,
+      `  ${T} new-session -d -s main -x 200 -y 50 -c ${cwd} 'exec bash --noprofile --norc' || exit 90`,
       `  ${T} set-option -t main history-limit 10000 >/dev/null`,
       `  ${T} send-keys -t main -l ${shQuote(setup)} && ${T} send-keys -t main Enter`,
       `  echo started`,
@@ -120,6 +132,14 @@ export class StatefulSessions {
         s = { holder: null, allowNetwork, hostDir, seq: 0 };
       }
       this.sessions.set(slot.index, s);
+      const seed = this.pendingSeeds.get(slot.index);
+      if (seed) {
+        this.pendingSeeds.delete(slot.index);
+        writeFileSync(join(hostDir, "seed.env"), seed.env, { mode: 0o600 });
+        if (slot.owner) chownSync(join(hostDir, "seed.env"), slot.owner.uid, slot.owner.gid);
+        // Unsandboxed, the shell sees host paths: the parent's workspace path becomes this slot's.
+        this.seeds.set(s, shQuote(s.holder ? seed.cwd : seed.cwd.replace(/^\/workspace(?=\/|$)/, slot.workspaceDir)));
+      }
     }
     return s;
   }
@@ -277,7 +297,46 @@ export class StatefulSessions {
     };
   }
 
+  /** The pid of a process in the slot's terminal namespace (its mount namespace is the terminal's), if one runs. */
+  terminalPid(slot: Slot): number | undefined {
+    return this.sessions.get(slot.index)?.holder?.namespacePid;
+  }
+
+  /**
+   * The terminal's working directory (as the sandbox sees it) and exported environment
+   * after its last `bash_stateful` call (what a fork's children start from); undefined
+   * without a terminal.
+   */
+  terminalState(slot: Slot): TerminalState | undefined {
+    const s = this.sessions.get(slot.index);
+    if (!s) return undefined;
+    let env = "";
+    let cwd = "/workspace";
+    try {
+      env = keepExports(readFileSync(join(s.hostDir, "x.env"), "utf8"));
+      const c = readFileSync(join(s.hostDir, "x.cwd"), "utf8");
+      cwd = s.holder ? c : c.startsWith(slot.workspaceDir) ? "/workspace" + c.slice(slot.workspaceDir.length) : "/workspace";
+    } catch {
+      /* no call yet: the defaults */
+    }
+    return { cwd, env };
+  }
+
+  /** The slot's next terminal starts from `state` (a fork's child); dropped by reset. */
+  seed(slot: Slot, state: TerminalState): void {
+    this.pendingSeeds.set(slot.index, state);
+  }
+
+  /** After a fork: the terminal's next call enters its working directory again (on the new mount). */
+  reanchor(slot: Slot): void {
+    const s = this.sessions.get(slot.index);
+    if (!s) return;
+    writeFileSync(join(s.hostDir, "recd"), "", { mode: 0o600 });
+    if (slot.owner) chownSync(join(s.hostDir, "recd"), slot.owner.uid, slot.owner.gid);
+  }
+
   async stop(slot: Slot): Promise<void> {
+    this.pendingSeeds.delete(slot.index);
     const s = this.sessions.get(slot.index);
     this.sessions.delete(slot.index);
     if (!s) return;
@@ -292,4 +351,25 @@ export class StatefulSessions {
   async close(): Promise<void> {
     await Promise.all(this.service.slots.map((s) => this.stop(s)));
   }
+}
+
+/** A terminal's working directory and exported environment (`export -p` lines), for a fork's child. */
+export interface TerminalState {
+  cwd: string;
+  env: string;
+}
+
+/** Variables that belong to one shell or one tmux pane, never carried into another terminal. */
+const PER_SHELL = new Set(["PWD", "OLDPWD", "SHLVL", "TMUX", "TMUX_PANE", "SLOTPOOL_N", "_"]);
+
+/** `export -p` output without the per-shell variables (a value may span lines). */
+export function keepExports(text: string): string {
+  const out: string[] = [];
+  let keep = false;
+  for (const line of text.split("\n")) {
+    const m = /^declare -[-a-zA-Z]* ([A-Za-z_][A-Za-z0-9_]*)/.exec(line);
+    if (m) keep = !PER_SHELL.has(m[1]!);
+    if (keep) out.push(line);
+  }
+  return out.join("\n") + (out.length ? "\n" : "");
 }

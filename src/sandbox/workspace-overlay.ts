@@ -79,6 +79,21 @@ export class WorkspaceViews {
     return this.attached.get(slot.index)?.template;
   }
 
+  /** The upper dir of the slot's overlay view (what the slot wrote), if its workspace is one (fork.ts). */
+  upperOf(slot: Slot): string | undefined {
+    return this.attached.get(slot.index)?.upper || undefined;
+  }
+
+  /** The lower layer of the slot's overlay view: the template tree, or its id-mapped clone for this slot (fork.ts). */
+  lowerOf(slot: Slot): string | undefined {
+    const a = this.attached.get(slot.index);
+    if (!a?.upper) return undefined;
+    const me = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+    const disk = a.template.owner ?? me;
+    const mine = slot.owner ?? me;
+    return disk.uid !== mine.uid || disk.gid !== mine.gid ? join(this.slotDir(slot), "lower") : a.template.treeDir;
+  }
+
   /**
    * The reset's workspace step (the slot's processes are dead): ends the slot's current
    * view, empties the workspace and attaches `next` if given; `release` gets the template

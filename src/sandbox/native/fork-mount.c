@@ -1,0 +1,275 @@
+/*
+ * slotpool fork mounter (root, or a non-root server in its own user namespace): the mount
+ * steps of POST /fork (see src/sandbox/fork.ts and docs/fork.md). Runs in `serve` mode, one
+ * request per stdin line, fields separated by tabs, answers "ok" or "err <message>":
+ *
+ *   idmap <src> <mountpoint> <from_uid> <to_uid> <from_gid> <to_gid>
+ *     A read-only clone of <src> at <mountpoint>, id-mapped so that files owned by
+ *     <from_uid>/<from_gid> (the slot that wrote a layer) appear owned by <to_uid>/<to_gid>
+ *     (the slot that reads it): no chown, no copy, O(1). The mapping user namespace is made
+ *     once per id pair and kept.
+ *   overlay <target> <upper> <work> <lower>...
+ *     overlayfs at <target>, stacked on whatever is mounted there, lower layers top first,
+ *     given one by one (fsconfig "lowerdir+": no length limit, no escaping of ':' or ',').
+ *     userxattr inside a user namespace (a non-root server's own).
+ *   seal <pid> <source>
+ *     In the mount namespace of <pid> (the slot's terminal namespace): makes the mount at
+ *     /workspace read-only (EBUSY while a process holds a file of it open for writing:
+ *     nothing changes then), then mounts a clone of <source> (this namespace's mount at
+ *     the slot's workspace) on top of it. Processes whose cwd or open files are on the old
+ *     mount keep them, read-only: what the old mount holds cannot change any more.
+ *   umount <path>
+ *     Detaches the mount at <path> (lazily: a mount in use stays alive for its users).
+ *
+ * Why C: Node has no mount syscalls, and util-linux 2.38 has neither id-mapped mounts nor
+ * lowerdir+.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <linux/nsfs.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/mount.h>
+
+#ifndef FSCONFIG_SET_STRING
+#define FSCONFIG_SET_STRING 1
+#endif
+#ifndef FSCONFIG_SET_FLAG
+#define FSCONFIG_SET_FLAG 0
+#endif
+#ifndef FSCONFIG_CMD_CREATE
+#define FSCONFIG_CMD_CREATE 6
+#endif
+
+static char last_error[1024];
+
+static int fail(const char *what, const char *arg) {
+  snprintf(last_error, sizeof last_error, "%s %s: %s", what, arg ? arg : "", strerror(errno));
+  return 1;
+}
+
+static int write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, text, strlen(text));
+  close(fd);
+  return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A user namespace whose maps say: on-disk id <from> is <to>. Returns its fd. */
+static int make_idmap_userns(unsigned from_uid, unsigned to_uid, unsigned from_gid, unsigned to_gid) {
+  int sync_pipe[2];
+  if (pipe2(sync_pipe, O_CLOEXEC) < 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    char c;
+    if (unshare(CLONE_NEWUSER) < 0) _exit(1);
+    close(sync_pipe[1]);
+    (void)!read(sync_pipe[0], &c, 1);
+    _exit(0);
+  }
+  close(sync_pipe[0]);
+  char path[64], map[96];
+  int fd = -1;
+  for (int tries = 0; tries < 2000; tries++) {
+    char self[64], child[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+    ssize_t a = readlink("/proc/self/ns/user", self, sizeof self - 1);
+    ssize_t b = readlink(path, child, sizeof child - 1);
+    if (a > 0 && b > 0) {
+      self[a] = child[b] = 0;
+      if (strcmp(self, child) != 0) break;
+    }
+    usleep(50);
+  }
+  snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+  snprintf(map, sizeof map, "%u %u 1\n", from_uid, to_uid);
+  if (write_file(path, map) < 0) goto out;
+  snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+  snprintf(map, sizeof map, "%u %u 1\n", from_gid, to_gid);
+  if (write_file(path, map) < 0) goto out;
+  snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+out:
+  close(sync_pipe[1]);
+  waitpid(pid, NULL, 0);
+  return fd;
+}
+
+/* Mapping namespaces by id pair: a fork of 8 children reuses them (each costs a fork). */
+static struct { unsigned fu, tu, fg, tg; int fd; } maps[256];
+static int nmaps;
+
+static int idmap_userns(unsigned fu, unsigned tu, unsigned fg, unsigned tg) {
+  for (int i = 0; i < nmaps; i++)
+    if (maps[i].fu == fu && maps[i].tu == tu && maps[i].fg == fg && maps[i].tg == tg) return maps[i].fd;
+  int fd = make_idmap_userns(fu, tu, fg, tg);
+  if (fd >= 0 && nmaps < (int)(sizeof maps / sizeof maps[0])) {
+    maps[nmaps].fu = fu, maps[nmaps].tu = tu, maps[nmaps].fg = fg, maps[nmaps].tg = tg, maps[nmaps].fd = fd;
+    nmaps++;
+  }
+  return fd;
+}
+
+static int do_idmap(char **a) {
+  const char *src = a[0], *mp = a[1];
+  unsigned fu = strtoul(a[2], NULL, 10), tu = strtoul(a[3], NULL, 10);
+  unsigned fg = strtoul(a[4], NULL, 10), tg = strtoul(a[5], NULL, 10);
+  int ns = idmap_userns(fu, tu, fg, tg);
+  if (ns < 0) return fail("creating the id-mapping user namespace", NULL);
+  int t = (int)syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (t < 0) return fail("open_tree", src);
+  struct mount_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  attr.userns_fd = (unsigned)ns;
+  int rc = 0;
+  if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) rc = fail("mount_setattr (id-mapped mount)", src);
+  else if (syscall(SYS_move_mount, t, "", AT_FDCWD, mp, MOVE_MOUNT_F_EMPTY_PATH) < 0) rc = fail("move_mount", mp);
+  close(t);
+  return rc;
+}
+
+/* Whether this process runs in a user namespace other than the initial one. */
+static int in_user_namespace(void) {
+  static int known = -1;
+  if (known >= 0) return known;
+  unsigned inside = 0, outside = 0, count = 0;
+  FILE *f = fopen("/proc/self/uid_map", "re");
+  known = !(f && fscanf(f, "%u %u %u", &inside, &outside, &count) == 3 && inside == 0 && outside == 0 && count == 4294967295u);
+  if (f) fclose(f);
+  return known;
+}
+
+static int do_overlay(char **a, int n) {
+  const char *target = a[0], *upper = a[1], *work = a[2];
+  int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
+  if (fs < 0) return fail("fsopen", "overlay");
+  int rc = 0;
+  for (int i = 3; i < n && rc == 0; i++)
+    if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir+", a[i], 0) < 0) rc = fail("overlay lower layer", a[i]);
+  if (rc == 0 && syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "upperdir", upper, 0) < 0) rc = fail("overlay upperdir", upper);
+  if (rc == 0 && syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "workdir", work, 0) < 0) rc = fail("overlay workdir", work);
+  if (rc == 0 && in_user_namespace() && syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0) < 0) rc = fail("overlay userxattr", NULL);
+  if (rc == 0 && syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) rc = fail("creating overlayfs for", target);
+  int m = -1;
+  if (rc == 0 && (m = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0) rc = fail("fsmount", target);
+  if (rc == 0 && syscall(SYS_move_mount, m, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) rc = fail("mounting overlayfs at", target);
+  if (m >= 0) close(m);
+  close(fs);
+  return rc;
+}
+
+static int do_seal(char **a) {
+  int pid = atoi(a[0]);
+  const char *source = a[1];
+  char path[96];
+  int src = (int)syscall(SYS_open_tree, AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (src < 0) return fail("open_tree", source);
+  snprintf(path, sizeof path, "/proc/%d/ns/mnt", pid);
+  int mntns = open(path, O_RDONLY | O_CLOEXEC);
+  /* The user namespace that owns the mount namespace (bubblewrap may nest a second one
+   * inside it, where the process lives): the one whose capabilities mounting there needs. */
+  int userns = mntns >= 0 ? ioctl(mntns, NS_GET_USERNS) : -1;
+  snprintf(path, sizeof path, "/proc/%d/root/workspace", pid);
+  int old = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (userns < 0 || mntns < 0 || old < 0) {
+    int e = errno;
+    close(src), close(userns), close(mntns), close(old);
+    errno = e;
+    return fail("the terminal's namespace is gone:", path);
+  }
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) < 0) return fail("pipe", NULL);
+  pid_t child = fork();
+  if (child == 0) {
+    /* setns changes this process for good: done in a child, the server keeps its own. */
+    char msg[512];
+    const char *step = "setns (user)";
+    struct mount_attr attr;
+    memset(&attr, 0, sizeof attr);
+    struct stat mine, theirs;
+    int same = stat("/proc/self/ns/user", &mine) == 0 && fstat(userns, &theirs) == 0 && mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+    /* Root of the initial namespace holds every capability there already. */
+    if (!same && !(geteuid() == 0 && !in_user_namespace()) && setns(userns, CLONE_NEWUSER) < 0) goto bad;
+    step = "setns (mount)";
+    if (setns(mntns, CLONE_NEWNS) < 0) goto bad;
+    step = "making the old workspace mount read-only";
+    attr.attr_set = MOUNT_ATTR_RDONLY;
+    if (syscall(SYS_mount_setattr, old, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) goto bad;
+    step = "mounting the new workspace over the old one";
+    if (syscall(SYS_move_mount, src, "", old, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) {
+      int e = errno;
+      memset(&attr, 0, sizeof attr);
+      attr.attr_clr = MOUNT_ATTR_RDONLY;
+      syscall(SYS_mount_setattr, old, "", AT_EMPTY_PATH, &attr, sizeof attr);
+      errno = e;
+      goto bad;
+    }
+    _exit(0);
+  bad:
+    snprintf(msg, sizeof msg, "%s%s: %s", errno == EBUSY ? "busy: " : "", step, strerror(errno));
+    (void)!write(pipefd[1], msg, strlen(msg));
+    _exit(1);
+  }
+  close(pipefd[1]);
+  int status = 0, rc = 0;
+  char buf[512];
+  ssize_t got = child > 0 ? read(pipefd[0], buf, sizeof buf - 1) : -1;
+  if (child > 0) waitpid(child, &status, 0);
+  if (child < 0) rc = fail("fork", NULL);
+  else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    buf[got > 0 ? got : 0] = 0;
+    snprintf(last_error, sizeof last_error, "%s", got > 0 ? buf : "sealing the terminal's workspace failed");
+    rc = 1;
+  }
+  close(pipefd[0]), close(src), close(userns), close(mntns), close(old);
+  return rc;
+}
+
+static int do_umount(char **a) {
+  if (umount2(a[0], MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT) return fail("umount", a[0]);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2 || strcmp(argv[1], "serve") != 0) {
+    fprintf(stderr, "usage: fork-mount serve (requests on stdin, see the source)\n");
+    return 2;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  while ((n = getline(&line, &cap, stdin)) > 0) {
+    if (line[n - 1] == '\n') line[n - 1] = 0;
+    char *args[600];
+    int count = 0;
+    for (char *tok = strtok(line, "\t"); tok && count < 600; tok = strtok(NULL, "\t")) args[count++] = tok;
+    int rc;
+    last_error[0] = 0;
+    if (count == 7 && strcmp(args[0], "idmap") == 0) rc = do_idmap(args + 1);
+    else if (count >= 5 && strcmp(args[0], "overlay") == 0) rc = do_overlay(args + 1, count - 1);
+    else if (count == 3 && strcmp(args[0], "seal") == 0) rc = do_seal(args + 1);
+    else if (count == 2 && strcmp(args[0], "umount") == 0) rc = do_umount(args + 1);
+    else {
+      snprintf(last_error, sizeof last_error, "bad request (%d fields)", count);
+      rc = 1;
+    }
+    if (rc == 0) printf("ok\n");
+    else printf("err %s\n", last_error);
+  }
+  free(line);
+  return 0;
+}
