@@ -5,7 +5,6 @@ import { readJsonBody } from "../http/body.js";
 import { requestTarget } from "../http/target.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
-import type { SandboxForker } from "./fork.js";
 
 /**
  * The control plane of E2B's API (what `E2B_API_URL` points at), the subset the `e2b` SDK
@@ -40,7 +39,6 @@ const ForkBodySchema = z.object({ timeout: z.number().int().min(0).optional(), c
 export interface ControlPlaneOptions {
   apiKey: string;
   registry: SandboxRegistry;
-  forker?: SandboxForker | undefined;
   memoryMB: number;
 }
 
@@ -158,8 +156,7 @@ export class ControlPlane {
   private async fork(req: IncomingMessage, res: ServerResponse, id: string): Promise<void> {
     const body = await parse(req, ForkBodySchema);
     const source = this.options.registry.require(id);
-    if (!this.options.forker) throw new E2bUnsupportedError("fork is not supported by this slotpool build yet (the pool has no slot fork)");
-    const results = await this.options.forker.fork(source, body.count ?? 1, body.timeout);
+    const results = await this.options.registry.fork(source, body.count ?? 1, body.timeout);
     send(
       res,
       200,

@@ -1,7 +1,8 @@
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
 import type { Logger } from "../observability/logger.js";
 import type { AcquireOptions, Slot, TemplateSpec } from "../pool/types.js";
-import { E2bApiError } from "./errors.js";
+import { SlotForkError } from "../pool/errors.js";
+import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { SlotProcesses } from "./slot-processes.js";
 
 /** What the registry needs from a pool (SlotPool implements it). */
@@ -99,23 +100,49 @@ export class SandboxRegistry {
       await this.options.pool.release(slot).catch(() => undefined);
       throw err;
     }
+    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS });
+  }
+
+  /** A held slot becomes a live sandbox (create, fork). */
+  private register(id: string, slot: Slot, o: { templateId: string; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number }): E2bSandbox {
     const now = new Date();
     const sandbox: E2bSandbox = {
       id,
-      templateId,
+      templateId: o.templateId,
       slot,
       processes: new SlotProcesses(slot),
       accessToken: randomBytes(24).toString("base64url"),
-      envs: req.envVars ?? {},
-      metadata: req.metadata ?? {},
+      envs: o.envs,
+      metadata: o.metadata,
       startedAt: now,
-      endAt: new Date(now.getTime() + timeoutS * 1000),
+      endAt: new Date(now.getTime() + o.timeoutS * 1000),
       timer: undefined,
     };
     this.live.set(id, sandbox);
     this.arm(sandbox);
-    this.options.logger.info({ sandbox: id, template: templateId, slot: slot.key, timeoutS }, "sandbox created");
+    this.options.logger.info({ sandbox: id, template: o.templateId, slot: slot.key, timeoutS: o.timeoutS }, "sandbox created");
     return sandbox;
+  }
+
+  /**
+   * `count` new sandboxes whose workspaces are copy-on-write copies of `source`'s as it is
+   * now (the pool's `lease.fork`: sibling slots of the same container). The source keeps
+   * running. All or nothing: when the fork fails, every entry is the same error.
+   */
+  async fork(source: E2bSandbox, count: number, timeout: number | undefined): Promise<Array<E2bSandbox | Error>> {
+    if (!source.slot.fork) throw new E2bUnsupportedError("fork is not supported by this pool (its slots cannot fork)");
+    const timeoutS = this.timeoutSeconds(timeout);
+    const ids = Array.from({ length: count }, () => "sp" + randomBytes(9).toString("hex"));
+    let slots: Slot[];
+    try {
+      slots = await source.slot.fork(count, { trajectoryIds: ids.map((id) => `e2b-${id}`) });
+    } catch (err) {
+      const reason = err instanceof SlotForkError ? err.reason : undefined;
+      const status = reason === "capacity" || reason === "timeout" ? 503 : reason === "invalid" ? 400 : reason === "unsupported" ? 501 : 500;
+      const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
+      return ids.map(() => e);
+    }
+    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS }));
   }
 
   /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */

@@ -11,7 +11,6 @@ import { nodeHeaders, sandboxForHeaders } from "./envd-auth.js";
 import { e2bErrorBody, E2bUnsupportedError } from "./errors.js";
 import { handleFiles } from "./files-route.js";
 import { filesystemService } from "./filesystem-service.js";
-import type { SandboxForker } from "./fork.js";
 import { Filesystem } from "./gen/filesystem/filesystem_pb.js";
 import { Process } from "./gen/process/process_pb.js";
 import { processService } from "./process-service.js";
@@ -30,8 +29,6 @@ export interface E2bServerOptions {
   maxTimeoutS?: number;
   /** Memory reported per sandbox, MB (the sandbox servers' --memory-mb; default 1024). */
   memoryMB?: number;
-  /** Makes forks of a sandbox (`POST /sandboxes/{id}/fork`); without one, fork answers 501. */
-  forker?: SandboxForker;
 }
 
 /**
@@ -59,7 +56,7 @@ export class E2bServer {
       ...(options.templates ? { templates: options.templates } : {}),
       ...(options.maxTimeoutS !== undefined ? { maxTimeoutS: options.maxTimeoutS } : {}),
     });
-    this.control = new ControlPlane({ apiKey: options.apiKey, registry: this.registry, forker: options.forker, memoryMB: options.memoryMB ?? 1024 });
+    this.control = new ControlPlane({ apiKey: options.apiKey, registry: this.registry, memoryMB: options.memoryMB ?? 1024 });
     const registry = this.registry;
     this.rpc = connectNodeAdapter({
       routes(router) {

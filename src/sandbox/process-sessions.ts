@@ -176,6 +176,8 @@ export class ProcessSessions {
   private readonly warm = new Map<number, Launched>();
   /** Slots that ran sessions: after a reset they get a warm sandbox again. */
   private readonly used = new Map<number, string | undefined>();
+  /** Slots whose mounts are changing (reset, fork): nothing is started ahead until afterReset. */
+  private readonly held = new Set<number>();
   private closed = false;
 
   constructor(private readonly host: SlotHost) {}
@@ -221,7 +223,7 @@ export class ProcessSessions {
 
   /** Keeps one sandbox started ahead for the slot's next command. */
   private prewarm(slot: Slot, alias: string | undefined): void {
-    if (this.closed || this.warm.has(slot.index) || !this.host.bwrap.available) return;
+    if (this.closed || this.held.has(slot.index) || this.warm.has(slot.index) || !this.host.bwrap.available) return;
     const w = this.launch(slot, alias);
     this.warm.set(slot.index, w);
     w.child.once("exit", () => {
@@ -231,6 +233,7 @@ export class ProcessSessions {
 
   /** After a reset (every process of the slot dead, the workspace empty): a fresh sandbox ahead, if the slot runs sessions. */
   afterReset(slot: Slot): void {
+    this.held.delete(slot.index);
     if (this.used.has(slot.index)) this.prewarm(slot, this.used.get(slot.index));
   }
 
@@ -279,10 +282,16 @@ export class ProcessSessions {
   }
 
   /** Kills every session of the slot and resolves once all have exited (reset, shutdown). */
-  async killSlot(slot: Slot): Promise<void> {
+  /** Kills the slot's sandbox started ahead (its mounts are about to change: fork). */
+  async dropWarm(slot: Slot): Promise<void> {
+    this.held.add(slot.index);
     const w = this.warm.get(slot.index);
     this.warm.delete(slot.index);
     if (w) await killLaunched(w);
+  }
+
+  async killSlot(slot: Slot): Promise<void> {
+    await this.dropWarm(slot);
     const m = this.bySlot.get(slot.index);
     if (!m) return;
     await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));

@@ -379,15 +379,19 @@ export class SandboxService implements SlotHost, ForkHost {
   async stopSlot(slot: Slot): Promise<void> {
     slot.killRunning();
     await this.stateful.stop(slot);
+    await this.processes.killSlot(slot);
     await this.bash.resetSlot(slot);
   }
 
-  stopCommandNamespaces(slot: Slot): Promise<void> {
+  async stopCommandNamespaces(slot: Slot): Promise<void> {
+    // A process session sandbox started ahead was started on the old mount too.
+    await this.processes.dropWarm(slot);
     return this.bash.stopNamespaces(slot);
   }
 
   warm(slot: Slot): void {
     setImmediate(() => void this.bash.warm(slot));
+    setImmediate(() => this.processes.afterReset(slot));
   }
 
   terminalPid(slot: Slot): number | undefined {

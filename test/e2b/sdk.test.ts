@@ -170,6 +170,40 @@ describe("E2B SDK against slotpool", () => {
     await until(() => h.pool.stats().slots.held === held - 1, 5_000);
   });
 
+  it("Sandbox.fork with count 2: two new sandboxes holding the parent's workspace as it was, each on its own from then on", async () => {
+    const parent = await Sandbox.create({ ...h.opts, metadata: { suite: "fork" }, envs: { FROM: "parent" } });
+    try {
+      await parent.files.write("state.txt", "before");
+      await parent.commands.run("mkdir -p deep/dir && echo nested > deep/dir/f");
+      const forks = await parent.fork({ count: 2 });
+      expect(forks).toHaveLength(2);
+      const [a, b] = forks as Sandbox[];
+      expect(a).toBeInstanceOf(Sandbox);
+      expect(b).toBeInstanceOf(Sandbox);
+      expect(new Set([parent.sandboxId, a!.sandboxId, b!.sandboxId]).size).toBe(3);
+      for (const f of [a!, b!]) {
+        expect(await f.files.read("state.txt")).toBe("before");
+        expect((await f.commands.run("cat deep/dir/f; echo $FROM")).stdout).toBe("nested\nparent\n");
+        expect((await f.getInfo()).metadata).toEqual({ suite: "fork" });
+      }
+      // From here on each goes its own way: no write reaches another.
+      await a!.files.write("state.txt", "child a");
+      await parent.files.write("state.txt", "parent after");
+      await parent.files.write("new-in-parent.txt", "x");
+      expect(await b!.files.read("state.txt")).toBe("before");
+      expect(await a!.files.read("state.txt")).toBe("child a");
+      expect(await parent.files.read("state.txt")).toBe("parent after");
+      expect(await b!.files.exists("new-in-parent.txt")).toBe(false);
+      // A fork's token opens the fork only.
+      const forged = new (Sandbox as unknown as new (o: object) => Sandbox)({ ...h.opts, sandboxId: parent.sandboxId, envdVersion: "0.5.7", envdAccessToken: (a as unknown as { envdAccessToken: string }).envdAccessToken });
+      await expect(forged.files.read("state.txt")).rejects.toBeInstanceOf(AuthenticationError);
+      await Promise.all([a!.kill(), b!.kill()]);
+      expect(await parent.isRunning()).toBe(true);
+    } finally {
+      await parent.kill();
+    }
+  });
+
   it("a sandbox from a workspace template starts with the template's files", async () => {
     const t = await Sandbox.create("repo", h.opts);
     try {
