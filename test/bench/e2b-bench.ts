@@ -10,6 +10,8 @@
  * is killed (not timed; it releases and resets the slot). The pool is warm (its containers
  * are up before the first round; a few unmeasured rounds come first). Prints p50/p99.
  * Target: create → first result p50 ≤ 30 ms (E2B's cloud quotes about 150 ms for create).
+ * Then fork: a sandbox with a few files forks into 2 (`sandbox.fork({count: 2})`), timed
+ * until both forks are back, and until the first command on each fork has answered.
  * Figures depend on the machine's load.
  */
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
@@ -61,10 +63,31 @@ async function main(): Promise<void> {
       create.push(t1 - t0);
       firstRun.push(t2 - t1);
     }
+    const fork: number[] = [];
+    const forkRun: number[] = [];
+    const forkRounds = Math.max(10, Math.floor(ROUNDS / 3));
+    for (let round = -2; round < forkRounds; round++) {
+      const parent = await Sandbox.create(opts);
+      await parent.commands.run("mkdir -p src && for i in $(seq 1 50); do echo $i > src/f$i.txt; done");
+      const t0 = performance.now();
+      const kids = await parent.fork({ count: 2 });
+      const t1 = performance.now();
+      const ok = kids.filter((k): k is Sandbox => k instanceof Sandbox);
+      if (ok.length !== 2) throw new Error(`fork failed: ${kids.map(String).join("; ")}`);
+      const outs = await Promise.all(ok.map((k) => k.commands.run("cat src/f50.txt")));
+      const t2 = performance.now();
+      if (outs.some((o) => o.stdout !== "50\n")) throw new Error("a fork did not see the parent's files");
+      await Promise.all([...ok, parent].map((k) => k.kill()));
+      if (round < 0) continue;
+      fork.push(t1 - t0);
+      forkRun.push(t2 - t0);
+    }
     console.log(`e2b-bench: ${ROUNDS} rounds, one client, pool of ${SLOTS} slots on 127.0.0.1 (load average ${(await import("node:os")).loadavg().map((l) => l.toFixed(1)).join(" ")})`);
     console.log(`  Sandbox.create → first commands.run result  ${fmt(total)}   target p50 ≤ 30 ms`);
     console.log(`    Sandbox.create                            ${fmt(create)}`);
     console.log(`    first commands.run("echo hi")             ${fmt(firstRun)}`);
+    console.log(`  sandbox.fork({count: 2})                    ${fmt(fork)}`);
+    console.log(`    fork → first command answered on both     ${fmt(forkRun)}`);
   } finally {
     await server.close();
     await pool.stop({ purge: true });
