@@ -6,6 +6,7 @@ import { E2bApiError } from "./errors.js";
 import { nodeHeaders, sandboxForHeaders } from "./envd-auth.js";
 import { workspacePath } from "./paths.js";
 import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
+import { HELPER_TAG } from "./slot-processes.js";
 
 /**
  * envd's `/files` routes: download (GET) and upload (POST, multipart/form-data or
@@ -64,7 +65,7 @@ async function download(s: E2bSandbox, res: ServerResponse, path: string): Promi
 }
 
 async function write(s: E2bSandbox, path: string, data: Buffer): Promise<void> {
-  const p = await s.processes.start({ cmd: "/bin/sh", args: ["-c", `mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"`, "sh", path], stdin: true, workspace_alias: "/home/user", cwd: "/home/user" });
+  const p = await s.processes.start({ cmd: "/bin/sh", args: ["-c", `mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"`, "sh", path], stdin: true, tag: HELPER_TAG, workspace_alias: "/home/user", cwd: "/home/user" });
   let end;
   try {
     for (let off = 0; off < data.length; off += INPUT_CHUNK) await s.processes.input(p.pid, data.subarray(off, off + INPUT_CHUNK));

@@ -1,6 +1,8 @@
+import { randomUUID } from "node:crypto";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { FileType, Filesystem, type EntryInfoSchema } from "./gen/filesystem/filesystem_pb.js";
+import { FileType, Filesystem, type EntryInfoSchema, type WatchDirResponseSchema } from "./gen/filesystem/filesystem_pb.js";
+import { DirWatch, type WatchEvent } from "./dir-watch.js";
 import { sandboxForRpc, toConnectError } from "./envd-auth.js";
 import { workspacePath } from "./paths.js";
 import type { E2bSandbox, SandboxRegistry } from "./sandboxes.js";
@@ -12,7 +14,7 @@ type Entry = MessageInitShape<typeof EntryInfoSchema>;
  * command inside the sandbox's slot (its uid, its isolation), so it sees exactly what the
  * sandbox's commands see; paths must lie in the workspace (/home/user or /workspace, or
  * relative to /home/user), checked before anything runs. `find -printf` with NUL-separated
- * fields reports entries (any file name survives). Watching directories is not offered.
+ * fields reports entries (any file name survives). Watching polls (dir-watch.ts).
  */
 
 /** find -printf format: 9 NUL-terminated fields per entry. */
@@ -78,9 +80,31 @@ function path(p: string, field = "path"): string {
   }
 }
 
+/** Watchers made by CreateWatcher, polled by GetWatcherEvents. */
+interface Watcher {
+  sandboxId: string;
+  watch: DirWatch;
+  pending: WatchEvent[];
+  ended: boolean;
+}
+
 export function filesystemService(registry: SandboxRegistry): ServiceImpl<typeof Filesystem> {
-  const unsupported = async (): Promise<never> => {
-    throw new ConnectError("watching directories is not supported by slotpool yet (see docs/e2b.md)", Code.Unimplemented);
+  const watchers = new Map<string, Watcher>();
+  const startWatch = async (s: E2bSandbox, p: string, recursive: boolean): Promise<DirWatch> => {
+    let w: DirWatch | null;
+    try {
+      w = await DirWatch.start(s, p, recursive);
+    } catch (err) {
+      throw toConnectError(err);
+    }
+    if (!w) throw new ConnectError(`${p}: no such directory`, Code.NotFound);
+    return w;
+  };
+  const watcherOf = (s: E2bSandbox, id: string): Watcher => {
+    const w = watchers.get(id);
+    // Another sandbox's watcher id is as unknown as a made-up one.
+    if (!w || w.sandboxId !== s.id) throw new ConnectError(`no watcher '${id}' in this sandbox`, Code.NotFound);
+    return w;
   };
   return {
     async stat(req, ctx) {
@@ -113,12 +137,60 @@ export function filesystemService(registry: SandboxRegistry): ServiceImpl<typeof
       await runOp(s, "remove", [p], p);
       return {};
     },
-    // eslint-disable-next-line require-yield
-    async *watchDir() {
-      await unsupported();
+    async *watchDir(req, ctx): AsyncGenerator<MessageInitShape<typeof WatchDirResponseSchema>> {
+      const s = sandboxForRpc(registry, ctx);
+      const w = await startWatch(s, path(req.path), req.recursive);
+      const stop = () => w.close();
+      ctx.signal.addEventListener("abort", stop, { once: true });
+      const keepaliveS = Number(ctx.requestHeader.get("keepalive-ping-interval")) || 50;
+      try {
+        yield { event: { case: "start", value: {} } };
+        let next = w.next();
+        for (;;) {
+          let timer: NodeJS.Timeout | undefined;
+          const tick = new Promise<"tick">((r) => (timer = setTimeout(() => r("tick"), keepaliveS * 1000)));
+          const got = await Promise.race([next, tick]);
+          clearTimeout(timer);
+          if (got === "tick") {
+            yield { event: { case: "keepalive", value: {} } };
+            continue;
+          }
+          if (got === null) break;
+          next = w.next();
+          for (const ev of got) yield { event: { case: "filesystem", value: { name: ev.name, type: ev.type } } };
+        }
+      } finally {
+        ctx.signal.removeEventListener("abort", stop);
+        w.close();
+      }
     },
-    createWatcher: unsupported,
-    getWatcherEvents: unsupported,
-    removeWatcher: unsupported,
+    async createWatcher(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const watch = await startWatch(s, path(req.path), req.recursive);
+      const id = randomUUID();
+      const entry: Watcher = { sandboxId: s.id, watch, pending: [], ended: false };
+      watchers.set(id, entry);
+      void (async () => {
+        for (let evs = await watch.next(); evs; evs = await watch.next()) entry.pending.push(...evs.slice(0, 10_000 - entry.pending.length));
+        entry.ended = true;
+      })();
+      return { watcherId: id };
+    },
+    async getWatcherEvents(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const w = watcherOf(s, req.watcherId);
+      const events = w.pending.splice(0);
+      if (w.ended && events.length === 0) {
+        watchers.delete(req.watcherId);
+        throw new ConnectError(`watcher '${req.watcherId}' has ended (its directory or sandbox is gone)`, Code.NotFound);
+      }
+      return { events: events.map((e) => ({ name: e.name, type: e.type })) };
+    },
+    async removeWatcher(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      watcherOf(s, req.watcherId).watch.close();
+      watchers.delete(req.watcherId);
+      return {};
+    },
   };
 }

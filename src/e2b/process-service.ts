@@ -5,7 +5,7 @@ import { Process, Signal, type ProcessSelector, type ConnectResponseSchema, type
 import { sandboxForRpc, toConnectError } from "./envd-auth.js";
 import { commandCwd, E2B_HOME } from "./paths.js";
 import type { SandboxRegistry, E2bSandbox } from "./sandboxes.js";
-import type { ProcessStream } from "./slot-processes.js";
+import { isHelperTag, type ProcessStream } from "./slot-processes.js";
 
 type EventResponse = MessageInitShape<typeof StartResponseSchema> & MessageInitShape<typeof ConnectResponseSchema>;
 
@@ -62,7 +62,8 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
       const s = sandboxForRpc(registry, ctx);
       const processes = await call(() => s.processes.list());
       return {
-        processes: processes.map((p) => ({
+        // The server's own helpers (file operations, watches) are not the client's commands.
+        processes: processes.filter((p) => !isHelperTag(p.tag)).map((p) => ({
           pid: p.pid,
           ...(p.tag ? { tag: p.tag } : {}),
           config: { cmd: p.cmd, args: p.args, envs: p.envs, ...(p.cwd ? { cwd: p.cwd } : {}) },

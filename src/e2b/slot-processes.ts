@@ -18,6 +18,10 @@ export interface CapturedRun {
   stderr: string;
 }
 
+/** Tag of the server's own helper processes (filesystem operations, /files, watches): not listed to clients. */
+export const HELPER_TAG = "slotpool:helper";
+export const isHelperTag = (tag: string | undefined): boolean => tag?.startsWith("slotpool:") ?? false;
+
 /** One keep-alive agent for every sandbox server this process talks to. */
 const agent: Dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 64 });
 
@@ -86,7 +90,7 @@ export class SlotProcesses {
 
   /** Runs a helper command to its end and collects its output (stdin written first when given). */
   async run(cmd: string, args: string[], stdin?: Uint8Array): Promise<CapturedRun> {
-    const p = await this.start({ cmd, args, stdin: stdin !== undefined, workspace_alias: "/home/user", cwd: "/home/user" });
+    const p = await this.start({ cmd, args, stdin: stdin !== undefined, tag: HELPER_TAG, workspace_alias: "/home/user", cwd: "/home/user" });
     if (stdin !== undefined) {
       if (stdin.length > 0) await this.input(p.pid, stdin);
       await this.closeStdin(p.pid);

@@ -102,6 +102,27 @@ describe("E2B SDK against slotpool", () => {
     await expect(sbx.files.list("missing-dir")).rejects.toBeInstanceOf(FileNotFoundError);
   });
 
+  it("files.watchDir reports creates, writes and removes (recursive too); commands.list shows no watcher", async () => {
+    await sbx.files.makeDir("watched/sub");
+    const events: Array<{ name: string; type: string }> = [];
+    const handle = await sbx.files.watchDir("watched", (e) => void events.push({ name: e.name, type: e.type }), { recursive: true });
+    try {
+      expect((await sbx.commands.list()).map((p) => p.cmd)).not.toContain("/bin/sh");
+      await sbx.files.write("watched/a.txt", "one");
+      await until(() => events.some((e) => e.name === "a.txt" && e.type === "create"));
+      await sbx.commands.run("sleep 0.3; echo more >> watched/a.txt; echo x > watched/sub/deep.txt");
+      await until(() => events.some((e) => e.name === "a.txt" && e.type === "write") && events.some((e) => e.name === "sub/deep.txt" && e.type === "create"));
+      await sbx.files.remove("watched/a.txt");
+      await until(() => events.some((e) => e.name === "a.txt" && e.type === "remove"));
+    } finally {
+      await handle.stop();
+    }
+    // The watch's polling process ends with the watch.
+    const slotProcesses = () => h.server.registry.get(sbx.sandboxId)!.processes.list();
+    await until(async () => !(await slotProcesses()).some((p) => p.tag === "slotpool:watch"));
+    await expect(sbx.files.watchDir("no-such-dir", () => undefined)).rejects.toBeInstanceOf(FileNotFoundError);
+  });
+
   it("uploads and downloads a binary file byte for byte", async () => {
     const data = randomBytes(3 * 1024 * 1024 + 17);
     await sbx.files.write("bin/blob.dat", data.buffer.slice(data.byteOffset, data.byteOffset + data.length) as ArrayBuffer);
@@ -227,7 +248,6 @@ describe("E2B SDK against slotpool", () => {
 
   it("answers what it does not support with a clear error", async () => {
     await expect(sbx.pause()).rejects.toThrow(/pause is not supported by slotpool/);
-    await expect(sbx.files.watchDir("/home/user", () => undefined)).rejects.toThrow(/watching directories is not supported/);
     await expect(sbx.commands.run("true", { background: false, timeoutMs: 5000, user: "root" }).then((r) => r.exitCode)).resolves.toBe(0);
   });
 
