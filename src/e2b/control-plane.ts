@@ -24,7 +24,7 @@ const CreateBodySchema = z.object({
   templateID: z.string().max(256).optional(),
   timeout: z.number().int().min(0).optional(),
   metadata: StringMap.nullish(),
-  envVars: StringMap.nullish(),
+  envVars: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are letters, digits and _, not starting with a digit"), z.string()).nullish(),
   autoPause: z.boolean().optional(),
   allow_internet_access: z.boolean().nullish(),
   secure: z.boolean().optional(),
@@ -214,7 +214,9 @@ async function parse<S extends z.ZodType>(req: IncomingMessage, schema: S): Prom
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     const field = issue.path.map(String).join(".") || "body";
-    throw new E2bApiError(400, `invalid request: ${field}: ${issue.message}`, field);
+    // A bad record key carries its reason one level down.
+    const inner = "issues" in issue && Array.isArray(issue.issues) ? (issue.issues as Array<{ message: string }>)[0]?.message : undefined;
+    throw new E2bApiError(400, `invalid request: ${field}: ${inner ?? issue.message}`, field);
   }
   return parsed.data;
 }

@@ -283,6 +283,7 @@ describe("E2B SDK against slotpool", () => {
       expect(res.status).toBe(400);
       expect(await res.json()).toMatchObject({ code: 400, message: expect.stringContaining("timeout") });
       await expect(Sandbox.create("no-such-template", h.opts)).rejects.toThrow(/template 'no-such-template' not found/);
+      await expect(Sandbox.create({ ...h.opts, envs: { "BAD-NAME": "x" } })).rejects.toThrow(/envVars\.BAD-NAME: environment variable names are/);
       await expect(Sandbox.create({ ...h.opts, timeoutMs: 90 * 86_400_000 })).rejects.toBeInstanceOf(SandboxError);
     });
   });
