@@ -11,6 +11,8 @@ type EventResponse = MessageInitShape<typeof StartResponseSchema> & MessageInitS
 
 /** How often a quiet stream gets a keepalive event, unless the client's `Keepalive-Ping-Interval` says otherwise. */
 const DEFAULT_KEEPALIVE_S = 50;
+/** A client that goes away this close to its deadline has timed out (clocks and timers differ a little). */
+const DEADLINE_SLACK_MS = 250;
 
 /**
  * envd's `process.Process` Connect service over slot process sessions. Every command runs
@@ -139,10 +141,15 @@ async function pidOf(s: E2bSandbox, selector: ProcessSelector | undefined): Prom
 /** Process events → envd's, with keepalives on a quiet stream; kills a started command whose deadline passed. */
 async function* relay(s: E2bSandbox, stream: ProcessStream, ctx: HandlerContext, killOnDeadline: boolean): AsyncGenerator<EventResponse> {
   const keepaliveS = Number(ctx.requestHeader.get("keepalive-ping-interval")) || DEFAULT_KEEPALIVE_S;
+  const timeoutMs = ctx.timeoutMs();
+  const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
   const onAbort = () => {
     stream.close();
     const reason: unknown = ctx.signal.reason;
-    if (killOnDeadline && reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) void s.processes.signal(stream.pid, "SIGKILL").catch(() => undefined);
+    // The SDK aborts its own request at the same deadline, so the server may see either its
+    // deadline or the client going away first: both mean the command's time is up.
+    const timedOut = (reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) || (deadline !== undefined && Date.now() >= deadline - DEADLINE_SLACK_MS);
+    if (killOnDeadline && timedOut) void s.processes.signal(stream.pid, "SIGKILL").catch(() => undefined);
   };
   ctx.signal.addEventListener("abort", onAbort, { once: true });
   const it = stream.events[Symbol.asyncIterator]();

@@ -49,6 +49,20 @@ describe("E2B SDK against slotpool", () => {
     expect(err).toMatchObject({ exitCode: 3, stdout: "partial\n", stderr: "bad\n" });
   });
 
+  it("a command outliving its timeoutMs gets TimeoutError and is killed; large output arrives whole; commands run concurrently", async () => {
+    const err = await sbx.commands.run("echo begun; sleep 30", { timeoutMs: 1000 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(TimeoutError);
+    await until(async () => (await sbx.commands.list()).length === 0);
+    const big = await sbx.commands.run("head -c 2000000 /dev/zero | tr '\\0' a");
+    expect(big.stdout.length).toBe(2_000_000);
+    expect(big.stdout.replace(/a/g, "")).toBe("");
+    const started = Date.now();
+    const many = await Promise.all(Array.from({ length: 8 }, (_, i) => sbx.commands.run(`sleep 0.5; echo ${i}`)));
+    expect(many.map((r) => r.stdout)).toEqual(Array.from({ length: 8 }, (_, i) => `${i}\n`));
+    // Eight half-second commands of one sandbox overlap (one at a time would take 4 s).
+    expect(Date.now() - started).toBeLessThan(3_500);
+  });
+
   it("background commands stream their output, take stdin, can be listed and waited for", async () => {
     const seen: string[] = [];
     const h1 = await sbx.commands.run("for i in 1 2 3; do echo line$i; sleep 0.2; done", { background: true, onStdout: (d) => void seen.push(d) });
