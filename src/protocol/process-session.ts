@@ -13,16 +13,18 @@ import { SlotIdSchema } from "./sandbox.js";
  */
 
 const Base64Schema = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/, "must be base64");
+/** Arguments reach the program as C strings: a NUL byte cannot be passed on. */
+const Arg = z.string().refine((v) => !v.includes("\0"), "must not contain NUL bytes");
 
 export const ProcessStartRequestSchema = z
   .object({
     slot_id: SlotIdSchema,
     /** Program and its arguments (run inside the slot's sandbox, no shell added). */
-    cmd: z.string().min(1, "cmd must not be empty"),
-    args: z.array(z.string()).max(10_000).default([]),
-    envs: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are letters, digits and _"), z.string()).default({}),
+    cmd: Arg.pipe(z.string().min(1, "cmd must not be empty")),
+    args: z.array(Arg).max(10_000).default([]),
+    envs: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are letters, digits and _"), Arg).default({}),
     /** Working directory inside the sandbox (default /workspace). */
-    cwd: z.string().optional(),
+    cwd: Arg.optional(),
     /** Keep stdin open for `/processes/input` (else it reads /dev/null). */
     stdin: z.boolean().default(false),
     tag: z.string().max(256).optional(),

@@ -103,5 +103,8 @@ describe("process sessions", () => {
     const a = await s.post("/processes/start", { slot_id: "slot_0", cmd: "/bin/true", workspace_alias: "/etc" });
     expect(a.status).toBe(400);
     expect((await s.post("/processes/connect", { slot_id: "slot_0", pid: 99999 })).status).toBe(404);
+    const nul = await s.post("/processes/start", { slot_id: "slot_0", cmd: "/bin/echo", args: ["a\u0000b"] });
+    expect(nul.status).toBe(400);
+    expect(nul.json.field).toBe("args.0");
   });
 });
