@@ -110,6 +110,12 @@ describe("E2B SDK against slotpool", () => {
     await sbx.files.rename("notes/a.txt", "notes/sub/b.txt");
     expect(await sbx.files.exists("notes/a.txt")).toBe(false);
     expect((await sbx.files.getInfo("notes/sub/b.txt")).size).toBe(5);
+    const many = await sbx.files.write([
+      { path: "notes/m/1.txt", data: "one" },
+      { path: "/home/user/notes/m/2.txt", data: "two" },
+    ]);
+    expect(many.map((w) => w.path)).toEqual(["/home/user/notes/m/1.txt", "/home/user/notes/m/2.txt"]);
+    expect((await sbx.commands.run("cat notes/m/1.txt notes/m/2.txt")).stdout).toBe("onetwo");
     await sbx.files.remove("notes");
     expect(await sbx.files.exists("notes")).toBe(false);
     await expect(sbx.files.read("notes/sub/b.txt")).rejects.toBeInstanceOf(FileNotFoundError);
