@@ -28,6 +28,8 @@ export const ProcessStartRequestSchema = z
     /** Keep stdin open for `/processes/input` (else it reads /dev/null). */
     stdin: z.boolean().default(false),
     tag: z.string().max(256).optional(),
+    /** Internet through the slot's own network namespace where the server offers it (else loopback only, as a bash call's). */
+    allow_network: z.boolean().default(false),
     /** Also mount the slot's workspace at this path (E2B code expects /home/user). */
     workspace_alias: z.string().regex(/^\/home\/[A-Za-z0-9._-]+$/, "workspace_alias must be /home/<name>").optional(),
   })

@@ -40,6 +40,7 @@ export function addProcessRoutes(table: RouteTable, host: ProcessRouteHost, body
         stdin: r.stdin,
         tag: r.tag,
         workspaceAlias: r.workspace_alias,
+        allowNetwork: r.allow_network,
       });
       stream(res, session);
     })

@@ -3,7 +3,8 @@ import { readdirSync, readFileSync } from "node:fs";
 import { HttpError } from "../http/errors.js";
 import { withoutCapabilities } from "../host/mount-namespace.js";
 import type { ProcessEvent, ProcessInfo } from "../protocol/process-session.js";
-import { bwrapArgs, READ_ONLY_ROOT } from "./isolation.js";
+import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
+import { networkWrapped, startSlirp } from "./session-network.js";
 import { firstChild, killNamespaceInit } from "./process-barrier.js";
 import type { SlotHost } from "./slot-host.js";
 import type { Slot } from "./slot.js";
@@ -40,6 +41,8 @@ export interface SessionStart {
   tag?: string | undefined;
   /** Also mount the workspace here (e.g. /home/user for E2B code); must be under /home. */
   workspaceAlias?: string | undefined;
+  /** Internet through the slot's own network namespace (slirp4netns); else loopback only. */
+  allowNetwork?: boolean | undefined;
 }
 
 class Session {
@@ -48,13 +51,21 @@ class Session {
   private readonly exited: Promise<void>;
   private paused = 0;
   private sentSignal: NodeJS.Signals | null = null;
+  /** Writes to stdin, in order, once the sandbox may read them (network on: after its "go"). */
+  private stdinChain: Promise<void>;
+  private stdinOpen: boolean;
 
   constructor(
     readonly pid: number,
     readonly info: ProcessInfo,
     readonly child: ChildProcess,
     private readonly onEnd: () => void,
+    stdinReady: Promise<void>,
+    wantsStdin: boolean,
   ) {
+    this.stdinChain = stdinReady.catch(() => undefined);
+    this.stdinOpen = wantsStdin;
+    if (!wantsStdin) void this.stdinChain.then(() => child.stdin?.end());
     this.exited = new Promise((resolve) => child.once("close", () => resolve()));
     for (const [stream, type] of [[child.stdout, "stdout"], [child.stderr, "stderr"]] as const) {
       stream?.on("data", (chunk: Buffer) => this.emit({ type, data: chunk.toString("base64") }));
@@ -102,12 +113,18 @@ class Session {
   }
 
   write(data: Buffer): void {
-    if (!this.child.stdin || this.child.stdin.destroyed || this.child.stdin.writableEnded) throw new HttpError(400, `process ${this.pid} has no open stdin (start it with stdin: true)`, "pid");
-    this.child.stdin.write(data);
+    const stdin = this.child.stdin;
+    if (!this.stdinOpen || !stdin || stdin.destroyed) throw new HttpError(400, `process ${this.pid} has no open stdin (start it with stdin: true)`, "pid");
+    this.stdinChain = this.stdinChain.then(() => {
+      stdin.write(data);
+    });
   }
 
   closeStdin(): void {
-    this.child.stdin?.end();
+    this.stdinOpen = false;
+    this.stdinChain = this.stdinChain.then(() => {
+      this.child.stdin?.end();
+    });
   }
 
   /** SIGKILL ends the sandbox's PID namespace (every process of the session); other signals go to each of its processes. */
@@ -165,7 +182,10 @@ function descendants(pid: number): number[] {
 interface Launched {
   child: ChildProcess;
   alias: string | undefined;
+  network: boolean;
   spec: NodeJS.WritableStream;
+  /** Resolves once stdin belongs to the program (network on: after the namespace's "go"). */
+  stdinReady: Promise<void>;
 }
 
 export class ProcessSessions {
@@ -175,7 +195,7 @@ export class ProcessSessions {
   /** Per slot: one sandbox started ahead of the next command (slots that have run sessions only). */
   private readonly warm = new Map<number, Launched>();
   /** Slots that ran sessions: after a reset they get a warm sandbox again. */
-  private readonly used = new Map<number, string | undefined>();
+  private readonly used = new Map<number, { alias: string | undefined; network: boolean }>();
   /** Slots whose mounts are changing (reset, fork): nothing is started ahead until afterReset. */
   private readonly held = new Set<number>();
   private closed = false;
@@ -194,8 +214,11 @@ export class ProcessSessions {
    * the sandbox (namespaces, mounts) is most of a command's start-up cost (≈ 8 ms quiet,
    * 20-50 ms on a loaded 2-core box), so a slot that runs sessions keeps one started ahead.
    */
-  private launch(slot: Slot, alias: string | undefined): Launched {
+  private launch(slot: Slot, alias: string | undefined, network: boolean): Launched {
     const host = this.host;
+    const internet = network ? host.internetAccess : undefined;
+    const uid = slot.owner?.uid ?? process.getuid?.() ?? 0;
+    const gid = slot.owner?.gid ?? process.getgid?.() ?? 0;
     const limits = host.limits;
     const launcher = [
       `ulimit -H -S -u ${limits.maxProcesses} -f ${Math.max(1, Math.floor(limits.maxFileBytes / 1024))} -t ${limits.cpuSeconds} -c 0`,
@@ -203,14 +226,19 @@ export class ProcessSessions {
       ` 2>/dev/null; mapfile -d '' -u 4 A; exec 4<&-; cd -- "\${A[0]}" || exit 126; n=\${A[1]}; for ((i = 2; i < n + 2; i++)); do export "\${A[i]}"; done; exec "\${A[@]:2+n}"`,
     ].join("");
     const args = [
-      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: false, identity: host.identity(slot), tmpArgs: host.disks.tmpArgs(slot) }),
+      // Network on: the namespace unshare made (bubblewrap must not unshare it again).
+      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: internet !== undefined, identity: host.identity(slot), tmpArgs: host.disks.tmpArgs(slot) }),
+      // Inside unshare's user namespace (where it is root): back to the slot's uid, the slot's resolver.
+      ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(alias ? ["--bind", slot.workspaceDir, alias] : []),
       ...READ_ONLY_ROOT,
     ];
-    const start = withoutCapabilities(host.bwrap.path!, ["--args", "3", "--", "/bin/bash", "--noprofile", "--norc", "-c", launcher]);
+    const bwrapCmd = [host.bwrap.path!, "--args", "3", "--", "/bin/bash", "--noprofile", "--norc", "-c", launcher];
+    const wrapped = internet ? networkWrapped(internet, bwrapCmd) : { file: bwrapCmd[0]!, args: bwrapCmd.slice(1) };
+    const start = withoutCapabilities(wrapped.file, wrapped.args);
     const child = spawn(start.file, start.args, {
       stdio: ["pipe", "pipe", "pipe", "pipe", "pipe"],
-      env: {},
+      env: internet ? { PATH: SANDBOX_PATH } : {},
       ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
     });
     // In the slot's cgroups before bwrap reads its arguments (and forks anything).
@@ -218,13 +246,31 @@ export class ProcessSessions {
     for (const s of child.stdio) (s as { on?: (e: string, f: () => void) => void } | null)?.on?.("error", () => undefined);
     child.on("error", () => undefined);
     (child.stdio[3] as NodeJS.WritableStream).end(Buffer.from(args.map((a) => a + "\0").join(""), "utf8"));
-    return { child, alias, spec: child.stdio[4] as NodeJS.WritableStream };
+    let stdinReady = Promise.resolve();
+    if (internet && child.pid !== undefined) {
+      const pid = child.pid;
+      stdinReady = startSlirp(pid, internet, uid, gid, () => child.exitCode === null && child.signalCode === null).then(
+        (slirp) => {
+          // slirp4netns lives as long as the session's namespace.
+          if (child.exitCode !== null || child.signalCode !== null) slirp.kill("SIGKILL");
+          else child.once("exit", () => slirp.kill("SIGKILL"));
+          child.stdin?.write("go\n");
+        },
+        (err: unknown) => {
+          host.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "process session: no network namespace, session killed");
+          child.kill("SIGKILL");
+          throw err;
+        },
+      );
+      stdinReady.catch(() => undefined);
+    }
+    return { child, alias, network: internet !== undefined, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady };
   }
 
   /** Keeps one sandbox started ahead for the slot's next command. */
-  private prewarm(slot: Slot, alias: string | undefined): void {
+  private prewarm(slot: Slot, alias: string | undefined, network: boolean): void {
     if (this.closed || this.held.has(slot.index) || this.warm.has(slot.index) || !this.host.bwrap.available) return;
-    const w = this.launch(slot, alias);
+    const w = this.launch(slot, alias, network);
     this.warm.set(slot.index, w);
     w.child.once("exit", () => {
       if (this.warm.get(slot.index) === w) this.warm.delete(slot.index);
@@ -234,7 +280,8 @@ export class ProcessSessions {
   /** After a reset (every process of the slot dead, the workspace empty): a fresh sandbox ahead, if the slot runs sessions. */
   afterReset(slot: Slot): void {
     this.held.delete(slot.index);
-    if (this.used.has(slot.index)) this.prewarm(slot, this.used.get(slot.index));
+    const last = this.used.get(slot.index);
+    if (last) this.prewarm(slot, last.alias, last.network);
   }
 
   start(slot: Slot, req: SessionStart): Session {
@@ -245,16 +292,16 @@ export class ProcessSessions {
     if (sessions.size >= MAX_SESSIONS_PER_SLOT) throw new HttpError(429, `${slot.id} already runs ${MAX_SESSIONS_PER_SLOT} processes; wait for one to end or kill one`);
     const pid = this.nextPid.get(slot.index) ?? 1000;
     this.nextPid.set(slot.index, pid + 1);
+    const network = req.allowNetwork === true && host.effectiveNetwork(true);
     let launched = this.warm.get(slot.index);
     this.warm.delete(slot.index);
-    if (!launched || launched.alias !== req.workspaceAlias || launched.child.exitCode !== null || launched.child.signalCode !== null) {
-      launched?.child.kill("SIGKILL");
-      launched = this.launch(slot, req.workspaceAlias);
+    if (!launched || launched.alias !== req.workspaceAlias || launched.network !== network || launched.child.exitCode !== null || launched.child.signalCode !== null) {
+      if (launched) void killLaunched(launched);
+      launched = this.launch(slot, req.workspaceAlias, network);
     }
     const { child } = launched;
     const envs = Object.entries(req.envs).map(([k, v]) => `${k}=${v}`);
     launched.spec.end(Buffer.from([req.cwd ?? ".", String(envs.length), ...envs, req.cmd, ...req.args].map((a) => a + "\0").join(""), "utf8"));
-    if (!req.stdin) child.stdin?.end();
     const info: ProcessInfo = {
       pid,
       cmd: req.cmd,
@@ -263,11 +310,11 @@ export class ProcessSessions {
       ...(req.cwd ? { cwd: req.cwd } : {}),
       ...(req.tag ? { tag: req.tag } : {}),
     };
-    const session = new Session(pid, info, child, () => sessions.delete(pid));
+    const session = new Session(pid, info, child, () => sessions.delete(pid), launched.stdinReady, req.stdin);
     sessions.set(pid, session);
-    this.used.set(slot.index, req.workspaceAlias);
+    this.used.set(slot.index, { alias: req.workspaceAlias, network });
     // The next command's sandbox starts now, after this one's spawn.
-    setImmediate(() => this.prewarm(slot, req.workspaceAlias));
+    setImmediate(() => this.prewarm(slot, req.workspaceAlias, network));
     return session;
   }
 

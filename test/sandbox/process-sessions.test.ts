@@ -1,3 +1,5 @@
+import { createServer, type Server } from "node:net";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startServer, type TestServer } from "./helpers.js";
 
@@ -94,6 +96,36 @@ describe("process sessions", () => {
     expect((await s.post("/reset", { slot_id: "slot_0" })).json.success).toBe(true);
     await left.done;
     expect(left.events.at(-1)).toMatchObject({ type: "end", signal: "SIGKILL" });
+  });
+
+  it("network: allow_network gets the slot's own namespace (tap0, never the host's loopback), else loopback only; stdin still works", async () => {
+    const health = await s.get("/health");
+    const listener: Server = createServer((c) => {
+      c.on("error", () => undefined);
+      c.end("pong\n");
+    });
+    await new Promise<void>((r) => listener.listen(0, "127.0.0.1", () => r()));
+    const port = (listener.address() as AddressInfo).port;
+    try {
+      const script = `exec 3<>/dev/tcp/127.0.0.1/${port} && head -c 4 <&3; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; read l; echo got:$l`;
+      const run = async (allow: boolean) => {
+        const p = await open(s, "/processes/start", { slot_id: "slot_1", cmd: "/bin/bash", args: ["-c", script], allow_network: allow, stdin: true });
+        await until(() => p.events.length > 0);
+        await s.post("/processes/input", { slot_id: "slot_1", pid: p.events[0]!.pid!, data: Buffer.from("line\n").toString("base64") });
+        await p.done;
+        return p.out();
+      };
+      const on = await run(true);
+      expect(on).not.toContain("pong");
+      expect(on).toContain("got:line");
+      // Where the server offers internet (slirp4netns), the session has its own tap0; else loopback only.
+      expect(on).toContain(health.json.internet === "slirp4netns" ? "lo tap0" : "lo ");
+      const off = await run(false);
+      expect(off).not.toContain("pong");
+      expect(off).toContain("lo got:line");
+    } finally {
+      listener.close();
+    }
   });
 
   it("refuses bad bodies with the field named", async () => {
