@@ -6,7 +6,7 @@ import { createToolBackend } from "../executor/tool-backend.js";
 import { createLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import type { TemplateSpec } from "../pool/types.js";
-import { CliUsageError, intFlag, parseFlags, stringFlag } from "./usage.js";
+import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 /** The pool flags (the same fields and defaults as executor-server's, ToolBackendConfigSchema). */
 const POOL_FLAGS = {
@@ -40,6 +40,8 @@ options:
                              Sandbox.create(NAME) gets a slot reset into template NAME
   --max-upload-mb N          largest file upload through /files (default 100)
   --max-timeout-s S          longest sandbox timeout a client may ask for (default 86400)
+  --allow-network            sandboxes' commands may reach the internet (their slot's own network
+                             namespace, as executor-server's); default: loopback only
   --provisioner local|nomad  where sandbox containers run (default ${D.provisioner})
   --slots-per-container N    slots per container (default ${D.slotsPerContainer})
   --min-containers N         containers kept running (default ${D.minContainers})
@@ -110,6 +112,7 @@ export async function run(argv: string[]): Promise<number> {
       templates: { type: "string" },
       "max-upload-mb": { type: "string" },
       "max-timeout-s": { type: "string" },
+      "allow-network": { type: "boolean" },
       ...Object.fromEntries(Object.keys(POOL_FLAGS).map((f) => [f, { type: "string" as const }])),
     },
     HELP,
@@ -132,7 +135,7 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     logger.flush();
   }
-  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS });
+  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network") });
   let stopping: Promise<void> | undefined;
   // Killing the server ends every sandbox: each slot is released (reset), then the pool stops.
   const shutdown = () => (stopping ??= server.close().then(() => backend.close()));

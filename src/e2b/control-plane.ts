@@ -79,7 +79,7 @@ export class ControlPlane {
       .route("POST", /^\/(?:v2\/)?sandboxes\/([^/]+)\/resume$/, unsupported("resume", noPause))
       .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noPause))
       .route("GET", /^\/snapshots$/, unsupported("snapshots", noPause))
-      .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, unsupported("changing a sandbox's network", "commands started through this API have loopback only"))
+      .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, unsupported("changing a sandbox's network", "a sandbox's internet access is set at create (allow_internet_access)"))
       .route("GET", /^\/(?:v2\/)?sandboxes\/([^/]+)\/(?:metrics|logs)$/, unsupported("sandbox metrics and logs", "see the sandbox server's /metrics and the server log"))
       .route("GET", /^\/sandboxes\/metrics$/, unsupported("sandbox metrics", "see the sandbox server's /metrics"));
   }
@@ -115,9 +115,7 @@ export class ControlPlane {
   private async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = await parse(req, CreateBodySchema);
     if (body.autoPause) throw new E2bApiError(400, "autoPause is not supported by slotpool: slots are reset, not paused");
-    if (body.allow_internet_access === true || body.network !== undefined) {
-      throw new E2bApiError(400, "internet access is not offered to E2B sandboxes by slotpool: their commands have loopback only (see docs/e2b.md)");
-    }
+    if (body.network !== undefined) throw new E2bApiError(400, "network rules are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)");
     if (body.volumeMounts?.length) throw new E2bApiError(400, "volume mounts are not supported by slotpool");
     if (body.mcp !== undefined && body.mcp !== null) throw new E2bApiError(400, "MCP gateways are not supported by slotpool");
     const s = await this.options.registry.create({
@@ -125,6 +123,7 @@ export class ControlPlane {
       envVars: body.envVars ?? undefined,
       metadata: body.metadata ?? undefined,
       timeout: body.timeout,
+      allowInternetAccess: body.allow_internet_access ?? undefined,
     });
     send(res, 201, this.created(s));
   }
@@ -195,7 +194,7 @@ export class ControlPlane {
   }
 
   private detail(s: E2bSandbox) {
-    return { ...this.listed(s), envdAccessToken: s.accessToken, domain: null, allowInternetAccess: false };
+    return { ...this.listed(s), envdAccessToken: s.accessToken, domain: null, allowInternetAccess: s.allowNetwork };
   }
 }
 

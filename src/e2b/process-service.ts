@@ -46,6 +46,7 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
             stdin: req.stdin ?? true,
             ...(req.tag ? { tag: req.tag } : {}),
             workspace_alias: E2B_HOME,
+            allow_network: s.allowNetwork,
           },
           ctx.signal,
         ),

@@ -22,6 +22,8 @@ export interface E2bSandbox {
   readonly accessToken: string;
   readonly envs: Record<string, string>;
   readonly metadata: Record<string, string>;
+  /** Commands get internet (the slot's own network namespace); else loopback only. */
+  readonly allowNetwork: boolean;
   readonly startedAt: Date;
   endAt: Date;
   timer: NodeJS.Timeout | undefined;
@@ -33,6 +35,8 @@ export interface CreateSandbox {
   metadata?: Record<string, string> | undefined;
   /** Seconds until the sandbox is killed (E2B's default: 300). */
   timeout?: number | undefined;
+  /** E2B's allow_internet_access; default: the server's policy. */
+  allowInternetAccess?: boolean | undefined;
 }
 
 export interface SandboxRegistryOptions {
@@ -42,6 +46,8 @@ export interface SandboxRegistryOptions {
   logger: Logger;
   /** Longest timeout a sandbox may ask for, seconds (default 86400, E2B Pro's 24 h). */
   maxTimeoutS?: number;
+  /** Whether sandboxes' commands may reach the internet (default false, as the executor's default). */
+  allowNetwork?: boolean;
 }
 
 export const DEFAULT_TIMEOUT_S = 300;
@@ -89,6 +95,10 @@ export class SandboxRegistry {
       throw new E2bApiError(404, `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates)`);
     }
     const timeoutS = this.timeoutSeconds(req.timeout);
+    const allowNetwork = req.allowInternetAccess ?? this.options.allowNetwork ?? false;
+    if (allowNetwork && !this.options.allowNetwork) {
+      throw new E2bApiError(400, "internet access is off on this server: its sandboxes' commands have loopback only (start it with --allow-network)", "allow_internet_access");
+    }
     const id = "sp" + randomBytes(9).toString("hex");
     const slot = await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(spec ? { template: spec.name } : {}) });
     try {
@@ -100,11 +110,11 @@ export class SandboxRegistry {
       await this.options.pool.release(slot).catch(() => undefined);
       throw err;
     }
-    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS });
+    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork });
   }
 
   /** A held slot becomes a live sandbox (create, fork). */
-  private register(id: string, slot: Slot, o: { templateId: string; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number }): E2bSandbox {
+  private register(id: string, slot: Slot, o: { templateId: string; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number; allowNetwork: boolean }): E2bSandbox {
     const now = new Date();
     const sandbox: E2bSandbox = {
       id,
@@ -114,6 +124,7 @@ export class SandboxRegistry {
       accessToken: randomBytes(24).toString("base64url"),
       envs: o.envs,
       metadata: o.metadata,
+      allowNetwork: o.allowNetwork,
       startedAt: now,
       endAt: new Date(now.getTime() + o.timeoutS * 1000),
       timer: undefined,
@@ -142,7 +153,7 @@ export class SandboxRegistry {
       const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
       return ids.map(() => e);
     }
-    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS }));
+    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork }));
   }
 
   /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */

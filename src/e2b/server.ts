@@ -29,6 +29,8 @@ export interface E2bServerOptions {
   maxTimeoutS?: number;
   /** Memory reported per sandbox, MB (the sandbox servers' --memory-mb; default 1024). */
   memoryMB?: number;
+  /** Sandboxes' commands may reach the internet (default false); a sandbox may still ask for none. */
+  allowNetwork?: boolean;
 }
 
 /**
@@ -55,6 +57,7 @@ export class E2bServer {
       logger: this.logger,
       ...(options.templates ? { templates: options.templates } : {}),
       ...(options.maxTimeoutS !== undefined ? { maxTimeoutS: options.maxTimeoutS } : {}),
+      allowNetwork: options.allowNetwork ?? false,
     });
     this.control = new ControlPlane({ apiKey: options.apiKey, registry: this.registry, memoryMB: options.memoryMB ?? 1024 });
     const registry = this.registry;

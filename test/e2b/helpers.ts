@@ -17,7 +17,7 @@ export interface E2bHarness {
   stop(): Promise<void>;
 }
 
-export async function startE2b(options: { slots?: number; templates?: TemplateSpec[]; maxUploadBytes?: number } = {}): Promise<E2bHarness> {
+export async function startE2b(options: { slots?: number; templates?: TemplateSpec[]; maxUploadBytes?: number; allowNetwork?: boolean } = {}): Promise<E2bHarness> {
   const baseDir = mkdtempSync(join(tmpdir(), "slotpool-e2b-"));
   chmodSync(baseDir, 0o755); // the slot uids (root runs) must reach their workspaces
   const slots = options.slots ?? 4;
@@ -29,6 +29,7 @@ export async function startE2b(options: { slots?: number; templates?: TemplateSp
     apiKey,
     templates: new Map((options.templates ?? []).map((t) => [t.name, t])),
     ...(options.maxUploadBytes ? { maxUploadBytes: options.maxUploadBytes } : {}),
+    ...(options.allowNetwork ? { allowNetwork: true } : {}),
   });
   const url = await server.listen(0, "127.0.0.1");
   return {

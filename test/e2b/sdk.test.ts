@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { createServer, type AddressInfo } from "node:net";
 import {
   AuthenticationError,
   CommandExitError,
@@ -305,14 +306,15 @@ describe("E2B SDK against slotpool", () => {
       await expect(Sandbox.create("no-such-template", h.opts)).rejects.toThrow(/template 'no-such-template' not found/);
       await expect(Sandbox.create({ ...h.opts, envs: { "BAD-NAME": "x" } })).rejects.toThrow(/envVars\.BAD-NAME: environment variable names are/);
       await expect(Sandbox.create({ ...h.opts, timeoutMs: 90 * 86_400_000 })).rejects.toBeInstanceOf(SandboxError);
+      await expect(Sandbox.create({ ...h.opts, allowInternetAccess: true })).rejects.toThrow(/internet access is off on this server/);
     });
   });
 });
 
-describe("E2B SDK against slotpool: limits and slot reuse", () => {
+describe("E2B SDK against slotpool: limits, slot reuse, network", () => {
   let h: E2bHarness;
   beforeAll(async () => {
-    h = await startE2b({ slots: 1, maxUploadBytes: 1024 * 1024 });
+    h = await startE2b({ slots: 1, maxUploadBytes: 1024 * 1024, allowNetwork: true });
   }, 120_000);
   afterAll(async () => {
     await h?.stop();
@@ -327,6 +329,36 @@ describe("E2B SDK against slotpool: limits and slot reuse", () => {
       expect(await s.files.exists("big.bin")).toBe(false);
     } finally {
       await s.kill();
+    }
+  });
+
+  it("with --allow-network a sandbox's commands get the slot's own network (never the host's loopback); allowInternetAccess: false gets loopback only", async () => {
+    const listener = createServer((c) => {
+      c.on("error", () => undefined);
+      c.end("pong\n");
+    });
+    await new Promise<void>((r) => listener.listen(0, "127.0.0.1", () => r()));
+    const port = (listener.address() as AddressInfo).port;
+    const probe = `(exec 3<>/dev/tcp/127.0.0.1/${port} && head -c 4 <&3) 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '`;
+    try {
+      const internet = (await (await fetch(`${h.pool.containerList()[0]!.url}/health`)).json()) as { internet: string };
+      const on = await Sandbox.create(h.opts);
+      try {
+        const out = (await on.commands.run(probe)).stdout;
+        expect(out).not.toContain("pong");
+        expect(out).toContain(internet.internet === "slirp4netns" ? "lo tap0" : "lo");
+        expect((await on.getInfo()).allowInternetAccess).toBe(true);
+      } finally {
+        await on.kill();
+      }
+      const off = await Sandbox.create({ ...h.opts, allowInternetAccess: false });
+      try {
+        expect((await off.commands.run(probe)).stdout).toBe("lo ");
+      } finally {
+        await off.kill();
+      }
+    } finally {
+      listener.close();
     }
   });
 
