@@ -277,6 +277,11 @@ export class ProcessSessions {
     });
   }
 
+  /** Whether the slot has run process sessions (an E2B slot: its bash namespace is not used, no need to warm it). */
+  runsSessions(slot: Slot): boolean {
+    return this.used.has(slot.index);
+  }
+
   /** After a reset (every process of the slot dead, the workspace empty): a fresh sandbox ahead, if the slot runs sessions. */
   afterReset(slot: Slot): void {
     this.held.delete(slot.index);

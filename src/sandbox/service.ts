@@ -356,7 +356,9 @@ export class SandboxService implements SlotHost, ForkHost {
         // process: 5–15 ms of blocked event loop, measured) happens after this answer is
         // written, not before: the reset is complete without it. A call that arrives first
         // starts the namespace itself; one arriving during the start-up waits for it.
-        setImmediate(() => void this.bash.warm(slot));
+        // A slot that runs process sessions (E2B) warms a session sandbox instead: its bash
+        // namespace would go unused, and each spawn blocks this event loop.
+        if (!this.processes.runsSessions(slot)) setImmediate(() => void this.bash.warm(slot));
         setImmediate(() => this.processes.afterReset(slot));
         return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
       }),
