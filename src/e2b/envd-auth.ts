@@ -51,9 +51,12 @@ export function toConnectError(err: unknown): ConnectError {
               ? Code.ResourceExhausted
               : err.status === 501
                 ? Code.Unimplemented
-                : err.status === 502 || err.status === 503
+                : err.status === 502
                   ? Code.Unavailable
-                  : Code.Internal;
+                  : // 503 from a sandbox server: it cannot run sessions (no bubblewrap); not "sandbox gone".
+                    err.status === 503
+                    ? Code.FailedPrecondition
+                    : Code.Internal;
     return new ConnectError(err.message, code);
   }
   return new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal);
