@@ -289,6 +289,28 @@ describe("E2B SDK against slotpool", () => {
       expect(await res.json()).toMatchObject({ code: 401, message: expect.stringContaining("X-API-Key") });
     });
 
+    it("other control-plane routes: /health open, v1 list, refreshes, 404 and 405 in E2B's shape; unknown in-sandbox routes", async () => {
+      expect((await fetch(`${h.url}/health`)).status).toBe(200);
+      const key = { "x-api-key": h.apiKey, "content-type": "application/json" };
+      const v1 = (await (await fetch(`${h.url}/sandboxes`, { headers: key })).json()) as Array<{ sandboxID: string }>;
+      expect(v1.map((x) => x.sandboxID)).toContain(sbx.sandboxId);
+      expect((await fetch(`${h.url}/sandboxes/${sbx.sandboxId}/refreshes`, { method: "POST", headers: key, body: JSON.stringify({ duration: 600 }) })).status).toBe(204);
+      const wrongMethod = await fetch(`${h.url}/sandboxes/${sbx.sandboxId}/timeout`, { headers: key });
+      expect(wrongMethod.status).toBe(405);
+      expect(await wrongMethod.json()).toMatchObject({ code: 405 });
+      const unknown = await fetch(`${h.url}/templates`, { headers: key });
+      expect(unknown.status).toBe(404);
+      expect(await unknown.json()).toMatchObject({ code: 404, message: expect.stringContaining("no route GET /templates") });
+      const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
+      const envd = await fetch(`${h.url}/envs`, { headers: { "e2b-sandbox-id": sbx.sandboxId, "x-access-token": token } });
+      expect(envd.status).toBe(404);
+      const otherPort = await fetch(`${h.url}/`, { headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8080", "x-access-token": token } });
+      expect(otherPort.status).toBe(404);
+      const health = await fetch(`${h.url}/health`, { headers: { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8080", "x-access-token": token } });
+      expect(health.status).toBe(502);
+      expect(await health.json()).toMatchObject({ code: 502, message: expect.stringContaining("port 8080") });
+    });
+
     it("a path outside the workspace", async () => {
       await expect(sbx.files.read("/etc/passwd")).rejects.toBeInstanceOf(InvalidArgumentError);
       await expect(sbx.files.write("../escape.txt", "x")).rejects.toBeInstanceOf(InvalidArgumentError);
