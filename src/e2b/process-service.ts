@@ -22,6 +22,8 @@ const DEADLINE_SLACK_MS = 250;
  * that disconnects leaves the command running (a background command, `disconnect()`).
  */
 export function processService(registry: SandboxRegistry): ServiceImpl<typeof Process> {
+  /** `<sandbox>/<pid>` of the processes started with a PTY: their output is PTY data. */
+  const ptys = new Set<string>();
   const call = async <T>(fn: () => Promise<T>): Promise<T> => {
     try {
       return await fn();
@@ -32,18 +34,18 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
   return {
     async *start(req, ctx) {
       const s = sandboxForRpc(registry, ctx);
-      if (req.pty) throw new ConnectError("PTY sessions are not supported by slotpool; run commands without pty", Code.Unimplemented);
       const cfg = req.process;
       if (!cfg?.cmd) throw new ConnectError("process.cmd is required", Code.InvalidArgument);
+      const pty = req.pty ? ptyCommand(cfg.cmd, cfg.args, req.pty.size?.cols || 80, req.pty.size?.rows || 24) : undefined;
       const stream = await call(() =>
         s.processes.start(
           {
-            cmd: cfg.cmd,
-            args: cfg.args,
-            envs: { HOME: E2B_HOME, ...s.envs, ...cfg.envs },
+            cmd: pty?.cmd ?? cfg.cmd,
+            args: pty?.args ?? cfg.args,
+            envs: { HOME: E2B_HOME, ...(pty ? { TERM: "xterm-256color" } : {}), ...s.envs, ...cfg.envs },
             cwd: commandCwd(cfg.cwd),
-            // envd's default for old clients: stdin open unless asked otherwise.
-            stdin: req.stdin ?? true,
+            // envd's default for old clients: stdin open unless asked otherwise (a PTY's input is stdin).
+            stdin: pty ? true : (req.stdin ?? true),
             ...(req.tag ? { tag: req.tag } : {}),
             workspace_alias: E2B_HOME,
             allow_network: s.allowNetwork,
@@ -51,14 +53,20 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
           ctx.signal,
         ),
       );
-      yield* relay(s, stream, ctx, true);
+      const key = `${s.id}/${stream.pid}`;
+      if (pty) ptys.add(key);
+      try {
+        yield* relay(s, stream, ctx, true, pty !== undefined);
+      } finally {
+        if (pty) setTimeout(() => ptys.delete(key), 60_000).unref();
+      }
     },
 
     async *connect(req, ctx) {
       const s = sandboxForRpc(registry, ctx);
       const pid = await call(() => pidOf(s, req.process));
       const stream = await call(() => s.processes.connect(pid, ctx.signal));
-      yield* relay(s, stream, ctx, false);
+      yield* relay(s, stream, ctx, false, ptys.has(`${s.id}/${pid}`));
     },
 
     async list(_req, ctx) {
@@ -77,8 +85,8 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
     async sendInput(req, ctx) {
       const s = sandboxForRpc(registry, ctx);
       const pid = await call(() => pidOf(s, req.process));
-      if (req.input?.input.case === "pty") throw new ConnectError("PTY input is not supported by slotpool", Code.Unimplemented);
-      if (req.input?.input.case === "stdin") {
+      // A PTY's input is its stdin (the terminal's master side reads it).
+      if (req.input?.input.case === "stdin" || req.input?.input.case === "pty") {
         const data = req.input.input.value;
         await call(() => s.processes.input(pid, data));
       }
@@ -96,10 +104,10 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
         } else if (ev.case === "data") {
           if (pid === undefined) throw new ConnectError("streamInput: the first message must name the process", Code.InvalidArgument);
           const input = ev.value.input?.input;
-          if (input?.case === "stdin") {
+          if (input?.case === "stdin" || input?.case === "pty") {
             const target = pid;
             await call(() => s.processes.input(target, input.value));
-          } else if (input?.case === "pty") throw new ConnectError("PTY input is not supported by slotpool", Code.Unimplemented);
+          }
         }
       }
       return {};
@@ -121,7 +129,7 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
     },
 
     async update() {
-      throw new ConnectError("PTY resize is not supported by slotpool (no PTY sessions)", Code.Unimplemented);
+      throw new ConnectError("PTY resize is not supported by slotpool: a PTY keeps the size it was created with", Code.Unimplemented);
     },
   };
 }
@@ -140,7 +148,7 @@ async function pidOf(s: E2bSandbox, selector: ProcessSelector | undefined): Prom
 }
 
 /** Process events → envd's, with keepalives on a quiet stream; kills a started command whose deadline passed. */
-async function* relay(s: E2bSandbox, stream: ProcessStream, ctx: HandlerContext, killOnDeadline: boolean): AsyncGenerator<EventResponse> {
+async function* relay(s: E2bSandbox, stream: ProcessStream, ctx: HandlerContext, killOnDeadline: boolean, pty: boolean): AsyncGenerator<EventResponse> {
   const keepaliveS = Number(ctx.requestHeader.get("keepalive-ping-interval")) || DEFAULT_KEEPALIVE_S;
   const timeoutMs = ctx.timeoutMs();
   const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
@@ -168,7 +176,7 @@ async function* relay(s: E2bSandbox, stream: ProcessStream, ctx: HandlerContext,
       }
       if (got.done) break;
       next = it.next();
-      const ev = toEnvd(got.value);
+      const ev = toEnvd(got.value, pty);
       yield ev;
       if (got.value.type === "end") return;
     }
@@ -180,13 +188,23 @@ async function* relay(s: E2bSandbox, stream: ProcessStream, ctx: HandlerContext,
   }
 }
 
-function toEnvd(ev: ProcessEvent): EventResponse {
+/**
+ * A PTY: `script` (util-linux, in every Debian) runs the command on a new pseudo-terminal of
+ * the session's own /dev/pts and relays it on its stdin/stdout; the size is set once.
+ */
+function ptyCommand(cmd: string, args: string[], cols: number, rows: number): { cmd: string; args: string[] } {
+  const q = (a: string) => `'${a.replace(/'/g, `'\\''`)}'`;
+  const inner = `stty cols ${Math.floor(cols)} rows ${Math.floor(rows)} 2>/dev/null; exec ${[cmd, ...args].map(q).join(" ")}`;
+  return { cmd: "/usr/bin/script", args: ["-qfec", inner, "/dev/null"] };
+}
+
+function toEnvd(ev: ProcessEvent, pty = false): EventResponse {
   switch (ev.type) {
     case "start":
       return { event: { event: { case: "start", value: { pid: ev.pid } } } };
     case "stdout":
     case "stderr":
-      return { event: { event: { case: "data", value: { output: { case: ev.type, value: Buffer.from(ev.data, "base64") } } } } };
+      return { event: { event: { case: "data", value: { output: { case: pty ? "pty" : ev.type, value: Buffer.from(ev.data, "base64") } } } } };
     case "end": {
       const status = ev.signal ? `signal: ${ev.signal === "SIGKILL" ? "killed" : ev.signal}` : `exit status ${ev.exit_code}`;
       const error = ev.error ?? (ev.exit_code !== 0 ? status : undefined);

@@ -96,6 +96,17 @@ describe("E2B SDK against slotpool", () => {
     expect(await sbx.commands.kill(long.pid)).toBe(false);
   });
 
+  it("pty.create runs an interactive shell on a terminal of the given size; input, output, exit", async () => {
+    const out: string[] = [];
+    const term = await sbx.pty.create({ cols: 100, rows: 30, onData: (d) => void out.push(Buffer.from(d).toString("utf8")) });
+    const text = () => out.join("");
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode("stty size; [ -t 0 ] && echo is-a-tty; echo pty-$((40+2))\n"));
+    await until(() => text().includes("pty-42") && text().includes("is-a-tty") && text().includes("30 100"));
+    await expect(sbx.pty.resize(term.pid, { cols: 80, rows: 24 })).rejects.toThrow(/resize is not supported/);
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode("exit 0\n"));
+    expect((await term.wait()).exitCode).toBe(0);
+  });
+
   it("files: write, read, list, makeDir, rename, remove, exists, getInfo", async () => {
     await sbx.files.write("notes/a.txt", "hello");
     expect(await sbx.files.read("/home/user/notes/a.txt")).toBe("hello");
