@@ -386,8 +386,9 @@ export class SandboxService implements SlotHost, ForkHost {
   }
 
   async stopCommandNamespaces(slot: Slot): Promise<void> {
-    // A process session sandbox started ahead was started on the old mount too.
-    await this.processes.dropWarm(slot);
+    // Process sessions (and the one started ahead) bind the workspace's old upper dir, which
+    // becomes the layer the children share: one still writing there would reach them. Ended.
+    await this.processes.killSlot(slot);
     return this.bash.stopNamespaces(slot);
   }
 

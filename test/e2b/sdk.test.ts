@@ -228,6 +228,8 @@ describe("E2B SDK against slotpool", () => {
     try {
       await parent.files.write("state.txt", "before");
       await parent.commands.run("mkdir -p deep/dir && echo nested > deep/dir/f");
+      const ticker = await parent.commands.run("while true; do echo tick >> ticks.txt; sleep 0.05; done", { background: true, timeoutMs: 0 });
+      await until(async () => (await parent.files.exists("ticks.txt")));
       const forks = await parent.fork({ count: 2 });
       expect(forks).toHaveLength(2);
       const [a, b] = forks as Sandbox[];
@@ -239,6 +241,12 @@ describe("E2B SDK against slotpool", () => {
         expect((await f.commands.run("cat deep/dir/f; echo $FROM")).stdout).toBe("nested\nparent\n");
         expect((await f.getInfo()).metadata).toEqual({ suite: "fork" });
       }
+      // The parent's running commands end at the fork (they hold the view the forks now share).
+      await expect(ticker.wait()).rejects.toBeInstanceOf(CommandExitError);
+      expect(await parent.commands.list()).toEqual([]);
+      const ticks = await a!.files.read("ticks.txt");
+      await new Promise((r) => setTimeout(r, 300));
+      expect(await a!.files.read("ticks.txt")).toBe(ticks);
       // From here on each goes its own way: no write reaches another.
       await a!.files.write("state.txt", "child a");
       await parent.files.write("state.txt", "parent after");
