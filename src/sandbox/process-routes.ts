@@ -32,7 +32,7 @@ export function addProcessRoutes(table: RouteTable, host: ProcessRouteHost, body
   return table
     .add("POST", "/processes/start", async (req, res) => {
       const r = parseBody(ProcessStartRequestSchema, await body.read(req));
-      const session = host.processes.start(host.slotById(r.slot_id), {
+      const session = await host.processes.startWhenSettled(host.slotById(r.slot_id), {
         cmd: r.cmd,
         args: r.args,
         envs: r.envs,

@@ -29,6 +29,9 @@ export interface SessionListener {
   onDrain(resume: () => void): void;
 }
 
+/** How long a start waits for a reset or fork of its slot to finish. */
+const BARRIER_WAIT_MS = 30_000;
+
 /** Most sessions alive at once per slot: each one is a sandbox with its own processes. */
 export const MAX_SESSIONS_PER_SLOT = 64;
 
@@ -197,7 +200,7 @@ export class ProcessSessions {
   /** Slots that ran sessions: after a reset they get a warm sandbox again. */
   private readonly used = new Map<number, { alias: string | undefined; network: boolean }>();
   /** Slots whose mounts are changing (reset, fork): nothing is started ahead until afterReset. */
-  private readonly held = new Set<number>();
+  private readonly held = new Map<number, { settled: Promise<void>; settle: () => void }>();
   private closed = false;
 
   constructor(private readonly host: SlotHost) {}
@@ -284,12 +287,35 @@ export class ProcessSessions {
 
   /** After a reset (every process of the slot dead, the workspace empty): a fresh sandbox ahead, if the slot runs sessions. */
   afterReset(slot: Slot): void {
-    this.held.delete(slot.index);
+    this.settle(slot);
     const last = this.used.get(slot.index);
     if (last) this.prewarm(slot, last.alias, last.network);
   }
 
-  start(slot: Slot, req: SessionStart): Session {
+  /** The slot's mounts are settled again (reset or fork done, or failed): starts go ahead. */
+  settle(slot: Slot): void {
+    this.held.get(slot.index)?.settle();
+    this.held.delete(slot.index);
+  }
+
+  /**
+   * Starts a session once the slot is not between a reset's or fork's kill and its end: a
+   * session started there would outlive the reset, or bind the view a fork hands to its
+   * children. Waits up to `BARRIER_WAIT_MS`, then 409.
+   */
+  async startWhenSettled(slot: Slot, req: SessionStart): Promise<Session> {
+    const h = this.held.get(slot.index);
+    if (h) {
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = await Promise.race([h.settled.then(() => false), new Promise<boolean>((r) => (timer = setTimeout(() => r(true), BARRIER_WAIT_MS)))]);
+      clearTimeout(timer);
+      if (timedOut) throw new HttpError(409, `${slot.id} is being reset or forked; try again`);
+      return this.startWhenSettled(slot, req);
+    }
+    return this.start(slot, req);
+  }
+
+  private start(slot: Slot, req: SessionStart): Session {
     const host = this.host;
     if (!host.bwrap.available || !host.bwrap.path) throw new HttpError(503, `process sessions need bubblewrap, which is unavailable here: ${host.bwrap.reason ?? "unknown reason"}`);
     if (req.workspaceAlias !== undefined && !/^\/home\/[A-Za-z0-9._-]+$/.test(req.workspaceAlias)) throw new HttpError(400, "workspace_alias must be /home/<name>", "workspace_alias");
@@ -335,15 +361,19 @@ export class ProcessSessions {
 
   /** Kills every session of the slot and resolves once all have exited (reset, shutdown). */
   /** Kills the slot's sandbox started ahead (its mounts are about to change: fork). */
-  async dropWarm(slot: Slot): Promise<void> {
-    this.held.add(slot.index);
+  async dropWarm(slot: Slot, hold = false): Promise<void> {
+    if (hold && !this.held.has(slot.index)) {
+      let settle!: () => void;
+      const settled = new Promise<void>((r) => (settle = r));
+      this.held.set(slot.index, { settled, settle });
+    }
     const w = this.warm.get(slot.index);
     this.warm.delete(slot.index);
     if (w) await killLaunched(w);
   }
 
-  async killSlot(slot: Slot): Promise<void> {
-    await this.dropWarm(slot);
+  async killSlot(slot: Slot, options: { hold?: boolean } = {}): Promise<void> {
+    await this.dropWarm(slot, options.hold ?? false);
     const m = this.bySlot.get(slot.index);
     if (!m) return;
     await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));

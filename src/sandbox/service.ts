@@ -340,12 +340,14 @@ export class SandboxService implements SlotHost, ForkHost {
     return slot.enqueue(() =>
       slot.withResetting(async () => {
         await this.stateful.stop(slot);
-        await this.processes.killSlot(slot);
+        // Held until the reset is done: a session started in between would outlive it.
+        await this.processes.killSlot(slot, { hold: true });
         await this.bash.resetSlot(slot);
         try {
           await this.forks.release(slot);
           await this.templates.resetWorkspace(slot, next);
         } catch (err) {
+          this.processes.settle(slot);
           return { success: false, output: "", error: `${slot.id} reset, but its view of template '${template}' failed: ${err instanceof Error ? err.message : String(err)}` };
         }
         this.disks.wipeTmp(slot);
@@ -381,14 +383,14 @@ export class SandboxService implements SlotHost, ForkHost {
   async stopSlot(slot: Slot): Promise<void> {
     slot.killRunning();
     await this.stateful.stop(slot);
-    await this.processes.killSlot(slot);
+    await this.processes.killSlot(slot, { hold: true });
     await this.bash.resetSlot(slot);
   }
 
   async stopCommandNamespaces(slot: Slot): Promise<void> {
     // Process sessions (and the one started ahead) bind the workspace's old upper dir, which
     // becomes the layer the children share: one still writing there would reach them. Ended.
-    await this.processes.killSlot(slot);
+    await this.processes.killSlot(slot, { hold: true });
     return this.bash.stopNamespaces(slot);
   }
 
