@@ -47,6 +47,8 @@ export function toConnectError(err: unknown): ConnectError {
           ? Code.Unauthenticated
           : err.status === 404
             ? Code.NotFound
+            : err.status === 409
+              ? Code.Aborted
             : err.status === 429
               ? Code.ResourceExhausted
               : err.status === 501
