@@ -36,30 +36,27 @@ export function sandboxForRpc(registry: SandboxRegistry, ctx: HandlerContext): E
   }
 }
 
+/**
+ * HTTP status of a refusal → the Connect code the SDK maps to its own error class. 502 is a
+ * sandbox that is gone (as E2B's proxy answers); a sandbox server's 503 is one that cannot
+ * run sessions (no bubblewrap), 409 a slot being reset or forked.
+ */
+const CODES: Record<number, Code> = {
+  400: Code.InvalidArgument,
+  413: Code.InvalidArgument,
+  401: Code.Unauthenticated,
+  403: Code.Unauthenticated,
+  404: Code.NotFound,
+  409: Code.Aborted,
+  429: Code.ResourceExhausted,
+  501: Code.Unimplemented,
+  502: Code.Unavailable,
+  503: Code.FailedPrecondition,
+};
+
 /** A refusal (E2bApiError or a sandbox server's) as the Connect code the SDK maps to its own error class. */
 export function toConnectError(err: unknown): ConnectError {
   if (err instanceof ConnectError) return err;
-  if (err instanceof E2bApiError) {
-    const code =
-      err.status === 400 || err.status === 413
-        ? Code.InvalidArgument
-        : err.status === 401 || err.status === 403
-          ? Code.Unauthenticated
-          : err.status === 404
-            ? Code.NotFound
-            : err.status === 409
-              ? Code.Aborted
-            : err.status === 429
-              ? Code.ResourceExhausted
-              : err.status === 501
-                ? Code.Unimplemented
-                : err.status === 502
-                  ? Code.Unavailable
-                  : // 503 from a sandbox server: it cannot run sessions (no bubblewrap); not "sandbox gone".
-                    err.status === 503
-                    ? Code.FailedPrecondition
-                    : Code.Internal;
-    return new ConnectError(err.message, code);
-  }
+  if (err instanceof E2bApiError) return new ConnectError(err.message, CODES[err.status] ?? Code.Internal);
   return new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal);
 }
