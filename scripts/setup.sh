@@ -22,6 +22,9 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v slirp4netns >/dev/null 2>&1 || need+=(slirp4netns)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# nft confines the DNS forwarder of a network-on slot to DNS (port 53); without it the
+# server turns the forwarder off (src/sandbox/network.ts).
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need[*]}" >&2

@@ -23,6 +23,7 @@ export {
   SlotAcquireTimeoutError,
   PoolNotRunningError,
   SlotReleasedError,
+  SlotForkError,
 } from "./pool/errors.js";
 export { ProvisionerError, type Provisioner } from "./pool/provisioner.js";
 export { EnvError } from "./env/errors.js";
@@ -33,7 +34,7 @@ export type { ToolCall, ToolResult } from "./protocol/tool.js";
 // Pool users: provision containers, hand out slots, run tool calls.
 export { SlotPool, type SlotPoolOptions } from "./pool/slot-pool.js";
 export type { SlotPoolConfigInput } from "./pool/config.js";
-export type { AcquireOptions, ReleaseOptions, PoolStats, Slot } from "./pool/types.js";
+export type { AcquireOptions, ReleaseOptions, PoolStats, Slot, ForkOptions } from "./pool/types.js";
 export type { TemplateSpec } from "./pool/template-affinity.js";
 export { LocalProvisioner } from "./pool/local-provisioner.js";
 export { NomadProvisioner } from "./pool/nomad-provisioner.js";
@@ -47,6 +48,7 @@ export { defineExternalTool, type ExternalTool } from "./executor/external-tool.
 // Env authors: an AgentEnv subclass, its tools, its scoring.
 export { AgentEnv, type AgentEnvRuntime, type ScoreResult, type EvalSample, type EvalResult } from "./env/agent-env.js";
 export type { AgentEnvConfig, AgentEnvConfigInput } from "./env/config.js";
+export type { BranchPoint } from "./env/branching.js";
 export { ToolContext } from "./env/tool-context.js";
 export type { ScoredDataGroup } from "./env/scored-group.js";
 export type { AgentResult } from "./agent/agent-loop.js";

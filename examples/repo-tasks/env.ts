@@ -19,9 +19,9 @@ export interface RepoTask {
   bug: BugName;
 }
 
-type BugName = "sum" | "max" | "clamp" | "repeat";
+export type BugName = "sum" | "max" | "clamp" | "repeat";
 
-interface Bug {
+export interface Bug {
   /** What the issue report says. */
   report: string;
   /** The buggy line in lib/math.sh or lib/text.sh, and its fix. */
@@ -30,15 +30,15 @@ interface Bug {
   fixed: string;
 }
 
-const BUGS: Record<BugName, Bug> = {
+export const BUGS: Record<BugName, Bug> = {
   sum: { report: "`sum 2 3 4` prints -9 instead of 9.", file: "lib/math.sh", broken: "total=$((total - n))", fixed: "total=$((total + n))" },
   max: { report: "`max 3 9 4` prints 3 instead of 9.", file: "lib/math.sh", broken: 'if [ "$n" -lt "$best" ]; then best=$n; fi', fixed: 'if [ "$n" -gt "$best" ]; then best=$n; fi' },
   clamp: { report: "`clamp 15 0 10` prints 11 instead of 10 (values above the upper bound are off by one).", file: "lib/math.sh", broken: 'if [ "$v" -gt "$hi" ]; then v=$((hi + 1)); fi', fixed: 'if [ "$v" -gt "$hi" ]; then v=$hi; fi' },
   repeat: { report: "`repeat ab 3` prints `abab` instead of `ababab`.", file: "lib/text.sh", broken: 'for ((i = 1; i < count; i++)); do out+=$s; done', fixed: 'for ((i = 0; i < count; i++)); do out+=$s; done' },
 };
-const BUG_NAMES = Object.keys(BUGS) as BugName[];
+export const BUG_NAMES = Object.keys(BUGS) as BugName[];
 
-const MATH_SH = `# shkit math helpers.
+export const MATH_SH = `# shkit math helpers.
 sum() {
   local total=0 n
   for n in "$@"; do
@@ -64,7 +64,7 @@ clamp() {
 }
 `;
 
-const TEXT_SH = `# shkit text helpers.
+export const TEXT_SH = `# shkit text helpers.
 repeat() {
   local s=$1 count=$2 out="" i
   ${BUGS.repeat.broken}

@@ -69,6 +69,17 @@ export interface AgentLoopOptions {
    */
   isKnownTool?: (name: string) => boolean;
   signal?: AbortSignal;
+  /**
+   * Asked before each turn: true ends the loop there with `finishReason: "branch"` (a
+   * branching group forks the trajectory at that point, see src/env/branching.ts).
+   */
+  stopBefore?: (next: { turn: number; result: AgentResult }) => boolean;
+  /**
+   * Continue this result (a branch point's) instead of starting from `messages`: its
+   * messages (the same objects: a token-exact policy extends their ids), tool calls and turns
+   * are copied, and turns go on from `resume.turnsUsed + 1`.
+   */
+  resume?: AgentResult;
 }
 
 /** Feeds a tool result back to the model: the output, plus exit code and error when they say something. */
@@ -92,19 +103,24 @@ export async function runAgentLoop(options: AgentLoopOptions): Promise<AgentResu
   }
   const offered = options.tools.map((t) => t.function.name);
   const isKnown = options.isKnownTool ?? ((name: string) => offered.includes(name));
+  const from = options.resume;
   const result: AgentResult = {
-    messages: [...options.messages],
-    turnsUsed: 0,
+    messages: [...(from?.messages ?? options.messages)],
+    turnsUsed: from?.turnsUsed ?? 0,
     finishReason: "max_turns",
-    finalResponse: "",
-    toolCalls: [],
-    toolErrors: [],
-    usage: emptyUsage(),
-    turns: [],
+    finalResponse: from?.finalResponse ?? "",
+    toolCalls: [...(from?.toolCalls ?? [])],
+    toolErrors: [...(from?.toolErrors ?? [])],
+    usage: from ? { ...from.usage } : emptyUsage(),
+    turns: [...(from?.turns ?? [])],
   };
 
-  for (let turn = 1; turn <= options.maxTurns; turn++) {
+  for (let turn = result.turnsUsed + 1; turn <= options.maxTurns; turn++) {
     options.signal?.throwIfAborted();
+    if (options.stopBefore?.({ turn, result })) {
+      result.finishReason = "branch";
+      return result;
+    }
     let step;
     try {
       step = await options.policy.nextTurn({ messages: result.messages, tools: options.tools, turn, ...(options.signal ? { signal: options.signal } : {}) });

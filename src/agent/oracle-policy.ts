@@ -19,7 +19,15 @@ export type OracleScript = (input: PolicyTurnInput) => OracleStep | undefined | 
  */
 export class OraclePolicy implements AgentPolicy {
   readonly name = "oracle";
-  constructor(private readonly script: OracleScript) {}
+  constructor(
+    private readonly script: OracleScript,
+    /** Set on a branch's copy (`fork`): handed to the script as `input.branch`. */
+    private readonly branch?: number,
+  ) {}
+
+  fork(branch: number): OraclePolicy {
+    return new OraclePolicy(this.script, branch);
+  }
 
   /** Steps played in order regardless of the tool results; after the last one, the rollout ends. */
   static fromSteps(steps: OracleStep[]): OraclePolicy {
@@ -27,7 +35,7 @@ export class OraclePolicy implements AgentPolicy {
   }
 
   async nextTurn(input: PolicyTurnInput): Promise<PolicyTurn> {
-    const step = await this.script(input);
+    const step = await this.script(this.branch === undefined ? input : { ...input, branch: this.branch });
     if (!step || "final" in step) {
       return { message: { role: "assistant", content: step?.final ?? "" }, finishReason: "stop" };
     }

@@ -8,6 +8,8 @@ export interface PolicyTurnInput {
   /** 1-based turn number. */
   turn: number;
   signal?: AbortSignal;
+  /** In a branching group, after the branch point: which branch this is (0-based). */
+  branch?: number;
 }
 
 /** One assistant turn. */
@@ -30,4 +32,10 @@ export interface PolicyTurn {
 export interface AgentPolicy {
   readonly name: string;
   nextTurn(input: PolicyTurnInput): Promise<PolicyTurn>;
+  /**
+   * A policy for branch `branch` of a branching group, continuing from this one's state (a
+   * token-exact policy's sequence: the branch's prompts extend the ids so far). Optional: a
+   * stateless policy may leave it out (the env then asks `policyFor(item)` again).
+   */
+  fork?(branch: number): AgentPolicy;
 }

@@ -24,9 +24,17 @@ export class TokenExactPolicy implements AgentPolicy {
   readonly name: string;
   private readonly sequence: TokenSequence;
 
-  constructor(private readonly options: TokenExactPolicyOptions) {
-    this.sequence = new TokenSequence(options.tokenizer);
+  constructor(
+    private readonly options: TokenExactPolicyOptions,
+    sequence?: TokenSequence,
+  ) {
+    this.sequence = sequence ?? new TokenSequence(options.tokenizer);
     this.name = `${options.model} (token-exact, ${options.parser} tool calls)`;
+  }
+
+  /** A branch continuing this trajectory: its prompts extend the ids sampled so far (never re-rendered). */
+  fork(_branch: number): TokenExactPolicy {
+    return new TokenExactPolicy(this.options, this.sequence.clone());
   }
 
   async nextTurn(input: PolicyTurnInput): Promise<PolicyTurn> {

@@ -38,6 +38,19 @@ export class TokenSequence {
 
   constructor(private readonly tokenizer: ChatTokenizer) {}
 
+  /** An independent copy (a branch of the trajectory continues from here). */
+  clone(): TokenSequence {
+    const c = new TokenSequence(this.tokenizer);
+    c.ids = this.ids.slice();
+    c.started = this.started;
+    c.completionLength = this.completionLength;
+    c.lastFinish = this.lastFinish;
+    c.held = this.held;
+    c.toolsKey = this.toolsKey;
+    c.tools = this.tools;
+    return c;
+  }
+
   nextPrompt(messages: readonly ChatMessage[], tools: readonly OpenAIFunctionTool[]): NextPrompt {
     // The agent loop passes the same tools array each turn: compare by identity first.
     const toolsKey = tools === this.tools ? this.toolsKey : JSON.stringify(tools);

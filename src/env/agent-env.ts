@@ -19,6 +19,7 @@ import { AgentEnvConfigSchema, type AgentEnvConfig } from "./config.js";
 import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
 import type { LineExtras } from "../report/rollout-extras.js";
 import { lineExtras } from "./rollout-extras.js";
+import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
@@ -118,6 +119,15 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   }
 
   // ---------------------------------------------------------------- hooks
+
+  /**
+   * Branching groups (docs/fork.md): where the item's group forks one trajectory into
+   * `groupSize` branches (`{afterTurn: n}` or `{afterTool: name}`); undefined (the default)
+   * runs `groupSize` independent trajectories.
+   */
+  branchPoint(_item: Item): BranchPoint | undefined {
+    return undefined;
+  }
 
   /** Load datasets, build state. Called once by `start()` after the backend is up. */
   async setup(): Promise<void> {}
@@ -421,6 +431,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * `signal` (Atropos back-off) stops the rollouts and rejects with the signal's reason.
    */
   async collectTrajectories(item: Item, options: { signal?: AbortSignal } = {}): Promise<GroupOutcome<Item>> {
+    const point = this.branchPoint(item);
+    if (point) return collectBranchingGroup(this, item, point, { tokenizer: this.tokenizer, log: this.log }, options);
     const groupTools = this.resolveTools();
     const settled = await Promise.allSettled(Array.from({ length: this.config.groupSize }, () => this.collectTrajectory(item, groupTools, options)));
     options.signal?.throwIfAborted();

@@ -1,6 +1,7 @@
 export * from "./config.js";
 export * from "./errors.js";
 export * from "./agent-env.js";
+export { collectBranchingGroup, type BranchPoint, type BranchingEnv } from "./branching.js";
 export * from "./tool-context.js";
 export * from "./backend.js";
 export { poolBackend } from "./pool-backend.js";

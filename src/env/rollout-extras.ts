@@ -5,7 +5,8 @@ const ARGUMENTS_KEPT = 500;
 
 /** The `slotpool` key of a JSONL line: what the report needs that the messages do not say. */
 export function lineExtras(trajectories: readonly TrajectoryOutcome[]): LineExtras {
-  return { version: ROLLOUT_EXTRAS_VERSION, trajectories: trajectories.map(rolloutExtras) };
+  const tree = trajectories.find((t) => t.branchTree)?.branchTree;
+  return { version: ROLLOUT_EXTRAS_VERSION, trajectories: trajectories.map(rolloutExtras), ...(tree ? { tree } : {}) };
 }
 
 export function rolloutExtras(t: TrajectoryOutcome): RolloutExtras {

@@ -1,5 +1,6 @@
 import type { AgentResult } from "../agent/agent-loop.js";
 import type { ChatMessage } from "../agent/messages.js";
+import type { BranchTree } from "../report/branch-tree.js";
 import { tokenSegmentsFromServer, tokensFromTokenizer, type SequenceTokens, type TextTokenizer } from "./tokens.js";
 
 /**
@@ -46,6 +47,8 @@ export interface TrajectoryOutcome {
   durationMs?: number;
   /** Time to prepare the workspace (reset into the item's template + setupWorkspace), ms. */
   workspaceSetupMs?: number;
+  /** In a branching group (src/env/branching.ts): the group's tree, the same object on every branch. */
+  branchTree?: BranchTree;
 }
 
 export type GroupOutcome<Item = unknown> =

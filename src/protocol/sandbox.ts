@@ -10,6 +10,50 @@ export const SlotIdSchema = z
   .string()
   .regex(/^slot_\d+$/, "slot_id must look like slot_0, slot_1, ...");
 
+/**
+ * Text that reaches a command line, a file name or the kernel: a NUL byte would cut it
+ * there silently (argv and paths are C strings), so it is refused before anything runs.
+ */
+const NO_NUL = (what: string) => z.string().refine((s) => !s.includes("\0"), `${what} must not contain a NUL byte (it would silently cut the text there)`);
+
+/** Linux limits: a name (one path component) of at most 255 bytes, a path of at most 4095. */
+export const NAME_MAX_BYTES = 255;
+export const PATH_MAX_BYTES = 4095;
+
+/**
+ * Why a workspace path is refused before anything is touched (undefined: fine): NUL bytes,
+ * a name or the whole path over the filesystem's limits, or `..` leading above the
+ * workspace root read as written (`a/../../x`). Symlinks are checked where the path is
+ * opened (src/sandbox/path-guard.ts); this check keeps a refused path from creating
+ * anything on its way.
+ */
+export function workspacePathProblem(path: string): string | undefined {
+  if (path.includes("\0")) return "must not contain a NUL byte";
+  if (Buffer.byteLength(path, "utf8") > PATH_MAX_BYTES) return `is longer than ${PATH_MAX_BYTES} bytes (the filesystem's limit)`;
+  let rest = path;
+  if (path.startsWith("/")) {
+    const parts = path.split("/").filter((c) => c !== "" && c !== ".");
+    if (parts[0] !== "workspace") return "is outside the workspace: absolute paths must be under /workspace/";
+    rest = parts.slice(1).join("/");
+  }
+  let depth = 0;
+  for (const c of rest.split("/")) {
+    if (c === "" || c === ".") continue;
+    if (Buffer.byteLength(c, "utf8") > NAME_MAX_BYTES) return `has a name longer than ${NAME_MAX_BYTES} bytes (the filesystem's limit): ${JSON.stringify(c.slice(0, 40))}…`;
+    depth += c === ".." ? -1 : 1;
+    if (depth < 0) return "escapes the workspace ('..' above its root)";
+  }
+  return undefined;
+}
+
+const WorkspacePathSchema = z
+  .string()
+  .min(1, "path must not be empty")
+  .superRefine((p, ctx) => {
+    const problem = workspacePathProblem(p);
+    if (problem) ctx.addIssue({ code: "custom", message: `path ${problem}` });
+  });
+
 /** Policy arguments: set by the executor from env config, never by the model. */
 export const PolicyArgsSchema = z.object({
   allow_network: z.boolean().optional(),
@@ -19,27 +63,27 @@ export const PolicyArgsSchema = z.object({
 export type PolicyArgs = z.infer<typeof PolicyArgsSchema>;
 
 export const BashArgsSchema = PolicyArgsSchema.extend({
-  command: z.string(),
+  command: NO_NUL("command"),
   timeout: z.number().positive().optional(),
 });
 export const BashStatefulArgsSchema = BashArgsSchema;
 export const TmuxArgsSchema = PolicyArgsSchema.extend({
   action: z.enum(["start", "send_keys", "capture", "stop"]),
-  keys: z.string().optional(),
+  keys: NO_NUL("keys").optional(),
   /** send_keys: append Enter after the keys (default true). */
   enter: z.boolean().optional(),
   /** capture: how many lines of scrollback to include. */
   lines: z.number().int().positive().optional(),
 });
 export const ReadFileArgsSchema = PolicyArgsSchema.extend({
-  path: z.string().min(1, "path must not be empty"),
+  path: WorkspacePathSchema,
   max_bytes: z.number().int().positive().optional(),
   /** base64: return the bytes base64-encoded (for binary files); default text. */
   encoding: z.enum(["text", "base64"]).optional(),
 });
 export type ReadFileArgs = z.infer<typeof ReadFileArgsSchema>;
 export const WriteFileArgsSchema = PolicyArgsSchema.extend({
-  path: z.string().min(1, "path must not be empty"),
+  path: WorkspacePathSchema,
   content: z.string(),
   encoding: z.enum(["text", "base64"]).optional(),
 });
@@ -172,7 +216,7 @@ export type SlotsResponse = z.infer<typeof SlotsResponseSchema>;
 
 export const ArtifactReadRequestSchema = z.object({
   slot_id: SlotIdSchema,
-  path: z.string().min(1, "path must not be empty"),
+  path: WorkspacePathSchema,
   encoding: z.enum(["text", "base64"]).default("text"),
   max_bytes: z.number().int().positive().optional(),
   include_sha256: z.boolean().optional(),
@@ -194,7 +238,7 @@ export type ArtifactReadResponse = z.infer<typeof ArtifactReadResponseSchema>;
 
 export const ArtifactListRequestSchema = z.object({
   slot_id: SlotIdSchema,
-  path: z.string().default("."),
+  path: WorkspacePathSchema.default("."),
   recursive: z.boolean().default(false),
   max_entries: z.number().int().positive().optional(),
 });
@@ -215,7 +259,7 @@ export type ArtifactListResponse = z.infer<typeof ArtifactListResponseSchema>;
 
 export const ArtifactArchiveRequestSchema = z.object({
   slot_id: SlotIdSchema,
-  path: z.string().default("."),
+  path: WorkspacePathSchema.default("."),
   format: z.literal("tar.gz").default("tar.gz"),
   max_bytes: z.number().int().positive().optional(),
   max_entries: z.number().int().positive().optional(),
@@ -245,7 +289,7 @@ export type ErrorBody = z.infer<typeof ErrorBodySchema>;
 export const TemplateBuildRequestSchema = z.object({
   name: TemplateNameSchema,
   /** Shell commands run in order in /workspace (sandboxed, like `bash`); the first failure fails the build. */
-  setup: z.array(z.string().min(1, "a setup command must not be empty")).max(256),
+  setup: z.array(NO_NUL("a setup command").pipe(z.string().min(1, "a setup command must not be empty"))).max(256),
   /** Files written into /workspace before the commands run: workspace-relative path → UTF-8 content. */
   files: z.record(z.string(), z.string()).optional(),
   /** Wall-clock limit of the whole build, seconds (capped by the server's --max-timeout). */

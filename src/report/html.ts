@@ -179,7 +179,8 @@ class Renderer {
       g.kind === "sample"
         ? `sample ${g.index} <span>line ${g.line}${g.item ? ` · item ${escapeHtml(oneLine(g.item, 160))}` : ""}</span>`
         : `group ${g.index} <span>line ${g.line} · scores ${escapeHtml(scores.join(", "))}</span>`;
-    return `<section class="group" id="g${g.index}"><h3>${label}</h3>${g.trajectories.map((t) => this.trajectory(t, g)).join("")}</section>`;
+    const tree = g.tree ? `<pre class="meta">${escapeHtml(g.tree.join("\n"))}</pre>` : "";
+    return `<section class="group" id="g${g.index}"><h3>${label}</h3>${tree}${g.trajectories.map((t) => this.trajectory(t, g)).join("")}</section>`;
   }
 
   private trajectory(t: TrajectoryView, g: GroupView): string {

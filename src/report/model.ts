@@ -54,6 +54,8 @@ export interface GroupView {
   /** A short description of the item (evaluation samples). */
   item?: string;
   trajectories: TrajectoryView[];
+  /** A branching group's tree, drawn as text lines (src/report/branch-tree.ts). */
+  tree?: string[];
 }
 
 export interface SkippedLine {

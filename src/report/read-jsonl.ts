@@ -4,6 +4,7 @@ import { createInterface } from "node:readline";
 import { buildConversation } from "./conversation.js";
 import type { GroupView, ReportModel, RunInfo, TrajectoryView } from "./model.js";
 import { readLineExtras, type RolloutExtras } from "./rollout-extras.js";
+import { drawBranchTree, readBranchTree } from "./branch-tree.js";
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
@@ -74,6 +75,8 @@ export class ReportBuilder {
         }),
       );
     }
+    const tree = readBranchTree(value);
+    if (tree) group.tree = drawBranchTree(tree);
     if (messages && messages.length !== scores.length) {
       this.skipped.push({ line, reason: `group has ${scores.length} scores but ${messages.length} message lists; shown by score` });
     }

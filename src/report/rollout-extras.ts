@@ -7,6 +7,8 @@
  *   {"tokens": …, "scores": …, "messages": …, "slotpool": {"version": 1, "trajectories": [RolloutExtras, …]}}
  */
 
+import type { BranchTree } from "./branch-tree.js";
+
 export const ROLLOUT_EXTRAS_VERSION = 1;
 
 export interface ToolCallExtras {
@@ -48,6 +50,8 @@ export interface RolloutExtras {
 export interface LineExtras {
   version: number;
   trajectories: RolloutExtras[];
+  /** A branching group's tree (src/report/branch-tree.ts). */
+  tree?: BranchTree;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);

@@ -3,6 +3,7 @@ import { ulimitPrologue } from "./limits.js";
 import { CappedOutput } from "./output.js";
 import { runProcess, type RunResult } from "./runner.js";
 import { Holder } from "./spawner.js";
+import { firstChild } from "./process-barrier.js";
 import type { SlotHost } from "./slot-host.js";
 import type { Slot } from "./slot.js";
 import type { OnChunk, ToolOutcome } from "./tool-outcome.js";
@@ -26,6 +27,8 @@ export class BashExecutor {
   private readonly lastPolicy = new Map<number, boolean>();
   /** Holders running their warm-up command: a real call waits for it (one command at a time). */
   private readonly warming = new Map<Holder, Promise<void>>();
+  /** Holders whose next command must enter /workspace again (see `reanchor`). */
+  private readonly reanchored = new WeakSet<Holder>();
   private closed = false;
 
   constructor(private readonly service: SlotHost) {}
@@ -49,7 +52,7 @@ export class BashExecutor {
         workspaceDir: slot.workspaceDir,
         allowNetwork,
         internet: svc.internetAccess,
-        tmpArgs: svc.disks.tmpArgs(slot),
+        writableArgs: svc.disks.writableArgs(slot),
         identity: svc.identity(slot),
         uid: slot.owner?.uid,
         gid: slot.owner?.gid,
@@ -92,8 +95,10 @@ export class BashExecutor {
           holder = this.holder(slot, allowNetwork);
         }
         holder.boost();
+        const again = this.reanchored.delete(holder);
         res = await holder.run({
-          command: args.command,
+          // Same line: the command's line numbers stay as they were.
+          command: again ? `cd /workspace 2>/dev/null; unset OLDPWD; ${args.command}` : args.command,
           cpuSeconds: cpu,
           maxProcesses: limits.maxProcesses,
           maxFileBytes: limits.maxFileBytes,
@@ -112,7 +117,7 @@ export class BashExecutor {
     } else {
       const script = ulimitPrologue(limits, timeoutSec) + args.command;
       const spec = sandboxed
-        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), tmpArgs: svc.disks.tmpArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,
@@ -216,15 +221,27 @@ export class BashExecutor {
     return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
   }
 
+  /** A process inside each live command namespace of the slot (after its warm-up), for a fork to remount (fork.ts). */
+  async namespacePids(slot: Slot): Promise<number[]> {
+    const h = this.holders.get(slot.index);
+    const live = [h?.net, h?.nonet].filter((x): x is Holder => x !== undefined && x.alive);
+    await Promise.all(live.map((x) => this.warming.get(x)));
+    return live.map((x) => (x.pid !== undefined ? firstChild(x.pid)?.pid : undefined)).filter((p): p is number => p !== undefined);
+  }
+
   /**
-   * Stops the slot's command namespaces only (nothing outlives a `bash` call in them, so
-   * nothing is lost; the terminal's namespace stays): a fork changes the workspace mount
-   * they were started on (fork.ts). The next call or `warm` starts them again.
+   * After a fork: the next command of each namespace enters /workspace again first, since the
+   * bash pre-started for it sits in the old, read-only mount (later ones start on the new).
    */
+  reanchor(slot: Slot): void {
+    const h = this.holders.get(slot.index);
+    for (const x of [h?.net, h?.nonet]) if (x) this.reanchored.add(x);
+  }
+
+  /** Stops the slot's command namespaces only (the terminal's stays); the next call starts them again. */
   async stopNamespaces(slot: Slot): Promise<void> {
     const h = this.holders.get(slot.index);
     this.holders.delete(slot.index);
-    await Promise.all([h?.net && (this.warming.get(h.net) ?? Promise.resolve()), h?.nonet && (this.warming.get(h.nonet) ?? Promise.resolve())]);
     await Promise.all([h?.net?.stop(), h?.nonet?.stop()]);
   }
 

@@ -1,7 +1,6 @@
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chownSync, mkdirSync, renameSync, rmSync, rmdirSync } from "node:fs";
-import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { Logger } from "pino";
@@ -22,23 +21,21 @@ const run = promisify(execFile);
  *
  * "overlay" mode (the slot's disk is a tmpfs of its own and the server may mount):
  * - the parent's upper dir (what it wrote: the plain workspace dir on its disk, or the
- *   upper of its template or fork view) is renamed into a read-only *layer* L on the
- *   parent's disk;
- * - the parent gets a fresh upper over [L, its older layers, its template] mounted over its
- *   workspace, in the server's namespace and in its terminal's namespace, where the old
- *   mount is first made read-only (the kernel refuses while a process holds a file of it
- *   open for writing: the fork is retried a few times, then refused with 409 and nothing
- *   changed). From then on nothing writes to L: a process whose working directory is on the
- *   old mount reads the state at the fork and gets EROFS writing through it;
- * - the parent's command namespaces (nothing outlives a `bash` call there) are restarted
- *   on the new mount; its terminal's shell re-enters its directory before its next call;
- * - each child is reset (processes killed, contents dropped, the parent's template view
- *   attached) and gets a fresh upper on its own disk over [L, the parent's older layers,
- *   its template view]; as root each layer is an id-mapped read-only clone (files of the
- *   slot that wrote it appear as the child's own);
- * - a layer lives on the disk of the slot that wrote it and is deleted when no view uses it
- *   any more; until then it counts against that slot's disk bound, also after that slot's
- *   reset.
+ *   upper of its template or fork view) is renamed into a *layer* on the parent's disk,
+ *   which gets a read-only mount of its own (alive after the parent's reset);
+ * - the parent gets a fresh upper over [layer, its older layers, its template], mounted over
+ *   its workspace in the server's namespace and in each of its live namespaces (terminal and
+ *   command namespaces), where the old mount is first made read-only (the kernel refuses
+ *   while a process holds a file of it open for writing: retried a few times, then 409 and
+ *   nothing changed). From then on nothing writes to the layer: a process whose working
+ *   directory is on the old mount reads the state at the fork and gets EROFS writing there;
+ *   the terminal's shell and each namespace's next command enter /workspace again;
+ * - each child is reset (processes killed, a fresh disk, the parent's template view) unless
+ *   fresh from a reset, and gets a fresh upper on its own disk over [the parent's layers,
+ *   its template view]; as root each layer is seen through an id-mapped read-only clone
+ *   (files of the slot that wrote it appear as the child's own);
+ * - a layer is deleted when no view uses it any more; until then it counts against the disk
+ *   bound of the slot that wrote it, also after that slot's reset.
  * "copy" mode (no per-slot disk, or no mounts): the parent's workspace is copied (O(files),
  *   and not atomic against the parent's background processes).
  */
@@ -50,9 +47,14 @@ const MAX_LAYERS = 64;
 const SEAL_TRIES = 5;
 
 interface Layer {
+  /** Its own read-only mount (what views use): alive while the layer is, also after its slot's disk is replaced by a reset. */
   dir: string;
+  /** Where its files lie: on the disk of the slot that wrote them (deleted from there if that disk is still the slot's). */
+  src: string;
   owner: Ids;
   refs: number;
+  /** Its id-mapped clones by reader ("uid:gid"): made once, kept as long as the layer. */
+  clones: Map<string, string>;
 }
 
 /** A slot whose workspace is a fork view (parent after a fork, or a child). */
@@ -61,14 +63,10 @@ interface ForkView {
   layers: Layer[];
   /** The path each layer is mounted into this view from (the dir, or its id-mapped clone). */
   lowers: string[];
-  /** Id-mapped clones made for this view (unmounted at release). */
-  clones: string[];
   upper: string;
   work: string;
   /** Overlays stacked on the workspace by forks (unmounted at release). */
   stacked: number;
-  /** The disk's bind shows a dir renamed into a layer: bind the disk's workspace dir again at release. */
-  rebind: boolean;
 }
 
 /** What the fork needs from the service (implemented by SandboxService). */
@@ -80,8 +78,16 @@ export interface ForkHost {
   readonly stateDir: string;
   /** Kills every process of the slot and ends its terminal (as reset does first). */
   stopSlot(slot: Slot): Promise<void>;
+  /** The reset's workspace steps: its view detached, a fresh empty disk, then a view of `template` if named. */
+  resetWorkspace(slot: Slot, template: string | undefined): Promise<void>;
+  /** Deletes a tree in the background (tree-removal.ts). */
+  discard(path: string): void;
   /** Stops the slot's command namespaces only (the terminal stays). */
   stopCommandNamespaces(slot: Slot): Promise<void>;
+  /** A process in each live command namespace of the slot. */
+  commandNamespacePids(slot: Slot): Promise<number[]>;
+  /** The next command of each command namespace enters /workspace again. */
+  reanchorCommands(slot: Slot): void;
   warm(slot: Slot): void;
   terminalPid(slot: Slot): number | undefined;
   terminalState(slot: Slot): TerminalState | undefined;
@@ -95,10 +101,16 @@ export class SlotForks {
   private readonly mounter: ForkMounter | undefined;
   private readonly views = new Map<number, ForkView>();
   private readonly cloneDir: string;
+  private readonly layerDir: string;
 
   constructor(private readonly host: ForkHost) {
     this.cloneDir = join(host.stateDir, "fork-clones");
-    rmSync(this.cloneDir, { recursive: true, force: true });
+    this.layerDir = join(host.stateDir, "fork-layers");
+    for (const d of [this.cloneDir, this.layerDir]) {
+      // A killed server's mounts died with its namespace: what is left are empty dirs.
+      rmSync(d, { recursive: true, force: true });
+      mkdirSync(d, { recursive: true, mode: 0o700 });
+    }
     const why =
       host.disks.mode !== "tmpfs" ? `no disk of its own per slot (${host.disks.reason ?? "tmpfs mode off"})`
       : host.templates.views.mode !== "overlay" ? "template views are copies (no overlayfs)"
@@ -158,6 +170,8 @@ export class SlotForks {
     release(snapshot);
     const results = await Promise.allSettled(childSteps);
     snapshot.done();
+    // Warm-ups spawn (milliseconds of blocked event loop each): after the answer, not before.
+    for (const c of children) this.host.warm(c);
     const failed = results.findIndex((r) => r.status === "rejected");
     if (failed >= 0) {
       const err = (results[failed] as PromiseRejectedResult).reason;
@@ -180,45 +194,52 @@ export class SlotForks {
     // What the parent wrote: its fork view's upper, its template view's upper, or the plain dir on its disk.
     const templateUpper = h.templates.views.upperOf(parent);
     const upper = prev?.upper ?? templateUpper ?? h.disks.workspaceSource(parent)!;
-    const plain = !prev && !templateUpper;
     const tag = randomBytes(4).toString("hex");
-    const layer: Layer = { dir: join(disk, `layer-${tag}`), owner, refs: 1 };
+    const layer: Layer = { dir: join(this.layerDir, tag), src: join(disk, `layer-${tag}`), owner, refs: 1, clones: new Map() };
     const lowers = [layer.dir, ...(prev?.lowers ?? []), ...optional(h.templates.views.lowerOf(parent))];
     const next: ForkView = {
       layers: [layer, ...(prev?.layers ?? [])],
       lowers,
-      clones: prev?.clones ?? [],
       upper: join(disk, `upper-${tag}`),
       work: join(disk, `work-${tag}`),
       stacked: (prev?.stacked ?? 0) + 1,
-      rebind: (prev?.rebind ?? false) || plain,
     };
     const pid = h.terminalPid(parent);
-    // The command namespaces were started on the old mount: restarted after (nothing in them outlives a call).
-    await h.stopCommandNamespaces(parent);
-    renameSync(upper, layer.dir);
+    const commandPids = await h.commandNamespacePids(parent);
+    renameSync(upper, layer.src);
+    mkdirSync(layer.dir, { recursive: true, mode: 0o700 });
     try {
+      await m.bind(parent.index, layer.src, layer.dir);
       mkdirSync(next.upper, { mode: 0o700 });
       mkdirSync(next.work, { mode: 0o700 });
       chownSync(next.upper, owner.uid, owner.gid);
-      await m.overlay(parent.workspaceDir, next.upper, next.work, lowers);
+      await m.overlay(parent.index, parent.workspaceDir, next.upper, next.work, lowers);
       try {
         if (pid !== undefined) await this.seal(pid, parent);
       } catch (err) {
-        await m.umount(parent.workspaceDir);
+        await m.umount(parent.index, parent.workspaceDir);
         throw err;
       }
     } catch (err) {
       rmSync(next.upper, { recursive: true, force: true });
       rmSync(next.work, { recursive: true, force: true });
-      renameSync(layer.dir, upper);
-      h.warm(parent);
+      await m.umount(parent.index, layer.dir).catch(() => undefined);
+      rmdirQuiet(layer.dir);
+      renameSync(layer.src, upper);
       throw err;
     }
-    if (prev) void rm(prev.work, { recursive: true, force: true }).catch(() => undefined);
+    // The command namespaces get the new mount the same way (nothing holds files there between
+    // calls); one that cannot is stopped: nothing outlives a call in it, the next call starts it anew.
+    try {
+      await Promise.all(commandPids.map((p, i) => this.mounter!.seal(parent.index + i + 1, p, parent.workspaceDir)));
+      h.reanchorCommands(parent);
+    } catch (err) {
+      h.logger.warn({ err, slot: parent.id }, "fork: restarting the parent's command namespaces on the new mount");
+      await h.stopCommandNamespaces(parent);
+    }
+    if (prev) h.discard(prev.work);
     this.views.set(parent.index, next);
     h.reanchorTerminal(parent);
-    h.warm(parent);
     // Held until every child holds its own (a child's reset during the fork cannot delete them).
     for (const l of next.layers) l.refs++;
     return {
@@ -237,7 +258,7 @@ export class SlotForks {
   private async seal(pid: number, parent: Slot): Promise<void> {
     for (let i = 1; ; i++) {
       try {
-        await this.mounter!.seal(pid, parent.workspaceDir);
+        await this.mounter!.seal(parent.index, pid, parent.workspaceDir);
         return;
       } catch (err) {
         if (!(err instanceof ForkBusyError)) throw err;
@@ -255,12 +276,17 @@ export class SlotForks {
 
   private async childStep(parent: Slot, child: Slot, snap: Snapshot): Promise<void> {
     const h = this.host;
+    const fresh = child.pristine && snap.mode === "overlay" && !this.views.has(child.index) && h.templates.views.templateOf(child) === undefined;
+    child.pristine = false;
+    if (fresh) {
+      await this.attachFresh(child, snap);
+      h.seedTerminal(child, snap.terminal);
+      return;
+    }
     await h.stopSlot(child);
     await this.release(child);
     // Copy mode copies the parent's whole view, template files included.
-    const template = snap.template === undefined || snap.mode === "copy" ? undefined : h.templates.take(snap.template);
-    await h.templates.resetWorkspace(child, template);
-    h.disks.wipeTmp(child);
+    await h.resetWorkspace(child, snap.mode === "copy" ? undefined : snap.template);
     if (snap.mode === "copy") {
       await run("cp", ["-a", "--reflink=auto", `${parent.workspaceDir}/.`, child.workspaceDir], { maxBuffer: 1 << 20 });
       if (child.owner) await run("chown", ["-R", `${child.owner.uid}:${child.owner.gid}`, child.workspaceDir]);
@@ -268,7 +294,26 @@ export class SlotForks {
       await this.attachChild(child, snap.layers);
     }
     h.seedTerminal(child, snap.terminal);
-    h.warm(child);
+  }
+
+  /**
+   * A child fresh from a reset (empty disk, no terminal, namespaces that ran nothing): no
+   * reset is needed. The view is mounted over its empty workspace and its idle command
+   * namespaces get it the way the parent's do (the old, empty mount made read-only under it).
+   */
+  private async attachFresh(child: Slot, snap: Snapshot): Promise<void> {
+    const h = this.host;
+    h.logger.debug({ slot: child.id }, "fork: the child is fresh from a reset: no reset");
+    if (snap.template !== undefined) await h.templates.attach(child, h.templates.take(snap.template));
+    const pids = await h.commandNamespacePids(child);
+    await this.attachChild(child, snap.layers);
+    try {
+      await Promise.all(pids.map((p, i) => this.mounter!.seal(child.index + i, p, child.workspaceDir)));
+      h.reanchorCommands(child);
+    } catch (err) {
+      h.logger.warn({ err, slot: child.id }, "fork: restarting the child's command namespaces on its new workspace");
+      await h.stopCommandNamespaces(child);
+    }
   }
 
   private async attachChild(child: Slot, layers: Layer[]): Promise<void> {
@@ -277,24 +322,14 @@ export class SlotForks {
     const owner = child.owner ?? me();
     const disk = h.disks.viewsDir(child)!;
     const tag = randomBytes(4).toString("hex");
-    const view: ForkView = { layers: [], lowers: [], clones: [], upper: join(disk, `upper-${tag}`), work: join(disk, `work-${tag}`), stacked: 1, rebind: false };
+    const view: ForkView = { layers: [], lowers: [], upper: join(disk, `upper-${tag}`), work: join(disk, `work-${tag}`), stacked: 1 };
     try {
-      for (const l of layers) {
-        let path = l.dir;
-        if (l.owner.uid !== owner.uid || l.owner.gid !== owner.gid) {
-          path = join(this.cloneDir, child.id, `${tag}-${view.clones.length}`);
-          mkdirSync(path, { recursive: true, mode: 0o700 });
-          await m.idmap(l.dir, path, l.owner, owner);
-          view.clones.push(path);
-        }
-        view.lowers.push(path);
-      }
+      for (const l of layers) view.lowers.push(await this.lowerFor(child.index, l, owner));
       mkdirSync(view.upper, { mode: 0o700 });
       mkdirSync(view.work, { mode: 0o700 });
       chownSync(view.upper, owner.uid, owner.gid);
-      await m.overlay(child.workspaceDir, view.upper, view.work, [...view.lowers, ...optional(h.templates.views.lowerOf(child))]);
+      await m.overlay(child.index, child.workspaceDir, view.upper, view.work, [...view.lowers, ...optional(h.templates.views.lowerOf(child))]);
     } catch (err) {
-      for (const c of view.clones) await this.dropClone(c);
       rmSync(view.upper, { recursive: true, force: true });
       rmSync(view.work, { recursive: true, force: true });
       throw err;
@@ -302,6 +337,20 @@ export class SlotForks {
     view.layers = layers;
     for (const l of layers) l.refs++;
     this.views.set(child.index, view);
+  }
+
+  /** The layer as `reader` sees it: the dir itself, or (as root, another slot's uid) its id-mapped clone. */
+  private async lowerFor(lane: number, l: Layer, reader: Ids): Promise<string> {
+    if (l.owner.uid === reader.uid && l.owner.gid === reader.gid) return l.dir;
+    const key = `${reader.uid}:${reader.gid}`;
+    let path = l.clones.get(key);
+    if (!path) {
+      path = join(this.cloneDir, `${randomBytes(6).toString("hex")}`);
+      mkdirSync(path, { recursive: true, mode: 0o700 });
+      await this.mounter!.idmap(lane, l.dir, path, l.owner, reader);
+      l.clones.set(key, path);
+    }
+    return path;
   }
 
   /**
@@ -314,27 +363,28 @@ export class SlotForks {
     if (!v) return;
     this.views.delete(slot.index);
     const m = this.mounter!;
-    for (let i = 0; i < v.stacked; i++) await m.umount(slot.workspaceDir);
-    for (const c of v.clones) await this.dropClone(c);
-    if (v.rebind) this.host.disks.rebindWorkspace(slot);
+    for (let i = 0; i < v.stacked; i++) await m.umount(slot.index, slot.workspaceDir);
     for (const l of v.layers) this.unref(l);
-    void rm(v.upper, { recursive: true, force: true }).catch(() => undefined);
-    void rm(v.work, { recursive: true, force: true }).catch(() => undefined);
+    // Upper and work lie on the slot's disk, which the reset that follows replaces whole.
   }
 
   private unref(l: Layer): void {
     if (--l.refs > 0) return;
-    // Off the event loop (libuv's pool): a layer may hold many files.
-    void rm(l.dir, { recursive: true, force: true }).catch((err: unknown) => this.host.logger.warn({ err, layer: l.dir }, "could not delete a fork layer"));
+    const clones = [...l.clones.values()];
+    l.clones.clear();
+    // Its files: deleted in the background where its slot's disk still holds them (after a
+    // reset of that slot they go with the old disk, freed when its last mount goes).
+    this.host.discard(l.src);
+    void (async () => {
+      for (const c of [...clones, l.dir]) await this.dropClone(c);
+    })().catch((err: unknown) => this.host.logger.warn({ err, layer: l.dir }, "could not unmount a fork layer"));
   }
 
+  /** Unmounts a layer's mount or clone (from a grandchild of the helper: it may free a whole old disk) and drops its dir. */
   private async dropClone(path: string): Promise<void> {
-    await this.mounter!.umount(path);
-    try {
-      rmdirSync(path);
-    } catch {
-      /* still mounted (lazily detached) or gone */
-    }
+    await this.mounter!.umountInBackground(0, path);
+    // The grandchild may not have run yet: the dir goes when it is no mount point any more.
+    setTimeout(() => rmdirQuiet(path), 1000).unref();
   }
 
   /** The number of layers beneath the slot's view (tests, docs). */
@@ -356,6 +406,14 @@ interface Snapshot {
   layers: Layer[];
   /** Drops the fork's own references once every child holds its own. */
   done: () => void;
+}
+
+function rmdirQuiet(path: string): void {
+  try {
+    rmdirSync(path);
+  } catch {
+    /* still a mount point, or gone */
+  }
 }
 
 function me(): Ids {

@@ -9,8 +9,9 @@ import { withoutCapabilities } from "../host/mount-namespace.js";
  * host can create the namespaces at all (checked once at start-up).
  *
  * What a command sees: the system directories (/usr, /bin, /lib*, /sbin, /etc) read-only,
- * a fresh /proc for its own PID namespace, a minimal /dev, a private /tmp, and its slot's
- * workspace read-write at /workspace. Nothing else of the host: no other slot, no server
+ * a fresh /proc for its own PID namespace, a minimal read-only /dev, and read-write only
+ * its slot's workspace at /workspace and its /tmp, /var/tmp and /dev/shm (on the slot's
+ * bounded disk, see slot-disk.ts). Nothing else of the host: no other slot, no server
  * files (data dir, node install outside /usr, /root, /home), no host /proc.
  */
 
@@ -39,12 +40,13 @@ export function systemBindArgs(): string[] {
 }
 
 export interface NamespaceOptions {
-  workspaceDir: string;
+  /** The slot's workspace, bound read-write at /workspace; null: an empty read-only /workspace (terminal attach). */
+  workspaceDir: string | null;
   allowNetwork: boolean;
   /** /etc/passwd and /etc/group that name the slot's uid (see `identityFiles`). */
   identity?: { passwd: string; group: string } | undefined;
-  /** How /tmp and /var/tmp are made (the slot's bounded disk); default: a tmpfs each. */
-  tmpArgs?: string[] | undefined;
+  /** How /tmp, /var/tmp and /dev/shm are made (`SlotDisks.writableArgs`); default: small tmpfs. */
+  writableArgs?: string[] | undefined;
 }
 
 /**
@@ -66,9 +68,12 @@ export function bwrapArgs(opts: NamespaceOptions): string[] {
     ...systemBindArgs(),
     "--proc", "/proc",
     "--dev", "/dev",
-    ...(opts.tmpArgs ?? ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]),
+    ...(opts.writableArgs ?? DEFAULT_WRITABLE),
+    // bubblewrap's /dev is a tmpfs as large as half the RAM, writable by the slot: read-only
+    // (device nodes stay usable; /dev/shm is the bounded mount above, /dev/pts its own).
+    "--remount-ro", "/dev",
     ...(opts.identity ? ["--ro-bind", opts.identity.passwd, "/etc/passwd", "--ro-bind", opts.identity.group, "/etc/group"] : []),
-    "--bind", opts.workspaceDir, "/workspace",
+    ...(opts.workspaceDir === null ? ["--dir", "/workspace"] : ["--bind", opts.workspaceDir, "/workspace"]),
     "--chdir", "/workspace",
     "--clearenv",
     "--setenv", "HOME", "/workspace",
@@ -82,6 +87,9 @@ export function bwrapArgs(opts: NamespaceOptions): string[] {
     "--setenv", "LANG", "C.UTF-8",
   ];
 }
+
+/** Small tmpfs for /tmp, /var/tmp and /dev/shm where no slot disk is given (probe, terminal attach). */
+const DEFAULT_WRITABLE = ["--size", String(1 << 20), "--tmpfs", "/tmp", "--size", String(1 << 20), "--tmpfs", "/var/tmp", "--size", String(1 << 20), "--tmpfs", "/dev/shm"];
 
 /** Last bwrap arguments: the sandbox's root (a tmpfs holding the mount points) read-only. */
 export const READ_ONLY_ROOT = ["--remount-ro", "/"];

@@ -20,8 +20,12 @@ import { findExecutable } from "../host/executables.js";
  *  - the rest of slirp4netns's own 10.0.2.0/24 (other addresses there are passed through
  *    to the real network): only the gateway and the DNS forwarder (10.0.2.3) stay.
  * DNS: the slot's /etc/resolv.conf names 10.0.2.3, which slirp4netns forwards to the host's
- * first nameserver; a host whose nameserver is a loopback address gets no DNS forwarder
- * (it would open the host's loopback), and the slot then has no name resolution.
+ * first nameserver. slirp4netns forwards every port of that address, not only DNS, so
+ * the namespace also gets an nftables filter (set by the server before the slot's first
+ * process, like the routes): to 10.0.2.3 only port 53 (UDP and TCP) passes, anything else
+ * is rejected. Without `nft` (Debian: nftables) the forwarder stays off (fail closed: no
+ * name resolution, /health and the start-up log say why). A host whose nameserver is a
+ * loopback address gets no DNS forwarder either (it would open the host's loopback).
  * Works as root (slirp4netns runs as the slot's uid) and as non-root alike: the namespace
  * is made by `unshare --user --map-root-user --net` (the holder's own user namespace), the
  * routes are set in it, then bubblewrap starts the slot's sandbox in a nested user
@@ -41,8 +45,12 @@ export interface InternetAccess {
   routes: string[];
   /** Host file bound at the slot's /etc/resolv.conf. */
   resolvConf: string;
-  /** The host's resolver is a loopback address: slirp4netns runs without its DNS forwarder. */
+  /** No DNS forwarder (loopback resolver, or no nftables to confine it to DNS): slirp4netns runs with --disable-dns. */
   disableDns: boolean;
+  /** Why there is no DNS forwarder, if there is none. */
+  dnsReason?: string | undefined;
+  /** nftables rules (`nft -f -`) confining the forwarder to DNS, run in the slot's namespace with the routes. */
+  dnsFilter: string;
 }
 
 export type InternetProbe = { available: true; access: InternetAccess } | { available: false; reason: string };
@@ -122,8 +130,28 @@ export function probeInternet(stateDir: string, allowRanges: string[]): Internet
   // slirp4netns makes its tap device through /dev/net/tun (a container needs it passed in).
   if (!existsSync("/dev/net/tun")) return { available: false, reason: "/dev/net/tun is missing (a container must be given the device)" };
   const ns = firstNameserver();
-  const disableDns = !ns || ns.startsWith("127.") || ns === "::1" || ns.includes(":");
+  const nft = findExecutable("nft");
+  const dnsReason =
+    !ns ? "the host has no nameserver in /etc/resolv.conf"
+    : ns.startsWith("127.") || ns === "::1" || ns.includes(":") ? `the host's nameserver ${ns} is on its loopback (or IPv6), which slots never reach`
+    : !nft ? "nft (Debian: nftables) is not installed: slirp4netns's forwarder passes every port of the host's nameserver, not only DNS, and cannot be confined without it"
+    : undefined;
+  const disableDns = dnsReason !== undefined;
   const resolvConf = join(stateDir, "resolv.conf");
-  writeFileSync(resolvConf, disableDns ? "# no DNS: the host's resolver is on its loopback, which slots never reach\n" : `nameserver ${SLIRP_DNS}\n`, { mode: 0o644 });
-  return { available: true, access: { slirp4netns, unshare, routes: slotRoutes(allowRanges, hostAddresses()), resolvConf, disableDns } };
+  writeFileSync(resolvConf, disableDns ? `# no DNS: ${dnsReason}\n` : `nameserver ${SLIRP_DNS}\n`, { mode: 0o644 });
+  return { available: true, access: { slirp4netns, unshare, routes: slotRoutes(allowRanges, hostAddresses()), resolvConf, disableDns, dnsReason, dnsFilter: disableDns ? "" : dnsFilterRules() } };
+}
+
+/** The forwarder at 10.0.2.3 answers DNS only: port 53, UDP and TCP; any other port is rejected in the slot's namespace. */
+export function dnsFilterRules(): string {
+  return [
+    "table ip slotpool {",
+    "  chain output {",
+    "    type filter hook output priority 0; policy accept;",
+    `    ip daddr ${SLIRP_DNS} udp dport 53 accept`,
+    `    ip daddr ${SLIRP_DNS} tcp dport 53 accept`,
+    `    ip daddr ${SLIRP_DNS} reject`,
+    "  }",
+    "}",
+  ].join("\n");
 }

@@ -2,6 +2,7 @@ import { closeSync, constants as fsc, fchownSync, fstatSync, mkdirSync, open as 
 import { open, type FileHandle } from "node:fs/promises";
 import { posix } from "node:path";
 import { SlotpoolError } from "../protocol/errors.js";
+import { workspacePathProblem } from "../protocol/sandbox.js";
 
 /**
  * Resolves user-given paths inside a slot's workspace (host directory `workspaceDir`, seen
@@ -101,6 +102,9 @@ export function workspaceComponents(userPath: string): string[] {
   if (userPath.includes("\0")) {
     throw new WorkspacePathError("invalid", userPath, `path ${q(userPath)} contains a NUL byte`);
   }
+  // Also checked by the request schemas: refused before any directory is created on the way.
+  const problem = workspacePathProblem(userPath);
+  if (problem) throw new WorkspacePathError(/outside|escapes/.test(problem) ? "outside" : "invalid", userPath, `path ${q(userPath.slice(0, 200))} ${problem}`);
   let rest = userPath;
   if (userPath.startsWith("/")) {
     const parts = userPath.split("/").filter((c) => c !== "" && c !== ".");

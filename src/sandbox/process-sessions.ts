@@ -230,7 +230,7 @@ export class ProcessSessions {
     ].join("");
     const args = [
       // Network on: the namespace unshare made (bubblewrap must not unshare it again).
-      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: internet !== undefined, identity: host.identity(slot), tmpArgs: host.disks.tmpArgs(slot) }),
+      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: internet !== undefined, identity: host.identity(slot), writableArgs: host.disks.writableArgs(slot) }),
       // Inside unshare's user namespace (where it is root): back to the slot's uid, the slot's resolver.
       ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(alias ? ["--bind", slot.workspaceDir, alias] : []),

@@ -45,7 +45,7 @@ export function runProcess(spec: RunSpec): Promise<RunResult> {
     const cmd = withoutCapabilities(spec.file, spec.args);
     try {
       child = spawn(cmd.file, cmd.args, {
-        cwd: spec.cwd,
+        cwd: spec.cwd ?? "/",
         env: spec.env ?? {},
         stdio: ["ignore", "pipe", "pipe"],
         detached: true,

@@ -126,6 +126,8 @@ export class SandboxServer {
             // given /dev/net/tun): operators read it here, not only in the start-up log.
             internet: svc.internetAccess ? "slirp4netns" : "unavailable",
             ...(svc.internetAccess ? {} : { internet_unavailable_reason: svc.internetReason ?? "unknown" }),
+            // What a network-on slot's DNS forwarder (10.0.2.3) answers: DNS only, or nothing (and why).
+            ...(svc.internetAccess ? { dns: svc.internetAccess.disableDns ? "off" : "dns_only", ...(svc.internetAccess.dnsReason ? { dns_off_reason: svc.internetAccess.dnsReason } : {}) } : {}),
             cgroups: svc.cgroups.mode,
             limits: svc.limitsInForce,
             slots_busy: svc.slots.filter((s) => s.state !== "idle").length,
@@ -133,7 +135,10 @@ export class SandboxServer {
         { public: true },
       )
       .add("GET", "/slots", (_req, res) =>
-        sendJson(res, 200, { slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued })) }),
+        sendJson(res, 200, {
+          // out_of_service: why the slot refuses calls (its last reset failed) until a reset succeeds.
+          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
+        }),
       )
       .add("GET", "/metrics", (_req, res) => {
         res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE });

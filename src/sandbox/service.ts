@@ -31,15 +31,25 @@ import { SlotCgroups } from "./cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "./spawner-binary.js";
 import { limitsInForce, type LimitsInForce } from "./limits-in-force.js";
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.js";
-import { SlotForks, type ForkHost } from "./fork.js";
+import { SlotForks } from "./fork.js";
+import { forkHost } from "./fork-host.js";
 import type { ForkResponse } from "../protocol/sandbox.js";
-import type { TerminalState } from "./stateful.js";
 
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
 import { DEFAULT_DISK_BYTES, SlotDisks } from "./slot-disk.js";
+import { MountHelper, mountHelperBinary } from "./mount-helper.js";
+import { TreeRemoval } from "./tree-removal.js";
 import { whyNoMounts } from "../host/mount-namespace.js";
 import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "./network.js";
+
+/** A reset could not empty the slot (HTTP 500): the slot is out of service until a reset succeeds. */
+export class ResetFailedError extends HttpError {
+  override name = "ResetFailedError";
+  constructor(message: string) {
+    super(500, message);
+  }
+}
 
 /** Hermes names accepted as aliases. */
 const TOOL_ALIASES: Record<string, SandboxToolName> = {
@@ -91,7 +101,7 @@ export interface ParsedCall {
   timeoutSec: number | undefined;
 }
 
-export class SandboxService implements SlotHost, ForkHost {
+export class SandboxService implements SlotHost {
   readonly slots: Slot[];
   readonly limits: CommandLimits;
   readonly bwrap: BwrapProbe;
@@ -119,6 +129,9 @@ export class SandboxService implements SlotHost, ForkHost {
   readonly internetAccess: InternetAccess | undefined;
   readonly internetReason: string | undefined;
   readonly disks: SlotDisks;
+  readonly mountHelper: MountHelper | null;
+  readonly mayMount: boolean;
+  readonly removal: TreeRemoval;
   /** POST /fork (fork.ts). */
   readonly forks: SlotForks;
   private readonly bash: BashExecutor;
@@ -152,23 +165,28 @@ export class SandboxService implements SlotHost, ForkHost {
       }
     }
     const base = options.slotUidBase ?? 20_000;
+    this.removal = new TreeRemoval(join(this.stateDir, "trash"));
+    // Mounting needs root, or (not root) a user namespace of the server's own.
+    const noMounts = whyNoMounts();
+    this.mayMount = noMounts === undefined;
+    const helperPath = this.mayMount ? mountHelperBinary(this.stateDir) : null;
+    this.mountHelper = helperPath ? new MountHelper(helperPath) : null;
     this.slots = [];
     for (let i = 0; i < options.slots; i++) {
       // Slot commands run as uid/gid base+i (e.g. 20000 for slot_0) when the server is root.
       const owner = perSlotUid && isRoot ? { uid: base + i, gid: base + i } : undefined;
       const slot = new Slot(i, join(dataDir, `slot_${i}`), owner);
       slot.prepare();
-      slot.wipeWorkspace();
+      // A crashed server's files: moved away at once, deleted by a child process.
+      this.removal.emptyNow(slot.workspaceDir, owner);
       this.slots.push(slot);
     }
-    // Mounting needs root, or (not root) a user namespace of the server's own.
-    const noMounts = whyNoMounts();
     const unbounded =
       options.boundWorkspace === false ? "turned off (--no-disk-workspace)"
       : options.disableSandbox ? "sandboxing is off (--no-sandbox)"
       : noMounts !== undefined ? `${noMounts}: bounding it needs a mount per slot`
       : undefined;
-    this.disks = new SlotDisks(this.stateDir, options.diskBytes ?? DEFAULT_DISK_BYTES, unbounded);
+    this.disks = new SlotDisks(this.stateDir, options.diskBytes ?? DEFAULT_DISK_BYTES, unbounded, this.mountHelper);
     const first = this.slots[0];
     this.bwrap = options.disableSandbox
       ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox" }
@@ -190,6 +208,7 @@ export class SandboxService implements SlotHost, ForkHost {
     this.internetAccess = internet.available ? internet.access : undefined;
     this.internetReason = internet.available ? undefined : internet.reason;
     if (!internet.available && this.bwrap.available) this.logger.warn({ reason: internet.reason }, "network on is unavailable: calls with allow_network run loopback-only");
+    if (internet.available && internet.access.dnsReason) this.logger.warn({ reason: internet.access.dnsReason }, "network-on slots get no DNS forwarder");
     this.cgroups = new SlotCgroups({ memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses }, this.logger, options.disableCgroups ?? false);
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;
@@ -202,7 +221,9 @@ export class SandboxService implements SlotHost, ForkHost {
     // which would take the disk bound's fresh mounts with it.
     this.disks.attachAll(this.slots);
     // After the disks: forks need each slot's disk (else they copy).
-    this.forks = new SlotForks(this);
+    this.forks = new SlotForks(
+      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: (slot) => this.emptyWorkspace(slot), discard: (path) => this.removal.discard(path) }),
+    );
     if (this.disks.reason && unbounded === undefined) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
     // After attaching: a refused mount makes the disk bound /tmp-only, and /health says so.
     this.limitsInForce = limitsInForce({
@@ -263,7 +284,13 @@ export class SandboxService implements SlotHost, ForkHost {
   /** Queues the call on its slot (arrival order) and resolves with its answer. */
   execute(call: ParsedCall, onChunk?: OnChunk): Promise<ExecuteResponse> {
     if (this.closed) return Promise.resolve(this.fail(call, "sandbox server is shutting down"));
-    return call.slot.enqueue(() => this.runCall(call, onChunk));
+    call.slot.pristine = false;
+    return call.slot.enqueue(() => {
+      // Checked in the queue: a reset queued before this call decides.
+      const broken = call.slot.outOfService;
+      if (broken) return Promise.resolve(this.fail(call, `${call.slot.id} is out of service until a reset succeeds: ${broken}`));
+      return this.runCall(call, onChunk);
+    });
   }
 
   private async runCall(call: ParsedCall, onChunk?: OnChunk): Promise<ExecuteResponse> {
@@ -328,36 +355,62 @@ export class SandboxService implements SlotHost, ForkHost {
   }
 
   /**
-   * Kills every process of the slot and deletes the workspace's contents; with `template`,
-   * the workspace then becomes a copy-on-write view of that template. A barrier: when it
-   * resolves, no process of the slot runs any more (each namespace's teardown is waited for,
-   * not only signalled) and only then is the workspace wiped, so nothing of the previous
-   * trajectory can appear in it afterwards.
+   * Kills every process of the slot and empties its workspace, /tmp, /var/tmp and /dev/shm;
+   * with `template`, the workspace then becomes a copy-on-write view of that template. A
+   * barrier: when it resolves, no process of the slot runs any more (each namespace's
+   * teardown is waited for, not only signalled) and only then is the workspace emptied, so
+   * nothing of the previous trajectory can appear in it afterwards.
+   *
+   * Emptying costs the same whatever the slot wrote and runs off the event loop: a fresh
+   * tmpfs replaces the slot's disk (slot-disk.ts), or, without one, the workspace is
+   * renamed away and deleted by a child process (tree-removal.ts). When that fails the
+   * reset rejects with ResetFailedError (HTTP 500) and the slot is out of service (its
+   * calls are refused) until a reset succeeds: never an answer with the old files left.
    */
   async reset(slot: Slot, template?: string): Promise<ResetResponse> {
     const next = template === undefined ? undefined : this.templates.take(template);
     slot.killRunning();
     return slot.enqueue(() =>
       slot.withResetting(async () => {
-        await this.stateful.stop(slot);
-        // Held until the reset is done: a session started in between would outlive it.
-        await this.processes.killSlot(slot, { hold: true });
-        await this.bash.resetSlot(slot);
+        slot.pristine = false;
         try {
+          // Held until the reset is done: a process session started in between would outlive it.
+          await this.processes.killSlot(slot, { hold: true });
+          await this.stateful.stop(slot);
+          await this.bash.resetSlot(slot);
           await this.forks.release(slot);
-          await this.templates.resetWorkspace(slot, next);
+          await this.templates.detach(slot);
+          await this.emptyWorkspace(slot);
         } catch (err) {
           this.processes.settle(slot);
-          return { success: false, output: "", error: `${slot.id} reset, but its view of template '${template}' failed: ${err instanceof Error ? err.message : String(err)}` };
+          if (next) this.templates.store.release(next);
+          const why = err instanceof Error ? err.message : String(err);
+          slot.outOfService = `its last reset failed (${why})`;
+          this.logger.error({ err, slot: slot.id }, "reset failed: the slot is out of service until a reset succeeds");
+          throw new ResetFailedError(`${slot.id} could not be reset, so it is out of service until a reset succeeds (retry POST /reset): ${why}`);
         }
-        this.disks.wipeTmp(slot);
+        slot.outOfService = undefined;
         this.metrics.resets.inc();
+        if (next) {
+          try {
+            await this.templates.attach(slot, next);
+          } catch (err) {
+            // The workspace is empty again (a copy may have failed half-way): usable, without the template.
+            await this.emptyWorkspace(slot).catch((e: unknown) => {
+              slot.outOfService = `emptying its workspace after a failed template view failed (${e instanceof Error ? e.message : String(e)})`;
+            });
+            setImmediate(() => void this.bash.warm(slot));
+            setImmediate(() => this.processes.afterReset(slot));
+            return { success: false, output: "", error: `${slot.id} reset to an empty workspace, but its view of template '${next.name}' failed: ${err instanceof Error ? err.message : String(err)}` };
+          }
+        }
         // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
         // trajectory: every process is dead and the workspace empty by now) for the network
         // policy the slot last used, built in the background. Its spawn (a fork of this
         // process: 5–15 ms of blocked event loop, measured) happens after this answer is
         // written, not before: the reset is complete without it. A call that arrives first
         // starts the namespace itself; one arriving during the start-up waits for it.
+        slot.pristine = next === undefined;
         // A slot that runs process sessions (E2B) warms a session sandbox instead: its bash
         // namespace would go unused, and each spawn blocks this event loop.
         if (!this.processes.runsSessions(slot)) setImmediate(() => void this.bash.warm(slot));
@@ -365,6 +418,12 @@ export class SandboxService implements SlotHost, ForkHost {
         return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
       }),
     );
+  }
+
+  /** A fresh empty workspace (and /tmp, /var/tmp, /dev/shm where they are on the slot's disk). */
+  private async emptyWorkspace(slot: Slot): Promise<void> {
+    if (this.disks.bounded(slot)) await this.disks.renew(slot);
+    else await this.removal.empty(slot.workspaceDir, slot.owner);
   }
 
   /**
@@ -377,42 +436,23 @@ export class SandboxService implements SlotHost, ForkHost {
     const parent = this.slotById(parentId);
     const children = into.map((id, i) => this.slotById(id, `into.${i}`));
     SlotForks.check(parent, children);
-    return this.forks.fork(parent, children);
+    return this.forkWithSessionsStopped(parent, children);
   }
 
-  async stopSlot(slot: Slot): Promise<void> {
-    slot.killRunning();
-    await this.stateful.stop(slot);
-    await this.processes.killSlot(slot, { hold: true });
-    await this.bash.resetSlot(slot);
-  }
-
-  async stopCommandNamespaces(slot: Slot): Promise<void> {
-    // Process sessions (and the one started ahead) bind the workspace's old upper dir, which
-    // becomes the layer the children share: one still writing there would reach them. Ended.
-    await this.processes.killSlot(slot, { hold: true });
-    return this.bash.stopNamespaces(slot);
-  }
-
-  warm(slot: Slot): void {
-    setImmediate(() => void this.bash.warm(slot));
-    setImmediate(() => this.processes.afterReset(slot));
-  }
-
-  terminalPid(slot: Slot): number | undefined {
-    return this.stateful.terminalPid(slot);
-  }
-
-  terminalState(slot: Slot): TerminalState | undefined {
-    return this.stateful.terminalState(slot);
-  }
-
-  seedTerminal(slot: Slot, state: TerminalState): void {
-    this.stateful.seed(slot, state);
-  }
-
-  reanchorTerminal(slot: Slot): void {
-    this.stateful.reanchor(slot);
+  /**
+   * Process sessions bind a workspace as it is mounted when they start: the parent's would
+   * keep writing into the layer its children share, a child's sandbox started ahead would
+   * keep its old empty view. So every session of the slots involved ends first (the parent's
+   * running ones included), starts wait for the fork, and sandboxes are started ahead again after.
+   */
+  private async forkWithSessionsStopped(parent: Slot, children: readonly Slot[]): Promise<ForkResponse> {
+    const slots = [parent, ...children];
+    await Promise.all(slots.map((s) => this.processes.killSlot(s, { hold: true })));
+    try {
+      return await this.forks.fork(parent, children);
+    } finally {
+      for (const s of slots) this.processes.afterReset(s);
+    }
   }
 
   /**
@@ -440,6 +480,7 @@ export class SandboxService implements SlotHost, ForkHost {
     this.templates.close();
     await this.cgroups.cleanup();
     this.disks.detachAll(this.slots);
+    this.mountHelper?.close();
   }
 
   /** /etc/passwd and /etc/group overlays naming the slot's uid inside its sandbox. */

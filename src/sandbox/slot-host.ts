@@ -7,6 +7,8 @@ import type { RunResult } from "./runner.js";
 import type { InternetAccess } from "./network.js";
 import type { Slot } from "./slot.js";
 import type { SlotDisks } from "./slot-disk.js";
+import type { MountHelper } from "./mount-helper.js";
+import type { TreeRemoval } from "./tree-removal.js";
 import type { ToolOutcome } from "./tool-outcome.js";
 
 /**
@@ -29,6 +31,12 @@ export interface SlotHost {
   /** How a slot with network on reaches the internet (undefined: loopback only). */
   readonly internetAccess: InternetAccess | undefined;
   readonly disks: SlotDisks;
+  /** The mount helper, where the server may mount and it could be built. */
+  readonly mountHelper: MountHelper | null;
+  /** Whether this server may mount (root, or not root in a user namespace of its own). */
+  readonly mayMount: boolean;
+  /** Deletes trees a slot left, in child processes (never on the event loop). */
+  readonly removal: TreeRemoval;
   /** Whether a call asking for `requested` network gets it (network on needs internet access). */
   effectiveNetwork(requested: boolean): boolean;
   identity(slot: Slot): { passwd: string; group: string };

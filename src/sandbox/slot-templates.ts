@@ -5,6 +5,7 @@ import type { Slot } from "./slot.js";
 import { sandboxedTemplateBuilder } from "./template-build.js";
 import { TemplateStore, type Template } from "./templates.js";
 import { WorkspaceViews } from "./workspace-overlay.js";
+import { mountHelperError } from "./mount-helper.js";
 
 /** Default `--template-budget-mb`. */
 export const DEFAULT_TEMPLATE_BUDGET_BYTES = 4096 * 1024 * 1024;
@@ -22,8 +23,10 @@ export class SlotTemplates {
     // Builds run as slot_0's uid (when slots have their own uids): a uid of this server's
     // block, never root; every slot sees the files as its own through the id-mapped view.
     const buildOwner = svc.slots[0]?.owner;
-    this.views = new WorkspaceViews(join(svc.stateDir, "views"), svc.slots, svc.logger, (slot) => svc.disks.viewsDir(slot));
-    for (const slot of svc.slots) slot.wipeWorkspace();
+    // SLOTPOOL_TEMPLATE_VIEWS=copy forces copy mode (what a server that may not mount gets; tests).
+    const forceCopy = process.env["SLOTPOOL_TEMPLATE_VIEWS"] === "copy";
+    if (svc.mayMount && !forceCopy && !svc.mountHelper) svc.logger.warn({ reason: mountHelperError() }, "template views fall back to copying (no mount helper)");
+    this.views = new WorkspaceViews(join(svc.stateDir, "views"), svc.slots, svc.logger, svc.mayMount && !forceCopy ? svc.mountHelper : null, svc.removal, (slot) => svc.disks.viewsDir(slot));
     this.store = new TemplateStore({
       dir: join(svc.stateDir, "templates"),
       budgetBytes,
@@ -32,6 +35,7 @@ export class SlotTemplates {
       defaultTimeoutSec: Math.max(svc.limits.defaultTimeoutSec, 600),
       maxTimeoutSec: svc.limits.maxTimeoutSec,
       logger: svc.logger,
+      removal: svc.removal,
     });
   }
 
@@ -50,17 +54,21 @@ export class SlotTemplates {
     return t;
   }
 
+  /** The reset's first workspace step (the slot's processes are dead): ends its view, if any, and releases its template. */
+  async detach(slot: Slot): Promise<void> {
+    const prev = await this.views.detach(slot);
+    if (prev) this.store.release(prev);
+  }
+
   /**
-   * The reset's workspace step (the slot's processes are dead by now): drops the slot's
-   * view and changes, empties the workspace, then attaches `next` if given (its reference
-   * was taken by `take`; it is handed back if attaching fails).
+   * The reset's last step, on the fresh empty workspace: makes it a view of `next` (its
+   * reference was taken by `take`; it is handed back if attaching fails).
    */
-  async resetWorkspace(slot: Slot, next: Template | undefined): Promise<void> {
+  async attach(slot: Slot, next: Template): Promise<void> {
     try {
-      await this.views.switch(slot, next, (t) => this.store.release(t));
+      await this.views.attach(slot, next);
     } catch (err) {
-      if (next) this.store.release(next);
-      slot.wipeWorkspace();
+      this.store.release(next);
       throw err;
     }
   }

@@ -1,5 +1,4 @@
-import { chmodSync, chownSync, lstatSync, mkdirSync, readdirSync, rmSync } from "node:fs";
-import { join } from "node:path";
+import { chmodSync, chownSync, mkdirSync } from "node:fs";
 
 export type SlotState = "idle" | "busy" | "resetting";
 
@@ -13,6 +12,16 @@ export class Slot {
   private queueTail: Promise<unknown> = Promise.resolve();
   private pending = 0;
   private resetting = false;
+  /**
+   * Why the slot is out of service: its last reset could not finish (the workspace may
+   * still hold the previous trajectory's files). Calls are refused until a reset succeeds.
+   */
+  outOfService: string | undefined;
+  /**
+   * Reset (without a template) and used by no call since: an empty workspace on a fresh
+   * disk, namespaces that ran nothing. A fork into it skips the child's reset (fork.ts).
+   */
+  pristine = false;
   /** Aborted by reset/shutdown: every running command of the slot watches it. */
   private abort = new AbortController();
 
@@ -72,38 +81,5 @@ export class Slot {
     } finally {
       this.resetting = false;
     }
-  }
-
-  /** Deletes every entry of the workspace, dotfiles, read-only files and directories included. */
-  wipeWorkspace(): void {
-    let entries: string[];
-    try {
-      entries = readdirSync(this.workspaceDir);
-    } catch {
-      this.prepare();
-      return;
-    }
-    for (const name of entries) {
-      const p = join(this.workspaceDir, name);
-      try {
-        rmSync(p, { recursive: true, force: true, maxRetries: 2 });
-      } catch {
-        // Not root and a read-only directory: make everything writable, then retry.
-        makeWritable(p);
-        rmSync(p, { recursive: true, force: true, maxRetries: 2 });
-      }
-    }
-    this.prepare();
-  }
-}
-
-function makeWritable(p: string): void {
-  try {
-    const st = lstatSync(p);
-    if (st.isSymbolicLink()) return;
-    chmodSync(p, st.isDirectory() ? 0o700 : 0o600);
-    if (st.isDirectory()) for (const n of readdirSync(p)) makeWritable(join(p, n));
-  } catch {
-    /* best effort */
   }
 }

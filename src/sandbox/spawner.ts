@@ -47,8 +47,8 @@ export interface HolderOptions {
    * network, so callers pass it whenever network is allowed.
    */
   internet?: InternetAccess | undefined;
-  /** bubblewrap arguments for /tmp and /var/tmp (the slot's bounded disk). */
-  tmpArgs?: string[] | undefined;
+  /** bubblewrap arguments for /tmp, /var/tmp and /dev/shm (the slot's bounded disk). */
+  writableArgs?: string[] | undefined;
   /** Extra host dirs bound read-write: [host path, sandbox path]. */
   extraBinds?: Array<[string, string]> | undefined;
   uid?: number | undefined;
@@ -113,11 +113,6 @@ export class Holder {
     return !this.dead && this.child !== null;
   }
 
-  /** The init of the namespace (bwrap's child): a process inside its mount namespace (fork.ts). */
-  get namespacePid(): number | undefined {
-    return this.alive && this.child?.pid !== undefined ? (this.nsInit ?? firstChild(this.child.pid))?.pid : undefined;
-  }
-
   get pid(): number | undefined {
     return this.child?.pid;
   }
@@ -129,13 +124,15 @@ export class Holder {
     const uid = o.uid ?? process.getuid?.() ?? 0;
     const gid = o.gid ?? o.uid ?? process.getgid?.() ?? 0;
     const args = [
-      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity, tmpArgs: o.tmpArgs }),
+      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity, writableArgs: o.writableArgs }),
       // Inside the holder's own user namespace (where it is root): the sandbox runs as the
       // slot's uid again, in a nested user namespace without any capability over the network.
       ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(o.extraBinds ?? []).flatMap(([src, dest]) => ["--bind", src, dest]),
-      "--tmpfs", "/run",
+      // /run holds only the spawner: read-only, like the root (no unbounded tmpfs for the slot).
+      "--size", "65536", "--tmpfs", "/run",
       "--ro-bind", o.spawnerPath, SPAWNER_MOUNT,
+      "--remount-ro", "/run",
       ...READ_ONLY_ROOT,
     ];
     // Arguments travel through fd 3 (`--args 3`) so the sandbox's /proc/1/cmdline does
@@ -146,11 +143,14 @@ export class Holder {
     // capabilities it holds are that namespace's own: only the first exec drops ours.)
     const { file, args: argv } = withoutCapabilities(
       internet ? internet.unshare : o.bwrapPath,
-      internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), ...bwrapCmd] : bwrapCmd.slice(1),
+      internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, ...bwrapCmd] : bwrapCmd.slice(1),
     );
     const child = spawn(file, argv, {
       stdio: ["pipe", "pipe", "pipe", "pipe"],
       env: internet ? { PATH: SANDBOX_PATH } : {},
+      // Not the server's working directory: the network-on shell would export it as PWD into
+      // bubblewrap's environment, which the slot reads as /proc/1/environ (issue 20).
+      cwd: "/",
       detached: true,
       ...(o.uid !== undefined ? { uid: o.uid, gid: o.gid ?? o.uid } : {}),
     });
@@ -220,6 +220,8 @@ export class Holder {
       { stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"], env: {}, detached: true, ...(process.getuid?.() === 0 ? { uid, gid } : {}) },
     );
     this.slirp = slirp;
+    // The namespace may have died while slirp4netns started (`kill -9 -1` at once): not one more.
+    if (this.dead) this.killSlirp();
     let err = "";
     slirp.stderr!.setEncoding("utf8");
     slirp.stderr!.on("data", (d: string) => {
@@ -424,6 +426,9 @@ export class Holder {
   }
 
   private onExit(reason: string): void {
+    // slirp4netns lives only for this namespace: whatever ended it (a reset, `kill -9 -1`
+    // inside the slot, a crash), it goes too, or it would outlive the slot on the host.
+    this.killSlirp();
     if (this.dead) return;
     this.dead = true;
     this.readyReject?.(new Error(reason));
@@ -436,13 +441,7 @@ export class Holder {
 
   /** Kills the namespace and everything in it (bwrap --die-with-parent chain). */
   kill(): void {
-    if (this.slirp?.pid !== undefined && this.slirp.exitCode === null && this.slirp.signalCode === null) {
-      try {
-        this.slirp.kill("SIGKILL");
-      } catch {
-        /* gone */
-      }
-    }
+    this.killSlirp();
     if (!this.child || this.child.pid === undefined) return;
     try {
       process.kill(-this.child.pid, "SIGKILL");
@@ -471,19 +470,22 @@ export class Holder {
     const exited = child && child.exitCode === null && child.signalCode === null ? new Promise<void>((r) => child.once("exit", () => r())) : undefined;
     if (exited) this.kill();
     await Promise.all([exited, init ? killNamespaceInit(init) : undefined]);
+    this.killSlirp();
+  }
+
+  private killSlirp(): void {
     const slirp = this.slirp;
-    if (slirp && slirp.exitCode === null && slirp.signalCode === null) {
-      try {
-        slirp.kill("SIGKILL");
-      } catch {
-        /* gone */
-      }
+    if (!slirp || slirp.pid === undefined || slirp.exitCode !== null || slirp.signalCode !== null) return;
+    try {
+      slirp.kill("SIGKILL");
+    } catch {
+      /* gone */
     }
   }
 }
 
-/** Network on: wait for slirp4netns, set the slot's routes, become bubblewrap (see network.ts). */
-const NET_SETUP = `read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; shift; exec "$@"`;
+/** Network on: wait for slirp4netns, set the slot's routes and DNS-only filter, become bubblewrap (see network.ts). */
+const NET_SETUP = `read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; [ -z "$2" ] || printf '%s\\n' "$2" | nft -f - || exit 98; shift 2; unset PWD OLDPWD; exec "$@"`;
 
 function nsLink(pid: string, ns: string): string | undefined {
   try {

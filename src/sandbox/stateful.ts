@@ -1,4 +1,6 @@
-import { chownSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import type { ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { chownSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ToolOutcome } from "./tool-outcome.js";
 import { CappedOutput } from "./output.js";
@@ -7,6 +9,8 @@ import type { SlotHost } from "./slot-host.js";
 import { Holder } from "./spawner.js";
 import type { Slot } from "./slot.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
+import { ulimitPrologue } from "./limits.js";
+import { firstChild, killNamespaceInit } from "./process-barrier.js";
 
 /**
  * `bash_stateful` and `tmux`: one persistent terminal per slot, a tmux session "main"
@@ -57,6 +61,8 @@ const SESSION_MOUNT = "/tmp/.slotpool";
 
 export class StatefulSessions {
   private readonly sessions = new Map<number, Session>();
+  /** Per slot index: the terminal attach processes (WebSocket viewers) running now. */
+  private readonly attaches = new Map<number, Set<ChildProcess>>();
   /** Per slot: where a fork's child's terminal starts (the parent's at the fork), until its first session. */
   private readonly pendingSeeds = new Map<number, TerminalState>();
   /** The start directory of a seeded session (shell-quoted). */
@@ -120,7 +126,7 @@ export class StatefulSessions {
           workspaceDir: slot.workspaceDir,
           allowNetwork,
           internet: svc.internetAccess,
-          tmpArgs: svc.disks.tmpArgs(slot),
+          writableArgs: svc.disks.writableArgs(slot),
           identity: svc.identity(slot),
           extraBinds: [[hostDir, SESSION_MOUNT]],
           uid: slot.owner?.uid,
@@ -144,12 +150,21 @@ export class StatefulSessions {
     return s;
   }
 
-  /** The slot's session dir on the host, created empty for the slot's uid. */
+  /**
+   * The slot's session dir, created empty for the slot's uid: on its bounded disk (under its
+   * /tmp, so what the session writes counts against the bound and goes with the disk at
+   * reset), else in the server's state dir. A new name each time: an old one may still be
+   * being deleted in the background.
+   */
   private hostDir(slot: Slot): string {
-    const dir = join(this.service.stateDir, `term_${slot.index}`);
-    rmSync(dir, { recursive: true, force: true });
+    const name = `term_${slot.index}_${randomBytes(4).toString("hex")}`;
+    const onDisk = this.service.disks.sessionDir(slot);
+    const dir = onDisk ? join(onDisk, name) : join(this.service.stateDir, name);
     mkdirSync(dir, { recursive: true, mode: 0o700 });
-    if (slot.owner) chownSync(dir, slot.owner.uid, slot.owner.gid);
+    if (slot.owner) {
+      if (onDisk) chownSync(onDisk, slot.owner.uid, slot.owner.gid);
+      chownSync(dir, slot.owner.uid, slot.owner.gid);
+    }
     return dir;
   }
 
@@ -275,31 +290,40 @@ export class StatefulSessions {
    * mode (`-C`, read-only `-r`), or null when the slot has no session. The socket belongs
    * to the slot, which may have replaced tmux's server with its own program — and a tmux
    * server can make its client run commands. So the client runs in a sandbox of its own,
-   * the same as the slot's (its uid, no network, its cgroup), with only the session dir
-   * bound in: whatever it is made to run stays inside the slot's walls.
+   * the same as the slot's (its uid, no network, its cgroup, the same rlimits as a slot
+   * command), with only the session dir bound in (no workspace: an empty read-only
+   * /workspace): whatever it is made to run stays inside the slot's walls, writes nothing
+   * of the slot's, and dies at the slot's reset (`trackAttach`, `stop`).
+   * `timeoutSec`: how long the viewer may stay (the slot's longest command timeout).
    */
-  attachCommand(slot: Slot): { sandboxArgs: string[] | null; command: string[]; hostDir: string } | null {
+  attachCommand(slot: Slot): { sandboxArgs: string[] | null; command: string[]; hostDir: string; timeoutSec: number } | null {
     const s = this.sessions.get(slot.index);
     if (!s) return null;
     const svc = this.service;
+    const timeoutSec = svc.limits.maxTimeoutSec;
+    // RLIMIT_AS too where no slot cgroup bounds memory, as for every slot command.
+    const addressSpace = svc.addressSpaceBytes > 0 ? `ulimit -H -S -v ${Math.floor(svc.addressSpaceBytes / 1024)} 2>/dev/null\n` : "";
+    const limited = (tmux: string[]): string[] => ["/bin/bash", "-c", `${ulimitPrologue(svc.limits, timeoutSec)}${addressSpace}exec "$@"`, "slotpool-attach", ...tmux];
     if (!s.holder) {
-      return { sandboxArgs: null, command: ["tmux", "-S", join(s.hostDir, "tmux.sock"), "-C", "attach-session", "-r", "-t", "main"], hostDir: s.hostDir };
+      return { sandboxArgs: null, command: limited(["tmux", "-S", join(s.hostDir, "tmux.sock"), "-C", "attach-session", "-r", "-t", "main"]), hostDir: s.hostDir, timeoutSec };
     }
     if (!s.holder.alive) return null;
     return {
       sandboxArgs: [
-        ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: false, identity: svc.identity(slot) }),
+        ...bwrapArgs({ workspaceDir: null, allowNetwork: false, identity: svc.identity(slot) }),
         "--bind", s.hostDir, SESSION_MOUNT,
         ...READ_ONLY_ROOT,
       ],
-      command: ["tmux", "-S", `${SESSION_MOUNT}/tmux.sock`, "-C", "attach-session", "-r", "-t", "main"],
+      command: limited(["tmux", "-S", `${SESSION_MOUNT}/tmux.sock`, "-C", "attach-session", "-r", "-t", "main"]),
       hostDir: s.hostDir,
+      timeoutSec,
     };
   }
 
   /** The pid of a process in the slot's terminal namespace (its mount namespace is the terminal's), if one runs. */
   terminalPid(slot: Slot): number | undefined {
-    return this.sessions.get(slot.index)?.holder?.namespacePid;
+    const h = this.sessions.get(slot.index)?.holder;
+    return h?.alive && h.pid !== undefined ? firstChild(h.pid)?.pid : undefined;
   }
 
   /**
@@ -335,8 +359,36 @@ export class StatefulSessions {
     if (slot.owner) chownSync(join(s.hostDir, "recd"), slot.owner.uid, slot.owner.gid);
   }
 
+  /** Registers a running attach process of the slot: killed (and waited for) by the slot's reset. */
+  trackAttach(slot: Slot, child: ChildProcess): void {
+    let set = this.attaches.get(slot.index);
+    if (!set) this.attaches.set(slot.index, (set = new Set()));
+    set.add(child);
+    child.once("exit", () => set.delete(child));
+  }
+
+  /** Kills the slot's attach processes and waits until each one's sandbox is gone. */
+  private async killAttaches(slot: Slot): Promise<void> {
+    const set = this.attaches.get(slot.index);
+    if (!set || set.size === 0) return;
+    await Promise.all(
+      [...set].map(async (child) => {
+        if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) return;
+        const init = firstChild(child.pid);
+        const exited = new Promise<void>((r) => child.once("exit", () => r()));
+        try {
+          process.kill(-child.pid, "SIGKILL");
+        } catch {
+          child.kill("SIGKILL");
+        }
+        await Promise.all([exited, init ? killNamespaceInit(init) : undefined]);
+      }),
+    );
+  }
+
   async stop(slot: Slot): Promise<void> {
     this.pendingSeeds.delete(slot.index);
+    await this.killAttaches(slot);
     const s = this.sessions.get(slot.index);
     this.sessions.delete(slot.index);
     if (!s) return;
@@ -345,7 +397,8 @@ export class StatefulSessions {
       const output = this.newOutput(slot);
       await this.exec(slot, s, `${this.tmuxCmd(s)} kill-server 2>/dev/null; true`, 10, output);
     }
-    rmSync(s.hostDir, { recursive: true, force: true });
+    // A tree the slot may have left there: deleted by a child process (its name is never reused).
+    this.service.removal.discard(s.hostDir);
   }
 
   async close(): Promise<void> {

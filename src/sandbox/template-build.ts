@@ -3,6 +3,7 @@ import { bwrapArgs, identityFiles, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolat
 import { ulimitPrologue } from "./limits.js";
 import { CappedOutput } from "./output.js";
 import { runProcess } from "./runner.js";
+import { fallbackWritableArgs } from "./slot-disk.js";
 import type { SlotHost } from "./slot-host.js";
 import type { TemplateBuilder } from "./templates.js";
 
@@ -26,7 +27,7 @@ export function sandboxedTemplateBuilder(svc: SlotHost, owner: { uid: number; gi
       // Output beyond the cap spills into the build's own dir (not the tree: it would end up in the template).
       const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: dirname(treeDir), fileName: svc.newOutputName() });
       const spec = sandboxed
-        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: treeDir, allowNetwork: svc.defaultAllowNetwork, identity }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: treeDir, allowNetwork: svc.defaultAllowNetwork, identity, writableArgs: fallbackWritableArgs(svc.disks.bytes) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
         : { file: "/bin/bash", args: ["-c", script], cwd: treeDir, env: { HOME: treeDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       const res = await runProcess({ ...spec, ...(owner ? { uid: owner.uid, gid: owner.gid } : {}), timeoutMs: Math.max(1, leftSec * 1000), output });
       const text = output.text();

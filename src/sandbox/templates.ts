@@ -1,10 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync, renameSync, rmSync } from "node:fs";
-import { lstat, mkdir, readdir, rm, writeFile, chown } from "node:fs/promises";
+import { chmodSync, mkdirSync, renameSync } from "node:fs";
+import { lstat, mkdir, readdir, writeFile, chown } from "node:fs/promises";
 import { dirname, join, normalize, isAbsolute } from "node:path";
 import type { Logger } from "pino";
+import type { TreeRemoval } from "./tree-removal.js";
 import type { TemplateBuildRequest, TemplateBuildResponse, TemplateInfo } from "../protocol/sandbox.js";
 import { templateHash } from "../protocol/template-hash.js";
+import { workspacePathProblem } from "../protocol/sandbox.js";
 import { HttpError } from "../http/errors.js";
 
 /**
@@ -37,6 +39,8 @@ export interface TemplateStoreOptions {
   defaultTimeoutSec: number;
   maxTimeoutSec: number;
   logger: Logger;
+  /** Deletes trees in child processes (a build's setup commands may leave any tree): see tree-removal.ts. */
+  removal: TreeRemoval;
 }
 
 /** One stored template version. */
@@ -74,8 +78,8 @@ export class TemplateStore {
     this.storeDir = join(options.dir, "store");
     this.buildingDir = join(options.dir, "building");
     // Templates live as long as the server: whatever an earlier run left is stale.
-    rmSync(this.storeDir, { recursive: true, force: true });
-    rmSync(this.buildingDir, { recursive: true, force: true });
+    options.removal.discard(this.storeDir);
+    options.removal.discard(this.buildingDir);
     mkdirSync(this.storeDir, { mode: 0o700 });
     chmodSync(this.storeDir, 0o700);
     // Builds run as the build uid, which must traverse this directory to reach its tree.
@@ -165,7 +169,7 @@ export class TemplateStore {
         refs: 0,
         retired: false,
       };
-      rmSync(template.treeDir, { recursive: true, force: true });
+      this.options.removal.discard(template.treeDir);
       renameSync(tree, template.treeDir);
       const previous = this.current.get(name);
       this.current.set(name, template);
@@ -178,7 +182,7 @@ export class TemplateStore {
       return { success: false, built: true, output: "", error: `template '${name}' build failed: ${err instanceof Error ? err.message : String(err)}` };
     } finally {
       // Nothing half-built stays: the tree was renamed away on success, else it goes here.
-      await rm(work, { recursive: true, force: true }).catch(() => undefined);
+      this.options.removal.discard(work);
     }
   }
 
@@ -205,20 +209,14 @@ export class TemplateStore {
   private drop(t: Template): void {
     t.retired = true;
     this.retired.delete(t);
-    // Rename first (instant), delete in the background.
-    const trash = join(this.buildingDir, `.trash-${randomBytes(6).toString("hex")}`);
-    try {
-      renameSync(t.treeDir, trash);
-    } catch {
-      return;
-    }
-    void rm(trash, { recursive: true, force: true }).catch(() => undefined);
+    // Renamed away at once, deleted by a child process.
+    this.options.removal.discard(t.treeDir);
   }
 
   /** Removes every stored template (server shutdown; slots are unmounted by then). */
   close(): void {
-    rmSync(this.storeDir, { recursive: true, force: true });
-    rmSync(this.buildingDir, { recursive: true, force: true });
+    this.options.removal.discard(this.storeDir);
+    this.options.removal.discard(this.buildingDir);
   }
 }
 
@@ -231,6 +229,9 @@ function checkRelative(p: string): void {
   if (p === "" || isAbsolute(p) || n === ".." || n.startsWith("../") || n === ".") {
     throw new HttpError(400, `invalid template file path '${p}': use a path relative to /workspace, without '..'`, "files");
   }
+  // NUL bytes, names or paths over the filesystem's limits: refused before anything is written.
+  const problem = workspacePathProblem(p);
+  if (problem) throw new HttpError(400, `invalid template file path ${JSON.stringify(p.slice(0, 200))}: the path ${problem}`, "files");
 }
 
 async function writeOwned(tree: string, rel: string, content: string, owner: { uid: number; gid: number } | undefined): Promise<void> {

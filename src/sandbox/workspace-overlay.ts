@@ -1,15 +1,13 @@
-import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { createInterface } from "node:readline";
+import { execFile, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync } from "node:fs";
-import { rm } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { chmodSync, chownSync, mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import type { Logger } from "pino";
-import { whyNoMounts } from "../host/mount-namespace.js";
-import { compileNative, NATIVE_DIR, nativeSource, prebuiltNative } from "./native-build.js";
+import type { MountHelper } from "./mount-helper.js";
 import type { Slot } from "./slot.js";
 import type { Template } from "./templates.js";
+import type { TreeRemoval } from "./tree-removal.js";
 
 const run = promisify(execFile);
 
@@ -28,10 +26,10 @@ const run = promisify(execFile);
  * a reset always follows), file tools, artifacts, the stateful terminal — sees the merged
  * view. When the slot's disk is bounded (slot-disk.ts: a tmpfs per slot), its upper and work
  * dirs live on that tmpfs instead, so what a slot writes into a view counts against its
- * bound (the template itself does not), and a reset deletes them before it answers.
- * Attaching costs one exec of a small C helper (`native/template-mount.c`), whatever
- * the template's size; detaching unmounts and renames the upper dir away (deleted in the
- * background).
+ * bound (the template itself does not), and they go with that tmpfs at reset.
+ * Attaching costs one request to a small C helper (`native/template-mount.c`, mount-helper.ts),
+ * whatever the template's size; detaching unmounts and (not on a bounded disk) renames
+ * the upper dir away, deleted in the background by a child process (tree-removal.ts).
  *
  * "copy" mode (mounts not allowed or refused): the template is copied into the workspace
  * (`cp -a --reflink=auto`: a clone on btrfs/xfs, a full copy elsewhere) — correct, but the
@@ -43,33 +41,27 @@ interface Attached {
   template: Template;
   upper: string;
   work: string;
-  /** Upper/work on the slot's bounded disk: deleted at once (frees the bound), not in the background. */
+  /** Upper/work on the slot's bounded disk: they go with it at reset, nothing to delete. */
   bounded: boolean;
 }
 
 export class WorkspaceViews {
   mode: ViewMode;
-  private readonly helper: string | null;
   private readonly attached = new Map<number, Attached>();
-  /** The helper in `serve` mode (one per server: a reset then costs no fork + exec). */
-  private server: { child: ChildProcess; waiting: Array<(answer: string) => void> } | undefined;
 
+  /** `helper`: the mount helper where the server may mount and views are not forced to copy; null: copy mode. */
   constructor(
     private readonly viewsDir: string,
     private readonly slots: readonly Slot[],
     private readonly logger: Logger,
+    private readonly helper: MountHelper | null,
+    private readonly removal: TreeRemoval,
     /** The slot's bounded disk's dir for views (`SlotDisks.viewsDir`), if its disk is bounded. */
     private readonly boundedDir: (slot: Slot) => string | undefined = () => undefined,
   ) {
-    // Root, or not root in a user namespace of the server's own (src/host/mount-namespace.ts).
-    const mayMount = whyNoMounts() === undefined;
-    // SLOTPOOL_TEMPLATE_VIEWS=copy forces copy mode (what a server that may not mount gets; tests).
-    const forceCopy = process.env["SLOTPOOL_TEMPLATE_VIEWS"] === "copy";
-    this.helper = mayMount && !forceCopy ? helperBinary(dirname(viewsDir)) : null;
     this.mode = this.helper ? "overlay" : "copy";
-    if (mayMount && !forceCopy && !this.helper) logger.warn({ reason: helperError }, "template views fall back to copying (no mount helper)");
     if (this.helper) this.unmountStale();
-    rmSync(viewsDir, { recursive: true, force: true });
+    removal.discard(viewsDir);
     mkdirSync(viewsDir, { recursive: true, mode: 0o700 });
     chmodSync(viewsDir, 0o700);
   }
@@ -92,31 +84,6 @@ export class WorkspaceViews {
     const disk = a.template.owner ?? me;
     const mine = slot.owner ?? me;
     return disk.uid !== mine.uid || disk.gid !== mine.gid ? join(this.slotDir(slot), "lower") : a.template.treeDir;
-  }
-
-  /**
-   * The reset's workspace step (the slot's processes are dead): ends the slot's current
-   * view, empties the workspace and attaches `next` if given; `release` gets the template
-   * the slot used before (the store's refcount). Between two views in overlay mode this is
-   * one exec of the helper (it unmounts the old view before mounting the new one).
-   */
-  async switch(slot: Slot, next: Template | undefined, release: (t: Template) => void): Promise<void> {
-    const prev = this.attached.get(slot.index);
-    // Not from a view on the bounded disk: its old upper must go before the new view takes space there.
-    if (next && prev?.upper && !prev.bounded && this.mode === "overlay") {
-      try {
-        await this.mountOverlay(slot, next);
-      } finally {
-        // The helper unmounted the old view first (also when the new mount then failed).
-        this.trash(slot, prev);
-        release(prev.template);
-      }
-      return;
-    }
-    const previous = await this.detach(slot);
-    if (previous) release(previous);
-    slot.wipeWorkspace();
-    if (next) await this.attach(slot, next);
   }
 
   /**
@@ -155,10 +122,11 @@ export class WorkspaceViews {
     const disk = t.owner ?? me;
     const mine = slot.owner ?? me;
     try {
-      await this.helperCall(["mount", t.treeDir, lower, upper, work, slot.workspaceDir, String(disk.uid), String(mine.uid), String(disk.gid), String(mine.gid)]);
+      await this.helper!.call(["mount", t.treeDir, lower, upper, work, slot.workspaceDir, String(disk.uid), String(mine.uid), String(disk.gid), String(mine.gid)]);
     } catch (err) {
-      rmSync(upper, { recursive: true, force: true });
-      rmSync(work, { recursive: true, force: true });
+      // Empty dirs (the helper failed before the slot could write): no tree to walk.
+      this.removal.discard(upper);
+      this.removal.discard(work);
       throw err;
     }
     this.attached.set(slot.index, { template: t, upper, work, bounded: bounded !== undefined });
@@ -166,79 +134,32 @@ export class WorkspaceViews {
 
   /**
    * Ends the slot's view (its processes are dead: reset kills them first) and returns the
-   * template it used (for the store's refcount). The slot's changes are renamed away and
-   * deleted in the background, so a reset does not wait for them.
+   * template it used (for the store's refcount). Changes on the bounded disk go with it
+   * (the reset renews it next); others are renamed away and deleted in the background.
    */
   async detach(slot: Slot): Promise<Template | undefined> {
     const a = this.attached.get(slot.index);
     if (!a) return undefined;
     this.attached.delete(slot.index);
     if (a.upper) {
-      await this.helperCall(["umount", slot.workspaceDir, join(this.slotDir(slot), "lower")]);
-      this.trash(slot, a);
+      await this.helper!.call(["umount", slot.workspaceDir, join(this.slotDir(slot), "lower")]);
+      if (!a.bounded) {
+        this.removal.discard(a.upper);
+        this.removal.discard(a.work);
+      }
     }
     return a.template;
   }
 
-  /**
-   * Deletes an unmounted view's private dirs: at once on the bounded disk (the reset frees
-   * the bound before it answers; a tmpfs deletes fast), else renamed away and deleted in
-   * the background.
-   */
-  private trash(slot: Slot, a: Attached): void {
-    if (this.attached.get(slot.index) === a) this.attached.delete(slot.index);
-    if (a.bounded) {
-      rmSync(a.upper, { recursive: true, force: true });
-      rmSync(a.work, { recursive: true, force: true });
-      return;
-    }
-    const trash = join(this.slotDir(slot), `trash-${randomBytes(4).toString("hex")}`);
-    mkdirSync(trash, { mode: 0o700 });
-    renameSync(a.upper, join(trash, "upper"));
-    renameSync(a.work, join(trash, "work"));
-    void rm(trash, { recursive: true, force: true }).catch(() => undefined);
-  }
-
-  /** One request to the helper: through the long-lived one, or one exec when a path has a tab or newline. */
-  private async helperCall(args: string[]): Promise<void> {
-    if (args.some((a) => /[\t\n]/.test(a))) {
-      try {
-        await run(this.helper!, args);
-        return;
-      } catch (err) {
-        throw new Error((err as { stderr?: string }).stderr?.trim() || (err instanceof Error ? err.message : String(err)));
-      }
-    }
-    let srv = this.server;
-    if (!srv || srv.child.exitCode !== null || srv.child.signalCode !== null) {
-      const child = spawn(this.helper!, ["serve"], { stdio: ["pipe", "pipe", "ignore"] });
-      const started = { child, waiting: [] as Array<(answer: string) => void> };
-      createInterface({ input: child.stdout! }).on("line", (line) => started.waiting.shift()?.(line));
-      child.once("exit", () => {
-        for (const w of started.waiting.splice(0)) w("err the mount helper exited");
-        if (this.server === started) this.server = undefined;
-      });
-      child.stdin!.on("error", () => undefined);
-      srv = this.server = started;
-    }
-    const answer = await new Promise<string>((resolve) => {
-      srv.waiting.push(resolve);
-      srv.child.stdin!.write(args.join("\t") + "\n");
-    });
-    if (answer !== "ok") throw new Error(answer.replace(/^err /, ""));
-  }
-
   /** Unmounts every view (shutdown). */
   closeAll(): void {
-    this.server?.child.kill();
-    this.server = undefined;
     if (!this.helper) return;
     for (const slot of this.slots) {
       if (!this.attached.has(slot.index)) continue;
-      spawnSync(this.helper, ["umount", slot.workspaceDir, join(this.slotDir(slot), "lower")]);
+      spawnSync(this.helper.path, ["umount", slot.workspaceDir, join(this.slotDir(slot), "lower")]);
       this.attached.delete(slot.index);
     }
-    rmSync(this.viewsDir, { recursive: true, force: true });
+    this.removal.discard(this.viewsDir);
   }
 
   private slotDir(slot: Slot): string {
@@ -266,24 +187,4 @@ export function mountPoints(): string[] {
   } catch {
     return [];
   }
-}
-
-let helperPath: string | null | undefined;
-let helperError: string | undefined;
-
-/** Compiles (once, cached by source hash) the mount helper; null when it cannot. */
-function helperBinary(cacheDir: string): string | null {
-  if (helperPath !== undefined && (helperPath === null || existsSync(helperPath))) return helperPath;
-  const src = nativeSource("template-mount.c");
-  const prebuilt = prebuiltNative("slotpool-template-mount");
-  if (!src) {
-    helperPath = existsSync(prebuilt) ? prebuilt : null;
-    if (!helperPath) helperError = "template-mount.c not found";
-    return helperPath;
-  }
-  // Next to this module first (outlives any one server's data dir), else the state dir.
-  const built = compileNative("slotpool-template-mount", src, [NATIVE_DIR, cacheDir], 0o700);
-  if ("path" in built) return (helperPath = built.path);
-  helperError = built.error;
-  return (helperPath = null);
 }

@@ -98,14 +98,32 @@ export class SandboxWebSockets {
     // Without the capabilities a non-root server holds over its own user namespace.
     const [file, ...args] = sandboxed ? [svc.bwrap.path!, "--args", "3", "--", ...cmd.command] : cmd.command;
     const start = withoutCapabilities(file!, args);
+    // A process group of its own: the slot's reset kills all of it (StatefulSessions.stop).
     const child = sandboxed
-      ? spawn(start.file, start.args, { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, ...owner })
+      ? spawn(start.file, start.args, { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, cwd: "/", detached: true, ...owner })
       : spawn(start.file, start.args, {
           stdio: ["pipe", "pipe", "pipe"],
           cwd: slot.workspaceDir,
           env: { PATH: SANDBOX_PATH, TERM: "xterm", HOME: slot.workspaceDir, LANG: "C.UTF-8", SHELL: "/bin/bash" },
+          detached: true,
           ...owner,
         });
+    svc.stateful.trackAttach(slot, child);
+    const killGroup = (): void => {
+      if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
+      try {
+        process.kill(-child.pid, "SIGKILL");
+      } catch {
+        child.kill("SIGKILL");
+      }
+    };
+    // The same wall-clock bound as any slot command: the viewer may attach again.
+    const timer = setTimeout(() => {
+      this.send(ws, { type: "error", error: `terminal attach ended after ${cmd.timeoutSec} s (the slot's longest command timeout); attach again to keep watching` });
+      killGroup();
+    }, cmd.timeoutSec * 1000);
+    timer.unref();
+    child.once("exit", () => clearTimeout(timer));
     if (sandboxed) {
       // In the slot's cgroups before bwrap reads its arguments (and forks anything).
       if (child.pid !== undefined) svc.cgroups.place(slot.index, child.pid);
@@ -153,7 +171,7 @@ export class SandboxWebSockets {
       this.send(ws, { type: "error", error: `cannot attach: ${err.message}` });
       ws.close(1011);
     });
-    ws.on("close", () => child.kill("SIGKILL"));
+    ws.on("close", killGroup);
   }
 
   close(): void {

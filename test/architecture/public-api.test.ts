@@ -23,6 +23,7 @@ describe("the public API", () => {
         "SlotPool",
         "SlotPoolError",
         "SlotReleasedError",
+        "SlotForkError",
         "SlotpoolError",
         "ToolContext",
         "ToolExecutor",

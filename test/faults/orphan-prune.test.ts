@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { startNomadEmulator, type NomadEmulator } from "../support/nomad-emulator.js";
 import { eventually, liveJobs, runningAllocations, within } from "./support.js";
+import { processesWithMarker } from "../security/support.js";
 
 let nomad: NomadEmulator;
 beforeAll(async () => {
@@ -28,9 +29,13 @@ function cli(argv: string[], env: NodeJS.ProcessEnv): Promise<{ status: number |
   return within(30_000, `slotpool ${argv.join(" ")}`, new Promise((resolve) => child.once("exit", (status) => resolve({ status, stdout, stderr }))));
 }
 
+/**
+ * The env as ONE node process (tsx as a loader, not the tsx CLI): the CLI runs the script in
+ * a child node of its own, so SIGKILL reached only the wrapper and every run left a
+ * `doomed-env.ts orphan-*` node process behind (issue 20).
+ */
 function runEnv(jobId: string): { child: ReturnType<typeof spawn>; ready: Promise<string> } {
-  const tsx = join(process.cwd(), "node_modules", ".bin", "tsx");
-  const child = spawn(tsx, [join(process.cwd(), "test/faults/support/doomed-env.ts"), jobId], {
+  const child = spawn(process.execPath, ["--import", "tsx", join(process.cwd(), "test/faults/support/doomed-env.ts"), jobId], {
     env: { ...process.env, NOMAD_ADDR: nomad.address, NOMAD_TOKEN: "" },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -54,6 +59,8 @@ describe("an env process killed mid-run", () => {
     expect(await within(60_000, "env start", env.ready)).toBe(`READY ${jobId} working`);
     env.child.kill("SIGKILL");
     await new Promise((r) => env.child.once("exit", r));
+    // The env itself is gone (its job is the orphan, not a process).
+    expect(await eventually(() => processesWithMarker(`doomed-env.ts ${jobId}`).length === 0, 5_000), "doomed-env process after SIGKILL").toBe(true);
     // The orphan: nobody will stop this job any more.
     expect(await liveJobs(nomad.address, jobId)).toHaveLength(1);
     expect(runningAllocations(nomad, jobId)).toHaveLength(1);

@@ -47,6 +47,9 @@ async function exec(slot: string, tool: string, args: Record<string, unknown>, e
 
 const bash = (slot: string, command: string) => exec(slot, "bash", { command });
 
+/** Paths that leave the workspace as written ('..' above its root, absolute elsewhere): 400 before anything is touched. */
+const escapesAsWritten = (path: string): boolean => path.startsWith("../") || path.includes("/workspace/..") || (path.startsWith("/") && !path.startsWith("/workspace"));
+
 function noLeak(answer: unknown): void {
   const text = JSON.stringify(answer);
   expect(text).not.toContain(NEIGHBOUR_SECRET);
@@ -123,6 +126,16 @@ describe("read_file / write_file through /execute", () => {
       "/proc/1/environ",
     ];
     for (const path of paths) {
+      if (escapesAsWritten(path)) {
+        // Refused by the request schema, before anything is opened or created (issue 20).
+        for (const tool of ["read_file", "write_file"]) {
+          const refused = await post<{ error: string; field?: string }>("/execute", { slot_id: "slot_0", tool, args: { path, content: "pwned" } });
+          expect(refused.status, path).toBe(400);
+          expect(refused.body.field, path).toBe("args.path");
+          expect(refused.body.error, path).toMatch(/outside the workspace|escapes the workspace/);
+        }
+        continue;
+      }
       const r = await exec("slot_0", "read_file", { path });
       expect(r.success, path).toBe(false);
       expect(r.error, path).toMatch(/outside the workspace|escapes the workspace/);
@@ -202,7 +215,13 @@ describe("/artifacts routes", () => {
     const paths = ["../slot_1", "../slot_1/private/secret.txt", "neighbour", "neighbour/private", "neighbour-file", "ws-neighbour", "proc-root/etc", "passwd", "/etc", "/proc/self/root", join(dataDir, "slot_1")];
     for (const path of paths) {
       for (const route of ["read", "list", "archive"] as const) {
-        const r = await post<{ success: boolean; error?: string }>(`/artifacts/${route}`, { slot_id: "slot_0", path, recursive: true });
+        const r = await post<{ success: boolean; error?: string; field?: string }>(`/artifacts/${route}`, { slot_id: "slot_0", path, recursive: true });
+        if (escapesAsWritten(path)) {
+          expect(r.status, `${route} ${path}`).toBe(400);
+          expect(r.body.field, `${route} ${path}`).toBe("path");
+          expect(r.body.error, `${route} ${path}`).toMatch(/outside the workspace|escapes the workspace/);
+          continue;
+        }
         expect(r.status, `${route} ${path}`).toBe(200);
         expect(r.body.success, `${route} ${path}`).toBe(false);
         expect(r.body.error, `${route} ${path}`).toMatch(/outside the workspace|escapes the workspace/);

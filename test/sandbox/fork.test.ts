@@ -97,6 +97,9 @@ describe("POST /fork", () => {
     for (const c of [2, 3]) expect(await ok(s, c, "cat g0 g1; ls late 2>/dev/null || echo no-late")).toBe("gen0\ngen1\nno-late");
     await ok(s, 2, "rm g0 && echo mine > g1");
     expect(await ok(s, 3, "cat g0 g1")).toBe("gen0\ngen1");
+    // A grandchild forks again after both ancestors were reset: their layers still serve.
+    expect((await s.post("/fork", { slot_id: "slot_3", into: ["slot_4"] })).status).toBe(200);
+    expect(await ok(s, 4, "cat g0 g1")).toBe("gen0\ngen1");
   });
 
   it("forks a template view: the child gets the template layer and the parent's changes to it", async () => {
@@ -109,6 +112,26 @@ describe("POST /fork", () => {
     expect(await ok(s, 0, "tail -1 README.md; ls data/f3.txt")).toBe("more\ndata/f3.txt");
     const list = await s.get("/templates");
     expect(list.json.templates[0].in_use).toBe(2);
+  });
+
+  it("children fresh from a reset (no call since) get the view without a second reset: same tree, their own writes, their namespaces on it", async () => {
+    for (const i of [0, 1, 2]) await s.post("/reset", { slot_id: `slot_${i}`, ...(i === 0 ? { template: "forkrepo" } : {}) });
+    // Let the children's namespaces start (they are sealed with the new view, not restarted).
+    await new Promise((r) => setTimeout(r, 500));
+    await ok(s, 0, "echo fresh > fresh.txt && rm data/f5.txt");
+    const before = await ok(s, 0, TREE_SUM);
+    const logged = s.logs.length;
+    expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2"] })).status).toBe(200);
+    // The fast path ran for both (else this test would only repeat the first one).
+    expect(s.logs.slice(logged).filter((l) => l.includes("fresh from a reset")).length).toBe(2);
+    for (const c of [1, 2]) {
+      expect(await ok(s, c, TREE_SUM)).toBe(before);
+      expect(await ok(s, c, `pwd; echo mine-${c} > own.txt; cat own.txt; ls /tmp | wc -l`)).toBe(`/workspace\nmine-${c}\n0`);
+    }
+    expect(await ok(s, 0, "ls own.txt 2>/dev/null || echo none")).toBe("none");
+    expect(await ok(s, 1, "cat own.txt")).toBe("mine-1");
+    const list = await s.get("/templates");
+    expect(list.json.templates.find((t: { name: string }) => t.name === "forkrepo").in_use).toBeGreaterThanOrEqual(3);
   });
 
   it("refuses bad forks with a 4xx naming the problem, and nothing changes", async () => {
@@ -154,5 +177,29 @@ describe("POST /fork", () => {
     // Closed: the fork goes through.
     expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_5"] })).status).toBe(200);
     expect(await ok(s, 5, "cat held.log; ls child-file 2>/dev/null || echo dropped")).toBe("held\nmore\ndropped");
+  });
+});
+
+describe("POST /fork where the server cannot use overlayfs (copy mode)", () => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startServer({ slots: 3, extraArgs: ["--slot-uid-base", String(UID_BASE + 10)], env: { SLOTPOOL_TEMPLATE_VIEWS: "copy" } });
+  }, 120_000);
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  it("copies the parent's tree into each child: same checksum, changes stay apart", async () => {
+    await ok(s, 0, "mkdir -p a/b && for i in $(seq 1 50); do echo $i > a/b/f$i; done && chmod 600 a/b/f1");
+    await ok(s, 1, "echo old > old-child-file");
+    const before = await ok(s, 0, TREE_SUM);
+    const f = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2"] });
+    expect(f.status, f.text).toBe(200);
+    expect(f.json.mode).toBe("copy");
+    expect(await ok(s, 1, TREE_SUM)).toBe(before);
+    expect(await ok(s, 2, TREE_SUM)).toBe(before);
+    await ok(s, 1, "rm a/b/f2 && echo c > c");
+    expect(await ok(s, 0, "ls a/b/f2 && ! ls c old-child-file 2>/dev/null")).toBe("a/b/f2");
+    expect(await ok(s, 2, "ls a/b/f2")).toBe("a/b/f2");
   });
 });

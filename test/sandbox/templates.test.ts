@@ -125,7 +125,8 @@ describe("workspace templates", () => {
     }
     // The file tools are confined to the workspace.
     const esc = await s.post("/execute", { slot_id: "slot_0", tool: "read_file", args: { path: "../.slotpool/templates/store" } });
-    expect(esc.json.success).toBe(false);
+    expect(esc.status).toBe(400);
+    expect(esc.json.field).toBe("args.path");
     if (isRoot) {
       // Root-only store: no slot uid may even traverse it.
       expect(statSync(join(s.dataDir, ".slotpool", "templates", "store")).mode & 0o777).toBe(0o700);

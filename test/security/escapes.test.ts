@@ -89,6 +89,22 @@ function noLeak(text: string): void {
   expect(text).not.toMatch(/root:x:0:0/);
 }
 
+/**
+ * A file tool call on slot_0 that must be refused: a path that leaves the workspace as
+ * written (or holds a NUL) gets 400 naming args.path before anything is touched (issue 20);
+ * one that escapes through a symlink is refused where it is opened (200, success: false).
+ */
+async function refusedFileTool(tool: string, args: Record<string, unknown>): Promise<{ text: string }> {
+  const r = await server.request("POST", "/execute", { slot_id: "slot_0", tool, args });
+  if (r.status === 400) expect(r.json.field, r.text).toBe("args.path");
+  else {
+    expect(r.status, r.text).toBe(200);
+    expect(r.json.success, r.text).toBe(false);
+  }
+  expect(String(r.json.error).length).toBeGreaterThan(10);
+  return r;
+}
+
 describe("file tools refuse traversal and symlink escapes", () => {
   it("the host paths are real (control: the secret is where the attacks aim)", () => {
     expect(readFileSync(serverView(server.proc.pid, join(slot1Host, "secret.txt")), "utf8")).toBe(SECRET);
@@ -97,21 +113,17 @@ describe("file tools refuse traversal and symlink escapes", () => {
 
   for (const path of [...TRAVERSALS, ...SYMLINKS, "@SLOT1@/secret.txt", "secret.txt\u0000../x"]) {
     it(`read_file ${JSON.stringify(path)} is refused with a clear error`, async () => {
-      const r = await server.tool(0, "read_file", { path: at(path) });
-      expect(r.success).toBe(false);
-      expect(r.error.length).toBeGreaterThan(10);
-      noLeak(JSON.stringify(r));
+      const r = await refusedFileTool("read_file", { path: at(path) });
+      noLeak(r.text);
       // Host paths never reach the client.
-      if (!echoesOwnTarget(path)) expect(JSON.stringify(r)).not.toContain(server.dataDir);
+      if (!echoesOwnTarget(path)) expect(r.text).not.toContain(server.dataDir);
     });
   }
 
   for (const path of ["../slot_1/pwned.txt", "/workspace/../slot_1/pwned.txt", "l_sibling/pwned.txt", "l_host_dir/pwned.txt", "l_outside_dir/pwned.txt", "l_canary", "l_sibling_file", "d/e/l_deep/pwned.txt", "@OUTSIDE@/pwned.txt", "@SLOT1@/pwned.txt"]) {
     it(`write_file ${JSON.stringify(path)} is refused and writes nothing outside the workspace`, async () => {
-      const r = await server.tool(0, "write_file", { path: at(path), content: "pwned" });
-      expect(r.success, JSON.stringify(r)).toBe(false);
-      expect(r.error.length).toBeGreaterThan(10);
-      if (!echoesOwnTarget(path)) expect(JSON.stringify(r)).not.toContain(server.dataDir);
+      const r = await refusedFileTool("write_file", { path: at(path), content: "pwned" });
+      if (!echoesOwnTarget(path)) expect(r.text).not.toContain(server.dataDir);
       expect(readFileSync(canaryFile, "utf8")).toBe("untouched");
       expect(readFileSync(serverView(server.proc.pid, join(slot1Host, "secret.txt")), "utf8")).toBe(SECRET);
       expect(readdirSync(serverView(server.proc.pid, slot1Host)).sort()).toEqual(["secret.txt"]);

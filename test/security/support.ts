@@ -1,4 +1,5 @@
-import { chmodSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { chmodSync, mkdtempSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSandboxProcess, type SandboxProcess } from "../../src/pool/sandbox-process.js";
@@ -128,7 +129,8 @@ export async function startAttackServer(opts: StartAttackServerOptions = {}): Pr
     health: () => request("GET", "/health"),
     async stop() {
       await proc.stop(10_000);
-      rmSync(parent, { recursive: true, force: true });
+      // rm(1), not rmSync: a slot's 4,000-deep tree may still be in the server's trash (deleted in the background).
+      spawnSync("rm", ["-rf", parent]);
     },
   };
 }

@@ -18,8 +18,15 @@
  *     nothing changes then), then mounts a clone of <source> (this namespace's mount at
  *     the slot's workspace) on top of it. Processes whose cwd or open files are on the old
  *     mount keep them, read-only: what the old mount holds cannot change any more.
+ *   bind <src> <mountpoint>
+ *     A read-only clone of <src> at <mountpoint>: a layer's handle of its own, which keeps
+ *     the layer (and the slot disk it lies on) alive after that disk is replaced by a reset.
  *   umount <path>
  *     Detaches the mount at <path> (lazily: a mount in use stays alive for its users).
+ *   umount-bg <path>
+ *     The same in a detached grandchild, not waited for: when it drops the last reference to
+ *     a filesystem (a reset slot disk only a layer still held), the kernel frees its files
+ *     in the context of the process that dropped it.
  *
  * Why C: Node has no mount syscalls, and util-linux 2.38 has neither id-mapped mounts nor
  * lowerdir+.
@@ -238,6 +245,33 @@ static int do_seal(char **a) {
   return rc;
 }
 
+static int do_bind(char **a) {
+  int t = (int)syscall(SYS_open_tree, AT_FDCWD, a[0], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (t < 0) return fail("open_tree", a[0]);
+  struct mount_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  int rc = 0;
+  if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) rc = fail("mount_setattr (read-only)", a[0]);
+  else if (syscall(SYS_move_mount, t, "", AT_FDCWD, a[1], MOVE_MOUNT_F_EMPTY_PATH) < 0) rc = fail("move_mount", a[1]);
+  close(t);
+  return rc;
+}
+
+static int do_umount_bg(char **a) {
+  pid_t pid = fork();
+  if (pid < 0) return fail("fork", NULL);
+  if (pid == 0) {
+    if (fork() == 0) {
+      umount2(a[0], MNT_DETACH);
+      _exit(0);
+    }
+    _exit(0);
+  }
+  waitpid(pid, NULL, 0);
+  return 0;
+}
+
 static int do_umount(char **a) {
   if (umount2(a[0], MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT) return fail("umount", a[0]);
   return 0;
@@ -263,6 +297,8 @@ int main(int argc, char **argv) {
     else if (count >= 5 && strcmp(args[0], "overlay") == 0) rc = do_overlay(args + 1, count - 1);
     else if (count == 3 && strcmp(args[0], "seal") == 0) rc = do_seal(args + 1);
     else if (count == 2 && strcmp(args[0], "umount") == 0) rc = do_umount(args + 1);
+    else if (count == 2 && strcmp(args[0], "umount-bg") == 0) rc = do_umount_bg(args + 1);
+    else if (count == 3 && strcmp(args[0], "bind") == 0) rc = do_bind(args + 1);
     else {
       snprintf(last_error, sizeof last_error, "bad request (%d fields)", count);
       rc = 1;

@@ -14,6 +14,12 @@
  *     bound onto the workspace) lies under the view, and the view's upper/work live on it.
  *   template-mount umount <target> <lower>
  *     Detaches both (either may be absent; at <target>, only overlayfs).
+ *   template-mount disk <disk> <workspace> <bytes> <uid> <gid>
+ *     A slot's bounded disk, new (server start) or anew (reset): detaches every mount at
+ *     <workspace> (a view, the old disk's bind) and at <disk> (the old tmpfs, freed with its
+ *     last user), mounts a fresh tmpfs of <bytes> at <disk> holding workspace/, tmp/,
+ *     var-tmp/ and shm/ (0700, <uid>:<gid>) and views/ (0700, the server's), and binds
+ *     <disk>/workspace onto <workspace>. O(1) in what the slot wrote: nothing is walked.
  *
  * Why C: util-linux 2.38 (Debian 12) has no X-mount.idmap, and Node has no mount syscalls.
  * One exec of this helper costs ≈ 1-2 ms; a copy of the tree costs O(files).
@@ -27,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -170,6 +178,80 @@ static int do_umount(char **a) {
   return rc;
 }
 
+/* Detaches every mount stacked at <path> (none is fine). */
+static int detach_all(const char *path) {
+  for (int i = 0; i < 64; i++) {
+    if (umount2(path, MNT_DETACH) < 0) {
+      if (errno == EINVAL || errno == ENOENT) return 0;
+      return fail("umount", path);
+    }
+  }
+  errno = EBUSY;
+  return fail("too many mounts at", path);
+}
+
+static int make_dir(const char *base, const char *name, int chown_it, unsigned uid, unsigned gid) {
+  char p[4096];
+  int n = snprintf(p, sizeof p, "%s/%s", base, name);
+  if (n < 0 || (size_t)n >= sizeof p) { errno = ENAMETOOLONG; return fail("mkdir", base); }
+  if (mkdir(p, 0700) < 0 && errno != EEXIST) return fail("mkdir", p);
+  if (chown_it && chown(p, uid, gid) < 0) return fail("chown", p);
+  return 0;
+}
+
+/*
+ * Drops the reference `fd` holds on a detached tmpfs in a detached grandchild: the kernel
+ * frees a detached mount's files when its last reference goes, in the context of whoever
+ * drops it, and for 150,000 files that takes a few hundred ms. This way the request is
+ * answered at once and the freeing happens in the background (the grandchild waits until
+ * this process has closed its own copy, so its close is the last).
+ */
+static void release_in_background(int fd) {
+  int sync_pipe[2];
+  if (pipe2(sync_pipe, O_CLOEXEC) < 0) { close(fd); return; }
+  pid_t child = fork();
+  if (child == 0) {
+    if (fork() == 0) {
+      char c;
+      close(sync_pipe[1]);
+      close(STDIN_FILENO);
+      close(STDOUT_FILENO);
+      (void)!read(sync_pipe[0], &c, 1); /* EOF: the server-side helper closed its copy */
+      setpriority(PRIO_PROCESS, 0, 19);   /* the freeing must not slow the slots that run */
+      close(fd);
+      _exit(0);
+    }
+    _exit(0);
+  }
+  close(sync_pipe[0]);
+  close(fd);
+  close(sync_pipe[1]);
+  if (child > 0) waitpid(child, NULL, 0);
+}
+
+static int do_disk(char **a) {
+  const char *disk = a[0], *workspace = a[1];
+  unsigned long long bytes = strtoull(a[2], NULL, 10);
+  unsigned uid = strtoul(a[3], NULL, 10), gid = strtoul(a[4], NULL, 10);
+  /* A reference on the old disk (if one is mounted), so that detaching it frees nothing here. */
+  int old = open(disk, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int rc = detach_all(workspace) || detach_all(disk);
+  if (old >= 0) release_in_background(old);
+  if (rc) return 1;
+  if (mkdir(disk, 0700) < 0 && errno != EEXIST) return fail("mkdir", disk);
+  char opts[256];
+  snprintf(opts, sizeof opts, "size=%llu,mode=0700,uid=%u,gid=%u", bytes, uid, gid);
+  if (mount("tmpfs", disk, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) return fail("mounting a tmpfs at", disk);
+  static const char *slot_dirs[] = {"workspace", "tmp", "var-tmp", "shm"};
+  for (size_t i = 0; i < sizeof slot_dirs / sizeof *slot_dirs; i++)
+    if (make_dir(disk, slot_dirs[i], 1, uid, gid)) return 1;
+  if (make_dir(disk, "views", 0, 0, 0)) return 1;
+  char ws[4096];
+  snprintf(ws, sizeof ws, "%s/workspace", disk);
+  if (mount(ws, workspace, NULL, MS_BIND, NULL) < 0) return fail("binding the slot's disk at", workspace);
+  return 0;
+}
+
 /*
  * `serve`: one request per stdin line, its arguments separated by tabs (as on the command
  * line); answers "ok" or "err <message>" per line. The server keeps one helper running, so a
@@ -190,6 +272,7 @@ static int serve(void) {
     last_error[0] = 0;
     if (count == 10 && strcmp(args[0], "mount") == 0) rc = do_mount(args + 1);
     else if (count == 3 && strcmp(args[0], "umount") == 0) rc = do_umount(args + 1);
+    else if (count == 6 && strcmp(args[0], "disk") == 0) rc = do_disk(args + 1);
     else {
       snprintf(last_error, sizeof last_error, "bad request (%d fields)", count);
       rc = 1;
@@ -205,7 +288,9 @@ int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "serve") == 0) return serve();
   if (argc == 11 && strcmp(argv[1], "mount") == 0) return do_mount(argv + 2);
   if (argc == 4 && strcmp(argv[1], "umount") == 0) return do_umount(argv + 2);
+  if (argc == 7 && strcmp(argv[1], "disk") == 0) return do_disk(argv + 2);
   fprintf(stderr, "usage: template-mount mount <tree> <lower> <upper> <work> <target> <disk_uid> <slot_uid> <disk_gid> <slot_gid>\n"
-                  "       template-mount umount <target> <lower>\n");
+                  "       template-mount umount <target> <lower>\n"
+                  "       template-mount disk <disk> <workspace> <bytes> <uid> <gid>\n");
   return 2;
 }

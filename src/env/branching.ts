@@ -1,0 +1,227 @@
+import { randomUUID } from "node:crypto";
+import { runAgentLoop, type AgentResult } from "../agent/agent-loop.js";
+import type { ChatMessage } from "../agent/messages.js";
+import type { AgentPolicy } from "../agent/policy.js";
+import type { Logger } from "../observability/logger.js";
+import type { TemplateSpec } from "../pool/template-affinity.js";
+import type { ToolResult } from "../protocol/tool.js";
+import type { BranchNode, BranchTree } from "../report/branch-tree.js";
+import type { GroupTools } from "../tools/distributions.js";
+import type { ToolBackend } from "./backend.js";
+import type { AgentEnvConfig } from "./config.js";
+import { EnvError } from "./errors.js";
+import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
+import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
+import { ToolContext } from "./tool-context.js";
+import type { TextTokenizer } from "./tokens.js";
+
+/**
+ * Where a branching group forks its trajectory (`AgentEnv.branchPoint(item)`):
+ * - `{afterTurn: n}`: after the model's n-th turn and its tool results;
+ * - `{afterTool: name, occurrence?: k}`: after the turn holding the k-th (default 1st) call of
+ *   tool `name` (aliases count: `terminal` is `bash`), and its results.
+ */
+export type BranchPoint = { afterTurn: number } | { afterTool: string; occurrence?: number };
+
+/** What the branching group needs of its env (AgentEnv hands itself and its private parts over). */
+export interface BranchingEnv<Item> {
+  readonly name: string;
+  readonly config: AgentEnvConfig;
+  readonly tools: ToolBackend;
+  resolveTools(): GroupTools;
+  policyFor(item: Item): AgentPolicy;
+  initialMessages(item: Item): ChatMessage[];
+  workspaceTemplate(item: Item): TemplateSpec | undefined;
+  setupWorkspace(item: Item, ctx: ToolContext): Promise<void>;
+  verifyAndScore(item: Item, result: AgentResult, ctx: ToolContext): Promise<{ score: number; metadata?: Record<string, unknown> }>;
+}
+
+/**
+ * A branching group (docs/fork.md): one trajectory runs to the branch point in its slot;
+ * the slot is forked into `groupSize - 1` sibling slots (copy-on-write copies of the
+ * workspace, `executor.fork`); every branch continues from the same conversation — with a
+ * token-exact policy from the same ids, so the shared prefix is generated once — branch 0 in
+ * the root's slot. Each branch is scored in its own slot; the group's rows are the branches'
+ * full sequences (a valid Atropos group) and the tree (prefix once, each branch's segment)
+ * goes in the line's `slotpool.tree`. A lost slot fails the group (no restart: the prefix
+ * would have to be generated again).
+ */
+export async function collectBranchingGroup<Item>(
+  env: BranchingEnv<Item>,
+  item: Item,
+  point: BranchPoint,
+  parts: { tokenizer: TextTokenizer | undefined; log: Logger },
+  options: { signal?: AbortSignal } = {},
+): Promise<GroupOutcome<Item>> {
+  const backend = env.tools;
+  const groupTools = env.resolveTools();
+  const signal = options.signal;
+  const size = env.config.groupSize;
+  const rootId = randomUUID();
+  const childIds = Array.from({ length: size - 1 }, () => randomUUID());
+  const held = [rootId];
+  const started = performance.now();
+  const isKnownTool = (name: string) => {
+    const def = backend.registry.resolve(name);
+    return def !== undefined && groupTools.names.includes(def.name);
+  };
+  const executeFor = (trajectoryId: string) => async (call: Parameters<typeof backend.executor.execute>[1]) => {
+    const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: env.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
+    if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
+    return r;
+  };
+  try {
+    const setupStarted = performance.now();
+    const template = env.workspaceTemplate(item);
+    if (template) {
+      if (!backend.executor.prepareWorkspace) throw new EnvError(`env ${env.name} names a workspace template but its executor cannot prepare one`);
+      await backend.executor.prepareWorkspace(rootId, template, signal ? { signal } : {});
+    }
+    await env.setupWorkspace(item, new ToolContext(rootId, backend.executor, { timeoutS: env.config.toolTimeoutS }));
+    const workspaceSetupMs = performance.now() - setupStarted;
+    const policy = env.policyFor(item);
+    const root = await runAgentLoop({
+      policy,
+      tools: groupTools.tools,
+      messages: env.initialMessages(item),
+      maxTurns: env.config.maxTurns,
+      ...(signal ? { signal } : {}),
+      isKnownTool,
+      executeTool: executeFor(rootId),
+      stopBefore: ({ result }) => reached(point, result, (n) => backend.registry.resolve(n)?.name ?? n),
+    });
+    const branched = root.finishReason === "branch";
+    const forkStarted = performance.now();
+    if (childIds.length > 0) {
+      if (!backend.executor.fork) throw new EnvError(`env ${env.name} branches its groups but its executor cannot fork slots`);
+      await backend.executor.fork(rootId, childIds, signal ? { signal } : {});
+      held.push(...childIds);
+    }
+    const forkMs = performance.now() - forkStarted;
+    const ids = [rootId, ...childIds];
+    const leaves = await Promise.all(
+      ids.map(async (trajectoryId, branch) => {
+        const branchStarted = performance.now();
+        const result = branched
+          ? await runAgentLoop({
+              policy: policy.fork?.(branch) ?? env.policyFor(item),
+              tools: groupTools.tools,
+              messages: root.messages,
+              resume: root,
+              maxTurns: env.config.maxTurns,
+              ...(signal ? { signal } : {}),
+              isKnownTool,
+              executeTool: executeFor(trajectoryId),
+            })
+          : copyResult(root);
+        return score(env, item, trajectoryId, result, parts, performance.now() - branchStarted);
+      }),
+    );
+    signal?.throwIfAborted();
+    const tree = branchTree(point, branched, root, leaves, parts.tokenizer);
+    for (const l of leaves) {
+      l.branchTree = tree;
+      l.workspaceSetupMs = workspaceSetupMs + forkMs;
+      l.durationMs = performance.now() - started;
+    }
+    const group = buildScoredGroup(leaves, {
+      includeMessages: env.config.includeMessages,
+      generationParams: { temperature: env.config.temperature, max_tokens: env.config.maxTokens },
+    });
+    return { ok: true, item, group, trajectories: leaves, toolsets: groupTools.toolsets };
+  } catch (err) {
+    signal?.throwIfAborted();
+    const reason = `branching group failed: ${err instanceof Error ? err.message : String(err)}`;
+    parts.log.error({ reason }, "group failed");
+    return { ok: false, item, reason, trajectories: [], toolsets: groupTools.toolsets, unfinished: { slotLosses: 0, retries: 0 } };
+  } finally {
+    await Promise.all(
+      held.map((id) =>
+        backend.executor.release(id, { reset: true }).catch((err: unknown) => parts.log.warn({ trajectoryId: id, err: String(err) }, "releasing the slot failed")),
+      ),
+    );
+  }
+}
+
+/** Whether the root has reached the branch point (asked before each of its turns). */
+function reached(point: BranchPoint, result: AgentResult, canonical: (name: string) => string): boolean {
+  if ("afterTurn" in point) return result.turnsUsed >= point.afterTurn;
+  const want = canonical(point.afterTool);
+  return result.toolCalls.filter((c) => canonical(c.tool) === want).length >= (point.occurrence ?? 1);
+}
+
+function describe(point: BranchPoint): string {
+  if ("afterTurn" in point) return `after turn ${point.afterTurn}`;
+  const k = point.occurrence ?? 1;
+  return `after the ${k}${k === 1 ? "st" : k === 2 ? "nd" : k === 3 ? "rd" : "th"} ${point.afterTool} call`;
+}
+
+function copyResult(r: AgentResult): AgentResult {
+  return { ...r, messages: [...r.messages], toolCalls: [...r.toolCalls], toolErrors: [...r.toolErrors], turns: [...r.turns], usage: { ...r.usage } };
+}
+
+async function score<Item>(env: BranchingEnv<Item>, item: Item, trajectoryId: string, result: AgentResult, parts: { tokenizer: TextTokenizer | undefined; log: Logger }, durationMs: number): Promise<TrajectoryOutcome> {
+  const ctx = new ToolContext(trajectoryId, env.tools.executor, { timeoutS: env.config.toolTimeoutS });
+  const producedNothing = result.turnsUsed === 0 || result.messages.every((m) => m.role === "system" || m.role === "user");
+  let value = 0;
+  let rewardError: string | undefined;
+  let scoreMetadata: Record<string, unknown> = {};
+  if (!producedNothing) {
+    try {
+      const scored = await env.verifyAndScore(item, result, ctx);
+      value = scored.score;
+      scoreMetadata = scored.metadata ?? {};
+      if (!Number.isFinite(value)) {
+        rewardError = `reward is ${value}, not a finite number`;
+        value = 0;
+      }
+    } catch (err) {
+      rewardError = err instanceof Error ? err.message : String(err);
+      parts.log.error({ trajectoryId, err: rewardError }, "computeReward failed; score 0");
+    }
+  }
+  const { tokens, brokenSegments } = trajectoryTokens(result, parts.tokenizer);
+  const outcome: TrajectoryOutcome = { trajectoryId, result, score: value, rewardSkipped: producedNothing, scoreMetadata, attempts: 1, slotLosses: [], tokens, durationMs };
+  if (brokenSegments.length > 0) outcome.brokenSegments = brokenSegments;
+  if (rewardError) outcome.rewardError = rewardError;
+  return outcome;
+}
+
+/** The tree: the root's prefix once, each branch's own segment (ids after the prefix's, when it extends it). */
+function branchTree(point: BranchPoint, branched: boolean, root: AgentResult, leaves: TrajectoryOutcome[], tokenizer: TextTokenizer | undefined): BranchTree {
+  const prefix = trajectoryTokens(root, tokenizer).tokens;
+  const generated = (r: AgentResult) => r.usage.completion_tokens;
+  const rootNode: BranchNode = { id: "root", parent: null, turns: [1, root.turnsUsed], messages: [0, root.messages.length], completion_tokens: generated(root) };
+  if (prefix && branched) {
+    rootNode.tokens = prefix.tokens;
+    rootNode.masks = prefix.masks;
+  }
+  const nodes: BranchNode[] = [rootNode];
+  leaves.forEach((l, i) => {
+    const r = l.result;
+    const node: BranchNode = {
+      id: `b${i}`,
+      parent: "root",
+      row: rowOf(leaves, i),
+      trajectory_id: l.trajectoryId,
+      turns: [root.turnsUsed + 1, r.turnsUsed],
+      messages: [root.messages.length, r.messages.length],
+      completion_tokens: generated(r) - generated(root),
+      score: l.score,
+    };
+    const seq = l.tokens;
+    if (seq && rootNode.tokens && rootNode.tokens.every((id, k) => seq.tokens[k] === id)) {
+      node.tokens = seq.tokens.slice(rootNode.tokens.length);
+      node.masks = seq.masks.slice(rootNode.tokens.length);
+    }
+    nodes.push(node);
+  });
+  return { version: 1, branch_point: describe(point), reached: branched, nodes };
+}
+
+/** The group row of leaf i's last sample (broken-off segments come first, as in buildScoredGroup). */
+function rowOf(leaves: TrajectoryOutcome[], i: number): number {
+  let row = 0;
+  for (let k = 0; k < i; k++) row += (leaves[k]!.brokenSegments?.length ?? 0) + 1;
+  return row + (leaves[i]!.brokenSegments?.length ?? 0);
+}
