@@ -25,6 +25,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Run> }> = 
     summary: "run the tool executor as an HTTP service",
     load: async () => (await import("./executor-server.js")).run,
   },
+  "e2b-server": {
+    summary: "serve an E2B-compatible API over a slot pool (E2B SDK code runs on slots)",
+    load: async () => (await import("./e2b-server.js")).run,
+  },
   "tool-server": {
     summary: "host external tools (credentials stay in this process)",
     load: async () => (await import("./tool-server.js")).run,

@@ -19,6 +19,7 @@ import {
 } from "../protocol/sandbox.js";
 import { archiveArtifacts, listArtifacts, readArtifact } from "./artifacts.js";
 import { SandboxWebSockets } from "./ws.js";
+import { addProcessRoutes } from "./process-routes.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "./service.js";
 
 export interface SandboxServerOptions extends SandboxServiceOptions {
@@ -110,7 +111,7 @@ export class SandboxServer {
   private routeTable(): RouteTable {
     const svc = this.service;
     const artifacts = (kind: "read" | "list" | "archive"): RouteHandler => (req, res) => this.artifacts(req, res, kind);
-    return new RouteTable()
+    return addProcessRoutes(new RouteTable(), svc, this.body)
       .add(
         "GET",
         "/health",

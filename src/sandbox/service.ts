@@ -24,6 +24,7 @@ import { BashExecutor } from "./bash.js";
 import type { SlotHost } from "./slot-host.js";
 import type { OnChunk, ToolOutcome } from "./tool-outcome.js";
 import { StatefulSessions } from "./stateful.js";
+import { ProcessSessions } from "./process-sessions.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
 import { readFileTool, writeFileTool } from "./files.js";
@@ -129,6 +130,8 @@ export class SandboxService implements SlotHost {
   /** Host dir for server-side state (spawner binary cache, unsandboxed terminal sockets). */
   readonly stateDir: string;
   readonly stateful: StatefulSessions;
+  /** Long-lived processes outside the slots' queues (routes /processes/*, used by src/e2b). */
+  readonly processes: ProcessSessions;
   /** Workspace templates: builds, and each slot's copy-on-write view (`slot-templates.ts`). */
   readonly templates: SlotTemplates;
   /** How a slot with network on reaches the internet (undefined: network on is refused, loopback only). */
@@ -236,6 +239,7 @@ export class SandboxService implements SlotHost {
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashExecutor(this);
     this.stateful = new StatefulSessions(this);
+    this.processes = new ProcessSessions(this);
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
@@ -401,12 +405,15 @@ export class SandboxService implements SlotHost {
       slot.withResetting(async () => {
         slot.pristine = false;
         try {
+          // Held until the reset is done: a process session started in between would outlive it.
+          await this.processes.killSlot(slot, { hold: true });
           await this.stateful.stop(slot);
           await this.bash.resetSlot(slot);
           await this.forks.release(slot);
           await this.templates.detach(slot);
           await this.emptyWorkspace(slot);
         } catch (err) {
+          this.processes.settle(slot);
           if (next) this.templates.store.release(next);
           const why = err instanceof Error ? err.message : String(err);
           slot.outOfService = `its last reset failed (${why})`;
@@ -424,6 +431,7 @@ export class SandboxService implements SlotHost {
               slot.outOfService = `emptying its workspace after a failed template view failed (${e instanceof Error ? e.message : String(e)})`;
             });
             setImmediate(() => void this.bash.warm(slot));
+            setImmediate(() => this.processes.afterReset(slot));
             return { success: false, output: "", error: `${slot.id} reset to an empty workspace, but its view of template '${next.name}' failed: ${err instanceof Error ? err.message : String(err)}` };
           }
         }
@@ -434,7 +442,10 @@ export class SandboxService implements SlotHost {
         // written, not before: the reset is complete without it. A call that arrives first
         // starts the namespace itself; one arriving during the start-up waits for it.
         slot.pristine = next === undefined;
-        setImmediate(() => void this.bash.warm(slot));
+        // A slot that runs process sessions (E2B) warms a session sandbox instead: its bash
+        // namespace would go unused, and each spawn blocks this event loop.
+        if (!this.processes.runsSessions(slot)) setImmediate(() => void this.bash.warm(slot));
+        setImmediate(() => this.processes.afterReset(slot));
         return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
       }),
     );
@@ -456,7 +467,23 @@ export class SandboxService implements SlotHost {
     const parent = this.slotById(parentId);
     const children = into.map((id, i) => this.slotById(id, `into.${i}`));
     SlotForks.check(parent, children);
-    return this.forks.fork(parent, children);
+    return this.forkWithSessionsStopped(parent, children);
+  }
+
+  /**
+   * Process sessions bind a workspace as it is mounted when they start: the parent's would
+   * keep writing into the layer its children share, a child's sandbox started ahead would
+   * keep its old empty view. So every session of the slots involved ends first (the parent's
+   * running ones included), starts wait for the fork, and sandboxes are started ahead again after.
+   */
+  private async forkWithSessionsStopped(parent: Slot, children: readonly Slot[]): Promise<ForkResponse> {
+    const slots = [parent, ...children];
+    await Promise.all(slots.map((s) => this.processes.killSlot(s, { hold: true })));
+    try {
+      return await this.forks.fork(parent, children);
+    } finally {
+      for (const s of slots) this.processes.afterReset(s);
+    }
   }
 
   /**
@@ -478,6 +505,7 @@ export class SandboxService implements SlotHost {
     this.closed = true;
     for (const slot of this.slots) slot.killRunning();
     await this.stateful.close();
+    await this.processes.close();
     await this.bash.close();
     await this.forks.close();
     this.templates.close();

@@ -17,6 +17,8 @@ import ts from "typescript";
  *   tools                     protocol + shared rooms (tool definitions, used by the executor
  *                             and the agent; knows nothing of slots)
  *   executor                  pool, tools and below
+ *   e2b                       pool and below (the E2B-compatible API: one slot lease per
+ *                             E2B sandbox; beside the executor, not above it)
  *   agent                     tools and below (the model loop; the env drives it)
  *   report                    protocol + shared rooms (reads JSONL, renders the HTML report)
  *   env                       executor, agent, report and below
@@ -34,10 +36,11 @@ export const ALLOWED: Record<string, readonly string[]> = {
   pool: ["nomad", "protocol", "http", "observability", "host"],
   tools: ["protocol", "http", "observability", "host"],
   executor: ["pool", "tools", "nomad", "protocol", "http", "observability", "host"],
+  e2b: ["pool", "nomad", "protocol", "http", "observability", "host"],
   agent: ["tools", "protocol", "http", "observability", "host"],
   env: ["report", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
-  cli: ["report", "env", "executor", "agent", "pool", "tools", "nomad", "sandbox", "protocol", "http", "observability", "host"],
-  "": ["report", "env", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
+  cli: ["e2b", "report", "env", "executor", "agent", "pool", "tools", "nomad", "sandbox", "protocol", "http", "observability", "host"],
+  "": ["e2b", "report", "env", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
 };
 
 /** file (relative to src/, with "/" separators) -> files it imports (same form). */

@@ -1,0 +1,168 @@
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { E2bServer } from "../e2b/server.js";
+import { ToolBackendConfigSchema, type ToolBackendConfigInput } from "../executor/backend-config.js";
+import { createToolBackend } from "../executor/tool-backend.js";
+import { createLogger } from "../observability/logger.js";
+import { MetricsRegistry } from "../observability/metrics.js";
+import type { TemplateSpec } from "../pool/types.js";
+import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
+
+/** The pool flags (the same fields and defaults as executor-server's, ToolBackendConfigSchema). */
+const POOL_FLAGS = {
+  provisioner: "provisioner",
+  "slots-per-container": "slotsPerContainer",
+  "min-containers": "minContainers",
+  "max-containers": "maxContainers",
+  "idle-timeout-ms": "idleTimeoutMs",
+  "acquire-timeout-ms": "acquireTimeoutMs",
+  "data-dir": "dataDir",
+  image: "sandboxImage",
+  "job-id": "nomadJobId",
+  driver: "nomadDriver",
+} as const satisfies Record<string, keyof ToolBackendConfigInput>;
+const NUMERIC = new Set(["slots-per-container", "min-containers", "max-containers", "idle-timeout-ms", "acquire-timeout-ms"]);
+
+const D = ToolBackendConfigSchema.parse({});
+
+const HELP = `usage: slotpool e2b-server --api-key KEY [options]
+
+Serves an E2B-compatible API over a slot pool: code written for E2B (the e2b SDK) runs on
+slotpool's slots when pointed here with E2B_API_URL=E2B_SANDBOX_URL=http://HOST:PORT and
+E2B_API_KEY=KEY. One E2B sandbox holds one slot; its timeout or kill releases (resets) it.
+See docs/e2b.md for what is supported.
+
+options:
+  --host H                   address to listen on (default 127.0.0.1)
+  --port P                   port (default 3000; 0 picks a free port)
+  --api-key KEY              the key clients send as X-API-Key (or env E2B_API_KEY); required
+  --templates FILE           JSON list of workspace templates ({name, setup, files?, timeoutS?});
+                             Sandbox.create(NAME) gets a slot reset into template NAME
+  --max-upload-mb N          largest file upload through /files (default 100)
+  --max-timeout-s S          longest sandbox timeout a client may ask for (default 86400)
+  --allow-network            sandboxes' commands may reach the internet (their slot's own network
+                             namespace, as executor-server's); default: loopback only
+  --provisioner local|nomad  where sandbox containers run (default ${D.provisioner})
+  --slots-per-container N    slots per container (default ${D.slotsPerContainer})
+  --min-containers N         containers kept running (default ${D.minContainers})
+  --max-containers N         most containers (default ${D.maxContainers})
+  --idle-timeout-ms MS       how long a surplus of containers lasts before they are drained (default ${D.idleTimeoutMs})
+  --acquire-timeout-ms MS    how long Sandbox.create waits for a free slot (default ${D.acquireTimeoutMs})
+  --data-dir D               local provisioner: where workspaces live (default: a temp dir)
+  --image IMG                nomad provisioner: sandbox image (default: the job builder's)
+  --job-id ID                nomad provisioner: sandbox job id
+  --driver D                 nomad provisioner: docker|raw_exec|exec
+
+Nomad settings come from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, ...
+`;
+
+const TemplatesFileSchema = z.array(
+  z
+    .object({
+      name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/, "template names are letters, digits, '.', '_' and '-'"),
+      setup: z.array(z.string()),
+      files: z.record(z.string(), z.string()).optional(),
+      timeoutS: z.number().int().positive().optional(),
+    })
+    .strict(),
+);
+
+/** Workspace templates from --templates FILE; a bad file gets an error naming the entry. */
+export function loadTemplates(file: string): Map<string, TemplateSpec> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, "utf8"));
+  } catch (err) {
+    throw new CliUsageError(`--templates ${file}: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  const parsed = TemplatesFileSchema.safeParse(raw);
+  if (!parsed.success) {
+    const i = parsed.error.issues[0]!;
+    throw new CliUsageError(`--templates ${file}: ${i.path.join(".") || "(file)"}: ${i.message}`);
+  }
+  const out = new Map<string, TemplateSpec>();
+  for (const t of parsed.data) {
+    if (t.name === "base") throw new CliUsageError(`--templates ${file}: 'base' is the plain slot and cannot be redefined`);
+    if (out.has(t.name)) throw new CliUsageError(`--templates ${file}: template '${t.name}' is defined twice`);
+    out.set(t.name, { name: t.name, setup: t.setup, ...(t.files ? { files: t.files } : {}), ...(t.timeoutS ? { timeoutS: t.timeoutS } : {}) });
+  }
+  return out;
+}
+
+function backendConfig(flags: NonNullable<ReturnType<typeof parseFlags>>) {
+  const input: Record<string, unknown> = {};
+  for (const [flag, field] of Object.entries(POOL_FLAGS)) {
+    const raw = stringFlag(flags, flag);
+    if (raw === undefined) continue;
+    input[field] = NUMERIC.has(flag) ? intFlag(flag, raw, 0, Number.MIN_SAFE_INTEGER) : raw;
+  }
+  const parsed = ToolBackendConfigSchema.safeParse(input);
+  if (parsed.success) return parsed.data;
+  const flagOf = (field: string) => Object.entries(POOL_FLAGS).find(([, f]) => f === field)?.[0] ?? field;
+  throw new CliUsageError(parsed.error.issues.map((i) => `--${flagOf(String(i.path[0] ?? ""))}: ${i.message}`).join("; "));
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const flags = parseFlags(
+    argv,
+    {
+      host: { type: "string" },
+      port: { type: "string" },
+      "api-key": { type: "string" },
+      templates: { type: "string" },
+      "max-upload-mb": { type: "string" },
+      "max-timeout-s": { type: "string" },
+      "allow-network": { type: "boolean" },
+      ...Object.fromEntries(Object.keys(POOL_FLAGS).map((f) => [f, { type: "string" as const }])),
+    },
+    HELP,
+  );
+  if (!flags) return 0;
+  const host = stringFlag(flags, "host") ?? "127.0.0.1";
+  const port = intFlag("port", stringFlag(flags, "port"), 3000, 0, 65535);
+  const apiKey = stringFlag(flags, "api-key") ?? (process.env["E2B_API_KEY"] || undefined);
+  if (!apiKey) throw new CliUsageError("--api-key KEY (or E2B_API_KEY) is required: E2B clients authenticate with it");
+  const templatesFile = stringFlag(flags, "templates");
+  const templates = templatesFile ? loadTemplates(templatesFile) : new Map<string, TemplateSpec>();
+  const maxUploadBytes = intFlag("max-upload-mb", stringFlag(flags, "max-upload-mb"), 100, 1, 1_000_000) * 1024 * 1024;
+  const maxTimeoutS = intFlag("max-timeout-s", stringFlag(flags, "max-timeout-s"), 86_400, 1, 30 * 86_400);
+  const config = backendConfig(flags);
+
+  const logger = createLogger({ name: "e2b-server" });
+  let backend: Awaited<ReturnType<typeof createToolBackend>>;
+  try {
+    backend = await createToolBackend(config, { logger, metrics: new MetricsRegistry() });
+  } finally {
+    logger.flush();
+  }
+  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network") });
+  let stopping: Promise<void> | undefined;
+  // Killing the server ends every sandbox: each slot is released (reset), then the pool stops.
+  const shutdown = () => (stopping ??= server.close().then(() => backend.close()));
+  try {
+    const url = await server.listen(port, host);
+    logger.info({ url, provisioner: config.provisioner, slotsPerContainer: config.slotsPerContainer, templates: [...templates.keys()] }, "listening");
+    const signal = await new Promise<NodeJS.Signals>((resolve) => {
+      let seen = 0;
+      const onSignal = (sig: NodeJS.Signals) => {
+        if (++seen > 1) {
+          logger.warn({ signal: sig }, "second signal: exiting without waiting for slots to be released");
+          logger.flush();
+          process.exit(130);
+        }
+        resolve(sig);
+      };
+      process.on("SIGTERM", onSignal);
+      process.on("SIGINT", onSignal);
+    });
+    logger.info({ signal }, "shutting down: ending every sandbox");
+    await shutdown();
+    logger.info("stopped");
+    return 0;
+  } catch (err) {
+    await shutdown().catch(() => undefined);
+    throw err;
+  } finally {
+    logger.flush();
+  }
+}

@@ -1,0 +1,232 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { z } from "zod";
+import { readJsonBody } from "../http/body.js";
+import { requestTarget } from "../http/target.js";
+import { E2bApiError, E2bUnsupportedError } from "./errors.js";
+import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
+
+/**
+ * The control plane of E2B's API (what `E2B_API_URL` points at), the subset the `e2b` SDK
+ * uses for sandboxes: create, get, list, kill, timeout, connect, fork. Every route but
+ * /health needs the API key in `X-API-Key`. Answers have E2B's field names and shapes
+ * (read from the SDK's OpenAPI types, e2b 2.51.0).
+ */
+
+/** The envd version announced: new enough for every SDK code path slotpool implements (stdin close 0.5.2, octet-stream uploads 0.5.7), below file metadata (0.6.2), which it does not. */
+export const ENVD_VERSION = "0.5.7";
+/** Nominal resources reported per sandbox (a slot's share is set by the sandbox server's flags). */
+const CPU_COUNT = 1;
+const CLIENT_ID = "slotpool";
+
+const StringMap = z.record(z.string(), z.string());
+const CreateBodySchema = z.object({
+  templateID: z.string().max(256).optional(),
+  timeout: z.number().int().min(0).optional(),
+  metadata: StringMap.nullish(),
+  envVars: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are letters, digits and _, not starting with a digit"), z.string()).nullish(),
+  autoPause: z.boolean().optional(),
+  allow_internet_access: z.boolean().nullish(),
+  secure: z.boolean().optional(),
+  network: z.unknown().optional(),
+  volumeMounts: z.array(z.unknown()).optional(),
+  mcp: z.unknown().optional(),
+});
+const TimeoutBodySchema = z.object({ timeout: z.number().int().min(0) });
+const ConnectBodySchema = z.object({ timeout: z.number().int().min(0).optional() });
+const ForkBodySchema = z.object({ timeout: z.number().int().min(0).optional(), count: z.number().int().min(1).max(64).optional() });
+
+export interface ControlPlaneOptions {
+  apiKey: string;
+  registry: SandboxRegistry;
+  memoryMB: number;
+}
+
+type Handler = (req: IncomingMessage, res: ServerResponse, id: string) => Promise<void>;
+
+export class ControlPlane {
+  private readonly keyHash: Buffer;
+  private readonly routes: Array<{ method: string; pattern: RegExp; handler: Handler }> = [];
+
+  constructor(private readonly options: ControlPlaneOptions) {
+    this.keyHash = createHash("sha256").update(options.apiKey).digest();
+    const unsupported = (what: string, why: string): Handler => async () => {
+      throw new E2bUnsupportedError(`${what} is not supported by slotpool: ${why}`);
+    };
+    const noPause = "slots are reset, not paused; a sandbox lives until its timeout or kill (see docs/e2b.md)";
+    this.route("POST", /^\/(?:v2\/)?sandboxes$/, (req, res) => this.create(req, res))
+      .route("GET", /^\/(?:v2\/)?sandboxes$/, (req, res) => this.list(req, res))
+      .route("GET", /^\/sandboxes\/([^/]+)$/, async (_req, res, id) => send(res, 200, this.detail(this.options.registry.require(id))))
+      .route("DELETE", /^\/sandboxes\/([^/]+)$/, async (_req, res, id) => {
+        if (!(await this.options.registry.kill(id))) throw new E2bApiError(404, `sandbox '${id}' not found`);
+        send(res, 204);
+      })
+      .route("POST", /^\/sandboxes\/([^/]+)\/timeout$/, async (req, res, id) => {
+        this.options.registry.setTimeout(id, (await parse(req, TimeoutBodySchema)).timeout);
+        send(res, 204);
+      })
+      .route("POST", /^\/sandboxes\/([^/]+)\/refreshes$/, async (req, res, id) => {
+        const body = await parse(req, z.object({ duration: z.number().int().min(0).optional() }));
+        this.options.registry.connect(id, body.duration);
+        send(res, 204);
+      })
+      .route("POST", /^\/(?:v2\/)?sandboxes\/([^/]+)\/connect$/, async (req, res, id) => {
+        const s = this.options.registry.connect(id, (await parse(req, ConnectBodySchema)).timeout);
+        send(res, 200, this.created(s));
+      })
+      .route("POST", /^\/sandboxes\/([^/]+)\/fork$/, (req, res, id) => this.fork(req, res, id))
+      .route("POST", /^\/sandboxes\/([^/]+)\/pause$/, unsupported("pause", noPause))
+      .route("POST", /^\/(?:v2\/)?sandboxes\/([^/]+)\/resume$/, unsupported("resume", noPause))
+      .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noPause))
+      .route("GET", /^\/snapshots$/, unsupported("snapshots", noPause))
+      .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, unsupported("changing a sandbox's network", "a sandbox's internet access is set at create (allow_internet_access)"))
+      .route("GET", /^\/(?:v2\/)?sandboxes\/([^/]+)\/(?:metrics|logs)$/, unsupported("sandbox metrics and logs", "see the sandbox server's /metrics and the server log"))
+      .route("GET", /^\/sandboxes\/metrics$/, unsupported("sandbox metrics", "see the sandbox server's /metrics"));
+  }
+
+  private route(method: string, pattern: RegExp, handler: Handler): this {
+    this.routes.push({ method, pattern, handler });
+    return this;
+  }
+
+  /** Answers a control-plane request (errors are thrown for the server to shape). */
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { path } = requestTarget(req.url);
+    if (path === "/health" && req.method === "GET") return send(res, 200, { status: "ok" });
+    this.checkKey(req);
+    let pathMatched = false;
+    for (const r of this.routes) {
+      const m = r.pattern.exec(path);
+      if (!m) continue;
+      pathMatched = true;
+      if (r.method !== req.method) continue;
+      return r.handler(req, res, decodeURIComponent(m[1] ?? ""));
+    }
+    if (pathMatched) throw new E2bApiError(405, `method ${req.method} not allowed on ${path}`);
+    throw new E2bApiError(404, `no route ${req.method} ${path} (slotpool serves the sandbox part of E2B's API, see docs/e2b.md)`);
+  }
+
+  private checkKey(req: IncomingMessage): void {
+    const key = req.headers["x-api-key"];
+    if (typeof key !== "string" || key === "") throw new E2bApiError(401, "missing X-API-Key header");
+    if (!timingSafeEqual(createHash("sha256").update(key).digest(), this.keyHash)) throw new E2bApiError(401, "invalid API key");
+  }
+
+  private async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await parse(req, CreateBodySchema);
+    if (body.autoPause) throw new E2bApiError(400, "autoPause is not supported by slotpool: slots are reset, not paused");
+    if (body.network !== undefined) throw new E2bApiError(400, "network rules are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)");
+    if (body.volumeMounts?.length) throw new E2bApiError(400, "volume mounts are not supported by slotpool");
+    if (body.mcp !== undefined && body.mcp !== null) throw new E2bApiError(400, "MCP gateways are not supported by slotpool");
+    const s = await this.options.registry.create({
+      templateID: body.templateID,
+      envVars: body.envVars ?? undefined,
+      metadata: body.metadata ?? undefined,
+      timeout: body.timeout,
+      allowInternetAccess: body.allow_internet_access ?? undefined,
+    });
+    send(res, 201, this.created(s));
+  }
+
+  private async list(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { query } = requestTarget(req.url);
+    const states = query.getAll("state").flatMap((s) => s.split(","));
+    const limit = query.has("limit") ? Number(query.get("limit")) : 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new E2bApiError(400, "limit must be a whole number from 1 to 100", "limit");
+    const filter = metadataFilter(query.get("metadata"));
+    const template = query.get("template");
+    const order = query.get("order") ?? "asc";
+    if (order !== "asc" && order !== "desc") throw new E2bApiError(400, "order must be asc or desc", "order");
+    // Every sandbox here runs: a filter for other states only finds none.
+    let all = states.length > 0 && !states.includes("running") ? [] : this.options.registry.list();
+    all = all.filter((s) => Object.entries(filter).every(([k, v]) => s.metadata[k] === v) && (!template || s.templateId === template));
+    const keyOf = (s: E2bSandbox) => `${String(s.startedAt.getTime()).padStart(15, "0")}_${s.id}`;
+    all.sort((a, b) => (keyOf(a) < keyOf(b) ? -1 : keyOf(a) > keyOf(b) ? 1 : 0) * (order === "asc" ? 1 : -1));
+    const after = query.get("nextToken");
+    if (after) {
+      const mark = Buffer.from(after, "base64url").toString("utf8");
+      all = all.filter((s) => (order === "asc" ? keyOf(s) > mark : keyOf(s) < mark));
+    }
+    const page = all.slice(0, limit);
+    if (all.length > limit) res.setHeader("x-next-token", Buffer.from(keyOf(page.at(-1)!)).toString("base64url"));
+    send(res, 200, page.map((s) => this.listed(s)));
+  }
+
+  private async fork(req: IncomingMessage, res: ServerResponse, id: string): Promise<void> {
+    const body = await parse(req, ForkBodySchema);
+    const source = this.options.registry.require(id);
+    const results = await this.options.registry.fork(source, body.count ?? 1, body.timeout);
+    send(
+      res,
+      200,
+      results.map((r) => (r instanceof Error ? { error: { code: r instanceof E2bApiError ? r.status : 500, message: r.message } } : { sandbox: this.created(r) })),
+    );
+  }
+
+  /** The `Sandbox` answer of create, connect and fork: what a client needs to reach the sandbox. */
+  private created(s: E2bSandbox) {
+    return {
+      templateID: s.templateId,
+      sandboxID: s.id,
+      clientID: CLIENT_ID,
+      envdVersion: ENVD_VERSION,
+      envdAccessToken: s.accessToken,
+      trafficAccessToken: null,
+      domain: null,
+    };
+  }
+
+  private listed(s: E2bSandbox) {
+    return {
+      templateID: s.templateId,
+      sandboxID: s.id,
+      clientID: CLIENT_ID,
+      startedAt: s.startedAt.toISOString(),
+      endAt: s.endAt.toISOString(),
+      cpuCount: CPU_COUNT,
+      memoryMB: this.options.memoryMB,
+      diskSizeMB: 0,
+      metadata: s.metadata,
+      state: "running",
+      envdVersion: ENVD_VERSION,
+      volumeMounts: [],
+    };
+  }
+
+  private detail(s: E2bSandbox) {
+    return { ...this.listed(s), envdAccessToken: s.accessToken, domain: null, allowInternetAccess: s.allowNetwork };
+  }
+}
+
+/** The SDK sends metadata filters as one query value: URL-encoded `key=value` pairs joined by `&`. */
+function metadataFilter(raw: string | null): Record<string, string> {
+  if (!raw) return {};
+  const out: Record<string, string> = {};
+  for (const [k, v] of new URLSearchParams(raw)) out[decodeURIComponent(k)] = decodeURIComponent(v);
+  return out;
+}
+
+async function parse<S extends z.ZodType>(req: IncomingMessage, schema: S): Promise<z.output<S>> {
+  const len = Number(req.headers["content-length"] ?? "0");
+  const raw = len === 0 && req.headers["transfer-encoding"] === undefined ? {} : await readJsonBody(req, 1024 * 1024);
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const field = issue.path.map(String).join(".") || "body";
+    // A bad record key carries its reason one level down.
+    const inner = "issues" in issue && Array.isArray(issue.issues) ? (issue.issues as Array<{ message: string }>)[0]?.message : undefined;
+    throw new E2bApiError(400, `invalid request: ${field}: ${inner ?? issue.message}`, field);
+  }
+  return parsed.data;
+}
+
+function send(res: ServerResponse, status: number, body?: unknown): void {
+  if (body === undefined) {
+    res.writeHead(status);
+    res.end();
+    return;
+  }
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.end(text);
+}

@@ -1,0 +1,107 @@
+import { EventType } from "./gen/filesystem/filesystem_pb.js";
+import { E2B_HOME } from "./paths.js";
+import type { E2bSandbox } from "./sandboxes.js";
+import type { ProcessStream } from "./slot-processes.js";
+
+/**
+ * Directory watching for envd's `WatchDir` and watcher RPCs, by polling: one process in the
+ * sandbox's slot lists the directory (`find -printf`) every POLL_S seconds, and successive
+ * listings are compared here. A new entry is a create, a changed size or mtime a write, a
+ * vanished one a remove (a rename shows as remove + create). Polling, not inotify: slots
+ * have no inotify tool, and a listing sees exactly what the sandbox's commands see.
+ */
+
+export const WATCH_TAG = "slotpool:watch"; // a helper tag: not listed to clients (slot-processes.ts)
+const POLL_S = 0.25;
+const NOT_A_DIR = 45;
+const SNAPSHOT_END = "\u0001";
+
+export interface WatchEvent {
+  /** Path relative to the watched directory. */
+  name: string;
+  type: EventType;
+}
+
+type Listing = Map<string, string>;
+
+export class DirWatch {
+  private buf = "";
+  private prev: Listing | null = null;
+  private cur: Listing = new Map();
+  private closed = false;
+
+  private constructor(
+    private readonly sandbox: E2bSandbox,
+    private readonly stream: ProcessStream,
+    private readonly it: AsyncIterator<import("../protocol/process-session.js").ProcessEvent>,
+  ) {}
+
+  /** Starts watching; resolves after the first listing (null when the path is not a directory). */
+  static async start(s: E2bSandbox, path: string, recursive: boolean): Promise<DirWatch | null> {
+    const script = `[ -d "$1" ] || exit ${NOT_A_DIR}; while :; do find "$1" -mindepth 1 -maxdepth "$2" -printf '%y\\t%T@\\t%s\\t%P\\0'; printf '${SNAPSHOT_END}\\0'; sleep ${POLL_S}; done`;
+    const stream = await s.processes.start({
+      cmd: "/bin/sh",
+      args: ["-c", script, "sh", path, recursive ? "1000000" : "1"],
+      stdin: false,
+      tag: WATCH_TAG,
+      workspace_alias: E2B_HOME,
+      cwd: E2B_HOME,
+    });
+    const w = new DirWatch(s, stream, stream.events[Symbol.asyncIterator]());
+    const first = await w.next();
+    if (first === null) return null;
+    return w;
+  }
+
+  /** The events between the last listing and the next one; null once the watch has ended. */
+  async next(): Promise<WatchEvent[] | null> {
+    while (!this.closed) {
+      const r = await this.it.next();
+      if (r.done || r.value.type === "end") {
+        this.close();
+        return null;
+      }
+      if (r.value.type !== "stdout") continue;
+      this.buf += Buffer.from(r.value.data, "base64").toString("utf8");
+      let events: WatchEvent[] | undefined;
+      let nul: number;
+      while ((nul = this.buf.indexOf("\0")) >= 0) {
+        const rec = this.buf.slice(0, nul);
+        this.buf = this.buf.slice(nul + 1);
+        if (rec === SNAPSHOT_END) {
+          events = [...(events ?? []), ...this.diff()];
+          continue;
+        }
+        const parts = rec.split("\t");
+        if (parts.length < 4) continue;
+        this.cur.set(parts.slice(3).join("\t"), parts.slice(0, 3).join("\t"));
+      }
+      if (events) return events;
+    }
+    return null;
+  }
+
+  private diff(): WatchEvent[] {
+    const prev = this.prev;
+    const cur = this.cur;
+    this.prev = cur;
+    this.cur = new Map();
+    if (!prev) return [];
+    const out: WatchEvent[] = [];
+    for (const [name, meta] of cur) {
+      const before = prev.get(name);
+      if (before === undefined) out.push({ name, type: EventType.CREATE });
+      else if (before !== meta && !meta.startsWith("d")) out.push({ name, type: EventType.WRITE });
+    }
+    for (const name of prev.keys()) if (!cur.has(name)) out.push({ name, type: EventType.REMOVE });
+    return out;
+  }
+
+  /** Stops the watch (kills its process). */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.stream.close();
+    void this.sandbox.processes.signal(this.stream.pid, "SIGKILL").catch(() => undefined);
+  }
+}

@@ -1,0 +1,21 @@
+import { HttpError } from "../http/errors.js";
+import { SlotpoolError } from "../protocol/errors.js";
+
+/**
+ * A refused E2B request. Answered as E2B's API does, `{"code": status, "message": …}` with
+ * the same HTTP status, so the `e2b` SDK raises its own error classes (401 →
+ * AuthenticationError, 404 → NotFoundError / SandboxNotFoundError, 400 → InvalidArgumentError …).
+ */
+export class E2bApiError extends HttpError {
+  override name = "E2bApiError";
+}
+
+/** What an E2B feature slotpool does not offer answers: HTTP 501 / Connect `unimplemented`. */
+export class E2bUnsupportedError extends SlotpoolError {
+  override name = "E2bUnsupportedError";
+}
+
+/** The JSON body E2B's API answers errors with. */
+export function e2bErrorBody(status: number, message: string): { code: number; message: string } {
+  return { code: status, message };
+}

@@ -1,0 +1,196 @@
+import { randomUUID } from "node:crypto";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { FileType, Filesystem, type EntryInfoSchema, type WatchDirResponseSchema } from "./gen/filesystem/filesystem_pb.js";
+import { DirWatch, type WatchEvent } from "./dir-watch.js";
+import { sandboxForRpc, toConnectError } from "./envd-auth.js";
+import { workspacePath } from "./paths.js";
+import type { E2bSandbox, SandboxRegistry } from "./sandboxes.js";
+
+type Entry = MessageInitShape<typeof EntryInfoSchema>;
+
+/**
+ * envd's `filesystem.Filesystem` Connect service. Each operation runs as a small shell
+ * command inside the sandbox's slot (its uid, its isolation), so it sees exactly what the
+ * sandbox's commands see; paths must lie in the workspace (/home/user or /workspace, or
+ * relative to /home/user), checked before anything runs. `find -printf` with NUL-separated
+ * fields reports entries (any file name survives). Watching polls (dir-watch.ts).
+ */
+
+/** find -printf format: 9 NUL-terminated fields per entry. */
+const FMT = "%y\\0%s\\0%m\\0%M\\0%u\\0%g\\0%T@\\0%l\\0%p\\0";
+const NOT_FOUND = 44;
+const WRONG_TYPE = 45;
+const EXISTS = 47;
+
+const SCRIPTS = {
+  stat: `[ -e "$1" ] || [ -L "$1" ] || exit ${NOT_FOUND}; exec find "$1" -maxdepth 0 -printf '${FMT}'`,
+  list: `[ -e "$1" ] || exit ${NOT_FOUND}; [ -d "$1" ] || exit ${WRONG_TYPE}; exec find "$1" -mindepth 1 -maxdepth "$2" -printf '${FMT}'`,
+  makeDir: `[ -e "$1" ] && exit ${EXISTS}; mkdir -p -- "$1" && exec find "$1" -maxdepth 0 -printf '${FMT}'`,
+  move: `[ -e "$1" ] || [ -L "$1" ] || exit ${NOT_FOUND}; mkdir -p -- "$(dirname -- "$2")" && mv -T -- "$1" "$2" && exec find "$2" -maxdepth 0 -printf '${FMT}'`,
+  remove: `[ -e "$1" ] || [ -L "$1" ] || exit ${NOT_FOUND}; exec rm -rf -- "$1"`,
+};
+
+const TYPES: Record<string, FileType> = { f: FileType.FILE, d: FileType.DIRECTORY, l: FileType.SYMLINK };
+
+function parseEntries(out: Buffer): Entry[] {
+  const fields = out.toString("utf8").split("\0");
+  const entries: Entry[] = [];
+  for (let i = 0; i + 9 <= fields.length; i += 9) {
+    const [type, size, mode, perms, owner, group, mtime, link, path] = fields.slice(i, i + 9) as [string, string, string, string, string, string, string, string, string];
+    const [sec, frac = "0"] = mtime.split(".");
+    entries.push({
+      name: path.slice(path.lastIndexOf("/") + 1),
+      type: TYPES[type] ?? FileType.UNSPECIFIED,
+      path,
+      size: BigInt(size || "0"),
+      mode: parseInt(mode, 8),
+      permissions: perms,
+      owner,
+      group,
+      modifiedTime: { seconds: BigInt(sec || "0"), nanos: Number(frac.padEnd(9, "0").slice(0, 9)) },
+      ...(type === "l" ? { symlinkTarget: link } : {}),
+    });
+  }
+  return entries;
+}
+
+async function runOp(s: E2bSandbox, op: keyof typeof SCRIPTS, args: string[], what: string): Promise<Entry[]> {
+  let r;
+  try {
+    r = await s.processes.run("/bin/sh", ["-c", SCRIPTS[op], "sh", ...args]);
+  } catch (err) {
+    throw toConnectError(err);
+  }
+  if (r.exitCode === NOT_FOUND) throw new ConnectError(`${what}: no such file or directory`, Code.NotFound);
+  if (r.exitCode === WRONG_TYPE) throw new ConnectError(`${what}: not a directory`, Code.InvalidArgument);
+  if (r.exitCode === EXISTS) throw new ConnectError(`${what}: already exists`, Code.AlreadyExists);
+  if (r.exitCode !== 0) {
+    const msg = r.stderr.trim() || `exit ${r.exitCode}`;
+    throw new ConnectError(`${what}: ${msg}`, /permission denied/i.test(msg) ? Code.PermissionDenied : Code.Internal);
+  }
+  return parseEntries(r.stdout);
+}
+
+function path(p: string, field = "path"): string {
+  try {
+    return workspacePath(p, field);
+  } catch (err) {
+    throw toConnectError(err);
+  }
+}
+
+/** Watchers made by CreateWatcher, polled by GetWatcherEvents. */
+interface Watcher {
+  sandboxId: string;
+  watch: DirWatch;
+  pending: WatchEvent[];
+  ended: boolean;
+}
+
+export function filesystemService(registry: SandboxRegistry): ServiceImpl<typeof Filesystem> {
+  const watchers = new Map<string, Watcher>();
+  const startWatch = async (s: E2bSandbox, p: string, recursive: boolean): Promise<DirWatch> => {
+    let w: DirWatch | null;
+    try {
+      w = await DirWatch.start(s, p, recursive);
+    } catch (err) {
+      throw toConnectError(err);
+    }
+    if (!w) throw new ConnectError(`${p}: no such directory`, Code.NotFound);
+    return w;
+  };
+  const watcherOf = (s: E2bSandbox, id: string): Watcher => {
+    const w = watchers.get(id);
+    // Another sandbox's watcher id is as unknown as a made-up one.
+    if (!w || w.sandboxId !== s.id) throw new ConnectError(`no watcher '${id}' in this sandbox`, Code.NotFound);
+    return w;
+  };
+  return {
+    async stat(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const p = path(req.path);
+      const [entry] = await runOp(s, "stat", [p], p);
+      return { entry };
+    },
+    async listDir(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const p = path(req.path);
+      return { entries: await runOp(s, "list", [p, String(Math.max(1, req.depth))], p) };
+    },
+    async makeDir(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const p = path(req.path);
+      const [entry] = await runOp(s, "makeDir", [p], p);
+      return { entry };
+    },
+    async move(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const src = path(req.source, "source");
+      const dst = path(req.destination, "destination");
+      const [entry] = await runOp(s, "move", [src, dst], src);
+      return { entry };
+    },
+    async remove(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const p = path(req.path);
+      await runOp(s, "remove", [p], p);
+      return {};
+    },
+    async *watchDir(req, ctx): AsyncGenerator<MessageInitShape<typeof WatchDirResponseSchema>> {
+      const s = sandboxForRpc(registry, ctx);
+      const w = await startWatch(s, path(req.path), req.recursive);
+      const stop = () => w.close();
+      ctx.signal.addEventListener("abort", stop, { once: true });
+      const keepaliveS = Number(ctx.requestHeader.get("keepalive-ping-interval")) || 50;
+      try {
+        yield { event: { case: "start", value: {} } };
+        let next = w.next();
+        for (;;) {
+          let timer: NodeJS.Timeout | undefined;
+          const tick = new Promise<"tick">((r) => (timer = setTimeout(() => r("tick"), keepaliveS * 1000)));
+          const got = await Promise.race([next, tick]);
+          clearTimeout(timer);
+          if (got === "tick") {
+            yield { event: { case: "keepalive", value: {} } };
+            continue;
+          }
+          if (got === null) break;
+          next = w.next();
+          for (const ev of got) yield { event: { case: "filesystem", value: { name: ev.name, type: ev.type } } };
+        }
+      } finally {
+        ctx.signal.removeEventListener("abort", stop);
+        w.close();
+      }
+    },
+    async createWatcher(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const watch = await startWatch(s, path(req.path), req.recursive);
+      const id = randomUUID();
+      const entry: Watcher = { sandboxId: s.id, watch, pending: [], ended: false };
+      watchers.set(id, entry);
+      void (async () => {
+        for (let evs = await watch.next(); evs; evs = await watch.next()) entry.pending.push(...evs.slice(0, 10_000 - entry.pending.length));
+        entry.ended = true;
+      })();
+      return { watcherId: id };
+    },
+    async getWatcherEvents(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      const w = watcherOf(s, req.watcherId);
+      const events = w.pending.splice(0);
+      if (w.ended && events.length === 0) {
+        watchers.delete(req.watcherId);
+        throw new ConnectError(`watcher '${req.watcherId}' has ended (its directory or sandbox is gone)`, Code.NotFound);
+      }
+      return { events: events.map((e) => ({ name: e.name, type: e.type })) };
+    },
+    async removeWatcher(req, ctx) {
+      const s = sandboxForRpc(registry, ctx);
+      watcherOf(s, req.watcherId).watch.close();
+      watchers.delete(req.watcherId);
+      return {};
+    },
+  };
+}

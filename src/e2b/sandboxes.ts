@@ -1,0 +1,241 @@
+import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
+import type { Logger } from "../observability/logger.js";
+import type { AcquireOptions, Slot, TemplateSpec } from "../pool/types.js";
+import { SlotForkError } from "../pool/errors.js";
+import { E2bApiError, E2bUnsupportedError } from "./errors.js";
+import { SlotProcesses } from "./slot-processes.js";
+
+/** What the registry needs from a pool (SlotPool implements it). */
+export interface E2bPool {
+  acquire(options: AcquireOptions): Promise<Slot>;
+  release(slot: Slot, options?: { reset?: boolean }): Promise<void>;
+  useTemplate?(slot: Slot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
+}
+
+/** One E2B sandbox: one slot lease, held from create until kill or timeout. */
+export interface E2bSandbox {
+  readonly id: string;
+  readonly templateId: string;
+  readonly slot: Slot;
+  readonly processes: SlotProcesses;
+  /** The in-sandbox API's token (`X-Access-Token`); reaches this sandbox's slot only. */
+  readonly accessToken: string;
+  readonly envs: Record<string, string>;
+  readonly metadata: Record<string, string>;
+  /** Commands get internet (the slot's own network namespace); else loopback only. */
+  readonly allowNetwork: boolean;
+  readonly startedAt: Date;
+  endAt: Date;
+  timer: NodeJS.Timeout | undefined;
+}
+
+export interface CreateSandbox {
+  templateID?: string | undefined;
+  envVars?: Record<string, string> | undefined;
+  metadata?: Record<string, string> | undefined;
+  /** Seconds until the sandbox is killed (E2B's default: 300). */
+  timeout?: number | undefined;
+  /** E2B's allow_internet_access; default: the server's policy. */
+  allowInternetAccess?: boolean | undefined;
+}
+
+export interface SandboxRegistryOptions {
+  pool: E2bPool;
+  /** Workspace templates a sandbox may be created from, by name (`base` is the plain slot). */
+  templates?: ReadonlyMap<string, TemplateSpec>;
+  logger: Logger;
+  /** Longest timeout a sandbox may ask for, seconds (default 86400, E2B Pro's 24 h). */
+  maxTimeoutS?: number;
+  /** Whether sandboxes' commands may reach the internet (default false, as the executor's default). */
+  allowNetwork?: boolean;
+}
+
+export const DEFAULT_TIMEOUT_S = 300;
+export const BASE_TEMPLATE = "base";
+
+/**
+ * The E2B sandboxes this server holds. A sandbox is a slot lease: created by acquiring a
+ * slot (reset into a workspace template when one is named), ended by its timeout or a
+ * kill, both of which stop its processes and release the slot (which resets it).
+ */
+export class SandboxRegistry {
+  private readonly live = new Map<string, E2bSandbox>();
+  private readonly keepAlive: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(private readonly options: SandboxRegistryOptions) {
+    // The pool reclaims leases unused for its lease timeout; a sandbox's own timeout is the
+    // authority here, so every live lease is marked used now and then.
+    this.keepAlive = setInterval(() => {
+      for (const s of this.live.values()) if (!s.slot.lost) s.slot.touch();
+    }, 60_000);
+    this.keepAlive.unref();
+  }
+
+  get maxTimeoutS(): number {
+    return this.options.maxTimeoutS ?? 86_400;
+  }
+
+  templateNames(): string[] {
+    return [BASE_TEMPLATE, ...(this.options.templates?.keys() ?? [])];
+  }
+
+  private timeoutSeconds(timeout: number | undefined, field = "timeout"): number {
+    const t = timeout ?? DEFAULT_TIMEOUT_S;
+    if (!Number.isInteger(t) || t < 0) throw new E2bApiError(400, `${field} must be a whole number of seconds >= 0, got ${JSON.stringify(timeout)}`, field);
+    if (t > this.maxTimeoutS) throw new E2bApiError(400, `${field} ${t} s is above this server's maximum of ${this.maxTimeoutS} s`, field);
+    return t;
+  }
+
+  async create(req: CreateSandbox): Promise<E2bSandbox> {
+    if (this.closed) throw new E2bApiError(503, "the server is shutting down");
+    const templateId = req.templateID || BASE_TEMPLATE;
+    const spec = templateId === BASE_TEMPLATE ? undefined : this.options.templates?.get(templateId);
+    if (templateId !== BASE_TEMPLATE && !spec) {
+      throw new E2bApiError(404, `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates)`);
+    }
+    const timeoutS = this.timeoutSeconds(req.timeout);
+    const allowNetwork = req.allowInternetAccess ?? this.options.allowNetwork ?? false;
+    if (allowNetwork && !this.options.allowNetwork) {
+      throw new E2bApiError(400, "internet access is off on this server: its sandboxes' commands have loopback only (start it with --allow-network)", "allow_internet_access");
+    }
+    const id = "sp" + randomBytes(9).toString("hex");
+    const slot = await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(spec ? { template: spec.name } : {}) });
+    try {
+      if (spec) {
+        if (!this.options.pool.useTemplate) throw new E2bApiError(501, "this pool cannot reset slots into workspace templates");
+        await this.options.pool.useTemplate(slot, spec);
+      }
+    } catch (err) {
+      await this.options.pool.release(slot).catch(() => undefined);
+      throw err;
+    }
+    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork });
+  }
+
+  /** A held slot becomes a live sandbox (create, fork). */
+  private register(id: string, slot: Slot, o: { templateId: string; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number; allowNetwork: boolean }): E2bSandbox {
+    const now = new Date();
+    const sandbox: E2bSandbox = {
+      id,
+      templateId: o.templateId,
+      slot,
+      processes: new SlotProcesses(slot),
+      accessToken: randomBytes(24).toString("base64url"),
+      envs: o.envs,
+      metadata: o.metadata,
+      allowNetwork: o.allowNetwork,
+      startedAt: now,
+      endAt: new Date(now.getTime() + o.timeoutS * 1000),
+      timer: undefined,
+    };
+    this.live.set(id, sandbox);
+    this.arm(sandbox);
+    this.options.logger.info({ sandbox: id, template: o.templateId, slot: slot.key, timeoutS: o.timeoutS }, "sandbox created");
+    return sandbox;
+  }
+
+  /**
+   * `count` new sandboxes whose workspaces are copy-on-write copies of `source`'s as it is
+   * now (the pool's `lease.fork`: sibling slots of the same container). The source keeps
+   * running. All or nothing: when the fork fails, every entry is the same error.
+   */
+  async fork(source: E2bSandbox, count: number, timeout: number | undefined): Promise<Array<E2bSandbox | Error>> {
+    if (!source.slot.fork) throw new E2bUnsupportedError("fork is not supported by this pool (its slots cannot fork)");
+    const timeoutS = this.timeoutSeconds(timeout);
+    const ids = Array.from({ length: count }, () => "sp" + randomBytes(9).toString("hex"));
+    let slots: Slot[];
+    try {
+      slots = await source.slot.fork(count, { trajectoryIds: ids.map((id) => `e2b-${id}`) });
+    } catch (err) {
+      const reason = err instanceof SlotForkError ? err.reason : undefined;
+      const status = reason === "capacity" || reason === "timeout" ? 503 : reason === "invalid" ? 400 : reason === "unsupported" ? 501 : 500;
+      const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
+      return ids.map(() => e);
+    }
+    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork }));
+  }
+
+  /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */
+  get(id: string): E2bSandbox | undefined {
+    const s = this.live.get(id);
+    if (s?.slot.lost) {
+      this.options.logger.warn({ sandbox: id, slot: s.slot.key }, "sandbox's slot was lost (its container went away): sandbox ended");
+      void this.end(s, "lost");
+      return undefined;
+    }
+    return s;
+  }
+
+  /** The live sandbox or E2B's 404. */
+  require(id: string): E2bSandbox {
+    const s = this.get(id);
+    if (!s) throw new E2bApiError(404, `sandbox '${id}' not found`);
+    return s;
+  }
+
+  list(): E2bSandbox[] {
+    return [...this.live.keys()].map((id) => this.get(id)).filter((s): s is E2bSandbox => s !== undefined);
+  }
+
+  /** Ends the sandbox now; false when there was none. */
+  async kill(id: string): Promise<boolean> {
+    const s = this.live.get(id);
+    if (!s) return false;
+    await this.end(s, "killed");
+    return true;
+  }
+
+  /** A new timeout counted from now (E2B's setTimeout: shorter or longer than before). */
+  setTimeout(id: string, timeout: number | undefined): E2bSandbox {
+    const s = this.require(id);
+    s.endAt = new Date(Date.now() + this.timeoutSeconds(timeout) * 1000);
+    this.arm(s);
+    return s;
+  }
+
+  /** connect: a running sandbox, its end moved later when `timeout` asks for more time. */
+  connect(id: string, timeout: number | undefined): E2bSandbox {
+    const s = this.require(id);
+    if (timeout !== undefined) {
+      const end = Date.now() + this.timeoutSeconds(timeout) * 1000;
+      if (end > s.endAt.getTime()) {
+        s.endAt = new Date(end);
+        this.arm(s);
+      }
+    }
+    return s;
+  }
+
+  /** Whether `token` is this sandbox's access token (constant time). */
+  static tokenMatches(s: E2bSandbox, token: string | undefined | null): boolean {
+    if (!token) return false;
+    const a = createHash("sha256").update(token).digest();
+    const b = createHash("sha256").update(s.accessToken).digest();
+    return timingSafeEqual(a, b);
+  }
+
+  private arm(s: E2bSandbox): void {
+    clearTimeout(s.timer);
+    const ms = Math.max(0, s.endAt.getTime() - Date.now());
+    s.timer = setTimeout(() => void this.end(s, "timeout"), Math.min(ms, 2 ** 31 - 1));
+    s.timer.unref();
+  }
+
+  private async end(s: E2bSandbox, why: "killed" | "timeout" | "lost" | "shutdown"): Promise<void> {
+    if (this.live.get(s.id) !== s) return;
+    this.live.delete(s.id);
+    clearTimeout(s.timer);
+    if (!s.slot.lost) await s.processes.killAll().catch(() => undefined);
+    // Release resets the slot: its workspace, /tmp and every process are gone before it is handed out again.
+    await this.options.pool.release(s.slot).catch((err: unknown) => this.options.logger.warn({ sandbox: s.id, err }, "releasing a sandbox's slot failed"));
+    this.options.logger.info({ sandbox: s.id, slot: s.slot.key, why }, "sandbox ended");
+  }
+
+  /** Ends every sandbox (server shutdown): every slot is released. */
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.keepAlive);
+    await Promise.all([...this.live.values()].map((s) => this.end(s, "shutdown")));
+  }
+}

@@ -1,0 +1,125 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { HttpError } from "../http/errors.js";
+import { listenOn } from "../http/lifecycle.js";
+import { requestPath } from "../http/target.js";
+import { silentLogger, type Logger } from "../observability/logger.js";
+import { PoolNotRunningError, SlotAcquireTimeoutError } from "../pool/errors.js";
+import type { TemplateSpec } from "../pool/types.js";
+import { ControlPlane } from "./control-plane.js";
+import { nodeHeaders, sandboxForHeaders } from "./envd-auth.js";
+import { e2bErrorBody, E2bUnsupportedError } from "./errors.js";
+import { handleFiles } from "./files-route.js";
+import { filesystemService } from "./filesystem-service.js";
+import { Filesystem } from "./gen/filesystem/filesystem_pb.js";
+import { Process } from "./gen/process/process_pb.js";
+import { processService } from "./process-service.js";
+import { SandboxRegistry, type E2bPool } from "./sandboxes.js";
+
+export interface E2bServerOptions {
+  pool: E2bPool;
+  /** The key E2B clients send as `X-API-Key` (E2B_API_KEY). */
+  apiKey: string;
+  /** Workspace templates sandboxes may be created from, by name. */
+  templates?: ReadonlyMap<string, TemplateSpec>;
+  logger?: Logger;
+  /** Largest upload through /files, bytes (default 100 MiB). */
+  maxUploadBytes?: number;
+  /** Longest sandbox timeout, seconds (default 86400). */
+  maxTimeoutS?: number;
+  /** Memory reported per sandbox, MB (the sandbox servers' --memory-mb; default 1024). */
+  memoryMB?: number;
+  /** Sandboxes' commands may reach the internet (default false); a sandbox may still ask for none. */
+  allowNetwork?: boolean;
+}
+
+/**
+ * An E2B-compatible server over a slot pool, on one port: the control plane (E2B_API_URL)
+ * and the in-sandbox API (E2B_SANDBOX_URL). A request carrying `E2b-Sandbox-Id` is for the
+ * in-sandbox API (Connect `process` and `filesystem` services, `/files`, `/health`),
+ * anything else for the control plane. See docs/e2b.md.
+ */
+export class E2bServer {
+  readonly registry: SandboxRegistry;
+  private readonly server: Server;
+  private readonly control: ControlPlane;
+  private readonly rpc: ReturnType<typeof connectNodeAdapter>;
+  private readonly logger: Logger;
+  private readonly maxUploadBytes: number;
+  url = "";
+
+  constructor(options: E2bServerOptions) {
+    if (!options.apiKey) throw new HttpError(500, "an E2B server needs an API key");
+    this.logger = options.logger ?? silentLogger();
+    this.maxUploadBytes = options.maxUploadBytes ?? 100 * 1024 * 1024;
+    this.registry = new SandboxRegistry({
+      pool: options.pool,
+      logger: this.logger,
+      ...(options.templates ? { templates: options.templates } : {}),
+      ...(options.maxTimeoutS !== undefined ? { maxTimeoutS: options.maxTimeoutS } : {}),
+      allowNetwork: options.allowNetwork ?? false,
+    });
+    this.control = new ControlPlane({ apiKey: options.apiKey, registry: this.registry, memoryMB: options.memoryMB ?? 1024 });
+    const registry = this.registry;
+    this.rpc = connectNodeAdapter({
+      routes(router) {
+        router.service(Process, processService(registry));
+        router.service(Filesystem, filesystemService(registry));
+      },
+      // Uploads go through /files; Connect messages stay small.
+      readMaxBytes: 16 * 1024 * 1024,
+    });
+    this.server = createServer((req, res) => {
+      this.handle(req, res).catch((err: unknown) => this.fail(req, res, err));
+    });
+    this.server.keepAliveTimeout = 65_000;
+    this.server.headersTimeout = 15_000;
+    // Long-running command streams: no overall request deadline (a command has its own timeout).
+    this.server.requestTimeout = 0;
+  }
+
+  async listen(port: number, host: string): Promise<string> {
+    this.url = await listenOn(this.server, port, host);
+    return this.url;
+  }
+
+  /** Stops taking requests and ends every sandbox (each slot is released and reset). */
+  async close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeIdleConnections();
+    await this.registry.close();
+    this.server.closeAllConnections();
+    await closed;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (req.headers["e2b-sandbox-id"] === undefined) return this.control.handle(req, res);
+    const path = requestPath(req.url);
+    if (path.startsWith("/process.Process/") || path.startsWith("/filesystem.Filesystem/")) return this.rpc(req, res);
+    if (path === "/files") return handleFiles(this.registry, req, res, this.maxUploadBytes);
+    if (path === "/health") {
+      sandboxForHeaders(this.registry, nodeHeaders(req.headers));
+      res.writeHead(204);
+      res.end();
+      return;
+    }
+    throw new HttpError(404, `no in-sandbox route ${req.method} ${path} (slotpool serves envd's process and filesystem services, /files and /health)`);
+  }
+
+  private fail(req: IncomingMessage, res: ServerResponse, err: unknown): void {
+    const status =
+      err instanceof HttpError ? err.status : err instanceof E2bUnsupportedError ? 501 : err instanceof SlotAcquireTimeoutError || err instanceof PoolNotRunningError ? 503 : 500;
+    const message = err instanceof Error ? err.message : String(err);
+    if (status >= 500 && status !== 501 && status !== 502 && status !== 503) this.logger.error({ err, path: requestPath(req.url) }, "E2B request failed");
+    else this.logger.debug({ path: requestPath(req.url), status, error: message }, "E2B request refused");
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const body = JSON.stringify(e2bErrorBody(status, message));
+    res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+    res.end(body);
+    // An unread request body (a refused upload) must not be parsed as the next request.
+    if (!req.complete) req.resume();
+  }
+}
