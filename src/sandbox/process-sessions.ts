@@ -380,6 +380,21 @@ export class ProcessSessions {
     m.clear();
   }
 
+  /**
+   * Runs `fn` (a fork) with every session of `slots` ended and new starts held. Sessions bind
+   * a workspace as it is mounted when they start: the parent's would keep writing into the
+   * layer its children share, a child's sandbox started ahead would keep its old empty view.
+   * Sandboxes are started ahead again after.
+   */
+  async whileStopped<T>(slots: readonly Slot[], fn: () => Promise<T>): Promise<T> {
+    await Promise.all(slots.map((s) => this.killSlot(s, { hold: true })));
+    try {
+      return await fn();
+    } finally {
+      for (const s of slots) this.afterReset(s);
+    }
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     await Promise.all(this.host.slots.map((s) => this.killSlot(s)));

@@ -15,7 +15,7 @@ import {
 } from "../protocol/sandbox.js";
 import { blockedForOthers, octal } from "../host/reachable.js";
 import { HttpError, fieldName } from "../http/errors.js";
-import { SandboxSetupError } from "./errors.js";
+import { ResetFailedError, SandboxSetupError } from "./errors.js";
 import { identityFiles, type BwrapProbe } from "./isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
@@ -36,9 +36,6 @@ import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "./slot-templates.j
 import { SlotForks } from "./fork.js";
 import { forkHost } from "./fork-host.js";
 import type { ForkResponse } from "../protocol/sandbox.js";
-
-/** Calls at least this long are logged at info even when they succeed. */
-const SLOW_CALL_S = 1;
 import { DEFAULT_DISK_BYTES, SlotDisks } from "./slot-disk.js";
 import { MountHelper, mountHelperBinary } from "./mount-helper.js";
 import { TreeRemoval } from "./tree-removal.js";
@@ -46,19 +43,11 @@ import { whyNoMounts } from "../host/mount-namespace.js";
 import { mayChangeOwnMounts, writableCgroups } from "../host/container-mounts.js";
 import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "./network.js";
 
-/** A reset could not empty the slot (HTTP 500): the slot is out of service until a reset succeeds. */
-export class ResetFailedError extends HttpError {
-  override name = "ResetFailedError";
-  constructor(message: string) {
-    super(500, message);
-  }
-}
+/** Calls at least this long are logged at info even when they succeed. */
+const SLOW_CALL_S = 1;
 
 /** Hermes names accepted as aliases. */
-const TOOL_ALIASES: Record<string, SandboxToolName> = {
-  terminal: "bash",
-  terminal_stateful: "bash_stateful",
-};
+const TOOL_ALIASES: Record<string, SandboxToolName> = { terminal: "bash", terminal_stateful: "bash_stateful" };
 
 export interface SandboxServiceOptions {
   slots: number;
@@ -467,23 +456,7 @@ export class SandboxService implements SlotHost {
     const parent = this.slotById(parentId);
     const children = into.map((id, i) => this.slotById(id, `into.${i}`));
     SlotForks.check(parent, children);
-    return this.forkWithSessionsStopped(parent, children);
-  }
-
-  /**
-   * Process sessions bind a workspace as it is mounted when they start: the parent's would
-   * keep writing into the layer its children share, a child's sandbox started ahead would
-   * keep its old empty view. So every session of the slots involved ends first (the parent's
-   * running ones included), starts wait for the fork, and sandboxes are started ahead again after.
-   */
-  private async forkWithSessionsStopped(parent: Slot, children: readonly Slot[]): Promise<ForkResponse> {
-    const slots = [parent, ...children];
-    await Promise.all(slots.map((s) => this.processes.killSlot(s, { hold: true })));
-    try {
-      return await this.forks.fork(parent, children);
-    } finally {
-      for (const s of slots) this.processes.afterReset(s);
-    }
+    return this.processes.whileStopped([parent, ...children], () => this.forks.fork(parent, children));
   }
 
   /**
@@ -516,9 +489,7 @@ export class SandboxService implements SlotHost {
 
   /** /etc/passwd and /etc/group overlays naming the slot's uid inside its sandbox. */
   identity(slot: Slot): { passwd: string; group: string } {
-    const uid = slot.owner?.uid ?? process.getuid?.() ?? 0;
-    const gid = slot.owner?.gid ?? process.getgid?.() ?? 0;
-    return identityFiles(this.stateDir, uid, gid);
+    return identityFiles(this.stateDir, slot.owner?.uid ?? process.getuid?.() ?? 0, slot.owner?.gid ?? process.getgid?.() ?? 0);
   }
 
   newOutputName(): string {
