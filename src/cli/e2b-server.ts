@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { firstStopSignal } from "./stop-signal.js";
 import { z } from "zod";
 import { E2bServer } from "../e2b/server.js";
 import { ToolBackendConfigSchema, type ToolBackendConfigInput } from "../executor/backend-config.js";
@@ -142,19 +143,7 @@ export async function run(argv: string[]): Promise<number> {
   try {
     const url = await server.listen(port, host);
     logger.info({ url, provisioner: config.provisioner, slotsPerContainer: config.slotsPerContainer, templates: [...templates.keys()] }, "listening");
-    const signal = await new Promise<NodeJS.Signals>((resolve) => {
-      let seen = 0;
-      const onSignal = (sig: NodeJS.Signals) => {
-        if (++seen > 1) {
-          logger.warn({ signal: sig }, "second signal: exiting without waiting for slots to be released");
-          logger.flush();
-          process.exit(130);
-        }
-        resolve(sig);
-      };
-      process.on("SIGTERM", onSignal);
-      process.on("SIGINT", onSignal);
-    });
+    const signal = await firstStopSignal(logger);
     logger.info({ signal }, "shutting down: ending every sandbox");
     await shutdown();
     logger.info("stopped");

@@ -1,4 +1,5 @@
 import { ToolBackendConfigSchema, type ToolBackendConfigInput } from "../executor/backend-config.js";
+import { firstStopSignal } from "./stop-signal.js";
 import { ExecutorServer } from "../executor/executor-server.js";
 import { createToolBackend } from "../executor/tool-backend.js";
 import { createLogger } from "../observability/logger.js";
@@ -137,20 +138,7 @@ export async function run(argv: string[]): Promise<number> {
   try {
     const url = await server.listen(port, host);
     logger.info({ url, provisioner: config.provisioner, slotsPerContainer: config.slotsPerContainer, minContainers: config.minContainers, maxContainers: config.maxContainers, auth: token !== undefined, toolServer: config.toolServerUrl ?? null }, "listening");
-    const signal = await new Promise<NodeJS.Signals>((resolve) => {
-      let seen = 0;
-      const onSignal = (sig: NodeJS.Signals) => {
-        // A second signal while slots are being released means "stop now".
-        if (++seen > 1) {
-          logger.warn({ signal: sig }, "second signal: exiting without waiting for slots to be released");
-          logger.flush();
-          process.exit(130);
-        }
-        resolve(sig);
-      };
-      process.on("SIGTERM", onSignal);
-      process.on("SIGINT", onSignal);
-    });
+    const signal = await firstStopSignal(logger);
     logger.info({ signal }, "shutting down: releasing every slot");
     await shutdown();
     logger.info("stopped");
