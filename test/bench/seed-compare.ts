@@ -22,7 +22,7 @@
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -171,7 +171,9 @@ async function measure(url: string, work: Workload, ms: number): Promise<number>
   return done / ((performance.now() - started) / 1000);
 }
 
-const base = await mkdtemp(join(tmpdir(), "spsc-")) // short: the seed binds unix sockets under it (108-byte path limit);
+const base = await mkdtemp(join(tmpdir(), "spsc-")); // short: the seed binds unix sockets under it (108-byte path limit);
+// mkdtemp makes it 0700: as root, the slots' own uids could not reach their workspaces under it.
+await chmod(base, 0o711);
 const servers: Server[] = [];
 try {
   const seed = await startSeed(join(base, "seed"));
