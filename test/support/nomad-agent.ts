@@ -35,7 +35,7 @@ export function nomadBinary(): string | undefined {
 export function nomadSkipReason(): string | undefined {
   if (process.env["SLOTPOOL_SKIP_REAL_ENGINES"]) return "SLOTPOOL_SKIP_REAL_ENGINES is set";
   const bin = nomadBinary();
-  if (!bin) return "no `nomad` binary on PATH (CI takes it from ../shared/tools/nomad; see docs/nomad.md)";
+  if (!bin) return "no `nomad` binary on PATH (put one there; docs/nomad.md says how CI gets its own)";
   // A Nomad client needs root for its drivers' isolation and to run tasks as other users.
   if (process.getuid?.() !== 0) return `not root (uid ${process.getuid?.()}): a Nomad client agent needs root`;
   return undefined;
