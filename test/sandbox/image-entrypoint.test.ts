@@ -179,6 +179,21 @@ describe("the image's spawner (the server's fast path)", () => {
     expect(last.filter((i) => i.keyword === "RUN").map((i) => i.args).join(" ")).not.toMatch(/\b(gcc|libc6-dev)\b/);
   });
 
+  it("builds every native helper the server looks for prebuilt (the runtime stage cannot compile one)", () => {
+    const sandboxDir = join(repo, "src", "sandbox");
+    const wanted = new Set(
+      readdirSync(sandboxDir)
+        .filter((f) => f.endsWith(".ts"))
+        .flatMap((f) => [...readFileSync(join(sandboxDir, f), "utf8").matchAll(/prebuiltNative\("([^"]+)"\)/g)].map((m) => m[1]!)),
+    );
+    expect([...wanted].sort()).toEqual(["slotpool-fork-mount", "slotpool-spawner", "slotpool-template-mount"]);
+    const built = afterBuild.filter((c) => /^(cc|gcc)\s/.test(c)).map((c) => {
+      const words = c.split(/\s+/);
+      return words[words.indexOf("-o") + 1]!.replace("dist/src/sandbox/native/", "");
+    });
+    expect(built.sort()).toEqual([...wanted].sort());
+  });
+
   const cc = (process.env["PATH"] ?? "").split(delimiter).some((d) => existsSync(join(d, "cc")));
   it.skipIf(!cc)("the shipped layout (dist/src only, no C source, no compiler needed) runs on that binary (needs cc on PATH for the build stage's commands; skipped without)", async () => {
     expect(compile, "no cc command in the build stage").toBeDefined();
