@@ -1,28 +1,15 @@
 import { readFileSync } from "node:fs";
+import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
 import { firstStopSignal } from "./stop-signal.js";
 import { z } from "zod";
 import { E2bServer } from "../e2b/server.js";
-import { ToolBackendConfigSchema, type ToolBackendConfigInput } from "../executor/backend-config.js";
+import { ToolBackendConfigSchema } from "../executor/backend-config.js";
 import { createToolBackend } from "../executor/tool-backend.js";
 import { createLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import type { TemplateSpec } from "../pool/types.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
-/** The pool flags (the same fields and defaults as executor-server's, ToolBackendConfigSchema). */
-const POOL_FLAGS = {
-  provisioner: "provisioner",
-  "slots-per-container": "slotsPerContainer",
-  "min-containers": "minContainers",
-  "max-containers": "maxContainers",
-  "idle-timeout-ms": "idleTimeoutMs",
-  "acquire-timeout-ms": "acquireTimeoutMs",
-  "data-dir": "dataDir",
-  image: "sandboxImage",
-  "job-id": "nomadJobId",
-  driver: "nomadDriver",
-} as const satisfies Record<string, keyof ToolBackendConfigInput>;
-const NUMERIC = new Set(["slots-per-container", "min-containers", "max-containers", "idle-timeout-ms", "acquire-timeout-ms"]);
 
 const D = ToolBackendConfigSchema.parse({});
 
@@ -53,6 +40,9 @@ options:
   --image IMG                nomad provisioner: sandbox image (default: the job builder's)
   --job-id ID                nomad provisioner: sandbox job id
   --driver D                 nomad provisioner: docker|raw_exec|exec
+  --datacenters DC[,DC...]   nomad provisioner: datacenters of the job (default dc1, every agent's default)
+  --namespace NS             nomad provisioner: the job's namespace (default NOMAD_NAMESPACE, else "default")
+  --node-pool P              nomad provisioner: the job's node pool (Nomad >= 1.6)
 
 Nomad settings come from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, ...
 `;
@@ -90,18 +80,6 @@ export function loadTemplates(file: string): Map<string, TemplateSpec> {
   return out;
 }
 
-function backendConfig(flags: NonNullable<ReturnType<typeof parseFlags>>) {
-  const input: Record<string, unknown> = {};
-  for (const [flag, field] of Object.entries(POOL_FLAGS)) {
-    const raw = stringFlag(flags, flag);
-    if (raw === undefined) continue;
-    input[field] = NUMERIC.has(flag) ? intFlag(flag, raw, 0, Number.MIN_SAFE_INTEGER) : raw;
-  }
-  const parsed = ToolBackendConfigSchema.safeParse(input);
-  if (parsed.success) return parsed.data;
-  const flagOf = (field: string) => Object.entries(POOL_FLAGS).find(([, f]) => f === field)?.[0] ?? field;
-  throw new CliUsageError(parsed.error.issues.map((i) => `--${flagOf(String(i.path[0] ?? ""))}: ${i.message}`).join("; "));
-}
 
 export async function run(argv: string[]): Promise<number> {
   const flags = parseFlags(
@@ -114,7 +92,7 @@ export async function run(argv: string[]): Promise<number> {
       "max-upload-mb": { type: "string" },
       "max-timeout-s": { type: "string" },
       "allow-network": { type: "boolean" },
-      ...Object.fromEntries(Object.keys(POOL_FLAGS).map((f) => [f, { type: "string" as const }])),
+      ...backendFlagOptions(POOL_FLAGS),
     },
     HELP,
   );
@@ -127,7 +105,7 @@ export async function run(argv: string[]): Promise<number> {
   const templates = templatesFile ? loadTemplates(templatesFile) : new Map<string, TemplateSpec>();
   const maxUploadBytes = intFlag("max-upload-mb", stringFlag(flags, "max-upload-mb"), 100, 1, 1_000_000) * 1024 * 1024;
   const maxTimeoutS = intFlag("max-timeout-s", stringFlag(flags, "max-timeout-s"), 86_400, 1, 30 * 86_400);
-  const config = backendConfig(flags);
+  const config = backendConfigFromFlags(flags, POOL_FLAGS);
 
   const logger = createLogger({ name: "e2b-server" });
   let backend: Awaited<ReturnType<typeof createToolBackend>>;

@@ -1,4 +1,5 @@
-import { ToolBackendConfigSchema, type ToolBackendConfigInput } from "../executor/backend-config.js";
+import { ToolBackendConfigSchema } from "../executor/backend-config.js";
+import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions, type BackendFlagTable } from "./backend-flags.js";
 import { firstStopSignal } from "./stop-signal.js";
 import { ExecutorServer } from "../executor/executor-server.js";
 import { createToolBackend } from "../executor/tool-backend.js";
@@ -9,26 +10,13 @@ import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usag
 
 /** The flags that set backend fields; their defaults and ranges are the schema's (ToolBackendConfigSchema). */
 const BACKEND_FLAGS = {
-  provisioner: "provisioner",
-  "slots-per-container": "slotsPerContainer",
-  "min-containers": "minContainers",
-  "max-containers": "maxContainers",
-  "idle-timeout-ms": "idleTimeoutMs",
-  "acquire-timeout-ms": "acquireTimeoutMs",
-  "data-dir": "dataDir",
-  image: "sandboxImage",
-  "job-id": "nomadJobId",
-  driver: "nomadDriver",
-  datacenters: "nomadDatacenters",
-  namespace: "nomadNamespace",
-  "node-pool": "nomadNodePool",
+  ...POOL_FLAGS,
   "tool-server-url": "toolServerUrl",
   "tool-server-token": "toolServerToken",
   "batch-window-ms": "batchWindowMs",
   "max-batch-size": "maxBatchSize",
   "default-timeout": "toolTimeoutS",
-} as const satisfies Record<string, keyof ToolBackendConfigInput>;
-const NUMERIC = new Set(["slots-per-container", "min-containers", "max-containers", "idle-timeout-ms", "acquire-timeout-ms", "batch-window-ms", "max-batch-size", "default-timeout"]);
+} as const satisfies BackendFlagTable;
 
 const D = ToolBackendConfigSchema.parse({});
 
@@ -69,27 +57,13 @@ Nomad settings come from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION,
 `;
 
 /** The backend config the flags describe; a bad value gets an error naming its flag. */
-function backendConfigFromFlags(flags: NonNullable<ReturnType<typeof parseFlags>>) {
-  const input: Record<string, unknown> = {};
-  for (const [flag, field] of Object.entries(BACKEND_FLAGS)) {
-    const raw = stringFlag(flags, flag);
-    if (raw === undefined) continue;
-    input[field] = NUMERIC.has(flag) ? intFlag(flag, raw, 0, Number.MIN_SAFE_INTEGER) : flag === "datacenters" ? raw.split(",").map((d) => d.trim()) : raw;
-  }
-  input["toolServerToken"] ??= process.env["TOOL_EXECUTOR_TOOL_SERVER_TOKEN"] || undefined;
+function backendConfig(flags: NonNullable<ReturnType<typeof parseFlags>>) {
+  const input: Record<string, unknown> = { toolServerToken: process.env["TOOL_EXECUTOR_TOOL_SERVER_TOKEN"] || undefined };
   if (boolFlag(flags, "allow-network") && boolFlag(flags, "no-network")) throw new CliUsageError("--allow-network and --no-network contradict each other");
   if (boolFlag(flags, "allow-network")) input["allowNetwork"] = true;
   if (boolFlag(flags, "no-network")) input["allowNetwork"] = false;
   if (boolFlag(flags, "require-sandbox")) input["requireSandbox"] = true;
-  const parsed = ToolBackendConfigSchema.safeParse(input);
-  if (parsed.success) return parsed.data;
-  const flagOf = (field: string) => Object.entries(BACKEND_FLAGS).find(([, f]) => f === field)?.[0] ?? field;
-  const problems = parsed.error.issues.map((i) => {
-    const field = String(i.path[0] ?? "");
-    const flag = flagOf(field);
-    return `--${flag} ${JSON.stringify(input[field])}: ${i.message}`;
-  });
-  throw new CliUsageError(problems.join("; "));
+  return backendConfigFromFlags(flags, BACKEND_FLAGS, input);
 }
 
 export async function run(argv: string[]): Promise<number> {
@@ -99,7 +73,7 @@ export async function run(argv: string[]): Promise<number> {
       host: { type: "string" },
       port: { type: "string" },
       token: { type: "string" },
-      ...Object.fromEntries(Object.keys(BACKEND_FLAGS).map((f) => [f, { type: "string" as const }])),
+      ...backendFlagOptions(BACKEND_FLAGS),
       "allow-network": { type: "boolean" },
       "no-network": { type: "boolean" },
       "require-sandbox": { type: "boolean" },
@@ -112,7 +86,7 @@ export async function run(argv: string[]): Promise<number> {
   const token = stringFlag(flags, "token") ?? (process.env["TOOL_EXECUTOR_TOKEN"] || undefined);
   const exposed = exposureProblem(host, token, "--token T or the environment variable TOOL_EXECUTOR_TOKEN");
   if (exposed) throw new CliUsageError(exposed);
-  const config = backendConfigFromFlags(flags);
+  const config = backendConfig(flags);
 
   const logger = createLogger({ name: "executor-server" });
   const metrics = new MetricsRegistry();
