@@ -1,3 +1,4 @@
+import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { networkInterfaces } from "node:os";
 import { join } from "node:path";
@@ -159,7 +160,31 @@ export function dnsFilterRules(): string {
 /** What the network-on set-up shell says on stderr once unshare has made its namespaces. */
 export const NET_READY_LINE = "slotpool-net-namespace-up\n";
 /**
- * Network on (spawner.ts): say the namespace is up, wait for slirp4netns, set the slot's
- * routes ($1) and DNS-only filter ($2), forget the server's directory, become bubblewrap.
+ * The network-on set-up shell, after unshare: wait for slirp4netns ("go" on stdin), set the
+ * slot's routes ($1) and DNS-only filter ($2), forget the server's directory, become
+ * bubblewrap. One line for a slot's command namespace and for process sessions.
  */
-export const NET_SETUP = `printf 'slotpool-net-namespace-up\\n' >&2; read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; [ -z "$2" ] || printf '%s\\n' "$2" | nft -f - || exit 98; shift 2; unset PWD OLDPWD; exec "$@"`;
+export const NET_SHELL = `read -r go && [ "$go" = go ] || exit 96; printf '%s\\n' "$1" | ip -batch - || exit 97; [ -z "$2" ] || printf '%s\\n' "$2" | nft -f - || exit 98; shift 2; unset PWD OLDPWD; exec "$@"`;
+/** NET_SHELL that first says on stderr that its namespace is up (spawner.ts reads that line). */
+export const NET_SETUP = `printf 'slotpool-net-namespace-up\\n' >&2; ${NET_SHELL}`;
+
+/** slirp4netns on `pid`'s network namespace, as the slot's uid when the server is root; `ready` resolves once it is up. */
+export function spawnSlirp4netns(net: InternetAccess, pid: number, uid: number, gid: number): { child: ChildProcess; ready: Promise<void> } {
+  const child = spawn(
+    net.slirp4netns,
+    ["--configure", "--mtu=65520", "--disable-host-loopback", ...(net.disableDns ? ["--disable-dns"] : []), "--ready-fd=3", "--exit-fd=4", `--userns-path=/proc/${pid}/ns/user`, String(pid), "tap0"],
+    { stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"], env: {}, detached: true, ...(process.getuid?.() === 0 ? { uid, gid } : {}) },
+  );
+  let err = "";
+  child.stderr!.setEncoding("utf8");
+  child.stderr!.on("data", (d: string) => {
+    err = (err + d).slice(-1000);
+  });
+  for (const stream of child.stdio) stream?.on("error", () => undefined);
+  const ready = new Promise<void>((resolve, reject) => {
+    (child.stdio[3] as NodeJS.ReadableStream).once("data", () => resolve());
+    child.once("error", (e) => reject(new Error(`could not start slirp4netns: ${e.message}`)));
+    child.once("exit", (code) => reject(new Error(`slirp4netns exited (code ${code}): ${err.trim()}`)));
+  });
+  return { child, ready };
+}

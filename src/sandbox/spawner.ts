@@ -1,11 +1,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { setPriority } from "node:os";
-import { join, resolve } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
 import { withoutCapabilities } from "../host/mount-namespace.js";
-import { NET_READY_LINE, NET_SETUP, type InternetAccess } from "./network.js";
+import { NET_READY_LINE, NET_SETUP, spawnSlirp4netns, type InternetAccess } from "./network.js";
 import { firstChild, killNamespaceInit, type ProcessRef } from "./process-barrier.js";
 import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
@@ -224,25 +223,11 @@ export class Holder {
         this.child?.once("exit", () => (clearTimeout(timer), fail("holder exited before it appeared")));
       });
     }
-    const slirp = spawn(
-      net.slirp4netns,
-      ["--configure", "--mtu=65520", "--disable-host-loopback", ...(net.disableDns ? ["--disable-dns"] : []), "--ready-fd=3", "--exit-fd=4", `--userns-path=/proc/${pid}/ns/user`, String(pid), "tap0"],
-      { stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"], env: {}, detached: true, ...(process.getuid?.() === 0 ? { uid, gid } : {}) },
-    );
+    const { child: slirp, ready } = spawnSlirp4netns(net, pid, uid, gid);
     this.slirp = slirp;
     // The namespace may have died while slirp4netns started (`kill -9 -1` at once): not one more.
     if (this.dead) this.killSlirp();
-    let err = "";
-    slirp.stderr!.setEncoding("utf8");
-    slirp.stderr!.on("data", (d: string) => {
-      err = (err + d).slice(-1000);
-    });
-    for (const stream of slirp.stdio) stream?.on("error", () => undefined);
-    await new Promise<void>((resolve, reject) => {
-      (slirp.stdio[3] as NodeJS.ReadableStream).once("data", () => resolve());
-      slirp.once("error", (e) => reject(new Error(`could not start slirp4netns: ${e.message}`)));
-      slirp.once("exit", (code) => reject(new Error(`slirp4netns exited (code ${code}): ${err.trim()}`)));
-    });
+    await ready;
   }
 
   /**

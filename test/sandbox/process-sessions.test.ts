@@ -128,6 +128,18 @@ describe("process sessions", () => {
     }
   });
 
+  it("network: a session's DNS forwarder answers DNS only, as a command's does (port 53 passes, other ports of the nameserver are refused)", async (ctx) => {
+    const health = await s.get("/health");
+    if (health.json.internet !== "slirp4netns" || health.json.dns !== "dns_only") ctx.skip("no slirp4netns or no DNS-only filter here (/health says so)");
+    const script = 'for p in 53 80 8080; do timeout 5 bash -c "exec 3<>/dev/tcp/10.0.2.3/$p" 2>/dev/null; echo "tcp$p=$?"; done';
+    const p = await open(s, "/processes/start", { slot_id: "slot_0", cmd: "/bin/bash", args: ["-c", script], allow_network: true });
+    await p.done;
+    const out = p.out();
+    expect(out).toContain("tcp53=0"); // control: the forwarder is reachable
+    expect(out).toContain("tcp80=1");
+    expect(out).toContain("tcp8080=1");
+  }, 60_000);
+
   it("refuses bad bodies with the field named", async () => {
     const r = await s.post("/processes/start", { slot_id: "slot_0", cmd: "" });
     expect(r.status).toBe(400);
