@@ -130,7 +130,7 @@ export default class RepoTasksEnv extends AgentEnv<RepoTask> {
         groupSize: 4,
         totalGroups: 8,
         maxTurns: 12,
-        enabledToolsets: ["default"],
+        tools: { enabled: ["default"] },
         systemPrompt:
           "You are working in a git repository (the current directory). Use the tools to read code and run commands; fix the bug without editing the tests. When done, reply with a short summary and no tool call.",
         ...config,

@@ -84,7 +84,7 @@ export default class ShellTasksEnv extends AgentEnv<ShellTask> {
         groupSize: 4,
         totalGroups: 8,
         maxTurns: 12,
-        enabledToolsets: ["default"],
+        tools: { enabled: ["default"] },
         systemPrompt:
           "You are working in a Linux shell. Your workspace is the current directory. Use the tools to inspect files and run commands; when the task is done, reply with a short summary and no tool call.",
         ...config,

@@ -12,3 +12,4 @@ export * from "./tool-call-parsers.js";
 export * from "./token-sequence.js";
 export * from "./token-exact-policy.js";
 export * from "./model-check.js";
+export * from "./model-config.js";

@@ -1,24 +1,26 @@
-import { ToolBackendConfigSchema, type ToolBackendConfig, type ToolBackendConfigInput } from "../executor/backend-config.js";
+import { ToolBackendConfigSchema, type ToolBackendConfig } from "../executor/backend-config.js";
+import { getConfigPath, setConfigPath } from "./config-path.js";
 import { CliUsageError, intFlag, stringFlag, type parseFlags } from "./usage.js";
 
 type Flags = NonNullable<ReturnType<typeof parseFlags>>;
-export type BackendFlagTable = Readonly<Record<string, keyof ToolBackendConfigInput>>;
+/** Flag name → the field it sets, as a path into the backend config's sections ("pool.slotsPerContainer"). */
+export type BackendFlagTable = Readonly<Record<string, `pool.${string}` | `executor.${string}`>>;
 
 /** The pool's flags, shared by every server that holds a pool (executor-server, e2b-server). */
 export const POOL_FLAGS = {
-  provisioner: "provisioner",
-  "slots-per-container": "slotsPerContainer",
-  "min-containers": "minContainers",
-  "max-containers": "maxContainers",
-  "idle-timeout-ms": "idleTimeoutMs",
-  "acquire-timeout-ms": "acquireTimeoutMs",
-  "data-dir": "dataDir",
-  image: "sandboxImage",
-  "job-id": "nomadJobId",
-  driver: "nomadDriver",
-  datacenters: "nomadDatacenters",
-  namespace: "nomadNamespace",
-  "node-pool": "nomadNodePool",
+  provisioner: "pool.provisioner",
+  "slots-per-container": "pool.slotsPerContainer",
+  "min-containers": "pool.minContainers",
+  "max-containers": "pool.maxContainers",
+  "idle-timeout-ms": "pool.idleTimeoutMs",
+  "acquire-timeout-ms": "pool.acquireTimeoutMs",
+  "data-dir": "pool.dataDir",
+  image: "pool.nomad.image",
+  "job-id": "pool.nomad.jobId",
+  driver: "pool.nomad.driver",
+  datacenters: "pool.nomad.datacenters",
+  namespace: "pool.nomad.namespace",
+  "node-pool": "pool.nomad.nodePool",
 } as const satisfies BackendFlagTable;
 
 const NUMERIC = new Set(["slots-per-container", "min-containers", "max-containers", "idle-timeout-ms", "acquire-timeout-ms", "batch-window-ms", "max-batch-size", "default-timeout"]);
@@ -31,21 +33,22 @@ export function backendFlagOptions(table: BackendFlagTable): Record<string, { ty
 
 /**
  * The backend config the flags of `table` describe, over `input` (fields the caller set
- * otherwise); its defaults and ranges are the schema's, and a bad value gets an error naming
- * its flag.
+ * otherwise), parsed here at the edge; its defaults and ranges are the sections' schemas, and
+ * a bad value gets an error naming its flag.
  */
 export function backendConfigFromFlags(flags: Flags, table: BackendFlagTable, input: Record<string, unknown> = {}): ToolBackendConfig {
-  for (const [flag, field] of Object.entries(table)) {
+  for (const [flag, path] of Object.entries(table)) {
     const raw = stringFlag(flags, flag);
     if (raw === undefined) continue;
-    input[field] = NUMERIC.has(flag) ? intFlag(flag, raw, 0, Number.MIN_SAFE_INTEGER) : LISTS.has(flag) ? raw.split(",").map((d) => d.trim()) : raw;
+    setConfigPath(input, path, NUMERIC.has(flag) ? intFlag(flag, raw, 0, Number.MIN_SAFE_INTEGER) : LISTS.has(flag) ? raw.split(",").map((d) => d.trim()) : raw);
   }
   const parsed = ToolBackendConfigSchema.safeParse(input);
   if (parsed.success) return parsed.data;
-  const flagOf = (field: string) => Object.entries(table).find(([, f]) => f === field)?.[0] ?? field;
   const problems = parsed.error.issues.map((i) => {
-    const field = String(i.path[0] ?? "");
-    return `--${flagOf(field)} ${JSON.stringify(input[field])}: ${i.message}`;
+    const path = i.path.map(String).join(".");
+    // The flag whose field holds the bad value (a list's element: the list's flag).
+    const hit = Object.entries(table).find(([, p]) => path === p || path.startsWith(`${p}.`));
+    return hit ? `--${hit[0]} ${JSON.stringify(getConfigPath(input, hit[1]))}: ${i.message}` : `${path}: ${i.message}`;
   });
   throw new CliUsageError(problems.join("; "));
 }

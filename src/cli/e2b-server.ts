@@ -11,7 +11,7 @@ import type { TemplateSpec } from "../pool/types.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 
-const D = ToolBackendConfigSchema.parse({});
+const D = ToolBackendConfigSchema.parse({}).pool;
 
 const HELP = `usage: slotpool e2b-server --api-key KEY [options]
 
@@ -120,7 +120,7 @@ export async function run(argv: string[]): Promise<number> {
   const shutdown = () => (stopping ??= server.close().then(() => backend.close()));
   try {
     const url = await server.listen(port, host);
-    logger.info({ url, provisioner: config.provisioner, slotsPerContainer: config.slotsPerContainer, templates: [...templates.keys()] }, "listening");
+    logger.info({ url, provisioner: config.pool.provisioner, slotsPerContainer: config.pool.slotsPerContainer, templates: [...templates.keys()] }, "listening");
     const signal = await firstStopSignal(logger);
     logger.info({ signal }, "shutting down: ending every sandbox");
     await shutdown();

@@ -11,14 +11,14 @@ import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usag
 /** The flags that set backend fields; their defaults and ranges are the schema's (ToolBackendConfigSchema). */
 const BACKEND_FLAGS = {
   ...POOL_FLAGS,
-  "tool-server-url": "toolServerUrl",
-  "tool-server-token": "toolServerToken",
-  "batch-window-ms": "batchWindowMs",
-  "max-batch-size": "maxBatchSize",
-  "default-timeout": "toolTimeoutS",
+  "tool-server-url": "executor.toolServerUrl",
+  "tool-server-token": "executor.toolServerToken",
+  "batch-window-ms": "executor.batchWindowMs",
+  "max-batch-size": "executor.maxBatchSize",
+  "default-timeout": "executor.defaultTimeoutS",
 } as const satisfies BackendFlagTable;
 
-const D = ToolBackendConfigSchema.parse({});
+const { pool: D, executor: E } = ToolBackendConfigSchema.parse({});
 
 const HELP = `usage: slotpool executor-server [options]
 
@@ -45,12 +45,12 @@ options:
   --node-pool P              nomad provisioner: the job's node pool (Nomad >= 1.6)
   --tool-server-url URL      ToolServer hosting external tools
   --tool-server-token T      its bearer token (or env TOOL_EXECUTOR_TOOL_SERVER_TOKEN)
-  --allow-network            sandbox commands may reach the network (default: ${D.allowNetwork ? "on" : "off"})
+  --allow-network            sandbox commands may reach the network (default: ${E.allowNetwork ? "on" : "off"})
   --no-network               sandbox commands run without network (the default; kept for scripts)
   --require-sandbox          refuse to run commands when bubblewrap is unavailable
-  --batch-window-ms MS       executor batch window (default ${D.batchWindowMs}: calls issued together still go together)
-  --max-batch-size N         executor batch size (default ${D.maxBatchSize})
-  --default-timeout S        timeout of calls that name none, seconds (default ${D.toolTimeoutS}, max 600)
+  --batch-window-ms MS       executor batch window (default ${E.batchWindowMs}: calls issued together still go together)
+  --max-batch-size N         executor batch size (default ${E.maxBatchSize})
+  --default-timeout S        timeout of calls that name none, seconds (default ${E.defaultTimeoutS}, max 600)
 
 Defaults are the tool backend's, shared with env configs (docs/executor.md, "One backend").
 Nomad settings come from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, ...
@@ -58,11 +58,12 @@ Nomad settings come from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION,
 
 /** The backend config the flags describe; a bad value gets an error naming its flag. */
 function backendConfig(flags: NonNullable<ReturnType<typeof parseFlags>>) {
-  const input: Record<string, unknown> = { toolServerToken: process.env["TOOL_EXECUTOR_TOOL_SERVER_TOKEN"] || undefined };
+  const executor: Record<string, unknown> = { toolServerToken: process.env["TOOL_EXECUTOR_TOOL_SERVER_TOKEN"] || undefined };
   if (boolFlag(flags, "allow-network") && boolFlag(flags, "no-network")) throw new CliUsageError("--allow-network and --no-network contradict each other");
-  if (boolFlag(flags, "allow-network")) input["allowNetwork"] = true;
-  if (boolFlag(flags, "no-network")) input["allowNetwork"] = false;
-  if (boolFlag(flags, "require-sandbox")) input["requireSandbox"] = true;
+  if (boolFlag(flags, "allow-network")) executor["allowNetwork"] = true;
+  if (boolFlag(flags, "no-network")) executor["allowNetwork"] = false;
+  if (boolFlag(flags, "require-sandbox")) executor["requireSandbox"] = true;
+  const input: Record<string, unknown> = { executor };
   return backendConfigFromFlags(flags, BACKEND_FLAGS, input);
 }
 
@@ -111,7 +112,7 @@ export async function run(argv: string[]): Promise<number> {
 
   try {
     const url = await server.listen(port, host);
-    logger.info({ url, provisioner: config.provisioner, slotsPerContainer: config.slotsPerContainer, minContainers: config.minContainers, maxContainers: config.maxContainers, auth: token !== undefined, toolServer: config.toolServerUrl ?? null }, "listening");
+    logger.info({ url, provisioner: config.pool.provisioner, slotsPerContainer: config.pool.slotsPerContainer, minContainers: config.pool.minContainers, maxContainers: config.pool.maxContainers, auth: token !== undefined, toolServer: config.executor.toolServerUrl ?? null }, "listening");
     const signal = await firstStopSignal(logger);
     logger.info({ signal }, "shutting down: releasing every slot");
     await shutdown();

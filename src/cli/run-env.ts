@@ -19,6 +19,7 @@ import { runServeMode } from "../env/run-modes/serve.js";
 import { formatSummary } from "../env/run-modes/summary.js";
 import { RunStats } from "../env/run-stats.js";
 import { createLogger, LOG_FORMATS, type LogFormat } from "../observability/logger.js";
+import { getConfigPath, setConfigPath } from "./config-path.js";
 import { CliUsageError, intFlag, parseFlags, stringFlag, boolFlag, type ParsedFlags } from "./usage.js";
 
 type Mode = "process" | "serve" | "evaluate";
@@ -45,7 +46,7 @@ const OPTIONS: Array<{ flag: string; type: "string" | "boolean"; modes: Mode[]; 
   { flag: "allow-inexact-tokens", type: "boolean", modes: ["serve"], help: "--allow-inexact-tokens   send trajectories that are not token-exact (also SLOTPOOL_ALLOW_INEXACT_TOKENS=1)" },
   { flag: "success-threshold", type: "string", modes: ALL, help: "--success-threshold X    a trajectory is solved when its score is at least X (default 1.0)" },
   { flag: "infra-failure-policy", type: "string", modes: ["process", "serve"], help: "--infra-failure-policy P drop (default: drop the group, retry its item), mask (leave the failed\n                           trajectory out of its group) or fail (stop the run) when a model call, a slot or the\n                           reward fails; such a trajectory is never scored nor written" },
-  { flag: "config", type: "string", modes: ALL, help: "--config FILE            JSON file of env config fields (flags win over it; an unknown key is an error)" },
+  { flag: "config", type: "string", modes: ALL, help: "--config FILE            JSON file of the env config: its own fields and the sections model, tools, pool,\n                           executor, trainer (docs/env.md; flags win over it; an unknown key is an error)" },
   { flag: "metrics-port", type: "string", modes: ["process", "serve"], help: "--metrics-port N         serve the run's GET /metrics on 127.0.0.1:N (0: any free port, printed)" },
   { flag: "log-format", type: "string", modes: ALL, help: "--log-format F           pretty (default on a terminal) or json (default otherwise)" },
   { flag: "no-progress", type: "boolean", modes: ALL, help: "--no-progress            no progress bar" },
@@ -78,7 +79,7 @@ ENV is a module path whose default export is an AgentEnv subclass.
 
 options:
 ${options.join("\n")}
-API keys come from the environment variable named by the config's apiKeyEnv (default OPENAI_API_KEY).
+API keys come from the environment variable named by the config's model.apiKeyEnv (default OPENAI_API_KEY).
 exit codes: ${EXIT_CODES[mode]}.`;
 }
 
@@ -128,59 +129,64 @@ async function envConfigFromFlags(flags: ParsedFlags): Promise<Record<string, un
     if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new CliUsageError(`--config ${file}: must hold a JSON object of env config fields`);
     config = parsed as Record<string, unknown>;
   }
-  const num = (name: string, key: string, min = 1) => {
+  // Each flag sets one field, by its path in the config's sections; the flag wins over the file.
+  const set = (path: string, value: unknown) => setConfigPath(config, path, value);
+  const num = (name: string, path: string, min = 1) => {
     const v = stringFlag(flags, name);
-    if (v !== undefined) config[key] = intFlag(name, v, 0, min);
+    if (v !== undefined) set(path, intFlag(name, v, 0, min));
   };
   num("group-size", "groupSize");
   num("groups", "totalGroups");
   num("max-turns", "maxTurns");
   num("concurrency", "groupConcurrency");
-  num("slots-per-container", "slotsPerContainer");
-  num("max-containers", "maxContainers");
+  num("slots-per-container", "pool.slotsPerContainer");
+  num("max-containers", "pool.maxContainers");
   const provisioner = stringFlag(flags, "provisioner");
   if (provisioner !== undefined) {
     if (provisioner !== "local" && provisioner !== "nomad") throw new CliUsageError(`--provisioner must be local or nomad, got '${provisioner}'`);
-    config["provisioner"] = provisioner;
+    set("pool.provisioner", provisioner);
   }
   const fmt = stringFlag(flags, "tool-call-format");
   if (fmt !== undefined) {
     if (fmt !== "native" && fmt !== "hermes") throw new CliUsageError(`--tool-call-format must be native or hermes, got '${fmt}'`);
-    config["toolCallFormat"] = fmt;
+    set("model.toolCallFormat", fmt);
   }
   const modelUrl = stringFlag(flags, "model-url");
   const model = stringFlag(flags, "model");
-  if (modelUrl !== undefined) config["modelUrl"] = modelUrl;
-  if (model !== undefined) config["modelName"] = model;
-  if (config["modelUrl"] && !config["modelName"]) throw new CliUsageError("--model-url needs --model NAME (the model as the server knows it)");
+  if (modelUrl !== undefined) set("model.url", modelUrl);
+  if (model !== undefined) set("model.name", model);
+  const url = getConfigPath(config, "model.url");
+  const name = getConfigPath(config, "model.name");
+  if (url && !name) throw new CliUsageError("--model-url needs --model NAME (the model as the server knows it; model.name in --config)");
   // A model name alone would silently run the oracle policy.
-  if (config["modelName"] && !config["modelUrl"]) throw new CliUsageError("--model needs --model-url URL (the OpenAI-compatible server that serves it); without both the env's oracle policy plays the model");
+  if (name && !url) throw new CliUsageError("--model needs --model-url URL (the OpenAI-compatible server that serves it; model.url in --config); without both the env's oracle policy plays the model");
   const threshold = stringFlag(flags, "success-threshold");
   if (threshold !== undefined) {
     const x = Number(threshold);
     if (threshold.trim() === "" || !Number.isFinite(x)) throw new CliUsageError(`--success-threshold must be a number, got '${threshold}'`);
-    config["successThreshold"] = x;
+    set("successThreshold", x);
   }
   const policy = stringFlag(flags, "infra-failure-policy");
   if (policy !== undefined) {
     if (!(INFRA_FAILURE_POLICIES as readonly string[]).includes(policy)) throw new CliUsageError(`--infra-failure-policy must be ${INFRA_FAILURE_POLICIES.join(", ")}, got '${policy}'`);
-    config["infraFailurePolicy"] = policy;
+    set("infraFailurePolicy", policy);
   }
   const tokenizer = stringFlag(flags, "tokenizer");
-  if (tokenizer !== undefined) config["tokenizerPath"] = tokenizer;
+  if (tokenizer !== undefined) set("model.tokenizerPath", tokenizer);
   const serverType = stringFlag(flags, "server-type");
   if (serverType !== undefined) {
     if (!["openai", "vllm", "sglang"].includes(serverType)) throw new CliUsageError(`--server-type must be openai, vllm or sglang, got '${serverType}'`);
-    config["serverType"] = serverType;
+    set("model.serverType", serverType);
   }
   const parser = stringFlag(flags, "tool-call-parser");
   if (parser !== undefined) {
     if (parser !== "hermes" && parser !== "qwen3") throw new CliUsageError(`--tool-call-parser must be hermes or qwen3, got '${parser}'`);
-    config["toolCallParser"] = parser;
+    set("model.toolCallParser", parser);
   }
-  if (boolFlag(flags, "allow-inexact-tokens")) config["allowInexactTokens"] = true;
-  if (config["serverType"] && config["serverType"] !== "openai" && !config["tokenizerPath"]) {
-    throw new CliUsageError(`--server-type ${String(config["serverType"])} needs --tokenizer path/to/tokenizer.json (the model's, with tokenizer_config.json beside it)`);
+  if (boolFlag(flags, "allow-inexact-tokens")) set("trainer.allowInexactTokens", true);
+  const chosenServer = getConfigPath(config, "model.serverType");
+  if (chosenServer && chosenServer !== "openai" && !getConfigPath(config, "model.tokenizerPath")) {
+    throw new CliUsageError(`--server-type ${String(chosenServer)} needs --tokenizer path/to/tokenizer.json (the model's, with tokenizer_config.json beside it; model.tokenizerPath in --config)`);
   }
   return config;
 }
@@ -264,7 +270,7 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
   const metrics = metricsPort !== undefined ? await serveRunMetrics(registry, metricsPort) : undefined;
   if (metrics) process.stderr.write(`slotpool ${mode}: metrics at ${metrics.url}\n`);
 
-  const title = `slotpool ${mode} ${env.name} — ${env.config.modelUrl ? `model ${env.config.modelName}` : "oracle policy"}, ${env.config.provisioner} provisioner`;
+  const title = `slotpool ${mode} ${env.name} — ${env.config.model.url ? `model ${env.config.model.name}` : "oracle policy"}, ${env.config.pool.provisioner} provisioner`;
   const exitFor = (failed: string | undefined): number => {
     const sig = signalled();
     if (sig) return sig === "SIGINT" ? EXIT.interrupted : EXIT.terminated;
@@ -273,7 +279,7 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
   };
   let started = false;
   try {
-    process.stderr.write(`slotpool ${mode}: starting ${env.name} on the ${env.config.provisioner} provisioner…\n`);
+    process.stderr.write(`slotpool ${mode}: starting ${env.name} on the ${env.config.pool.provisioner} provisioner…\n`);
     const starting = env.start();
     starting.catch(() => {}); // a start abandoned on a signal may fail later; it was reported by then
     await Promise.race([starting, aborted(signal)]);

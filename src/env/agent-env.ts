@@ -115,7 +115,9 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     const unknown = unknownConfigKeys(cls.configSchema, config);
     const parsed = cls.configSchema.safeParse(config);
     if (unknown.length > 0 || !parsed.success) {
-      const problems = [...unknown, ...(parsed.success ? [] : [configProblems(parsed.error.issues)])].join("; ");
+      // zod's own "unrecognized key" issues say less than the list above (no new place, no near name).
+      const issues = parsed.success ? [] : parsed.error.issues.filter((i) => unknown.length === 0 || i.code !== "unrecognized_keys");
+      const problems = [...unknown, ...(issues.length ? [configProblems(issues)] : [])].join("; ");
       throw new EnvConfigError(`invalid config for env ${cls.envName ?? cls.name}: ${problems}`);
     }
     this.config = parsed.data as Config;
@@ -238,43 +240,45 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   async start(): Promise<void> {
     if (this.started) return;
     // Before the pool: a dead or wrong model server fails the run in seconds, not as empty rollouts.
-    if (this.config.modelUrl && this.config.modelName && !this.runtime.policy) await this.checkModel();
+    if (this.config.model.url && this.config.model.name && !this.runtime.policy) await this.checkModel();
     const b = this.runtime.backend;
     if (b && typeof b !== "function") this.backend = b;
     else {
       const factory: ToolBackendFactory = b ?? (await import("./default-backend.js")).createDefaultBackend;
       this.backend = await factory(this.config, this.log);
     }
-    if (this.config.serverType !== "openai" && this.config.modelUrl && !this.runtime.policy) await this.startTokenExact();
-    else if (this.config.tokenizerPath) this.tokenizer = await loadTokenizerJson(this.config.tokenizerPath);
+    if (this.config.model.serverType !== "openai" && this.config.model.url && !this.runtime.policy) await this.startTokenExact();
+    else if (this.config.model.tokenizerPath) this.tokenizer = await loadTokenizerJson(this.config.model.tokenizerPath);
     this.started = true;
     await this.setup();
   }
 
-  /** The model server answers and serves `modelName` (see checkModelServer). */
+  /** The model server answers and serves `model.name` (see checkModelServer). */
   async checkModel(): Promise<void> {
-    const apiKey = process.env[this.config.apiKeyEnv];
+    const model = this.config.model;
+    const apiKey = process.env[model.apiKeyEnv];
     const checked = await checkModelServer({
-      baseUrl: this.config.modelUrl!,
-      model: this.config.modelName!,
-      apiKeyEnv: this.config.apiKeyEnv,
+      baseUrl: model.url!,
+      model: model.name!,
+      apiKeyEnv: model.apiKeyEnv,
       ...(apiKey ? { apiKey } : {}),
     });
-    if (!checked.served) this.log.warn({ url: checked.url }, `the model server has no model list (404); cannot check that it serves '${this.config.modelName}'`);
+    if (!checked.served) this.log.warn({ url: checked.url }, `the model server has no model list (404); cannot check that it serves '${model.name}'`);
   }
 
   /** What the run's slots are isolated by, from each sandbox server's /health; undefined when the backend cannot say. */
   async isolation(): Promise<IsolationSummary | undefined> {
     const health = await this.tools.containerHealth?.();
-    return health ? summarizeIsolation(health, { allowNetwork: this.config.allowNetwork }) : undefined;
+    return health ? summarizeIsolation(health, { allowNetwork: this.config.executor.allowNetwork }) : undefined;
   }
 
   private async startTokenExact(): Promise<void> {
-    const { serverType, tokenizerPath, modelUrl, modelName } = this.config;
+    const model = this.config.model;
+    const { serverType, tokenizerPath, url: modelUrl, name: modelName } = model;
     if (!tokenizerPath) {
       throw new EnvConfigError(`serverType ${serverType} generates token in, token out and renders the chat itself: pass --tokenizer path/to/tokenizer.json (the model's, with tokenizer_config.json beside it)`);
     }
-    if (!modelName) throw new NoPolicyError(`modelUrl is set but modelName is not: pass --model NAME (the model as the server knows it)`);
+    if (!modelName) throw new NoPolicyError(`model.url is set but model.name is not: pass --model NAME (the model as the server knows it)`);
     this.chatTokenizer = await loadChatTokenizer(tokenizerPath);
     this.tokenizer = this.chatTokenizer;
     const probed = await probeTokenBackend(
@@ -282,9 +286,9 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         serverType: serverType as "vllm" | "sglang",
         baseUrl: modelUrl!,
         model: modelName,
-        timeoutMs: this.config.modelTimeoutMs,
-        maxRetries: this.config.modelMaxRetries,
-        ...(process.env[this.config.apiKeyEnv] ? { apiKey: process.env[this.config.apiKeyEnv]! } : {}),
+        timeoutMs: model.timeoutMs,
+        maxRetries: model.maxRetries,
+        ...(process.env[model.apiKeyEnv] ? { apiKey: process.env[model.apiKeyEnv]! } : {}),
       },
       this.chatTokenizer,
     );
@@ -320,41 +324,42 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   resolveTools(): GroupTools {
     return resolveGroupTools({
       registry: this.tools.registry,
-      enabled: this.config.enabledToolsets,
-      disabled: this.config.disabledToolsets,
-      ...(this.config.distribution ? { distribution: this.config.distribution } : {}),
+      enabled: this.config.tools.enabled,
+      disabled: this.config.tools.disabled,
+      ...(this.config.tools.distribution ? { distribution: this.config.tools.distribution } : {}),
     });
   }
 
-  /** The policy for one item: the runtime's, the model at `modelUrl`, or the env's oracle. */
+  /** The policy for one item: the runtime's, the model at `model.url`, or the env's oracle. */
   policyFor(item: Item): AgentPolicy {
     if (this.runtime.policy) return this.runtime.policy;
+    const model = this.config.model;
     if (this.tokenBackend && this.chatTokenizer) {
       return new TokenExactPolicy({
         backend: this.tokenBackend,
         tokenizer: this.chatTokenizer,
-        parser: this.config.toolCallParser,
-        model: this.config.modelName!,
-        temperature: this.config.temperature,
-        maxTokens: this.config.maxTokens,
+        parser: model.toolCallParser,
+        model: model.name!,
+        temperature: model.temperature,
+        maxTokens: model.maxTokens,
       });
     }
-    if (this.config.modelUrl) {
-      if (!this.config.modelName) throw new NoPolicyError(`modelUrl is set but modelName is not: pass --model NAME (the model as the server knows it)`);
+    if (model.url) {
+      if (!model.name) throw new NoPolicyError(`model.url is set but model.name is not: pass --model NAME (the model as the server knows it)`);
       this.modelClient ??= new ChatCompletionsClient({
-        baseUrl: this.config.modelUrl,
-        timeoutMs: this.config.modelTimeoutMs,
-        maxRetries: this.config.modelMaxRetries,
-        ...(process.env[this.config.apiKeyEnv] ? { apiKey: process.env[this.config.apiKeyEnv]! } : {}),
+        baseUrl: model.url,
+        timeoutMs: model.timeoutMs,
+        maxRetries: model.maxRetries,
+        ...(process.env[model.apiKeyEnv] ? { apiKey: process.env[model.apiKeyEnv]! } : {}),
       });
       return new ChatModelPolicy({
-        baseUrl: this.config.modelUrl,
+        baseUrl: model.url,
         client: this.modelClient,
-        model: this.config.modelName,
-        toolCallFormat: this.config.toolCallFormat,
-        temperature: this.config.temperature,
-        maxTokens: this.config.maxTokens,
-        ...(this.config.extraBody ? { extraBody: this.config.extraBody } : {}),
+        model: model.name,
+        toolCallFormat: model.toolCallFormat,
+        temperature: model.temperature,
+        maxTokens: model.maxTokens,
+        ...(model.extraBody ? { extraBody: model.extraBody } : {}),
       });
     }
     const script = this.oracle(item);
@@ -385,7 +390,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {
       signal?.throwIfAborted();
       const trajectoryId = randomUUID();
-      const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.toolTimeoutS });
+      const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.executor.defaultTimeoutS });
       const started = performance.now();
       try {
         const setupStarted = performance.now();
@@ -407,7 +412,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
             return def !== undefined && groupTools.names.includes(def.name);
           },
           executeTool: async (call) => {
-            const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
+            const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) });
             if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
             return r;
           },

@@ -92,8 +92,8 @@ export async function collectBranchingGroup<Item>(
     if (failed.length === 0 || (policy === "mask" && scored.length > 0)) {
       const group = buildScoredGroup(scored, {
         groupSize,
-        includeMessages: env.config.includeMessages,
-        generationParams: { temperature: env.config.temperature, max_tokens: env.config.maxTokens },
+        includeMessages: env.config.trainer.includeMessages,
+        generationParams: { temperature: env.config.model.temperature, max_tokens: env.config.model.maxTokens },
       });
       return { ok: true, group, trajectories: scored, masked: failed.length, droppedAttempts: attempt, ...common };
     }
@@ -128,7 +128,7 @@ async function branchOnce<Item>(
     return def !== undefined && groupTools.names.includes(def.name);
   };
   const executeFor = (trajectoryId: string) => async (call: Parameters<typeof backend.executor.execute>[1]) => {
-    const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: env.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
+    const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: env.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) });
     if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
     return r;
   };
@@ -139,7 +139,7 @@ async function branchOnce<Item>(
       if (!backend.executor.prepareWorkspace) throw new EnvError(`env ${env.name} names a workspace template but its executor cannot prepare one`);
       await backend.executor.prepareWorkspace(rootId, template, signal ? { signal } : {});
     }
-    await env.setupWorkspace(item, new ToolContext(rootId, backend.executor, { timeoutS: env.config.toolTimeoutS }));
+    await env.setupWorkspace(item, new ToolContext(rootId, backend.executor, { timeoutS: env.config.executor.defaultTimeoutS }));
     const workspaceSetupMs = performance.now() - setupStarted;
     const policy = env.policyFor(item);
     const root = await runAgentLoop({
@@ -214,7 +214,7 @@ function copyResult(r: AgentResult): AgentResult {
 }
 
 async function score<Item>(env: BranchingEnv<Item>, item: Item, trajectoryId: string, result: AgentResult, parts: { tokenizer: TextTokenizer | undefined; log: Logger }, durationMs: number): Promise<TrajectoryOutcome> {
-  const ctx = new ToolContext(trajectoryId, env.tools.executor, { timeoutS: env.config.toolTimeoutS });
+  const ctx = new ToolContext(trajectoryId, env.tools.executor, { timeoutS: env.config.executor.defaultTimeoutS });
   const producedNothing = result.finishReason !== "error" && (result.turnsUsed === 0 || result.messages.every((m) => m.role === "system" || m.role === "user"));
   const scored: RolloutScore = producedNothing ? { score: 0, scoreMetadata: {} } : await scoreRollout(result, trajectoryId, () => env.verifyAndScore(item, result, ctx), parts.log);
   const { tokens, brokenSegments } = trajectoryTokens(result, parts.tokenizer);

@@ -1,136 +1,152 @@
 import { z } from "zod";
-import { ToolBackendSettingsSchema, containersInOrder } from "../executor/backend-config.js";
+import { ModelConfigSchema } from "../agent/model-config.js";
+import { ToolExecutorConfigSchema } from "../executor/config.js";
+import { PoolSettingsSchema } from "../pool/config.js";
+import { ToolsConfigSchema } from "../tools/config.js";
+import { TrainerConfigSchema } from "./atropos/config.js";
 import { INFRA_FAILURE_POLICIES } from "./infra-failure.js";
 
 /**
- * An env's settings (the seeds' HermesAgentEnvConfig + AgentEnvConfig, camelCase, ms).
- * Subclasses add their own fields with `AgentEnvConfigSchema.extend({...})` and set
- * `static configSchema` on the class.
+ * An env's settings (the seeds' HermesAgentEnvConfig + AgentEnvConfig, camelCase, ms): the
+ * env's own fields at the top, and one section per component, each that component's own
+ * schema (its defaults live there): `model` (agent/model-config.ts), `tools`
+ * (tools/config.ts), `pool` (pool/config.ts), `executor` (executor/config.ts), `trainer`
+ * (env/atropos/config.ts). Parsed once, in the AgentEnv constructor; every part gets its
+ * section as it is.
+ *
+ * A subclass adds its own fields with `AgentEnvConfigSchema.extend({...})` and sets
+ * `static configSchema` on the class (docs/env.md, "Your env's own config fields").
  */
-export const AgentEnvConfigSchema = z
-  .object({
-    /** The env's name: Atropos `desired_name`, file names of process/evaluate output. */
-    name: z.string().min(1).optional(),
-    /** Trajectories per item, run concurrently, each in its own slot. */
-    groupSize: z.number().int().min(1).max(1024).default(4),
-    /** Groups to produce in process mode (Atropos `total_steps`). */
-    totalGroups: z.number().int().min(1).default(8),
-    /** Groups collected at once (each takes groupSize slots). */
-    groupConcurrency: z.number().int().min(1).max(256).default(2),
-    /** Most model turns (LLM calls) per trajectory. */
-    maxTurns: z.number().int().min(1).max(1000).default(30),
-    /** Toolsets offered to the model; ignored when `distribution` is set. */
-    enabledToolsets: z.array(z.string().min(1)).default(["default"]),
-    disabledToolsets: z.array(z.string().min(1)).default([]),
-    /** A toolset distribution, sampled once per group (mutually exclusive with an explicit enabledToolsets). */
-    distribution: z.string().min(1).optional(),
-    systemPrompt: z.string().optional(),
+export const AgentEnvConfigSchema = z.object({
+  /** The env's name: Atropos `desired_name`, file names of process/evaluate output. */
+  name: z.string().min(1).optional(),
+  /** Trajectories per item, run concurrently, each in its own slot. */
+  groupSize: z.number().int().min(1).max(1024).default(4),
+  /** Groups to produce in process mode (Atropos `total_steps`). */
+  totalGroups: z.number().int().min(1).default(8),
+  /** Groups collected at once (each takes groupSize slots). */
+  groupConcurrency: z.number().int().min(1).max(256).default(2),
+  /** Most model turns (LLM calls) per trajectory. */
+  maxTurns: z.number().int().min(1).max(1000).default(30),
+  systemPrompt: z.string().optional(),
+  /** A trajectory whose slot was lost is restarted from scratch on a new slot this many times. */
+  slotLossRetries: z.number().int().min(0).max(20).default(2),
+  /**
+   * A group with an infrastructure failure (model call failed, slot lost after the retries,
+   * reward code or a reward's tool call failed): `drop` it and retry its item up to
+   * `infraRetries` times (default), `mask` the failed trajectories (the group goes on
+   * without them), or `fail` the run. Such a trajectory is never scored nor written.
+   */
+  infraFailurePolicy: z.enum(INFRA_FAILURE_POLICIES).default("drop"),
+  /** `drop`: how many more times a dropped group's item is tried. */
+  infraRetries: z.number().int().min(0).max(20).default(2),
+  /** A trajectory counts as solved (success rate) when its score is at least this. */
+  successThreshold: z.number().default(1.0),
 
-    /** OpenAI-compatible endpoint (…/v1). Unset: the env's oracle policy plays the model. */
-    modelUrl: z.url({ protocol: /^https?$/, error: "modelUrl must be an http(s) URL such as http://127.0.0.1:8000/v1" }).optional(),
-    modelName: z.string().min(1).optional(),
-    /** Environment variable holding the API key (the key itself is never part of the config). */
-    apiKeyEnv: z.string().min(1).default("OPENAI_API_KEY"),
-    /** `native`: tools= and server-side parsing; `hermes`: tools in the prompt, `<tool_call>` parsed here. */
-    toolCallFormat: z.enum(["native", "hermes"]).default("native"),
-    temperature: z.number().min(0).max(2).default(1.0),
-    /** Most tokens per model response; also the generation budget sent to Atropos (`max_token_length`). */
-    maxTokens: z.number().int().positive().default(2048),
-    extraBody: z.record(z.string(), z.unknown()).optional(),
-    modelTimeoutMs: z.number().int().positive().default(120_000),
-    modelMaxRetries: z.number().int().min(0).max(20).default(4),
-
-    /** A trajectory whose slot was lost is restarted from scratch on a new slot this many times. */
-    slotLossRetries: z.number().int().min(0).max(20).default(2),
-    /**
-     * A group with an infrastructure failure (model call failed, slot lost after the retries,
-     * reward code or a reward's tool call failed): `drop` it and retry its item up to
-     * `infraRetries` times (default), `mask` the failed trajectories (the group goes on
-     * without them), or `fail` the run. Such a trajectory is never scored nor written.
-     */
-    infraFailurePolicy: z.enum(INFRA_FAILURE_POLICIES).default("drop"),
-    /** `drop`: how many more times a dropped group's item is tried. */
-    infraRetries: z.number().int().min(0).max(20).default(2),
-    /** A trajectory counts as solved (success rate) when its score is at least this. */
-    successThreshold: z.number().default(1.0),
-
-    // Atropos (BaseEnvConfig names in camelCase)
-    /** Skip groups whose scores are all equal (serve mode; process mode turns it off, as Atropos does). */
-    ensureScoresAreNotSame: z.boolean().default(true),
-    /** Keep the conversation in each scored group (`messages`). */
-    includeMessages: z.boolean().default(true),
-    /** Drop a group when any sequence reaches the trainer's max_token_len. */
-    dropGroupsOverTokenLength: z.boolean().default(true),
-    /** Atropos `inference_weight`. */
-    inferenceWeight: z.number().default(1.0),
-    /** Atropos `max_batches_offpolicy`: back off when this many batches are queued. */
-    maxBatchesOffpolicy: z.number().int().min(1).default(3),
-    /** Atropos `min_batch_allocation`. */
-    minBatchAllocation: z.number().min(0).max(1).nullable().default(null),
-    /** Serve mode: run `evaluate()` each time the trainer's step crosses a multiple of this (0: never), pausing rollouts meanwhile. */
-    stepsPerEval: z.number().int().min(0).default(0),
-    /** A local HF `tokenizer.json` (tokenizer_config.json beside it): tokens/masks when the server returns no ids, and the chat template for token-exact servers. */
-    tokenizerPath: z.string().min(1).optional(),
-    /**
-     * `openai`: chat completions, re-rendered each turn (Phase 1, not token-exact); `vllm` /
-     * `sglang`: token in, token out (needs tokenizerPath), every trained id as sampled.
-     */
-    serverType: z.enum(["openai", "vllm", "sglang"]).default("openai"),
-    /** Token-exact servers: how tool calls are read from the sampled text (one parser per model family). */
-    toolCallParser: z.enum(["hermes", "qwen3"]).default("hermes"),
-    /** Serve mode: send trajectories that are not token-exact to the trainer anyway (also SLOTPOOL_ALLOW_INEXACT_TOKENS=1). */
-    allowInexactTokens: z.boolean().default(false),
-  })
-  // The pool/executor/provisioner settings and their defaults come from the one backend schema.
-  .extend(
-    ToolBackendSettingsSchema.pick({
-      allowNetwork: true,
-      requireSandbox: true,
-      requireStatefulSandbox: true,
-      toolTimeoutS: true,
-      batchWindowMs: true,
-      maxBatchSize: true,
-      provisioner: true,
-      slotsPerContainer: true,
-      minContainers: true,
-      maxContainers: true,
-      acquireTimeoutMs: true,
-      dataDir: true,
-      sandboxImage: true,
-      nomadDriver: true,
-      nomadJobId: true,
-      nomadDatacenters: true,
-      nomadNamespace: true,
-      nomadNodePool: true,
-    }).shape,
-  )
-  .refine(...containersInOrder);
+  /** The model client (unset `model.url`: the env's oracle policy plays the model). */
+  model: ModelConfigSchema.prefault({}),
+  /** The toolsets offered to the model. */
+  tools: ToolsConfigSchema.prefault({}),
+  /** The slot pool and where its containers run. */
+  pool: PoolSettingsSchema.prefault({}),
+  /** The tool executor: batching, tool timeouts, the sandbox policy stamped on every call. */
+  executor: ToolExecutorConfigSchema.prefault({}),
+  /** The Atropos trainer (serve mode) and the scored groups' contents. */
+  trainer: TrainerConfigSchema.prefault({}),
+});
 
 export type AgentEnvConfig = z.output<typeof AgentEnvConfigSchema>;
 export type AgentEnvConfigInput = z.input<typeof AgentEnvConfigSchema>;
 
 /**
- * The keys of `config` that `schema` does not know, each with the nearest known one, e.g.
- * "unknown key 'groupSzie' (did you mean 'groupSize'?)". A mistyped key would otherwise be
- * dropped by zod and the run would use the default without a word.
+ * Where each key of the flat config (before the sections) went, so an old config file gets
+ * "modelUrl moved to model.url" instead of a bare unknown key.
  */
-export function unknownConfigKeys(schema: z.ZodType, config: Record<string, unknown>): string[] {
+export const MOVED_CONFIG_KEYS: Readonly<Record<string, string>> = {
+  modelUrl: "model.url",
+  modelName: "model.name",
+  apiKeyEnv: "model.apiKeyEnv",
+  toolCallFormat: "model.toolCallFormat",
+  temperature: "model.temperature",
+  maxTokens: "model.maxTokens",
+  extraBody: "model.extraBody",
+  modelTimeoutMs: "model.timeoutMs",
+  modelMaxRetries: "model.maxRetries",
+  serverType: "model.serverType",
+  tokenizerPath: "model.tokenizerPath",
+  toolCallParser: "model.toolCallParser",
+  enabledToolsets: "tools.enabled",
+  disabledToolsets: "tools.disabled",
+  distribution: "tools.distribution",
+  ensureScoresAreNotSame: "trainer.ensureScoresAreNotSame",
+  includeMessages: "trainer.includeMessages",
+  dropGroupsOverTokenLength: "trainer.dropGroupsOverTokenLength",
+  inferenceWeight: "trainer.inferenceWeight",
+  maxBatchesOffpolicy: "trainer.maxBatchesOffpolicy",
+  minBatchAllocation: "trainer.minBatchAllocation",
+  stepsPerEval: "trainer.stepsPerEval",
+  allowInexactTokens: "trainer.allowInexactTokens",
+  allowNetwork: "executor.allowNetwork",
+  requireSandbox: "executor.requireSandbox",
+  requireStatefulSandbox: "executor.requireStatefulSandbox",
+  toolTimeoutS: "executor.defaultTimeoutS",
+  batchWindowMs: "executor.batchWindowMs",
+  maxBatchSize: "executor.maxBatchSize",
+  toolServerUrl: "executor.toolServerUrl",
+  toolServerToken: "executor.toolServerToken",
+  provisioner: "pool.provisioner",
+  slotsPerContainer: "pool.slotsPerContainer",
+  minContainers: "pool.minContainers",
+  maxContainers: "pool.maxContainers",
+  idleTimeoutMs: "pool.idleTimeoutMs",
+  acquireTimeoutMs: "pool.acquireTimeoutMs",
+  dataDir: "pool.dataDir",
+  sandboxImage: "pool.nomad.image",
+  nomadDriver: "pool.nomad.driver",
+  nomadJobId: "pool.nomad.jobId",
+  nomadDatacenters: "pool.nomad.datacenters",
+  nomadNamespace: "pool.nomad.namespace",
+  nomadNodePool: "pool.nomad.nodePool",
+};
+
+/**
+ * The keys of `config` that `schema` does not know, at any depth (sections included), each
+ * with where it moved or the nearest known one, e.g. "unknown key 'groupSzie' (did you mean
+ * 'groupSize'?)", "modelUrl moved to model.url". A mistyped key would otherwise be dropped
+ * by zod and the run would use the default without a word.
+ */
+export function unknownConfigKeys(schema: z.ZodType, config: Record<string, unknown>, moved: Readonly<Record<string, string>> = MOVED_CONFIG_KEYS, prefix = ""): string[] {
   const shape = objectShape(schema);
   if (!shape) return [];
   const known = Object.keys(shape);
-  return Object.keys(config)
-    .filter((k) => !known.includes(k))
-    .map((k) => {
-      const near = nearestName(k, known);
-      return `unknown key '${k}'${near ? ` (did you mean '${near}'?)` : ""}`;
-    });
+  const problems: string[] = [];
+  for (const [k, v] of Object.entries(config)) {
+    const path = `${prefix}${k}`;
+    if (known.includes(k)) {
+      // A section: its own keys are checked the same way.
+      if (v !== null && typeof v === "object" && !Array.isArray(v)) problems.push(...unknownConfigKeys(shape[k] as z.ZodType, v as Record<string, unknown>, {}, `${path}.`));
+      continue;
+    }
+    const to = moved[k];
+    if (to !== undefined) {
+      problems.push(`${path} moved to ${to}`);
+      continue;
+    }
+    const near = nearestName(k, known);
+    problems.push(`unknown key '${path}'${near ? ` (did you mean '${prefix}${near}'?)` : ""}`);
+  }
+  return problems;
 }
 
 function objectShape(schema: z.ZodType): Record<string, unknown> | undefined {
-  const def = (schema as unknown as { _zod?: { def?: { shape?: Record<string, unknown>; in?: z.ZodType; innerType?: z.ZodType } } })._zod?.def;
+  const def = (schema as unknown as { _zod?: { def?: { shape?: Record<string, unknown>; in?: z.ZodType; innerType?: z.ZodType; catchall?: { _zod?: { def?: { type?: string } } } } } })._zod?.def;
   if (!def) return undefined;
-  if (def.shape) return def.shape;
-  // Pipes and wrappers (transform, default): the object is inside.
+  if (def.shape) {
+    // A record-like object (catchall other than never) takes any key.
+    const catchall = def.catchall?._zod?.def?.type;
+    return catchall && catchall !== "never" ? undefined : def.shape;
+  }
+  // Pipes and wrappers (transform, default, prefault, optional): the object is inside.
   const inner = def.in ?? def.innerType;
   return inner ? objectShape(inner) : undefined;
 }

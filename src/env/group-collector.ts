@@ -44,8 +44,8 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
     if (round.infra.length === 0 || (policy === "mask" && scored.length > 0)) {
       const group = buildScoredGroup(scored, {
         groupSize,
-        includeMessages: host.config.includeMessages,
-        generationParams: { temperature: host.config.temperature, max_tokens: host.config.maxTokens },
+        includeMessages: host.config.trainer.includeMessages,
+        generationParams: { temperature: host.config.model.temperature, max_tokens: host.config.model.maxTokens },
       });
       return { ok: true, group, trajectories: scored, masked: round.infra.length, droppedAttempts: attempt, ...common };
     }

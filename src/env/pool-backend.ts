@@ -7,10 +7,11 @@ import type { AgentEnvConfig } from "./config.js";
 
 /**
  * A SlotPool over `provisioner` (default: the one the config names) and a ToolExecutor over
- * the pool, set up from the env config's backend fields by createToolBackend.
+ * the pool, set up by createToolBackend from the env config's `pool` and `executor` sections
+ * (parsed already, in the env's constructor).
  */
 export async function poolBackend(config: AgentEnvConfig, provisioner: Provisioner | undefined, log: Logger, registry: ToolRegistry = ToolRegistry.withBuiltins()): Promise<ToolBackend> {
-  const parts = await createToolBackend(config, { logger: log, tools: registry, ...(provisioner ? { provisioner } : {}) });
+  const parts = await createToolBackend({ pool: config.pool, executor: config.executor }, { logger: log, tools: registry, ...(provisioner ? { provisioner } : {}) });
   return {
     executor: parts.executor,
     registry: parts.executor.tools,

@@ -12,7 +12,6 @@ export {
   type ToolExecutorConfigInput,
 } from "./config.js";
 export {
-  ToolBackendSettingsSchema,
   ToolBackendConfigSchema,
   ToolBackendConfigError,
   parseToolBackendConfig,

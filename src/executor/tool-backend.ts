@@ -3,7 +3,8 @@ import type { MetricsRegistry } from "../observability/metrics.js";
 import type { Provisioner } from "../pool/provisioner.js";
 import { SlotPool } from "../pool/slot-pool.js";
 import type { ToolRegistry } from "../tools/registry.js";
-import { parseToolBackendConfig, type ToolBackendConfig } from "./backend-config.js";
+import type { ToolBackendConfig } from "./backend-config.js";
+import type { PoolSettings } from "../pool/config.js";
 import { ToolExecutor } from "./tool-executor.js";
 
 export interface ToolBackendOptions {
@@ -11,7 +12,7 @@ export interface ToolBackendOptions {
   metrics?: MetricsRegistry;
   /** Tools the executor offers (default: the built-ins). */
   tools?: ToolRegistry;
-  /** Use this provisioner instead of the one `config.provisioner` names (tests, custom set-ups). */
+  /** Use this provisioner instead of the one `config.pool.provisioner` names (tests, custom set-ups). */
   provisioner?: Provisioner;
 }
 
@@ -27,20 +28,18 @@ export interface ToolBackendParts {
 /**
  * The one place that wires the pool: builds the provisioner named in the config, a SlotPool
  * over it and a ToolExecutor over the pool, and starts both. Used by the executor-server CLI
- * and by an env's default backend, so both get the same defaults (ToolBackendConfigSchema).
+ * and by an env's default backend. `config` is parsed at the edge (the CLI, the env's
+ * constructor, or parseToolBackendConfig): each part gets its own section as it is.
  */
-export async function createToolBackend(input: unknown, options: ToolBackendOptions = {}): Promise<ToolBackendParts> {
-  const config = parseToolBackendConfig(input);
+export async function createToolBackend(config: ToolBackendConfig, options: ToolBackendOptions = {}): Promise<ToolBackendParts> {
   const logger = options.logger ?? silentLogger();
-  const provisioner = options.provisioner ?? (await createProvisioner(config, logger));
+  // The pool's own fields; where its containers run is the provisioner's business.
+  const { provisioner: _where, dataDir: _dataDir, nomad: _nomad, ...poolConfig } = config.pool;
+  const provisioner = options.provisioner ?? (await createProvisioner(config.pool, logger));
   const pool = new SlotPool({
+    ...poolConfig,
     provisioner,
     logger: logger.child({ component: "pool" }),
-    slotsPerContainer: config.slotsPerContainer,
-    minContainers: config.minContainers,
-    maxContainers: config.maxContainers,
-    idleTimeoutMs: config.idleTimeoutMs,
-    acquireTimeoutMs: config.acquireTimeoutMs,
     ...(options.metrics ? { metrics: options.metrics } : {}),
   });
   const executor = new ToolExecutor({
@@ -48,17 +47,7 @@ export async function createToolBackend(input: unknown, options: ToolBackendOpti
     logger: logger.child({ component: "executor" }),
     ...(options.tools ? { tools: options.tools } : {}),
     ...(options.metrics ? { metrics: options.metrics } : {}),
-    config: {
-      batchWindowMs: config.batchWindowMs,
-      maxBatchSize: config.maxBatchSize,
-      defaultTimeoutS: config.toolTimeoutS,
-      acquireTimeoutMs: config.acquireTimeoutMs,
-      allowNetwork: config.allowNetwork,
-      requireSandbox: config.requireSandbox,
-      requireStatefulSandbox: config.requireStatefulSandbox,
-      ...(config.toolServerUrl ? { toolServerUrl: config.toolServerUrl } : {}),
-      ...(config.toolServerToken ? { toolServerToken: config.toolServerToken } : {}),
-    },
+    config: config.executor,
   });
   try {
     await pool.start();
@@ -80,20 +69,13 @@ export async function createToolBackend(input: unknown, options: ToolBackendOpti
 }
 
 /** Loaded on demand so the local path never loads the Nomad client, and vice versa. */
-async function createProvisioner(config: ToolBackendConfig, logger: Logger): Promise<Provisioner> {
+async function createProvisioner(config: PoolSettings, logger: Logger): Promise<Provisioner> {
   if (config.provisioner === "nomad") {
     const { NomadProvisioner } = await import("../pool/nomad-provisioner.js");
     return new NomadProvisioner({
       slotsPerContainer: config.slotsPerContainer,
       logger: logger.child({ component: "nomad" }),
-      job: {
-        ...(config.sandboxImage ? { image: config.sandboxImage } : {}),
-        ...(config.nomadDriver ? { driver: config.nomadDriver } : {}),
-        ...(config.nomadJobId ? { jobId: config.nomadJobId } : {}),
-        ...(config.nomadDatacenters ? { datacenters: config.nomadDatacenters } : {}),
-        ...(config.nomadNamespace ? { namespace: config.nomadNamespace } : {}),
-        ...(config.nomadNodePool ? { nodePool: config.nomadNodePool } : {}),
-      },
+      job: config.nomad,
     });
   }
   const { LocalProvisioner } = await import("../pool/local-provisioner.js");

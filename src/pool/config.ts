@@ -51,6 +51,47 @@ export const SlotPoolConfigSchema = z
   });
 
 export type SlotPoolConfig = z.output<typeof SlotPoolConfigSchema>;
+
+/** Nomad provisioner: the sandbox job's settings, in the job builder's names (nomad/job.ts), passed to it as they are. */
+export const NomadJobSettingsSchema = z
+  .object({
+    /** The job's image (docker) or .sif path (raw_exec); default: the job builder's. */
+    image: z.string().min(1).optional(),
+    /** The task driver. */
+    driver: z.enum(["docker", "raw_exec", "exec"], { error: "must be docker, raw_exec or exec" }).optional(),
+    /** The sandbox job's id. */
+    jobId: z.string().min(1).optional(),
+    /** Datacenters the job may run in (default ["dc1"], every agent's default; Nomad ≥ 1.6 also takes "*"). */
+    datacenters: z.array(z.string().min(1)).min(1).optional(),
+    /** The job's namespace (default NOMAD_NAMESPACE, else Nomad's "default"). */
+    namespace: z.string().min(1).optional(),
+    /** The job's node pool (Nomad ≥ 1.6; older agents ignore it). */
+    nodePool: z.string().min(1).optional(),
+  })
+  .strict();
+
+/**
+ * The `pool` section of an env config and of the executor-server: the pool's own settings
+ * (above) plus where its containers run. The one place these defaults live.
+ */
+export const PoolSettingsSchema = z
+  .object({
+    ...SlotPoolConfigSchema.shape,
+    /** Where sandbox containers run: local child processes, or a Nomad job configured from the NOMAD_* environment. */
+    provisioner: z.enum(["local", "nomad"]).default("local"),
+    /** Local provisioner: where workspaces live (default: a temp dir). */
+    dataDir: z.string().min(1).optional(),
+    /** Nomad provisioner: the sandbox job. */
+    nomad: NomadJobSettingsSchema.prefault({}),
+  })
+  .strict()
+  .refine((c) => c.minContainers <= c.maxContainers, {
+    message: "minContainers must not exceed maxContainers",
+    path: ["minContainers"],
+  });
+
+export type PoolSettings = z.output<typeof PoolSettingsSchema>;
+export type PoolSettingsInput = z.input<typeof PoolSettingsSchema>;
 export type SlotPoolConfigInput = z.input<typeof SlotPoolConfigSchema>;
 
 export class SlotPoolConfigError extends SlotPoolError {

@@ -2,7 +2,17 @@
 export * from "./errors.js";
 export type * from "./types.js";
 export { SlotPool, type SlotPoolOptions, type SlotPoolEvents, type ScaleEvent } from "./slot-pool.js";
-export { SlotPoolConfigSchema, SlotPoolConfigError, parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
+export {
+  SlotPoolConfigSchema,
+  SlotPoolConfigError,
+  parseSlotPoolConfig,
+  PoolSettingsSchema,
+  NomadJobSettingsSchema,
+  type SlotPoolConfig,
+  type SlotPoolConfigInput,
+  type PoolSettings,
+  type PoolSettingsInput,
+} from "./config.js";
 export { LocalProvisioner, type LocalProvisionerOptions } from "./local-provisioner.js";
 export { NomadProvisioner, type NomadProvisionerOptions } from "./nomad-provisioner.js";
 export { ProvisionerError, type Provisioner, type ProvisionerEvents, type ContainerGone } from "./provisioner.js";

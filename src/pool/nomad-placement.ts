@@ -66,7 +66,7 @@ export function describePlacementFailure(evaluation: Evaluation | undefined): st
 /** What to do about a placement failure: datacenters no node is in, or too little capacity. */
 export function placementAdvice(failure: string): string {
   if (/no nodes available in the datacenters/.test(failure)) {
-    return 'Check the job\'s datacenters (nomadDatacenters in the env config, --datacenters for the executor service; default ["dc1"], every agent\'s default; "*" needs Nomad 1.6 or newer): `nomad node status` lists the nodes\' datacenters.';
+    return 'Check the job\'s datacenters (pool.nomad.datacenters in the env config, --datacenters for the executor service; default ["dc1"], every agent\'s default; "*" needs Nomad 1.6 or newer): `nomad node status` lists the nodes\' datacenters.';
   }
   return "Add client capacity, lower the job's cpu/memory, or lower minContainers/maxContainers.";
 }

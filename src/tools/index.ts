@@ -8,3 +8,4 @@ export * from "./registry.js";
 export * from "./toolsets.js";
 export * from "./distributions.js";
 export * from "./hermes.js";
+export * from "./config.js";

@@ -55,7 +55,7 @@ async function main(): Promise<void> {
   const qwen = await loadChatTokenizer(QWEN3);
   const log = silentLogger();
   const backend = await poolBackend(
-    AgentEnvConfigSchema.parse({ slotsPerContainer: SIZE, minContainers: 1, maxContainers: 1, acquireTimeoutMs: 60_000, toolTimeoutS: 60 }),
+    AgentEnvConfigSchema.parse({ pool: { slotsPerContainer: SIZE, minContainers: 1, maxContainers: 1, acquireTimeoutMs: 60_000 }, executor: { defaultTimeoutS: 60 } }),
     new LocalProvisioner({ slotsPerContainer: SIZE }),
     log,
   );
@@ -63,7 +63,7 @@ async function main(): Promise<void> {
   try {
     for (const mode of ["independent", "branching"] as const) {
       const server = await startTokenServer({ tokenizer: qwen, flavour: "vllm-completions", respond: model(qwen) });
-      const env = new Env({ groupSize: SIZE, modelUrl: server.url, modelName: "qwen3", serverType: "vllm", tokenizerPath: QWEN3, toolCallParser: "qwen3", maxTurns: 6, maxTokens: 1024 }, { backend, logger: log });
+      const env = new Env({ groupSize: SIZE, model: { url: server.url, name: "qwen3", serverType: "vllm", tokenizerPath: QWEN3, toolCallParser: "qwen3", maxTokens: 1024 }, maxTurns: 6 }, { backend, logger: log });
       env.point = mode === "branching" ? { afterTurn: 2 } : undefined;
       await env.start();
       try {

@@ -27,7 +27,7 @@ const TURNS = Number(process.env["BENCH_TURNS"] ?? 200);
 async function mainJob(): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), "env-bench-"));
   const env = new ShellTasksEnv(
-    { groupSize: GROUP_SIZE, groupConcurrency: CONCURRENCY, slotsPerContainer: 16, minContainers: Math.ceil((GROUP_SIZE * CONCURRENCY) / 16), maxContainers: Math.ceil((GROUP_SIZE * CONCURRENCY) / 16) + 1 },
+    { groupSize: GROUP_SIZE, groupConcurrency: CONCURRENCY, pool: { slotsPerContainer: 16, minContainers: Math.ceil((GROUP_SIZE * CONCURRENCY) / 16), maxContainers: Math.ceil((GROUP_SIZE * CONCURRENCY) / 16) + 1 } },
     { logger: silentLogger() },
   );
   const t0 = performance.now();

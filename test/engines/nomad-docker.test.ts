@@ -110,7 +110,7 @@ describe.skipIf(skip !== undefined)(`the docker driver on a real Nomad agent (${
     try {
       const jobId = `engines-docker-${process.pid}`;
       // requireSandbox: a call on a server without bubblewrap fails, so 100 % means sandboxed.
-      writeFileSync(join(dir, "config.json"), JSON.stringify({ nomadDriver: "docker", sandboxImage: image, nomadJobId: jobId, requireSandbox: true }));
+      writeFileSync(join(dir, "config.json"), JSON.stringify({ pool: { nomad: { driver: "docker", image, jobId } }, executor: { requireSandbox: true } }));
       const out = join(dir, "out.jsonl");
       const { stdout } = await run(
         process.execPath,

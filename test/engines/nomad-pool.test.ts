@@ -130,7 +130,7 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
       const err = await pool.start().catch((e: unknown) => e);
       expect(err, String(err)).toBeInstanceOf(Error);
       expect((err as Error).message).toContain(`no nodes available in the datacenters "${datacenters[0]}"`);
-      expect((err as Error).message).toMatch(/Check the job's datacenters \(nomadDatacenters/);
+      expect((err as Error).message).toMatch(/Check the job's datacenters \(pool\.nomad\.datacenters/);
       expect(Date.now() - started).toBeLessThan(30_000);
       await pool.stop({ purge: true }).catch(() => undefined);
     }
@@ -232,7 +232,7 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
       await run("nomad", ["namespace", "apply", "-description", "slotpool real-engine test", "engines"], { env: agent.env });
       writeFileSync(
         join(dir, "config.json"),
-        JSON.stringify({ nomadDriver: "raw_exec", nomadJobId: jobId, nomadNamespace: "engines", nomadDatacenters: ["dc1"], requireSandbox: true }),
+        JSON.stringify({ pool: { nomad: { driver: "raw_exec", jobId, namespace: "engines", datacenters: ["dc1"] } }, executor: { requireSandbox: true } }),
       );
       let seenIn: string | undefined;
       const watcher = setInterval(() => {

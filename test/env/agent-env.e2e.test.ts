@@ -34,7 +34,7 @@ function solver(style: "native" | "hermes") {
 
 beforeAll(async () => {
   provisioner = new LocalProvisioner({ slotsPerContainer: 4 });
-  backend = await poolBackend(AgentEnvConfigSchema.parse({ slotsPerContainer: 4, minContainers: 1, maxContainers: 2, acquireTimeoutMs: 30_000, toolTimeoutS: 30 }), provisioner, log);
+  backend = await poolBackend(AgentEnvConfigSchema.parse({ pool: { slotsPerContainer: 4, minContainers: 1, maxContainers: 2, acquireTimeoutMs: 30_000 }, executor: { defaultTimeoutS: 30 } }), provisioner, log);
 });
 
 afterAll(async () => {
@@ -46,7 +46,7 @@ describe("AgentEnv end to end", () => {
   for (const style of ["native", "hermes"] as const) {
     it(`collects a scored group with a model using ${style} tool calls; reward runs in the agent's slot`, async () => {
       llm = await startLlmServer({ respond: solver(style), tokenIds: style === "native" });
-      const env = new WriteFileEnv({ groupSize: 3, modelUrl: llm.url, modelName: "scripted", toolCallFormat: style, maxTurns: 4 }, { backend, logger: log });
+      const env = new WriteFileEnv({ groupSize: 3, model: { url: llm.url, name: "scripted", toolCallFormat: style }, maxTurns: 4 }, { backend, logger: log });
       await env.start();
       const item = env.getNextItem();
       const outcome = await env.collectTrajectories(item);

@@ -119,7 +119,7 @@ describe("serve: env manager against the trajectory API", () => {
     await api.registerTrainer({ batch_size: 4, max_token_len: 100_000, num_steps: 100 });
     await api.getBatch();
     llm = await startLlmServer({ tokenIds: true, respond: halfSolver() });
-    const env = new WriteFileEnv({ name: "wf", groupSize: 2, modelUrl: llm.url, modelName: "m", temperature: 0.5, maxTokens: 300, allowInexactTokens: true }, { backend: fakeBackend(), logger: log });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, model: { url: llm.url, name: "m", temperature: 0.5, maxTokens: 300 }, trainer: { allowInexactTokens: true } }, { backend: fakeBackend(), logger: log });
     await env.start();
     const client = new AtroposClient({ url: api.url });
     const stats = new RunStats();
@@ -164,7 +164,7 @@ describe("serve: env manager against the trajectory API", () => {
     await api.getBatch();
     api.setQueueSize(6); // 6 groups × 2 ≥ 3 batches × 4: back off
     llm = await startLlmServer({ tokenIds: true, respond: halfSolver() });
-    const env = new WriteFileEnv({ name: "wf", groupSize: 2, modelUrl: llm.url, modelName: "m", allowInexactTokens: true }, { backend: fakeBackend(), logger: log });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, model: { url: llm.url, name: "m" }, trainer: { allowInexactTokens: true } }, { backend: fakeBackend(), logger: log });
     await env.start();
     const client = new AtroposClient({ url: api.url });
     const stats = new RunStats();
@@ -200,7 +200,7 @@ describe("serve: env manager against the trajectory API", () => {
         return solver(body);
       },
     });
-    const env = new WriteFileEnv({ name: "wf", groupSize: 2, groupConcurrency: 1, stepsPerEval: 1, modelUrl: llm.url, modelName: "m", allowInexactTokens: true }, { backend: fakeBackend(), logger: log });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, groupConcurrency: 1, trainer: { stepsPerEval: 1, allowInexactTokens: true }, model: { url: llm.url, name: "m" } }, { backend: fakeBackend(), logger: log });
     const checkpoints: Array<[number, string]> = [];
     env.saveCheckpoint = async (step, dir) => {
       checkpoints.push([step, dir]);
@@ -230,7 +230,7 @@ describe("serve: env manager against the trajectory API", () => {
     await api.registerTrainer({ batch_size: 4, max_token_len: 100_000, num_steps: 100 });
     await api.getBatch();
     llm = await startLlmServer({ tokenIds: true, respond: halfSolver() });
-    const env = new WriteFileEnv({ name: "wf", groupSize: 2, modelUrl: llm.url, modelName: "m" }, { backend: fakeBackend(), logger: log });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, model: { url: llm.url, name: "m" } }, { backend: fakeBackend(), logger: log });
     await env.start();
     const client = new AtroposClient({ url: api.url });
     const saved = process.env["SLOTPOOL_ALLOW_INEXACT_TOKENS"];
@@ -255,7 +255,7 @@ describe("serve: env manager against the trajectory API", () => {
     await api.registerTrainer({ batch_size: 4 });
     await api.getBatch();
     const backend = fakeBackend();
-    const env = new WriteFileEnv({ name: "wf", groupSize: 2, ensureScoresAreNotSame: false }, { backend, logger: log });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, trainer: { ensureScoresAreNotSame: false } }, { backend, logger: log });
     await env.start();
     const client = new AtroposClient({ url: api.url });
     await expect(runEnvManager(env as never, client, { logger: log, stats: new RunStats(), maxGroups: 1, pollMs: 10 })).rejects.toBeInstanceOf(TokensUnavailableError);

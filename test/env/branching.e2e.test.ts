@@ -26,7 +26,7 @@ let qwen: ChatTokenizer;
 beforeAll(async () => {
   qwen = await loadChatTokenizer(QWEN3_TOKENIZER);
   backend = await poolBackend(
-    AgentEnvConfigSchema.parse({ slotsPerContainer: 4, minContainers: 1, maxContainers: 1, acquireTimeoutMs: 30_000, toolTimeoutS: 30 }),
+    AgentEnvConfigSchema.parse({ pool: { slotsPerContainer: 4, minContainers: 1, maxContainers: 1, acquireTimeoutMs: 30_000 }, executor: { defaultTimeoutS: 30 } }),
     new LocalProvisioner({ slotsPerContainer: 4, extraArgs: ["--slot-uid-base", "22900"] }),
     log,
   );
@@ -64,7 +64,7 @@ describe("branching groups on real slots, token in, token out", () => {
   it("every branch's prompts extend the root's exact ids; the prefix is generated and recorded once; each branch works in its own slot", async () => {
     const server = await startTokenServer({ tokenizer: qwen, flavour: "vllm-completions", respond: model() });
     const env = new BranchingWriteEnv(
-      { groupSize: 4, modelUrl: server.url, modelName: "qwen3", serverType: "vllm", tokenizerPath: QWEN3_TOKENIZER, toolCallParser: "qwen3", maxTurns: 5, maxTokens: 512 },
+      { groupSize: 4, model: { url: server.url, name: "qwen3", serverType: "vllm", tokenizerPath: QWEN3_TOKENIZER, toolCallParser: "qwen3", maxTokens: 512 }, maxTurns: 5 },
       { backend, logger: log },
     );
     try {
@@ -130,7 +130,7 @@ describe("branching groups on real slots, token in, token out", () => {
 
   it("after a named tool call; the workspace at the fork is every branch's (the root's file), and the root's later writes are its own", async () => {
     const server = await startTokenServer({ tokenizer: qwen, flavour: "vllm-completions", respond: model() });
-    const env = new BranchingWriteEnv({ groupSize: 3, modelUrl: server.url, modelName: "qwen3", serverType: "vllm", tokenizerPath: QWEN3_TOKENIZER, toolCallParser: "qwen3", maxTurns: 5 }, { backend, logger: log });
+    const env = new BranchingWriteEnv({ groupSize: 3, model: { url: server.url, name: "qwen3", serverType: "vllm", tokenizerPath: QWEN3_TOKENIZER, toolCallParser: "qwen3" }, maxTurns: 5 }, { backend, logger: log });
     env.point = { afterTool: "bash" };
     const seen: string[] = [];
     const reward = env.computeReward.bind(env);

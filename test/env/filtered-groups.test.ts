@@ -96,7 +96,7 @@ describe("serve against a trainer with a model that solves every task", () => {
         },
       }),
     });
-    const env = new WriteFileEnv({ name: "wf", groupSize: 2, groupConcurrency: 1, modelUrl: llm.url, modelName: "m" }, { backend: fakeBackend(), logger: silentLogger() });
+    const env = new WriteFileEnv({ name: "wf", groupSize: 2, groupConcurrency: 1, model: { url: llm.url, name: "m" } }, { backend: fakeBackend(), logger: silentLogger() });
     await env.start();
     const client = new AtroposClient({ url: api.url });
     const stats = new RunStats();

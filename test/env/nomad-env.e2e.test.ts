@@ -38,7 +38,7 @@ describe("AgentEnv on the Nomad provisioner (emulator)", () => {
     const jobId = `env-nomad-${process.pid}-1`;
     // Datacenters from the env's config (the emulator's node is in dc1).
     const env = new ShellTasksEnv(
-      { provisioner: "nomad", nomadJobId: jobId, nomadDatacenters: ["dc1", "dc2"], groupSize: 2, slotsPerContainer: 4, minContainers: 1, maxContainers: 2 },
+      { groupSize: 2, pool: { provisioner: "nomad", nomad: { jobId, datacenters: ["dc1", "dc2"] }, slotsPerContainer: 4, minContainers: 1, maxContainers: 2 } },
       { logger: silentLogger() },
     );
     await env.start();
@@ -73,7 +73,7 @@ describe("AgentEnv on the Nomad provisioner (emulator)", () => {
         };
       }
     }
-    const env = new KillingEnv({ provisioner: "nomad", nomadJobId: jobId, groupSize: 1, slotsPerContainer: 2, minContainers: 1, maxContainers: 2, slotLossRetries: 2 }, { logger: silentLogger() });
+    const env = new KillingEnv({ pool: { provisioner: "nomad", nomad: { jobId }, slotsPerContainer: 2, minContainers: 1, maxContainers: 2 }, groupSize: 1, slotLossRetries: 2 }, { logger: silentLogger() });
     await env.start();
     const outcome = await env.collectTrajectories({ id: 0, kind: "create-file", variant: 0 });
     await env.close();

@@ -31,7 +31,7 @@ let qwen: ChatTokenizer;
 beforeAll(async () => {
   qwen = await loadChatTokenizer(QWEN3_TOKENIZER);
   backend = await poolBackend(
-    AgentEnvConfigSchema.parse({ slotsPerContainer: 4, minContainers: 1, maxContainers: 2, acquireTimeoutMs: 30_000, toolTimeoutS: 30 }),
+    AgentEnvConfigSchema.parse({ pool: { slotsPerContainer: 4, minContainers: 1, maxContainers: 2, acquireTimeoutMs: 30_000 }, executor: { defaultTimeoutS: 30 } }),
     new LocalProvisioner({ slotsPerContainer: 4 }),
     log,
   );
@@ -115,7 +115,7 @@ describe("token-exact trajectories through AgentEnv on real slots", () => {
       // SGLang users often write the URL without /v1.
       const modelUrl = flavour === "sglang" ? server.url.replace(/\/v1$/, "") : server.url;
       const env = new WriteFileEnv(
-        { groupSize: 3, modelUrl, modelName: "qwen3", serverType, tokenizerPath: QWEN3_TOKENIZER, toolCallParser: "qwen3", maxTurns: 5, maxTokens: 512 },
+        { groupSize: 3, model: { url: modelUrl, name: "qwen3", serverType, tokenizerPath: QWEN3_TOKENIZER, toolCallParser: "qwen3", maxTokens: 512 }, maxTurns: 5 },
         { backend, logger: log },
       );
       try {
@@ -171,7 +171,7 @@ describe("token-exact trajectories through AgentEnv on real slots", () => {
     await api.registerTrainer({ batch_size: 3, max_token_len: 100_000, num_steps: 100 });
     await api.getBatch();
     const env = new WriteFileEnv(
-      { name: "wf", groupSize: 3, modelUrl: server.url, modelName: "qwen3", serverType: "vllm", tokenizerPath: QWEN3_TOKENIZER, toolCallParser: "qwen3", maxTurns: 5, ensureScoresAreNotSame: false },
+      { name: "wf", groupSize: 3, model: { url: server.url, name: "qwen3", serverType: "vllm", tokenizerPath: QWEN3_TOKENIZER, toolCallParser: "qwen3" }, maxTurns: 5, trainer: { ensureScoresAreNotSame: false } },
       { backend, logger: log },
     );
     const saved = process.env["SLOTPOOL_ALLOW_INEXACT_TOKENS"];

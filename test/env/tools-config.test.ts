@@ -16,7 +16,7 @@ const toolNames = (body: { tools?: unknown[] }) => (body.tools ?? []).map((t) =>
 describe("env config: toolsets, distributions, validation, policy choice", () => {
   it("offers the enabled toolsets minus the disabled ones, the same tools to every trajectory of a group", async () => {
     llm = await startLlmServer({ respond: () => ({ text: "no tools needed" }) });
-    const env = new WriteFileEnv({ groupSize: 3, enabledToolsets: ["default", "stateful"], disabledToolsets: ["filesystem"], modelUrl: llm.url, modelName: "m" }, { backend: fakeBackend(), logger: silentLogger() });
+    const env = new WriteFileEnv({ groupSize: 3, tools: { enabled: ["default", "stateful"], disabled: ["filesystem"] }, model: { url: llm.url, name: "m" } }, { backend: fakeBackend(), logger: silentLogger() });
     await env.start();
     await env.collectTrajectories(env.getNextItem());
     await env.close();
@@ -26,7 +26,7 @@ describe("env config: toolsets, distributions, validation, policy choice", () =>
 
   it("samples a distribution once per group", async () => {
     llm = await startLlmServer({ respond: () => ({ text: "ok" }) });
-    const env = new WriteFileEnv({ groupSize: 4, distribution: "terminal_tasks", modelUrl: llm.url, modelName: "m" }, { backend: fakeBackend(), logger: silentLogger() });
+    const env = new WriteFileEnv({ groupSize: 4, tools: { distribution: "terminal_tasks" }, model: { url: llm.url, name: "m" } }, { backend: fakeBackend(), logger: silentLogger() });
     await env.start();
     for (let g = 0; g < 5; g++) {
       llm.requests.length = 0;
@@ -40,13 +40,13 @@ describe("env config: toolsets, distributions, validation, policy choice", () =>
   });
 
   it("rejects bad config with every offending field named, and says how to get a policy", async () => {
-    expect(() => new WriteFileEnv({ groupSize: 0, modelUrl: "ftp://x", provisioner: "k8s" }, { logger: silentLogger() })).toThrow(EnvConfigError);
+    expect(() => new WriteFileEnv({ groupSize: 0, model: { url: "ftp://x" }, pool: { provisioner: "k8s" } }, { logger: silentLogger() })).toThrow(EnvConfigError);
     try {
-      new WriteFileEnv({ groupSize: 0, modelUrl: "ftp://x", provisioner: "k8s" }, { logger: silentLogger() });
+      new WriteFileEnv({ groupSize: 0, model: { url: "ftp://x" }, pool: { provisioner: "k8s" } }, { logger: silentLogger() });
     } catch (err) {
-      expect((err as Error).message).toMatch(/write-file-test.*groupSize.*modelUrl.*provisioner/s);
+      expect((err as Error).message).toMatch(/write-file-test.*groupSize.*model\.url.*pool\.provisioner/s);
     }
-    const env = new WriteFileEnv({ modelUrl: "http://127.0.0.1:9/v1" }, { backend: fakeBackend(), logger: silentLogger() });
+    const env = new WriteFileEnv({ model: { url: "http://127.0.0.1:9/v1" } }, { backend: fakeBackend(), logger: silentLogger() });
     await env.start();
     expect(() => env.policyFor(env.getNextItem())).toThrow(NoPolicyError);
     await env.close();
@@ -55,7 +55,7 @@ describe("env config: toolsets, distributions, validation, policy choice", () =>
   it("a model server that fails on turn 1 is an infra failure: no score, the group dropped after its retries, not a crash", async () => {
     llm = await startLlmServer({ respond: () => ({ status: 400, body: "bad request" }) });
     const backend = fakeBackend();
-    const env = new WriteFileEnv({ groupSize: 2, modelUrl: llm.url, modelName: "m", infraRetries: 1 }, { backend, logger: silentLogger() });
+    const env = new WriteFileEnv({ groupSize: 2, model: { url: llm.url, name: "m" }, infraRetries: 1 }, { backend, logger: silentLogger() });
     await env.start();
     const outcome = await env.collectTrajectories(env.getNextItem());
     await env.close();

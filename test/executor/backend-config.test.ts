@@ -2,60 +2,48 @@ import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { AgentEnvConfigSchema } from "../../src/env/config.js";
-import { ToolBackendConfigError, ToolBackendConfigSchema, ToolBackendSettingsSchema, parseToolBackendConfig } from "../../src/executor/backend-config.js";
+import { ToolBackendConfigError, ToolBackendConfigSchema, parseToolBackendConfig } from "../../src/executor/backend-config.js";
 import { ToolExecutorConfigSchema } from "../../src/executor/config.js";
 import { SlotPoolConfigSchema } from "../../src/pool/config.js";
 
-describe("the tool backend config: one schema, one set of defaults", () => {
+describe("the tool backend config: two sections, each its owner's schema", () => {
   const defaults = ToolBackendConfigSchema.parse({});
 
-  it("takes the pool's and the executor's fields with their own defaults", () => {
-    const pool = SlotPoolConfigSchema.parse({});
-    const executor = ToolExecutorConfigSchema.parse({});
-    expect(defaults).toMatchObject({
-      provisioner: "local",
-      slotsPerContainer: pool.slotsPerContainer,
-      minContainers: pool.minContainers,
-      maxContainers: pool.maxContainers,
-      idleTimeoutMs: pool.idleTimeoutMs,
-      acquireTimeoutMs: pool.acquireTimeoutMs,
-      batchWindowMs: executor.batchWindowMs,
-      maxBatchSize: executor.maxBatchSize,
-      toolTimeoutS: executor.defaultTimeoutS,
-      allowNetwork: executor.allowNetwork,
-      requireSandbox: executor.requireSandbox,
-    });
+  it("the pool section is the pool's schema plus where its containers run; the executor section is the executor's", () => {
+    expect(defaults.pool).toEqual({ ...SlotPoolConfigSchema.parse({}), provisioner: "local", nomad: {} });
+    expect(defaults.executor).toEqual(ToolExecutorConfigSchema.parse({}));
   });
 
-  it("the env config's backend fields are the backend's, defaults included", () => {
+  it("the env config's pool and executor sections are the backend's, defaults included", () => {
     const env = AgentEnvConfigSchema.parse({});
-    for (const key of Object.keys(ToolBackendSettingsSchema.shape) as (keyof typeof defaults)[]) {
-      if (key in env) expect((env as Record<string, unknown>)[key], key).toEqual(defaults[key]);
-    }
-    expect(env).toMatchObject({ slotsPerContainer: 10, acquireTimeoutMs: 120_000, allowNetwork: false, provisioner: "local" });
+    expect(env.pool).toEqual(defaults.pool);
+    expect(env.executor).toEqual(defaults.executor);
+    expect(env).toMatchObject({ pool: { slotsPerContainer: 10, acquireTimeoutMs: 120_000, provisioner: "local" }, executor: { allowNetwork: false } });
   });
 
   it("refuses minContainers above maxContainers, in the env config too", () => {
-    expect(() => parseToolBackendConfig({ minContainers: 5, maxContainers: 2 })).toThrow(ToolBackendConfigError);
-    expect(() => parseToolBackendConfig({ minContainers: 5, maxContainers: 2 })).toThrow(/minContainers: minContainers must not exceed maxContainers/);
-    expect(AgentEnvConfigSchema.safeParse({ minContainers: 5, maxContainers: 2 }).success).toBe(false);
+    expect(() => parseToolBackendConfig({ pool: { minContainers: 5, maxContainers: 2 } })).toThrow(ToolBackendConfigError);
+    expect(() => parseToolBackendConfig({ pool: { minContainers: 5, maxContainers: 2 } })).toThrow(/pool\.minContainers: minContainers must not exceed maxContainers/);
+    expect(AgentEnvConfigSchema.safeParse({ pool: { minContainers: 5, maxContainers: 2 } }).success).toBe(false);
   });
 
-  it("names every bad field", () => {
-    expect(() => parseToolBackendConfig({ slotsPerContainer: 0, nomadDriver: "podman" })).toThrow(/slotsPerContainer: .*; nomadDriver: nomadDriver must be docker, raw_exec or exec/);
+  it("names every bad field by its path", () => {
+    expect(() => parseToolBackendConfig({ pool: { slotsPerContainer: 0, nomad: { driver: "podman" } } })).toThrow(
+      /pool\.slotsPerContainer: .*; pool\.nomad\.driver: must be docker, raw_exec or exec/,
+    );
+  });
+
+  it("refuses an unknown key in a section and a flat key from before the sections", () => {
+    expect(() => parseToolBackendConfig({ pool: { slotsPerContianer: 3 } })).toThrow(/slotsPerContianer/);
+    expect(() => parseToolBackendConfig({ slotsPerContainer: 3 })).toThrow(/slotsPerContainer/);
   });
 
   it("takes the Nomad job's datacenters, namespace and node pool, from an env config too", () => {
-    const placed = { nomadDatacenters: ["eu-1", "eu-2"], nomadNamespace: "ml", nomadNodePool: "sandboxes" };
+    const placed = { pool: { nomad: { datacenters: ["eu-1", "eu-2"], namespace: "ml", nodePool: "sandboxes" } } };
     expect(parseToolBackendConfig(placed)).toMatchObject(placed);
     expect(AgentEnvConfigSchema.parse(placed)).toMatchObject(placed);
-    expect(() => parseToolBackendConfig({ nomadDatacenters: [] })).toThrow(/nomadDatacenters/);
-    expect(() => parseToolBackendConfig({ nomadDatacenters: ["dc1", ""] })).toThrow(/nomadDatacenters/);
-  });
-
-  it("ignores an env config's own fields, so an env config can be passed whole", () => {
-    const env = AgentEnvConfigSchema.parse({ groupSize: 3, slotsPerContainer: 3 });
-    expect(parseToolBackendConfig(env).slotsPerContainer).toBe(3);
+    expect(() => parseToolBackendConfig({ pool: { nomad: { datacenters: [] } } })).toThrow(/pool\.nomad\.datacenters/);
+    expect(() => parseToolBackendConfig({ pool: { nomad: { datacenters: ["dc1", ""] } } })).toThrow(/pool\.nomad\.datacenters/);
   });
 });
 
@@ -64,7 +52,7 @@ describe("slotpool executor-server flags map onto the backend config", () => {
   const run = (...args: string[]) => spawnSync(process.execPath, [cli, "executor-server", ...args], { encoding: "utf8", timeout: 30_000 });
 
   it("--help shows the schema's defaults", () => {
-    const d = ToolBackendConfigSchema.parse({});
+    const d = ToolBackendConfigSchema.parse({}).pool;
     const help = run("--help").stdout;
     expect(help).toContain(`--slots-per-container N    slots per container (default ${d.slotsPerContainer})`);
     expect(help).toContain(`(default ${d.acquireTimeoutMs})`);
@@ -75,7 +63,7 @@ describe("slotpool executor-server flags map onto the backend config", () => {
     const r = run("--slots-per-container", "0", "--driver", "podman");
     expect(r.status).toBe(2);
     expect(r.stderr).toMatch(/--slots-per-container 0: .*>=1/);
-    expect(r.stderr).toContain('--driver "podman": nomadDriver must be docker, raw_exec or exec');
+    expect(r.stderr).toContain('--driver "podman": must be docker, raw_exec or exec');
     const dcs = run("--datacenters", "dc1,");
     expect(dcs.status).toBe(2);
     expect(dcs.stderr).toContain('--datacenters ["dc1",""]');

@@ -131,7 +131,7 @@ describe("the HTML report in a real browser", () => {
 
   it("a model run with failing tool calls and hostile output: errors highlighted and filterable, no script runs, HTML shows as text", async () => {
     const provisioner = new LocalProvisioner({ slotsPerContainer: 4 });
-    backend = await poolBackend(AgentEnvConfigSchema.parse({ slotsPerContainer: 4, minContainers: 1, maxContainers: 2, acquireTimeoutMs: 30_000, toolTimeoutS: 30 }), provisioner, silentLogger());
+    backend = await poolBackend(AgentEnvConfigSchema.parse({ pool: { slotsPerContainer: 4, minContainers: 1, maxContainers: 2, acquireTimeoutMs: 30_000 }, executor: { defaultTimeoutS: 30 } }), provisioner, silentLogger());
     // Even tasks: a failing `cat`, then the right file (score 1). Odd tasks: print HTML, write nothing (score 0).
     llm = await startLlmServer({
       respond: (body: ChatRequestBody) => {
@@ -144,7 +144,7 @@ describe("the HTML report in a real browser", () => {
         return { text: `Finished. ${XSS}` };
       },
     });
-    const env = new WriteFileEnv({ groupSize: 2, modelUrl: llm.url, modelName: "scripted", maxTurns: 5 }, { backend, logger: silentLogger() });
+    const env = new WriteFileEnv({ groupSize: 2, model: { url: llm.url, name: "scripted" }, maxTurns: 5 }, { backend, logger: silentLogger() });
     await env.start();
     const out = join(dir, "model-run.jsonl");
     const run = await runProcessMode(env, { out, groups: 4 });

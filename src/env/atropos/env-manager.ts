@@ -51,16 +51,17 @@ export const FAILED_GROUPS_STOP = 10;
  */
 export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClient, options: EnvManagerOptions): Promise<EnvManagerReport> {
   const cfg = env.config;
+  const trainer = cfg.trainer;
   const log = options.logger;
   const pollMs = options.pollMs ?? 100;
   const registration = await client.registerEnv(
-    { max_token_length: cfg.maxTokens, desired_name: env.name, weight: cfg.inferenceWeight, group_size: cfg.groupSize, min_batch_allocation: cfg.minBatchAllocation },
+    { max_token_length: cfg.model.maxTokens, desired_name: env.name, weight: trainer.inferenceWeight, group_size: cfg.groupSize, min_batch_allocation: trainer.minBatchAllocation },
     options.signal,
   );
   let batchSize = -1;
   let maxTokenLen = -1;
   // As Atropos's ATROPOS_ALLOW_DUMMY_MANAGED_SERVER: Phase 1 data only when the user says so.
-  const allowInexact = cfg.allowInexactTokens || ["1", "true", "yes"].includes((process.env["SLOTPOOL_ALLOW_INEXACT_TOKENS"] ?? "").toLowerCase());
+  const allowInexact = trainer.allowInexactTokens || ["1", "true", "yes"].includes((process.env["SLOTPOOL_ALLOW_INEXACT_TOKENS"] ?? "").toLowerCase());
   const refreshInfo = async () => {
     const info = await client.info(options.signal);
     if (info.batch_size !== -1) {
@@ -111,15 +112,15 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       log.warn({ segments: broken }, "segments broken off by a prefix break are not sent: Atropos takes exactly group_size sequences per group");
       group = buildScoredGroup(
         outcome.trajectories.map(({ brokenSegments: _drop, ...t }) => t),
-        { groupSize: cfg.groupSize, includeMessages: cfg.includeMessages, ...(outcome.group.generation_params ? { generationParams: outcome.group.generation_params } : {}) },
+        { groupSize: cfg.groupSize, includeMessages: trainer.includeMessages, ...(outcome.group.generation_params ? { generationParams: outcome.group.generation_params } : {}) },
       );
     }
     const filtered = filterGroupForSend(group, {
       groupSize: cfg.groupSize,
-      ensureScoresAreNotSame: cfg.ensureScoresAreNotSame,
+      ensureScoresAreNotSame: trainer.ensureScoresAreNotSame,
       maxTokenLen,
-      dropOverLength: cfg.dropGroupsOverTokenLength,
-      includeMessages: cfg.includeMessages,
+      dropOverLength: trainer.dropGroupsOverTokenLength,
+      includeMessages: trainer.includeMessages,
     });
     if (!filtered.send) {
       options.stats.filteredGroups++;
@@ -159,7 +160,7 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
   const crossed = (from: number, to: number, every: number) => every > 0 && Math.floor(to / every) > Math.floor(from / every);
   // BaseEnv's env_step_checks: evaluation with rollouts stopped (STOP_TRAIN), then checkpoints.
   const onStepChange = async (from: number, to: number) => {
-    if (crossed(from, to, cfg.stepsPerEval)) {
+    if (crossed(from, to, trainer.stepsPerEval)) {
       await cancelAll();
       const result = await env.evaluate();
       evaluations++;
@@ -229,9 +230,9 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
         stopReason = `the trainer reached its ${totalSteps} steps`;
         break;
       }
-      const mba = cfg.minBatchAllocation;
+      const mba = trainer.minBatchAllocation;
       const derived = batchSize === -1 ? -1 : mba !== null ? Math.floor(batchSize * ((status.unallocated_fraction ?? 1) + mba)) : batchSize;
-      const queueFull = batchSize > 0 && qs * cfg.groupSize >= cfg.maxBatchesOffpolicy * batchSize;
+      const queueFull = batchSize > 0 && qs * cfg.groupSize >= trainer.maxBatchesOffpolicy * batchSize;
       const ownShareCovered = mba === null || (status.self_queue_size ?? 0) * cfg.groupSize >= mba * batchSize;
       if (derived === -1 || (queueFull && ownShareCovered)) {
         if (workers.size > 0) {
@@ -240,7 +241,7 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
           await cancelAll();
         }
       } else if (!exhausted) {
-        const target = Math.min(cfg.groupConcurrency, Math.floor((cfg.maxBatchesOffpolicy * derived) / cfg.groupSize) - qs);
+        const target = Math.min(cfg.groupConcurrency, Math.floor((trainer.maxBatchesOffpolicy * derived) / cfg.groupSize) - qs);
         const cap = options.maxGroups !== undefined ? options.maxGroups - sent : Number.POSITIVE_INFINITY;
         while (workers.size < target && workers.size < cap) startWorker();
       }

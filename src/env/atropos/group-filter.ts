@@ -38,7 +38,7 @@ export function filterGroupForSend(input: ScoredDataGroup, options: SendFilterOp
     return {
       send: false,
       reason: `all ${group.scores.length} scores are equal (${group.scores[0]}): no learning signal (ensureScoresAreNotSame)`,
-      fix: 'if equal scores are expected (an oracle policy, tasks too easy or too hard for the model), set "ensureScoresAreNotSame": false in the env config (--config FILE); else vary the tasks or the sampling',
+      fix: 'if equal scores are expected (an oracle policy, tasks too easy or too hard for the model), set "trainer": {"ensureScoresAreNotSame": false} in the env config (--config FILE); else vary the tasks or the sampling',
     };
   }
   for (const k of NULLED_KEYS) if (group[k] === undefined) (group as unknown as Record<string, unknown>)[k] = null;
@@ -48,7 +48,7 @@ export function filterGroupForSend(input: ScoredDataGroup, options: SendFilterOp
       return {
         send: false,
         reason: `a sequence has ${longest} tokens, at or over the trainer's max_token_len ${options.maxTokenLen}`,
-        fix: 'shorter rollouts (--max-turns, the model\'s max tokens), a larger max_token_len on the trainer, or "dropGroupsOverTokenLength": false in the env config',
+        fix: 'shorter rollouts (--max-turns, the model\'s max tokens), a larger max_token_len on the trainer, or "trainer": {"dropGroupsOverTokenLength": false} in the env config',
       };
     }
   }

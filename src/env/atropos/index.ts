@@ -1,4 +1,5 @@
 /** The Atropos trainer side (`slotpool/atropos`): its HTTP client, the group filter, the env manager loop. */
+export * from "./config.js";
 export * from "./client.js";
 export * from "./group-filter.js";
 export * from "./env-manager.js";

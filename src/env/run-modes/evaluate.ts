@@ -45,9 +45,9 @@ export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateM
   await makeDirectories(options.outDir);
   const metrics = {
     config_general: {
-      model_name: env.config.modelName ?? "oracle",
+      model_name: env.config.model.name ?? "oracle",
       total_evaluation_time_seconds: seconds.toFixed(1),
-      generation_parameters: { max_new_tokens: env.config.maxTokens, temperature: env.config.temperature, max_turns: env.config.maxTurns },
+      generation_parameters: { max_new_tokens: env.config.model.maxTokens, temperature: env.config.model.temperature, max_turns: env.config.maxTurns },
     },
     results: {
       [`atropos|${env.name}_eval|0`]: result.metrics,

@@ -104,7 +104,7 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
   if (options.report !== false) {
     const r = await writeReport(outPath, {
       title: `slotpool process · ${env.name}`,
-      run: { rows: runRows(stats, [["model", env.config.modelName ?? "oracle policy"], ["written", `${written} groups`]]), failures: stats.failures, successThreshold: stats.successThreshold },
+      run: { rows: runRows(stats, [["model", env.config.model.name ?? "oracle policy"], ["written", `${written} groups`]]), failures: stats.failures, successThreshold: stats.successThreshold },
     });
     result.report = { path: r.path, bytes: r.bytes };
   }
