@@ -54,7 +54,7 @@ export function summarizeIsolation(containers: readonly ContainerHealth[], optio
   });
   const network = options.allowNetwork
     ? distinct(answered.map((h) => (h.internet === "slirp4netns" ? "allowed (user-mode network, slirp4netns)" : h.internet === "unavailable" ? `loopback only (${h.internet_unavailable_reason ?? "no internet here"})` : "unknown")))
-    : "off (allowNetwork false: loopback only)";
+    : "off (executor.allowNetwork false: loopback only)";
   return { containers: containers.length, sandboxed, sandbox, memory, pids, disk, network, unanswered: containers.length - answered.length };
 }
 

@@ -453,7 +453,7 @@ describe("the run states its slots' isolation", () => {
     expect(r.stdout).toMatch(/^ {2}isolation\s+sandboxed \(bubblewrap\)$/m);
     expect(r.stdout).toMatch(/memory \/ pids\s+(per-slot cgroup|RLIMIT_AS per process \(no per-slot bound\)) \/ (per-slot cgroup|RLIMIT_NPROC per slot uid|RLIMIT_NPROC shared by all slots)/);
     expect(r.stdout).toMatch(/disk\s+(workspace and \/tmp on a tmpfs of \d+ MB|only \/tmp bounded)/);
-    expect(r.stdout).toMatch(/network\s+off \(allowNetwork false: loopback only\)/);
+    expect(r.stdout).toMatch(/network\s+off \(executor\.allowNetwork false: loopback only\)/);
     expect(await readFile(join(dir, "iso.html"), "utf8")).toContain("sandboxed (bubblewrap)");
   }, 60_000);
 

@@ -41,7 +41,7 @@ describe("isolation summary", () => {
     expect(s.memory).toBe("RLIMIT_AS per process (no per-slot bound)");
     expect(s.pids).toBe("RLIMIT_NPROC shared by all slots");
     expect(s.disk).toBe("only /tmp bounded (512 MB each); the workspace is not");
-    expect(s.network).toBe("off (allowNetwork false: loopback only)");
+    expect(s.network).toBe("off (executor.allowNetwork false: loopback only)");
     expect(summarizeIsolation([], { allowNetwork: false }).sandbox).toBe("unknown (no sandbox server answered /health)");
   });
 });
