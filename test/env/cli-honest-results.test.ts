@@ -331,8 +331,6 @@ describe("success means solved", () => {
 describe("exit codes", () => {
   it("2 for every usage error, found before any work starts (no pool, no file)", async () => {
     await writeFile(join(dir, "typo.json"), JSON.stringify({ groupSzie: 2 }));
-    await writeFile(join(dir, "flat.json"), JSON.stringify({ modelUrl: "http://127.0.0.1:9/v1", slotsPerContainer: 2 }));
-    await writeFile(join(dir, "section-typo.json"), JSON.stringify({ pool: { slotsPerContianer: 2 } }));
     const badEnv = await fixtureEnv("bad-own-config", "return 1;", "");
     await writeFile(badEnv, (await readFile(badEnv, "utf8")).replace("maxTurns: 3,", "maxTurns: 3, successTreshold: 0.5,"));
     const cases: Array<[string[], string]> = [
@@ -340,9 +338,6 @@ describe("exit codes", () => {
       [["process", "examples/shell-tasks/env.js", "--out-dir", "x"], "Unknown option '--out-dir'"],
       [["process", "examples/shell-tasks/env.js", "--config", join(dir, "typo.json")], "unknown key 'groupSzie' (did you mean 'groupSize'?)"],
       [["process", badEnv], "unknown key 'successTreshold' (did you mean 'successThreshold'?)"],
-      // A config file from before the sections: each old key names its new place.
-      [["process", "examples/shell-tasks/env.js", "--config", join(dir, "flat.json")], "modelUrl moved to model.url; slotsPerContainer moved to pool.slotsPerContainer"],
-      [["process", "examples/shell-tasks/env.js", "--config", join(dir, "section-typo.json")], "unknown key 'pool.slotsPerContianer' (did you mean 'pool.slotsPerContainer'?)"],
       [["process", "examples/shell-tasks/env.js", "--model", "Qwen/Qwen3-8B"], "--model needs --model-url URL"],
       [["process", "examples/shell-tasks/env.js", "--out", "/proc/nope/x.jsonl"], "--out: cannot create the directory /proc/nope"],
       [["process", "examples/shell-tasks/env.js", "--out", "README.md/x.jsonl"], "README.md is not a directory"],
@@ -356,6 +351,17 @@ describe("exit codes", () => {
       expect(r.stderr).not.toContain("provisioner…"); // no pool was started ("starting X on the local provisioner…")
       expect(r.ms).toBeLessThan(15_000); // no spin (/proc/nope used to run for ten minutes)
     });
+  }, 60_000);
+
+  it("2 for a config file from before the sections (each old key names its new place) and for a typo inside a section", async () => {
+    await writeFile(join(dir, "flat.json"), JSON.stringify({ modelUrl: "http://127.0.0.1:9/v1", slotsPerContainer: 2 }));
+    await writeFile(join(dir, "section-typo.json"), JSON.stringify({ pool: { slotsPerContianer: 2 } }));
+    const flat = await runCli(["process", "examples/shell-tasks/env.js", "--config", join(dir, "flat.json")]);
+    expect(flat.code, flat.stderr).toBe(2);
+    expect(flat.stderr).toContain("modelUrl moved to model.url; slotsPerContainer moved to pool.slotsPerContainer");
+    const typo = await runCli(["process", "examples/shell-tasks/env.js", "--config", join(dir, "section-typo.json")]);
+    expect(typo.code, typo.stderr).toBe(2);
+    expect(typo.stderr).toContain("unknown key 'pool.slotsPerContianer' (did you mean 'pool.slotsPerContainer'?)");
   }, 60_000);
 
   it("evaluate: 1 when the env has no eval items, 1 when items failed", async () => {
