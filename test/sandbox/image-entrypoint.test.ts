@@ -149,9 +149,9 @@ describe("sandbox-image/Dockerfile", () => {
 describe("the image's spawner (the server's fast path)", () => {
   const buildStage = instructions.slice(0, instructions.lastIndexOf(instructions.filter((i) => i.keyword === "FROM").at(-1)!));
   const buildRuns = buildStage.filter((i) => i.keyword === "RUN").map((i) => i.args);
-  // Where the built server looks for a prebuilt spawner: next to dist/src/sandbox/spawner.js.
-  const spawnerTs = readFileSync(join(repo, "src", "sandbox", "spawner-binary.ts"), "utf8");
-  const nativeBuildTs = readFileSync(join(repo, "src", "sandbox", "native-build.ts"), "utf8");
+  // Where the built server looks for a prebuilt spawner: dist/src/sandbox/native/, next to native-build.js.
+  const spawnerTs = readFileSync(join(repo, "src", "sandbox", "isolation", "spawner-binary.ts"), "utf8");
+  const nativeBuildTs = readFileSync(join(repo, "src", "sandbox", "native", "native-build.ts"), "utf8");
   const prebuilt = "dist/src/sandbox/native/slotpool-spawner";
   const buildCommands = buildRuns.join(" && ").split(/&&|;/).map((c) => c.trim());
   const compile = buildCommands.find((c) => /^(cc|gcc)\s/.test(c));
@@ -159,10 +159,10 @@ describe("the image's spawner (the server's fast path)", () => {
   const afterBuild = buildCommands.slice(buildCommands.indexOf("npm run build") + 1).filter((c) => /^(mkdir|cc|gcc)\s/.test(c));
 
   it("is compiled in the build stage, after the TypeScript, at the path the server looks for, and shipped", () => {
-    // The server looks for <this module's folder>/native/slotpool-spawner.
+    // The server looks for slotpool-spawner in native-build's folder (dist/src/sandbox/native).
     expect(spawnerTs).toContain('prebuiltNative("slotpool-spawner")');
     expect(nativeBuildTs).toContain("const HERE = dirname(fileURLToPath(import.meta.url));");
-    expect(nativeBuildTs).toContain('return join(HERE, "native", name);');
+    expect(nativeBuildTs).toContain("return join(HERE, name);");
     const installs = buildRuns.join("\n");
     expect(installs).toMatch(/apt-get install[^&;]*\bgcc\b/);
     expect(installs).toMatch(/apt-get install[^&;]*\blibc6-dev\b/);
@@ -182,7 +182,7 @@ describe("the image's spawner (the server's fast path)", () => {
   it("builds every native helper the server looks for prebuilt (the runtime stage cannot compile one)", () => {
     const sandboxDir = join(repo, "src", "sandbox");
     const wanted = new Set(
-      readdirSync(sandboxDir)
+      readdirSync(sandboxDir, { recursive: true, encoding: "utf8" })
         .filter((f) => f.endsWith(".ts"))
         .flatMap((f) => [...readFileSync(join(sandboxDir, f), "utf8").matchAll(/prebuiltNative\("([^"]+)"\)/g)].map((m) => m[1]!)),
     );
@@ -203,12 +203,13 @@ describe("the image's spawner (the server's fast path)", () => {
     let server: ChildProcess | undefined;
     try {
       // Build stage: /opt/slotpool with src/ and the built dist/ as a clean clone's tsc leaves
-      // it: no dist/src/sandbox/native/ (tsc never makes it; spawners compiled by tests live
-      // there). The Dockerfile's own commands after `npm run build` must make it.
+      // it: no binary in dist/src/sandbox/native/ (tsc puts only native-build.js there;
+      // spawners compiled by tests live there). The Dockerfile's own commands after
+      // `npm run build` must build them.
       const build = join(root, "build");
       cpSync(join(repo, "src", "sandbox", "native"), join(build, "src", "sandbox", "native"), { recursive: true });
-      cpSync(join(repo, "dist", "src"), join(build, "dist", "src"), { recursive: true, filter: (p) => !/[/\\]dist[/\\]src[/\\]sandbox[/\\]native([/\\]|$)/.test(p) });
-      expect(existsSync(join(build, "dist", "src", "sandbox", "native"))).toBe(false);
+      cpSync(join(repo, "dist", "src"), join(build, "dist", "src"), { recursive: true, filter: (p) => !/[/\\]dist[/\\]src[/\\]sandbox[/\\]native[/\\]slotpool-/.test(p) });
+      expect(readdirSync(join(build, "dist", "src", "sandbox", "native")).filter((n) => n.startsWith("slotpool-"))).toEqual([]);
       for (const command of afterBuild) {
         const [file, ...args] = command.split(/\s+/);
         await run(file!, args, { cwd: build });
