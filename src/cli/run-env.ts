@@ -26,7 +26,7 @@ type Mode = "process" | "serve" | "evaluate";
 const ALL: Mode[] = ["process", "serve", "evaluate"];
 
 /** Every option of the three commands, with the commands that take it: each `--help` lists only its own. */
-const OPTIONS: Array<{ flag: string; type: "string" | "boolean"; modes: Mode[]; help: string }> = [
+const OPTIONS: Array<{ flag: string; type: "string" | "boolean"; multiple?: true; modes: Mode[]; help: string }> = [
   { flag: "out", type: "string", modes: ["process"], help: "--out FILE               output JSONL (default data/<env name>.jsonl; an existing file gets _1, _2, ...)" },
   { flag: "out-dir", type: "string", modes: ["evaluate"], help: "--out-dir DIR            where to write (default eval/<env name>)" },
   { flag: "atropos-url", type: "string", modes: ["serve"], help: "--atropos-url URL        the trajectory API, e.g. http://localhost:8000" },
@@ -47,6 +47,7 @@ const OPTIONS: Array<{ flag: string; type: "string" | "boolean"; modes: Mode[]; 
   { flag: "success-threshold", type: "string", modes: ALL, help: "--success-threshold X    a trajectory is solved when its score is at least X (default 1.0)" },
   { flag: "infra-failure-policy", type: "string", modes: ["process", "serve"], help: "--infra-failure-policy P drop (default: drop the group, retry its item), mask (leave the failed\n                           trajectory out of its group) or fail (stop the run) when a model call, a slot or the\n                           reward fails; such a trajectory is never scored nor written" },
   { flag: "config", type: "string", modes: ALL, help: "--config FILE            JSON file of the env config: its own fields and the sections model, tools, pool,\n                           executor, trainer (docs/env.md; flags win over it; an unknown key is an error)" },
+  { flag: "set", type: "string", multiple: true, modes: ALL, help: "--set PATH=VALUE         one config field by its path, e.g. --set pool.maxContainers=4 --set model.temperature=0.7\n                           (VALUE is JSON when it parses as JSON, else a string; repeatable; over --config)" },
   { flag: "metrics-port", type: "string", modes: ["process", "serve"], help: "--metrics-port N         serve the run's GET /metrics on 127.0.0.1:N (0: any free port, printed)" },
   { flag: "log-format", type: "string", modes: ALL, help: "--log-format F           pretty (default on a terminal) or json (default otherwise)" },
   { flag: "no-progress", type: "boolean", modes: ALL, help: "--no-progress            no progress bar" },
@@ -83,8 +84,8 @@ API keys come from the environment variable named by the config's model.apiKeyEn
 exit codes: ${EXIT_CODES[mode]}.`;
 }
 
-function flagsFor(mode: Mode): Record<string, { type: "string" | "boolean" }> {
-  return Object.fromEntries(OPTIONS.filter((o) => o.modes.includes(mode)).map((o) => [o.flag, { type: o.type }]));
+function flagsFor(mode: Mode): Record<string, { type: "string" | "boolean"; multiple?: true }> {
+  return Object.fromEntries(OPTIONS.filter((o) => o.modes.includes(mode)).map((o) => [o.flag, { type: o.type, ...(o.multiple ? { multiple: o.multiple } : {}) }]));
 }
 
 type EnvConstructor = new (config?: Record<string, unknown>, runtime?: ConstructorParameters<typeof AgentEnv>[1]) => AgentEnv<unknown>;
@@ -131,6 +132,12 @@ async function envConfigFromFlags(flags: ParsedFlags): Promise<Record<string, un
   }
   // Each flag sets one field, by its path in the config's sections; the flag wins over the file.
   const set = (path: string, value: unknown) => setConfigPath(config, path, value);
+  const sets = flags.values["set"];
+  for (const s of Array.isArray(sets) ? sets : []) {
+    const m = /^([A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*)=(.*)$/s.exec(String(s));
+    if (!m) throw new CliUsageError(`--set needs PATH=VALUE with a dotted field path, e.g. --set pool.maxContainers=4; got '${String(s)}'`);
+    set(m[1]!, parseSetValue(m[2]!));
+  }
   const num = (name: string, path: string, min = 1) => {
     const v = stringFlag(flags, name);
     if (v !== undefined) set(path, intFlag(name, v, 0, min));
@@ -189,6 +196,15 @@ async function envConfigFromFlags(flags: ParsedFlags): Promise<Record<string, un
     throw new CliUsageError(`--server-type ${String(chosenServer)} needs --tokenizer path/to/tokenizer.json (the model's, with tokenizer_config.json beside it; model.tokenizerPath in --config)`);
   }
   return config;
+}
+
+/** `--set` values: JSON when they parse as JSON (numbers, booleans, lists, null), else the text itself. */
+function parseSetValue(raw: string): unknown {
+  try {
+    return JSON.parse(raw) as unknown;
+  } catch {
+    return raw;
+  }
 }
 
 /** Exit codes: what the run did, said the same way by every command (see helpFor). */

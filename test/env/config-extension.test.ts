@@ -105,6 +105,21 @@ export default class Puzzle extends AgentEnv {
     expect(line.scores).toEqual([1]);
   }, 120_000);
 
+  it("--set PATH=VALUE sets it too, over the file (and a section field by its dotted path)", async () => {
+    const config = join(dir, "easy.json");
+    await writeFile(config, JSON.stringify({ difficulty: "easy" }));
+    const out = join(dir, "set.jsonl");
+    const r = run("process", envPath, "--config", config, "--set", "difficulty=hard", "--set", "pool.slotsPerContainer=1", "--out", out, "--groups", "1", "--group-size", "1", "--no-progress", "--no-report");
+    expect(r.status, r.stderr).toBe(0);
+    expect((JSON.parse((await readFile(out, "utf8")).trim().split("\n")[0]!) as { scores: number[] }).scores).toEqual([1]);
+    const bad = run("process", envPath, "--set", "pool.slotsPerContainer=many", "--out", join(dir, "bad-set.jsonl"), "--no-progress");
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/pool\.slotsPerContainer: .*number/);
+    const malformed = run("process", envPath, "--set", "difficulty");
+    expect(malformed.status).toBe(2);
+    expect(malformed.stderr).toContain("--set needs PATH=VALUE");
+  }, 120_000);
+
   it("a bad value: exit 2 before any work, naming the field", async () => {
     const config = join(dir, "bad.json");
     await writeFile(config, JSON.stringify({ difficulty: "impossible" }));
