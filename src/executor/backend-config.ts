@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { PoolSettingsSchema } from "../pool/config.js";
 import { SlotpoolError, configProblems } from "../protocol/errors.js";
+import { unknownConfigKeys } from "../protocol/config-keys.js";
 import { ToolExecutorConfigSchema } from "./config.js";
 
 /**
@@ -24,8 +25,11 @@ export class ToolBackendConfigError extends SlotpoolError {
 
 /** Validates backend settings at the edge (a program building a backend by hand); the error names every offending field by its path. */
 export function parseToolBackendConfig(input: unknown): ToolBackendConfig {
+  // An unknown key, in either section, is an error naming the nearest known one (zod would drop it from `executor`).
+  const unknown = input !== null && typeof input === "object" && !Array.isArray(input) ? unknownConfigKeys(ToolBackendConfigSchema, input as Record<string, unknown>) : [];
   const r = ToolBackendConfigSchema.safeParse(input ?? {});
-  if (r.success) return r.data;
-  const problems = configProblems(r.error.issues);
+  if (r.success && unknown.length === 0) return r.data;
+  const issues = r.success ? [] : r.error.issues.filter((i) => unknown.length === 0 || i.code !== "unrecognized_keys");
+  const problems = [...unknown, ...(issues.length ? [configProblems(issues)] : [])].join("; ");
   throw new ToolBackendConfigError(`invalid tool backend config: ${problems}`);
 }

@@ -46,6 +46,10 @@ describe("env config: toolsets, distributions, validation, policy choice", () =>
     } catch (err) {
       expect((err as Error).message).toMatch(/write-file-test.*groupSize.*model\.url.*pool\.provisioner/s);
     }
+    // A flat config from before the sections: each old key names its new place, nothing is silently dropped.
+    expect(() => new WriteFileEnv({ modelUrl: "http://127.0.0.1:9/v1", toolTimeoutS: 3, nomadDriver: "docker" }, { logger: silentLogger() })).toThrow(
+      "modelUrl moved to model.url; toolTimeoutS moved to executor.defaultTimeoutS; nomadDriver moved to pool.nomad.driver",
+    );
     const env = new WriteFileEnv({ model: { url: "http://127.0.0.1:9/v1" } }, { backend: fakeBackend(), logger: silentLogger() });
     await env.start();
     expect(() => env.policyFor(env.getNextItem())).toThrow(NoPolicyError);

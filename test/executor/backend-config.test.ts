@@ -34,8 +34,10 @@ describe("the tool backend config: two sections, each its owner's schema", () =>
   });
 
   it("refuses an unknown key in a section and a flat key from before the sections", () => {
-    expect(() => parseToolBackendConfig({ pool: { slotsPerContianer: 3 } })).toThrow(/slotsPerContianer/);
-    expect(() => parseToolBackendConfig({ slotsPerContainer: 3 })).toThrow(/slotsPerContainer/);
+    expect(() => parseToolBackendConfig({ pool: { slotsPerContianer: 3 } })).toThrow("unknown key 'pool.slotsPerContianer' (did you mean 'pool.slotsPerContainer'?)");
+    // The executor's schema alone would drop it without a word.
+    expect(() => parseToolBackendConfig({ executor: { alowNetwork: true } })).toThrow("unknown key 'executor.alowNetwork' (did you mean 'executor.allowNetwork'?)");
+    expect(() => parseToolBackendConfig({ slotsPerContainer: 3 })).toThrow(/unknown key 'slotsPerContainer'/);
   });
 
   it("takes the Nomad job's datacenters, namespace and node pool, from an env config too", () => {
