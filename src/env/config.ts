@@ -119,3 +119,21 @@ export function unknownConfigKeys(schema: z.ZodType, config: Record<string, unkn
 }
 
 export { nearestName } from "../protocol/config-keys.js";
+
+/**
+ * An env's own defaults under the caller's config, section by section: `config.pool` sets
+ * the fields it names and keeps the defaults' other pool fields (a plain spread would replace
+ * the whole section). Lists and other values are replaced, not merged.
+ */
+export function withConfigDefaults(defaults: Record<string, unknown>, config: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...defaults };
+  for (const [k, v] of Object.entries(config)) {
+    const d = out[k];
+    out[k] = isPlainObject(d) && isPlainObject(v) ? withConfigDefaults(d, v) : v;
+  }
+  return out;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === "object" && !Array.isArray(v) && Object.getPrototypeOf(v) === Object.prototype;
+}

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import type { AgentResult } from "../../src/agent/agent-loop.js";
 import { AgentEnv } from "../../src/env/agent-env.js";
-import { AgentEnvConfigSchema } from "../../src/env/config.js";
+import { AgentEnvConfigSchema, withConfigDefaults } from "../../src/env/config.js";
 import { EnvConfigError } from "../../src/env/errors.js";
 import { silentLogger } from "../../src/observability/logger.js";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
@@ -58,6 +58,20 @@ describe("an env's own config fields, from code", () => {
     expect(make({ tools: { hintFile: "" } })).toThrow(/tools\.hintFile: /);
     expect(make({ difficulty: "hard", dificulty: "hard" })).toThrow(/unknown key 'dificulty' \(did you mean 'difficulty'\?\)/);
     expect(make({ tools: { hintFlie: "x" } })).toThrow(/unknown key 'tools\.hintFlie' \(did you mean 'tools\.hintFile'\?\)/);
+  });
+});
+
+describe("an env's own defaults under the caller's config (withConfigDefaults)", () => {
+  class DefaultsEnv extends PuzzleEnv {
+    constructor(config: Record<string, unknown> = {}) {
+      super(withConfigDefaults({ maxTurns: 5, pool: { slotsPerContainer: 2, maxContainers: 3 }, tools: { enabled: ["terminal"] } }, config), { backend: fakeBackend(), logger: silentLogger() });
+    }
+  }
+
+  it("merges section by section: the caller's pool field keeps the env's other pool defaults; lists are replaced", () => {
+    const env = new DefaultsEnv({ pool: { maxContainers: 8 }, tools: { enabled: ["file"] }, difficulty: "hard" });
+    expect(env.config).toMatchObject({ maxTurns: 5, difficulty: "hard", pool: { slotsPerContainer: 2, maxContainers: 8 }, tools: { enabled: ["file"] } });
+    expect(new DefaultsEnv().config.pool).toMatchObject({ slotsPerContainer: 2, maxContainers: 3 });
   });
 });
 
