@@ -37,7 +37,7 @@ export async function createToolBackend(config: ToolBackendConfig, options: Tool
   const { provisioner: _where, dataDir: _dataDir, nomad: _nomad, ...poolConfig } = config.pool;
   const provisioner = options.provisioner ?? (await createProvisioner(config.pool, logger));
   const pool = new SlotPool({
-    ...poolConfig,
+    parsedConfig: poolConfig,
     provisioner,
     logger: logger.child({ component: "pool" }),
     ...(options.metrics ? { metrics: options.metrics } : {}),
@@ -47,7 +47,7 @@ export async function createToolBackend(config: ToolBackendConfig, options: Tool
     logger: logger.child({ component: "executor" }),
     ...(options.tools ? { tools: options.tools } : {}),
     ...(options.metrics ? { metrics: options.metrics } : {}),
-    config: config.executor,
+    parsedConfig: config.executor,
   });
   try {
     await pool.start();

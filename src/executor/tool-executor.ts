@@ -38,6 +38,8 @@ export interface ToolExecutorOptions {
   /** Tools the executor accepts (default: the built-in sandbox tools). External tools listed by the ToolServer are added at start. */
   tools?: ToolRegistry;
   config?: ToolExecutorConfigInput;
+  /** Settings parsed already at the edge (createToolBackend passes its `executor` section): used as they are, instead of `config`. */
+  parsedConfig?: ToolExecutorConfig;
   logger?: Logger;
   /** Registry to publish the executor's metrics in (the executor service shares one with the pool). */
   metrics?: MetricsRegistry;
@@ -105,7 +107,7 @@ export class ToolExecutor implements ToolExecutorLike {
   private readonly recentLatencies = new LatencyWindow(4096);
 
   constructor(options: ToolExecutorOptions) {
-    this.config = parseToolExecutorConfig(options.config);
+    this.config = options.parsedConfig ?? parseToolExecutorConfig(options.config);
     this.pool = options.pool;
     this.tools = options.tools ?? ToolRegistry.withBuiltins();
     this.logger = options.logger ?? silentLogger();

@@ -43,6 +43,11 @@ export interface SlotPoolOptions extends SlotPoolConfigInput {
   metrics?: MetricsRegistry;
   /** Makes the HTTP client of a container (tests substitute an in-memory one). */
   createClient?: (info: ContainerInfo, hooks: { onConnectionFailure: (error: Error) => void; maxConcurrency: number }) => SandboxClientLike;
+  /**
+   * Settings parsed already at the edge (createToolBackend passes its `pool` section): used as
+   * they are, and the fields above are not given. Without it the fields are validated here.
+   */
+  parsedConfig?: SlotPoolConfig;
 }
 
 type PoolState = "new" | "starting" | "running" | "stopping" | "stopped";
@@ -98,9 +103,9 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   constructor(options: SlotPoolOptions) {
     super();
-    const { provisioner, logger, metrics, createClient, ...config } = options;
+    const { provisioner, logger, metrics, createClient, parsedConfig, ...config } = options;
     if (!provisioner) throw new SlotPoolError("SlotPool needs a provisioner (LocalProvisioner or NomadProvisioner)");
-    this.config = parseSlotPoolConfig(config);
+    this.config = parsedConfig ?? parseSlotPoolConfig(config);
     this.provisioner = provisioner;
     this.logger = logger ?? silentLogger();
     this.on("container-lost", ({ container }) => this.templates.forget(container.id));
