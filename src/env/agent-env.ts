@@ -13,7 +13,6 @@ import { OraclePolicy, type OracleScript } from "../agent/oracle-policy.js";
 import type { AgentPolicy } from "../agent/policy.js";
 import { createLogger, type Logger } from "../observability/logger.js";
 import type { TemplateSpec } from "../pool/template-affinity.js";
-import type { ToolResult } from "../protocol/tool.js";
 import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
 import { AgentEnvConfigSchema, unknownConfigKeys, type AgentEnvConfig } from "./config.js";
@@ -27,7 +26,6 @@ import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./s
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
-import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
 import { configProblems } from "../protocol/errors.js";
@@ -407,9 +405,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
             return def !== undefined && groupTools.names.includes(def.name);
           },
           executeTool: async (call) => {
-            const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
-            if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
-            return r;
+            // A lost slot rejects with SlotLostError, which restarts the trajectory below.
+            return backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
           },
         });
         const { score, rewardError, scoreMetadata, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, ctx), this.log);

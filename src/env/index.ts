@@ -12,7 +12,6 @@ export * from "./run-stats.js";
 export * from "./infra-failure.js";
 export * from "./isolation.js";
 export { collectGroup, type GroupCollectorHost } from "./group-collector.js";
-export { isSlotLostResult } from "./slot-loss.js";
 export * from "./atropos/client.js";
 export * from "./atropos/group-filter.js";
 export * from "./atropos/env-manager.js";

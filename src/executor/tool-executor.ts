@@ -15,8 +15,8 @@ import { ToolRegistry } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { callTimeoutS, parseToolExecutorConfig, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
 import { ExecutorMetrics } from "./executor-metrics.js";
-import { errorResult, fromExecuteResponse, slotLostResult } from "./results.js";
-import { isSlotLostError } from "../pool/errors.js";
+import { errorResult, fromExecuteResponse } from "./results.js";
+import { isSlotLostError, type SlotLostError } from "../pool/errors.js";
 import { ToolServerClient } from "./tool-server-client.js";
 import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
 import { SlotpoolError } from "../protocol/errors.js";
@@ -54,6 +54,8 @@ interface PendingCall {
   readonly timeoutS: number;
   readonly startedAt: number;
   readonly resolve: (r: ToolResult) => void;
+  /** Only ever with the SlotLostError of the trajectory's slot (the one form of slot loss in-process). */
+  readonly reject: (err: SlotLostError) => void;
   readonly signal?: AbortSignal;
   onAbort?: () => void;
   dispatched: boolean;
@@ -68,8 +70,8 @@ interface TrajectoryState {
   /** The slot it held last, kept after release so late log lines still name it. */
   heldSlot?: Slot;
   acquiring?: Promise<Slot>;
-  /** Set once its slot was lost: every later sandbox call gets this result, never a fresh empty slot. */
-  lost?: { error: Parameters<typeof slotLostResult>[0]; slot?: Slot };
+  /** Set once its slot was lost: every later sandbox call fails with this error, never runs in a fresh empty slot. */
+  lost?: SlotLostError;
   released: boolean;
 }
 
@@ -168,7 +170,7 @@ export class ToolExecutor implements ToolExecutorLike {
     const args = { ...checked.args };
     if ("timeout" in args) args["timeout"] = timeoutS;
 
-    return new Promise<ToolResult>((resolve) => {
+    return new Promise<ToolResult>((resolve, reject) => {
       const traj = this.trajectory(trajectoryId);
       const pc: PendingCall = {
         trajectoryId,
@@ -180,6 +182,7 @@ export class ToolExecutor implements ToolExecutorLike {
         timeoutS,
         startedAt,
         resolve,
+        reject,
         signal: options.signal,
         dispatched: false,
         done: false,
@@ -203,14 +206,14 @@ export class ToolExecutor implements ToolExecutorLike {
       await this.pool.useTemplate(slot, template, options);
     } catch (err) {
       // A lost container: later calls of the trajectory report the loss, release skips the reset.
-      if (isSlotLostError(err)) traj.lost = { error: err, slot };
+      if (isSlotLostError(err)) traj.lost = err;
       throw err;
     }
   }
 
   async fork(trajectoryId: string, into: string[], options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<void> {
     const traj = this.trajectories.get(trajectoryId);
-    if (traj?.lost) throw traj.lost.error;
+    if (traj?.lost) throw traj.lost;
     const slot = traj?.slot;
     if (!traj || !slot) throw new ExecutorForkError(`trajectory ${trajectoryId} holds no slot to fork: run one of its calls (or prepareWorkspace) first`);
     if (!slot.fork) throw new ExecutorForkError("this executor's pool cannot fork slots");
@@ -235,7 +238,7 @@ export class ToolExecutor implements ToolExecutorLike {
         c.acquiring = undefined;
         this.trajectories.delete(c.id);
       }
-      if (isSlotLostError(err)) traj.lost = { error: err, slot };
+      if (isSlotLostError(err)) traj.lost = err;
       throw err;
     }
     children.forEach((c, i) => {
@@ -270,15 +273,13 @@ export class ToolExecutor implements ToolExecutorLike {
   }
 
   async readArtifact(trajectoryId: string, req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }): Promise<ArtifactReadResponse> {
+    const failed = (error: string): ArtifactReadResponse => ({ success: false, error, content: "", encoding: req.encoding ?? "text", truncated: false, bytes: 0, file_size: 0, path: req.path, mime: "" });
     const slot = this.slotFor(trajectoryId);
-    const path = req.path;
-    if (typeof slot === "string") {
-      return { success: false, error: slot, content: "", encoding: req.encoding ?? "text", truncated: false, bytes: 0, file_size: 0, path, mime: "" };
-    }
+    if (typeof slot === "string") return failed(slot);
     try {
       return await slot.readArtifact(req);
     } catch (err) {
-      return { success: false, error: this.describeSlotError(trajectoryId, err), content: "", encoding: req.encoding ?? "text", truncated: false, bytes: 0, file_size: 0, path, mime: "" };
+      return failed(this.describeSlotError(trajectoryId, err));
     }
   }
 
@@ -429,16 +430,16 @@ export class ToolExecutor implements ToolExecutorLike {
 
   private async runSandbox(traj: TrajectoryState, calls: PendingCall[]): Promise<void> {
     if (traj.lost) {
-      for (const pc of calls) this.deliver(pc, slotLostResult(traj.lost.error, traj.lost.slot, pc.call.uniq_id));
+      for (const pc of calls) this.deliverLost(pc, traj.lost);
       return;
     }
     let slot: Slot;
     try {
       slot = await this.ensureSlot(traj);
     } catch (err) {
-      const msg = isSlotLostError(err) ? undefined : `could not get a sandbox slot for trajectory ${traj.id}: ${(err as Error).message}`;
       for (const pc of calls) {
-        this.deliver(pc, msg ? errorResult(msg, pc.call.uniq_id, { acquire_failed: true }) : slotLostResult(err as Parameters<typeof slotLostResult>[0], undefined, pc.call.uniq_id));
+        if (isSlotLostError(err)) this.deliverLost(pc, err);
+        else this.deliver(pc, errorResult(`could not get a sandbox slot for trajectory ${traj.id}: ${(err as Error).message}`, pc.call.uniq_id, { acquire_failed: true }));
       }
       return;
     }
@@ -479,10 +480,10 @@ export class ToolExecutor implements ToolExecutorLike {
       }
     } catch (err) {
       if (isSlotLostError(err)) {
-        traj.lost = { error: err, slot };
+        traj.lost = err;
         this.metrics.slotsLost.inc();
         this.logger.warn({ trajectoryId: traj.id, ...this.slotFields(slot), reason: err.reason }, "slot lost");
-        for (const pc of calls) this.deliver(pc, slotLostResult(err, slot, pc.call.uniq_id));
+        for (const pc of calls) this.deliverLost(pc, err);
         return;
       }
       for (const pc of calls) {
@@ -559,6 +560,17 @@ export class ToolExecutor implements ToolExecutorLike {
     this.deliver(pc, errorResult("the call was cancelled while running; it may still finish in the sandbox", pc.call.uniq_id));
   }
 
+  /** The call fails with the slot's SlotLostError (counted as a failed call, like an error result). */
+  private deliverLost(pc: PendingCall, err: SlotLostError): void {
+    if (pc.done) return;
+    pc.done = true;
+    if (pc.dispatched) this.inFlightCount--;
+    if (pc.onAbort) pc.signal?.removeEventListener("abort", pc.onAbort);
+    this.record({ success: false }, pc.tool.name, pc.tool.kind, pc.startedAt);
+    this.logger.debug({ trajectoryId: pc.trajectoryId, tool: pc.tool.name, callId: pc.call.uniq_id, slotLost: true }, "tool call");
+    pc.reject(err);
+  }
+
   private deliver(pc: PendingCall, result: ToolResult, wasDispatched = pc.dispatched): void {
     if (pc.done) return;
     pc.done = true;
@@ -596,7 +608,7 @@ export class ToolExecutor implements ToolExecutorLike {
     return result;
   }
 
-  private record(result: ToolResult, tool: string, kind: string, startedAt: number): number {
+  private record(result: Pick<ToolResult, "success">, tool: string, kind: string, startedAt: number): number {
     this.totals.calls++;
     if (kind === "sandbox") this.totals.sandbox++;
     else if (kind === "external") this.totals.external++;
@@ -613,18 +625,20 @@ export class ToolExecutor implements ToolExecutorLike {
     return ms;
   }
 
+  /** The trajectory's slot, or why it has none. Throws the slot's SlotLostError once it was lost. */
   private slotFor(trajectoryId: string): Slot | string {
     const traj = this.trajectories.get(trajectoryId);
-    if (traj?.lost) return `workspace lost: ${traj.lost.error.message}`;
+    if (traj?.lost) throw traj.lost;
     if (!traj?.slot) return `trajectory ${trajectoryId} holds no slot (run a sandbox tool first)`;
     return traj.slot;
   }
 
+  /** An artifact call's failure as its error text; a lost slot is thrown on (and remembered), never turned into text. */
   private describeSlotError(trajectoryId: string, err: unknown): string {
     if (isSlotLostError(err)) {
       const traj = this.trajectories.get(trajectoryId);
-      if (traj && traj.slot) traj.lost = { error: err, slot: traj.slot };
-      return `workspace lost: ${err.message}`;
+      if (traj && traj.slot) traj.lost = err;
+      throw err;
     }
     return (err as Error).message;
   }

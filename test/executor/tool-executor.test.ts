@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ToolExecutor } from "../../src/executor/tool-executor.js";
 import { ToolServer } from "../../src/executor/tool-server.js";
+import { ExecutorServer } from "../../src/executor/executor-server.js";
+import { SlotLostError } from "../../src/pool/errors.js";
 import { ToolExecutorConfigError } from "../../src/executor/config.js";
 import type { ToolResult } from "../../src/protocol/tool.js";
 import { DirectSlotPool } from "./support/direct-slot-pool.js";
@@ -239,7 +241,7 @@ describe("ToolExecutor routing to a ToolServer", () => {
 });
 
 describe("ToolExecutor when a slot is lost", () => {
-  it("answers with a slot_lost error result naming the slot, for this and every later call", async () => {
+  it("fails this and every later call with the pool's SlotLostError; the HTTP service answers it as a slot_lost result", async () => {
     const sb = await startSandboxes(1, 2);
     const p = new DirectSlotPool(sb.containers);
     const ex = new ToolExecutor({ pool: p, config: { batchWindowMs: 1 } });
@@ -251,14 +253,29 @@ describe("ToolExecutor when a slot is lost", () => {
       await new Promise((r) => setTimeout(r, 200));
       p.markLost(sb.containers[0]!.id, "allocation failed: OOM killed");
       sb.processes[0]!.child.kill("SIGKILL"); // the container dies: no graceful answer
-      const r: ToolResult = await running;
-      expect(r.success).toBe(false);
-      expect(r.error).toMatch(/workspace lost: .*The workspace is gone/);
-      expect(r.metadata).toMatchObject({ slot_lost: true, slot_id: "slot_0", allocation_id: "local-0", slot_key: "local-0/slot_0" });
-      const later = await ex.execute(t, bash("cat f"));
-      expect(later.metadata["slot_lost"]).toBe(true);
-      const art = await ex.readArtifact(t, { path: "f" });
-      expect(art.error).toMatch(/workspace lost/);
+      // In-process, one form: the pool's error, as the pool raised it.
+      const err = await running.then((r) => r, (e: unknown) => e);
+      expect(err).toBeInstanceOf(SlotLostError);
+      expect(err).toMatchObject({ slotId: "slot_0", allocationId: "local-0", code: "SLOT_LOST" });
+      expect((err as SlotLostError).message).toMatch(/The workspace is gone/);
+      await expect(ex.execute(t, bash("cat f"))).rejects.toBe(err);
+      await expect(ex.readArtifact(t, { path: "f" })).rejects.toBe(err);
+      expect(ex.stats().totals.errors).toBeGreaterThanOrEqual(2);
+      // On the wire (the executor service), the original's shape: metadata.slot_lost and its keys.
+      const server = new ExecutorServer({ executor: ex });
+      const url = await server.listen(0, "127.0.0.1");
+      try {
+        const post = async (path: string, body: unknown) => (await fetch(`${url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })).json();
+        const wire = (await post("/execute", { trajectory_id: t, tool: { ...bash("cat f"), uniq_id: "w1" } })) as ToolResult;
+        expect(wire).toMatchObject({ success: false, uniq_id: "w1" });
+        expect(wire.error).toMatch(/^workspace lost: .*The workspace is gone/);
+        expect(wire.metadata).toEqual({ slot_lost: true, slot_id: "slot_0", allocation_id: "local-0", slot_key: "local-0/slot_0", reason: "allocation failed: OOM killed" });
+        const art = (await post("/artifacts/read", { trajectory_id: t, path: "f" })) as Record<string, unknown>;
+        expect(art).toMatchObject({ success: false, slot_lost: true, content: "", path: "f" });
+        expect(art["error"]).toMatch(/^workspace lost/);
+      } finally {
+        await server.close(1_000);
+      }
       await ex.release(t);
       expect(p.releases.at(-1)).toMatchObject({ key: "local-0/slot_0", reset: false });
     } finally {
