@@ -17,7 +17,7 @@
 // Errors: one base with a stable `code`, and the ones callers handle.
 export { SlotpoolError } from "./protocol/errors.js";
 export {
-  SlotPoolError,
+  PoolError,
   SlotLostError,
   isSlotLostError,
   SlotAcquireTimeoutError,

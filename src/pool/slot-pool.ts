@@ -6,7 +6,7 @@ import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { Autoscaler, type ScaleEvent } from "./autoscaler.js";
 import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, SlotForkError, SlotPoolError } from "./errors.js";
+import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, SlotForkError, PoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { HealthMonitor } from "./health-monitor.js";
 import { PoolStatistics } from "./pool-statistics.js";
@@ -99,7 +99,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   constructor(options: SlotPoolOptions) {
     super();
     const { provisioner, logger, metrics, createClient, ...config } = options;
-    if (!provisioner) throw new SlotPoolError("SlotPool needs a provisioner (LocalProvisioner or NomadProvisioner)");
+    if (!provisioner) throw new PoolError("SlotPool needs a provisioner (LocalProvisioner or NomadProvisioner)");
     this.config = parseSlotPoolConfig(config);
     this.provisioner = provisioner;
     this.logger = logger ?? silentLogger();
@@ -162,7 +162,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   /** Starts the provisioner and waits for `minContainers` healthy containers. */
   async start(): Promise<void> {
-    if (this.state !== "new") throw new SlotPoolError(`SlotPool.start() called twice (pool is ${this.state})`);
+    if (this.state !== "new") throw new PoolError(`SlotPool.start() called twice (pool is ${this.state})`);
     this.state = "starting";
     const events: ProvisionerEvents = {
       containerStarting: (id, index) => this.onContainerStarting(id, index),
@@ -237,7 +237,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   acquire(options: AcquireOptions): Promise<Slot> {
     if (!options || typeof options.trajectoryId !== "string" || options.trajectoryId.length === 0) {
-      return Promise.reject(new SlotPoolError("acquire() needs a non-empty trajectoryId"));
+      return Promise.reject(new PoolError("acquire() needs a non-empty trajectoryId"));
     }
     if (this.state !== "running") {
       return Promise.reject(new PoolNotRunningError(`cannot acquire a slot: the pool is ${this.state === "new" ? "not started (call start() first)" : this.state}`));
@@ -300,7 +300,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
         if (slot.end.kind === "lost" && this.lostHeldLeases.delete(slot)) this.lostHeld--;
         return; // already released, reclaimed or lost: releasing again is harmless
       }
-      throw new SlotPoolError(`release(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
+      throw new PoolError(`release(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
     }
     const reset = options.reset ?? this.config.resetOnRelease;
     this.leases.delete(slot);
@@ -421,7 +421,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
    * container, whatever the number of trajectories asking), then the slot is reset into it.
    */
   async useTemplate(slot: Slot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
-    if (!(slot instanceof SlotLease) || !this.leases.has(slot)) throw new SlotPoolError(`useTemplate(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
+    if (!(slot instanceof SlotLease) || !this.leases.has(slot)) throw new PoolError(`useTemplate(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
     const reset = () => slot.reset({ template: spec.name, ...(options.signal ? { signal: options.signal } : {}) });
     await this.templates.ensure(slot, spec, options.signal);
     let res;
