@@ -33,10 +33,10 @@ export class BashExecutor {
 
   constructor(private readonly service: SlotHost) {}
 
-  timeoutSec(args: { timeout?: number }, envelopeTimeout: number | undefined): number {
+  timeoutS(args: { timeout?: number }, envelopeTimeout: number | undefined): number {
     const l = this.service.limits;
-    const t = args.timeout ?? envelopeTimeout ?? l.defaultTimeoutSec;
-    return Math.min(t, l.maxTimeoutSec);
+    const t = args.timeout ?? envelopeTimeout ?? l.defaultTimeoutS;
+    return Math.min(t, l.maxTimeoutS);
   }
 
   private holder(slot: Slot, allowNetwork: boolean, background = false): Holder {
@@ -66,7 +66,7 @@ export class BashExecutor {
 
   async run(slot: Slot, args: BashArgs, envelopeTimeout: number | undefined, onChunk?: OnChunk): Promise<ToolOutcome> {
     const svc = this.service;
-    const timeoutSec = this.timeoutSec(args, envelopeTimeout);
+    const timeoutS = this.timeoutS(args, envelopeTimeout);
     const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
     this.lastPolicy.set(slot.index, allowNetwork);
     const sandboxed = svc.bwrap.available;
@@ -81,7 +81,7 @@ export class BashExecutor {
     const outputName = svc.newOutputName();
     const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: slot.workspaceDir, fileName: outputName, owner: slot.owner });
     const limits = svc.limits;
-    const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutSec) + 1));
+    const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutS) + 1));
     let res: RunResult;
     if (sandboxed && svc.spawnerPath) {
       let holder = this.holder(slot, allowNetwork);
@@ -105,7 +105,7 @@ export class BashExecutor {
           addressSpaceBytes: svc.addressSpaceBytes,
           outputCap: limits.outputCap,
           outputFileName: outputName,
-          timeoutMs: timeoutSec * 1000,
+          timeoutMs: timeoutS * 1000,
           output,
           onChunk,
           signal: slot.abortSignal,
@@ -115,20 +115,20 @@ export class BashExecutor {
         res = { exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: err instanceof Error ? err.message : String(err) };
       }
     } else {
-      const script = ulimitPrologue(limits, timeoutSec) + args.command;
+      const script = ulimitPrologue(limits, timeoutS) + args.command;
       const spec = sandboxed
         ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,
         ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
-        timeoutMs: timeoutSec * 1000,
+        timeoutMs: timeoutS * 1000,
         output,
         onChunk,
         signal: slot.abortSignal,
       });
     }
-    const outcome = this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutSec });
+    const outcome = this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutS });
     // Asked for network where there is none (e.g. a container without /dev/net/tun): it ran
     // loopback-only at once, and the result says why.
     if (args.allow_network === true && sandboxed && !allowNetwork) outcome.metadata["network_unavailable"] = svc.internetReason ?? "network on is unavailable here";
@@ -138,7 +138,7 @@ export class BashExecutor {
   outcome(
     res: { exitCode: number | null; signal: NodeJS.Signals | null; timedOut: boolean; aborted: boolean; durationMs: number; spawnError?: string },
     output: CappedOutput,
-    ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutSec: number },
+    ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number },
   ): ToolOutcome {
     const text = output.text();
     const exitCode = res.exitCode ?? (res.signal ? 128 + signalNumber(res.signal) : -1);
@@ -160,7 +160,7 @@ export class BashExecutor {
     if (res.spawnError) return { success: false, output: text, error: `could not start the command: ${res.spawnError}`, metadata };
     if (res.timedOut) {
       metadata.timeout = true;
-      return { success: false, output: text, error: `Command timed out after ${ctx.timeoutSec} seconds`, metadata };
+      return { success: false, output: text, error: `Command timed out after ${ctx.timeoutS} seconds`, metadata };
     }
     if (res.aborted) return { success: false, output: text, error: "command killed: the slot was reset or the server is shutting down", metadata };
     return { success: exitCode === 0, output: text, error: exitCode === 0 ? "" : `Exit code: ${exitCode}`, metadata };

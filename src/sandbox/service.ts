@@ -96,7 +96,7 @@ export interface ParsedCall {
   tool: SandboxToolName;
   args: Record<string, unknown>;
   executionId: string | null;
-  timeoutSec: number | undefined;
+  timeoutS: number | undefined;
 }
 
 export class SandboxService implements SlotHost {
@@ -290,7 +290,7 @@ export class SandboxService implements SlotHost {
       tool,
       args: args.data as Record<string, unknown>,
       executionId: req.execution_id ?? null,
-      timeoutSec: req.timeout,
+      timeoutS: req.timeout,
     };
   }
 
@@ -341,14 +341,14 @@ export class SandboxService implements SlotHost {
   private async dispatch(call: ParsedCall, onChunk?: OnChunk): Promise<ToolOutcome> {
     switch (call.tool) {
       case "bash":
-        return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutSec, onChunk);
+        return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutS, onChunk);
       case "read_file":
       case "write_file":
         return this.fileTool(call);
       case "bash_stateful":
-        return this.stateful.bashStateful(call.slot, call.args as { command: string }, call.timeoutSec);
+        return this.stateful.bashStateful(call.slot, call.args as { command: string }, call.timeoutS);
       case "tmux":
-        return this.stateful.tmux(call.slot, call.args as { action: "start" | "send_keys" | "capture" | "stop" }, call.timeoutSec);
+        return this.stateful.tmux(call.slot, call.args as { action: "start" | "send_keys" | "capture" | "stop" }, call.timeoutS);
     }
   }
 
@@ -366,7 +366,7 @@ export class SandboxService implements SlotHost {
   }
 
   /** A finished run → the tool's answer (shared by bash and the stateful terminal). */
-  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutSec: number }): ToolOutcome {
+  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number }): ToolOutcome {
     return this.bash.outcome(res, output, ctx);
   }
 
