@@ -2,7 +2,7 @@ import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
 import { ulimitPrologue } from "./limits.js";
 import { CappedOutput } from "./output.js";
 import { runProcess, type RunResult } from "./runner.js";
-import { Holder } from "./spawner.js";
+import { SlotNamespace } from "./spawner.js";
 import { firstChild } from "./process-barrier.js";
 import type { SlotHost } from "./slot-host.js";
 import type { Slot } from "./slot.js";
@@ -22,13 +22,13 @@ export interface BashArgs {
  */
 export class BashExecutor {
   /** Per slot index: holder with network ("net") and without ("nonet"). */
-  private readonly holders = new Map<number, { net?: Holder; nonet?: Holder }>();
+  private readonly holders = new Map<number, { net?: SlotNamespace; nonet?: SlotNamespace }>();
   /** Per slot index: the network policy of its last `bash` call (what a reset re-warms). */
   private readonly lastPolicy = new Map<number, boolean>();
   /** Holders running their warm-up command: a real call waits for it (one command at a time). */
-  private readonly warming = new Map<Holder, Promise<void>>();
+  private readonly warming = new Map<SlotNamespace, Promise<void>>();
   /** Holders whose next command must enter /workspace again (see `reanchor`). */
-  private readonly reanchored = new WeakSet<Holder>();
+  private readonly reanchored = new WeakSet<SlotNamespace>();
   private closed = false;
 
   constructor(private readonly service: SlotHost) {}
@@ -39,14 +39,14 @@ export class BashExecutor {
     return Math.min(t, l.maxTimeoutS);
   }
 
-  private holder(slot: Slot, allowNetwork: boolean, background = false): Holder {
+  private holder(slot: Slot, allowNetwork: boolean, background = false): SlotNamespace {
     let h = this.holders.get(slot.index);
     if (!h) this.holders.set(slot.index, (h = {}));
     const key = allowNetwork ? "net" : "nonet";
     let holder = h[key];
     if (!holder || !holder.alive) {
       const svc = this.service;
-      holder = new Holder({
+      holder = new SlotNamespace({
         bwrapPath: svc.bwrap.path!,
         spawnerPath: svc.spawnerPath!,
         workspaceDir: slot.workspaceDir,
@@ -169,7 +169,7 @@ export class BashExecutor {
   /**
    * Starts the slot's namespace (holder) for `allowNetwork` if it has none, without waiting
    * for it: the holder is registered at once, so a call arriving while it starts finds it
-   * and waits for the same start-up (`Holder.run` awaits `start()`) instead of building a
+   * and waits for the same start-up (`SlotNamespace.run` awaits `start()`) instead of building a
    * second one. Resolves when the holder is ready (or failed; a failed holder is replaced
    * by the next call). No-op without the fast path or after shutdown.
    */
@@ -228,7 +228,7 @@ export class BashExecutor {
   /** A process inside each live command namespace of the slot (after its warm-up), for a fork to remount (fork.ts). */
   async namespacePids(slot: Slot): Promise<number[]> {
     const h = this.holders.get(slot.index);
-    const live = [h?.net, h?.nonet].filter((x): x is Holder => x !== undefined && x.alive);
+    const live = [h?.net, h?.nonet].filter((x): x is SlotNamespace => x !== undefined && x.alive);
     await Promise.all(live.map((x) => this.warming.get(x)));
     return live.map((x) => (x.pid !== undefined ? firstChild(x.pid)?.pid : undefined)).filter((p): p is number => p !== undefined);
   }

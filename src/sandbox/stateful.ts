@@ -6,7 +6,7 @@ import type { ToolOutcome } from "./tool-outcome.js";
 import { CappedOutput } from "./output.js";
 import { runProcess, type RunResult } from "./runner.js";
 import type { SlotHost } from "./slot-host.js";
-import { Holder } from "./spawner.js";
+import { SlotNamespace } from "./spawner.js";
 import type { Slot } from "./slot.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
 import { ulimitPrologue } from "./limits.js";
@@ -45,7 +45,7 @@ export function shQuote(s: string): string {
 const TMUX_KEY_NAME = /^(C-[a-z\\\]^_@]|M-[a-z0-9]|Enter|Escape|Tab|BTab|BSpace|Space|Up|Down|Left|Right|Home|End|PageUp|PageDown|PPage|NPage|IC|DC|F\d{1,2})$/;
 
 interface Session {
-  holder: Holder | null;
+  holder: SlotNamespace | null;
   allowNetwork: boolean;
   /**
    * Host dir of the session's files (tmux socket, command and output files), the slot's
@@ -120,7 +120,7 @@ export class StatefulSessions {
       const svc = this.service;
       const hostDir = this.hostDir(slot);
       if (svc.bwrap.available && svc.spawnerPath) {
-        const holder = new Holder({
+        const holder = new SlotNamespace({
           bwrapPath: svc.bwrap.path!,
           spawnerPath: svc.spawnerPath,
           workspaceDir: slot.workspaceDir,
