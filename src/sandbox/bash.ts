@@ -20,7 +20,7 @@ export interface BashArgs {
  * Fast path: the slot's long-lived namespace with the spawner inside (`spawner.ts`);
  * fallback: a new bubblewrap per call; last resort (no bubblewrap): plain bash.
  */
-export class BashExecutor {
+export class BashRunner {
   /** Per slot index: holder with network ("net") and without ("nonet"). */
   private readonly holders = new Map<number, { net?: SlotNamespace; nonet?: SlotNamespace }>();
   /** Per slot index: the network policy of its last `bash` call (what a reset re-warms). */

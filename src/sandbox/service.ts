@@ -20,7 +20,7 @@ import { identityFiles, type BwrapProbe } from "./isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "./limits.js";
 import { SandboxMetrics } from "./metrics.js";
 import { Slot } from "./slot.js";
-import { BashExecutor } from "./bash.js";
+import { BashRunner } from "./bash.js";
 import type { SlotHost } from "./slot-host.js";
 import type { OnChunk, ToolOutcome } from "./tool-outcome.js";
 import { StatefulSessions } from "./stateful.js";
@@ -132,7 +132,7 @@ export class SandboxService implements SlotHost {
   readonly removal: TreeRemoval;
   /** POST /fork (fork.ts). */
   readonly forks: SlotForks;
-  private readonly bash: BashExecutor;
+  private readonly bash: BashRunner;
   private closed = false;
 
   constructor(readonly options: SandboxServiceOptions) {
@@ -226,7 +226,7 @@ export class SandboxService implements SlotHost {
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;
     this.metrics = new SandboxMetrics(() => this.slots);
-    this.bash = new BashExecutor(this);
+    this.bash = new BashRunner(this);
     this.stateful = new StatefulSessions(this);
     this.processes = new ProcessSessions(this);
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
