@@ -9,7 +9,7 @@ import type { MetricsRegistry } from "../observability/metrics.js";
 import type { ArtifactArchiveResponse, ArtifactListResponse, ArtifactReadResponse, ExecuteResponse } from "../protocol/sandbox.js";
 import { ToolCallSchema, type ParsedToolCall, type ToolCall, type ToolResult } from "../protocol/tool.js";
 import type { TemplateSpec } from "../pool/template-affinity.js";
-import type { Slot, SlotCall, SlotPoolLike } from "../pool/types.js";
+import type { LeasedSlot, SlotCall, SlotPoolLike } from "../pool/types.js";
 import { toolFromOpenAiSchema } from "../tools/definition.js";
 import { ToolRegistry } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/types.js";
@@ -66,10 +66,10 @@ interface TrajectoryState {
   readonly id: string;
   readonly queue: PendingCall[];
   running: boolean;
-  slot?: Slot;
+  slot?: LeasedSlot;
   /** The slot it held last, kept after release so late log lines still name it. */
-  heldSlot?: Slot;
-  acquiring?: Promise<Slot>;
+  heldSlot?: LeasedSlot;
+  acquiring?: Promise<LeasedSlot>;
   /** Set once its slot was lost: every later sandbox call fails with this error, never runs in a fresh empty slot. */
   lost?: SlotLostError;
   released: boolean;
@@ -224,7 +224,7 @@ export class ToolExecutor implements ToolExecutorLike {
     }
     // Reserved now: a call for a child arriving during the fork waits for its slot instead of acquiring another.
     const children = into.map((id) => this.trajectory(id));
-    let slots: Slot[];
+    let slots: LeasedSlot[];
     const forking = slot.fork(into.length, { trajectoryIds: into, ...options });
     for (const c of children) {
       const mine = forking.then((s) => s[children.indexOf(c)]!);
@@ -307,7 +307,7 @@ export class ToolExecutor implements ToolExecutorLike {
   }
 
   /** The slot a trajectory holds, if any (for the env layer's ToolContext and the ToolServer). */
-  slotOf(trajectoryId: string): Slot | undefined {
+  slotOf(trajectoryId: string): LeasedSlot | undefined {
     return this.trajectories.get(trajectoryId)?.slot;
   }
 
@@ -433,7 +433,7 @@ export class ToolExecutor implements ToolExecutorLike {
       for (const pc of calls) this.deliverLost(pc, traj.lost);
       return;
     }
-    let slot: Slot;
+    let slot: LeasedSlot;
     try {
       slot = await this.ensureSlot(traj);
     } catch (err) {
@@ -510,7 +510,7 @@ export class ToolExecutor implements ToolExecutorLike {
     }
   }
 
-  private async ensureSlot(traj: TrajectoryState, template?: string): Promise<Slot> {
+  private async ensureSlot(traj: TrajectoryState, template?: string): Promise<LeasedSlot> {
     if (traj.slot) return traj.slot;
     // A released trajectory must not take a new slot: nobody would ever return it.
     if (traj.released) throw new Error(`trajectory ${traj.id} was released`);
@@ -599,7 +599,7 @@ export class ToolExecutor implements ToolExecutorLike {
   }
 
   /** How log lines name a slot: its key (`<allocation>/slot_N`) and its allocation/container id. */
-  private slotFields(slot: Slot | undefined): { slot?: string; allocation?: string } {
+  private slotFields(slot: LeasedSlot | undefined): { slot?: string; allocation?: string } {
     return slot ? { slot: slot.key, allocation: slot.container.id } : {};
   }
 
@@ -626,7 +626,7 @@ export class ToolExecutor implements ToolExecutorLike {
   }
 
   /** The trajectory's slot, or why it has none. Throws the slot's SlotLostError once it was lost. */
-  private slotFor(trajectoryId: string): Slot | string {
+  private slotFor(trajectoryId: string): LeasedSlot | string {
     const traj = this.trajectories.get(trajectoryId);
     if (traj?.lost) throw traj.lost;
     if (!traj?.slot) return `trajectory ${trajectoryId} holds no slot (run a sandbox tool first)`;

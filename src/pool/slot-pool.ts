@@ -13,7 +13,7 @@ import { PoolStatistics } from "./pool-statistics.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
 import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
 import { SlotLease, type LeaseHost } from "./slot-lease.js";
-import type { AcquireOptions, ContainerInfo, ForkOptions, PoolStats, ReleaseOptions, Slot, SlotPoolLike } from "./types.js";
+import type { AcquireOptions, ContainerInfo, ForkOptions, PoolStats, ReleaseOptions, LeasedSlot, SlotPoolLike } from "./types.js";
 import { WaiterQueue, type Waiter } from "./waiter-queue.js";
 import { TemplateAffinity, type TemplateSpec } from "./template-affinity.js";
 import type { HealthResponse } from "../protocol/sandbox.js";
@@ -235,7 +235,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   // ---------------------------------------------------------------- acquire / release
 
-  acquire(options: AcquireOptions): Promise<Slot> {
+  acquire(options: AcquireOptions): Promise<LeasedSlot> {
     if (!options || typeof options.trajectoryId !== "string" || options.trajectoryId.length === 0) {
       return Promise.reject(new PoolError("acquire() needs a non-empty trajectoryId"));
     }
@@ -255,7 +255,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       return Promise.resolve(lease);
     }
     const timeoutMs = options.timeoutMs ?? this.config.acquireTimeoutMs;
-    return new Promise<Slot>((resolve, reject) => {
+    return new Promise<LeasedSlot>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       const onAbort = () => {
         if (waiter.done) return;
@@ -294,7 +294,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   }
 
   /** Returns a slot; resets its workspace first unless `reset: false`. Never throws for a lost slot. */
-  async release(slot: Slot, options: ReleaseOptions = {}): Promise<void> {
+  async release(slot: LeasedSlot, options: ReleaseOptions = {}): Promise<void> {
     if (!(slot instanceof SlotLease) || !this.leases.has(slot)) {
       if (slot instanceof SlotLease && slot.end) {
         if (slot.end.kind === "lost" && this.lostHeldLeases.delete(slot)) this.lostHeld--;
@@ -420,7 +420,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
    * A workspace template on a slot: built on its container unless held there (once per
    * container, whatever the number of trajectories asking), then the slot is reset into it.
    */
-  async useTemplate(slot: Slot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
+  async useTemplate(slot: LeasedSlot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
     if (!(slot instanceof SlotLease) || !this.leases.has(slot)) throw new PoolError(`useTemplate(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
     const reset = () => slot.reset({ template: spec.name, ...(options.signal ? { signal: options.signal } : {}) });
     await this.templates.ensure(slot, spec, options.signal);
