@@ -16,8 +16,8 @@ export function slotLostToolResult(err: SlotLostError, uniqId: string | undefine
     metadata: {
       slot_lost: true,
       slot_id: err.slotId,
-      allocation_id: err.allocationId,
-      slot_key: `${err.allocationId}/${err.slotId}`,
+      allocation_id: err.containerId,
+      slot_key: `${err.containerId}/${err.slotId}`,
       reason: err.reason,
     },
     uniq_id: uniqId ?? null,

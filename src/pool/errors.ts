@@ -11,14 +11,14 @@ export class SlotLostError extends PoolError {
   override name = "SlotLostError";
   constructor(
     readonly slotId: string,
-    /** Nomad allocation id, or the local container's name. */
-    readonly allocationId: string,
+    /** The container's id: its Nomad allocation id, or the local container's name. */
+    readonly containerId: string,
     /** Why it was lost, e.g. the allocation's latest task events. */
     readonly reason: string,
     readonly trajectoryId?: string,
   ) {
     super(
-      `slot ${slotId} on allocation ${allocationId} was lost: ${reason}. ` +
+      `slot ${slotId} on container ${containerId} was lost: ${reason}. ` +
         `The workspace is gone; start the trajectory again on a new slot.`,
     );
   }

@@ -24,7 +24,7 @@ export interface LeaseHost {
 
 export type LeaseEnd =
   | { kind: "released" }
-  | { kind: "lost"; allocationId: string; reason: string };
+  | { kind: "lost"; containerId: string; reason: string };
 
 /**
  * The handle one trajectory holds for one slot, from acquire to release. A new lease is made
@@ -134,7 +134,7 @@ export class SlotLease implements LeasedSlot {
   check(): void {
     const end = this.end;
     if (!end) return;
-    if (end.kind === "lost") throw new SlotLostError(this.slotId, end.allocationId, end.reason, this.trajectoryId);
+    if (end.kind === "lost") throw new SlotLostError(this.slotId, end.containerId, end.reason, this.trajectoryId);
     throw new SlotReleasedError(this.key, this.trajectoryId);
   }
 

@@ -30,7 +30,7 @@ export interface SlotPoolEvents {
   "container-removed": [{ container: ContainerInfo; reason: string }];
   "slot-acquired": [{ key: string; trajectoryId: string; waitedMs: number }];
   "slot-released": [{ key: string; trajectoryId: string; reset: boolean }];
-  "slot-lost": [{ key: string; trajectoryId: string; allocationId: string; reason: string }];
+  "slot-lost": [{ key: string; trajectoryId: string; containerId: string; reason: string }];
   "slot-reclaimed": [{ key: string; trajectoryId: string; idleMs: number }];
   scale: [ScaleEvent];
   problem: [ProvisionerError];
@@ -227,7 +227,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private closeAll(reason: string): void {
     this.waiters.failAll(new PoolNotRunningError(`${reason} while waiting for a slot`));
     for (const lease of [...this.leases]) {
-      lease.end = { kind: "lost", allocationId: lease.container.id, reason };
+      lease.end = { kind: "lost", containerId: lease.container.id, reason };
     }
     this.leases.clear();
     for (const c of this.containers) void c.client.close();
@@ -630,12 +630,12 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     for (const lease of [...this.leases]) {
       if (lease.record.container !== container) continue;
       this.leases.delete(lease);
-      lease.end = { kind: "lost", allocationId: container.info.id, reason };
+      lease.end = { kind: "lost", containerId: container.info.id, reason };
       this.lostHeldLeases.add(lease);
       this.lostHeld++;
       heldLost++;
       this.statistics.slotLost();
-      this.emit("slot-lost", { key: lease.key, trajectoryId: lease.trajectoryId, allocationId: container.info.id, reason });
+      this.emit("slot-lost", { key: lease.key, trajectoryId: lease.trajectoryId, containerId: container.info.id, reason });
     }
     this.detach(container);
     const log = wasChecking ? this.logger.warn.bind(this.logger) : this.logger.error.bind(this.logger);
@@ -697,7 +697,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       if (idleMs < limit) continue;
       this.leases.delete(lease);
       const reason = `trajectory ${lease.trajectoryId} neither used nor released it for ${Math.round(idleMs)} ms (lease timeout ${limit} ms), so the pool reset and reclaimed it`;
-      lease.end = { kind: "lost", allocationId: lease.container.id, reason };
+      lease.end = { kind: "lost", containerId: lease.container.id, reason };
       this.statistics.leaseReclaimed();
       this.logger.warn({ slot: lease.key, trajectoryId: lease.trajectoryId, idleMs: Math.round(idleMs) }, "reclaiming an abandoned slot: its lease expired");
       this.emit("slot-reclaimed", { key: lease.key, trajectoryId: lease.trajectoryId, idleMs });

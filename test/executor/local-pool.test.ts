@@ -76,7 +76,7 @@ describe("ToolExecutor on SlotPool + LocalProvisioner", () => {
     const err = await running.then((r) => r, (e: unknown) => e);
     expect(err).toBeInstanceOf(SlotLostError);
     expect((err as SlotLostError).message).toMatch(/workspace is gone/);
-    expect(`${(err as SlotLostError).allocationId}/${(err as SlotLostError).slotId}`).toBe(slot.key);
+    expect(`${(err as SlotLostError).containerId}/${(err as SlotLostError).slotId}`).toBe(slot.key);
     await expect(executor.execute("lp-lost", bash("cat f"))).rejects.toBeInstanceOf(SlotLostError);
     await executor.release("lp-lost");
     // the pool replaces the container; a new trajectory works again once it is up (acquires

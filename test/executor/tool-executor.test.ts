@@ -256,7 +256,7 @@ describe("ToolExecutor when a slot is lost", () => {
       // In-process, one form: the pool's error, as the pool raised it.
       const err = await running.then((r) => r, (e: unknown) => e);
       expect(err).toBeInstanceOf(SlotLostError);
-      expect(err).toMatchObject({ slotId: "slot_0", allocationId: "local-0", code: "SLOT_LOST" });
+      expect(err).toMatchObject({ slotId: "slot_0", containerId: "local-0", code: "SLOT_LOST" });
       expect((err as SlotLostError).message).toMatch(/The workspace is gone/);
       await expect(ex.execute(t, bash("cat f"))).rejects.toBe(err);
       await expect(ex.readArtifact(t, { path: "f" })).rejects.toBe(err);

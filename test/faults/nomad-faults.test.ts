@@ -61,7 +61,7 @@ describe("an allocation killed mid-trajectory", () => {
     console.log(`in-flight call answered ${noticedMs} ms after the allocation was killed`);
     expect(lost, JSON.stringify(lost)).toBeInstanceOf(SlotLostError);
     expect((lost as SlotLostError).message).toMatch(/lost/);
-    expect((lost as SlotLostError).allocationId).toBe(allocId);
+    expect((lost as SlotLostError).containerId).toBe(allocId);
     // Later calls of the same trajectory never land silently on a fresh, empty slot.
     const later = await within(5_000, "later call", outcome(s.bash("victim", "cat f")));
     expect(later).toBeInstanceOf(SlotLostError);

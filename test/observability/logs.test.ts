@@ -139,7 +139,7 @@ describe("log lines about a call carry the trajectory id, the slot and the alloc
     for (const l of aboutCalls) {
       const text = JSON.stringify(l);
       expect(text, `line without a slot: ${text}`).toMatch(/"slot(Id|_id|Key)?":"[^"]*slot_\d+/);
-      expect(text, `line without an allocation/container: ${text}`).toMatch(/"(allocation|allocationId|alloc|container|containerId)":"[^"]+"|"slot":"[^"/]+\/slot_\d+"/);
+      expect(text, `line without an allocation/container: ${text}`).toMatch(/"(allocation|containerId|alloc|container|containerId)":"[^"]+"|"slot":"[^"/]+\/slot_\d+"/);
     }
   }, 60_000);
 });

@@ -119,7 +119,7 @@ describe("SlotPool on the LocalProvisioner (real sandbox servers)", () => {
     expect(noticedAt - t0).toBeLessThan(2_000);
     const err = await bash(a, "cat f").catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SlotLostError);
-    expect((err as SlotLostError).allocationId).toBe(proc!.id);
+    expect((err as SlotLostError).containerId).toBe(proc!.id);
     expect((err as Error).message).toMatch(/SIGKILL/);
     await pool.release(a);
     const b = await pool.acquire({ trajectoryId: "b", timeoutMs: 15_000 });

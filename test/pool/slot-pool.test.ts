@@ -265,7 +265,7 @@ describe("SlotPool on the in-memory provisioner", () => {
     expect(a.lost).toBe(true);
     const err = await a.execute({ tool: "bash", args: {} }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SlotLostError);
-    expect((err as SlotLostError).allocationId).toBe(dead.info.id);
+    expect((err as SlotLostError).containerId).toBe(dead.info.id);
     expect((err as Error).message).toContain(dead.info.id);
     expect((err as Error).message).toContain("OOM Killed");
     await expect(b.readArtifact({ path: "x" })).rejects.toBeInstanceOf(SlotLostError);
