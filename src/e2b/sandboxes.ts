@@ -35,7 +35,7 @@ export interface CreateSandbox {
   metadata?: Record<string, string> | undefined;
   /** Seconds until the sandbox is killed (E2B's default: 300). */
   timeout?: number | undefined;
-  /** E2B's allow_internet_access; default: the server's policy. */
+  /** E2B's allow_internet_access; default: the server's network setting. */
   allowInternetAccess?: boolean | undefined;
 }
 

@@ -49,8 +49,8 @@ interface PendingCall {
   readonly call: ParsedToolCall;
   readonly tool: ToolDefinition;
   readonly args: Record<string, unknown>;
-  /** Policy arguments the model tried to set (removed; logged once the call runs). */
-  readonly strippedPolicyArgs: readonly string[];
+  /** Isolation arguments the model tried to set (removed; logged once the call runs). */
+  readonly strippedIsolationArgs: readonly string[];
   readonly timeoutS: number;
   readonly startedAt: number;
   readonly resolve: (r: ToolResult) => void;
@@ -178,7 +178,7 @@ export class ToolExecutor implements ToolExecutorLike {
         call: c,
         tool,
         args,
-        strippedPolicyArgs: checked.strippedPolicyArgs,
+        strippedIsolationArgs: checked.strippedIsolationArgs,
         timeoutS,
         startedAt,
         resolve,
@@ -447,20 +447,20 @@ export class ToolExecutor implements ToolExecutorLike {
       for (const pc of calls) this.deliver(pc, errorResult(`trajectory ${traj.id} was released before this call ran`, pc.call.uniq_id));
       return;
     }
-    const policy = {
+    const isolation = {
       allow_network: this.config.allowNetwork,
       require_sandbox: this.config.requireSandbox,
       require_stateful_sandbox: this.config.requireStatefulSandbox,
     };
     const slotCalls: SlotCall[] = calls.map((pc) => ({
       tool: pc.tool.name,
-      args: { ...pc.args, ...policy },
+      args: { ...pc.args, ...isolation },
       execution_id: pc.call.uniq_id ?? null,
       timeout: pc.timeoutS,
     }));
     for (const pc of calls) {
-      if (pc.strippedPolicyArgs.length) {
-        this.logger.debug({ trajectoryId: traj.id, ...this.slotFields(slot), tool: pc.tool.name, stripped: pc.strippedPolicyArgs }, "policy arguments from the model ignored");
+      if (pc.strippedIsolationArgs.length) {
+        this.logger.debug({ trajectoryId: traj.id, ...this.slotFields(slot), tool: pc.tool.name, stripped: pc.strippedIsolationArgs }, "isolation arguments from the model ignored");
       }
     }
     const limit = this.containerLimit(slot.container.id);

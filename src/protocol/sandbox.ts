@@ -54,20 +54,20 @@ const WorkspacePathSchema = z
     if (problem) ctx.addIssue({ code: "custom", message: `path ${problem}` });
   });
 
-/** Policy arguments: set by the executor from env config, never by the model. */
-export const PolicyArgsSchema = z.object({
+/** Isolation arguments: set by the executor from env config, never by the model. */
+export const IsolationArgsSchema = z.object({
   allow_network: z.boolean().optional(),
   require_sandbox: z.boolean().optional(),
   require_stateful_sandbox: z.boolean().optional(),
 });
-export type PolicyArgs = z.infer<typeof PolicyArgsSchema>;
+export type IsolationArgs = z.infer<typeof IsolationArgsSchema>;
 
-export const BashArgsSchema = PolicyArgsSchema.extend({
+export const BashArgsSchema = IsolationArgsSchema.extend({
   command: NO_NUL("command"),
   timeout: z.number().positive().optional(),
 });
 export const BashStatefulArgsSchema = BashArgsSchema;
-export const TmuxArgsSchema = PolicyArgsSchema.extend({
+export const TmuxArgsSchema = IsolationArgsSchema.extend({
   action: z.enum(["start", "send_keys", "capture", "stop"]),
   keys: NO_NUL("keys").optional(),
   /** send_keys: append Enter after the keys (default true). */
@@ -75,14 +75,14 @@ export const TmuxArgsSchema = PolicyArgsSchema.extend({
   /** capture: how many lines of scrollback to include. */
   lines: z.number().int().positive().optional(),
 });
-export const ReadFileArgsSchema = PolicyArgsSchema.extend({
+export const ReadFileArgsSchema = IsolationArgsSchema.extend({
   path: WorkspacePathSchema,
   max_bytes: z.number().int().positive().optional(),
   /** base64: return the bytes base64-encoded (for binary files); default text. */
   encoding: z.enum(["text", "base64"]).optional(),
 });
 export type ReadFileArgs = z.infer<typeof ReadFileArgsSchema>;
-export const WriteFileArgsSchema = PolicyArgsSchema.extend({
+export const WriteFileArgsSchema = IsolationArgsSchema.extend({
   path: WorkspacePathSchema,
   content: z.string(),
   encoding: z.enum(["text", "base64"]).optional(),

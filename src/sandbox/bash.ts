@@ -23,8 +23,8 @@ export interface BashArgs {
 export class BashRunner {
   /** Per slot index: holder with network ("net") and without ("nonet"). */
   private readonly holders = new Map<number, { net?: SlotNamespace; nonet?: SlotNamespace }>();
-  /** Per slot index: the network policy of its last `bash` call (what a reset re-warms). */
-  private readonly lastPolicy = new Map<number, boolean>();
+  /** Per slot index: the network setting of its last `bash` call (what a reset re-warms). */
+  private readonly lastNetwork = new Map<number, boolean>();
   /** Holders running their warm-up command: a real call waits for it (one command at a time). */
   private readonly warming = new Map<SlotNamespace, Promise<void>>();
   /** Holders whose next command must enter /workspace again (see `reanchor`). */
@@ -68,7 +68,7 @@ export class BashRunner {
     const svc = this.service;
     const timeoutS = this.timeoutS(args, envelopeTimeout);
     const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
-    this.lastPolicy.set(slot.index, allowNetwork);
+    this.lastNetwork.set(slot.index, allowNetwork);
     const sandboxed = svc.bwrap.available;
     if (!sandboxed && args.require_sandbox) {
       return {
@@ -173,7 +173,7 @@ export class BashRunner {
    * second one. Resolves when the holder is ready (or failed; a failed holder is replaced
    * by the next call). No-op without the fast path or after shutdown.
    */
-  warm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): Promise<void> {
+  warm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): Promise<void> {
     const svc = this.service;
     if (this.closed || !svc.bwrap.available || !svc.spawnerPath) return Promise.resolve();
     const existing = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
@@ -220,7 +220,7 @@ export class BashRunner {
   }
 
   /** Whether the slot has a live namespace for `allowNetwork` (tests, /slots). */
-  isWarm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): boolean {
+  isWarm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): boolean {
     const h = this.holders.get(slot.index);
     return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
   }

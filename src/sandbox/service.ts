@@ -53,7 +53,7 @@ export interface SandboxServiceOptions {
   slots: number;
   dataDir: string;
   limits?: Partial<CommandLimits>;
-  /** Network policy when a call does not say (the original's default: allowed). */
+  /** Network setting when a call does not say (the original's default: allowed). */
   defaultAllowNetwork?: boolean;
   /** First host uid for slots when running as root (slot i runs as base + i). */
   slotUidBase?: number;
@@ -426,7 +426,7 @@ export class SandboxService implements SlotHost {
         }
         // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
         // trajectory: every process is dead and the workspace empty by now) for the network
-        // policy the slot last used, built in the background. Its spawn (a fork of this
+        // setting the slot last used, built in the background. Its spawn (a fork of this
         // process: 5–15 ms of blocked event loop, measured) happens after this answer is
         // written, not before: the reset is complete without it. A call that arrives first
         // starts the namespace itself; one arriving during the start-up waits for it.
@@ -468,7 +468,7 @@ export class SandboxService implements SlotHost {
     return this.bash.warmAll(concurrency);
   }
 
-  /** Whether the slot's `bash` namespace is up (for the slot's last or the default policy). */
+  /** Whether the slot's `bash` namespace is up (for the slot's last or the default network setting). */
   isWarm(slot: Slot): boolean {
     return this.bash.isWarm(slot);
   }

@@ -10,7 +10,7 @@ import type { CappedOutput } from "./output.js";
 import type { RunResult } from "./runner.js";
 
 /**
- * Fast path for `bash`: one long-lived bubblewrap namespace per slot (per network policy),
+ * Fast path for `bash`: one long-lived bubblewrap namespace per slot (per network setting),
  * joined by every call, instead of a new bubblewrap per call.
  *
  * Why this design (measured on the 2-core CI box, see docs/sandbox-server.md):

@@ -112,7 +112,7 @@ export class StatefulSessions {
   private session(slot: Slot, allowNetwork: boolean): Session {
     let s = this.sessions.get(slot.index);
     if (s && s.holder && (!s.holder.alive || s.allowNetwork !== allowNetwork)) {
-      // Dead, or started under another network policy: start over (policy wins over state).
+      // Dead, or started under another network setting: start over (network setting wins over state).
       s.holder.kill();
       s = undefined;
     }

@@ -10,7 +10,7 @@ import type { TemplateBuilder } from "./templates.js";
 /**
  * Runs a template's setup commands like any `bash` call: in a fresh bubblewrap sandbox (the
  * per-call path: the slots' long-lived namespaces are not involved), as the build uid, with
- * the slot limits, the template tree at /workspace, the server's default network policy,
+ * the slot limits, the template tree at /workspace, the server's default network setting,
  * and one wall-clock deadline for the whole build. Commands run in order; the first that
  * fails ends the build and is named in the error.
  */

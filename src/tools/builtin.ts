@@ -4,7 +4,7 @@ import type { ToolDefinition } from "./types.js";
 
 /**
  * The sandbox tools every sandbox server offers. Parameter schemas are the model-facing
- * subset of the wire schemas in `protocol/sandbox.ts` (no policy arguments), with
+ * subset of the wire schemas in `protocol/sandbox.ts` (no isolation arguments), with
  * descriptions the model reads.
  */
 

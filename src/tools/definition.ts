@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { InvalidToolDefinitionError } from "./errors.js";
-import { isPolicyArg } from "./policy.js";
+import { isIsolationArg } from "./isolation-args.js";
 import type { OpenAIFunctionTool, ToolDefinition } from "./types.js";
 
 /** OpenAI's rule for function names. */
@@ -25,7 +25,7 @@ export function defineTool<S extends z.ZodType>(def: ToolDefinition<S>): ToolDef
   return def;
 }
 
-/** The tool's parameters as the JSON Schema the model sees (policy arguments never appear). */
+/** The tool's parameters as the JSON Schema the model sees (isolation arguments never appear). */
 export function parametersJsonSchema(def: ToolDefinition): Record<string, unknown> {
   const schema: Record<string, unknown> = def.jsonSchema
     ? { ...def.jsonSchema }
@@ -33,10 +33,10 @@ export function parametersJsonSchema(def: ToolDefinition): Record<string, unknow
   delete schema["$schema"];
   const props = schema["properties"];
   if (props && typeof props === "object") {
-    const kept = Object.fromEntries(Object.entries(props as Record<string, unknown>).filter(([k]) => !isPolicyArg(k)));
+    const kept = Object.fromEntries(Object.entries(props as Record<string, unknown>).filter(([k]) => !isIsolationArg(k)));
     schema["properties"] = kept;
     if (Array.isArray(schema["required"])) {
-      schema["required"] = (schema["required"] as unknown[]).filter((k) => typeof k === "string" && !isPolicyArg(k));
+      schema["required"] = (schema["required"] as unknown[]).filter((k) => typeof k === "string" && !isIsolationArg(k));
     }
   }
   return schema;

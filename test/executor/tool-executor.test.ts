@@ -287,7 +287,7 @@ describe("ToolExecutor when a slot is lost", () => {
 });
 
 describe("ToolExecutor wire arguments", () => {
-  it("clamps timeouts to [1, 600] s and overrides policy arguments from config", async () => {
+  it("clamps timeouts to [1, 600] s and overrides isolation arguments from config", async () => {
     const rec = new RecordingPool();
     const ex = new ToolExecutor({ pool: rec, config: { batchWindowMs: 0, allowNetwork: false, requireSandbox: true, requireStatefulSandbox: true, defaultTimeoutS: 45 } });
     await ex.start();

@@ -190,7 +190,7 @@ describe("sandbox server: routes and wire format", () => {
   });
 });
 
-describe("sandbox server: network policy", () => {
+describe("sandbox server: network setting", () => {
   let s: TestServer;
   let listener: Server;
   let port = 0;
