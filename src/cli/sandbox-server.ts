@@ -3,7 +3,7 @@ import { setFlagsFromString } from "node:v8";
 import { createLogger } from "../observability/logger.js";
 import { DEFAULT_LIMITS } from "../sandbox/limits.js";
 import { SandboxServer } from "../sandbox/server.js";
-import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../sandbox/slot-uids.js";
+import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../host/slot-uid-blocks.js";
 import { checkAllowRanges } from "../sandbox/network.js";
 import { DEFAULT_DISK_BYTES } from "../sandbox/slot-disk.js";
 import { mountNamespacePlan, reexecInOwnMountNamespace } from "../host/mount-namespace.js";

@@ -7,7 +7,7 @@ import { blockedForOthers, octal } from "../host/reachable.js";
 import { silentLogger } from "../observability/logger.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { startSandboxProcess, type SandboxProcess } from "./sandbox-process.js";
-import { hasSlotUidBase, SlotUidAllocator } from "./uid-ranges.js";
+import { hasSlotUidBase, SlotUidAllocator } from "../host/slot-uid-blocks.js";
 
 /**
  * The embedded provisioner: each container is a `slotpool sandbox-server` child process on a

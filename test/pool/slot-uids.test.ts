@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
 import type { LeasedSlot } from "../../src/pool/types.js";
-import { SlotUidAllocator, UID_RANGE_END, UID_RANGE_START } from "../../src/pool/uid-ranges.js";
+import { SlotUidAllocator, UID_RANGE_END, UID_RANGE_START } from "../../src/host/slot-uid-blocks.js";
 
 const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
 let baseDir: string;
