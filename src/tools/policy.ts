@@ -1,10 +1,11 @@
+import { POLICY_ARG_NAMES, type PolicyArgName } from "../protocol/tool-table.js";
+
 /**
- * Policy arguments decide how much a sandbox command may do (network, fail-closed
- * isolation). They come from env/executor config only: a model that writes them into its
- * tool call must not be able to loosen the policy, so they are removed from every call.
+ * Policy arguments (named in the tool table, `protocol/tool-table.ts`) come from env/executor
+ * config only: a model that writes them into its tool call must not be able to loosen the
+ * policy, so they are removed from every call, whatever the tool.
  */
-export const POLICY_ARG_NAMES = ["allow_network", "require_sandbox", "require_stateful_sandbox"] as const;
-export type PolicyArgName = (typeof POLICY_ARG_NAMES)[number];
+export { POLICY_ARG_NAMES, type PolicyArgName };
 
 const POLICY_SET: ReadonlySet<string> = new Set(POLICY_ARG_NAMES);
 

@@ -284,8 +284,10 @@ describe("ToolExecutor wire arguments", () => {
       ["bash_stateful", 1],
       ["tmux", 20],
     ]);
-    expect(rec.sent[0]!.args).toEqual({ command: "a", timeout: 600, allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
-    for (const c of rec.sent) expect(c.args).toMatchObject({ allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
+    // Each tool gets the policy arguments its tool-table entry honours, from the config (never the model's).
+    expect(rec.sent[0]!.args).toEqual({ command: "a", timeout: 600, allow_network: false, require_sandbox: true });
+    expect(rec.sent[1]!.args).toEqual({ command: "b", allow_network: false, require_sandbox: true });
+    for (const c of rec.sent.slice(2)) expect(c.args).toMatchObject({ allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
     expect(rec.acquired).toBe(1);
     await ex.close();
   });
