@@ -16,6 +16,7 @@ import { isSlotLostError } from "../pool/errors.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
+import { routeToolCall } from "./env-tools.js";
 import type { TextTokenizer } from "./tokens.js";
 
 /**
@@ -127,10 +128,14 @@ async function branchOnce<Item>(
     const def = backend.registry.resolve(name);
     return def !== undefined && groupTools.names.includes(def.name);
   };
-  const executeFor = (trajectoryId: string) => async (call: Parameters<typeof backend.executor.execute>[1]) => {
-    const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: env.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
-    if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
-    return r;
+  const executeFor = (trajectoryId: string) => {
+    const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: env.config.toolTimeoutS });
+    return (call: Parameters<typeof backend.executor.execute>[1]) =>
+      routeToolCall(backend.registry, call, ctx, async (call) => {
+        const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: env.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
+        if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
+        return r;
+      });
   };
   try {
     const setupStarted = performance.now();
