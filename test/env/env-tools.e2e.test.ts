@@ -56,8 +56,7 @@ class SubmitEnv extends AgentEnv<Item> {
         name: "count_lines",
         description: "Count the lines of a file in your workspace.",
         parameters: z.object({ path: z.string().min(1).describe("The file.") }),
-        // JSON.stringify quotes the path for the shell well enough for a test's plain names.
-        command: ({ path }) => `wc -l < ${JSON.stringify(path)}`,
+        command: ({ path }) => `wc -l < '${path.replaceAll("'", "'\\''")}'`,
       }),
     ];
   }
