@@ -6,7 +6,7 @@ import { NO_NUL, WorkspacePathSchema } from "./sandbox.js";
  * description and policy arguments. Everything else is derived from it:
  *  - the model-facing schemas (OpenAI `tools[]`, the Hermes prompt): `src/tools/builtin.ts`;
  *  - the executor's routing and the policy it stamps on a call: `src/executor/tool-executor.ts`;
- *  - the sandbox server's dispatch and argument check: `src/sandbox/service.ts`.
+ *  - the sandbox server's dispatch and argument check: `src/sandbox/service/service.ts`.
  * Env-defined tools are added beside these in a ToolRegistry (docs/tools.md).
  */
 
