@@ -14,6 +14,7 @@ import type { InfraFailure } from "./infra-failure.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { ToolContext } from "./tool-context.js";
+import { routeToolCall } from "./env-tools.js";
 import type { TextTokenizer } from "./tokens.js";
 
 /**
@@ -126,8 +127,13 @@ async function branchOnce<Item>(
     return def !== undefined && groupTools.names.includes(def.name);
   };
   // A lost slot rejects with SlotLostError (caught below).
-  const executeFor = (trajectoryId: string) => (call: Parameters<typeof backend.executor.execute>[1]) =>
-    backend.executor.execute(trajectoryId, call, { timeoutMs: env.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
+  const executeFor = (trajectoryId: string) => {
+    const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: env.config.toolTimeoutS });
+    return (call: Parameters<typeof backend.executor.execute>[1]) =>
+      routeToolCall(backend.registry, call, ctx, (call) =>
+        backend.executor.execute(trajectoryId, call, { timeoutMs: env.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) }),
+      );
+  };
   try {
     const setupStarted = performance.now();
     const template = env.workspaceTemplate(item);

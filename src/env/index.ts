@@ -3,6 +3,7 @@ export * from "./errors.js";
 export * from "./agent-env.js";
 export { collectBranchingGroup, type BranchPoint, type BranchingEnv } from "./branching.js";
 export * from "./tool-context.js";
+export { defineEnvTool, type EnvToolSpec, type InProcessToolSpec, type SlotToolSpec } from "./env-tools.js";
 export * from "./backend.js";
 export { poolBackend } from "./pool-backend.js";
 export { createDefaultBackend } from "./default-backend.js";

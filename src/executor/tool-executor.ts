@@ -20,6 +20,7 @@ import { isSlotLostError, type SlotLostError } from "../pool/errors.js";
 import { ToolServerClient } from "./tool-server-client.js";
 import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
 import { SlotpoolError } from "../protocol/errors.js";
+import { ISOLATION_ARG_NAMES, builtinTool, type IsolationArgName } from "../protocol/tool-table.js";
 
 /**
  * The ToolExecutor: every tool call of every trajectory passes here.
@@ -105,9 +106,12 @@ export class ToolExecutor implements ToolExecutorLike {
   private closed = false;
   private readonly totals = { calls: 0, errors: 0, sandbox: 0, external: 0 };
   private readonly recentLatencies = new LatencyWindow(4096);
+  /** The isolation arguments' values, from the config: stamped on every sandbox call that honours them. */
+  private readonly policy: Readonly<Record<IsolationArgName, boolean>>;
 
   constructor(options: ToolExecutorOptions) {
     this.config = parseToolExecutorConfig(options.config);
+    this.policy = { allow_network: this.config.allowNetwork, require_sandbox: this.config.requireSandbox, require_stateful_sandbox: this.config.requireStatefulSandbox };
     this.pool = options.pool;
     this.tools = options.tools ?? ToolRegistry.withBuiltins();
     this.logger = options.logger ?? silentLogger();
@@ -166,9 +170,19 @@ export class ToolExecutor implements ToolExecutorLike {
         ),
       );
     }
+    if (tool.kind === "in-process") {
+      return Promise.resolve(
+        this.finishEarly(
+          errorResult(`tool '${tool.name}' runs in the env's own process (in-process, with the trajectory's ToolContext): the env calls it, not the executor`, c.uniq_id, { tool_error: "InProcessToolError" }),
+          tool.name,
+          "in-process",
+          startedAt,
+        ),
+      );
+    }
     const timeoutS = callTimeoutS(checked.args, options.timeoutMs, this.config.defaultTimeoutS);
     const args = { ...checked.args };
-    if ("timeout" in args) args["timeout"] = timeoutS;
+    if (tool.timeoutArg && tool.timeoutArg in args) args[tool.timeoutArg] = timeoutS;
 
     return new Promise<ToolResult>((resolve, reject) => {
       const traj = this.trajectory(trajectoryId);
@@ -428,6 +442,20 @@ export class ToolExecutor implements ToolExecutorLike {
     }
   }
 
+  /**
+   * One call as the slot's server gets it, derived from the tool's definition: the canonical
+   * name (resolved once, in execute), the isolation arguments the tool honours filled from the
+   * config, and an env tool's slotCommand run as `bash`.
+   */
+  private slotCall(pc: PendingCall): SlotCall {
+    const shell = pc.tool.slotCommand ? builtinTool("bash")! : undefined;
+    const tool = shell?.name ?? pc.tool.name;
+    const args: Record<string, unknown> = shell ? { command: pc.tool.slotCommand!(pc.args), timeout: pc.timeoutS } : { ...pc.args };
+    // A sandbox tool the table does not describe gets every isolation argument (fail closed).
+    for (const name of shell?.isolationArgs ?? pc.tool.isolationArgs ?? ISOLATION_ARG_NAMES) args[name] = this.policy[name];
+    return { tool, args, execution_id: pc.call.uniq_id ?? null, timeout: pc.timeoutS };
+  }
+
   private async runSandbox(traj: TrajectoryState, calls: PendingCall[]): Promise<void> {
     if (traj.lost) {
       for (const pc of calls) this.deliverLost(pc, traj.lost);
@@ -447,17 +475,18 @@ export class ToolExecutor implements ToolExecutorLike {
       for (const pc of calls) this.deliver(pc, errorResult(`trajectory ${traj.id} was released before this call ran`, pc.call.uniq_id));
       return;
     }
-    const isolation = {
-      allow_network: this.config.allowNetwork,
-      require_sandbox: this.config.requireSandbox,
-      require_stateful_sandbox: this.config.requireStatefulSandbox,
-    };
-    const slotCalls: SlotCall[] = calls.map((pc) => ({
-      tool: pc.tool.name,
-      args: { ...pc.args, ...isolation },
-      execution_id: pc.call.uniq_id ?? null,
-      timeout: pc.timeoutS,
-    }));
+    // Built before anything is sent: an env tool whose slotCommand throws fails alone.
+    const wire: Array<{ pc: PendingCall; call: SlotCall }> = [];
+    for (const pc of calls) {
+      try {
+        wire.push({ pc, call: this.slotCall(pc) });
+      } catch (err) {
+        this.deliver(pc, errorResult(`tool '${pc.tool.name}' could not build its command: ${(err as Error).message}`, pc.call.uniq_id));
+      }
+    }
+    if (wire.length === 0) return;
+    calls = wire.map((w) => w.pc);
+    const slotCalls = wire.map((w) => w.call);
     for (const pc of calls) {
       if (pc.strippedIsolationArgs.length) {
         this.logger.debug({ trajectoryId: traj.id, ...this.slotFields(slot), tool: pc.tool.name, stripped: pc.strippedIsolationArgs }, "isolation arguments from the model ignored");

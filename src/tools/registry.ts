@@ -46,6 +46,14 @@ export class ToolRegistry {
     return this;
   }
 
+  /** Removes this very definition (names and aliases); false when it is not registered here. */
+  unregister(def: ToolDefinition): boolean {
+    if (this.byName.get(def.name) !== def) return false;
+    this.byName.delete(def.name);
+    for (const alias of def.aliases ?? []) if (this.byAlias.get(alias) === def) this.byAlias.delete(alias);
+    return true;
+  }
+
   /** The tool with this name or alias, or undefined. */
   resolve(name: string): ToolDefinition | undefined {
     return this.byName.get(name) ?? this.byAlias.get(name);

@@ -9,6 +9,9 @@ import { DirectSlotPool } from "./support/direct-slot-pool.js";
 import { RecordingPool } from "./support/recording-pool.js";
 import { startSandboxes, type Sandboxes } from "./support/sandboxes.js";
 import { testTools } from "./support/echo-tools.js";
+import { z } from "zod";
+import { defineTool } from "../../src/tools/definition.js";
+import { ToolRegistry } from "../../src/tools/registry.js";
 
 /** Executor behaviour against real sandbox servers (through a minimal pool double). */
 
@@ -301,9 +304,38 @@ describe("ToolExecutor wire arguments", () => {
       ["bash_stateful", 1],
       ["tmux", 20],
     ]);
-    expect(rec.sent[0]!.args).toEqual({ command: "a", timeout: 600, allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
-    for (const c of rec.sent) expect(c.args).toMatchObject({ allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
+    // Each tool gets the isolation arguments its tool-table entry honours, from the config (never the model's).
+    expect(rec.sent[0]!.args).toEqual({ command: "a", timeout: 600, allow_network: false, require_sandbox: true });
+    expect(rec.sent[1]!.args).toEqual({ command: "b", allow_network: false, require_sandbox: true });
+    for (const c of rec.sent.slice(2)) expect(c.args).toMatchObject({ allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
     expect(rec.acquired).toBe(1);
+    await ex.close();
+  });
+
+  it("routes by the tool's definition: an env tool's slotCommand goes out as bash with bash's policy; one that throws fails alone; an in-process tool is refused", async () => {
+    const rec = new RecordingPool();
+    const tools = ToolRegistry.withBuiltins([
+      defineTool({ name: "count", description: "", kind: "sandbox", parameters: z.object({ path: z.string() }), slotCommand: ({ path }) => `wc -l < ${path}` }),
+      defineTool({ name: "broken", description: "", kind: "sandbox", parameters: z.object({}), slotCommand: () => { throw new Error("no command today"); } }),
+      defineTool({ name: "submit", description: "", kind: "in-process", parameters: z.object({}), run: () => "never here" }),
+    ]);
+    const ex = new ToolExecutor({ pool: rec, tools, config: { batchWindowMs: 5, allowNetwork: false, requireSandbox: true, defaultTimeoutS: 30 } });
+    await ex.start();
+    const [counted, broken, read] = await Promise.all([
+      ex.execute("r", { name: "count", arguments: { path: "a.txt", allow_network: true } }),
+      ex.execute("r", { name: "broken", arguments: {} }),
+      ex.execute("r", { name: "read_file", arguments: { path: "a.txt" } }),
+    ]);
+    const submit = await ex.execute("r", { name: "submit", arguments: {} });
+    expect(counted.success).toBe(true);
+    expect(broken).toMatchObject({ success: false, error: "tool 'broken' could not build its command: no command today" });
+    expect(read.success).toBe(true);
+    expect(submit).toMatchObject({ success: false, error: expect.stringMatching(/tool 'submit' runs in the env's own process/) });
+    expect(rec.sent).toEqual([
+      { tool: "bash", args: { command: "wc -l < a.txt", timeout: 30, allow_network: false, require_sandbox: true }, execution_id: null, timeout: 30 },
+      // read_file honours no isolation argument: none is sent.
+      { tool: "read_file", args: { path: "a.txt" }, execution_id: null, timeout: 30 },
+    ]);
     await ex.close();
   });
 

@@ -2,17 +2,8 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
-import type { z } from "zod";
-import {
-  ExecuteRequestSchema,
-  SandboxToolArgs,
-  type ExecuteResponse,
-  type ReadFileArgs,
-  type ResetResponse,
-  type WriteFileArgs,
-  type IsolationSummary,
-  type SandboxToolName,
-} from "../../protocol/sandbox.js";
+import { ExecuteRequestSchema, type ExecuteResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
+import { TOOL_TABLE, builtinTool, type BuiltinToolName, type ReadFileArgs, type WriteFileArgs } from "../../protocol/tool-table.js";
 import { blockedForOthers, octal } from "../../host/reachable.js";
 import { HttpError, fieldName } from "../../http/errors.js";
 import { ResetFailedError, SandboxSetupError } from "../core/errors.js";
@@ -46,8 +37,8 @@ import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProb
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
 
-/** Hermes names accepted as aliases. */
-const TOOL_ALIASES: Record<string, SandboxToolName> = { terminal: "bash", terminal_stateful: "bash_stateful" };
+/** What an unknown tool's 400 lists: every name and alias of the tool table. */
+const KNOWN_TOOLS = TOOL_TABLE.map((t) => [t.name, ...t.aliases].join("/")).join(", ");
 
 export interface SandboxServiceOptions {
   slots: number;
@@ -93,7 +84,8 @@ export type { OnChunk, ToolOutcome };
 /** A validated call, ready to run on its slot. */
 export interface ParsedCall {
   slot: Slot;
-  tool: SandboxToolName;
+  /** Canonical (the table's name, aliases resolved). */
+  tool: BuiltinToolName;
   args: Record<string, unknown>;
   executionId: string | null;
   timeoutS: number | undefined;
@@ -274,12 +266,13 @@ export class SandboxService implements SlotHost {
       throw new HttpError(400, `invalid request: ${issue.message}`, fieldName(issue.path, prefix));
     }
     const req = env.data;
-    const tool = (TOOL_ALIASES[req.tool] ?? req.tool) as SandboxToolName;
-    const schema = (SandboxToolArgs as Record<string, z.ZodType | undefined>)[tool];
-    if (!schema) {
-      throw new HttpError(400, `unknown tool '${req.tool}': expected one of ${Object.keys(SandboxToolArgs).join(", ")}, terminal, terminal_stateful`, fieldName(["tool"], prefix));
+    // Old clients may still send an alias; the executor sends the canonical name.
+    const entry = builtinTool(req.tool);
+    if (!entry) {
+      throw new HttpError(400, `unknown tool '${req.tool}': expected one of ${KNOWN_TOOLS}`, fieldName(["tool"], prefix));
     }
-    const args = schema.safeParse(req.args);
+    const tool = entry.name;
+    const args = entry.args.safeParse(req.args);
     if (!args.success) {
       const issue = args.error.issues[0]!;
       throw new HttpError(400, `invalid args for ${tool}: ${issue.message}`, fieldName(["args", ...issue.path], prefix));
@@ -338,6 +331,7 @@ export class SandboxService implements SlotHost {
     return isolationSummary({ limits: this.limitsInForce, bwrap: this.bwrap, memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses, internet: this.internetAccess !== undefined, internetReason: this.internetReason });
   }
 
+  /** One case per tool of the table (BuiltinToolName): a table tool without a case does not compile. */
   private async dispatch(call: ParsedCall, onChunk?: OnChunk): Promise<ToolOutcome> {
     switch (call.tool) {
       case "bash":
