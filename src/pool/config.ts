@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { SlotPoolError } from "./errors.js";
+import { PoolError } from "./errors.js";
 import { configProblems } from "../protocol/errors.js";
 
 /**
@@ -94,7 +94,7 @@ export type PoolSettings = z.output<typeof PoolSettingsSchema>;
 export type PoolSettingsInput = z.input<typeof PoolSettingsSchema>;
 export type SlotPoolConfigInput = z.input<typeof SlotPoolConfigSchema>;
 
-export class SlotPoolConfigError extends SlotPoolError {
+export class SlotPoolConfigError extends PoolError {
   override name = "SlotPoolConfigError";
 }
 
