@@ -241,9 +241,6 @@ static int do_seal(char **a) {
   char path[96];
   int src = (int)syscall(SYS_open_tree, AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
   if (src < 0) return fail("open_tree", source);
-  /* A second clone: put on top if the first, mounted beneath, cannot replace the old mount. */
-  int src2 = (int)syscall(SYS_open_tree, AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-  if (src2 < 0) return close(src), fail("open_tree", source);
   snprintf(path, sizeof path, "/proc/%d/ns/mnt", pid);
   int mntns = open(path, O_RDONLY | O_CLOEXEC);
   /* The user namespace that owns the mount namespace (bubblewrap may nest a second one
@@ -253,7 +250,7 @@ static int do_seal(char **a) {
   int old = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (userns < 0 || mntns < 0 || old < 0) {
     int e = errno;
-    close(src), close(src2), close(userns), close(mntns), close(old);
+    close(src), close(userns), close(mntns), close(old);
     errno = e;
     return fail("the terminal's namespace is gone:", path);
   }
@@ -276,14 +273,10 @@ static int do_seal(char **a) {
     attr.attr_set = MOUNT_ATTR_RDONLY;
     if (syscall(SYS_mount_setattr, old, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) goto bad;
     step = "mounting the new workspace over the old one";
-    /* Beneath the old mount, then the old one detached (processes inside it keep it, read-
-     * only): the namespace's mount stack stays one deep however often the slot forks. */
-    if (syscall(SYS_move_mount, src, "", old, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH | MOVE_MOUNT_BENEATH) == 0) {
-      if (fchdir(old) == 0 && umount2(".", MNT_DETACH) == 0) _exit(0);
-      /* The old one cannot go (locked): the new one goes on top of it as well. */
-      if (syscall(SYS_move_mount, src2, "", old, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) == 0) _exit(0);
-      goto bad;
-    }
+    /* On top, the old one kept beneath (not detached): a process whose working directory is
+     * on it (the spawner of a command namespace, a background job) can still name it
+     * (getcwd); the stack grows by one per fork until the namespace ends at the slot's reset,
+     * and no new namespace copies it (they copy the server's). */
     if (syscall(SYS_move_mount, src, "", old, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) {
       int e = errno;
       memset(&attr, 0, sizeof attr);
@@ -309,7 +302,7 @@ static int do_seal(char **a) {
     snprintf(last_error, sizeof last_error, "%s", got > 0 ? buf : "sealing the terminal's workspace failed");
     rc = 1;
   }
-  close(pipefd[0]), close(src), close(src2), close(userns), close(mntns), close(old);
+  close(pipefd[0]), close(src), close(userns), close(mntns), close(old);
   return rc;
 }
 
