@@ -37,6 +37,12 @@ export class ForkMounter {
     readonly binary: string,
     private readonly handleDir: string,
   ) {
+    // SLOTPOOL_FORK_LAYERS=mounts: the older kernels' way, on any kernel (to test it).
+    if (process.env["SLOTPOOL_FORK_LAYERS"] === "mounts") {
+      this.detached = false;
+      this.attachedBecause = "SLOTPOOL_FORK_LAYERS=mounts";
+      return;
+    }
     const probe = spawnSync(binary, ["serve"], { input: `probe\t${join(handleDir, `probe-${randomBytes(4).toString("hex")}`)}\n`, encoding: "utf8", timeout: 10_000 });
     const answer = (probe.stdout ?? "").trim();
     this.detached = answer === "ok";
