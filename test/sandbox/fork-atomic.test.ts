@@ -16,7 +16,7 @@ const TREE_SUM =
 describe("a fork that fails for one child", () => {
   let s: TestServer;
   beforeAll(async () => {
-    s = await startServer({ slots: 4, extraArgs: ["--slot-uid-base", String(UID_BASE)], env: { SLOTPOOL_TEST_FORK_FAIL: "slot_3" } });
+    s = await startServer({ slots: 5, extraArgs: ["--slot-uid-base", String(UID_BASE)], env: { SLOTPOOL_TEST_FORK_FAIL: "slot_3" } });
   }, 120_000);
   afterAll(async () => {
     await s?.stop();
@@ -34,15 +34,17 @@ describe("a fork that fails for one child", () => {
     expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_2"] })).status).toBe(200);
     await exec(0, "echo later > later && rm a/b/f3 && cd a && export PVAR=p", "bash_stateful");
     // slot_1: used, with a running background job; slot_2: a fork view of its own, changed;
-    // slot_3: used (the one whose preparation fails).
+    // slot_3: used (the one whose preparation fails); slot_4: fresh from a reset (no call since).
     await exec(1, "echo mine > c1 && mkdir d1");
     await exec(1, "sleep 300 & echo $! > /tmp/job.pid", "bash_stateful");
     await exec(2, "echo two >> a/b/f4 && rm a/b/f5");
     await exec(3, "echo three > c3");
     const sums = await Promise.all([0, 1, 2, 3].map((i) => exec(i, TREE_SUM)));
     expect(new Set(sums).size).toBe(4);
+    await s.post("/reset", { slot_id: "slot_4" });
+    await new Promise((res) => setTimeout(res, 300));
 
-    const r = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2", "slot_3"] });
+    const r = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2", "slot_4", "slot_3"] });
     expect(r.status, r.text).toBeGreaterThanOrEqual(500);
     expect(r.json.error).toMatch(/failed before any child changed.*slot_3.*injected.*as they were/);
 
@@ -54,11 +56,13 @@ describe("a fork that fails for one child", () => {
     await exec(0, "echo p2 > /workspace/p2");
     expect(await exec(2, "ls p2 later 2>/dev/null || echo none")).toBe("none");
 
-    // Without the failing child the same fork goes through.
+    // Without the failing child the same fork goes through; slot_4 is still fresh (no reset needed).
     const before = await exec(0, TREE_SUM);
-    const ok = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2"] });
+    const logged = s.logs.length;
+    const ok = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2", "slot_4"] });
     expect(ok.status, ok.text).toBe(200);
-    for (const c of [1, 2]) expect(await exec(c, TREE_SUM)).toBe(before);
+    expect(s.logs.slice(logged).filter((l) => l.includes("fresh from a reset") && l.includes("slot_4")).length).toBe(1);
+    for (const c of [1, 2, 4]) expect(await exec(c, TREE_SUM)).toBe(before);
     expect(await exec(3, TREE_SUM)).toBe(sums[3]);
   }, 120_000);
 });
