@@ -116,12 +116,24 @@ export class ForkMounter {
   }
 
   /**
-   * overlayfs at `target` in place of the overlay on top there (mounted beneath it, the old
-   * one detached). Resolves to whether it had to be stacked on top instead (a kernel without
-   * MOVE_MOUNT_BENEATH): then the old one stays mounted beneath until the slot's release.
+   * overlayfs held detached by the lane's helper (attached later by `attach`, or `closeMount`).
+   * Resolves to its name for a `seal` of the same lane.
    */
-  async overlaySwap(lane: number, target: string, upper: string, work: string, lowers: readonly string[]): Promise<boolean> {
-    return (await this.call(lane, ["overlay-swap", target, upper, work, ...lowers])) === "stacked";
+  async overlayDetached(lane: number, upper: string, work: string, lowers: readonly string[]): Promise<string> {
+    return `/proc/self/fd/${await this.call(lane, ["overlay-detached", upper, work, ...lowers])}`;
+  }
+
+  /**
+   * The lane's detached overlay `mount` in place of the overlay on top of `target` (mounted
+   * beneath it, the old one detached). Resolves to whether it had to be stacked on top instead
+   * (a kernel without MOVE_MOUNT_BENEATH): then the old one stays beneath until the slot's release.
+   */
+  async attach(lane: number, mount: string, target: string): Promise<boolean> {
+    return (await this.call(lane, ["attach", fdOf(mount), target])) === "stacked";
+  }
+
+  async closeMount(lane: number, mount: string): Promise<void> {
+    await this.call(lane, ["close", fdOf(mount)]);
   }
 
   /**
@@ -182,6 +194,10 @@ export class ForkMounter {
     const msg = answer.replace(/^err /, "");
     throw msg.startsWith("busy: ") ? new ForkBusyError(msg.slice(6)) : new Error(`fork-mount ${args[0]}: ${msg}`);
   }
+}
+
+function fdOf(selfPath: string): string {
+  return selfPath.replace(/^\/proc\/self\/fd\//, "");
 }
 
 function rmdirQuiet(path: string): void {

@@ -225,34 +225,38 @@ export class SlotForks {
     const pid = h.terminalPid(parent);
     const commandPids = await h.commandNamespacePids(parent);
     renameSync(upper, layer.src);
-    let swapped = false;
     try {
       layer.dir = await m.handle(layer.src);
       next.lowers = [layer.dir, ...(prev?.lowers ?? [])];
       mkdirSync(next.upper, { mode: 0o700 });
       mkdirSync(next.work, { mode: 0o700 });
       chownSync(next.upper, owner.uid, owner.gid);
-      // A second fork replaces the first one's view (the mount stack stays one deep).
       if (prev) {
-        const stacked = await m.overlaySwap(parent.index, parent.workspaceDir, next.upper, next.work, [...next.lowers, ...templateLower]);
-        if (stacked) next.stacked = prev.stacked + 1;
-        swapped = !stacked;
-      } else await m.overlay(parent.index, parent.workspaceDir, next.upper, next.work, [...next.lowers, ...templateLower]);
-      try {
-        if (pid !== undefined) await this.seal(pid, parent);
-      } catch (err) {
-        await m.umount(parent.index, parent.workspaceDir);
-        throw err;
+        // A later fork replaces the previous fork's view (the server's mount stack stays one
+        // deep). The new view is held detached until the terminal is sealed: a refusal then
+        // leaves the old view where it was.
+        const view = await m.overlayDetached(parent.index, next.upper, next.work, [...next.lowers, ...templateLower]);
+        try {
+          if (pid !== undefined) await this.seal(pid, parent, view);
+        } catch (err) {
+          await m.closeMount(parent.index, view);
+          throw err;
+        }
+        if (await m.attach(parent.index, view, parent.workspaceDir)) next.stacked = prev.stacked + 1;
+      } else {
+        await m.overlay(parent.index, parent.workspaceDir, next.upper, next.work, [...next.lowers, ...templateLower]);
+        try {
+          if (pid !== undefined) await this.seal(pid, parent, parent.workspaceDir);
+        } catch (err) {
+          await m.umount(parent.index, parent.workspaceDir);
+          throw err;
+        }
       }
     } catch (err) {
       rmSync(next.upper, { recursive: true, force: true });
       rmSync(next.work, { recursive: true, force: true });
       if (layer.dir) await m.dropHandle(layer.dir).catch(() => undefined);
       renameSync(layer.src, upper);
-      // The old view was detached by the swap: a view of the same dirs again (after the rename back).
-      if (swapped && prev) {
-        await m.overlay(parent.index, parent.workspaceDir, prev.upper, prev.work, [...prev.lowers, ...templateLower]);
-      }
       throw err;
     }
     // The command namespaces get the new mount the same way (nothing holds files there between
@@ -282,10 +286,10 @@ export class SlotForks {
   }
 
   /** Seals the terminal's old mount (retried while a file of it is open for writing, a background job's log). */
-  private async seal(pid: number, parent: Slot): Promise<void> {
+  private async seal(pid: number, parent: Slot, source: string): Promise<void> {
     for (let i = 1; ; i++) {
       try {
-        await this.mounter!.seal(parent.index, pid, parent.workspaceDir);
+        await this.mounter!.seal(parent.index, pid, source);
         return;
       } catch (err) {
         if (!(err instanceof ForkBusyError)) throw err;

@@ -190,6 +190,9 @@ describe("POST /fork", () => {
   it.skipIf(!serversMayMount)("a parent whose terminal holds a workspace file open for writing is refused with 409, unchanged", async () => {
     await s.post("/reset", { slot_id: "slot_0" });
     await s.post("/reset", { slot_id: "slot_5" });
+    // Forked once already: the refused fork would replace that view (and must not).
+    await ok(s, 0, "echo base > base");
+    expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_5"] })).status).toBe(200);
     await ok(s, 5, "echo mine > child-file");
     await stateful(s, 0, "exec 7>/workspace/held.log; echo held >&7");
     const before = [await ok(s, 0, TREE_SUM), await ok(s, 5, TREE_SUM)];
@@ -200,7 +203,10 @@ describe("POST /fork", () => {
     expect(await stateful(s, 0, "echo more >&7; exec 7>&-; cat /workspace/held.log")).toBe("held\nmore");
     // Closed: the fork goes through.
     expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_5"] })).status).toBe(200);
-    expect(await ok(s, 5, "cat held.log; ls child-file 2>/dev/null || echo dropped")).toBe("held\nmore\ndropped");
+    expect(await ok(s, 5, "cat held.log base; ls child-file 2>/dev/null || echo dropped")).toBe("held\nmore\nbase\ndropped");
+    // The parent's own view still takes its writes (the server's and the terminal's alike).
+    await stateful(s, 0, "echo t >> /workspace/held.log");
+    expect(await ok(s, 0, "cat held.log")).toBe("held\nmore\nt");
   });
 });
 

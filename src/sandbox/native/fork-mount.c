@@ -13,11 +13,16 @@
  *     given one by one (fsconfig "lowerdir+": no length limit, no escaping of ':' or ',').
  *     userxattr inside a user namespace (a non-root server's own). A lower may be a layer
  *     handle of `keep` (/proc/<pid>/fd/<n>: overlayfs takes its own private clone of it).
- *   overlay-swap <target> <upper> <work> <lower>...
- *     The same, but replacing the overlay on top of <target> (a fork view the slot had):
+ *   overlay-detached <upper> <work> <lower>...
+ *     The same overlayfs, not attached anywhere: held as a descriptor of this helper,
+ *     answered "ok <fd>" (a `seal` of this helper may name it /proc/self/fd/<fd>).
+ *   attach <fd> <target>
+ *     That overlay in place of the one on top of <target> (a fork view the slot had):
  *     mounted beneath it (MOVE_MOUNT_BENEATH, Linux 6.5), then the old one detached, so the
  *     stack at <target> does not grow fork after fork. Answers "ok stacked" where the kernel
  *     cannot mount beneath (then it is put on top, as `overlay` does).
+ *   close <fd>
+ *     Drops an overlay of `overlay-detached` that is not to be attached.
  *   keep <src>
  *     A read-only detached clone of <src> (open_tree), held as a file descriptor of this
  *     process and never attached to any mount table: a layer's handle, which keeps the layer
@@ -205,34 +210,65 @@ static int in_user_namespace(void) {
   return known;
 }
 
-static int do_overlay(char **a, int n, int swap) {
-  const char *target = a[0], *upper = a[1], *work = a[2];
+/* overlayfs of a[0] upper, a[1] work, a[2..n) lowers as a detached mount; its fd, or -1. */
+static int make_overlay(char **a, int n) {
+  const char *upper = a[0], *work = a[1];
   int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
-  if (fs < 0) return fail("fsopen", "overlay");
+  if (fs < 0) return fail("fsopen", "overlay"), -1;
   int rc = 0;
-  for (int i = 3; i < n && rc == 0; i++)
+  for (int i = 2; i < n && rc == 0; i++)
     if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir+", a[i], 0) < 0) rc = fail("overlay lower layer", a[i]);
   if (rc == 0 && syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "upperdir", upper, 0) < 0) rc = fail("overlay upperdir", upper);
   if (rc == 0 && syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "workdir", work, 0) < 0) rc = fail("overlay workdir", work);
   if (rc == 0 && in_user_namespace() && syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0) < 0) rc = fail("overlay userxattr", NULL);
-  if (rc == 0 && syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) rc = fail("creating overlayfs for", target);
+  if (rc == 0 && syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) rc = fail("creating overlayfs with upper", upper);
   int m = -1;
-  if (rc == 0 && (m = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0) rc = fail("fsmount", target);
-  if (rc == 0 && swap) {
-    if (syscall(SYS_move_mount, m, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_BENEATH) == 0) {
-      /* The new view is in place beneath the old one: detach the old (lazily: a process of
-       * the server's namespace inside it keeps it). Failing that, the new one is revealed
-       * only at release; say so, the caller then counts two mounts. */
-      if (umount2(target, MNT_DETACH) < 0) rc = fail("detaching the old view at", target);
-    } else {
-      snprintf(answer_extra, sizeof answer_extra, "stacked");
-      swap = 0;
-    }
-  }
-  if (rc == 0 && !swap && syscall(SYS_move_mount, m, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) rc = fail("mounting overlayfs at", target);
-  if (m >= 0) close(m);
+  if (rc == 0 && (m = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0) fail("fsmount", upper);
   close(fs);
+  return m;
+}
+
+static int do_overlay(char **a, int n) {
+  int m = make_overlay(a + 1, n - 1);
+  if (m < 0) return 1;
+  int rc = 0;
+  if (syscall(SYS_move_mount, m, "", AT_FDCWD, a[0], MOVE_MOUNT_F_EMPTY_PATH) < 0) rc = fail("mounting overlayfs at", a[0]);
+  close(m);
   return rc;
+}
+
+static int do_overlay_detached(char **a, int n) {
+  int m = make_overlay(a, n);
+  if (m < 0) return 1;
+  snprintf(answer_extra, sizeof answer_extra, "%d", m);
+  return 0;
+}
+
+/* attach <fd> <target>: the detached mount <fd> in place of the mount on top of <target>. */
+static int do_attach(char **a) {
+  int m = atoi(a[0]);
+  const char *target = a[1];
+  int rc = 0;
+  if (m < 3) {
+    errno = EBADF;
+    return fail("attach: not a mount of this helper:", a[0]);
+  }
+  if (syscall(SYS_move_mount, m, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_BENEATH) == 0) {
+    /* In place beneath the old one: detach the old (lazily: a process of the server's
+     * namespace inside it keeps it). */
+    if (umount2(target, MNT_DETACH) < 0) rc = fail("detaching the old view at", target);
+  } else {
+    snprintf(answer_extra, sizeof answer_extra, "stacked");
+    if (syscall(SYS_move_mount, m, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) rc = fail("mounting overlayfs at", target);
+  }
+  close(m);
+  return rc;
+}
+
+static int do_close(char **a) {
+  int m = atoi(a[0]);
+  if (m >= 3) close(m);
+  return 0;
 }
 
 static int do_seal(char **a) {
@@ -412,8 +448,10 @@ int main(int argc, char **argv) {
     int rc;
     last_error[0] = answer_extra[0] = 0;
     if (count == 7 && strcmp(args[0], "idmap") == 0) rc = do_idmap(args + 1);
-    else if (count >= 5 && strcmp(args[0], "overlay") == 0) rc = do_overlay(args + 1, count - 1, 0);
-    else if (count >= 5 && strcmp(args[0], "overlay-swap") == 0) rc = do_overlay(args + 1, count - 1, 1);
+    else if (count >= 5 && strcmp(args[0], "overlay") == 0) rc = do_overlay(args + 1, count - 1);
+    else if (count >= 4 && strcmp(args[0], "overlay-detached") == 0) rc = do_overlay_detached(args + 1, count - 1);
+    else if (count == 3 && strcmp(args[0], "attach") == 0) rc = do_attach(args + 1);
+    else if (count == 2 && strcmp(args[0], "close") == 0) rc = do_close(args + 1);
     else if (count == 2 && strcmp(args[0], "keep") == 0) rc = do_keep(args + 1);
     else if (count == 6 && strcmp(args[0], "keep-idmap") == 0) rc = do_keep_idmap(args + 1);
     else if (count == 2 && strcmp(args[0], "drop") == 0) rc = do_drop(args + 1);
