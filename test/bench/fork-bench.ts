@@ -18,9 +18,9 @@
  * 50,000-file / 5,000-file p50 ≤ 1.5x, over the whole run (the p50 of each quarter of the
  * rounds is printed: a cost that grows with the run shows there). Each fork leaves one more
  * layer under the parent (a fork turns its writes into a layer), as repeated forks of a live
- * slot do; after `--chain` forks the parent is reset and gets its tree back by a fork from
- * a reservoir slot that wrote it (as a group's root is reset after its group: chains end),
- * untimed. Figures depend on the machine's load.
+ * slot do; after `--chain` forks the parent is reset and writes its tree again (as a
+ * group's root is reset after its group: chains end), untimed, so every quarter of the run
+ * sees the same chain depths (1 to `--chain`). Figures depend on the machine's load.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -58,7 +58,7 @@ function writeTree(files: number): string {
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "slotpool-fbench-"));
   const logs: string[] = [];
-  const slots = CHILDREN + 2 * SIZES.length;
+  const slots = CHILDREN + SIZES.length;
   const proc = await startSandboxProcess({
     slots,
     dataDir,
@@ -77,11 +77,9 @@ async function main(): Promise<void> {
     if (!r.success) throw new Error(`slot_${slot}: ${command.slice(0, 80)}: ${r.error} ${r.output}`);
     return r.output as string;
   };
-  // Parents: one slot per size; children: the next CHILDREN slots, shared (each fork resets
-  // them); reservoirs: the last slots, one per size, holding the tree the parents restart from.
+  // Parents: one slot per size; children: the next CHILDREN slots, shared (each fork resets them).
   const parents = SIZES.map((_, i) => i);
   const children = Array.from({ length: CHILDREN }, (_, i) => `slot_${SIZES.length + i}`);
-  const reservoirs = SIZES.map((_, i) => SIZES.length + CHILDREN + i);
   const results: Array<{ files: number; p50: number; p99: number; freshP50: number; freshP99: number; copyMs: number; tplP50?: number }> = [];
   try {
     console.log(`uid ${process.getuid?.()}; fork into ${CHILDREN} children, ${ROUNDS} rounds per size, sizes interleaved round by round`);
@@ -90,13 +88,12 @@ async function main(): Promise<void> {
     let mode = "";
     const restart = async (k: number): Promise<void> => {
       await post("/reset", { slot_id: `slot_${parents[k]}` });
-      await post("/fork", { slot_id: `slot_${reservoirs[k]}`, into: [`slot_${parents[k]}`] });
+      await bash(parents[k]!, writeTree(SIZES[k]!));
     };
     for (const [k, files] of SIZES.entries()) {
       const t0 = performance.now();
-      const count = (await bash(reservoirs[k]!, writeTree(files))).trim();
-      console.log(`slot_${reservoirs[k]}: ${count} files written in the slot in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-      await restart(k);
+      const count = (await bash(parents[k]!, writeTree(files))).trim();
+      console.log(`slot_${parents[k]}: ${count} files written in the slot in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     }
     for (let r = 0; r < ROUNDS; r++) {
       for (const [k] of SIZES.entries()) {
