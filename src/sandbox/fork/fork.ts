@@ -23,18 +23,22 @@ const run = promisify(execFile);
  * "overlay" mode (the slot's disk is a tmpfs of its own and the server may mount):
  * - the parent's upper dir (what it wrote: the plain workspace dir on its disk, or the
  *   upper of its template or fork view) is renamed into a *layer* on the parent's disk,
- *   which gets a read-only mount of its own (alive after the parent's reset);
+ *   which gets a read-only handle of its own (alive after the parent's reset): a detached
+ *   mount in no mount table where the kernel allows (ForkMounter), since every new slot
+ *   namespace copies the server's mount table;
  * - the parent gets a fresh upper over [layer, its older layers, its template], mounted over
- *   its workspace in the server's namespace and in each of its live namespaces (terminal and
+ *   its workspace in the server's namespace (in place of its previous fork view, if any) and
+ *   in each of its live namespaces (terminal and
  *   command namespaces), where the old mount is first made read-only (the kernel refuses
  *   while a process holds a file of it open for writing: retried a few times, then 409 and
  *   nothing changed). From then on nothing writes to the layer: a process whose working
  *   directory is on the old mount reads the state at the fork and gets EROFS writing there;
  *   the terminal's shell and each namespace's next command enter /workspace again;
- * - each child is reset (processes killed, a fresh disk, the parent's template view) unless
- *   fresh from a reset, and gets a fresh upper on its own disk over [the parent's layers,
- *   its template view]; as root each layer is seen through an id-mapped read-only clone
- *   (files of the slot that wrote it appear as the child's own);
+ * - every child is prepared first (its handles of the layers: as root id-mapped ones, files
+ *   of the slot that wrote a layer appearing as the child's own); a failure there changes no
+ *   child. Then each child is reset (processes killed, a fresh disk, the parent's template
+ *   view) unless fresh from a reset, and gets a fresh upper on its own disk over [the
+ *   parent's layers, its template view];
  * - a layer is deleted when no view uses it any more; until then it counts against the disk
  *   bound of the slot that wrote it, also after that slot's reset.
  * "copy" mode (no per-slot disk, or no mounts): the parent's workspace is copied (O(files),
