@@ -9,7 +9,7 @@ import { HttpError } from "../../http/errors.js";
 import { SlotpoolError } from "../../protocol/errors.js";
 import type { ForkResponse } from "../../protocol/sandbox.js";
 import { ForkBusyError, ForkMounter, type Ids } from "./fork-mount.js";
-import type { SlotDisks } from "../workspace/slot-disk.js";
+import type { NextDisk, SlotDisks } from "../workspace/slot-disk.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
 import type { Slot } from "../core/slot.js";
 import type { TerminalState } from "../tools/stateful.js";
@@ -170,8 +170,10 @@ export class SlotForks {
             throw new ForkPrepareError(c, err);
           }
           prepared[i]!.resolve(true);
-          // Another child failed: this one stays as it was (its handles live with their layers).
+          // Another child failed: this one stays as it was (what was prepared beside is undone;
+          // its handles live with their layers).
           if (await allPrepared) await this.childStep(parent, c, snap, prep);
+          else await this.undo(c, prep);
         }),
       ),
     );
@@ -197,7 +199,7 @@ export class SlotForks {
       if (err instanceof ForkPrepareError) {
         throw new Error(`fork of ${parent.id} failed before any child changed: ${err.message}. The parent and every child are as they were`);
       }
-      throw new Error(`fork of ${parent.id} into ${children[failed]!.id} failed after every child was prepared (that child is left empty, as after a reset): ${err instanceof Error ? err.message : String(err)}`);
+      throw new Error(`fork of ${parent.id} into ${children[failed]!.id} failed after every child was prepared (that child's processes were stopped; it is out of service until a reset): ${err instanceof Error ? err.message : String(err)}`);
     }
     return { success: true, slot_id: parent.id, into: children.map((c) => c.id), mode: snapshot.mode, duration_ms: Math.round((performance.now() - started) * 100) / 100 };
   }
@@ -311,22 +313,65 @@ export class SlotForks {
 
   /**
    * What may fail for a child, done before any child changes: its handles of the layers (as
-   * root, id-mapped clones for its uid). Nothing to undo: handles live with their layer.
+   * root, id-mapped clones for its uid) and, where the disk helper can (no template in the
+   * snapshot), its whole new workspace beside the old one: a used child's fresh disk at a
+   * path of its own, the view's upper and work on it, the view mounted detached. `undo`
+   * drops what was prepared; `childStep` switches to it.
    */
   private async prepare(child: Slot, snap: Snapshot): Promise<Prepared> {
-    // Tests only: a failure injected into this step (test/sandbox/fork-atomic.test.ts).
-    const injected = process.env.SLOTPOOL_TEST_FORK_FAIL;
-    if (injected && injected.split(",").includes(child.id)) throw new Error(`a failure injected for ${child.id} (SLOTPOOL_TEST_FORK_FAIL)`);
-    if (snap.mode !== "overlay") return { lowers: [] };
+    failpoint(child, "");
+    if (snap.mode !== "overlay") return { lowers: [], fresh: false };
+    const h = this.host;
     const owner = child.owner ?? me();
-    return { lowers: await Promise.all(snap.layers.map((l) => this.lowerFor(l, owner))) };
+    const prep: Prepared = {
+      lowers: await Promise.all(snap.layers.map((l) => this.lowerFor(l, owner))),
+      fresh: child.pristine && !this.views.has(child.index) && h.templates.views.templateOf(child) === undefined,
+    };
+    if (snap.template !== undefined || (!prep.fresh && !h.disks.preparesBeside)) return prep;
+    try {
+      if (!prep.fresh) prep.disk = await h.disks.prepareNext(child);
+      failpoint(child, "disk");
+      const dir = prep.disk?.views ?? h.disks.viewsDir(child)!;
+      const tag = randomBytes(4).toString("hex");
+      const upper = join(dir, `upper-${tag}`);
+      const work = join(dir, `work-${tag}`);
+      prep.view = { mount: "", upper, work };
+      mkdirSync(upper, { mode: 0o700 });
+      mkdirSync(work, { mode: 0o700 });
+      chownSync(upper, owner.uid, owner.gid);
+      prep.view.mount = await this.mounter!.overlayDetached(child.index, upper, work, prep.lowers);
+      failpoint(child, "view");
+    } catch (err) {
+      await this.undo(child, prep);
+      throw err;
+    }
+    return prep;
+  }
+
+  /** Drops what `prepare` made beside the child's workspace (the fork failed): the child is as it was. */
+  private async undo(child: Slot, prep: Prepared): Promise<void> {
+    const v = prep.view;
+    prep.view = undefined;
+    if (v?.mount) await this.mounter!.closeMount(child.index, v.mount).catch((err: unknown) => this.host.logger.warn({ err, slot: child.id }, "fork undo: closing a prepared view"));
+    if (v && !prep.disk) {
+      rmSync(v.upper, { recursive: true, force: true });
+      rmSync(v.work, { recursive: true, force: true });
+    }
+    if (prep.disk) {
+      const d = prep.disk;
+      prep.disk = undefined;
+      await this.host.disks.drop(d).catch((err: unknown) => this.host.logger.warn({ err, slot: child.id, disk: d.disk }, "fork undo: dropping a prepared disk"));
+    }
   }
 
   private async childStep(parent: Slot, child: Slot, snap: Snapshot, prep: Prepared): Promise<void> {
     const h = this.host;
-    const fresh = child.pristine && snap.mode === "overlay" && !this.views.has(child.index) && h.templates.views.templateOf(child) === undefined;
     child.pristine = false;
-    if (fresh) {
+    if (prep.view) {
+      await this.switchTo(child, snap, prep, prep.view);
+      return;
+    }
+    if (prep.fresh) {
       await this.attachFresh(child, snap, prep);
       h.seedTerminal(child, snap.terminal);
       return;
@@ -341,6 +386,45 @@ export class SlotForks {
     } else {
       await this.attachChild(child, snap.layers, prep);
     }
+    h.seedTerminal(child, snap.terminal);
+  }
+
+  /**
+   * The switch to a child's prepared workspace, once every child is prepared. A used child's
+   * processes are killed first (the one step that cannot be undone, so none that can fail
+   * comes before it in any child); the rest only detaches and attaches mounts. A failure
+   * here takes the child out of service until a reset (never its old files under a new
+   * name).
+   */
+  private async switchTo(child: Slot, snap: Snapshot, prep: Prepared, view: PreparedView): Promise<void> {
+    const h = this.host;
+    const m = this.mounter!;
+    try {
+      if (prep.disk) {
+        await h.stopSlot(child);
+        await this.release(child);
+        await h.templates.detach(child);
+        await h.disks.swap(child, prep.disk);
+        await m.attachTop(child.index, view.mount, child.workspaceDir);
+      } else {
+        // Fresh: idle command namespaces get the view the way the parent's do.
+        h.logger.debug({ slot: child.id }, "fork: the child is fresh from a reset: no reset");
+        const pids = await h.commandNamespacePids(child);
+        await m.attachTop(child.index, view.mount, child.workspaceDir);
+        try {
+          await Promise.all(pids.map((p, i) => m.seal(child.index + i, p, child.workspaceDir)));
+          h.reanchorCommands(child);
+        } catch (err) {
+          h.logger.warn({ err, slot: child.id }, "fork: restarting the child's command namespaces on its new workspace");
+          await h.stopCommandNamespaces(child);
+        }
+      }
+    } catch (err) {
+      child.outOfService = `a fork into it failed after its processes were stopped (${err instanceof Error ? err.message : String(err)})`;
+      throw err;
+    }
+    for (const l of snap.layers) l.refs++;
+    this.views.set(child.index, { layers: snap.layers, lowers: prep.lowers, upper: view.upper, work: view.work, stacked: 1 });
     h.seedTerminal(child, snap.terminal);
   }
 
@@ -461,6 +545,31 @@ interface Snapshot {
 interface Prepared {
   /** The child's handle of each layer of the snapshot, top first. */
   lowers: string[];
+  /** Fresh from a reset: no reset needed. */
+  fresh: boolean;
+  /** A used child's new disk, beside its current one. */
+  disk?: NextDisk;
+  /** The child's new view, mounted detached. */
+  view?: PreparedView;
+}
+
+interface PreparedView {
+  /** The detached overlay (ForkMounter.overlayDetached, lane = the child's index). */
+  mount: string;
+  upper: string;
+  work: string;
+}
+
+/**
+ * Tests only: a failure injected at a step of a fork for a child (test/sandbox/fork-atomic.test.ts).
+ * SLOTPOOL_TEST_FORK_FAIL lists `slot_3` (start of its preparation), `slot_3@disk` (its new disk
+ * made), `slot_3@view` (its view mounted, detached).
+ */
+function failpoint(child: Slot, step: string): void {
+  const injected = process.env.SLOTPOOL_TEST_FORK_FAIL;
+  if (!injected) return;
+  const name = step ? `${child.id}@${step}` : child.id;
+  if (injected.split(",").includes(name)) throw new Error(`a failure injected for ${name} (SLOTPOOL_TEST_FORK_FAIL)`);
 }
 
 /** A child could not be prepared for the fork: no child was changed (code FORK_PREPARE). */

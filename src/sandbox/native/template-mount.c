@@ -20,6 +20,11 @@
  *     last user), mounts a fresh tmpfs of <bytes> at <disk> holding workspace/, tmp/,
  *     var-tmp/ and shm/ (0700, <uid>:<gid>) and views/ (0700, the server's), and binds
  *     <disk>/workspace onto <workspace>. O(1) in what the slot wrote: nothing is walked.
+ *   (serve only) newdisk <disk> <bytes> <uid> <gid> / swap <old> <next> <workspace> / dropdisk <disk>
+ *     The same in two steps, for a fork (fork.ts): a fresh disk at a path of its own beside
+ *     the slot's current one (nothing of the slot changes); later either the switch (every
+ *     mount at <workspace> and <old> detached, <old> freed in the background, <next>'s
+ *     workspace bound there) or, the fork having failed, the new disk dropped.
  *
  * Why C: util-linux 2.38 (Debian 12) has no X-mount.idmap, and Node has no mount syscalls.
  * One exec of this helper costs ≈ 1-2 ms; a copy of the tree costs O(files).
@@ -229,15 +234,8 @@ static void release_in_background(int fd) {
   if (child > 0) waitpid(child, NULL, 0);
 }
 
-static int do_disk(char **a) {
-  const char *disk = a[0], *workspace = a[1];
-  unsigned long long bytes = strtoull(a[2], NULL, 10);
-  unsigned uid = strtoul(a[3], NULL, 10), gid = strtoul(a[4], NULL, 10);
-  /* A reference on the old disk (if one is mounted), so that detaching it frees nothing here. */
-  int old = open(disk, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  int rc = detach_all(workspace) || detach_all(disk);
-  if (old >= 0) release_in_background(old);
-  if (rc) return 1;
+/* A fresh tmpfs of <bytes> at <disk> with the slot's dirs (nothing bound anywhere yet). */
+static int new_disk(const char *disk, unsigned long long bytes, unsigned uid, unsigned gid) {
   if (mkdir(disk, 0700) < 0 && errno != EEXIST) return fail("mkdir", disk);
   char opts[256];
   snprintf(opts, sizeof opts, "size=%llu,mode=0700,uid=%u,gid=%u", bytes, uid, gid);
@@ -245,10 +243,48 @@ static int do_disk(char **a) {
   static const char *slot_dirs[] = {"workspace", "tmp", "var-tmp", "shm"};
   for (size_t i = 0; i < sizeof slot_dirs / sizeof *slot_dirs; i++)
     if (make_dir(disk, slot_dirs[i], 1, uid, gid)) return 1;
-  if (make_dir(disk, "views", 0, 0, 0)) return 1;
+  return make_dir(disk, "views", 0, 0, 0);
+}
+
+static int bind_workspace(const char *disk, const char *workspace) {
   char ws[4096];
   snprintf(ws, sizeof ws, "%s/workspace", disk);
   if (mount(ws, workspace, NULL, MS_BIND, NULL) < 0) return fail("binding the slot's disk at", workspace);
+  return 0;
+}
+
+static int do_disk(char **a) {
+  const char *disk = a[0], *workspace = a[1];
+  /* A reference on the old disk (if one is mounted), so that detaching it frees nothing here. */
+  int old = open(disk, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int rc = detach_all(workspace) || detach_all(disk);
+  if (old >= 0) release_in_background(old);
+  if (rc) return 1;
+  if (new_disk(disk, strtoull(a[2], NULL, 10), strtoul(a[3], NULL, 10), strtoul(a[4], NULL, 10))) return 1;
+  return bind_workspace(disk, workspace);
+}
+
+/* newdisk <disk> <bytes> <uid> <gid>: a fork's new disk for a slot, beside its current one. */
+static int do_newdisk(char **a) {
+  return new_disk(a[0], strtoull(a[1], NULL, 10), strtoul(a[2], NULL, 10), strtoul(a[3], NULL, 10));
+}
+
+/* swap <old> <next> <workspace>: every mount at <workspace> and the old disk detached (the
+ * old freed in a detached low-priority grandchild), <next>'s workspace bound there. */
+static int do_swap(char **a) {
+  const char *old_disk = a[0], *next = a[1], *workspace = a[2];
+  int old = open(old_disk, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int rc = detach_all(workspace) || detach_all(old_disk);
+  if (old >= 0) release_in_background(old);
+  if (rc) return 1;
+  if (strcmp(old_disk, next) != 0) (void)rmdir(old_disk);
+  return bind_workspace(next, workspace);
+}
+
+/* dropdisk <disk>: undoes a `newdisk` (a fork that failed). */
+static int do_dropdisk(char **a) {
+  if (detach_all(a[0])) return 1;
+  (void)rmdir(a[0]);
   return 0;
 }
 
@@ -273,6 +309,9 @@ static int serve(void) {
     if (count == 10 && strcmp(args[0], "mount") == 0) rc = do_mount(args + 1);
     else if (count == 3 && strcmp(args[0], "umount") == 0) rc = do_umount(args + 1);
     else if (count == 6 && strcmp(args[0], "disk") == 0) rc = do_disk(args + 1);
+    else if (count == 5 && strcmp(args[0], "newdisk") == 0) rc = do_newdisk(args + 1);
+    else if (count == 4 && strcmp(args[0], "swap") == 0) rc = do_swap(args + 1);
+    else if (count == 2 && strcmp(args[0], "dropdisk") == 0) rc = do_dropdisk(args + 1);
     else {
       snprintf(last_error, sizeof last_error, "bad request (%d fields)", count);
       rc = 1;

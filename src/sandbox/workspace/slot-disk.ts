@@ -1,4 +1,5 @@
 import { execFile, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -103,6 +104,35 @@ export class SlotDisks {
     this.remember(slot);
   }
 
+  /** Whether a fork can prepare a slot's next disk beside its current one (`prepareNext`: the helper serves it). */
+  get preparesBeside(): boolean {
+    return this.helper !== null && this.mode === "tmpfs";
+  }
+
+  /**
+   * Fork (fork.ts): a fresh, empty disk for the slot at a path of its own, beside its current
+   * one: nothing of the slot changes until `swap` (its processes dead), or `drop` undoes it.
+   */
+  async prepareNext(slot: Slot): Promise<NextDisk> {
+    const owner = slot.owner ?? { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+    const disk = join(this.stateDir, `disk_${slot.index}.${randomBytes(4).toString("hex")}`);
+    await this.helper!.call(["newdisk", disk, String(this.bytes), String(owner.uid), String(owner.gid)]);
+    return { disk, views: join(disk, "views") };
+  }
+
+  /** Makes `next` the slot's disk (its processes are dead): every mount at its workspace and its old disk detached, the old freed in the background. */
+  async swap(slot: Slot, next: NextDisk): Promise<void> {
+    const m = this.mounted.get(slot.index);
+    if (!m) throw new Error(`${slot.id} has no disk of its own to replace`);
+    await this.helper!.call(["swap", m.disk, next.disk, slot.workspaceDir]);
+    this.remember(slot, next.disk);
+  }
+
+  /** Undoes `prepareNext` (the fork failed). */
+  async drop(next: NextDisk): Promise<void> {
+    await this.helper!.call(["dropdisk", next.disk]);
+  }
+
   /** Whether the slot's workspace lies on its own tmpfs (a reset then renews the mount instead of deleting files). */
   bounded(slot: Slot): boolean {
     return this.mounted.has(slot.index);
@@ -110,11 +140,11 @@ export class SlotDisks {
 
   private diskArgs(slot: Slot): string[] {
     const owner = slot.owner ?? { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
-    return ["disk", join(this.stateDir, `disk_${slot.index}`), slot.workspaceDir, String(this.bytes), String(owner.uid), String(owner.gid)];
+    // Where it is now (a fork's `swap` moves it to a path of its own), renewed in place.
+    return ["disk", this.mounted.get(slot.index)?.disk ?? join(this.stateDir, `disk_${slot.index}`), slot.workspaceDir, String(this.bytes), String(owner.uid), String(owner.gid)];
   }
 
-  private remember(slot: Slot): void {
-    const disk = join(this.stateDir, `disk_${slot.index}`);
+  private remember(slot: Slot, disk = this.mounted.get(slot.index)?.disk ?? join(this.stateDir, `disk_${slot.index}`)): void {
     this.mounted.set(slot.index, { disk, tmp: join(disk, "tmp"), varTmp: join(disk, "var-tmp"), shm: join(disk, "shm"), views: join(disk, "views") });
   }
 
@@ -165,6 +195,13 @@ export function fallbackWritableArgs(bytes: number): string[] {
 }
 
 const execFileAsync = promisify(execFile);
+
+/** A slot's next disk, prepared by a fork beside its current one. */
+export interface NextDisk {
+  disk: string;
+  /** Its dir for the view's upper and work (the server's, never bound into the slot). */
+  views: string;
+}
 
 /** The helper's `disk` request with mount(8) (no C compiler for the helper): $1 disk, $2 workspace, $3 bytes, $4 uid, $5 gid. */
 const MOUNT_DISK = `set -e
