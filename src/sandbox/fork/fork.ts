@@ -160,11 +160,17 @@ export class SlotForks {
     const childSteps = children.map((c, i) =>
       c.enqueue(() =>
         c.withResetting(async () => {
+          // A used child's new disk does not depend on the parent: made while the parent's
+          // step runs (dropped if the fork goes no further or does not use it).
+          const disk = this.mounter && this.host.disks.preparesBeside && !this.isFresh(c) ? settle(this.host.disks.prepareNext(c)) : undefined;
           const snap = await parentDone;
-          if (!snap) return prepared[i]!.resolve(false);
+          if (!snap) {
+            await this.dropEarly(c, disk);
+            return prepared[i]!.resolve(false);
+          }
           let prep: Prepared;
           try {
-            prep = await this.prepare(c, snap);
+            prep = await this.prepare(c, snap, disk);
           } catch (err) {
             prepared[i]!.resolve(false);
             throw new ForkPrepareError(c, err);
@@ -318,18 +324,22 @@ export class SlotForks {
    * path of its own, the view's upper and work on it, the view mounted detached. `undo`
    * drops what was prepared; `childStep` switches to it.
    */
-  private async prepare(child: Slot, snap: Snapshot): Promise<Prepared> {
-    failpoint(child, "");
-    if (snap.mode !== "overlay") return { lowers: [], fresh: false };
+  private async prepare(child: Slot, snap: Snapshot, early: Promise<Settled<NextDisk>> | undefined): Promise<Prepared> {
     const h = this.host;
-    const owner = child.owner ?? me();
-    const prep: Prepared = {
-      lowers: await Promise.all(snap.layers.map((l) => this.lowerFor(l, owner))),
-      fresh: child.pristine && !this.views.has(child.index) && h.templates.views.templateOf(child) === undefined,
-    };
-    if (snap.template !== undefined || (!prep.fresh && !h.disks.preparesBeside)) return prep;
+    const prep: Prepared = { lowers: [], fresh: snap.mode === "overlay" && this.isFresh(child) };
     try {
-      if (!prep.fresh) prep.disk = await h.disks.prepareNext(child);
+      const made = await early;
+      if (made && "error" in made) throw made.error;
+      prep.disk = made?.value;
+      failpoint(child, "");
+      if (snap.mode !== "overlay" || snap.template !== undefined || (!prep.fresh && !prep.disk)) {
+        // The reset-then-attach path (copy mode, a template view): no disk prepared beside.
+        await this.undo(child, prep);
+        if (snap.mode === "overlay") prep.lowers = await Promise.all(snap.layers.map((l) => this.lowerFor(l, child.owner ?? me())));
+        return prep;
+      }
+      const owner = child.owner ?? me();
+      prep.lowers = await Promise.all(snap.layers.map((l) => this.lowerFor(l, owner)));
       failpoint(child, "disk");
       const dir = prep.disk?.views ?? h.disks.viewsDir(child)!;
       const tag = randomBytes(4).toString("hex");
@@ -346,6 +356,16 @@ export class SlotForks {
       throw err;
     }
     return prep;
+  }
+
+  /** Fresh from a reset (empty disk, no terminal, namespaces that ran nothing, no view): needs no reset. */
+  private isFresh(child: Slot): boolean {
+    return child.pristine && !this.views.has(child.index) && this.host.templates.views.templateOf(child) === undefined;
+  }
+
+  private async dropEarly(child: Slot, early: Promise<Settled<NextDisk>> | undefined): Promise<void> {
+    const made = await early;
+    if (made && "value" in made) await this.undo(child, { lowers: [], fresh: false, disk: made.value });
   }
 
   /** Drops what `prepare` made beside the child's workspace (the fork failed): the child is as it was. */
@@ -402,7 +422,8 @@ export class SlotForks {
     try {
       if (prep.disk) {
         await h.stopSlot(child);
-        await this.release(child);
+        // The swap detaches every mount at the workspace at once: views are only forgotten here.
+        await this.release(child, false);
         await h.templates.detach(child);
         await h.disks.swap(child, prep.disk);
         await m.attachTop(child.index, view.mount, child.workspaceDir);
@@ -489,12 +510,12 @@ export class SlotForks {
    * fork view and drops its references to layers (a layer no view uses is deleted). The
    * template view or disk bind beneath is then the reset's as before.
    */
-  async release(slot: Slot): Promise<void> {
+  async release(slot: Slot, unmount = true): Promise<void> {
     const v = this.views.get(slot.index);
     if (!v) return;
     this.views.delete(slot.index);
     const m = this.mounter!;
-    for (let i = 0; i < v.stacked; i++) await m.umount(slot.index, slot.workspaceDir);
+    if (unmount) for (let i = 0; i < v.stacked; i++) await m.umount(slot.index, slot.workspaceDir);
     for (const l of v.layers) this.unref(l);
     // Upper and work lie on the slot's disk, which the reset that follows replaces whole.
   }
@@ -578,6 +599,16 @@ class ForkPrepareError extends SlotpoolError {
   constructor(child: Slot, cause: unknown) {
     super(`preparing ${child.id} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
   }
+}
+
+type Settled<T> = { value: T } | { error: unknown };
+
+/** A promise that never rejects (awaited later, maybe not at all: no unhandled rejection meanwhile). */
+function settle<T>(p: Promise<T>): Promise<Settled<T>> {
+  return p.then(
+    (value) => ({ value }),
+    (error: unknown) => ({ error }),
+  );
 }
 
 function deferred<T>(): { promise: Promise<T>; resolve: (v: T) => void } {
