@@ -154,8 +154,11 @@ export class SlotForks {
     // Two phases for the children: each prepares what may fail without touching the child
     // (the layers as it will read them, its new dirs); only when every child is prepared does
     // any child drop its contents. A failed preparation leaves every child as it was.
-    const prepared = children.map(() => deferred<boolean>());
-    const allPrepared = Promise.all(prepared.map((d) => d.promise)).then((oks) => oks.every(Boolean));
+    const prepared = children.map(() => deferred<Prepared | undefined>());
+    const preps = Promise.all(prepared.map((d) => d.promise));
+    const allPrepared = preps.then((ps) => ps.every(Boolean));
+    // The used children's disks are swapped in one helper request, once all are stopped.
+    const swaps = preps.then((ps) => new DiskSwaps(this.host.disks, ps.filter((p) => p?.view && p.disk).length));
     // Queued on every child now: nothing reaches a child between the check and the fork.
     const childSteps = children.map((c, i) =>
       c.enqueue(() =>
@@ -166,19 +169,19 @@ export class SlotForks {
           const snap = await parentDone;
           if (!snap) {
             await this.dropEarly(c, disk);
-            return prepared[i]!.resolve(false);
+            return prepared[i]!.resolve(undefined);
           }
           let prep: Prepared;
           try {
             prep = await this.prepare(c, snap, disk);
           } catch (err) {
-            prepared[i]!.resolve(false);
+            prepared[i]!.resolve(undefined);
             throw new ForkPrepareError(c, err);
           }
-          prepared[i]!.resolve(true);
+          prepared[i]!.resolve(prep);
           // Another child failed: this one stays as it was (what was prepared beside is undone;
           // its handles live with their layers).
-          if (await allPrepared) await this.childStep(parent, c, snap, prep);
+          if (await allPrepared) await this.childStep(parent, c, snap, prep, await swaps);
           else await this.undo(c, prep);
         }),
       ),
@@ -384,11 +387,11 @@ export class SlotForks {
     }
   }
 
-  private async childStep(parent: Slot, child: Slot, snap: Snapshot, prep: Prepared): Promise<void> {
+  private async childStep(parent: Slot, child: Slot, snap: Snapshot, prep: Prepared, swaps: DiskSwaps): Promise<void> {
     const h = this.host;
     child.pristine = false;
     if (prep.view) {
-      await this.switchTo(child, snap, prep, prep.view);
+      await this.switchTo(child, snap, prep, prep.view, swaps);
       return;
     }
     if (prep.fresh) {
@@ -416,16 +419,21 @@ export class SlotForks {
    * here takes the child out of service until a reset (never its old files under a new
    * name).
    */
-  private async switchTo(child: Slot, snap: Snapshot, prep: Prepared, view: PreparedView): Promise<void> {
+  private async switchTo(child: Slot, snap: Snapshot, prep: Prepared, view: PreparedView, swaps: DiskSwaps): Promise<void> {
     const h = this.host;
     const m = this.mounter!;
     try {
       if (prep.disk) {
-        await h.stopSlot(child);
-        // The swap detaches every mount at the workspace at once: views are only forgotten here.
-        await this.release(child, false);
-        await h.templates.detach(child);
-        await h.disks.swap(child, prep.disk);
+        try {
+          await h.stopSlot(child);
+          // The swap detaches every mount at the workspace at once: views are only forgotten here.
+          await this.release(child, false);
+          await h.templates.detach(child);
+        } catch (err) {
+          swaps.skip();
+          throw err;
+        }
+        await swaps.swap(child, prep.disk);
         await m.attachTop(child.index, view.mount, child.workspaceDir);
       } else {
         // Fresh: idle command namespaces get the view the way the parent's do.
@@ -598,6 +606,36 @@ class ForkPrepareError extends SlotpoolError {
   override name = "ForkPrepareError";
   constructor(child: Slot, cause: unknown) {
     super(`preparing ${child.id} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  }
+}
+
+/** The used children's disk swaps of one fork, sent in one request when every one has arrived (or skipped). */
+class DiskSwaps {
+  private readonly entries: Array<{ slot: Slot; next: NextDisk }> = [];
+  private arrived = 0;
+  private readonly done = deferred<Settled<void>>();
+
+  constructor(
+    private readonly disks: SlotDisks,
+    private readonly expected: number,
+  ) {}
+
+  async swap(slot: Slot, next: NextDisk): Promise<void> {
+    this.entries.push({ slot, next });
+    this.arrive();
+    const r = await this.done.promise;
+    if ("error" in r) throw r.error;
+  }
+
+  /** A child that will not swap (its stop failed): the others do not wait for it. */
+  skip(): void {
+    this.arrive();
+  }
+
+  private arrive(): void {
+    if (++this.arrived < this.expected) return;
+    if (this.entries.length === 0) this.done.resolve({ value: undefined });
+    else void settle(this.disks.swap(this.entries)).then((r) => this.done.resolve(r));
   }
 }
 

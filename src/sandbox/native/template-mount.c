@@ -20,7 +20,7 @@
  *     last user), mounts a fresh tmpfs of <bytes> at <disk> holding workspace/, tmp/,
  *     var-tmp/ and shm/ (0700, <uid>:<gid>) and views/ (0700, the server's), and binds
  *     <disk>/workspace onto <workspace>. O(1) in what the slot wrote: nothing is walked.
- *   (serve only) newdisk <disk> <bytes> <uid> <gid> / swap <old> <next> <workspace> / dropdisk <disk>
+ *   template-mount newdisk <disk> <bytes> <uid> <gid> / swap (<old> <next> <workspace>)... / dropdisk <disk>
  *     The same in two steps, for a fork (fork.ts): a fresh disk at a path of its own beside
  *     the slot's current one (nothing of the slot changes); later either the switch (every
  *     mount at <workspace> and <old> detached, <old> freed in the background, <next>'s
@@ -211,9 +211,13 @@ static int make_dir(const char *base, const char *name, int chown_it, unsigned u
  * answered at once and the freeing happens in the background (the grandchild waits until
  * this process has closed its own copy, so its close is the last).
  */
-static void release_in_background(int fd) {
+static void release_in_background_many(const int *fds, int n) {
   int sync_pipe[2];
-  if (pipe2(sync_pipe, O_CLOEXEC) < 0) { close(fd); return; }
+  if (n == 0) return;
+  if (pipe2(sync_pipe, O_CLOEXEC) < 0) {
+    for (int i = 0; i < n; i++) close(fds[i]);
+    return;
+  }
   pid_t child = fork();
   if (child == 0) {
     if (fork() == 0) {
@@ -223,15 +227,19 @@ static void release_in_background(int fd) {
       close(STDOUT_FILENO);
       (void)!read(sync_pipe[0], &c, 1); /* EOF: the server-side helper closed its copy */
       setpriority(PRIO_PROCESS, 0, 19);   /* the freeing must not slow the slots that run */
-      close(fd);
+      for (int i = 0; i < n; i++) close(fds[i]);
       _exit(0);
     }
     _exit(0);
   }
   close(sync_pipe[0]);
-  close(fd);
+  for (int i = 0; i < n; i++) close(fds[i]);
   close(sync_pipe[1]);
   if (child > 0) waitpid(child, NULL, 0);
+}
+
+static void release_in_background(int fd) {
+  release_in_background_many(&fd, 1);
 }
 
 /* A fresh tmpfs of <bytes> at <disk> with the slot's dirs (nothing bound anywhere yet). */
@@ -269,16 +277,21 @@ static int do_newdisk(char **a) {
   return new_disk(a[0], strtoull(a[1], NULL, 10), strtoul(a[2], NULL, 10), strtoul(a[3], NULL, 10));
 }
 
-/* swap <old> <next> <workspace>: every mount at <workspace> and the old disk detached (the
- * old freed in a detached low-priority grandchild), <next>'s workspace bound there. */
-static int do_swap(char **a) {
-  const char *old_disk = a[0], *next = a[1], *workspace = a[2];
-  int old = open(old_disk, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  int rc = detach_all(workspace) || detach_all(old_disk);
-  if (old >= 0) release_in_background(old);
-  if (rc) return 1;
-  if (strcmp(old_disk, next) != 0) (void)rmdir(old_disk);
-  return bind_workspace(next, workspace);
+/* swap (<old> <next> <workspace>)...: for each slot, every mount at <workspace> and the old
+ * disk detached, <next>'s workspace bound there; the old disks all freed in one detached
+ * low-priority grandchild (one fork for a whole fork's children, not one per child). */
+static int do_swap(char **a, int n) {
+  int fds[64], held = 0, rc = 0;
+  for (int i = 0; i < n; i++) {
+    const char *old_disk = a[3 * i], *next = a[3 * i + 1], *workspace = a[3 * i + 2];
+    int old = open(old_disk, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (old >= 0) fds[held++] = old;
+    if (detach_all(workspace) || detach_all(old_disk)) { rc = 1; continue; }
+    if (strcmp(old_disk, next) != 0) (void)rmdir(old_disk);
+    if (bind_workspace(next, workspace)) rc = 1;
+  }
+  release_in_background_many(fds, held);
+  return rc;
 }
 
 /* dropdisk <disk>: undoes a `newdisk` (a fork that failed). */
@@ -301,16 +314,16 @@ static int serve(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   while ((n = getline(&line, &cap, stdin)) > 0) {
     if (line[n - 1] == '\n') line[n - 1] = 0;
-    char *args[16];
+    char *args[256];
     int count = 0;
-    for (char *tok = strtok(line, "\t"); tok && count < 16; tok = strtok(NULL, "\t")) args[count++] = tok;
+    for (char *tok = strtok(line, "\t"); tok && count < 256; tok = strtok(NULL, "\t")) args[count++] = tok;
     int rc;
     last_error[0] = 0;
     if (count == 10 && strcmp(args[0], "mount") == 0) rc = do_mount(args + 1);
     else if (count == 3 && strcmp(args[0], "umount") == 0) rc = do_umount(args + 1);
     else if (count == 6 && strcmp(args[0], "disk") == 0) rc = do_disk(args + 1);
     else if (count == 5 && strcmp(args[0], "newdisk") == 0) rc = do_newdisk(args + 1);
-    else if (count == 4 && strcmp(args[0], "swap") == 0) rc = do_swap(args + 1);
+    else if (count >= 4 && count <= 1 + 3 * 64 && (count - 1) % 3 == 0 && strcmp(args[0], "swap") == 0) rc = do_swap(args + 1, (count - 1) / 3);
     else if (count == 2 && strcmp(args[0], "dropdisk") == 0) rc = do_dropdisk(args + 1);
     else {
       snprintf(last_error, sizeof last_error, "bad request (%d fields)", count);
@@ -328,6 +341,9 @@ int main(int argc, char **argv) {
   if (argc == 11 && strcmp(argv[1], "mount") == 0) return do_mount(argv + 2);
   if (argc == 4 && strcmp(argv[1], "umount") == 0) return do_umount(argv + 2);
   if (argc == 7 && strcmp(argv[1], "disk") == 0) return do_disk(argv + 2);
+  if (argc == 6 && strcmp(argv[1], "newdisk") == 0) return do_newdisk(argv + 2);
+  if (argc >= 5 && argc <= 2 + 3 * 64 && (argc - 2) % 3 == 0 && strcmp(argv[1], "swap") == 0) return do_swap(argv + 2, (argc - 2) / 3);
+  if (argc == 3 && strcmp(argv[1], "dropdisk") == 0) return do_dropdisk(argv + 2);
   fprintf(stderr, "usage: template-mount mount <tree> <lower> <upper> <work> <target> <disk_uid> <slot_uid> <disk_gid> <slot_gid>\n"
                   "       template-mount umount <target> <lower>\n"
                   "       template-mount disk <disk> <workspace> <bytes> <uid> <gid>\n");

@@ -120,12 +120,22 @@ export class SlotDisks {
     return { disk, views: join(disk, "views") };
   }
 
-  /** Makes `next` the slot's disk (its processes are dead): every mount at its workspace and its old disk detached, the old freed in the background. */
-  async swap(slot: Slot, next: NextDisk): Promise<void> {
-    const m = this.mounted.get(slot.index);
-    if (!m) throw new Error(`${slot.id} has no disk of its own to replace`);
-    await this.helper!.call(["swap", m.disk, next.disk, slot.workspaceDir]);
-    this.remember(slot, next.disk);
+  /**
+   * Makes each `next` its slot's disk (the slots' processes are dead): every mount at its
+   * workspace and its old disk detached, the old ones freed in the background, in one helper
+   * request for all of them. Rejects if any failed (the caller takes them all out of service).
+   */
+  async swap(entries: ReadonlyArray<{ slot: Slot; next: NextDisk }>): Promise<void> {
+    for (let i = 0; i < entries.length; i += 64) {
+      const chunk = entries.slice(i, i + 64);
+      const args = chunk.flatMap(({ slot, next }) => {
+        const m = this.mounted.get(slot.index);
+        if (!m) throw new Error(`${slot.id} has no disk of its own to replace`);
+        return [m.disk, next.disk, slot.workspaceDir];
+      });
+      await this.helper!.call(["swap", ...args]);
+      for (const { slot, next } of chunk) this.remember(slot, next.disk);
+    }
   }
 
   /** Undoes `prepareNext` (the fork failed). */
