@@ -1,3 +1,4 @@
+// Longer than 500 lines on purpose: the parent's step, each child's preparation, switch and undo share one table of views and layers, and their order is the argument that a failed fork changes nothing; read in one file, in order.
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chownSync, mkdirSync, renameSync, rmSync } from "node:fs";
@@ -9,6 +10,7 @@ import { HttpError } from "../../http/errors.js";
 import { SlotpoolError } from "../../protocol/errors.js";
 import type { ForkResponse } from "../../protocol/sandbox.js";
 import { ForkBusyError, ForkMounter, type Ids } from "./fork-mount.js";
+import { deferred, DiskSwaps, settle, type Settled } from "./disk-swaps.js";
 import type { NextDisk, SlotDisks } from "../workspace/slot-disk.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
 import type { Slot } from "../core/slot.js";
@@ -607,52 +609,6 @@ class ForkPrepareError extends SlotpoolError {
   constructor(child: Slot, cause: unknown) {
     super(`preparing ${child.id} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
   }
-}
-
-/** The used children's disk swaps of one fork, sent in one request when every one has arrived (or skipped). */
-class DiskSwaps {
-  private readonly entries: Array<{ slot: Slot; next: NextDisk }> = [];
-  private arrived = 0;
-  private readonly done = deferred<Settled<void>>();
-
-  constructor(
-    private readonly disks: SlotDisks,
-    private readonly expected: number,
-  ) {}
-
-  async swap(slot: Slot, next: NextDisk): Promise<void> {
-    this.entries.push({ slot, next });
-    this.arrive();
-    const r = await this.done.promise;
-    if ("error" in r) throw r.error;
-  }
-
-  /** A child that will not swap (its stop failed): the others do not wait for it. */
-  skip(): void {
-    this.arrive();
-  }
-
-  private arrive(): void {
-    if (++this.arrived < this.expected) return;
-    if (this.entries.length === 0) this.done.resolve({ value: undefined });
-    else void settle(this.disks.swap(this.entries)).then((r) => this.done.resolve(r));
-  }
-}
-
-type Settled<T> = { value: T } | { error: unknown };
-
-/** A promise that never rejects (awaited later, maybe not at all: no unhandled rejection meanwhile). */
-function settle<T>(p: Promise<T>): Promise<Settled<T>> {
-  return p.then(
-    (value) => ({ value }),
-    (error: unknown) => ({ error }),
-  );
-}
-
-function deferred<T>(): { promise: Promise<T>; resolve: (v: T) => void } {
-  let resolve!: (v: T) => void;
-  const promise = new Promise<T>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 function me(): Ids {
