@@ -1,6 +1,6 @@
 import { execFile, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync, rmdirSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { MountHelper } from "./mount-helper.js";
@@ -23,6 +23,11 @@ import type { Slot } from "../core/slot.js";
  * bound is also what a full slot costs in RAM, charged to the memory cgroup of the slot
  * that wrote it where slot cgroups exist. These mounts are the server's namespace's, so
  * they vanish with it, even on SIGKILL; from outside, the workspace dirs look empty.
+ *
+ * A fork (fork.ts) prepares a used child's next disk beside the current one
+ * (`<data dir>/.slotpool/disk_<i>.<tag>`, `prepareNext`) and switches to it with `swap`
+ * once its processes are dead, or drops it if the fork fails; later resets renew the disk
+ * at that path.
  *
  * Reset (`renew`) does not walk what the slot wrote: once the slot's processes are dead,
  * the mount helper detaches the bind and the tmpfs (lazily: the kernel frees the old one
@@ -65,6 +70,10 @@ export class SlotDisks {
 
   /** Mounts every slot's disk; if the host refuses (no CAP_SYS_ADMIN), bounds /tmp only. */
   attachAll(slots: Slot[]): void {
+    // A killed server's fork-made disk dirs (disk_<i>.<tag>): their mounts died with it, the empty dirs stay.
+    for (const d of safeReaddir(this.stateDir)) {
+      if (/^disk_\d+\./.test(d)) rmdirQuietly(join(this.stateDir, d));
+    }
     try {
       for (const slot of slots) this.attach(slot);
     } catch (err) {
@@ -241,5 +250,22 @@ function unmount(path: string): void {
       spawnSync("umount", ["-l", path], { timeout: 10_000 });
       if (isMountPoint(path)) throw new Error(`cannot unmount ${path}: ${(r.stderr || "").trim()}`);
     }
+  }
+}
+
+function safeReaddir(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+/** Removes an empty dir; one still mounted or holding files stays (EBUSY, ENOTEMPTY). */
+function rmdirQuietly(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch {
+    /* in use: left */
   }
 }
