@@ -36,11 +36,15 @@ const run = promisify(execFile);
  *   nothing changed). From then on nothing writes to the layer: a process whose working
  *   directory is on the old mount reads the state at the fork and gets EROFS writing there;
  *   the terminal's shell and each namespace's next command enter /workspace again;
- * - every child is prepared first (its handles of the layers: as root id-mapped ones, files
- *   of the slot that wrote a layer appearing as the child's own); a failure there changes no
- *   child. Then each child is reset (processes killed, a fresh disk, the parent's template
- *   view) unless fresh from a reset, and gets a fresh upper on its own disk over [the
- *   parent's layers, its template view];
+ * - every child is prepared beside its old workspace first (its handles of the layers: as
+ *   root id-mapped ones, files of the slot that wrote a layer appearing as the child's own; a
+ *   used child's fresh disk at a path of its own; a fresh upper on it over [the parent's
+ *   layers], mounted detached); a failure there undoes what every child prepared, so no
+ *   child changes. Then each used child's processes are killed (the one step that cannot be
+ *   undone, after every step that can fail), the used children's disks are swapped in one
+ *   helper request and each prepared view is moved onto its workspace. A parent with a
+ *   template view: each used child is reset into that template, then gets its view (not
+ *   prepared beside: see docs/fork.md);
  * - a layer is deleted when no view uses it any more; until then it counts against the disk
  *   bound of the slot that wrote it, also after that slot's reset.
  * "copy" mode (no per-slot disk, or no mounts): the parent's workspace is copied (O(files),
