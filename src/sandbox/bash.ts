@@ -225,6 +225,17 @@ export class BashExecutor {
     return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
   }
 
+  /**
+   * Whether the slot's next call finds its namespace ready (live and past its warm-up) for
+   * the policy it last used or the default: /slots reports it, so a benchmark or an
+   * operator can tell a warm pool from one still pre-warming.
+   */
+  isReady(slot: Slot): boolean {
+    const allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork);
+    const holder = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
+    return holder !== undefined && holder.alive && !this.warming.has(holder);
+  }
+
   /** A process inside each live command namespace of the slot (after its warm-up), for a fork to remount (fork.ts). */
   async namespacePids(slot: Slot): Promise<number[]> {
     const h = this.holders.get(slot.index);

@@ -138,7 +138,8 @@ export class SandboxServer {
       .add("GET", "/slots", (_req, res) =>
         sendJson(res, 200, {
           // out_of_service: why the slot refuses calls (its last reset failed) until a reset succeeds.
-          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
+          // warm: its next call finds its namespace up (pre-warm done), see BashExecutor.isReady.
+          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, warm: svc.isReady(s), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
         }),
       )
       .add("GET", "/metrics", (_req, res) => {

@@ -472,6 +472,7 @@ export class SandboxService implements SlotHost {
   isWarm(slot: Slot): boolean {
     return this.bash.isWarm(slot);
   }
+  isReady = (slot: Slot): boolean => this.bash.isReady(slot); // GET /slots `warm` (BashExecutor.isReady)
 
   /** Stops every slot's processes (shutdown). */
   async close(): Promise<void> {

@@ -17,6 +17,7 @@
 import { Agent, request } from "undici";
 import { ExecutorServer } from "../../src/executor/executor-server.js";
 import { createToolBackend } from "../../src/executor/tool-backend.js";
+import { waitForWarmPool } from "../support/warm-pool.js";
 
 function arg(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name}`);
@@ -51,13 +52,9 @@ async function post(path: string, body: unknown): Promise<Record<string, unknown
 const call = (trajectory: string) => post("/execute", { trajectory_id: trajectory, tool: { name: "bash", arguments: { command: "true" } } });
 
 try {
-  // Warm: every slot's namespace up (the server pre-warms them at start; wait for it).
-  await sleep(1500);
-  for (let i = 0; i < 10; i++) {
-    await call(`warmup-${i}`);
-    await post("/release", { trajectory_id: `warmup-${i}`, reset_workspace: true });
-  }
-  await sleep(500);
+  // A warm pool: every slot's namespace up (the server pre-warms them at start). No calls
+  // before the samples, so the first samples land on slots that never ran a call.
+  await waitForWarmPool(backend.pool);
 
   const first: number[] = [];
   const next: number[] = [];
