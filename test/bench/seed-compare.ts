@@ -22,7 +22,9 @@
  * Both servers listen on 127.0.0.1, `--slots` slots each, workspaces in a temp dir removed at the end;
  * slotpool's runs with its default log level, as users run it. Rounds alternate the servers
  * (seed, ours, seed, ours...) so a change in machine load hits both; the best round of each
- * is compared. Figures on a shared machine are noisy: read the ratios, not the absolutes.
+ * is compared, and so is each round's pair (the median of the per-round ratios: steadier on
+ * a loaded machine; use more, shorter rounds there, e.g. --rounds 6 --seconds 2). Figures
+ * on a shared machine are noisy: read the ratios, not the absolutes.
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -158,6 +160,12 @@ async function execute(url: string, slot: number, tool: string, args: Record<str
   if (statusCode !== 200 || !answer.success) throw new Error(`${tool} on ${url}: HTTP ${statusCode} ${answer.error ?? ""}`);
 }
 
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
 type Workload = (url: string, client: number, i: number) => Promise<void>;
 
 const WORKLOADS: Record<string, Workload> = {
@@ -201,18 +209,26 @@ try {
   for (const clients of CLIENT_COUNTS) {
     for (const [label, work] of Object.entries(WORKLOADS)) {
       const best = new Map<string, number>();
+      // Per round, slotpool's rate over the seed's measured just before it: on a machine whose
+      // load changes, the median of these paired ratios moves less than the ratio of the bests.
+      const paired: number[] = [];
       for (const s of measured) await measure(s.url, work, 1000, clients); // warm-up (namespaces, JIT)
       for (let r = 0; r < rounds; r++) {
+        const rates = new Map<string, number>();
         for (const s of measured) {
           const rate = await measure(s.url, work, seconds * 1000, clients);
           console.log(`  ${String(clients).padStart(3)} clients round ${r + 1} ${label.padEnd(32)} ${s.name.padEnd(14)} ${rate.toFixed(0)}`);
+          rates.set(s.name, rate);
           best.set(s.name, Math.max(best.get(s.name) ?? 0, rate));
         }
+        paired.push(rates.get(ours.name)! / rates.get(seed.name)!);
       }
       const seedRate = best.get(seed.name)!;
       const cells = measured.map((s) => `${s.name} ${best.get(s.name)!.toFixed(0).padStart(6)}`).join("   ");
       const vsBaseline = baselineMain ? `   slotpool/baseline ${(best.get(ours.name)! / best.get("baseline")!).toFixed(2)}x` : "";
-      rows.push(`${String(clients).padStart(3)} clients  ${label.padEnd(32)} ${cells}   slotpool/seed ${(best.get(ours.name)! / seedRate).toFixed(2)}x${vsBaseline}`);
+      rows.push(
+        `${String(clients).padStart(3)} clients  ${label.padEnd(32)} ${cells}   slotpool/seed ${(best.get(ours.name)! / seedRate).toFixed(2)}x (best) ${median(paired).toFixed(2)}x (median of rounds)${vsBaseline}`,
+      );
     }
   }
   console.log("\n" + rows.join("\n"));
