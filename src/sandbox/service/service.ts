@@ -427,13 +427,13 @@ export class SandboxService implements SlotHost {
         // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
         // trajectory: every process is dead and the workspace empty by now) for the network
         // policy the slot last used, built in the background. Its spawn (a fork of this
-        // process: 5–15 ms of blocked event loop, measured) happens after this answer is
-        // written, not before: the reset is complete without it. A call that arrives first
+        // process: 5–15 ms of blocked event loop, measured) happens 40 ms after this answer
+        // (warmSoon: not in the way of the next trajectory's first call). A call that arrives first
         // starts the namespace itself; one arriving during the start-up waits for it.
         slot.pristine = next === undefined;
         // A slot that runs process sessions (E2B) warms a session sandbox instead: its bash
         // namespace would go unused, and each spawn blocks this event loop.
-        if (!this.processes.runsSessions(slot)) setImmediate(() => void this.bash.warm(slot));
+        if (!this.processes.runsSessions(slot)) this.bash.warmSoon(slot);
         setImmediate(() => this.processes.afterReset(slot));
         return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
       }),
