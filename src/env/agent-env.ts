@@ -13,7 +13,6 @@ import { OraclePolicy, type OracleScript } from "../agent/oracle-policy.js";
 import type { AgentPolicy } from "../agent/policy.js";
 import { createLogger, type Logger } from "../observability/logger.js";
 import type { TemplateSpec } from "../pool/template-affinity.js";
-import type { ToolResult } from "../protocol/tool.js";
 import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
 import { AgentEnvConfigSchema, unknownConfigKeys, type AgentEnvConfig } from "./config.js";
@@ -27,8 +26,9 @@ import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./s
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
-import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
+import { registerEnvTools, routeToolCall } from "./env-tools.js";
+import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
 import { configProblems } from "../protocol/errors.js";
 
@@ -109,6 +109,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   private chatTokenizer: ChatTokenizer | undefined;
   private tokenBackend: TokenBackend | undefined;
   private started = false;
+  private ownTools: readonly ToolDefinition[] = [];
+  private removeOwnTools: (() => void) | undefined;
 
   constructor(config: Record<string, unknown> = {}, runtime: AgentEnvRuntime = {}) {
     const cls = this.constructor as unknown as EnvClass;
@@ -247,6 +249,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     }
     if (this.config.serverType !== "openai" && this.config.modelUrl && !this.runtime.policy) await this.startTokenExact();
     else if (this.config.tokenizerPath) this.tokenizer = await loadTokenizerJson(this.config.tokenizerPath);
+    this.ownTools = this.envTools();
+    this.removeOwnTools = registerEnvTools(this.backend.registry, this.ownTools);
     this.started = true;
     await this.setup();
   }
@@ -297,6 +301,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     const backend = this.backend;
     this.backend = undefined;
     this.started = false;
+    this.removeOwnTools?.();
+    this.removeOwnTools = undefined;
     await this.modelClient?.close();
     this.modelClient = undefined;
     await this.tokenBackend?.close();
@@ -316,10 +322,21 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
 
   // ---------------------------------------------------------------- rollouts
 
-  /** The tools of one group: sampled from the distribution, or the enabled toolsets. Shared by the group. */
+  /**
+   * The env's own tools (docs/tools.md): `defineEnvTool({..., run(args, ctx)})` runs in this
+   * process with the trajectory's ToolContext, `defineEnvTool({..., command(args)})` in the
+   * trajectory's slot. Offered to the model in every group, beside the enabled toolsets.
+   * Called once, by `start()`.
+   */
+  envTools(): readonly ToolDefinition[] {
+    return [];
+  }
+
+  /** The tools of one group: sampled from the distribution, or the enabled toolsets, plus the env's own. Shared by the group. */
   resolveTools(): GroupTools {
     return resolveGroupTools({
       registry: this.tools.registry,
+      alsoOffered: this.ownTools.map((t) => t.name),
       enabled: this.config.enabledToolsets,
       disabled: this.config.disabledToolsets,
       ...(this.config.distribution ? { distribution: this.config.distribution } : {}),
@@ -406,11 +423,11 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
             const def = backend.registry.resolve(name);
             return def !== undefined && groupTools.names.includes(def.name);
           },
-          executeTool: async (call) => {
-            const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
-            if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
-            return r;
-          },
+          // A lost slot rejects with SlotLostError, which restarts the trajectory below.
+          executeTool: (call) =>
+            routeToolCall(backend.registry, call, ctx, (call) =>
+              backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) }),
+            ),
         });
         const { score, rewardError, scoreMetadata, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, ctx), this.log);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);

@@ -80,9 +80,9 @@ export async function createToolBackend(input: unknown, options: ToolBackendOpti
 }
 
 /**
- * The sandbox servers' own default network, set to the executor's: the executor sends its
- * policy with every call, so this changes no call's network, but a server pre-warms each
- * slot's namespace for its default policy. With the servers' default (network on) and the
+ * The sandbox servers' own default network setting, set to the executor's: the executor
+ * sends its isolation arguments with every call, so this changes no call's network, but a
+ * server pre-warms each slot's namespace for its default network setting. With the servers' default (network on) and the
  * executor's (off), every fresh slot's first call built a no-network namespace from scratch
  * (perf, issue 22: first call of a fresh trajectory 19 ms p50 instead of ≈ 7), and each slot
  * kept a network-on namespace and its slirp4netns that no call used.

@@ -1,7 +1,7 @@
 /** The tool room: definitions, registry, toolsets, distributions and Hermes tool-call text. */
-export type { OpenAIFunctionTool, OpenAIToolCall, ToolDefinition, ToolKind } from "./types.js";
+export type { OpenAIFunctionTool, OpenAIToolCall, ToolDefinition, ToolKind, ToolOutput } from "./types.js";
 export * from "./errors.js";
-export * from "./policy.js";
+export * from "./isolation-args.js";
 export * from "./definition.js";
 export * from "./builtin.js";
 export * from "./registry.js";

@@ -21,7 +21,7 @@ describe("the public API", () => {
         "SlotAcquireTimeoutError",
         "SlotLostError",
         "SlotPool",
-        "SlotPoolError",
+        "PoolError",
         "SlotReleasedError",
         "SlotForkError",
         "SlotpoolError",
@@ -41,7 +41,7 @@ describe("the public API", () => {
   it("every error slotpool raises has the SlotpoolError base and a stable code", () => {
     const lost = new root.SlotLostError("slot_0", "alloc-1", "the node died", "t1");
     expect(lost).toBeInstanceOf(root.SlotpoolError);
-    expect(lost).toBeInstanceOf(root.SlotPoolError);
+    expect(lost).toBeInstanceOf(root.PoolError);
     expect(lost.code).toBe("SLOT_LOST");
     expect(new root.PoolNotRunningError("stopped").code).toBe("POOL_NOT_RUNNING");
     expect(new root.EnvError("bad config").code).toBe("ENV");
@@ -52,7 +52,7 @@ describe("the public API", () => {
     const foreign = Object.assign(new Error("slot lost"), { name: "SlotLostError" });
     expect(root.isSlotLostError(foreign)).toBe(true);
     expect(root.isSlotLostError(Object.assign(new Error("x"), { code: "SLOT_LOST" }))).toBe(true);
-    expect(root.isSlotLostError(new root.SlotPoolError("other"))).toBe(false);
+    expect(root.isSlotLostError(new root.PoolError("other"))).toBe(false);
     expect(root.isSlotLostError("SlotLostError")).toBe(false);
   });
 

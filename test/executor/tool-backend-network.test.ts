@@ -1,8 +1,8 @@
 /**
- * createToolBackend gives its sandbox servers the executor's network policy as their
+ * createToolBackend gives its sandbox servers the executor's network setting as their
  * default, so each server pre-warms the namespaces the executor's calls use (a fresh
  * trajectory's first call finds its slot's no-network namespace up, instead of building
- * it: docs/executor.md). Every executor call still carries its policy explicitly.
+ * it: docs/executor.md). Every executor call still carries its isolation arguments.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createToolBackend, type ToolBackendParts } from "../../src/executor/tool-backend.js";

@@ -138,7 +138,7 @@ export class SandboxServer {
       .add("GET", "/slots", (_req, res) =>
         sendJson(res, 200, {
           // out_of_service: why the slot refuses calls (its last reset failed) until a reset succeeds.
-          // warm: its next call finds its namespace up (pre-warm done), see BashExecutor.isReady.
+          // warm: its next call finds its namespace up (pre-warm done), see BashRunner.isReady.
           slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, warm: svc.isReady(s), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
         }),
       )

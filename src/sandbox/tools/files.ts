@@ -1,7 +1,7 @@
 import { isUtf8 } from "node:buffer";
 import { closeSync, constants as fsc, ftruncateSync, readSync, writeSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
-import type { ReadFileArgs, WriteFileArgs } from "../../protocol/sandbox.js";
+import type { ReadFileArgs, WriteFileArgs } from "../../protocol/tool-table.js";
 import { fdPath, resolveInWorkspaceSync, WorkspacePathError, type FileOwner } from "./path-guard.js";
 import type { ToolOutcome } from "../core/tool-outcome.js";
 
