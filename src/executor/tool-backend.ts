@@ -80,15 +80,16 @@ export async function createToolBackend(input: unknown, options: ToolBackendOpti
 }
 
 /**
- * The sandbox servers' own default network setting, set to the executor's: the executor
- * sends its isolation arguments with every call, so this changes no call's network, but a
- * server pre-warms each slot's namespace for its default network setting. With the servers' default (network on) and the
- * executor's (off), every fresh slot's first call built a no-network namespace from scratch
- * (perf, issue 22: first call of a fresh trajectory 19 ms p50 instead of ≈ 7), and each slot
- * kept a network-on namespace and its slirp4netns that no call used.
+ * The local sandbox servers pre-warm each slot's namespace for the executor's network
+ * setting (the one its calls send), not for the servers' default (network on, which also
+ * applies to template builds and stays as it is). Before, with the executor's default (off),
+ * every fresh slot's first call built a no-network namespace from scratch (perf, issue 22:
+ * first call of a fresh trajectory 19 ms p50 instead of ≈ 7), and each slot kept a
+ * network-on namespace and its slirp4netns that no call used. Not passed to Nomad jobs: an
+ * image built before this flag would refuse it (add it to the job's serverArgs there).
  */
 function serverNetworkArgs(config: ToolBackendConfig): string[] {
-  return config.allowNetwork ? [] : ["--no-network"];
+  return ["--prewarm-network", config.allowNetwork ? "on" : "off"];
 }
 
 /** Loaded on demand so the local path never loads the Nomad client, and vice versa. */
@@ -105,7 +106,6 @@ async function createProvisioner(config: ToolBackendConfig, logger: Logger): Pro
         ...(config.nomadDatacenters ? { datacenters: config.nomadDatacenters } : {}),
         ...(config.nomadNamespace ? { namespace: config.nomadNamespace } : {}),
         ...(config.nomadNodePool ? { nodePool: config.nomadNodePool } : {}),
-        serverArgs: serverNetworkArgs(config),
       },
     });
   }

@@ -36,9 +36,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function main(): Promise<void> {
   const slotsPerContainer = 25;
   const containers = 4;
-  // --no-network as createToolBackend passes for an executor without network: the servers
-  // pre-warm the namespaces the executor's calls use.
-  const provisioner = new LocalProvisioner({ slotsPerContainer, extraArgs: ["--no-network"] });
+  // --prewarm-network off, as createToolBackend passes for an executor without network: the
+  // servers pre-warm the namespaces the executor's calls use.
+  const provisioner = new LocalProvisioner({ slotsPerContainer, extraArgs: ["--prewarm-network", "off"] });
   const pool = new SlotPool({ provisioner, slotsPerContainer, minContainers: containers, maxContainers: containers, acquireTimeoutMs: 60_000 });
   const t0 = performance.now();
   await pool.start();

@@ -46,6 +46,8 @@ export interface SandboxServiceOptions {
   limits?: Partial<CommandLimits>;
   /** Network setting when a call does not say (the original's default: allowed). */
   defaultAllowNetwork?: boolean;
+  /** Network setting the slots' namespaces are started ahead for (default: defaultAllowNetwork). */
+  prewarmNetwork?: boolean;
   /** First host uid for slots when running as root (slot i runs as base + i). */
   slotUidBase?: number;
   /** Run slots as separate uids (default: when root). */
@@ -98,6 +100,7 @@ export class SandboxService implements SlotHost {
   readonly metrics: SandboxMetrics;
   readonly logger: Logger;
   readonly defaultAllowNetwork: boolean;
+  readonly prewarmNetwork: boolean;
   readonly maxReadBytes: number;
   readonly maxWriteBytes: number;
   /** Compiled spawner (fast path), or null when it cannot be built. */
@@ -131,6 +134,7 @@ export class SandboxService implements SlotHost {
     this.logger = options.logger;
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
     this.defaultAllowNetwork = options.defaultAllowNetwork ?? true;
+    this.prewarmNetwork = options.prewarmNetwork ?? this.defaultAllowNetwork;
     this.maxReadBytes = options.maxReadBytes ?? 10 * 1024 * 1024;
     this.maxWriteBytes = options.maxWriteBytes ?? 10 * 1024 * 1024;
     const dataDir = resolve(options.dataDir);
@@ -466,7 +470,7 @@ export class SandboxService implements SlotHost {
   isWarm(slot: Slot): boolean {
     return this.bash.isWarm(slot);
   }
-  isReady = (slot: Slot): boolean => this.bash.isReady(slot); // GET /slots `warm` (BashRunner.isReady)
+  readyNetwork = (slot: Slot): boolean | undefined => this.bash.readyNetwork(slot); // GET /slots `warm` (BashRunner)
 
   /** Stops every slot's processes (shutdown). */
   async close(): Promise<void> {

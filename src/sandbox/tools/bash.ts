@@ -176,7 +176,7 @@ export class BashRunner {
    * second one. Resolves when the holder is ready (or failed; a failed holder is replaced
    * by the next call). No-op without the fast path or after shutdown.
    */
-  warm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): Promise<void> {
+  warm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.prewarmNetwork)): Promise<void> {
     const svc = this.service;
     if (this.closed || !svc.bwrap.available || !svc.spawnerPath) return Promise.resolve();
     const existing = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
@@ -237,20 +237,21 @@ export class BashRunner {
   }
 
   /** Whether the slot has a live namespace for `allowNetwork` (tests, /slots). */
-  isWarm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): boolean {
+  isWarm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.prewarmNetwork)): boolean {
     const h = this.holders.get(slot.index);
     return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
   }
 
   /**
-   * Whether the slot's next call finds its namespace ready (live and past its warm-up) for
-   * the network setting it last used or the default: /slots reports it, so a benchmark or an
-   * operator can tell a warm pool from one still pre-warming.
+   * The network setting of the namespace the slot's next call finds ready: live and past its
+   * warm-up, for the setting of its last call or the pre-warm one (undefined: none is).
+   * /slots reports it, so a benchmark or an operator can tell a warm pool from one still
+   * pre-warming.
    */
-  isReady(slot: Slot): boolean {
-    const allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork);
+  readyNetwork(slot: Slot): boolean | undefined {
+    const allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.prewarmNetwork);
     const holder = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
-    return holder !== undefined && holder.alive && !this.warming.has(holder);
+    return holder !== undefined && holder.alive && !this.warming.has(holder) ? allowNetwork : undefined;
   }
 
   /** A process inside each live command namespace of the slot (after its warm-up), for a fork to remount (fork.ts). */
