@@ -30,6 +30,8 @@ options:
   --max-read-mb N          read_file size cap, MB (default 10)
   --max-write-mb N         write_file size cap, MB (default 10)
   --no-network             calls that do not set allow_network get no network (default: allowed)
+  --prewarm-network on|off the network setting each slot's namespace is started ahead for (default: as
+                           the calls' default); a client that sends allow_network: false sets off
   --slot-uid-base U        when root, slot i runs as uid/gid U+i (default 20000; inside Nomad a block of
                            its own derived from NOMAD_ALLOC_ID, in [2^29, 2^30): see docs/security-model.md)
   --disk-mb N              bound on everything one slot writes, MB (default ${DEFAULT_DISK_BYTES / 1024 / 1024}). Its workspace (template
@@ -73,6 +75,7 @@ export async function run(argv: string[]): Promise<number> {
       "max-read-mb": { type: "string" },
       "max-write-mb": { type: "string" },
       "no-network": { type: "boolean" },
+      "prewarm-network": { type: "string" },
       "slot-uid-base": { type: "string" },
       "no-sandbox": { type: "boolean" },
       "allow-unsandboxed": { type: "boolean" },
@@ -126,6 +129,7 @@ export async function run(argv: string[]): Promise<number> {
     maxReadBytes: intFlag("max-read-mb", stringFlag(flags, "max-read-mb"), 10, 1) * MB,
     maxWriteBytes: intFlag("max-write-mb", stringFlag(flags, "max-write-mb"), 10, 1) * MB,
     defaultAllowNetwork: !boolFlag(flags, "no-network"),
+    ...prewarmNetwork(stringFlag(flags, "prewarm-network")),
     slotUidBase: slotUidBase(stringFlag(flags, "slot-uid-base") === undefined ? undefined : intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), DEFAULT_SLOT_UID_BASE, 1000), allocId),
     disableSandbox: boolFlag(flags, "no-sandbox"),
     allowUnsandboxed: boolFlag(flags, "allow-unsandboxed"),
@@ -189,4 +193,11 @@ function allowRanges(flag: string | undefined): string[] {
   } catch (err) {
     throw new CliUsageError(`--net-allow-ranges: ${err instanceof Error ? err.message : String(err)}`);
   }
+}
+
+/** `--prewarm-network on|off` → the service option (absent: the calls' default network setting). */
+function prewarmNetwork(value: string | undefined): { prewarmNetwork?: boolean } {
+  if (value === undefined) return {};
+  if (value !== "on" && value !== "off") throw new CliUsageError(`--prewarm-network takes on or off, got ${JSON.stringify(value)}`);
+  return { prewarmNetwork: value === "on" };
 }

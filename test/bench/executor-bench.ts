@@ -18,6 +18,7 @@ import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
 import type { LeasedSlot } from "../../src/pool/types.js";
 import { RecordingPool } from "../executor/support/recording-pool.js";
+import { waitForWarmPool } from "../support/warm-pool.js";
 
 const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 15);
 const THINK_MS = Number(process.env["BENCH_THINK_MS"] ?? 500);
@@ -35,11 +36,15 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function main(): Promise<void> {
   const slotsPerContainer = 25;
   const containers = 4;
-  const provisioner = new LocalProvisioner({ slotsPerContainer });
+  // --prewarm-network off, as createToolBackend passes for an executor without network: the
+  // servers pre-warm the namespaces the executor's calls use.
+  const provisioner = new LocalProvisioner({ slotsPerContainer, extraArgs: ["--prewarm-network", "off"] });
   const pool = new SlotPool({ provisioner, slotsPerContainer, minContainers: containers, maxContainers: containers, acquireTimeoutMs: 60_000 });
   const t0 = performance.now();
   await pool.start();
   console.log(`pool: ${containers} containers × ${slotsPerContainer} slots ready in ${f(performance.now() - t0)} ms; batch window ${WINDOW_MS} ms`);
+  // "A warm pool": every slot's namespace up before (c) (the servers pre-warm in the background).
+  console.log(`pool warm after another ${f(await waitForWarmPool(pool))} ms`);
   const executor = new ToolExecutor({ pool, config: { batchWindowMs: WINDOW_MS } });
   await executor.start();
   const dispatcher = new Agent({ connections: 16 });

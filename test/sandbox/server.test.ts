@@ -231,6 +231,26 @@ describe("sandbox server: network setting", () => {
     expect(ifaces.output).toBe("lo");
   });
 
+  it("--prewarm-network off warms each slot without network and leaves the calls' default as it is", async (ctx) => {
+    const t = await startServer({ slots: 2, extraArgs: ["--prewarm-network", "off", "--slot-uid-base", "21160"] });
+    try {
+      const health = await t.get("/health");
+      if (!health.json.fast_path) ctx.skip("no per-slot spawner here (it needs a C compiler: scripts/setup.sh installs one), so nothing is pre-warmed");
+      const deadline = Date.now() + 15_000;
+      let slots = (await t.get("/slots")).json.slots as Array<{ warm: boolean; warm_network?: string }>;
+      while (slots.some((x) => !x.warm) && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        slots = (await t.get("/slots")).json.slots as Array<{ warm: boolean; warm_network?: string }>;
+      }
+      expect(slots.map((x) => x.warm_network)).toEqual(["off", "off"]);
+      // A call that names no network setting still gets the server's default (on, where there is internet).
+      const r = await t.bash(0, "true");
+      expect(r.metadata.network_isolated).toBe(health.json.internet !== "slirp4netns");
+    } finally {
+      await t.stop();
+    }
+  });
+
   it("--no-network makes isolation the default", async () => {
     const t = await startServer({ slots: 1, extraArgs: ["--no-network", "--slot-uid-base", "21150"] });
     try {

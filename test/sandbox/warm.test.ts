@@ -85,6 +85,14 @@ describe("warm slots", () => {
     if (!health.json.fast_path) ctx.skip(NO_FAST_PATH);
     await until("one spawner per slot", () => spawners(s.proc.pid).length === 3);
     for (let i = 0; i < 3; i++) expect(slotSpawners(i)).toHaveLength(1);
+    // /slots says when the warm-up is done (benchmarks wait for it: "a warm pool").
+    const deadline = Date.now() + 15_000;
+    let slots = (await s.get("/slots")).json.slots as Array<{ warm: boolean }>;
+    while (slots.some((x) => x.warm !== true) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+      slots = (await s.get("/slots")).json.slots as Array<{ warm: boolean }>;
+    }
+    expect(slots.map((x) => x.warm)).toEqual([true, true, true]);
     // The first call uses that namespace: no new one appears.
     const before = slotSpawners(1);
     expect((await s.bash(1, "echo hi")).output).toBe("hi");

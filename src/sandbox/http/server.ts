@@ -138,7 +138,8 @@ export class SandboxServer {
       .add("GET", "/slots", (_req, res) =>
         sendJson(res, 200, {
           // out_of_service: why the slot refuses calls (its last reset failed) until a reset succeeds.
-          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
+          // warm: its next call finds its namespace up (pre-warm done), for warm_network (on/off).
+          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, ...warmth(svc.readyNetwork(s)), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
         }),
       )
       .add("GET", "/metrics", (_req, res) => {
@@ -231,4 +232,9 @@ export class SandboxServer {
     sendError(res, err);
   }
 
+}
+
+/** GET /slots: whether a slot's namespace is ready for its next call, and for which network setting. */
+function warmth(network: boolean | undefined): { warm: boolean; warm_network?: "on" | "off" } {
+  return network === undefined ? { warm: false } : { warm: true, warm_network: network ? "on" : "off" };
 }

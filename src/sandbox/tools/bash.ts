@@ -15,6 +15,9 @@ export interface BashArgs {
   require_sandbox?: boolean;
 }
 
+/** How long after a reset the slot's namespace is started again (see warmSoon). */
+const WARM_AFTER_RESET_MS = 40;
+
 /**
  * The stateless `bash` tool: one command, fully isolated, nothing survives the call.
  * Fast path: the slot's long-lived namespace with the spawner inside (`spawner.ts`);
@@ -173,7 +176,7 @@ export class BashRunner {
    * second one. Resolves when the holder is ready (or failed; a failed holder is replaced
    * by the next call). No-op without the fast path or after shutdown.
    */
-  warm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): Promise<void> {
+  warm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.prewarmNetwork)): Promise<void> {
     const svc = this.service;
     if (this.closed || !svc.bwrap.available || !svc.spawnerPath) return Promise.resolve();
     const existing = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
@@ -210,6 +213,20 @@ export class BashRunner {
     return done;
   }
 
+  /**
+   * warm(), a moment after a reset rather than at once. Starting a namespace spawns
+   * bubblewrap, and Node's spawn forks this process: the event loop stands still for
+   * several ms. Right after a release the pool's next trajectory often sends its first call
+   * to this server (another slot: a just-reset one is handed out last); started at once the
+   * spawn delayed that call (perf, issue 22: first call of a fresh trajectory 13-19 ms p50
+   * back to back, 7 ms with a pause). A call for this slot before the timer starts its
+   * namespace itself, and the timer then finds it up.
+   */
+  warmSoon(slot: Slot): void {
+    if (this.closed) return;
+    setTimeout(() => void this.warm(slot), WARM_AFTER_RESET_MS).unref();
+  }
+
   /** Pre-warms every slot, at most `concurrency` namespaces starting at a time (server start). */
   async warmAll(concurrency = 4): Promise<void> {
     const slots = [...this.service.slots];
@@ -220,9 +237,21 @@ export class BashRunner {
   }
 
   /** Whether the slot has a live namespace for `allowNetwork` (tests, /slots). */
-  isWarm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): boolean {
+  isWarm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.prewarmNetwork)): boolean {
     const h = this.holders.get(slot.index);
     return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
+  }
+
+  /**
+   * The network setting of the namespace the slot's next call finds ready: live and past its
+   * warm-up, for the setting of its last call or the pre-warm one (undefined: none is).
+   * /slots reports it, so a benchmark or an operator can tell a warm pool from one still
+   * pre-warming.
+   */
+  readyNetwork(slot: Slot): boolean | undefined {
+    const allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.prewarmNetwork);
+    const holder = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
+    return holder !== undefined && holder.alive && !this.warming.has(holder) ? allowNetwork : undefined;
   }
 
   /** A process inside each live command namespace of the slot (after its warm-up), for a fork to remount (fork.ts). */

@@ -1,7 +1,8 @@
 import { isUtf8 } from "node:buffer";
-import type { FileHandle } from "node:fs/promises";
+import { closeSync, constants as fsc, ftruncateSync, readSync, writeSync } from "node:fs";
+import { open, type FileHandle } from "node:fs/promises";
 import type { ReadFileArgs, WriteFileArgs } from "../../protocol/tool-table.js";
-import { resolveInWorkspace, WorkspacePathError, type FileOwner } from "./path-guard.js";
+import { fdPath, resolveInWorkspaceSync, WorkspacePathError, type FileOwner } from "./path-guard.js";
 import type { ToolOutcome } from "../core/tool-outcome.js";
 
 /**
@@ -22,6 +23,32 @@ export interface FileToolOptions {
 }
 
 const CHUNK_BYTES = 64 * 1024;
+
+/**
+ * Reads and writes up to this size are done synchronously on the event loop: on the slot's
+ * local disk (tmpfs or a local fs) that is well under a millisecond, where the thread pool
+ * cost a round trip per read, write, truncate and close (most of a small call's time under
+ * load). Larger ones go through the thread pool so the server keeps answering meanwhile.
+ */
+const SYNC_IO_BYTES = 1024 * 1024;
+
+/**
+ * readHead for a regular file of `size` bytes whose read fits SYNC_IO_BYTES, on a plain fd.
+ * Undefined when the file grew since its fstat (a process session writing it): the caller
+ * reads it with readHeadAsync to EOF or the limit, as before.
+ */
+function readHeadSync(fd: number, limit: number, size: number): { data: Buffer; truncated: boolean } | undefined {
+  const want = Math.min(limit, size) + 1; // one byte more tells whether the file grew past `limit`
+  const buf = Buffer.allocUnsafe(want);
+  let total = 0;
+  while (total < want) {
+    const n = readSync(fd, buf, total, want - total, total);
+    if (n === 0) break;
+    total += n;
+  }
+  if (total > limit) return { data: buf.subarray(0, limit), truncated: true };
+  return total === want ? undefined : { data: buf.subarray(0, total), truncated: false };
+}
 
 /**
  * Reads at most `limit` bytes from the start of an open file, plus one byte to learn
@@ -89,17 +116,17 @@ export async function readFileTool(
   const limit = Math.min(args.max_bytes ?? options.maxReadBytes, options.maxReadBytes);
   let entry;
   try {
-    entry = await resolveInWorkspace(workspaceDir, args.path, { intent: "read" });
+    entry = resolveInWorkspaceSync(workspaceDir, args.path, { intent: "read" });
   } catch (err) {
     return pathFailure(err);
   }
-  const { handle, path, stat } = entry;
+  const { fd, path, stat } = entry;
   try {
     if (stat.isDirectory()) {
       return failure(`path ${JSON.stringify(args.path)} is a directory; list it with bash (ls) instead`, { path });
     }
     if (!stat.isFile()) return failure(`path ${JSON.stringify(args.path)} is not a regular file`, { path });
-    const { data, truncated } = await readHead(handle, limit, stat.size);
+    const { data, truncated } = (Math.min(limit, stat.size) < SYNC_IO_BYTES ? readHeadSync(fd, limit, stat.size) : undefined) ?? (await readHeadAsync(fd, limit, stat.size));
     const base = { exit_code: 0, path, file_size: stat.size, truncated };
     if (args.encoding === "base64") {
       return {
@@ -135,6 +162,16 @@ export async function readFileTool(
       metadata: { ...base, bytes: text.bytes, encoding: "text", ...(lossy ? { invalid_utf8: true } : {}) },
     };
   } finally {
+    closeSync(fd);
+  }
+}
+
+/** A large read through the thread pool: the verified fd reopened (its /proc magic link: the same file) as a FileHandle. */
+async function readHeadAsync(fd: number, limit: number, size: number): Promise<{ data: Buffer; truncated: boolean }> {
+  const handle = await open(fdPath(fd), fsc.O_RDONLY | fsc.O_NONBLOCK);
+  try {
+    return await readHead(handle, limit, size);
+  } finally {
     await handle.close();
   }
 }
@@ -162,7 +199,7 @@ export async function writeFileTool(
 
   let entry;
   try {
-    entry = await resolveInWorkspace(workspaceDir, args.path, {
+    entry = resolveInWorkspaceSync(workspaceDir, args.path, {
       intent: "write",
       createParents: true,
       ...(options.owner ? { owner: options.owner } : {}),
@@ -170,14 +207,14 @@ export async function writeFileTool(
   } catch (err) {
     return pathFailure(err);
   }
-  const { handle, path, created } = entry;
+  const { fd, path, created } = entry;
   try {
     // Truncate only now: the open itself never truncates, so a refused path is left intact.
-    await handle.truncate(0);
-    let written = 0;
-    while (written < data.length) {
-      const { bytesWritten } = await handle.write(data, written, data.length - written, written);
-      written += bytesWritten;
+    if (data.length < SYNC_IO_BYTES) {
+      ftruncateSync(fd, 0);
+      for (let written = 0; written < data.length; ) written += writeSync(fd, data, written, data.length - written, written);
+    } else {
+      await writeAsync(fd, data);
     }
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
@@ -186,7 +223,7 @@ export async function writeFileTool(
     }
     throw err;
   } finally {
-    await handle.close();
+    closeSync(fd);
   }
   return {
     success: true,
@@ -194,6 +231,20 @@ export async function writeFileTool(
     error: "",
     metadata: { exit_code: 0, path, bytes: data.length, created },
   };
+}
+
+/** A large write through the thread pool, on the verified fd reopened as a FileHandle (see readHeadAsync). */
+async function writeAsync(fd: number, data: Buffer): Promise<void> {
+  const handle = await open(fdPath(fd), fsc.O_WRONLY | fsc.O_NONBLOCK);
+  try {
+    await handle.truncate(0);
+    for (let written = 0; written < data.length; ) {
+      const { bytesWritten } = await handle.write(data, written, data.length - written, written);
+      written += bytesWritten;
+    }
+  } finally {
+    await handle.close();
+  }
 }
 
 function tooBig(path: string, size: number, max: number): ToolOutcome {

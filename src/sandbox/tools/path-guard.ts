@@ -1,4 +1,4 @@
-import { closeSync, constants as fsc, fchownSync, fstatSync, mkdirSync, open as openCallback, openSync, readlinkSync, type Stats } from "node:fs";
+import { closeSync, constants as fsc, fchownSync, fstatSync, mkdirSync, openSync, readlinkSync, type Stats } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import { posix } from "node:path";
 import { SlotpoolError } from "../../protocol/errors.js";
@@ -16,11 +16,13 @@ import { workspacePathProblem } from "../../protocol/sandbox.js";
  * any that lead out of the workspace. The opened file is verified once more through
  * `/proc/self/fd/<fd>` before it is handed out.
  *
- * Directories of the walk are held as plain fds (opened asynchronously, closed at once),
- * and the cheap calls on them (fstat, readlink of /proc magic links, mkdir of a missing
- * parent) are synchronous: each is a few microseconds, where a thread-pool round trip and
- * a FileHandle per step cost more than the step (a write_file was 12 round trips). Only
- * the final entry, which may be a FIFO or a large file, is handed out as a FileHandle.
+ * The walk is synchronous (resolveInWorkspaceSync): directories are held as plain fds and
+ * every step (open of one name with O_NOFOLLOW, fstat, readlink of a /proc magic link,
+ * mkdir of a missing parent) takes a few microseconds on the slot's local disk, where a
+ * thread-pool round trip per step cost more than the step (a write_file was 7 round trips,
+ * the bulk of its time under load). Nothing in the walk can block: directory steps open
+ * with O_DIRECTORY and the final entry with O_NONBLOCK, so a planted FIFO is refused, not
+ * waited on. resolveInWorkspace hands the verified entry out as a FileHandle instead.
  *
  * Paths returned to callers are workspace-relative ("dir/file.txt", "." for the root):
  * host paths never leave this module.
@@ -131,20 +133,54 @@ interface Frame {
   name: string;
 }
 
+/** A resolved entry as a plain fd (resolveInWorkspaceSync); the caller closes it (closeSync). */
+export interface GuardedFd {
+  fd: number;
+  /** Workspace-relative path of the entry actually opened (symlinks expanded). */
+  path: string;
+  stat: Stats;
+  /** write intent: the file did not exist and was created by this call. */
+  created: boolean;
+}
+
 /**
- * Opens `userPath` inside the workspace according to `options.intent`. Throws
- * WorkspacePathError for every user mistake or refused path; other errors (EIO, EMFILE)
- * propagate.
+ * Opens `userPath` inside the workspace according to `options.intent`, as a FileHandle.
+ * Throws WorkspacePathError for every user mistake or refused path; other errors (EIO,
+ * EMFILE) propagate. The walk is resolveInWorkspaceSync's; the verified fd is then reopened
+ * through its /proc magic link (the same open file, not a new lookup by name) as a
+ * FileHandle, for callers that stream large files or trees (artifacts).
  */
 export async function resolveInWorkspace(
   workspaceDir: string,
   userPath: string,
   options: ResolveOptions,
 ): Promise<GuardedEntry> {
+  const entry = resolveInWorkspaceSync(workspaceDir, userPath, options);
+  try {
+    const flags = options.intent === "write" ? fsc.O_WRONLY | fsc.O_NONBLOCK : options.intent === "directory" ? fsc.O_RDONLY | fsc.O_DIRECTORY : fsc.O_RDONLY | fsc.O_NONBLOCK;
+    const handle = await open(fdPath(entry.fd), flags);
+    return { handle, path: entry.path, stat: entry.stat, created: entry.created };
+  } finally {
+    closeSync(entry.fd);
+  }
+}
+
+/**
+ * The walk itself, synchronous: every step is an open/fstat/readlink/mkdir of a single name
+ * relative to an fd already held, a few microseconds each on the slot's local disk, and a
+ * planted FIFO cannot block it (directory steps use O_DIRECTORY, the final entry
+ * O_NONBLOCK). The file tools' hot path (perf, issue 22): no thread-pool round trip per
+ * step. Same refusals and errors as resolveInWorkspace.
+ */
+export function resolveInWorkspaceSync(
+  workspaceDir: string,
+  userPath: string,
+  options: ResolveOptions,
+): GuardedFd {
   const queue = workspaceComponents(userPath);
-  const root = await openFd(workspaceDir, fsc.O_RDONLY | fsc.O_DIRECTORY);
+  const root = openSync(workspaceDir, fsc.O_RDONLY | fsc.O_DIRECTORY);
   const stack: Frame[] = [{ fd: root, name: "" }];
-  let result: GuardedEntry | undefined;
+  let result: GuardedFd | undefined;
   try {
     let expansions = 0;
     let viaSymlink: string | undefined;
@@ -163,7 +199,7 @@ export async function resolveInWorkspace(
       }
       throw new WorkspacePathError("outside", userPath, `path ${q(userPath)} escapes the workspace ("..")`);
     };
-    const expandSymlink = async (dir: Frame, name: string) => {
+    const expandSymlink = (dir: Frame, name: string): void => {
       const linkRel = relOf(name);
       if (++expansions > MAX_SYMLINK_EXPANSIONS) {
         throw new WorkspacePathError("symlink_loop", userPath, `path ${q(userPath)} has too many levels of symlinks`);
@@ -211,19 +247,19 @@ export async function resolveInWorkspace(
       }
       const isLast = queue.length === 0;
       if (!isLast || options.intent === "directory") {
-        const opened = await openDirectoryStep(top, name, isLast, options, userPath, relOf);
+        const opened = openDirectoryStep(top, name, isLast, options, userPath, relOf);
         if (opened === "symlink") {
-          await expandSymlink(top, name);
+          expandSymlink(top, name);
           continue;
         }
         stack.push({ fd: opened, name });
         continue;
       }
       const final = options.intent === "write"
-        ? await openFileForWrite(top, name, options, userPath, relOf)
-        : await openForRead(top, name, userPath, relOf);
+        ? openFileForWrite(top, name, options, userPath, relOf)
+        : openForRead(top, name, userPath, relOf);
       if (final === "symlink") {
-        await expandSymlink(top, name);
+        expandSymlink(top, name);
         continue;
       }
       result = { ...final, path: relOf(name) };
@@ -236,13 +272,19 @@ export async function resolveInWorkspace(
         throw new WorkspacePathError("is_directory", userPath, `path ${q(userPath)} is a directory, not a file`);
       }
       // Reopening the magic link of the directory we hold gives that same directory.
-      const handle = await open(fdPath(stack[stack.length - 1]!.fd), fsc.O_RDONLY | fsc.O_DIRECTORY);
-      result = { handle, path: rel, stat: fstatSync(handle.fd), created: false };
+      const fd = openSync(fdPath(stack[stack.length - 1]!.fd), fsc.O_RDONLY | fsc.O_DIRECTORY);
+      result = { fd, path: rel, stat: fstatSync(fd), created: false };
     }
-    await verifyInside(root, result, userPath);
+    verifyInside(root, result.fd, userPath);
     return result;
   } catch (err) {
-    if (result) await result.handle.close().catch(() => undefined);
+    if (result) {
+      try {
+        closeSync(result.fd);
+      } catch {
+        // already closed
+      }
+    }
     throw err;
   } finally {
     for (const frame of stack) {
@@ -255,18 +297,18 @@ export async function resolveInWorkspace(
   }
 }
 
-async function openDirectoryStep(
+function openDirectoryStep(
   dir: Frame,
   name: string,
   isLast: boolean,
   options: ResolveOptions,
   userPath: string,
   relOf: (name?: string) => string,
-): Promise<number | "symlink"> {
+): number | "symlink" {
   const path = fdPath(dir.fd, name);
   for (let attempt = 0; ; attempt++) {
     try {
-      return await openFd(path, fsc.O_RDONLY | fsc.O_DIRECTORY | fsc.O_NOFOLLOW);
+      return openSync(path, fsc.O_RDONLY | fsc.O_DIRECTORY | fsc.O_NOFOLLOW);
     } catch (err) {
       const code = errnoCode(err);
       if (code === "ELOOP") return "symlink";
@@ -284,11 +326,6 @@ async function openDirectoryStep(
       throw err;
     }
   }
-}
-
-/** open(2) to a plain fd, off the main thread (no FileHandle: the walk closes it itself). */
-function openFd(path: string, flags: number): Promise<number> {
-  return new Promise((resolve, reject) => openCallback(path, flags, (err, fd) => (err ? reject(err) : resolve(fd))));
 }
 
 function makeDirectory(dir: Frame, name: string, options: ResolveOptions): void {
@@ -323,16 +360,16 @@ function isSymlink(dir: Frame, name: string): boolean {
   }
 }
 
-async function openForRead(
+function openForRead(
   dir: Frame,
   name: string,
   userPath: string,
   relOf: (name?: string) => string,
-): Promise<Omit<GuardedEntry, "path"> | "symlink"> {
-  let handle: FileHandle;
+): Omit<GuardedFd, "path"> | "symlink" {
+  let fd: number;
   try {
     // O_NONBLOCK: opening a FIFO planted by a command must not hang the server.
-    handle = await open(fdPath(dir.fd, name), fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
+    fd = openSync(fdPath(dir.fd, name), fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
   } catch (err) {
     const code = errnoCode(err);
     if (code === "ELOOP") return "symlink";
@@ -344,38 +381,43 @@ async function openForRead(
     }
     throw err;
   }
-  return { handle, stat: fstatSync(handle.fd), created: false };
+  return { fd, stat: fstatSync(fd), created: false };
 }
 
-async function openFileForWrite(
+function openFileForWrite(
   dir: Frame,
   name: string,
   options: ResolveOptions,
   userPath: string,
   relOf: (name?: string) => string,
-): Promise<Omit<GuardedEntry, "path"> | "symlink"> {
+): Omit<GuardedFd, "path"> | "symlink" {
   const path = fdPath(dir.fd, name);
   const notRegular = () =>
     new WorkspacePathError("not_regular", userPath, `path ${q(userPath)} exists and is not a regular file`);
   // First try to create it (O_EXCL tells us whether we did, so we chown only our own files),
   // then open an existing one. Never O_TRUNC here: truncation happens after verification.
   try {
-    const handle = await open(path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW | fsc.O_NONBLOCK, options.fileMode ?? 0o644);
-    if (options.owner) await handle.chown(options.owner.uid, options.owner.gid);
-    return { handle, stat: fstatSync(handle.fd), created: true };
+    const fd = openSync(path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW | fsc.O_NONBLOCK, options.fileMode ?? 0o644);
+    try {
+      if (options.owner) fchownSync(fd, options.owner.uid, options.owner.gid);
+      return { fd, stat: fstatSync(fd), created: true };
+    } catch (err) {
+      closeSync(fd);
+      throw err;
+    }
   } catch (err) {
     const code = errnoCode(err);
     if (code === "ELOOP") return "symlink";
     if (code !== "EEXIST") throw err;
   }
   try {
-    const handle = await open(path, fsc.O_WRONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
-    const stat = fstatSync(handle.fd);
+    const fd = openSync(path, fsc.O_WRONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
+    const stat = fstatSync(fd);
     if (!stat.isFile()) {
-      await handle.close();
+      closeSync(fd);
       throw notRegular();
     }
-    return { handle, stat, created: false };
+    return { fd, stat, created: false };
   } catch (err) {
     const code = errnoCode(err);
     if (code === "ELOOP") return "symlink";
@@ -391,9 +433,9 @@ async function openFileForWrite(
 }
 
 /** Last line of defence: the kernel's own idea of where the opened entry lives. */
-async function verifyInside(root: number, entry: GuardedEntry, userPath: string): Promise<void> {
+function verifyInside(root: number, fd: number, userPath: string): void {
   const rootReal = readlinkSync(fdPath(root));
-  const real = readlinkSync(fdPath(entry.handle));
+  const real = readlinkSync(fdPath(fd));
   if (real === rootReal || real.startsWith(rootReal.endsWith("/") ? rootReal : rootReal + "/")) return;
   throw new WorkspacePathError("outside", userPath, `path ${q(userPath)} resolved outside the workspace and was refused`);
 }

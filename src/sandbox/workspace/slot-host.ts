@@ -22,6 +22,8 @@ export interface SlotHost {
   readonly bwrap: BwrapProbe;
   readonly logger: Logger;
   readonly defaultAllowNetwork: boolean;
+  /** The network setting a slot's namespace is started ahead for, before its first `bash` call. */
+  readonly prewarmNetwork: boolean;
   readonly spawnerPath: string | null;
   readonly spawnerReason: string | undefined;
   readonly cgroups: SlotCgroups;
