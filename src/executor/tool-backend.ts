@@ -35,7 +35,7 @@ export async function createToolBackend(config: ToolBackendConfig, options: Tool
   const logger = options.logger ?? silentLogger();
   // The pool's own fields; where its containers run is the provisioner's business.
   const { provisioner: _where, dataDir: _dataDir, nomad: _nomad, ...poolConfig } = config.pool;
-  const provisioner = options.provisioner ?? (await createProvisioner(config.pool, logger));
+  const provisioner = options.provisioner ?? (await createProvisioner(config.pool, serverNetworkArgs(config), logger));
   const pool = new SlotPool({
     parsedConfig: poolConfig,
     provisioner,
@@ -78,11 +78,11 @@ export async function createToolBackend(config: ToolBackendConfig, options: Tool
  * image built before this flag would refuse it (add it to the job's serverArgs there).
  */
 function serverNetworkArgs(config: ToolBackendConfig): string[] {
-  return ["--prewarm-network", config.allowNetwork ? "on" : "off"];
+  return ["--prewarm-network", config.executor.allowNetwork ? "on" : "off"];
 }
 
 /** Loaded on demand so the local path never loads the Nomad client, and vice versa. */
-async function createProvisioner(config: PoolSettings, logger: Logger): Promise<Provisioner> {
+async function createProvisioner(config: PoolSettings, serverArgs: string[], logger: Logger): Promise<Provisioner> {
   if (config.provisioner === "nomad") {
     const { NomadProvisioner } = await import("../pool/nomad-provisioner.js");
     return new NomadProvisioner({
@@ -98,7 +98,7 @@ async function createProvisioner(config: PoolSettings, logger: Logger): Promise<
     // The launcher waits for the server's info-level "listening" line: a quieter
     // SLOTPOOL_LOG_LEVEL inherited from the user's shell would hide it.
     env: { SLOTPOOL_LOG_LEVEL: "info" },
-    extraArgs: serverNetworkArgs(config),
+    extraArgs: serverArgs,
     ...(config.dataDir ? { baseDir: config.dataDir } : {}),
   });
 }

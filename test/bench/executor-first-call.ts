@@ -17,6 +17,7 @@
 import { Agent, request } from "undici";
 import { ExecutorServer } from "../../src/executor/executor-server.js";
 import { createToolBackend } from "../../src/executor/tool-backend.js";
+import { parseToolBackendConfig } from "../../src/executor/backend-config.js";
 import { waitForWarmPool } from "../support/warm-pool.js";
 
 function arg(name: string, fallback: number): number {
@@ -37,7 +38,7 @@ const row = (label: string, xs: number[]) =>
   console.log(`${label.padEnd(44)} p50 ${pct(xs, 0.5).toFixed(2).padStart(6)} ms   p90 ${pct(xs, 0.9).toFixed(2).padStart(6)} ms   (n=${xs.length})`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-const backend = await createToolBackend({ provisioner: "local", slotsPerContainer: SLOTS, minContainers: 1, maxContainers: 1 });
+const backend = await createToolBackend(parseToolBackendConfig({ pool: { provisioner: "local", slotsPerContainer: SLOTS, minContainers: 1, maxContainers: 1 } }));
 const server = new ExecutorServer({ executor: backend.executor, pool: backend.pool });
 const url = await server.listen(0, "127.0.0.1");
 // The env's client: keep-alive connections, as any HTTP client library keeps them.

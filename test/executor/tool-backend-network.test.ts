@@ -6,12 +6,13 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createToolBackend, type ToolBackendParts } from "../../src/executor/tool-backend.js";
+import { parseToolBackendConfig } from "../../src/executor/backend-config.js";
 import { waitForWarmPool } from "../support/warm-pool.js";
 
 let backend: ToolBackendParts;
 
 beforeAll(async () => {
-  backend = await createToolBackend({ provisioner: "local", slotsPerContainer: 2, minContainers: 1, maxContainers: 1 });
+  backend = await createToolBackend(parseToolBackendConfig({ pool: { provisioner: "local", slotsPerContainer: 2, minContainers: 1, maxContainers: 1 } }));
 }, 60_000);
 afterAll(async () => {
   await backend?.close();
