@@ -22,7 +22,8 @@ import type { InfraFailure } from "./infra-failure.js";
 import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
 import type { LineExtras } from "../report/rollout-extras.js";
 import { lineExtras } from "./rollout-extras.js";
-import { scoreRollout } from "./rollout-score.js";
+import { applyGroupScore, type GroupMember, type GroupScore } from "./group-score.js";
+import { scoreRollout, type ScoreResult } from "./rollout-score.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
@@ -32,11 +33,7 @@ import { ToolContext } from "./tool-context.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
 import { configProblems } from "../protocol/errors.js";
 
-/** What `verifyAndScore` returns: the score, plus anything worth keeping about how it was reached. */
-export interface ScoreResult {
-  score: number;
-  metadata?: Record<string, unknown>;
-}
+export type { ScoreResult } from "./rollout-score.js";
 
 /** One evaluation sample (written to samples.jsonl by `slotpool evaluate`). */
 export interface EvalSample {
@@ -84,8 +81,12 @@ type EnvClass = { configSchema: z.ZodType; envName?: string; name: string };
  * - `getNextItem()`: the next item, or null when there are no more.
  * - `buildTask(item)`: the user message (or the whole initial conversation).
  * - `setupWorkspace(item, ctx)`: optional; prepare the trajectory's slot before the agent starts.
- * - `computeReward(item, result, ctx)` or `verifyAndScore(...)`: score the rollout, running
- *   commands in the trajectory's own slot through `ctx` before it is reset.
+ * - `computeReward(item, result, ctx)` (abstract: every env writes it): score the rollout,
+ *   running commands in the trajectory's own slot through `ctx` before it is reset; a number,
+ *   or `{score, metadata, metrics}`.
+ * - `scoreGroup(item, members)`: optional; score the whole group at once (relative or
+ *   pairwise rewards), after each trajectory's own score.
+ * - `maxTurnsFor(item)`: optional; the item's own turn limit (default: config `maxTurns`).
  * - `oracle(item)`: optional; a scripted policy so the env runs without a model.
  * - `evaluate()`: optional; by default runs `getEvalItems()` once each.
  *
@@ -161,14 +162,41 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   /** Prepare the trajectory's slot (write fixtures, clone a repo) before the agent starts. */
   async setupWorkspace(_item: Item, _ctx: ToolContext): Promise<void> {}
 
-  /** Score a rollout; `ctx` runs tools in the trajectory's own slot, which still holds the agent's work. */
-  async computeReward(_item: Item, _result: AgentResult, _ctx: ToolContext): Promise<number> {
-    throw new EnvError(`env ${this.name} must implement computeReward(item, result, ctx) or verifyAndScore(item, result, ctx)`);
+  /**
+   * Score a rollout; `ctx` runs tools in the trajectory's own slot, which still holds the
+   * agent's work. Abstract, so an env that forgets it does not compile. Returns the score, or
+   * `{score, metadata?, metrics?}` to keep facts and metrics beside it.
+   */
+  abstract computeReward(item: Item, result: AgentResult, ctx: ToolContext): Promise<number | ScoreResult> | number | ScoreResult;
+
+  /** The score as `{score, metadata, metrics}`. Default: computeReward's answer in that form. */
+  async verifyAndScore(item: Item, result: AgentResult, ctx: ToolContext): Promise<ScoreResult> {
+    const r = await this.computeReward(item, result, ctx);
+    return typeof r === "number" ? { score: r } : r;
   }
 
-  /** Like computeReward, with metadata kept next to the score. Default: computeReward. */
-  async verifyAndScore(item: Item, result: AgentResult, ctx: ToolContext): Promise<ScoreResult> {
-    return { score: await this.computeReward(item, result, ctx) };
+  /**
+   * Group-level scoring, once per group after every trajectory's own verification (slots
+   * already reset): the members' own scores, metadata and metrics in; new scores in their
+   * order (relative, pairwise rewards), `{scores?, metrics?}`, or nothing (own scores stand).
+   * Infra-failed trajectories are never members; a hook that throws or answers badly makes
+   * the members infra failures (cause `reward`). See applyGroupScore.
+   */
+  scoreGroup(_item: Item, _members: readonly GroupMember[]): GroupScore | Promise<GroupScore> {
+    return undefined;
+  }
+
+  /** The item's own turn limit, or undefined for the config's `maxTurns` (a hard item may get more turns). */
+  maxTurnsFor(_item: Item): number | undefined {
+    return undefined;
+  }
+
+  /** The turn limit of one item: `maxTurnsFor(item)`, else the config's `maxTurns`. */
+  turnsFor(item: Item): number {
+    const own = this.maxTurnsFor(item);
+    if (own === undefined) return this.config.maxTurns;
+    if (!Number.isInteger(own) || own < 1) throw new EnvError(`env ${this.name}: maxTurnsFor(item) must be a positive integer or undefined, got ${String(own)}`);
+    return own;
   }
 
   /** A scripted policy for this item (known-correct tool calls), used when no model URL is set. */
@@ -400,7 +428,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           policy: this.policyFor(item),
           tools: groupTools.tools,
           messages: this.initialMessages(item),
-          maxTurns: this.config.maxTurns,
+          maxTurns: this.turnsFor(item),
           ...(signal ? { signal } : {}),
           isKnownTool: (name) => {
             const def = backend.registry.resolve(name);
@@ -412,7 +440,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
             return r;
           },
         });
-        const { score, rewardError, scoreMetadata, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, ctx), this.log);
+        const { score, rewardError, scoreMetadata, metrics, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, ctx), this.log);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);
         const outcome: TrajectoryOutcome = {
           trajectoryId,
@@ -427,6 +455,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           workspaceSetupMs,
         };
         if (brokenSegments.length > 0) outcome.brokenSegments = brokenSegments;
+        if (metrics) outcome.metrics = metrics;
         if (rewardError) outcome.rewardError = rewardError;
         if (infraFailure) outcome.infraFailure = infraFailure;
         return outcome;
@@ -456,12 +485,14 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    */
   async collectTrajectories(item: Item, options: { signal?: AbortSignal } = {}): Promise<GroupOutcome<Item>> {
     const point = this.branchPoint(item);
-    if (point) return collectBranchingGroup(this, item, point, { tokenizer: this.tokenizer, log: this.log }, options);
+    const scoreGroup = (trajectories: TrajectoryOutcome[]) => applyGroupScore(trajectories, (members) => this.scoreGroup(item, members), this.log);
+    if (point) return collectBranchingGroup(this, item, point, { tokenizer: this.tokenizer, log: this.log, scoreGroup }, options);
     const groupTools = this.resolveTools();
     return collectGroup(item, groupTools, {
       config: this.config,
       log: this.log,
       runTrajectory: () => this.collectTrajectory(item, groupTools, options),
+      scoreGroup,
       ...(options.signal ? { signal: options.signal } : {}),
     });
   }
