@@ -12,7 +12,7 @@
  * It ships an oracle policy (the fix, as a tool call), so it runs without a model.
  * Written against slotpool's public API only.
  */
-import { AgentEnv, type AgentEnvRuntime, type AgentResult, type OracleScript, type TemplateSpec, type ToolContext } from "../../src/index.js";
+import { AgentEnv, type AgentEnvRuntime, type AgentResult, type OracleScript, type TemplateSpec, type ToolContext } from "slotpool";
 
 export interface RepoTask {
   id: number;
