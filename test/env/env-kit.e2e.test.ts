@@ -172,6 +172,27 @@ describe("the env author's kit", () => {
     await dropEnv.close();
   }, 120_000);
 
+  it("branching groups: scoreGroup sees every branch, and the tree in the JSONL shows the group's scores", async () => {
+    const env = new KitEnv({ groupSize: 3, maxTurns: 3 }, { backend, logger: log });
+    Object.assign(env, { branchPoint: () => ({ afterTurn: 1 }) });
+    let k = 0;
+    env.rewardHook = () => ({ score: k++, metrics: { order: k } });
+    env.groupHook = relative;
+    await env.start();
+    const outcome = await env.collectTrajectories(env.getNextItem());
+    await env.close();
+    assert(outcome.ok);
+    expect(env.groupCalls).toHaveLength(1);
+    expect(env.groupCalls[0]!.map((m) => m.score).sort()).toEqual([0, 1, 2]);
+    expect([...outcome.group.scores].sort((a, b) => a - b)).toEqual([-1, 0, 1]);
+    expect(outcome.metrics).toEqual({ spread: 2 });
+    const tree = outcome.trajectories[0]!.branchTree!;
+    for (const t of outcome.trajectories) {
+      expect(t.ownScore! - 1).toBe(t.score);
+      expect(tree.nodes.find((n) => n.trajectory_id === t.trajectoryId)!.score).toBe(t.score);
+    }
+  }, 60_000);
+
   it("a metric that is not a finite number makes the trajectory an infra failure naming the metric", async () => {
     const env = new KitEnv({ groupSize: 2, maxTurns: 3, infraFailurePolicy: "mask" }, { backend, logger: log });
     env.rewardHook = (n) => ({ score: 1, metrics: n === 0 ? { chars: Number.NaN } : { chars: n } });
