@@ -133,7 +133,7 @@ export default class ShellTasksEnv extends AgentEnv<ShellTask> {
     }
   }
 
-  override async computeReward(task: ShellTask, _result: AgentResult, ctx: ToolContext): Promise<number> {
+  async computeReward(task: ShellTask, _result: AgentResult, ctx: ToolContext): Promise<number> {
     const v = task.variant;
     switch (task.kind) {
       case "create-file": {
