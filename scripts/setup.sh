@@ -26,7 +26,7 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 # image's ENTRYPOINT as written, tini first.
 command -v tini >/dev/null 2>&1 || need+=(tini)
 # nft confines the DNS forwarder of a network-on slot to DNS (port 53); without it the
-# server turns the forwarder off (src/sandbox/network.ts).
+# server turns the forwarder off (src/sandbox/isolation/network.ts).
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -1,11 +1,11 @@
 import { join } from "node:path";
 import { setFlagsFromString } from "node:v8";
 import { createLogger } from "../observability/logger.js";
-import { DEFAULT_LIMITS } from "../sandbox/limits.js";
-import { SandboxServer } from "../sandbox/server.js";
-import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../sandbox/slot-uids.js";
-import { checkAllowRanges } from "../sandbox/network.js";
-import { DEFAULT_DISK_BYTES } from "../sandbox/slot-disk.js";
+import { DEFAULT_LIMITS } from "../sandbox/isolation/limits.js";
+import { SandboxServer } from "../sandbox/http/server.js";
+import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../sandbox/isolation/slot-uids.js";
+import { checkAllowRanges } from "../sandbox/isolation/network.js";
+import { DEFAULT_DISK_BYTES } from "../sandbox/workspace/slot-disk.js";
 import { mountNamespacePlan, reexecInOwnMountNamespace } from "../host/mount-namespace.js";
 import { exposureProblem } from "../http/exposure.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";

@@ -24,7 +24,7 @@ export const PATH_MAX_BYTES = 4095;
  * Why a workspace path is refused before anything is touched (undefined: fine): NUL bytes,
  * a name or the whole path over the filesystem's limits, or `..` leading above the
  * workspace root read as written (`a/../../x`). Symlinks are checked where the path is
- * opened (src/sandbox/path-guard.ts); this check keeps a refused path from creating
+ * opened (src/sandbox/tools/path-guard.ts); this check keeps a refused path from creating
  * anything on its way.
  */
 export function workspacePathProblem(path: string): string | undefined {

@@ -43,6 +43,42 @@ export const ALLOWED: Record<string, readonly string[]> = {
   "": ["e2b", "report", "env", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
 };
 
+/**
+ * Sub-rooms of src/sandbox/ (its folders) and which other sub-rooms each may import, from
+ * the bottom up. The sandbox server runs alone in its container, so these rules order its
+ * parts the way the rooms order src/:
+ *
+ *   core        nothing (a slot and its call queue, the room's errors, a tool's raw answer)
+ *   run         core (one process to completion, its capped output, the reset barrier)
+ *   native      core (the C helpers and their build at first use)
+ *   isolation   run, native, core (bubblewrap, limits, cgroups, network, the spawner, uids)
+ *   workspace   isolation and below (slot disks, mounts, tree removal, what runners need of the host)
+ *   templates   workspace and below (template store, builds, a slot's view of one)
+ *   tools       workspace and below (bash, the terminal, files, artifacts, process sessions;
+ *               beside templates, not above them)
+ *   fork        tools, templates and below (POST /fork copies a slot's workspace and terminal)
+ *   service     everything below (SandboxService composes the slots, tools, templates, forks)
+ *   http        service and below (the server, its routes, the WebSocket)
+ *   index.ts    the room's public face, at its root: may import any sub-room; no other file
+ *               lives at the root, and no sub-room imports it.
+ */
+export const SANDBOX_ALLOWED: Record<string, readonly string[]> = {
+  core: [],
+  run: ["core"],
+  native: ["core"],
+  isolation: ["run", "native", "core"],
+  workspace: ["isolation", "run", "native", "core"],
+  templates: ["workspace", "isolation", "run", "native", "core"],
+  tools: ["workspace", "isolation", "run", "native", "core"],
+  fork: ["tools", "templates", "workspace", "isolation", "run", "native", "core"],
+  service: ["fork", "tools", "templates", "workspace", "isolation", "run", "native", "core"],
+  http: ["service", "fork", "tools", "templates", "workspace", "isolation", "run", "native", "core"],
+  "": ["http", "service", "fork", "tools", "templates", "workspace", "isolation", "run", "native", "core"],
+};
+
+/** Files allowed at the root of src/sandbox/ (outside any sub-room). */
+export const SANDBOX_ROOT_FILES: readonly string[] = ["sandbox/index.ts"];
+
 /** file (relative to src/, with "/" separators) -> files it imports (same form). */
 export type ImportGraph = Map<string, string[]>;
 
@@ -129,4 +165,32 @@ export function importCycles(graph: ImportGraph): string[] {
   };
   for (const v of graph.keys()) if (!idx.has(v)) visit(v);
   return cycles.sort();
+}
+
+/** The sub-room of a file under sandbox/: its folder there, or "" for a file at sandbox/'s root. */
+export function sandboxRoomOf(file: string): string {
+  const rest = file.slice("sandbox/".length);
+  const slash = rest.indexOf("/");
+  return slash < 0 ? "" : rest.slice(0, slash);
+}
+
+/**
+ * Imports between sandbox sub-rooms against SANDBOX_ALLOWED, plus files at sandbox/'s root
+ * other than the public face, as lines naming the file and the rule.
+ */
+export function sandboxLayerViolations(graph: ImportGraph, allowed = SANDBOX_ALLOWED, rootFiles = SANDBOX_ROOT_FILES): string[] {
+  const out: string[] = [];
+  for (const [from, targets] of graph) {
+    if (!from.startsWith("sandbox/")) continue;
+    const room = sandboxRoomOf(from);
+    if (room === "" && !rootFiles.includes(from)) out.push(`${from} (is in no sandbox sub-room: move it into one)`);
+    const ok = allowed[room];
+    for (const to of targets) {
+      if (!to.startsWith("sandbox/")) continue;
+      const target = sandboxRoomOf(to);
+      if (target === room) continue;
+      if (ok === undefined || !ok.includes(target)) out.push(`${from} -> ${to} (sandbox/${room || "index.ts"} may not import sandbox/${target || "index.ts"})`);
+    }
+  }
+  return out.sort();
 }

@@ -1,6 +1,6 @@
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { importCycles, layerViolations, readImportGraph, type ImportGraph } from "./import-graph.js";
+import { importCycles, layerViolations, readImportGraph, sandboxLayerViolations, type ImportGraph } from "./import-graph.js";
 
 const SRC = fileURLToPath(new URL("../../src", import.meta.url));
 
@@ -18,6 +18,11 @@ describe("layers of src/", () => {
 
   it("has no import cycle between files", () => {
     expect(importCycles(graph)).toEqual([]);
+  });
+
+  it("inside sandbox/, sub-rooms import one way: core <- run, native <- isolation <- workspace <- templates, tools <- fork <- service <- http", () => {
+    expect(graph.get("sandbox/http/server.ts")).toContain("sandbox/service/service.ts");
+    expect(sandboxLayerViolations(graph)).toEqual([]);
   });
 });
 
@@ -42,6 +47,24 @@ describe("the layer rules themselves", () => {
   it("report an unknown room", () => {
     expect(layerViolations(fake({ "utils/misc.ts": ["protocol/sandbox.ts"] }))).toEqual([
       "utils/misc.ts -> protocol/sandbox.ts (utils may not import protocol)",
+    ]);
+  });
+
+  it("report a sandbox sub-room importing a higher one, and a file outside any sub-room", () => {
+    const graph = fake({
+      "sandbox/isolation/spawner.ts": ["sandbox/tools/bash.ts", "sandbox/run/runner.ts"],
+      "sandbox/tools/bash.ts": ["sandbox/templates/templates.ts", "sandbox/index.ts", "sandbox/core/slot.ts"],
+      "sandbox/helpers.ts": ["sandbox/core/slot.ts"],
+      "sandbox/index.ts": ["sandbox/http/server.ts"],
+      "sandbox/http/server.ts": ["sandbox/service/service.ts", "protocol/sandbox.ts"],
+      "sandbox/gadgets/x.ts": ["sandbox/core/slot.ts"],
+    });
+    expect(sandboxLayerViolations(graph)).toEqual([
+      "sandbox/gadgets/x.ts -> sandbox/core/slot.ts (sandbox/gadgets may not import sandbox/core)",
+      "sandbox/helpers.ts (is in no sandbox sub-room: move it into one)",
+      "sandbox/isolation/spawner.ts -> sandbox/tools/bash.ts (sandbox/isolation may not import sandbox/tools)",
+      "sandbox/tools/bash.ts -> sandbox/index.ts (sandbox/tools may not import sandbox/index.ts)",
+      "sandbox/tools/bash.ts -> sandbox/templates/templates.ts (sandbox/tools may not import sandbox/templates)",
     ]);
   });
 

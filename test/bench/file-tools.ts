@@ -8,8 +8,8 @@ import { mkdtemp, mkdir, rm, writeFile } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readFileTool, writeFileTool } from "../../src/sandbox/files.js";
-import { archiveArtifacts, listArtifacts } from "../../src/sandbox/artifacts.js";
+import { readFileTool, writeFileTool } from "../../src/sandbox/tools/files.js";
+import { archiveArtifacts, listArtifacts } from "../../src/sandbox/tools/artifacts.js";
 import { startSandboxProcess } from "../../src/pool/sandbox-process.js";
 
 const opts = { maxReadBytes: 10 * 1024 * 1024, maxWriteBytes: 10 * 1024 * 1024 };

@@ -15,7 +15,7 @@ import { Agent, request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSandboxProcess } from "../../src/pool/sandbox-process.js";
-import { bwrapArgs, READ_ONLY_ROOT } from "../../src/sandbox/isolation.js";
+import { bwrapArgs, READ_ONLY_ROOT } from "../../src/sandbox/isolation/isolation.js";
 
 const argv = process.argv.slice(2);
 const flag = (name: string, fallback: number): number => {

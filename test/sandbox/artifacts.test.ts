@@ -10,8 +10,8 @@ import {
   ArtifactListResponseSchema,
   ArtifactReadResponseSchema,
 } from "../../src/protocol/sandbox.js";
-import { archiveArtifacts, DEFAULT_ARTIFACT_LIMITS, listArtifacts, mimeFor, readArtifact } from "../../src/sandbox/artifacts.js";
-import { TarGzWriter } from "../../src/sandbox/tar-writer.js";
+import { archiveArtifacts, DEFAULT_ARTIFACT_LIMITS, listArtifacts, mimeFor, readArtifact } from "../../src/sandbox/tools/artifacts.js";
+import { TarGzWriter } from "../../src/sandbox/tools/tar-writer.js";
 
 /**
  * Artifact read/list/archive on real temp directories: answers match the wire schemas,

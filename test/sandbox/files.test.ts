@@ -3,8 +3,8 @@ import { mkdtemp, mkdir, readFile, rm, stat, symlink, writeFile, readdir, lstat 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeEach, describe, expect, it } from "vitest";
-import { readFileTool, writeFileTool, type FileToolOptions, type ToolOutcome } from "../../src/sandbox/files.js";
-import { resolveInWorkspace, WorkspacePathError } from "../../src/sandbox/path-guard.js";
+import { readFileTool, writeFileTool, type FileToolOptions, type ToolOutcome } from "../../src/sandbox/tools/files.js";
+import { resolveInWorkspace, WorkspacePathError } from "../../src/sandbox/tools/path-guard.js";
 import { isRoot } from "./helpers.js";
 
 /**

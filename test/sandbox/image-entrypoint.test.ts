@@ -122,20 +122,22 @@ describe("sandbox-image/Dockerfile", () => {
     expect(probe.at(-1)).toBe("http://127.0.0.1:8080/health");
   });
 
-  it("installs only packages that exist in Debian bookworm", async () => {
+  it("installs the packages a slot needs", () => {
+    expect(aptPackages()).toEqual(expect.arrayContaining(["bubblewrap", "tmux", "git", "curl", "coreutils", "ca-certificates"]));
+  });
+
+  // Source: Debian bookworm's package index through apt-cache (only when this machine is
+  // bookworm and has fetched the index: `apt-get update`, which setup.sh runs when it
+  // installs). Nothing outside the repository and the system's own apt state is read.
+  const osRelease = existsSync("/etc/os-release") ? readFileSync("/etc/os-release", "utf8") : "";
+  const listsDir = "/var/lib/apt/lists";
+  const indexed =
+    osRelease.includes("VERSION_CODENAME=bookworm") &&
+    existsSync(listsDir) &&
+    readdirSync(listsDir).some((f) => f.includes("bookworm") && f.includes("_Packages")) &&
+    spawnSync("apt-cache", ["--version"], { stdio: "ignore" }).status === 0;
+  it.skipIf(!indexed)("installs only packages that exist in Debian bookworm (needs a bookworm apt package index: skipped without one)", async () => {
     const packages = aptPackages();
-    expect(packages).toEqual(expect.arrayContaining(["bubblewrap", "tmux", "git", "curl", "coreutils", "ca-certificates"]));
-    // Source: Debian bookworm's package index through apt-cache (only when this machine is
-    // bookworm and has fetched the index: `apt-get update`, which setup.sh runs when it
-    // installs). Nothing outside the repository and the system's own apt state is read.
-    const osRelease = existsSync("/etc/os-release") ? readFileSync("/etc/os-release", "utf8") : "";
-    const listsDir = "/var/lib/apt/lists";
-    const indexed =
-      osRelease.includes("VERSION_CODENAME=bookworm") &&
-      existsSync(listsDir) &&
-      readdirSync(listsDir).some((f) => f.includes("bookworm") && f.includes("_Packages")) &&
-      spawnSync("apt-cache", ["--version"], { stdio: "ignore" }).status === 0;
-    if (!indexed) return; // no package index here to check against: the names above were checked
     // One apt-cache call for all (it prints what it knows and fails on any unknown name).
     const shown = await run("apt-cache", ["show", "--no-all-versions", ...packages], { maxBuffer: 16 * 1024 * 1024 })
       .then((r) => r.stdout, (err: { stdout?: string }) => err.stdout ?? "");
@@ -149,9 +151,9 @@ describe("sandbox-image/Dockerfile", () => {
 describe("the image's spawner (the server's fast path)", () => {
   const buildStage = instructions.slice(0, instructions.lastIndexOf(instructions.filter((i) => i.keyword === "FROM").at(-1)!));
   const buildRuns = buildStage.filter((i) => i.keyword === "RUN").map((i) => i.args);
-  // Where the built server looks for a prebuilt spawner: next to dist/src/sandbox/spawner.js.
-  const spawnerTs = readFileSync(join(repo, "src", "sandbox", "spawner-binary.ts"), "utf8");
-  const nativeBuildTs = readFileSync(join(repo, "src", "sandbox", "native-build.ts"), "utf8");
+  // Where the built server looks for a prebuilt spawner: dist/src/sandbox/native/, next to native-build.js.
+  const spawnerTs = readFileSync(join(repo, "src", "sandbox", "isolation", "spawner-binary.ts"), "utf8");
+  const nativeBuildTs = readFileSync(join(repo, "src", "sandbox", "native", "native-build.ts"), "utf8");
   const prebuilt = "dist/src/sandbox/native/slotpool-spawner";
   const buildCommands = buildRuns.join(" && ").split(/&&|;/).map((c) => c.trim());
   const compile = buildCommands.find((c) => /^(cc|gcc)\s/.test(c));
@@ -159,10 +161,10 @@ describe("the image's spawner (the server's fast path)", () => {
   const afterBuild = buildCommands.slice(buildCommands.indexOf("npm run build") + 1).filter((c) => /^(mkdir|cc|gcc)\s/.test(c));
 
   it("is compiled in the build stage, after the TypeScript, at the path the server looks for, and shipped", () => {
-    // The server looks for <this module's folder>/native/slotpool-spawner.
+    // The server looks for slotpool-spawner in native-build's folder (dist/src/sandbox/native).
     expect(spawnerTs).toContain('prebuiltNative("slotpool-spawner")');
     expect(nativeBuildTs).toContain("const HERE = dirname(fileURLToPath(import.meta.url));");
-    expect(nativeBuildTs).toContain('return join(HERE, "native", name);');
+    expect(nativeBuildTs).toContain("return join(HERE, name);");
     const installs = buildRuns.join("\n");
     expect(installs).toMatch(/apt-get install[^&;]*\bgcc\b/);
     expect(installs).toMatch(/apt-get install[^&;]*\blibc6-dev\b/);
@@ -182,7 +184,7 @@ describe("the image's spawner (the server's fast path)", () => {
   it("builds every native helper the server looks for prebuilt (the runtime stage cannot compile one)", () => {
     const sandboxDir = join(repo, "src", "sandbox");
     const wanted = new Set(
-      readdirSync(sandboxDir)
+      readdirSync(sandboxDir, { recursive: true, encoding: "utf8" })
         .filter((f) => f.endsWith(".ts"))
         .flatMap((f) => [...readFileSync(join(sandboxDir, f), "utf8").matchAll(/prebuiltNative\("([^"]+)"\)/g)].map((m) => m[1]!)),
     );
@@ -203,12 +205,13 @@ describe("the image's spawner (the server's fast path)", () => {
     let server: ChildProcess | undefined;
     try {
       // Build stage: /opt/slotpool with src/ and the built dist/ as a clean clone's tsc leaves
-      // it: no dist/src/sandbox/native/ (tsc never makes it; spawners compiled by tests live
-      // there). The Dockerfile's own commands after `npm run build` must make it.
+      // it: no binary in dist/src/sandbox/native/ (tsc puts only native-build.js there;
+      // spawners compiled by tests live there). The Dockerfile's own commands after
+      // `npm run build` must build them.
       const build = join(root, "build");
       cpSync(join(repo, "src", "sandbox", "native"), join(build, "src", "sandbox", "native"), { recursive: true });
-      cpSync(join(repo, "dist", "src"), join(build, "dist", "src"), { recursive: true, filter: (p) => !/[/\\]dist[/\\]src[/\\]sandbox[/\\]native([/\\]|$)/.test(p) });
-      expect(existsSync(join(build, "dist", "src", "sandbox", "native"))).toBe(false);
+      cpSync(join(repo, "dist", "src"), join(build, "dist", "src"), { recursive: true, filter: (p) => !/[/\\]dist[/\\]src[/\\]sandbox[/\\]native[/\\]slotpool-/.test(p) });
+      expect(readdirSync(join(build, "dist", "src", "sandbox", "native")).filter((n) => n.startsWith("slotpool-"))).toEqual([]);
       for (const command of afterBuild) {
         const [file, ...args] = command.split(/\s+/);
         await run(file!, args, { cwd: build });
@@ -345,15 +348,17 @@ describe("the image's entrypoint, run as written", () => {
     expect(existsSync(join(dir, "data"))).toBe(false);
   });
 
-  it("serves from namespaces of its own (root: a mount namespace; not root: a user namespace holding one): its slot disks are not mounted on the host", async () => {
+  it.skipIf(serversMayMount)("where servers may not mount: bounds /tmp only, mounts nothing on the host (skipped where servers may mount)", async () => {
+    expect(readFileSync("/proc/self/mountinfo", "utf8")).not.toContain(join(dir, "alloc", "data"));
+    const health = (await (await fetch(`${url}/health`)).json()) as { limits: { disk: string } };
+    expect(health.limits.disk).toBe("tmp_only");
+  });
+
+  it.skipIf(!serversMayMount)("serves from namespaces of its own (root: a mount namespace; not root: a user namespace holding one): its slot disks are not mounted on the host (skipped where servers may not mount)", async () => {
     const data = join(dir, "alloc", "data");
     const hostMounts = readFileSync("/proc/self/mountinfo", "utf8");
     expect(hostMounts).not.toContain(data);
     const health = (await (await fetch(`${url}/health`)).json()) as { limits: { disk: string } };
-    if (!serversMayMount) {
-      expect(health.limits.disk).toBe("tmp_only");
-      return;
-    }
     // The entrypoint's process re-executed itself under `unshare`: the server is its
     // descendant, in another mount namespace, where the slot disks are mounted.
     // (Below tini and the entrypoint's own node: the one that carries the re-exec's marker.)

@@ -1,6 +1,6 @@
 /*
  * slotpool fork mounter (root, or a non-root server in its own user namespace): the mount
- * steps of POST /fork (see src/sandbox/fork.ts and docs/fork.md). Runs in `serve` mode, one
+ * steps of POST /fork (see src/sandbox/fork/fork.ts and docs/fork.md). Runs in `serve` mode, one
  * request per stdin line, fields separated by tabs, answers "ok" or "err <message>":
  *
  *   idmap <src> <mountpoint> <from_uid> <to_uid> <from_gid> <to_gid>

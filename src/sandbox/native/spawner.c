@@ -1,6 +1,6 @@
 /*
  * slotpool-spawner: the per-slot process that starts `bash` commands inside the slot's
- * long-lived bubblewrap namespace (see src/sandbox/spawner.ts for why).
+ * long-lived bubblewrap namespace (see src/sandbox/isolation/spawner.ts for why).
  *
  * It runs as the slot's uid, without capabilities, inside bubblewrap's user, pid, mount,
  * ipc, uts (and, for the no-network holder, net) namespaces, reads requests on stdin and

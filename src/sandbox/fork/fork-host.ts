@@ -1,0 +1,46 @@
+import type { Logger } from "pino";
+import type { BashExecutor } from "../tools/bash.js";
+import type { ForkHost } from "./fork.js";
+import type { SlotCgroups } from "../isolation/cgroups.js";
+import type { SlotDisks } from "../workspace/slot-disk.js";
+import type { SlotTemplates } from "../templates/slot-templates.js";
+import type { Slot } from "../core/slot.js";
+import type { StatefulSessions } from "../tools/stateful.js";
+
+/**
+ * What a fork needs of the sandbox service, wired to the service's parts (fork.ts takes
+ * this narrow interface, not the service: the service constructs the forks).
+ */
+export function forkHost(
+  svc: { slots: readonly Slot[]; disks: SlotDisks; templates: SlotTemplates; logger: Logger; stateDir: string; cgroups: SlotCgroups },
+  parts: { bash: BashExecutor; stateful: StatefulSessions; emptyWorkspace: (slot: Slot) => Promise<void>; discard: (path: string) => void },
+): ForkHost {
+  const { bash, stateful } = parts;
+  return {
+    slots: svc.slots,
+    disks: svc.disks,
+    templates: svc.templates,
+    logger: svc.logger,
+    stateDir: svc.stateDir,
+    async stopSlot(slot) {
+      slot.killRunning();
+      // Both waited for (a barrier, as in reset), in parallel: each namespace's teardown costs milliseconds.
+      await Promise.all([stateful.stop(slot), bash.resetSlot(slot)]);
+      svc.cgroups.killAll(slot.index);
+    },
+    async resetWorkspace(slot, template) {
+      await svc.templates.detach(slot);
+      await parts.emptyWorkspace(slot);
+      if (template !== undefined) await svc.templates.attach(slot, svc.templates.take(template));
+    },
+    discard: parts.discard,
+    stopCommandNamespaces: (slot) => bash.stopNamespaces(slot),
+    commandNamespacePids: (slot) => bash.namespacePids(slot),
+    reanchorCommands: (slot) => bash.reanchor(slot),
+    warm: (slot) => setImmediate(() => void bash.warm(slot)),
+    terminalPid: (slot) => stateful.terminalPid(slot),
+    terminalState: (slot) => stateful.terminalState(slot),
+    seedTerminal: (slot, state) => stateful.seed(slot, state),
+    reanchorTerminal: (slot) => stateful.reanchor(slot),
+  };
+}

@@ -1,0 +1,425 @@
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { chownSync, mkdirSync, renameSync, rmSync, rmdirSync } from "node:fs";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import type { Logger } from "pino";
+import { whyNoMounts } from "../../host/mount-namespace.js";
+import { HttpError } from "../../http/errors.js";
+import type { ForkResponse } from "../../protocol/sandbox.js";
+import { ForkBusyError, ForkMounter, type Ids } from "./fork-mount.js";
+import type { SlotDisks } from "../workspace/slot-disk.js";
+import type { SlotTemplates } from "../templates/slot-templates.js";
+import type { Slot } from "../core/slot.js";
+import type { TerminalState } from "../tools/stateful.js";
+
+const run = promisify(execFile);
+
+/**
+ * POST /fork: every child slot becomes a copy-on-write copy of the parent's workspace as it
+ * is at that instant, in O(1) of what the workspace holds (docs/fork.md).
+ *
+ * "overlay" mode (the slot's disk is a tmpfs of its own and the server may mount):
+ * - the parent's upper dir (what it wrote: the plain workspace dir on its disk, or the
+ *   upper of its template or fork view) is renamed into a *layer* on the parent's disk,
+ *   which gets a read-only mount of its own (alive after the parent's reset);
+ * - the parent gets a fresh upper over [layer, its older layers, its template], mounted over
+ *   its workspace in the server's namespace and in each of its live namespaces (terminal and
+ *   command namespaces), where the old mount is first made read-only (the kernel refuses
+ *   while a process holds a file of it open for writing: retried a few times, then 409 and
+ *   nothing changed). From then on nothing writes to the layer: a process whose working
+ *   directory is on the old mount reads the state at the fork and gets EROFS writing there;
+ *   the terminal's shell and each namespace's next command enter /workspace again;
+ * - each child is reset (processes killed, a fresh disk, the parent's template view) unless
+ *   fresh from a reset, and gets a fresh upper on its own disk over [the parent's layers,
+ *   its template view]; as root each layer is seen through an id-mapped read-only clone
+ *   (files of the slot that wrote it appear as the child's own);
+ * - a layer is deleted when no view uses it any more; until then it counts against the disk
+ *   bound of the slot that wrote it, also after that slot's reset.
+ * "copy" mode (no per-slot disk, or no mounts): the parent's workspace is copied (O(files),
+ *   and not atomic against the parent's background processes).
+ */
+export type ForkMode = "overlay" | "copy";
+
+/** Layers beneath one view at most; deeper forks copy (overlayfs allows 500, the cost grows with depth). */
+const MAX_LAYERS = 64;
+/** Tries to seal the parent's old mount while a process holds a file of it open for writing. */
+const SEAL_TRIES = 5;
+
+interface Layer {
+  /** Its own read-only mount (what views use): alive while the layer is, also after its slot's disk is replaced by a reset. */
+  dir: string;
+  /** Where its files lie: on the disk of the slot that wrote them (deleted from there if that disk is still the slot's). */
+  src: string;
+  owner: Ids;
+  refs: number;
+  /** Its id-mapped clones by reader ("uid:gid"): made once, kept as long as the layer. */
+  clones: Map<string, string>;
+}
+
+/** A slot whose workspace is a fork view (parent after a fork, or a child). */
+interface ForkView {
+  /** Top first. */
+  layers: Layer[];
+  /** The path each layer is mounted into this view from (the dir, or its id-mapped clone). */
+  lowers: string[];
+  upper: string;
+  work: string;
+  /** Overlays stacked on the workspace by forks (unmounted at release). */
+  stacked: number;
+}
+
+/** What the fork needs from the service (implemented by SandboxService). */
+export interface ForkHost {
+  readonly slots: readonly Slot[];
+  readonly disks: SlotDisks;
+  readonly templates: SlotTemplates;
+  readonly logger: Logger;
+  readonly stateDir: string;
+  /** Kills every process of the slot and ends its terminal (as reset does first). */
+  stopSlot(slot: Slot): Promise<void>;
+  /** The reset's workspace steps: its view detached, a fresh empty disk, then a view of `template` if named. */
+  resetWorkspace(slot: Slot, template: string | undefined): Promise<void>;
+  /** Deletes a tree in the background (tree-removal.ts). */
+  discard(path: string): void;
+  /** Stops the slot's command namespaces only (the terminal stays). */
+  stopCommandNamespaces(slot: Slot): Promise<void>;
+  /** A process in each live command namespace of the slot. */
+  commandNamespacePids(slot: Slot): Promise<number[]>;
+  /** The next command of each command namespace enters /workspace again. */
+  reanchorCommands(slot: Slot): void;
+  warm(slot: Slot): void;
+  terminalPid(slot: Slot): number | undefined;
+  terminalState(slot: Slot): TerminalState | undefined;
+  seedTerminal(slot: Slot, state: TerminalState): void;
+  reanchorTerminal(slot: Slot): void;
+}
+
+export class SlotForks {
+  readonly mode: ForkMode;
+  readonly reason: string | undefined;
+  private readonly mounter: ForkMounter | undefined;
+  private readonly views = new Map<number, ForkView>();
+  private readonly cloneDir: string;
+  private readonly layerDir: string;
+
+  constructor(private readonly host: ForkHost) {
+    this.cloneDir = join(host.stateDir, "fork-clones");
+    this.layerDir = join(host.stateDir, "fork-layers");
+    for (const d of [this.cloneDir, this.layerDir]) {
+      // A killed server's mounts died with its namespace: what is left are empty dirs.
+      rmSync(d, { recursive: true, force: true });
+      mkdirSync(d, { recursive: true, mode: 0o700 });
+    }
+    const why =
+      host.disks.mode !== "tmpfs" ? `no disk of its own per slot (${host.disks.reason ?? "tmpfs mode off"})`
+      : host.templates.views.mode !== "overlay" ? "template views are copies (no overlayfs)"
+      : whyNoMounts();
+    const built = why === undefined ? ForkMounter.build(host.stateDir) : undefined;
+    if (built && "error" in built) this.reason = built.error;
+    else this.reason = why;
+    this.mounter = built && !("error" in built) ? built : undefined;
+    this.mode = this.mounter ? "overlay" : "copy";
+  }
+
+  /**
+   * Checks a fork request before anything happens (4xx naming the problem): children
+   * exist (404 from `slotById`), are not the parent, appear once, and are idle.
+   */
+  static check(parent: Slot, children: readonly Slot[]): void {
+    const seen = new Set<number>();
+    children.forEach((c, i) => {
+      if (c.index === parent.index) throw new HttpError(400, `into.${i} is ${c.id}, the parent itself: a slot cannot be forked into itself`, `into.${i}`);
+      if (seen.has(c.index)) throw new HttpError(400, `into.${i}: ${c.id} is named twice`, `into.${i}`);
+      seen.add(c.index);
+      if (c.state !== "idle") {
+        throw new HttpError(409, `into.${i}: ${c.id} is ${c.state} (${c.queued} call(s) queued or running): a fork drops a child's contents, so it must be idle; wait for its calls or reset it first`, `into.${i}`);
+      }
+    });
+  }
+
+  /**
+   * Forks `parent` into `children` (checked with `check` just before, synchronously). The
+   * children's queues are held from now on (calls to them wait for the fork); the parent's
+   * step runs in the parent's turn (after its calls queued before).
+   */
+  async fork(parent: Slot, children: readonly Slot[]): Promise<ForkResponse> {
+    let release!: (snap: Snapshot | undefined) => void;
+    const parentDone = new Promise<Snapshot | undefined>((r) => (release = r));
+    let started = 0;
+    // Queued on every child now: nothing reaches a child between the check and the fork.
+    const childSteps = children.map((c) =>
+      c.enqueue(() =>
+        c.withResetting(async () => {
+          const snap = await parentDone;
+          if (snap) await this.childStep(parent, c, snap);
+        }),
+      ),
+    );
+    let snapshot: Snapshot;
+    try {
+      snapshot = await parent.enqueue(async () => {
+        started = performance.now();
+        return this.parentStep(parent);
+      });
+    } catch (err) {
+      release(undefined);
+      await Promise.allSettled(childSteps);
+      throw err;
+    }
+    release(snapshot);
+    const results = await Promise.allSettled(childSteps);
+    snapshot.done();
+    // Warm-ups spawn (milliseconds of blocked event loop each): after the answer, not before.
+    for (const c of children) this.host.warm(c);
+    const failed = results.findIndex((r) => r.status === "rejected");
+    if (failed >= 0) {
+      const err = (results[failed] as PromiseRejectedResult).reason;
+      throw new Error(`fork of ${parent.id} into ${children[failed]!.id} failed after the parent's snapshot was taken (that child is left empty, as after a reset): ${err instanceof Error ? err.message : String(err)}`);
+    }
+    return { success: true, slot_id: parent.id, into: children.map((c) => c.id), mode: snapshot.mode, duration_ms: Math.round((performance.now() - started) * 100) / 100 };
+  }
+
+  private async parentStep(parent: Slot): Promise<Snapshot> {
+    const h = this.host;
+    const terminal = h.terminalState(parent) ?? { cwd: "/workspace", env: "" };
+    const template = h.templates.views.templateOf(parent);
+    const prev = this.views.get(parent.index);
+    if (!this.mounter || (prev && prev.layers.length >= MAX_LAYERS)) {
+      return { mode: "copy", parent, terminal, template: template?.name, layers: [], done: () => undefined };
+    }
+    const m = this.mounter;
+    const disk = h.disks.viewsDir(parent)!;
+    const owner = parent.owner ?? me();
+    // What the parent wrote: its fork view's upper, its template view's upper, or the plain dir on its disk.
+    const templateUpper = h.templates.views.upperOf(parent);
+    const upper = prev?.upper ?? templateUpper ?? h.disks.workspaceSource(parent)!;
+    const tag = randomBytes(4).toString("hex");
+    const layer: Layer = { dir: join(this.layerDir, tag), src: join(disk, `layer-${tag}`), owner, refs: 1, clones: new Map() };
+    const lowers = [layer.dir, ...(prev?.lowers ?? []), ...optional(h.templates.views.lowerOf(parent))];
+    const next: ForkView = {
+      layers: [layer, ...(prev?.layers ?? [])],
+      lowers,
+      upper: join(disk, `upper-${tag}`),
+      work: join(disk, `work-${tag}`),
+      stacked: (prev?.stacked ?? 0) + 1,
+    };
+    const pid = h.terminalPid(parent);
+    const commandPids = await h.commandNamespacePids(parent);
+    renameSync(upper, layer.src);
+    mkdirSync(layer.dir, { recursive: true, mode: 0o700 });
+    try {
+      await m.bind(parent.index, layer.src, layer.dir);
+      mkdirSync(next.upper, { mode: 0o700 });
+      mkdirSync(next.work, { mode: 0o700 });
+      chownSync(next.upper, owner.uid, owner.gid);
+      await m.overlay(parent.index, parent.workspaceDir, next.upper, next.work, lowers);
+      try {
+        if (pid !== undefined) await this.seal(pid, parent);
+      } catch (err) {
+        await m.umount(parent.index, parent.workspaceDir);
+        throw err;
+      }
+    } catch (err) {
+      rmSync(next.upper, { recursive: true, force: true });
+      rmSync(next.work, { recursive: true, force: true });
+      await m.umount(parent.index, layer.dir).catch(() => undefined);
+      rmdirQuiet(layer.dir);
+      renameSync(layer.src, upper);
+      throw err;
+    }
+    // The command namespaces get the new mount the same way (nothing holds files there between
+    // calls); one that cannot is stopped: nothing outlives a call in it, the next call starts it anew.
+    try {
+      await Promise.all(commandPids.map((p, i) => this.mounter!.seal(parent.index + i + 1, p, parent.workspaceDir)));
+      h.reanchorCommands(parent);
+    } catch (err) {
+      h.logger.warn({ err, slot: parent.id }, "fork: restarting the parent's command namespaces on the new mount");
+      await h.stopCommandNamespaces(parent);
+    }
+    if (prev) h.discard(prev.work);
+    this.views.set(parent.index, next);
+    h.reanchorTerminal(parent);
+    // Held until every child holds its own (a child's reset during the fork cannot delete them).
+    for (const l of next.layers) l.refs++;
+    return {
+      mode: "overlay",
+      parent,
+      terminal,
+      template: template?.name,
+      layers: next.layers,
+      done: () => {
+        for (const l of next.layers) this.unref(l);
+      },
+    };
+  }
+
+  /** Seals the terminal's old mount (retried while a file of it is open for writing, a background job's log). */
+  private async seal(pid: number, parent: Slot): Promise<void> {
+    for (let i = 1; ; i++) {
+      try {
+        await this.mounter!.seal(parent.index, pid, parent.workspaceDir);
+        return;
+      } catch (err) {
+        if (!(err instanceof ForkBusyError)) throw err;
+        if (i >= SEAL_TRIES) {
+          throw new HttpError(
+            409,
+            `${parent.id} cannot be forked now: a process of its terminal holds a file in its workspace open for writing (e.g. a background job writing a log: its later writes would reach the children). Nothing changed; close the file or stop the job, then fork again`,
+            "slot_id",
+          );
+        }
+        await new Promise((r) => setTimeout(r, 10 * i));
+      }
+    }
+  }
+
+  private async childStep(parent: Slot, child: Slot, snap: Snapshot): Promise<void> {
+    const h = this.host;
+    const fresh = child.pristine && snap.mode === "overlay" && !this.views.has(child.index) && h.templates.views.templateOf(child) === undefined;
+    child.pristine = false;
+    if (fresh) {
+      await this.attachFresh(child, snap);
+      h.seedTerminal(child, snap.terminal);
+      return;
+    }
+    await h.stopSlot(child);
+    await this.release(child);
+    // Copy mode copies the parent's whole view, template files included.
+    await h.resetWorkspace(child, snap.mode === "copy" ? undefined : snap.template);
+    if (snap.mode === "copy") {
+      await run("cp", ["-a", "--reflink=auto", `${parent.workspaceDir}/.`, child.workspaceDir], { maxBuffer: 1 << 20 });
+      if (child.owner) await run("chown", ["-R", `${child.owner.uid}:${child.owner.gid}`, child.workspaceDir]);
+    } else {
+      await this.attachChild(child, snap.layers);
+    }
+    h.seedTerminal(child, snap.terminal);
+  }
+
+  /**
+   * A child fresh from a reset (empty disk, no terminal, namespaces that ran nothing): no
+   * reset is needed. The view is mounted over its empty workspace and its idle command
+   * namespaces get it the way the parent's do (the old, empty mount made read-only under it).
+   */
+  private async attachFresh(child: Slot, snap: Snapshot): Promise<void> {
+    const h = this.host;
+    h.logger.debug({ slot: child.id }, "fork: the child is fresh from a reset: no reset");
+    if (snap.template !== undefined) await h.templates.attach(child, h.templates.take(snap.template));
+    const pids = await h.commandNamespacePids(child);
+    await this.attachChild(child, snap.layers);
+    try {
+      await Promise.all(pids.map((p, i) => this.mounter!.seal(child.index + i, p, child.workspaceDir)));
+      h.reanchorCommands(child);
+    } catch (err) {
+      h.logger.warn({ err, slot: child.id }, "fork: restarting the child's command namespaces on its new workspace");
+      await h.stopCommandNamespaces(child);
+    }
+  }
+
+  private async attachChild(child: Slot, layers: Layer[]): Promise<void> {
+    const m = this.mounter!;
+    const h = this.host;
+    const owner = child.owner ?? me();
+    const disk = h.disks.viewsDir(child)!;
+    const tag = randomBytes(4).toString("hex");
+    const view: ForkView = { layers: [], lowers: [], upper: join(disk, `upper-${tag}`), work: join(disk, `work-${tag}`), stacked: 1 };
+    try {
+      for (const l of layers) view.lowers.push(await this.lowerFor(child.index, l, owner));
+      mkdirSync(view.upper, { mode: 0o700 });
+      mkdirSync(view.work, { mode: 0o700 });
+      chownSync(view.upper, owner.uid, owner.gid);
+      await m.overlay(child.index, child.workspaceDir, view.upper, view.work, [...view.lowers, ...optional(h.templates.views.lowerOf(child))]);
+    } catch (err) {
+      rmSync(view.upper, { recursive: true, force: true });
+      rmSync(view.work, { recursive: true, force: true });
+      throw err;
+    }
+    view.layers = layers;
+    for (const l of layers) l.refs++;
+    this.views.set(child.index, view);
+  }
+
+  /** The layer as `reader` sees it: the dir itself, or (as root, another slot's uid) its id-mapped clone. */
+  private async lowerFor(lane: number, l: Layer, reader: Ids): Promise<string> {
+    if (l.owner.uid === reader.uid && l.owner.gid === reader.gid) return l.dir;
+    const key = `${reader.uid}:${reader.gid}`;
+    let path = l.clones.get(key);
+    if (!path) {
+      path = join(this.cloneDir, `${randomBytes(6).toString("hex")}`);
+      mkdirSync(path, { recursive: true, mode: 0o700 });
+      await this.mounter!.idmap(lane, l.dir, path, l.owner, reader);
+      l.clones.set(key, path);
+    }
+    return path;
+  }
+
+  /**
+   * The reset's first workspace step (the slot's processes are dead): unmounts the slot's
+   * fork view and drops its references to layers (a layer no view uses is deleted). The
+   * template view or disk bind beneath is then the reset's as before.
+   */
+  async release(slot: Slot): Promise<void> {
+    const v = this.views.get(slot.index);
+    if (!v) return;
+    this.views.delete(slot.index);
+    const m = this.mounter!;
+    for (let i = 0; i < v.stacked; i++) await m.umount(slot.index, slot.workspaceDir);
+    for (const l of v.layers) this.unref(l);
+    // Upper and work lie on the slot's disk, which the reset that follows replaces whole.
+  }
+
+  private unref(l: Layer): void {
+    if (--l.refs > 0) return;
+    const clones = [...l.clones.values()];
+    l.clones.clear();
+    // Its files: deleted in the background where its slot's disk still holds them (after a
+    // reset of that slot they go with the old disk, freed when its last mount goes).
+    this.host.discard(l.src);
+    void (async () => {
+      for (const c of [...clones, l.dir]) await this.dropClone(c);
+    })().catch((err: unknown) => this.host.logger.warn({ err, layer: l.dir }, "could not unmount a fork layer"));
+  }
+
+  /** Unmounts a layer's mount or clone (from a grandchild of the helper: it may free a whole old disk) and drops its dir. */
+  private async dropClone(path: string): Promise<void> {
+    await this.mounter!.umountInBackground(0, path);
+    // The grandchild may not have run yet: the dir goes when it is no mount point any more.
+    setTimeout(() => rmdirQuiet(path), 1000).unref();
+  }
+
+  /** The number of layers beneath the slot's view (tests, docs). */
+  depth(slot: Slot): number {
+    return this.views.get(slot.index)?.layers.length ?? 0;
+  }
+
+  async close(): Promise<void> {
+    for (const slot of this.host.slots) await this.release(slot).catch(() => undefined);
+    this.mounter?.close();
+  }
+}
+
+interface Snapshot {
+  mode: ForkMode;
+  parent: Slot;
+  terminal: TerminalState;
+  template: string | undefined;
+  layers: Layer[];
+  /** Drops the fork's own references once every child holds its own. */
+  done: () => void;
+}
+
+function rmdirQuiet(path: string): void {
+  try {
+    rmdirSync(path);
+  } catch {
+    /* still a mount point, or gone */
+  }
+}
+
+function me(): Ids {
+  return { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+}
+
+function optional(s: string | undefined): string[] {
+  return s === undefined ? [] : [s];
+}

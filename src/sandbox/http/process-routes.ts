@@ -1,0 +1,105 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { JsonBodyReader } from "../../http/body.js";
+import { parseBody } from "../../http/body.js";
+import { sendJson } from "../../http/respond.js";
+import type { RouteTable } from "../../http/routes.js";
+import {
+  ProcessInputRequestSchema,
+  ProcessSelectorSchema,
+  ProcessSignalRequestSchema,
+  ProcessSlotRequestSchema,
+  ProcessStartRequestSchema,
+  type ProcessEvent,
+} from "../../protocol/process-session.js";
+import type { ProcessSession, ProcessSessions } from "../tools/process-sessions.js";
+import type { Slot } from "../core/slot.js";
+
+/** What the routes need from the sandbox service. */
+export interface ProcessRouteHost {
+  readonly processes: ProcessSessions;
+  slotById(id: string): Slot;
+}
+
+/** Unsent output past which a reader counts as slow and the process is paused. */
+const HIGH_WATER = 1024 * 1024;
+
+/**
+ * The `/processes/*` routes (see protocol/process-session.ts). Start and connect stream
+ * NDJSON until the process ends; a client that goes away leaves the process running.
+ */
+export function addProcessRoutes(table: RouteTable, host: ProcessRouteHost, body: JsonBodyReader): RouteTable {
+  const read = async <T>(req: IncomingMessage, schema: Parameters<typeof parseBody>[0]): Promise<T> => parseBody(schema, await body.read(req)) as T;
+  return table
+    .add("POST", "/processes/start", async (req, res) => {
+      const r = parseBody(ProcessStartRequestSchema, await body.read(req));
+      const session = await host.processes.startWhenSettled(host.slotById(r.slot_id), {
+        cmd: r.cmd,
+        args: r.args,
+        envs: r.envs,
+        cwd: r.cwd,
+        stdin: r.stdin,
+        tag: r.tag,
+        workspaceAlias: r.workspace_alias,
+        allowNetwork: r.allow_network,
+      });
+      stream(res, session);
+    })
+    .add("POST", "/processes/connect", async (req, res) => {
+      const r = await read<{ slot_id: string; pid: number }>(req, ProcessSelectorSchema);
+      stream(res, host.processes.get(host.slotById(r.slot_id), r.pid));
+    })
+    .add("POST", "/processes/input", async (req, res) => {
+      const r = await read<{ slot_id: string; pid: number; data: string }>(req, ProcessInputRequestSchema);
+      host.processes.get(host.slotById(r.slot_id), r.pid).write(Buffer.from(r.data, "base64"));
+      sendJson(res, 200, {});
+    })
+    .add("POST", "/processes/close-stdin", async (req, res) => {
+      const r = await read<{ slot_id: string; pid: number }>(req, ProcessSelectorSchema);
+      host.processes.get(host.slotById(r.slot_id), r.pid).closeStdin();
+      sendJson(res, 200, {});
+    })
+    .add("POST", "/processes/signal", async (req, res) => {
+      const r = await read<{ slot_id: string; pid: number; signal: NodeJS.Signals }>(req, ProcessSignalRequestSchema);
+      await host.processes.get(host.slotById(r.slot_id), r.pid).signal(r.signal);
+      sendJson(res, 200, {});
+    })
+    .add("POST", "/processes/list", async (req, res) => {
+      const r = await read<{ slot_id: string }>(req, ProcessSlotRequestSchema);
+      sendJson(res, 200, { processes: host.processes.list(host.slotById(r.slot_id)) });
+    })
+    .add("POST", "/processes/kill-all", async (req, res) => {
+      const r = await read<{ slot_id: string }>(req, ProcessSlotRequestSchema);
+      await host.processes.killSlot(host.slotById(r.slot_id));
+      sendJson(res, 200, {});
+    });
+}
+
+function stream(res: ServerResponse, session: ProcessSession): void {
+  res.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-cache" });
+  const write = (ev: ProcessEvent): boolean => {
+    if (res.destroyed) return false;
+    res.write(JSON.stringify(ev) + "\n");
+    if (ev.type === "end") res.end();
+    return res.writableLength > HIGH_WATER;
+  };
+  write({ type: "start", pid: session.pid });
+  if (session.ended) {
+    write(session.ended);
+    return;
+  }
+  const listener = {
+    event: write,
+    onDrain: (resume: () => void) => {
+      const done = () => {
+        res.off("drain", done);
+        res.off("close", done);
+        resume();
+      };
+      res.on("drain", done);
+      res.on("close", done);
+    },
+  };
+  session.listeners.add(listener);
+  // The client went away: the process goes on (E2B semantics), only this stream ends.
+  res.once("close", () => session.listeners.delete(listener));
+}

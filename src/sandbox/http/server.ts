@@ -1,0 +1,234 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { z } from "zod";
+import { BearerAuth } from "../../http/auth.js";
+import { JsonBodyReader, parseBody } from "../../http/body.js";
+import { HttpError } from "../../http/errors.js";
+import { listenOn } from "../../http/lifecycle.js";
+import { errorStatus, sendError, sendJson } from "../../http/respond.js";
+import { RouteTable, type RouteHandler } from "../../http/routes.js";
+import { requestPath, requestTarget } from "../../http/target.js";
+import { PROMETHEUS_CONTENT_TYPE } from "../../observability/metrics.js";
+import {
+  ArtifactArchiveRequestSchema,
+  ArtifactListRequestSchema,
+  ArtifactReadRequestSchema,
+  ForkRequestSchema,
+  ResetRequestSchema,
+  TemplateBuildRequestSchema,
+  type ExecuteResponse,
+} from "../../protocol/sandbox.js";
+import { archiveArtifacts, listArtifacts, readArtifact } from "../tools/artifacts.js";
+import { SandboxWebSockets } from "./ws.js";
+import { addProcessRoutes } from "./process-routes.js";
+import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "../service/service.js";
+
+export interface SandboxServerOptions extends SandboxServiceOptions {
+  host: string;
+  port: number;
+  /** Bearer token; when set every route but /health requires it. */
+  token?: string | undefined;
+  /** Largest request body accepted, bytes. */
+  maxBodyBytes?: number;
+  /** Open connections at most (default 4096). */
+  maxConnections?: number;
+  /** Start every slot's namespace in the background once listening (default true). */
+  prewarm?: boolean;
+}
+
+export class SandboxServer {
+  readonly service: SandboxService;
+  private readonly server: Server;
+  private readonly auth: BearerAuth;
+  private readonly body: JsonBodyReader;
+  private readonly routes: RouteTable;
+  private readonly ws: SandboxWebSockets;
+  url = "";
+
+  constructor(readonly options: SandboxServerOptions) {
+    this.service = new SandboxService(options);
+    this.auth = new BearerAuth(options.token, { allowQueryTokenOnUpgrade: true });
+    // Bodies being read at once share one budget of `maxBodyBytes` (see JsonBodyReader).
+    const maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
+    this.body = new JsonBodyReader({ maxBytes: maxBody, budgetBytes: maxBody });
+    this.routes = this.routeTable();
+    this.server = createServer((req, res) => {
+      this.handle(req, res).catch((err: unknown) => {
+        try {
+          this.sendError(res, req, err);
+        } catch (inner) {
+          // Never let one request take the server down.
+          this.service.logger.error({ err: inner }, "could not answer a failed request");
+          res.destroy();
+        }
+      });
+    });
+    this.ws = new SandboxWebSockets(this.service);
+    this.server.on("upgrade", (req, socket, head) => {
+      const path = requestPath(req.url);
+      try {
+        if (path !== "/ws") throw new HttpError(404, `no WebSocket route ${path}`);
+        this.auth.check(req);
+      } catch (err) {
+        const status = errorStatus(err);
+        const body = JSON.stringify({ error: err instanceof Error ? err.message : String(err) });
+        socket.end(`HTTP/1.1 ${status} ${status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Not Found"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+        return;
+      }
+      this.ws.handleUpgrade(req, socket, head);
+    });
+    // Idle and slow connections cost a file descriptor each: a client must send its
+    // headers within 15 s, and at most `maxConnections` are open at once (the rest are
+    // closed at accept). Keep-alive clients (the pool) stay connected between calls.
+    this.server.keepAliveTimeout = 65_000;
+    this.server.headersTimeout = 15_000;
+    this.server.maxConnections = options.maxConnections ?? 4096;
+  }
+
+  async listen(): Promise<string> {
+    this.url = await listenOn(this.server, this.options.port, this.options.host);
+    // Pre-warm every slot's namespace in the background (bounded: a few at a time).
+    if (this.options.prewarm !== false) void this.service.prewarm();
+    return this.url;
+  }
+
+  get httpServer(): Server {
+    return this.server;
+  }
+
+  /** Stops accepting, kills every slot process, closes idle connections. */
+  async close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.ws.close();
+    this.server.closeIdleConnections();
+    await this.service.close();
+    // In-flight calls have now been answered (killed): their keep-alive sockets are idle.
+    this.server.closeIdleConnections();
+    const timer = setTimeout(() => this.server.closeAllConnections(), 1_000);
+    await closed;
+    clearTimeout(timer);
+  }
+
+  private routeTable(): RouteTable {
+    const svc = this.service;
+    const artifacts = (kind: "read" | "list" | "archive"): RouteHandler => (req, res) => this.artifacts(req, res, kind);
+    return addProcessRoutes(new RouteTable(), svc, this.body)
+      .add(
+        "GET",
+        "/health",
+        (_req, res) =>
+          sendJson(res, 200, {
+            status: "ok",
+            slots: svc.slots.length,
+            bwrap_available: svc.bwrap.available,
+            ...(svc.bwrap.available ? {} : { sandbox_unavailable_reason: svc.bwrap.reason }),
+            fast_path: svc.spawnerPath !== null,
+            // What allow_network gets here, and if only loopback, why (e.g. a container not
+            // given /dev/net/tun): operators read it here, not only in the start-up log.
+            internet: svc.internetAccess ? "slirp4netns" : "unavailable",
+            ...(svc.internetAccess ? {} : { internet_unavailable_reason: svc.internetReason ?? "unknown" }),
+            // What a network-on slot's DNS forwarder (10.0.2.3) answers: DNS only, or nothing (and why).
+            ...(svc.internetAccess ? { dns: svc.internetAccess.disableDns ? "off" : "dns_only", ...(svc.internetAccess.dnsReason ? { dns_off_reason: svc.internetAccess.dnsReason } : {}) } : {}),
+            cgroups: svc.cgroups.mode,
+            limits: svc.limitsInForce,
+            slots_busy: svc.slots.filter((s) => s.state !== "idle").length,
+            isolation: svc.isolation(),
+          }),
+        { public: true },
+      )
+      .add("GET", "/slots", (_req, res) =>
+        sendJson(res, 200, {
+          // out_of_service: why the slot refuses calls (its last reset failed) until a reset succeeds.
+          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
+        }),
+      )
+      .add("GET", "/metrics", (_req, res) => {
+        res.writeHead(200, { "content-type": PROMETHEUS_CONTENT_TYPE });
+        res.end(svc.metrics.render());
+      })
+      .add("POST", "/execute", async (req, res) => {
+        const call = svc.parseCall(await this.body.read(req));
+        sendJson(res, 200, await svc.execute(call));
+      })
+      .add("POST", "/batch", async (req, res) => {
+        const body = await this.body.read(req);
+        if (!Array.isArray(body)) throw new HttpError(400, "invalid request: /batch expects a JSON list of execute bodies", "body");
+        const calls = body.map((b, i) => svc.parseCall(b, String(i)));
+        const stream = ["1", "true", "yes"].includes(requestTarget(req.url).query.get("stream") ?? "");
+        return stream ? this.streamBatch(res, calls) : sendJson(res, 200, await Promise.all(calls.map((c) => svc.execute(c))));
+      })
+      .add("POST", "/reset", async (req, res) => {
+        const body = parseBody(ResetRequestSchema, await this.body.read(req));
+        sendJson(res, 200, await svc.reset(svc.slotById(body.slot_id), body.template));
+      })
+      .add("POST", "/fork", async (req, res) => {
+        const body = parseBody(ForkRequestSchema, await this.body.read(req));
+        sendJson(res, 200, await svc.fork(body.slot_id, body.into));
+      })
+      .add("GET", "/templates", (_req, res) => sendJson(res, 200, svc.templates.list()))
+      .add("POST", "/templates", async (req, res) => {
+        sendJson(res, 200, await svc.templates.build(parseBody(TemplateBuildRequestSchema, await this.body.read(req))));
+      })
+      .add("POST", "/artifacts/read", artifacts("read"))
+      .add("POST", "/artifacts/list", artifacts("list"))
+      .add("POST", "/artifacts/archive", artifacts("archive"));
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let matched: ReturnType<RouteTable["match"]>;
+    try {
+      matched = this.routes.match(req);
+    } catch (err) {
+      // Without the token, not even which routes exist is told: 401/403 before 404/405.
+      this.auth.check(req);
+      throw err;
+    }
+    if (!matched.route.public) this.auth.check(req);
+    await matched.route.handler(req, res, matched.path);
+  }
+
+  private streamBatch(res: ServerResponse, calls: ParsedCall[]): Promise<void> {
+    res.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-cache" });
+    res.flushHeaders();
+    return Promise.all(
+      calls.map((c, index) =>
+        this.service.execute(c).then((r: ExecuteResponse) => {
+          res.write(JSON.stringify({ ...r, index }) + "\n");
+        }),
+      ),
+    ).then(() => {
+      res.end();
+    });
+  }
+
+  private async artifacts(req: IncomingMessage, res: ServerResponse, kind: "read" | "list" | "archive"): Promise<void> {
+    const body = await this.body.read(req);
+    const schema = kind === "read" ? ArtifactReadRequestSchema : kind === "list" ? ArtifactListRequestSchema : ArtifactArchiveRequestSchema;
+    const parsed = parseBody(schema as z.ZodType<{ slot_id: string } & Record<string, unknown>>, body);
+    const slot = this.service.slotById(parsed.slot_id);
+    const { slot_id: _omit, ...rest } = parsed;
+    // Artifact reads run in the slot's queue so they see the files of every earlier call.
+    const answer = await slot.enqueue<unknown>(() =>
+      kind === "read"
+        ? readArtifact(slot.workspaceDir, rest as Parameters<typeof readArtifact>[1])
+        : kind === "list"
+          ? listArtifacts(slot.workspaceDir, rest as Parameters<typeof listArtifacts>[1])
+          : archiveArtifacts(slot.workspaceDir, rest as Parameters<typeof archiveArtifacts>[1]),
+    );
+    sendJson(res, 200, answer);
+  }
+
+  private sendError(res: ServerResponse, req: IncomingMessage, err: unknown): void {
+    const status = errorStatus(err);
+    const route = requestPath(req.url);
+    this.service.metrics.errors.inc({ route, status });
+    if (status >= 500) this.service.logger.error({ err, route }, "request failed");
+    else this.service.logger.info({ route, status, error: err instanceof Error ? err.message : String(err) }, "request refused");
+    // A streamed batch has sent its header already: end what was sent.
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    sendError(res, err);
+  }
+
+}

@@ -1,0 +1,146 @@
+import { spawnSync } from "node:child_process";
+import { existsSync, lstatSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { findExecutable } from "../../host/executables.js";
+import { withoutCapabilities } from "../../host/mount-namespace.js";
+
+/**
+ * Bubblewrap isolation: which host directories a slot's commands see, and whether this
+ * host can create the namespaces at all (checked once at start-up).
+ *
+ * What a command sees: the system directories (/usr, /bin, /lib*, /sbin, /etc) read-only,
+ * a fresh /proc for its own PID namespace, a minimal read-only /dev, and read-write only
+ * its slot's workspace at /workspace and its /tmp, /var/tmp and /dev/shm (on the slot's
+ * bounded disk, see slot-disk.ts). Nothing else of the host: no other slot, no server
+ * files (data dir, node install outside /usr, /root, /home), no host /proc.
+ */
+
+/** Top-level system paths bound read-only when they exist (symlinks are recreated as symlinks). */
+export const SYSTEM_PATHS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
+
+export const SANDBOX_HOSTNAME = "sandbox";
+/** The name the slot's uid has inside the sandbox. */
+export const SANDBOX_USER = "sandbox";
+export const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+let systemArgsCache: string[] | undefined;
+
+/** bwrap arguments that build the read-only system view. */
+export function systemBindArgs(): string[] {
+  if (systemArgsCache) return systemArgsCache;
+  const args: string[] = [];
+  for (const p of SYSTEM_PATHS) {
+    if (!existsSync(p)) continue;
+    const st = lstatSync(p);
+    if (st.isSymbolicLink()) args.push("--symlink", readlinkSync(p), p);
+    else args.push("--ro-bind", p, p);
+  }
+  systemArgsCache = args;
+  return args;
+}
+
+export interface NamespaceOptions {
+  /** The slot's workspace, bound read-write at /workspace; null: an empty read-only /workspace (terminal attach). */
+  workspaceDir: string | null;
+  allowNetwork: boolean;
+  /** /etc/passwd and /etc/group that name the slot's uid (see `identityFiles`). */
+  identity?: { passwd: string; group: string } | undefined;
+  /** How /tmp, /var/tmp and /dev/shm are made (`SlotDisks.writableArgs`); default: small tmpfs. */
+  writableArgs?: string[] | undefined;
+}
+
+/**
+ * Arguments for a bubblewrap sandbox. `--unshare-user` gives the command its own user
+ * namespace (it runs under its slot's uid, mapped to itself); pid, ipc, uts and cgroup are
+ * always private; net is private unless the call allows network.
+ */
+export function bwrapArgs(opts: NamespaceOptions): string[] {
+  return [
+    "--die-with-parent",
+    "--new-session",
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    ...(opts.allowNetwork ? [] : ["--unshare-net"]),
+    "--hostname", SANDBOX_HOSTNAME,
+    ...systemBindArgs(),
+    "--proc", "/proc",
+    "--dev", "/dev",
+    ...(opts.writableArgs ?? DEFAULT_WRITABLE),
+    // bubblewrap's /dev is a tmpfs as large as half the RAM, writable by the slot: read-only
+    // (device nodes stay usable; /dev/shm is the bounded mount above, /dev/pts its own).
+    "--remount-ro", "/dev",
+    ...(opts.identity ? ["--ro-bind", opts.identity.passwd, "/etc/passwd", "--ro-bind", opts.identity.group, "/etc/group"] : []),
+    ...(opts.workspaceDir === null ? ["--dir", "/workspace"] : ["--bind", opts.workspaceDir, "/workspace"]),
+    "--chdir", "/workspace",
+    "--clearenv",
+    "--setenv", "HOME", "/workspace",
+    // SHELL and USER set: bash (and others) otherwise look the uid up through NSS at
+    // every start, which costs ≈ 0.5 ms per command here (systemd NSS module).
+    "--setenv", "SHELL", "/bin/bash",
+    "--setenv", "USER", SANDBOX_USER,
+    "--setenv", "LOGNAME", SANDBOX_USER,
+    "--setenv", "PATH", SANDBOX_PATH,
+    "--setenv", "TERM", "xterm",
+    "--setenv", "LANG", "C.UTF-8",
+  ];
+}
+
+/** Small tmpfs for /tmp, /var/tmp and /dev/shm where no slot disk is given (probe, terminal attach). */
+const DEFAULT_WRITABLE = ["--size", String(1 << 20), "--tmpfs", "/tmp", "--size", String(1 << 20), "--tmpfs", "/var/tmp", "--size", String(1 << 20), "--tmpfs", "/dev/shm"];
+
+/** Last bwrap arguments: the sandbox's root (a tmpfs holding the mount points) read-only. */
+export const READ_ONLY_ROOT = ["--remount-ro", "/"];
+
+export interface BwrapProbe {
+  available: boolean;
+  path: string | null;
+  reason?: string;
+}
+
+/** Checks once whether bwrap exists and can create the namespaces we use, as `uid`. */
+export function probeBwrap(workspaceDir: string, uid?: number, gid?: number): BwrapProbe {
+  const path = findExecutable("bwrap");
+  if (!path) return { available: false, path: null, reason: "bwrap (bubblewrap) is not installed" };
+  // Without the capabilities a non-root server holds over its own user namespace (bubblewrap refuses them).
+  const cmd = withoutCapabilities(path, [...bwrapArgs({ workspaceDir, allowNetwork: false }), ...READ_ONLY_ROOT, "--", "/bin/sh", "-c", "true"]);
+  const res = spawnSync(cmd.file, cmd.args, {
+    encoding: "utf8",
+    timeout: 10_000,
+    ...(uid !== undefined ? { uid, gid: gid ?? uid } : {}),
+  });
+  if (res.status === 0) return { available: true, path };
+  let reason = (res.stderr || res.error?.message || `exit ${res.status}`).trim();
+  if (uid !== undefined && /permission denied/i.test(reason)) {
+    reason += ` (slot uid ${uid} must be able to traverse every parent directory of the data dir: chmod o+x them or pick another --data-dir)`;
+  }
+  return { available: false, path, reason: `bubblewrap cannot create namespaces here: ${reason}` };
+}
+
+/**
+ * Writes (once) an /etc/passwd and /etc/group for a slot: the host's files plus a
+ * `sandbox` user and group for the slot's uid/gid with home /workspace, so `whoami`,
+ * `id -un`, git's author lookup and friends work and no lookup falls through to NSS
+ * modules that try (and fail) to reach daemons.
+ */
+export function identityFiles(stateDir: string, uid: number, gid: number): { passwd: string; group: string } {
+  const passwd = join(stateDir, `passwd-${uid}`);
+  const group = join(stateDir, `group-${gid}`);
+  if (!existsSync(passwd) || !existsSync(group)) {
+    const read = (f: string): string => {
+      try {
+        const t = readFileSync(f, "utf8");
+        return t.endsWith("\n") || t === "" ? t : t + "\n";
+      } catch {
+        return "";
+      }
+    };
+    const hostPasswd = read("/etc/passwd").split("\n").filter((l) => l && l.split(":")[2] !== String(uid) && !l.startsWith(`${SANDBOX_USER}:`));
+    const hostGroup = read("/etc/group").split("\n").filter((l) => l && l.split(":")[2] !== String(gid) && !l.startsWith(`${SANDBOX_USER}:`));
+    writeFileSync(passwd, [...hostPasswd, `${SANDBOX_USER}:x:${uid}:${gid}:slotpool sandbox:/workspace:/bin/bash`, ""].join("\n"), { mode: 0o644 });
+    writeFileSync(group, [...hostGroup, `${SANDBOX_USER}:x:${gid}:`, ""].join("\n"), { mode: 0o644 });
+  }
+  return { passwd, group };
+}

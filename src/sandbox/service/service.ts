@@ -1,0 +1,498 @@
+import { randomBytes } from "node:crypto";
+import { chmodSync, mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import type { Logger } from "pino";
+import type { z } from "zod";
+import {
+  ExecuteRequestSchema,
+  SandboxToolArgs,
+  type ExecuteResponse,
+  type ReadFileArgs,
+  type ResetResponse,
+  type WriteFileArgs,
+  type IsolationSummary,
+  type SandboxToolName,
+} from "../../protocol/sandbox.js";
+import { blockedForOthers, octal } from "../../host/reachable.js";
+import { HttpError, fieldName } from "../../http/errors.js";
+import { ResetFailedError, SandboxSetupError } from "../core/errors.js";
+import { identityFiles, type BwrapProbe } from "../isolation/isolation.js";
+import { DEFAULT_LIMITS, type CommandLimits } from "../isolation/limits.js";
+import { SandboxMetrics } from "./metrics.js";
+import { Slot } from "../core/slot.js";
+import { BashExecutor } from "../tools/bash.js";
+import type { SlotHost } from "../workspace/slot-host.js";
+import type { OnChunk, ToolOutcome } from "../core/tool-outcome.js";
+import { StatefulSessions } from "../tools/stateful.js";
+import { ProcessSessions } from "../tools/process-sessions.js";
+import type { CappedOutput } from "../run/output.js";
+import type { RunResult } from "../run/runner.js";
+import { readFileTool, writeFileTool } from "../tools/files.js";
+import { SlotCgroups } from "../isolation/cgroups.js";
+import { spawnerBinary, spawnerUnavailableReason } from "../isolation/spawner-binary.js";
+import { limitsInForce, type LimitsInForce } from "../isolation/limits-in-force.js";
+import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote } from "../isolation/isolation-summary.js";
+import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "../templates/slot-templates.js";
+import { SlotForks } from "../fork/fork.js";
+import { forkHost } from "../fork/fork-host.js";
+import type { ForkResponse } from "../../protocol/sandbox.js";
+import { DEFAULT_DISK_BYTES, SlotDisks } from "../workspace/slot-disk.js";
+import { MountHelper, mountHelperBinary } from "../workspace/mount-helper.js";
+import { TreeRemoval } from "../workspace/tree-removal.js";
+import { whyNoMounts } from "../../host/mount-namespace.js";
+import { mayChangeOwnMounts, writableCgroups } from "../../host/container-mounts.js";
+import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "../isolation/network.js";
+
+/** Calls at least this long are logged at info even when they succeed. */
+const SLOW_CALL_S = 1;
+
+/** Hermes names accepted as aliases. */
+const TOOL_ALIASES: Record<string, SandboxToolName> = { terminal: "bash", terminal_stateful: "bash_stateful" };
+
+export interface SandboxServiceOptions {
+  slots: number;
+  dataDir: string;
+  limits?: Partial<CommandLimits>;
+  /** Network policy when a call does not say (the original's default: allowed). */
+  defaultAllowNetwork?: boolean;
+  /** First host uid for slots when running as root (slot i runs as base + i). */
+  slotUidBase?: number;
+  /** Run slots as separate uids (default: when root). */
+  perSlotUid?: boolean;
+  /** Skip bubblewrap even if available (testing the unsandboxed mode; needs `allowUnsandboxed`). */
+  disableSandbox?: boolean;
+  /**
+   * Start although commands cannot be sandboxed (development only: `--allow-unsandboxed`).
+   * Without it a server that cannot sandbox refuses to start (fail closed); with it every
+   * result and /health say the commands ran unsandboxed.
+   */
+  allowUnsandboxed?: boolean;
+  /** Use one bubblewrap per call instead of the per-slot namespace (benchmarks, debugging). */
+  disableSpawner?: boolean;
+  /** Do not create per-slot cgroups. */
+  disableCgroups?: boolean;
+  /** Bound on what a slot writes, bytes; see slot-disk.ts. */
+  diskBytes?: number;
+  /**
+   * As root, bound the workspace too: one tmpfs per slot (default true). The server should
+   * run in a mount namespace of its own (the CLI arranges it) so the mounts die with it;
+   * see slot-disk.ts.
+   */
+  boundWorkspace?: boolean;
+  /** IPv4 ranges a slot with network on may reach although private (`--net-allow-ranges`). */
+  netAllowRanges?: string[];
+  maxReadBytes?: number;
+  maxWriteBytes?: number;
+  /** Size budget of workspace templates (LRU eviction of unused ones above it). */
+  templateBudgetBytes?: number;
+  logger: Logger;
+}
+
+export type { OnChunk, ToolOutcome };
+
+/** A validated call, ready to run on its slot. */
+export interface ParsedCall {
+  slot: Slot;
+  tool: SandboxToolName;
+  args: Record<string, unknown>;
+  executionId: string | null;
+  timeoutSec: number | undefined;
+}
+
+export class SandboxService implements SlotHost {
+  readonly slots: Slot[];
+  readonly limits: CommandLimits;
+  readonly bwrap: BwrapProbe;
+  readonly metrics: SandboxMetrics;
+  readonly logger: Logger;
+  readonly defaultAllowNetwork: boolean;
+  readonly maxReadBytes: number;
+  readonly maxWriteBytes: number;
+  /** Compiled spawner (fast path), or null when it cannot be built. */
+  readonly spawnerPath: string | null;
+  readonly spawnerReason: string | undefined;
+  readonly cgroups: SlotCgroups;
+  /** RLIMIT_AS per process (bytes; 0: none): the memory bound where there is no slot cgroup. */
+  readonly addressSpaceBytes: number;
+  /** The per-slot bounds in force here (/health, the listening line). */
+  readonly limitsInForce: LimitsInForce;
+  /** Host dir for server-side state (spawner binary cache, unsandboxed terminal sockets). */
+  readonly stateDir: string;
+  readonly stateful: StatefulSessions;
+  /** Long-lived processes outside the slots' queues (routes /processes/*, used by src/e2b). */
+  readonly processes: ProcessSessions;
+  /** Workspace templates: builds, and each slot's copy-on-write view (`slot-templates.ts`). */
+  readonly templates: SlotTemplates;
+  /** How a slot with network on reaches the internet (undefined: network on is refused, loopback only). */
+  readonly internetAccess: InternetAccess | undefined;
+  readonly internetReason: string | undefined;
+  readonly disks: SlotDisks;
+  readonly mountHelper: MountHelper | null;
+  readonly mayMount: boolean;
+  readonly removal: TreeRemoval;
+  /** POST /fork (fork.ts). */
+  readonly forks: SlotForks;
+  private readonly bash: BashExecutor;
+  private closed = false;
+
+  constructor(readonly options: SandboxServiceOptions) {
+    this.logger = options.logger;
+    this.limits = { ...DEFAULT_LIMITS, ...options.limits };
+    this.defaultAllowNetwork = options.defaultAllowNetwork ?? true;
+    this.maxReadBytes = options.maxReadBytes ?? 10 * 1024 * 1024;
+    this.maxWriteBytes = options.maxWriteBytes ?? 10 * 1024 * 1024;
+    const dataDir = resolve(options.dataDir);
+    mkdirSync(dataDir, { recursive: true, mode: 0o755 });
+    this.stateDir = join(dataDir, ".slotpool");
+    mkdirSync(this.stateDir, { recursive: true, mode: 0o711 });
+    const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
+    const perSlotUid = options.perSlotUid ?? isRoot;
+    // Slot uids must be able to traverse (not list) the data dir to reach their own
+    // workspace (each workspace is 0700 for its slot's uid).
+    if (perSlotUid && isRoot) {
+      chmodSync(dataDir, 0o711);
+      // Checked here, before bubblewrap is probed: a probe failing on this would otherwise
+      // look like "no bubblewrap" and the server would run commands unsandboxed.
+      const blocked = blockedForOthers(dataDir);
+      if (blocked) {
+        throw new SandboxSetupError(
+          "data_dir_unreachable",
+          `the data dir ${dataDir} is out of reach of the slot uids: ${blocked.dir} is mode ${octal(blocked.mode)} (others cannot search it). ` +
+            `Fix: pass --data-dir under a directory every user can search (e.g. --data-dir /var/lib/slotpool/data or /tmp/slotpool-data), or chmod o+x ${blocked.dir}`,
+        );
+      }
+    }
+    const base = options.slotUidBase ?? 20_000;
+    this.removal = new TreeRemoval(join(this.stateDir, "trash"));
+    // Mounting needs root, or (not root) a user namespace of the server's own.
+    const noMounts = whyNoMounts();
+    this.mayMount = noMounts === undefined;
+    const helperPath = this.mayMount ? mountHelperBinary(this.stateDir) : null;
+    this.mountHelper = helperPath ? new MountHelper(helperPath) : null;
+    this.slots = [];
+    for (let i = 0; i < options.slots; i++) {
+      // Slot commands run as uid/gid base+i (e.g. 20000 for slot_0) when the server is root.
+      const owner = perSlotUid && isRoot ? { uid: base + i, gid: base + i } : undefined;
+      const slot = new Slot(i, join(dataDir, `slot_${i}`), owner);
+      slot.prepare();
+      // A crashed server's files: moved away at once, deleted by a child process.
+      this.removal.emptyNow(slot.workspaceDir, owner);
+      this.slots.push(slot);
+    }
+    const unbounded =
+      options.boundWorkspace === false ? "turned off (--no-disk-workspace)"
+      : options.disableSandbox ? "sandboxing is off (--no-sandbox)"
+      : noMounts !== undefined ? `${noMounts}: bounding it needs a mount per slot`
+      : undefined;
+    this.disks = new SlotDisks(this.stateDir, options.diskBytes ?? DEFAULT_DISK_BYTES, unbounded, this.mountHelper);
+    const first = this.slots[0];
+    if (options.disableSandbox && !options.allowUnsandboxed) {
+      throw new SandboxSetupError("sandbox_unavailable", "--no-sandbox runs every command unsandboxed: pass --allow-unsandboxed as well to say so (development only)");
+    }
+    this.bwrap = options.disableSandbox
+      ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox" }
+      : first
+        ? probeSandbox(first.workspaceDir, first.owner, this.logger)
+        : { available: false, path: null, reason: "no slots" };
+    if (!this.bwrap.available) {
+      if (!options.allowUnsandboxed) throw new SandboxSetupError("sandbox_unavailable", cannotSandboxMessage(this.bwrap.reason ?? "bubblewrap cannot be used"));
+      this.logger.warn({ reason: this.bwrap.reason }, "UNSANDBOXED (--allow-unsandboxed, development only): commands run on the server's own system, unless require_sandbox is set");
+    }
+    if (this.bwrap.available && !options.disableSpawner) {
+      this.spawnerPath = spawnerBinary([this.stateDir], { othersMustReach: perSlotUid && isRoot });
+      this.spawnerReason = this.spawnerPath ? undefined : spawnerUnavailableReason();
+      if (!this.spawnerPath) this.logger.warn({ reason: this.spawnerReason }, "per-slot spawner unavailable: one bubblewrap per call (slower)");
+    } else {
+      this.spawnerPath = null;
+      this.spawnerReason = options.disableSpawner ? "disabled" : "bubblewrap unavailable";
+    }
+    const internet: InternetProbe = this.spawnerPath
+      ? probeInternet(this.stateDir, checkAllowRanges(options.netAllowRanges ?? []))
+      : { available: false, reason: "network on needs the per-slot spawner (one bubblewrap per call cannot host slirp4netns)" };
+    this.internetAccess = internet.available ? internet.access : undefined;
+    this.internetReason = internet.available ? undefined : internet.reason;
+    if (!internet.available && this.bwrap.available) this.logger.warn({ reason: internet.reason }, "network on is unavailable: calls with allow_network run loopback-only");
+    // In a container (Docker mounts the cgroupfs read-only): read-write in our own namespace.
+    if (mayChangeOwnMounts() && !options.disableCgroups) {
+      try {
+        const remounted = writableCgroups();
+        if (remounted.length > 0) this.logger.info({ remounted }, "cgroup mounts made writable in the server's own mount namespace");
+      } catch (err) {
+        this.logger.info({ reason: err instanceof Error ? err.message : String(err) }, "cgroup mounts stay read-only");
+      }
+    }
+    if (internet.available && internet.access.dnsReason) this.logger.warn({ reason: internet.access.dnsReason }, "network-on slots get no DNS forwarder");
+    this.cgroups = new SlotCgroups({ memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses }, this.logger, options.disableCgroups ?? false);
+    if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
+    this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;
+    this.metrics = new SandboxMetrics(() => this.slots);
+    this.bash = new BashExecutor(this);
+    this.stateful = new StatefulSessions(this);
+    this.processes = new ProcessSessions(this);
+    this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
+    // After the template views: they unmount whatever a killed server left on the workspaces,
+    // which would take the disk bound's fresh mounts with it.
+    this.disks.attachAll(this.slots);
+    // After the disks: forks need each slot's disk (else they copy).
+    this.forks = new SlotForks(
+      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: (slot) => this.emptyWorkspace(slot), discard: (path) => this.removal.discard(path) }),
+    );
+    if (this.disks.reason && unbounded === undefined) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
+    // After attaching: a refused mount makes the disk bound /tmp-only, and /health says so.
+    this.limitsInForce = limitsInForce({
+      perSlotUids: perSlotUid && isRoot,
+      cgroups: this.cgroups.mode,
+      addressSpaceBytes: this.addressSpaceBytes,
+      limits: this.limits,
+      uid: process.getuid?.() ?? 0,
+      disk: { mode: this.disks.mode, bytes: this.disks.bytes, ...(this.disks.reason ? { reason: this.disks.reason } : {}) },
+    });
+  }
+
+  /**
+   * The network a call gets: on only where it means the internet and never the host (the
+   * slot's own namespace behind slirp4netns); otherwise loopback only (fail closed).
+   * Unsandboxed servers isolate nothing, network included.
+   */
+  effectiveNetwork(requested: boolean): boolean {
+    if (!this.bwrap.available) return requested;
+    return requested && this.internetAccess !== undefined;
+  }
+
+  slotById(id: string, field = "slot_id"): Slot {
+    const m = /^slot_(\d+)$/.exec(id);
+    const slot = m ? this.slots[Number(m[1])] : undefined;
+    if (!slot) throw new HttpError(404, `unknown slot '${id}': this server has slots slot_0 … slot_${this.slots.length - 1}`, field);
+    return slot;
+  }
+
+  /** Validates one execute body; `prefix` names its position inside a batch. */
+  parseCall(body: unknown, prefix?: string): ParsedCall {
+    const env = ExecuteRequestSchema.safeParse(body);
+    if (!env.success) {
+      const issue = env.error.issues[0]!;
+      throw new HttpError(400, `invalid request: ${issue.message}`, fieldName(issue.path, prefix));
+    }
+    const req = env.data;
+    const tool = (TOOL_ALIASES[req.tool] ?? req.tool) as SandboxToolName;
+    const schema = (SandboxToolArgs as Record<string, z.ZodType | undefined>)[tool];
+    if (!schema) {
+      throw new HttpError(400, `unknown tool '${req.tool}': expected one of ${Object.keys(SandboxToolArgs).join(", ")}, terminal, terminal_stateful`, fieldName(["tool"], prefix));
+    }
+    const args = schema.safeParse(req.args);
+    if (!args.success) {
+      const issue = args.error.issues[0]!;
+      throw new HttpError(400, `invalid args for ${tool}: ${issue.message}`, fieldName(["args", ...issue.path], prefix));
+    }
+    const slot = this.slotById(req.slot_id, fieldName(["slot_id"], prefix));
+    return {
+      slot,
+      tool,
+      args: args.data as Record<string, unknown>,
+      executionId: req.execution_id ?? null,
+      timeoutSec: req.timeout,
+    };
+  }
+
+  /** Queues the call on its slot (arrival order) and resolves with its answer. */
+  execute(call: ParsedCall, onChunk?: OnChunk): Promise<ExecuteResponse> {
+    if (this.closed) return Promise.resolve(this.fail(call, "sandbox server is shutting down"));
+    call.slot.pristine = false;
+    return call.slot.enqueue(() => {
+      // Checked in the queue: a reset queued before this call decides.
+      const broken = call.slot.outOfService;
+      if (broken) return Promise.resolve(this.fail(call, `${call.slot.id} is out of service until a reset succeeds: ${broken}`));
+      return this.runCall(call, onChunk);
+    });
+  }
+
+  private async runCall(call: ParsedCall, onChunk?: OnChunk): Promise<ExecuteResponse> {
+    const started = performance.now();
+    let outcome: ToolOutcome;
+    try {
+      outcome = await this.dispatch(call, onChunk);
+    } catch (err) {
+      this.logger.error({ err, slot: call.slot.id, tool: call.tool }, "tool call failed");
+      outcome = { success: false, output: "", error: `internal error: ${err instanceof Error ? err.message : String(err)}`, metadata: {} };
+    }
+    const seconds = (performance.now() - started) / 1000;
+    const result = outcome.metadata["timeout"] ? "timeout" : outcome.success ? "ok" : "error";
+    this.metrics.observeCall(call.tool, result, seconds);
+    // One line per call, with the slot (and the allocation, in the logger's base fields): at
+    // info for failed or slow calls, at debug for the rest, so the cheap calls of a busy server
+    // (thousands a second) do not cost a log write each (SLOTPOOL_LOG_LEVEL=debug shows all).
+    const level = result !== "ok" || seconds >= SLOW_CALL_S ? "info" : "debug";
+    if (this.logger.isLevelEnabled(level)) {
+      this.logger[level](
+        { slot: call.slot.id, tool: call.tool, execution_id: call.executionId, outcome: result, exit_code: outcome.metadata.exit_code, ms: Math.round(seconds * 10000) / 10 },
+        "call",
+      );
+    }
+    // Every result of an unsandboxed server says so in words (--allow-unsandboxed only).
+    if (!this.bwrap.available) outcome = { ...outcome, metadata: { ...outcome.metadata, sandboxed: false, unsandboxed: unsandboxedNote(this.bwrap.reason) } };
+    return { ...outcome, execution_id: call.executionId };
+  }
+
+  /** What isolation the slots get here, for /health and run summaries. */
+  isolation(): IsolationSummary {
+    return isolationSummary({ limits: this.limitsInForce, bwrap: this.bwrap, memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses, internet: this.internetAccess !== undefined, internetReason: this.internetReason });
+  }
+
+  private async dispatch(call: ParsedCall, onChunk?: OnChunk): Promise<ToolOutcome> {
+    switch (call.tool) {
+      case "bash":
+        return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutSec, onChunk);
+      case "read_file":
+      case "write_file":
+        return this.fileTool(call);
+      case "bash_stateful":
+        return this.stateful.bashStateful(call.slot, call.args as { command: string }, call.timeoutSec);
+      case "tmux":
+        return this.stateful.tmux(call.slot, call.args as { action: "start" | "send_keys" | "capture" | "stop" }, call.timeoutSec);
+    }
+  }
+
+  private async fileTool(call: ParsedCall): Promise<ToolOutcome> {
+    // write_file chowns what it creates to the slot's uid/gid (base + slot index when the
+    // server is root), so the slot's commands can modify it.
+    const opts = {
+      maxReadBytes: this.maxReadBytes,
+      maxWriteBytes: this.maxWriteBytes,
+      ...(call.slot.owner ? { owner: call.slot.owner } : {}),
+    };
+    return call.tool === "read_file"
+      ? readFileTool(call.slot.workspaceDir, call.args as ReadFileArgs, opts)
+      : writeFileTool(call.slot.workspaceDir, call.args as WriteFileArgs, opts);
+  }
+
+  /** A finished run → the tool's answer (shared by bash and the stateful terminal). */
+  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutSec: number }): ToolOutcome {
+    return this.bash.outcome(res, output, ctx);
+  }
+
+  fail(call: ParsedCall, error: string): ExecuteResponse {
+    return { success: false, output: "", error, execution_id: call.executionId, metadata: {} };
+  }
+
+  /**
+   * Kills every process of the slot and empties its workspace, /tmp, /var/tmp and /dev/shm;
+   * with `template`, the workspace then becomes a copy-on-write view of that template. A
+   * barrier: when it resolves, no process of the slot runs any more (each namespace's
+   * teardown is waited for, not only signalled) and only then is the workspace emptied, so
+   * nothing of the previous trajectory can appear in it afterwards.
+   *
+   * Emptying costs the same whatever the slot wrote and runs off the event loop: a fresh
+   * tmpfs replaces the slot's disk (slot-disk.ts), or, without one, the workspace is
+   * renamed away and deleted by a child process (tree-removal.ts). When that fails the
+   * reset rejects with ResetFailedError (HTTP 500) and the slot is out of service (its
+   * calls are refused) until a reset succeeds: never an answer with the old files left.
+   */
+  async reset(slot: Slot, template?: string): Promise<ResetResponse> {
+    const next = template === undefined ? undefined : this.templates.take(template);
+    slot.killRunning();
+    return slot.enqueue(() =>
+      slot.withResetting(async () => {
+        slot.pristine = false;
+        try {
+          // Held until the reset is done: a process session started in between would outlive it.
+          await this.processes.killSlot(slot, { hold: true });
+          await this.stateful.stop(slot);
+          await this.bash.resetSlot(slot);
+          await this.forks.release(slot);
+          await this.templates.detach(slot);
+          await this.emptyWorkspace(slot);
+        } catch (err) {
+          this.processes.settle(slot);
+          if (next) this.templates.store.release(next);
+          const why = err instanceof Error ? err.message : String(err);
+          slot.outOfService = `its last reset failed (${why})`;
+          this.logger.error({ err, slot: slot.id }, "reset failed: the slot is out of service until a reset succeeds");
+          throw new ResetFailedError(`${slot.id} could not be reset, so it is out of service until a reset succeeds (retry POST /reset): ${why}`);
+        }
+        slot.outOfService = undefined;
+        this.metrics.resets.inc();
+        if (next) {
+          try {
+            await this.templates.attach(slot, next);
+          } catch (err) {
+            // The workspace is empty again (a copy may have failed half-way): usable, without the template.
+            await this.emptyWorkspace(slot).catch((e: unknown) => {
+              slot.outOfService = `emptying its workspace after a failed template view failed (${e instanceof Error ? e.message : String(e)})`;
+            });
+            setImmediate(() => void this.bash.warm(slot));
+            setImmediate(() => this.processes.afterReset(slot));
+            return { success: false, output: "", error: `${slot.id} reset to an empty workspace, but its view of template '${next.name}' failed: ${err instanceof Error ? err.message : String(err)}` };
+          }
+        }
+        // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
+        // trajectory: every process is dead and the workspace empty by now) for the network
+        // policy the slot last used, built in the background. Its spawn (a fork of this
+        // process: 5–15 ms of blocked event loop, measured) happens after this answer is
+        // written, not before: the reset is complete without it. A call that arrives first
+        // starts the namespace itself; one arriving during the start-up waits for it.
+        slot.pristine = next === undefined;
+        // A slot that runs process sessions (E2B) warms a session sandbox instead: its bash
+        // namespace would go unused, and each spawn blocks this event loop.
+        if (!this.processes.runsSessions(slot)) setImmediate(() => void this.bash.warm(slot));
+        setImmediate(() => this.processes.afterReset(slot));
+        return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
+      }),
+    );
+  }
+
+  /** A fresh empty workspace (and /tmp, /var/tmp, /dev/shm where they are on the slot's disk). */
+  private async emptyWorkspace(slot: Slot): Promise<void> {
+    if (this.disks.bounded(slot)) await this.disks.renew(slot);
+    else await this.removal.empty(slot.workspaceDir, slot.owner);
+  }
+
+  /**
+   * POST /fork: `into` become copy-on-write copies of `parentId`'s workspace (fork.ts). Bad
+   * requests (unknown, busy or repeated children, the parent itself) are refused before
+   * anything happens.
+   */
+  fork(parentId: string, into: readonly string[]): Promise<ForkResponse> {
+    if (this.closed) throw new HttpError(503, "sandbox server is shutting down");
+    const parent = this.slotById(parentId);
+    const children = into.map((id, i) => this.slotById(id, `into.${i}`));
+    SlotForks.check(parent, children);
+    return this.processes.whileStopped([parent, ...children], () => this.forks.fork(parent, children));
+  }
+
+  /**
+   * Starts every slot's namespace ahead of its first call (server start), in the background
+   * and a few at a time, so a 50-slot server does not spawn 50 sandboxes at once.
+   */
+  prewarm(concurrency = 4): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    return this.bash.warmAll(concurrency);
+  }
+
+  /** Whether the slot's `bash` namespace is up (for the slot's last or the default policy). */
+  isWarm(slot: Slot): boolean {
+    return this.bash.isWarm(slot);
+  }
+
+  /** Stops every slot's processes (shutdown). */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const slot of this.slots) slot.killRunning();
+    await this.stateful.close();
+    await this.processes.close();
+    await this.bash.close();
+    await this.forks.close();
+    this.templates.close();
+    await this.cgroups.cleanup();
+    this.disks.detachAll(this.slots);
+    this.mountHelper?.close();
+  }
+
+  /** /etc/passwd and /etc/group overlays naming the slot's uid inside its sandbox. */
+  identity(slot: Slot): { passwd: string; group: string } {
+    return identityFiles(this.stateDir, slot.owner?.uid ?? process.getuid?.() ?? 0, slot.owner?.gid ?? process.getgid?.() ?? 0);
+  }
+
+  newOutputName(): string {
+    return `.slotpool-output-${Date.now()}-${randomBytes(4).toString("hex")}.txt`;
+  }
+}

@@ -1,0 +1,269 @@
+import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
+import { ulimitPrologue } from "../isolation/limits.js";
+import { CappedOutput } from "../run/output.js";
+import { runProcess, type RunResult } from "../run/runner.js";
+import { Holder } from "../isolation/spawner.js";
+import { firstChild } from "../run/process-barrier.js";
+import type { SlotHost } from "../workspace/slot-host.js";
+import type { Slot } from "../core/slot.js";
+import type { OnChunk, ToolOutcome } from "../core/tool-outcome.js";
+
+export interface BashArgs {
+  command: string;
+  timeout?: number;
+  allow_network?: boolean;
+  require_sandbox?: boolean;
+}
+
+/**
+ * The stateless `bash` tool: one command, fully isolated, nothing survives the call.
+ * Fast path: the slot's long-lived namespace with the spawner inside (`spawner.ts`);
+ * fallback: a new bubblewrap per call; last resort (no bubblewrap): plain bash.
+ */
+export class BashExecutor {
+  /** Per slot index: holder with network ("net") and without ("nonet"). */
+  private readonly holders = new Map<number, { net?: Holder; nonet?: Holder }>();
+  /** Per slot index: the network policy of its last `bash` call (what a reset re-warms). */
+  private readonly lastPolicy = new Map<number, boolean>();
+  /** Holders running their warm-up command: a real call waits for it (one command at a time). */
+  private readonly warming = new Map<Holder, Promise<void>>();
+  /** Holders whose next command must enter /workspace again (see `reanchor`). */
+  private readonly reanchored = new WeakSet<Holder>();
+  private closed = false;
+
+  constructor(private readonly service: SlotHost) {}
+
+  timeoutSec(args: { timeout?: number }, envelopeTimeout: number | undefined): number {
+    const l = this.service.limits;
+    const t = args.timeout ?? envelopeTimeout ?? l.defaultTimeoutSec;
+    return Math.min(t, l.maxTimeoutSec);
+  }
+
+  private holder(slot: Slot, allowNetwork: boolean, background = false): Holder {
+    let h = this.holders.get(slot.index);
+    if (!h) this.holders.set(slot.index, (h = {}));
+    const key = allowNetwork ? "net" : "nonet";
+    let holder = h[key];
+    if (!holder || !holder.alive) {
+      const svc = this.service;
+      holder = new Holder({
+        bwrapPath: svc.bwrap.path!,
+        spawnerPath: svc.spawnerPath!,
+        workspaceDir: slot.workspaceDir,
+        allowNetwork,
+        internet: svc.internetAccess,
+        writableArgs: svc.disks.writableArgs(slot),
+        identity: svc.identity(slot),
+        uid: slot.owner?.uid,
+        gid: slot.owner?.gid,
+        onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
+        background,
+      });
+      h[key] = holder;
+    }
+    return holder;
+  }
+
+  async run(slot: Slot, args: BashArgs, envelopeTimeout: number | undefined, onChunk?: OnChunk): Promise<ToolOutcome> {
+    const svc = this.service;
+    const timeoutSec = this.timeoutSec(args, envelopeTimeout);
+    const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
+    this.lastPolicy.set(slot.index, allowNetwork);
+    const sandboxed = svc.bwrap.available;
+    if (!sandboxed && args.require_sandbox) {
+      return {
+        success: false,
+        output: "",
+        error: `sandbox required but unavailable: ${svc.bwrap.reason ?? "bubblewrap cannot be used"}; refusing to run the command unsandboxed (require_sandbox is set)`,
+        metadata: { exit_code: null, sandboxed: false, network_isolated: false },
+      };
+    }
+    const outputName = svc.newOutputName();
+    const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: slot.workspaceDir, fileName: outputName, owner: slot.owner });
+    const limits = svc.limits;
+    const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutSec) + 1));
+    let res: RunResult;
+    if (sandboxed && svc.spawnerPath) {
+      let holder = this.holder(slot, allowNetwork);
+      try {
+        const warming = this.warming.get(holder);
+        if (warming) {
+          // Started in the background (server start, after a reset): wait for it, no second
+          // one, and at full priority from now on.
+          holder.boost();
+          await warming;
+          holder = this.holder(slot, allowNetwork);
+        }
+        holder.boost();
+        const again = this.reanchored.delete(holder);
+        res = await holder.run({
+          // Same line: the command's line numbers stay as they were.
+          command: again ? `cd /workspace 2>/dev/null; unset OLDPWD; ${args.command}` : args.command,
+          cpuSeconds: cpu,
+          maxProcesses: limits.maxProcesses,
+          maxFileBytes: limits.maxFileBytes,
+          addressSpaceBytes: svc.addressSpaceBytes,
+          outputCap: limits.outputCap,
+          outputFileName: outputName,
+          timeoutMs: timeoutSec * 1000,
+          output,
+          onChunk,
+          signal: slot.abortSignal,
+        });
+      } catch (err) {
+        holder.kill();
+        res = { exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: err instanceof Error ? err.message : String(err) };
+      }
+    } else {
+      const script = ulimitPrologue(limits, timeoutSec) + args.command;
+      const spec = sandboxed
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
+        : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
+      res = await runProcess({
+        ...spec,
+        ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
+        timeoutMs: timeoutSec * 1000,
+        output,
+        onChunk,
+        signal: slot.abortSignal,
+      });
+    }
+    const outcome = this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutSec });
+    // Asked for network where there is none (e.g. a container without /dev/net/tun): it ran
+    // loopback-only at once, and the result says why.
+    if (args.allow_network === true && sandboxed && !allowNetwork) outcome.metadata["network_unavailable"] = svc.internetReason ?? "network on is unavailable here";
+    return outcome;
+  }
+
+  outcome(
+    res: { exitCode: number | null; signal: NodeJS.Signals | null; timedOut: boolean; aborted: boolean; durationMs: number; spawnError?: string },
+    output: CappedOutput,
+    ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutSec: number },
+  ): ToolOutcome {
+    const text = output.text();
+    const exitCode = res.exitCode ?? (res.signal ? 128 + signalNumber(res.signal) : -1);
+    const metadata: ToolOutcome["metadata"] = {
+      exit_code: exitCode,
+      sandboxed: ctx.sandboxed,
+      network_isolated: ctx.networkIsolated,
+      duration_ms: Math.round(res.durationMs * 10) / 10,
+    };
+    if (output.truncated) {
+      metadata.truncated = true;
+      const file = output.outputFile;
+      if (file) metadata.output_file = file;
+      else if (output.outputFileCut) {
+        metadata.output_file = output.fileName;
+        metadata.output_file_cut = true;
+      }
+    }
+    if (res.spawnError) return { success: false, output: text, error: `could not start the command: ${res.spawnError}`, metadata };
+    if (res.timedOut) {
+      metadata.timeout = true;
+      return { success: false, output: text, error: `Command timed out after ${ctx.timeoutSec} seconds`, metadata };
+    }
+    if (res.aborted) return { success: false, output: text, error: "command killed: the slot was reset or the server is shutting down", metadata };
+    return { success: exitCode === 0, output: text, error: exitCode === 0 ? "" : `Exit code: ${exitCode}`, metadata };
+  }
+
+  /**
+   * Starts the slot's namespace (holder) for `allowNetwork` if it has none, without waiting
+   * for it: the holder is registered at once, so a call arriving while it starts finds it
+   * and waits for the same start-up (`Holder.run` awaits `start()`) instead of building a
+   * second one. Resolves when the holder is ready (or failed; a failed holder is replaced
+   * by the next call). No-op without the fast path or after shutdown.
+   */
+  warm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): Promise<void> {
+    const svc = this.service;
+    if (this.closed || !svc.bwrap.available || !svc.spawnerPath) return Promise.resolve();
+    const existing = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
+    if (existing?.alive) return this.warming.get(existing) ?? Promise.resolve();
+    const holder = this.holder(slot, allowNetwork, true);
+    // Start the namespace, then run one empty command in it with the slot's limits: the
+    // spawner pre-forks the next command's bash after each command, so the first real call
+    // finds that bash waiting (≈ the cost of any later call, not a bash start-up).
+    const limits = svc.limits;
+    const done = holder
+      .start()
+      .then(() =>
+        holder.run({
+          command: ":",
+          cpuSeconds: 1,
+          maxProcesses: limits.maxProcesses,
+          maxFileBytes: limits.maxFileBytes,
+          addressSpaceBytes: svc.addressSpaceBytes,
+          outputCap: limits.outputCap,
+          outputFileName: svc.newOutputName(),
+          timeoutMs: 10_000,
+          output: new CappedOutput({ cap: limits.outputCap, workspaceDir: slot.workspaceDir, fileName: svc.newOutputName(), owner: slot.owner }),
+        }),
+      )
+      .then(
+        () => undefined,
+        (err: unknown) => {
+          svc.logger.warn({ err, slot: slot.id }, "could not pre-start the slot's sandbox (the next call retries)");
+          holder.kill();
+        },
+      )
+      .finally(() => this.warming.delete(holder));
+    this.warming.set(holder, done);
+    return done;
+  }
+
+  /** Pre-warms every slot, at most `concurrency` namespaces starting at a time (server start). */
+  async warmAll(concurrency = 4): Promise<void> {
+    const slots = [...this.service.slots];
+    const worker = async (): Promise<void> => {
+      for (let slot = slots.shift(); slot && !this.closed; slot = slots.shift()) await this.warm(slot);
+    };
+    await Promise.all(Array.from({ length: Math.max(1, concurrency) }, worker));
+  }
+
+  /** Whether the slot has a live namespace for `allowNetwork` (tests, /slots). */
+  isWarm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): boolean {
+    const h = this.holders.get(slot.index);
+    return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
+  }
+
+  /** A process inside each live command namespace of the slot (after its warm-up), for a fork to remount (fork.ts). */
+  async namespacePids(slot: Slot): Promise<number[]> {
+    const h = this.holders.get(slot.index);
+    const live = [h?.net, h?.nonet].filter((x): x is Holder => x !== undefined && x.alive);
+    await Promise.all(live.map((x) => this.warming.get(x)));
+    return live.map((x) => (x.pid !== undefined ? firstChild(x.pid)?.pid : undefined)).filter((p): p is number => p !== undefined);
+  }
+
+  /**
+   * After a fork: the next command of each namespace enters /workspace again first, since the
+   * bash pre-started for it sits in the old, read-only mount (later ones start on the new).
+   */
+  reanchor(slot: Slot): void {
+    const h = this.holders.get(slot.index);
+    for (const x of [h?.net, h?.nonet]) if (x) this.reanchored.add(x);
+  }
+
+  /** Stops the slot's command namespaces only (the terminal's stays); the next call starts them again. */
+  async stopNamespaces(slot: Slot): Promise<void> {
+    const h = this.holders.get(slot.index);
+    this.holders.delete(slot.index);
+    await Promise.all([h?.net?.stop(), h?.nonet?.stop()]);
+  }
+
+  /** Tears down the slot's namespaces (every process in them dies). */
+  async resetSlot(slot: Slot): Promise<void> {
+    const h = this.holders.get(slot.index);
+    this.holders.delete(slot.index);
+    await Promise.all([h?.net?.stop(), h?.nonet?.stop()]);
+    this.service.cgroups.killAll(slot.index);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all(this.service.slots.map((s) => this.resetSlot(s)));
+  }
+}
+
+const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGILL: 4, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15, SIGXCPU: 24, SIGXFSZ: 25 };
+function signalNumber(sig: string): number {
+  return SIGNALS[sig] ?? 0;
+}

@@ -1,0 +1,198 @@
+import { execFile, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import type { MountHelper } from "./mount-helper.js";
+import type { Slot } from "../core/slot.js";
+
+/**
+ * A bound on everything a slot writes: its workspace, /tmp, /var/tmp and /dev/shm (the
+ * rest of a slot's namespace is read-only: its root, /dev, the spawner's /run).
+ *
+ * Where the server may mount (the default: root, or not root inside a user namespace of
+ * its own, see src/host/mount-namespace.ts): one tmpfs of `--disk-mb` per slot, mounted at
+ * `<data dir>/.slotpool/disk_<i>` (owned by the slot's uid, mode 0700), holding
+ * `workspace/` (bind-mounted onto the slot's workspace dir, so the file tools, artifacts
+ * and every namespace of the slot see it), `tmp/`, `var-tmp/` and `shm/` (bound at /tmp,
+ * /var/tmp and /dev/shm in each of the slot's namespaces; the terminal's session dir is
+ * under tmp/) and `views/` (the server's own, never bound
+ * into a slot: the upper and work dirs of the slot's copy-on-write view of a template, see
+ * workspace-overlay.ts). A write past the bound fails with ENOSPC in that slot only; reset
+ * empties the dirs, which frees the space at once. tmpfs lives in memory (and swap): the
+ * bound is also what a full slot costs in RAM, charged to the memory cgroup of the slot
+ * that wrote it where slot cgroups exist. These mounts are the server's namespace's, so
+ * they vanish with it, even on SIGKILL; from outside, the workspace dirs look empty.
+ *
+ * Reset (`renew`) does not walk what the slot wrote: once the slot's processes are dead,
+ * the mount helper detaches the bind and the tmpfs (lazily: the kernel frees the old one
+ * with its last user) and mounts a fresh one. Its cost does not grow with the slot's
+ * files (150,000 files or a 4,000-deep tree reset as fast as an empty slot), and it runs
+ * in the helper, never on the server's event loop.
+ *
+ * `--no-disk-workspace`, or mounts not allowed or refused (a server started in-process,
+ * user namespaces off, root without CAP_SYS_ADMIN): /tmp, /var/tmp and /dev/shm are tmpfs
+ * in each of the slot's namespaces (bubblewrap --size: 1/2, 1/4 and 1/4 of `--disk-mb`,
+ * so together within it per namespace), gone with the namespace; the workspace is not
+ * bounded (`reason` says why) and a reset empties it through tree-removal.ts.
+ */
+/**
+ * Default `--disk-mb`: 512 MiB per slot, half the default `--memory-mb`: where slot memory
+ * cgroups exist, a slot's tmpfs pages count as its memory, so a bound at or above the
+ * memory bound would end in the OOM killer instead of a write error.
+ */
+export const DEFAULT_DISK_BYTES = 512 * 1024 * 1024;
+
+export class SlotDisks {
+  private readonly mounted = new Map<number, { disk: string; tmp: string; varTmp: string; shm: string; views: string }>();
+  mode: "tmpfs" | "tmp-only";
+  /** Why the workspace is not bounded (not root, turned off, mounting failed), for logs and /health. */
+  reason: string | undefined;
+
+  /**
+   * `unboundedBecause`: why the workspace is not to be bounded here (not root, turned off),
+   * if so. `helper`: the mount helper, if it could be built (else mount(8) and umount(8)).
+   */
+  constructor(
+    private readonly stateDir: string,
+    readonly bytes: number,
+    unboundedBecause: string | undefined,
+    private readonly helper: MountHelper | null = null,
+  ) {
+    this.mode = unboundedBecause === undefined ? "tmpfs" : "tmp-only";
+    this.reason = unboundedBecause;
+  }
+
+  /** Mounts every slot's disk; if the host refuses (no CAP_SYS_ADMIN), bounds /tmp only. */
+  attachAll(slots: Slot[]): void {
+    try {
+      for (const slot of slots) this.attach(slot);
+    } catch (err) {
+      this.detachAll(slots);
+      this.mode = "tmp-only";
+      this.reason = `cannot mount a tmpfs per slot (${err instanceof Error ? err.message : String(err)})`;
+    }
+  }
+
+  /** Mounts the slot's tmpfs and binds its workspace (server start; a crashed server's mounts are replaced). */
+  attach(slot: Slot): void {
+    if (this.mode !== "tmpfs") return;
+    const args = this.diskArgs(slot);
+    const r = this.helper
+      ? spawnSync(this.helper.path, args, { encoding: "utf8", timeout: 10_000 })
+      : spawnSync("/bin/sh", ["-c", MOUNT_DISK, "slotpool-disk", ...args.slice(1)], { encoding: "utf8", timeout: 10_000 });
+    // First line only: mount(8) adds a "dmesg(1) may have more information" line.
+    if (r.status !== 0) throw new Error(`mounting ${args[1]} failed: ${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split("\n")[0]}`);
+    this.remember(slot);
+  }
+
+  /**
+   * Reset: a fresh, empty disk for the slot (its processes are dead, its template view
+   * detached). O(1) in what the slot wrote, off the event loop; rejects when the mount
+   * helper fails (the caller takes the slot out of service).
+   */
+  async renew(slot: Slot): Promise<void> {
+    const args = this.diskArgs(slot);
+    if (this.helper) await this.helper.call(args);
+    else {
+      try {
+        await execFileAsync("/bin/sh", ["-c", MOUNT_DISK, "slotpool-disk", ...args.slice(1)], { timeout: 10_000 });
+      } catch (err) {
+        throw new Error(`mounting ${args[1]} failed: ${((err as { stderr?: string }).stderr || String(err)).trim().split("\n")[0]}`);
+      }
+    }
+    this.remember(slot);
+  }
+
+  /** Whether the slot's workspace lies on its own tmpfs (a reset then renews the mount instead of deleting files). */
+  bounded(slot: Slot): boolean {
+    return this.mounted.has(slot.index);
+  }
+
+  private diskArgs(slot: Slot): string[] {
+    const owner = slot.owner ?? { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+    return ["disk", join(this.stateDir, `disk_${slot.index}`), slot.workspaceDir, String(this.bytes), String(owner.uid), String(owner.gid)];
+  }
+
+  private remember(slot: Slot): void {
+    const disk = join(this.stateDir, `disk_${slot.index}`);
+    this.mounted.set(slot.index, { disk, tmp: join(disk, "tmp"), varTmp: join(disk, "var-tmp"), shm: join(disk, "shm"), views: join(disk, "views") });
+  }
+
+  /** Where the upper and work dirs of the slot's template view go: on its bounded disk, if mounted. */
+  viewsDir(slot: Slot): string | undefined {
+    return this.mounted.get(slot.index)?.views;
+  }
+
+  /** The dir on the slot's disk that is bound onto its workspace (fork.ts renames it into a layer; the next `renew` replaces it). */
+  workspaceSource(slot: Slot): string | undefined {
+    const m = this.mounted.get(slot.index);
+    return m ? join(m.disk, "workspace") : undefined;
+  }
+
+  /** Where the slot's terminal session dir goes: under its /tmp on the bounded disk, if mounted. */
+  sessionDir(slot: Slot): string | undefined {
+    const m = this.mounted.get(slot.index);
+    return m ? join(m.tmp, ".slotpool") : undefined;
+  }
+
+  /**
+   * bubblewrap arguments for the slot's writable dirs besides the workspace: /tmp, /var/tmp
+   * and /dev/shm, all on the slot's disk or (fallback) tmpfs whose sizes add up to the bound.
+   * Every other place in the namespace is read-only (`bwrapArgs` remounts /dev read-only).
+   */
+  writableArgs(slot: Slot): string[] {
+    const m = this.mounted.get(slot.index);
+    if (m) return ["--bind", m.tmp, "/tmp", "--bind", m.varTmp, "/var/tmp", "--bind", m.shm, "/dev/shm"];
+    return fallbackWritableArgs(this.bytes);
+  }
+
+  /** Unmounts every slot's disk (shutdown, once the slots' processes are gone). */
+  detachAll(slots: Slot[]): void {
+    for (const slot of slots) {
+      const m = this.mounted.get(slot.index);
+      if (!m) continue;
+      unmount(slot.workspaceDir);
+      unmount(m.disk);
+      this.mounted.delete(slot.index);
+    }
+  }
+}
+
+/** Without a disk of its own: /tmp, /var/tmp and /dev/shm as tmpfs adding up to `bytes`. */
+export function fallbackWritableArgs(bytes: number): string[] {
+  const part = (n: number): string => String(Math.max(64 * 1024, Math.floor(bytes / n)));
+  return ["--size", part(2), "--tmpfs", "/tmp", "--size", part(4), "--tmpfs", "/var/tmp", "--size", part(4), "--tmpfs", "/dev/shm"];
+}
+
+const execFileAsync = promisify(execFile);
+
+/** The helper's `disk` request with mount(8) (no C compiler for the helper): $1 disk, $2 workspace, $3 bytes, $4 uid, $5 gid. */
+const MOUNT_DISK = `set -e
+while umount -l "$2" 2>/dev/null; do :; done
+while umount -l "$1" 2>/dev/null; do :; done
+mkdir -p -m 0700 "$1"
+mount -t tmpfs -o "size=$3,mode=0700,uid=$4,gid=$5,nosuid,nodev" tmpfs "$1"
+for d in workspace tmp var-tmp shm; do mkdir -m 0700 "$1/$d"; chown "$4:$5" "$1/$d"; done
+mkdir -m 0700 "$1/views"
+mount --bind "$1/workspace" "$2"`;
+
+function isMountPoint(path: string): boolean {
+  try {
+    return readFileSync("/proc/self/mountinfo", "utf8")
+      .split("\n")
+      .some((l) => l.split(" ")[4] === path);
+  } catch {
+    return false;
+  }
+}
+
+function unmount(path: string): void {
+  while (isMountPoint(path)) {
+    const r = spawnSync("umount", [path], { encoding: "utf8", timeout: 10_000 });
+    if (r.status !== 0) {
+      // Busy (a process of a crashed server still holds it): detach it lazily.
+      spawnSync("umount", ["-l", path], { timeout: 10_000 });
+      if (isMountPoint(path)) throw new Error(`cannot unmount ${path}: ${(r.stderr || "").trim()}`);
+    }
+  }
+}
