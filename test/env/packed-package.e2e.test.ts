@@ -158,7 +158,10 @@ describe.skipIf(!BUILT)("slotpool from a project of one's own, against the packe
     if (cannotInstall) ctx.skip(cannotInstall);
     const installed = await realpath(join(project, "node_modules/slotpool"));
     expect(installed.startsWith(await realpath(project))).toBe(true);
-    expect(existsSync(join(installed, "src"))).toBe(false); // only the build is shipped
+    // The build is shipped, not the TypeScript; the sandbox's C helpers as sources, compiled at first use.
+    expect(existsSync(join(installed, "src/index.ts"))).toBe(false);
+    expect(existsSync(join(installed, "dist/src/index.d.ts"))).toBe(true);
+    expect(existsSync(join(installed, "src/sandbox/native/spawner.c"))).toBe(true);
     const errors = tsc.stdout.split("\n").filter((l) => /error TS\d+/.test(l));
     expect(errors, tsc.stdout).toHaveLength(1);
     expect(errors[0]).toMatch(/^forgetful-env\.ts\(2,\d+\): error TS2515: Non-abstract class 'ForgetfulEnv' does not implement inherited abstract member computeReward/);
