@@ -23,6 +23,7 @@ import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
 import type { LineExtras } from "../report/rollout-extras.js";
 import { lineExtras } from "./rollout-extras.js";
 import { applyGroupScore, type GroupMember, type GroupScore } from "./group-score.js";
+import { metricMeans } from "./metrics.js";
 import { scoreRollout, type ScoreResult } from "./rollout-score.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { collectGroup } from "./group-collector.js";
@@ -176,11 +177,9 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   }
 
   /**
-   * Group-level scoring, once per group after every trajectory's own verification (slots
-   * already reset): the members' own scores, metadata and metrics in; new scores in their
-   * order (relative, pairwise rewards), `{scores?, metrics?}`, or nothing (own scores stand).
-   * Infra-failed trajectories are never members; a hook that throws or answers badly makes
-   * the members infra failures (cause `reward`). See applyGroupScore.
+   * Group-level scoring after every trajectory's own (slots already reset): new scores in the
+   * members' order, `{scores?, metrics?}`, or nothing. Infra-failed trajectories are never
+   * members; a hook that fails makes the members infra failures (see applyGroupScore).
    */
   scoreGroup(_item: Item, _members: readonly GroupMember[]): GroupScore | Promise<GroupScore> {
     return undefined;
@@ -252,6 +251,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         eval_failed: failed,
         mean_score: n ? samples.reduce((a, s) => a + s.score, 0) / n : 0,
         solve_rate: n ? samples.filter((s) => s.score >= this.config.successThreshold).length / n : 0,
+        ...metricMeans(samples.map((s) => s.slotpool?.trajectories[0]?.metrics)),
       },
       samples,
     };

@@ -40,6 +40,13 @@ export function tallyMetrics(tallies: Map<string, MetricTally>, metrics: Metrics
   }
 }
 
+/** Evaluation's figures of the env's metrics: `metric_<name>` → its mean over the samples that have it. */
+export function metricMeans(perSample: ReadonlyArray<Metrics | undefined>): Record<string, number> {
+  const tallies = new Map<string, MetricTally>();
+  for (const m of perSample) tallyMetrics(tallies, m);
+  return Object.fromEntries([...tallies].map(([name, t]) => [`metric_${name}`, t.sum / t.count]));
+}
+
 /** `mean 0.5 (min 0 · max 1, 8 trajectories)`. */
 export function formatTally(t: MetricTally, unit: "trajectory" | "group"): string {
   const f = (v: number) => (Number.isInteger(v) ? String(v) : v.toFixed(3).replace(/0+$/, ""));

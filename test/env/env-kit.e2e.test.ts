@@ -193,6 +193,16 @@ describe("the env author's kit", () => {
     }
   }, 60_000);
 
+  it("evaluate: the env's metrics reach metrics.json's figures (metric_<name>: the mean over the samples)", async () => {
+    const env = new KitEnv({ groupSize: 2, maxTurns: 3 }, { backend, logger: log });
+    Object.assign(env, { getEvalItems: async () => [{ id: 100 }, { id: 101 }] });
+    await env.start();
+    const result = await env.evaluate();
+    await env.close();
+    expect(result.samples.map((s) => s.slotpool?.trajectories[0]?.metrics?.["chars"]).sort()).toEqual([0, 1]);
+    expect(result.metrics).toMatchObject({ eval_items: 2, eval_failed: 0, metric_chars: 0.5 });
+  }, 60_000);
+
   it("a metric that is not a finite number makes the trajectory an infra failure naming the metric", async () => {
     const env = new KitEnv({ groupSize: 2, maxTurns: 3, infraFailurePolicy: "mask" }, { backend, logger: log });
     env.rewardHook = (n) => ({ score: 1, metrics: n === 0 ? { chars: Number.NaN } : { chars: n } });
