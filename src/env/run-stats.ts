@@ -159,6 +159,10 @@ export class RunStats {
     registry.gauge("slotpool_env_token_turns", "Model turns that came with token ids", () => [{ value: this.tokenTurns }]);
     registry.gauge("slotpool_env_prefix_breaks", "Turns whose prompt could not extend the trajectory's token sequence (a new segment started)", () => [{ value: this.prefixBreaks }]);
     registry.gauge("slotpool_env_prefix_break_rate", "Prefix breaks per model turn with token ids", () => [{ value: this.prefixBreakRate }]);
+    registry.gauge("slotpool_env_metric_mean", "The env's custom metrics: mean over scored trajectories (per=trajectory) or delivered groups (per=group), by name", () => [
+      ...[...this.trajectoryMetrics].map(([name, t]) => ({ labels: { name, per: "trajectory" }, value: t.sum / t.count })),
+      ...[...this.groupMetrics].map(([name, t]) => ({ labels: { name, per: "group" }, value: t.sum / t.count })),
+    ]);
     registry.gauge("slotpool_env_token_exact_trajectories", "Trajectories whose every trained id is as sampled", () => [{ value: this.tokenExactTrajectories }]);
   }
 

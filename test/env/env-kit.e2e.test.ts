@@ -18,6 +18,7 @@ import { runProcessMode } from "../../src/env/run-modes/process.js";
 import { formatSummary } from "../../src/env/run-modes/summary.js";
 import type { ToolContext } from "../../src/env/tool-context.js";
 import { silentLogger } from "../../src/observability/logger.js";
+import { MetricsRegistry } from "../../src/observability/metrics.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 
 const log = silentLogger();
@@ -118,6 +119,10 @@ describe("the env author's kit", () => {
     expect(summary).toMatch(/metric chars\s+mean 1\.5 \(min 0 · max 3, 8 trajectories\)/);
     expect(summary).toMatch(/group metric spread\s+mean 3 \(min 3 · max 3, 2 groups\)/);
     expect(report.stats.toJSON().metrics).toEqual({ chars: { mean: 1.5, min: 0, max: 3, count: 8 } });
+    const registry = new MetricsRegistry();
+    report.stats.registerMetrics(registry);
+    expect(registry.render()).toContain('slotpool_env_metric_mean{name="chars",per="trajectory"} 1.5');
+    expect(registry.render()).toContain('slotpool_env_metric_mean{name="spread",per="group"} 3');
     const html = await readFile(report.report!.path, "utf8");
     expect(html).toContain("<h2>Metrics</h2>");
     expect(html).toMatch(/<td>chars<\/td><td>trajectory<\/td><td class="num">8<\/td><td class="num">1\.50<\/td>/);
