@@ -17,7 +17,7 @@
 // Errors: one base with a stable `code`, and the ones callers handle.
 export { SlotpoolError } from "./protocol/errors.js";
 export {
-  SlotPoolError,
+  PoolError,
   SlotLostError,
   isSlotLostError,
   SlotAcquireTimeoutError,
@@ -34,7 +34,7 @@ export type { ToolCall, ToolResult } from "./protocol/tool.js";
 // Pool users: provision containers, hand out slots, run tool calls.
 export { SlotPool, type SlotPoolOptions } from "./pool/slot-pool.js";
 export type { SlotPoolConfigInput } from "./pool/config.js";
-export type { AcquireOptions, ReleaseOptions, PoolStats, Slot, ForkOptions } from "./pool/types.js";
+export type { AcquireOptions, ReleaseOptions, PoolStats, LeasedSlot, ForkOptions } from "./pool/types.js";
 export type { TemplateSpec } from "./pool/template-affinity.js";
 export { LocalProvisioner } from "./pool/local-provisioner.js";
 export { NomadProvisioner } from "./pool/nomad-provisioner.js";
@@ -52,6 +52,7 @@ export type { BranchPoint } from "./env/branching.js";
 export type { GroupMember, GroupScore } from "./env/group-score.js";
 export type { Metrics } from "./env/metrics.js";
 export { ToolContext } from "./env/tool-context.js";
+export { defineEnvTool, type EnvToolSpec, type InProcessToolSpec, type SlotToolSpec } from "./env/env-tools.js";
 export type { ScoredDataGroup } from "./env/scored-group.js";
 export type { AgentResult } from "./agent/agent-loop.js";
 export type { OracleScript } from "./agent/oracle-policy.js";

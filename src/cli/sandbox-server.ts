@@ -3,7 +3,7 @@ import { setFlagsFromString } from "node:v8";
 import { createLogger } from "../observability/logger.js";
 import { DEFAULT_LIMITS } from "../sandbox/isolation/limits.js";
 import { SandboxServer } from "../sandbox/http/server.js";
-import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../sandbox/isolation/slot-uids.js";
+import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../host/slot-uid-blocks.js";
 import { checkAllowRanges } from "../sandbox/isolation/network.js";
 import { DEFAULT_DISK_BYTES } from "../sandbox/workspace/slot-disk.js";
 import { mountNamespacePlan, reexecInOwnMountNamespace } from "../host/mount-namespace.js";
@@ -20,8 +20,8 @@ options:
   --slots N                number of slots (default 4)
   --data-dir D             where slot workspaces live (default $NOMAD_ALLOC_DIR/data inside Nomad, else ./data)
   --token T                bearer token required on every route but /health (or env SANDBOX_TOKEN)
-  --timeout S              default wall-clock timeout per command, seconds (default ${DEFAULT_LIMITS.defaultTimeoutSec})
-  --max-timeout S          largest timeout a call may ask for, seconds (default ${DEFAULT_LIMITS.maxTimeoutSec})
+  --timeout S              default wall-clock timeout per command, seconds (default ${DEFAULT_LIMITS.defaultTimeoutS})
+  --max-timeout S          largest timeout a call may ask for, seconds (default ${DEFAULT_LIMITS.maxTimeoutS})
   --max-processes N        processes per slot (default ${DEFAULT_LIMITS.maxProcesses})
   --max-file-mb N          largest file a command may write, MB (default ${DEFAULT_LIMITS.maxFileBytes / 1024 / 1024})
   --cpu-seconds N          CPU seconds per command (default ${DEFAULT_LIMITS.cpuSeconds})
@@ -115,8 +115,8 @@ export async function run(argv: string[]): Promise<number> {
     token,
     logger,
     limits: {
-      defaultTimeoutSec: intFlag("timeout", stringFlag(flags, "timeout"), DEFAULT_LIMITS.defaultTimeoutSec, 1),
-      maxTimeoutSec: intFlag("max-timeout", stringFlag(flags, "max-timeout"), DEFAULT_LIMITS.maxTimeoutSec, 1),
+      defaultTimeoutS: intFlag("timeout", stringFlag(flags, "timeout"), DEFAULT_LIMITS.defaultTimeoutS, 1),
+      maxTimeoutS: intFlag("max-timeout", stringFlag(flags, "max-timeout"), DEFAULT_LIMITS.maxTimeoutS, 1),
       maxProcesses: intFlag("max-processes", stringFlag(flags, "max-processes"), DEFAULT_LIMITS.maxProcesses, 8),
       maxFileBytes: intFlag("max-file-mb", stringFlag(flags, "max-file-mb"), DEFAULT_LIMITS.maxFileBytes / MB, 1) * MB,
       cpuSeconds: intFlag("cpu-seconds", stringFlag(flags, "cpu-seconds"), DEFAULT_LIMITS.cpuSeconds, 1),

@@ -1,22 +1,22 @@
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
 import type { Logger } from "../observability/logger.js";
-import type { AcquireOptions, Slot, TemplateSpec } from "../pool/types.js";
+import type { AcquireOptions, LeasedSlot, TemplateSpec } from "../pool/types.js";
 import { SlotForkError } from "../pool/errors.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { SlotProcesses } from "./slot-processes.js";
 
 /** What the registry needs from a pool (SlotPool implements it). */
 export interface E2bPool {
-  acquire(options: AcquireOptions): Promise<Slot>;
-  release(slot: Slot, options?: { reset?: boolean }): Promise<void>;
-  useTemplate?(slot: Slot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
+  acquire(options: AcquireOptions): Promise<LeasedSlot>;
+  release(slot: LeasedSlot, options?: { reset?: boolean }): Promise<void>;
+  useTemplate?(slot: LeasedSlot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
 }
 
 /** One E2B sandbox: one slot lease, held from create until kill or timeout. */
 export interface E2bSandbox {
   readonly id: string;
   readonly templateId: string;
-  readonly slot: Slot;
+  readonly slot: LeasedSlot;
   readonly processes: SlotProcesses;
   /** The in-sandbox API's token (`X-Access-Token`); reaches this sandbox's slot only. */
   readonly accessToken: string;
@@ -35,7 +35,7 @@ export interface CreateSandbox {
   metadata?: Record<string, string> | undefined;
   /** Seconds until the sandbox is killed (E2B's default: 300). */
   timeout?: number | undefined;
-  /** E2B's allow_internet_access; default: the server's policy. */
+  /** E2B's allow_internet_access; default: the server's network setting. */
   allowInternetAccess?: boolean | undefined;
 }
 
@@ -114,7 +114,7 @@ export class SandboxRegistry {
   }
 
   /** A held slot becomes a live sandbox (create, fork). */
-  private register(id: string, slot: Slot, o: { templateId: string; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number; allowNetwork: boolean }): E2bSandbox {
+  private register(id: string, slot: LeasedSlot, o: { templateId: string; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number; allowNetwork: boolean }): E2bSandbox {
     const now = new Date();
     const sandbox: E2bSandbox = {
       id,
@@ -144,7 +144,7 @@ export class SandboxRegistry {
     if (!source.slot.fork) throw new E2bUnsupportedError("fork is not supported by this pool (its slots cannot fork)");
     const timeoutS = this.timeoutSeconds(timeout);
     const ids = Array.from({ length: count }, () => "sp" + randomBytes(9).toString("hex"));
-    let slots: Slot[];
+    let slots: LeasedSlot[];
     try {
       slots = await source.slot.fork(count, { trajectoryIds: ids.map((id) => `e2b-${id}`) });
     } catch (err) {

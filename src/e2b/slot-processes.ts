@@ -1,6 +1,6 @@
 import { Agent, request, type Dispatcher } from "undici";
 import type { ProcessEvent, ProcessInfo, ProcessStartRequest } from "../protocol/process-session.js";
-import type { Slot } from "../pool/types.js";
+import type { LeasedSlot } from "../pool/types.js";
 import { E2bApiError } from "./errors.js";
 
 /** The events of a started or re-attached process; `close()` stops listening (the process goes on). */
@@ -31,7 +31,7 @@ const agent: Dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 64 
  * server's status and message.
  */
 export class SlotProcesses {
-  constructor(private readonly slot: Slot) {}
+  constructor(private readonly slot: LeasedSlot) {}
 
   private async call(path: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<Dispatcher.ResponseData> {
     const c = this.slot.container;

@@ -13,55 +13,29 @@ import { OraclePolicy, type OracleScript } from "../agent/oracle-policy.js";
 import type { AgentPolicy } from "../agent/policy.js";
 import { createLogger, type Logger } from "../observability/logger.js";
 import type { TemplateSpec } from "../pool/template-affinity.js";
-import type { ToolResult } from "../protocol/tool.js";
 import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
 import { AgentEnvConfigSchema, unknownConfigKeys, type AgentEnvConfig } from "./config.js";
 import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
-import type { InfraFailure } from "./infra-failure.js";
 import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
-import type { LineExtras } from "../report/rollout-extras.js";
 import { lineExtras } from "./rollout-extras.js";
 import { applyGroupScore, type GroupMember, type GroupScore } from "./group-score.js";
 import { metricMeans } from "./metrics.js";
+import type { EvalResult, EvalSample, EvaluateOptions } from "./evaluation.js";
 import { scoreRollout, type ScoreResult } from "./rollout-score.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
-import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
+import { registerEnvTools, routeToolCall } from "./env-tools.js";
+import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
 import { configProblems } from "../protocol/errors.js";
 
 export type { ScoreResult } from "./rollout-score.js";
 
-/** One evaluation sample (written to samples.jsonl by `slotpool evaluate`). */
-export interface EvalSample {
-  item: unknown;
-  score: number;
-  finishReason: string;
-  turnsUsed: number;
-  toolCalls: number;
-  toolErrors: number;
-  messages: ChatMessage[];
-  /** Timings, exit codes and tool errors for the report (the same key as on process-mode lines). */
-  slotpool?: LineExtras;
-}
-
-export interface EvalResult {
-  metrics: Record<string, number>;
-  samples: EvalSample[];
-}
-
-export interface EvaluateOptions {
-  /** Called as each evaluated trajectory finishes (progress, run statistics); infra failures included. */
-  onTrajectory?: (outcome: TrajectoryOutcome) => void;
-  /** Called for each item whose trajectory could not finish: the reason, and the infra failure if it was one. */
-  onFailure?: (reason: string, infra?: InfraFailure) => void;
-  /** Stops the evaluation: items not started are skipped, trajectories in flight abandoned (neither counted). */
-  signal?: AbortSignal;
-}
+export type { EvalSample, EvalResult, EvaluateOptions } from "./evaluation.js";
 
 /** How an env instance gets its tools backend, model and logger (all optional). */
 export interface AgentEnvRuntime {
@@ -111,6 +85,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   private chatTokenizer: ChatTokenizer | undefined;
   private tokenBackend: TokenBackend | undefined;
   private started = false;
+  private ownTools: readonly ToolDefinition[] = [];
+  private removeOwnTools: (() => void) | undefined;
 
   constructor(config: Record<string, unknown> = {}, runtime: AgentEnvRuntime = {}) {
     const cls = this.constructor as unknown as EnvClass;
@@ -275,6 +251,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     }
     if (this.config.serverType !== "openai" && this.config.modelUrl && !this.runtime.policy) await this.startTokenExact();
     else if (this.config.tokenizerPath) this.tokenizer = await loadTokenizerJson(this.config.tokenizerPath);
+    this.ownTools = this.envTools();
+    this.removeOwnTools = registerEnvTools(this.backend.registry, this.ownTools);
     this.started = true;
     await this.setup();
   }
@@ -325,6 +303,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     const backend = this.backend;
     this.backend = undefined;
     this.started = false;
+    this.removeOwnTools?.();
+    this.removeOwnTools = undefined;
     await this.modelClient?.close();
     this.modelClient = undefined;
     await this.tokenBackend?.close();
@@ -344,10 +324,21 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
 
   // ---------------------------------------------------------------- rollouts
 
-  /** The tools of one group: sampled from the distribution, or the enabled toolsets. Shared by the group. */
+  /**
+   * The env's own tools (docs/tools.md): `defineEnvTool({..., run(args, ctx)})` runs in this
+   * process with the trajectory's ToolContext, `defineEnvTool({..., command(args)})` in the
+   * trajectory's slot. Offered to the model in every group, beside the enabled toolsets.
+   * Called once, by `start()`.
+   */
+  envTools(): readonly ToolDefinition[] {
+    return [];
+  }
+
+  /** The tools of one group: sampled from the distribution, or the enabled toolsets, plus the env's own. Shared by the group. */
   resolveTools(): GroupTools {
     return resolveGroupTools({
       registry: this.tools.registry,
+      alsoOffered: this.ownTools.map((t) => t.name),
       enabled: this.config.enabledToolsets,
       disabled: this.config.disabledToolsets,
       ...(this.config.distribution ? { distribution: this.config.distribution } : {}),
@@ -434,11 +425,11 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
             const def = backend.registry.resolve(name);
             return def !== undefined && groupTools.names.includes(def.name);
           },
-          executeTool: async (call) => {
-            const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
-            if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
-            return r;
-          },
+          // A lost slot rejects with SlotLostError, which restarts the trajectory below.
+          executeTool: (call) =>
+            routeToolCall(backend.registry, call, ctx, (call) =>
+              backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) }),
+            ),
         });
         const { score, rewardError, scoreMetadata, metrics, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, ctx), this.log);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);

@@ -4,7 +4,6 @@ import type { ChatMessage } from "../agent/messages.js";
 import type { AgentPolicy } from "../agent/policy.js";
 import type { Logger } from "../observability/logger.js";
 import type { TemplateSpec } from "../pool/template-affinity.js";
-import type { ToolResult } from "../protocol/tool.js";
 import type { BranchNode, BranchTree } from "../report/branch-tree.js";
 import type { GroupTools } from "../tools/distributions.js";
 import type { ToolBackend } from "./backend.js";
@@ -15,8 +14,8 @@ import type { InfraFailure } from "./infra-failure.js";
 import type { Metrics } from "./metrics.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
-import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 import { ToolContext } from "./tool-context.js";
+import { routeToolCall } from "./env-tools.js";
 import type { TextTokenizer } from "./tokens.js";
 
 /**
@@ -141,10 +140,13 @@ async function branchOnce<Item>(
     const def = backend.registry.resolve(name);
     return def !== undefined && groupTools.names.includes(def.name);
   };
-  const executeFor = (trajectoryId: string) => async (call: Parameters<typeof backend.executor.execute>[1]) => {
-    const r: ToolResult = await backend.executor.execute(trajectoryId, call, { timeoutMs: env.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) });
-    if (isSlotLostResult(r)) throw slotLostErrorFrom(r, trajectoryId);
-    return r;
+  // A lost slot rejects with SlotLostError (caught below).
+  const executeFor = (trajectoryId: string) => {
+    const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: env.config.toolTimeoutS });
+    return (call: Parameters<typeof backend.executor.execute>[1]) =>
+      routeToolCall(backend.registry, call, ctx, (call) =>
+        backend.executor.execute(trajectoryId, call, { timeoutMs: env.config.toolTimeoutS * 1000, ...(signal ? { signal } : {}) }),
+      );
   };
   try {
     const setupStarted = performance.now();

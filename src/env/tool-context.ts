@@ -1,8 +1,6 @@
 import type { ToolExecutorLike } from "../executor/types.js";
-import { SlotLostError } from "../pool/errors.js";
 import type { ToolResult } from "../protocol/tool.js";
 import { PathRefusedError, ToolContextError } from "./errors.js";
-import { isSlotLostResult, slotLostErrorFrom } from "./slot-loss.js";
 
 /** What `terminal()` returns: the seeds' `{"exit_code", "output"}`, plus the error text. */
 export interface TerminalResult {
@@ -27,8 +25,6 @@ const PATH_RULE = "paths must be inside /workspace";
 const REFUSED_PROBLEMS = new Set(["outside", "symlink_outside", "invalid"]);
 /** Older servers send no `path_problem`; their messages say the same thing in these words. */
 const REFUSED_TEXT = /outside the workspace|escapes the workspace|leads outside the workspace|resolved outside the workspace/;
-/** How the executor words an artifact call on a trajectory whose slot is gone. */
-const WORKSPACE_LOST = /^workspace lost: /;
 
 /**
  * Tool access for `setupWorkspace` and the reward, scoped to one trajectory: every call runs
@@ -37,7 +33,7 @@ const WORKSPACE_LOST = /^workspace lost: /;
  *
  * Every method either does what it says or throws — never a `success: false` that a reward
  * could mistake for the agent's result:
- *  - a lost slot throws `SlotLostError` (the trajectory is restarted on a new slot);
+ *  - a lost slot throws the executor's `SlotLostError` as it is (the trajectory is restarted on a new slot);
  *  - a refused path throws `PathRefusedError` naming the rule ("paths must be inside /workspace");
  *  - any other failure of the call throws `ToolContextError`.
  * What the agent did is a result: a command's non-zero exit (`terminal`) and a missing file
@@ -56,9 +52,7 @@ export class ToolContext {
    */
   async callTool(name: string, args: Record<string, unknown> = {}, options: { timeoutS?: number } = {}): Promise<ToolResult> {
     const timeoutS = options.timeoutS ?? (typeof args["timeout"] === "number" ? (args["timeout"] as number) : this.defaults.timeoutS);
-    const result = await this.executor.execute(this.trajectoryId, { name, arguments: args }, { timeoutMs: timeoutS * 1000 });
-    if (isSlotLostResult(result)) throw slotLostErrorFrom(result, this.trajectoryId);
-    return result;
+    return this.executor.execute(this.trajectoryId, { name, arguments: args }, { timeoutMs: timeoutS * 1000 });
   }
 
   /**
@@ -130,8 +124,6 @@ export class ToolContext {
   }
 
   private artifactFailure(method: string, path: string, error: string | undefined): Error {
-    const text = error ?? "";
-    if (WORKSPACE_LOST.test(text)) return new SlotLostError("(unknown slot)", "(unknown allocation)", text.replace(WORKSPACE_LOST, ""), this.trajectoryId);
-    return this.failure(method, "artifacts", path, text, undefined);
+    return this.failure(method, "artifacts", path, error ?? "", undefined);
   }
 }

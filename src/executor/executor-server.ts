@@ -22,12 +22,15 @@ import { RouteTable } from "../http/routes.js";
 import { isSlotLostError } from "../pool/errors.js";
 import type { ToolExecutorLike } from "./types.js";
 import { dropNulls } from "./wire-compat.js";
+import { slotLostArtifactArchive, slotLostArtifactList, slotLostArtifactRead, slotLostToolResult } from "./wire-slot-loss.js";
 
 /**
  * The executor over HTTP, so envs in any language (the original's Python envs included) can
  * run tool calls in slotpool slots. Routes and bodies are the original's:
  *
  *   POST /execute {trajectory_id, tool: {name, arguments, uniq_id}, timeout_s?} → tool result
+ *     (a lost slot, a SlotLostError in-process, is answered here and only here as a failed
+ *     result with `metadata.slot_lost: true`; prepare, fork and artifacts carry `slot_lost`)
  *   POST /release {trajectory_id, reset_workspace} → {"status":"ok"}
  *   POST /artifacts/read | /artifacts/list | /artifacts/archive (keyed by trajectory_id)
  *   GET  /status (queue_size, total_requests, total_errors, pool) · GET /health · GET /metrics
@@ -115,11 +118,18 @@ export class ExecutorServer {
       if (!res.writableFinished) ac.abort();
     };
     res.once("close", onClose);
-    const result = await this.options.executor.execute(body.trajectory_id, body.tool, {
-      timeoutMs: body.timeout_s !== undefined ? body.timeout_s * 1000 : undefined,
-      signal: ac.signal,
-    });
-    res.off("close", onClose);
+    let result;
+    try {
+      result = await this.options.executor.execute(body.trajectory_id, body.tool, {
+        timeoutMs: body.timeout_s !== undefined ? body.timeout_s * 1000 : undefined,
+        signal: ac.signal,
+      });
+    } catch (err) {
+      if (!isSlotLostError(err)) throw err;
+      result = slotLostToolResult(err, body.tool.uniq_id);
+    } finally {
+      res.off("close", onClose);
+    }
     sendJson(res, 200, result);
   }
 
@@ -179,16 +189,25 @@ export class ExecutorServer {
 
   private async artifactRead(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { trajectory_id, ...rest } = parseBody(ExecutorArtifactReadRequestSchema, dropNulls(await this.body.read(req)));
-    sendJson(res, 200, await this.options.executor.readArtifact(trajectory_id, rest));
+    sendJson(res, 200, await this.options.executor.readArtifact(trajectory_id, rest).catch((err: unknown) => {
+      if (!isSlotLostError(err)) throw err;
+      return slotLostArtifactRead(err, rest);
+    }));
   }
 
   private async artifactList(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { trajectory_id, ...rest } = parseBody(ExecutorArtifactListRequestSchema, dropNulls(await this.body.read(req)));
-    sendJson(res, 200, await this.options.executor.listArtifacts(trajectory_id, rest));
+    sendJson(res, 200, await this.options.executor.listArtifacts(trajectory_id, rest).catch((err: unknown) => {
+      if (!isSlotLostError(err)) throw err;
+      return slotLostArtifactList(err, rest);
+    }));
   }
 
   private async artifactArchive(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { trajectory_id, format: _format, ...rest } = parseBody(ExecutorArtifactArchiveRequestSchema, dropNulls(await this.body.read(req)));
-    sendJson(res, 200, await this.options.executor.archiveArtifacts(trajectory_id, rest));
+    sendJson(res, 200, await this.options.executor.archiveArtifacts(trajectory_id, rest).catch((err: unknown) => {
+      if (!isSlotLostError(err)) throw err;
+      return slotLostArtifactArchive(err, rest);
+    }));
   }
 }

@@ -9,17 +9,18 @@ import type { MetricsRegistry } from "../observability/metrics.js";
 import type { ArtifactArchiveResponse, ArtifactListResponse, ArtifactReadResponse, ExecuteResponse } from "../protocol/sandbox.js";
 import { ToolCallSchema, type ParsedToolCall, type ToolCall, type ToolResult } from "../protocol/tool.js";
 import type { TemplateSpec } from "../pool/template-affinity.js";
-import type { Slot, SlotCall, SlotPoolLike } from "../pool/types.js";
+import type { LeasedSlot, SlotCall, SlotPoolLike } from "../pool/types.js";
 import { toolFromOpenAiSchema } from "../tools/definition.js";
 import { ToolRegistry } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { callTimeoutS, parseToolExecutorConfig, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
 import { ExecutorMetrics } from "./executor-metrics.js";
-import { errorResult, fromExecuteResponse, slotLostResult } from "./results.js";
-import { isSlotLostError } from "../pool/errors.js";
+import { errorResult, fromExecuteResponse } from "./results.js";
+import { isSlotLostError, type SlotLostError } from "../pool/errors.js";
 import { ToolServerClient } from "./tool-server-client.js";
 import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
 import { SlotpoolError } from "../protocol/errors.js";
+import { ISOLATION_ARG_NAMES, builtinTool, type IsolationArgName } from "../protocol/tool-table.js";
 
 /**
  * The ToolExecutor: every tool call of every trajectory passes here.
@@ -49,11 +50,13 @@ interface PendingCall {
   readonly call: ParsedToolCall;
   readonly tool: ToolDefinition;
   readonly args: Record<string, unknown>;
-  /** Policy arguments the model tried to set (removed; logged once the call runs). */
-  readonly strippedPolicyArgs: readonly string[];
+  /** Isolation arguments the model tried to set (removed; logged once the call runs). */
+  readonly strippedIsolationArgs: readonly string[];
   readonly timeoutS: number;
   readonly startedAt: number;
   readonly resolve: (r: ToolResult) => void;
+  /** Only ever with the SlotLostError of the trajectory's slot (the one form of slot loss in-process). */
+  readonly reject: (err: SlotLostError) => void;
   readonly signal?: AbortSignal;
   onAbort?: () => void;
   dispatched: boolean;
@@ -64,12 +67,12 @@ interface TrajectoryState {
   readonly id: string;
   readonly queue: PendingCall[];
   running: boolean;
-  slot?: Slot;
+  slot?: LeasedSlot;
   /** The slot it held last, kept after release so late log lines still name it. */
-  heldSlot?: Slot;
-  acquiring?: Promise<Slot>;
-  /** Set once its slot was lost: every later sandbox call gets this result, never a fresh empty slot. */
-  lost?: { error: Parameters<typeof slotLostResult>[0]; slot?: Slot };
+  heldSlot?: LeasedSlot;
+  acquiring?: Promise<LeasedSlot>;
+  /** Set once its slot was lost: every later sandbox call fails with this error, never runs in a fresh empty slot. */
+  lost?: SlotLostError;
   released: boolean;
 }
 
@@ -103,9 +106,12 @@ export class ToolExecutor implements ToolExecutorLike {
   private closed = false;
   private readonly totals = { calls: 0, errors: 0, sandbox: 0, external: 0 };
   private readonly recentLatencies = new LatencyWindow(4096);
+  /** The isolation arguments' values, from the config: stamped on every sandbox call that honours them. */
+  private readonly policy: Readonly<Record<IsolationArgName, boolean>>;
 
   constructor(options: ToolExecutorOptions) {
     this.config = parseToolExecutorConfig(options.config);
+    this.policy = { allow_network: this.config.allowNetwork, require_sandbox: this.config.requireSandbox, require_stateful_sandbox: this.config.requireStatefulSandbox };
     this.pool = options.pool;
     this.tools = options.tools ?? ToolRegistry.withBuiltins();
     this.logger = options.logger ?? silentLogger();
@@ -164,11 +170,21 @@ export class ToolExecutor implements ToolExecutorLike {
         ),
       );
     }
+    if (tool.kind === "in-process") {
+      return Promise.resolve(
+        this.finishEarly(
+          errorResult(`tool '${tool.name}' runs in the env's own process (in-process, with the trajectory's ToolContext): the env calls it, not the executor`, c.uniq_id, { tool_error: "InProcessToolError" }),
+          tool.name,
+          "in-process",
+          startedAt,
+        ),
+      );
+    }
     const timeoutS = callTimeoutS(checked.args, options.timeoutMs, this.config.defaultTimeoutS);
     const args = { ...checked.args };
-    if ("timeout" in args) args["timeout"] = timeoutS;
+    if (tool.timeoutArg && tool.timeoutArg in args) args[tool.timeoutArg] = timeoutS;
 
-    return new Promise<ToolResult>((resolve) => {
+    return new Promise<ToolResult>((resolve, reject) => {
       const traj = this.trajectory(trajectoryId);
       const pc: PendingCall = {
         trajectoryId,
@@ -176,10 +192,11 @@ export class ToolExecutor implements ToolExecutorLike {
         call: c,
         tool,
         args,
-        strippedPolicyArgs: checked.strippedPolicyArgs,
+        strippedIsolationArgs: checked.strippedIsolationArgs,
         timeoutS,
         startedAt,
         resolve,
+        reject,
         signal: options.signal,
         dispatched: false,
         done: false,
@@ -203,14 +220,14 @@ export class ToolExecutor implements ToolExecutorLike {
       await this.pool.useTemplate(slot, template, options);
     } catch (err) {
       // A lost container: later calls of the trajectory report the loss, release skips the reset.
-      if (isSlotLostError(err)) traj.lost = { error: err, slot };
+      if (isSlotLostError(err)) traj.lost = err;
       throw err;
     }
   }
 
   async fork(trajectoryId: string, into: string[], options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<void> {
     const traj = this.trajectories.get(trajectoryId);
-    if (traj?.lost) throw traj.lost.error;
+    if (traj?.lost) throw traj.lost;
     const slot = traj?.slot;
     if (!traj || !slot) throw new ExecutorForkError(`trajectory ${trajectoryId} holds no slot to fork: run one of its calls (or prepareWorkspace) first`);
     if (!slot.fork) throw new ExecutorForkError("this executor's pool cannot fork slots");
@@ -221,7 +238,7 @@ export class ToolExecutor implements ToolExecutorLike {
     }
     // Reserved now: a call for a child arriving during the fork waits for its slot instead of acquiring another.
     const children = into.map((id) => this.trajectory(id));
-    let slots: Slot[];
+    let slots: LeasedSlot[];
     const forking = slot.fork(into.length, { trajectoryIds: into, ...options });
     for (const c of children) {
       const mine = forking.then((s) => s[children.indexOf(c)]!);
@@ -235,7 +252,7 @@ export class ToolExecutor implements ToolExecutorLike {
         c.acquiring = undefined;
         this.trajectories.delete(c.id);
       }
-      if (isSlotLostError(err)) traj.lost = { error: err, slot };
+      if (isSlotLostError(err)) traj.lost = err;
       throw err;
     }
     children.forEach((c, i) => {
@@ -270,15 +287,13 @@ export class ToolExecutor implements ToolExecutorLike {
   }
 
   async readArtifact(trajectoryId: string, req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }): Promise<ArtifactReadResponse> {
+    const failed = (error: string): ArtifactReadResponse => ({ success: false, error, content: "", encoding: req.encoding ?? "text", truncated: false, bytes: 0, file_size: 0, path: req.path, mime: "" });
     const slot = this.slotFor(trajectoryId);
-    const path = req.path;
-    if (typeof slot === "string") {
-      return { success: false, error: slot, content: "", encoding: req.encoding ?? "text", truncated: false, bytes: 0, file_size: 0, path, mime: "" };
-    }
+    if (typeof slot === "string") return failed(slot);
     try {
       return await slot.readArtifact(req);
     } catch (err) {
-      return { success: false, error: this.describeSlotError(trajectoryId, err), content: "", encoding: req.encoding ?? "text", truncated: false, bytes: 0, file_size: 0, path, mime: "" };
+      return failed(this.describeSlotError(trajectoryId, err));
     }
   }
 
@@ -306,7 +321,7 @@ export class ToolExecutor implements ToolExecutorLike {
   }
 
   /** The slot a trajectory holds, if any (for the env layer's ToolContext and the ToolServer). */
-  slotOf(trajectoryId: string): Slot | undefined {
+  slotOf(trajectoryId: string): LeasedSlot | undefined {
     return this.trajectories.get(trajectoryId)?.slot;
   }
 
@@ -427,18 +442,32 @@ export class ToolExecutor implements ToolExecutorLike {
     }
   }
 
+  /**
+   * One call as the slot's server gets it, derived from the tool's definition: the canonical
+   * name (resolved once, in execute), the isolation arguments the tool honours filled from the
+   * config, and an env tool's slotCommand run as `bash`.
+   */
+  private slotCall(pc: PendingCall): SlotCall {
+    const shell = pc.tool.slotCommand ? builtinTool("bash")! : undefined;
+    const tool = shell?.name ?? pc.tool.name;
+    const args: Record<string, unknown> = shell ? { command: pc.tool.slotCommand!(pc.args), timeout: pc.timeoutS } : { ...pc.args };
+    // A sandbox tool the table does not describe gets every isolation argument (fail closed).
+    for (const name of shell?.isolationArgs ?? pc.tool.isolationArgs ?? ISOLATION_ARG_NAMES) args[name] = this.policy[name];
+    return { tool, args, execution_id: pc.call.uniq_id ?? null, timeout: pc.timeoutS };
+  }
+
   private async runSandbox(traj: TrajectoryState, calls: PendingCall[]): Promise<void> {
     if (traj.lost) {
-      for (const pc of calls) this.deliver(pc, slotLostResult(traj.lost.error, traj.lost.slot, pc.call.uniq_id));
+      for (const pc of calls) this.deliverLost(pc, traj.lost);
       return;
     }
-    let slot: Slot;
+    let slot: LeasedSlot;
     try {
       slot = await this.ensureSlot(traj);
     } catch (err) {
-      const msg = isSlotLostError(err) ? undefined : `could not get a sandbox slot for trajectory ${traj.id}: ${(err as Error).message}`;
       for (const pc of calls) {
-        this.deliver(pc, msg ? errorResult(msg, pc.call.uniq_id, { acquire_failed: true }) : slotLostResult(err as Parameters<typeof slotLostResult>[0], undefined, pc.call.uniq_id));
+        if (isSlotLostError(err)) this.deliverLost(pc, err);
+        else this.deliver(pc, errorResult(`could not get a sandbox slot for trajectory ${traj.id}: ${(err as Error).message}`, pc.call.uniq_id, { acquire_failed: true }));
       }
       return;
     }
@@ -446,20 +475,21 @@ export class ToolExecutor implements ToolExecutorLike {
       for (const pc of calls) this.deliver(pc, errorResult(`trajectory ${traj.id} was released before this call ran`, pc.call.uniq_id));
       return;
     }
-    const policy = {
-      allow_network: this.config.allowNetwork,
-      require_sandbox: this.config.requireSandbox,
-      require_stateful_sandbox: this.config.requireStatefulSandbox,
-    };
-    const slotCalls: SlotCall[] = calls.map((pc) => ({
-      tool: pc.tool.name,
-      args: { ...pc.args, ...policy },
-      execution_id: pc.call.uniq_id ?? null,
-      timeout: pc.timeoutS,
-    }));
+    // Built before anything is sent: an env tool whose slotCommand throws fails alone.
+    const wire: Array<{ pc: PendingCall; call: SlotCall }> = [];
     for (const pc of calls) {
-      if (pc.strippedPolicyArgs.length) {
-        this.logger.debug({ trajectoryId: traj.id, ...this.slotFields(slot), tool: pc.tool.name, stripped: pc.strippedPolicyArgs }, "policy arguments from the model ignored");
+      try {
+        wire.push({ pc, call: this.slotCall(pc) });
+      } catch (err) {
+        this.deliver(pc, errorResult(`tool '${pc.tool.name}' could not build its command: ${(err as Error).message}`, pc.call.uniq_id));
+      }
+    }
+    if (wire.length === 0) return;
+    calls = wire.map((w) => w.pc);
+    const slotCalls = wire.map((w) => w.call);
+    for (const pc of calls) {
+      if (pc.strippedIsolationArgs.length) {
+        this.logger.debug({ trajectoryId: traj.id, ...this.slotFields(slot), tool: pc.tool.name, stripped: pc.strippedIsolationArgs }, "isolation arguments from the model ignored");
       }
     }
     const limit = this.containerLimit(slot.container.id);
@@ -479,10 +509,10 @@ export class ToolExecutor implements ToolExecutorLike {
       }
     } catch (err) {
       if (isSlotLostError(err)) {
-        traj.lost = { error: err, slot };
+        traj.lost = err;
         this.metrics.slotsLost.inc();
         this.logger.warn({ trajectoryId: traj.id, ...this.slotFields(slot), reason: err.reason }, "slot lost");
-        for (const pc of calls) this.deliver(pc, slotLostResult(err, slot, pc.call.uniq_id));
+        for (const pc of calls) this.deliverLost(pc, err);
         return;
       }
       for (const pc of calls) {
@@ -509,7 +539,7 @@ export class ToolExecutor implements ToolExecutorLike {
     }
   }
 
-  private async ensureSlot(traj: TrajectoryState, template?: string): Promise<Slot> {
+  private async ensureSlot(traj: TrajectoryState, template?: string): Promise<LeasedSlot> {
     if (traj.slot) return traj.slot;
     // A released trajectory must not take a new slot: nobody would ever return it.
     if (traj.released) throw new Error(`trajectory ${traj.id} was released`);
@@ -559,6 +589,17 @@ export class ToolExecutor implements ToolExecutorLike {
     this.deliver(pc, errorResult("the call was cancelled while running; it may still finish in the sandbox", pc.call.uniq_id));
   }
 
+  /** The call fails with the slot's SlotLostError (counted as a failed call, like an error result). */
+  private deliverLost(pc: PendingCall, err: SlotLostError): void {
+    if (pc.done) return;
+    pc.done = true;
+    if (pc.dispatched) this.inFlightCount--;
+    if (pc.onAbort) pc.signal?.removeEventListener("abort", pc.onAbort);
+    this.record({ success: false }, pc.tool.name, pc.tool.kind, pc.startedAt);
+    this.logger.debug({ trajectoryId: pc.trajectoryId, tool: pc.tool.name, callId: pc.call.uniq_id, slotLost: true }, "tool call");
+    pc.reject(err);
+  }
+
   private deliver(pc: PendingCall, result: ToolResult, wasDispatched = pc.dispatched): void {
     if (pc.done) return;
     pc.done = true;
@@ -587,7 +628,7 @@ export class ToolExecutor implements ToolExecutorLike {
   }
 
   /** How log lines name a slot: its key (`<allocation>/slot_N`) and its allocation/container id. */
-  private slotFields(slot: Slot | undefined): { slot?: string; allocation?: string } {
+  private slotFields(slot: LeasedSlot | undefined): { slot?: string; allocation?: string } {
     return slot ? { slot: slot.key, allocation: slot.container.id } : {};
   }
 
@@ -596,7 +637,7 @@ export class ToolExecutor implements ToolExecutorLike {
     return result;
   }
 
-  private record(result: ToolResult, tool: string, kind: string, startedAt: number): number {
+  private record(result: Pick<ToolResult, "success">, tool: string, kind: string, startedAt: number): number {
     this.totals.calls++;
     if (kind === "sandbox") this.totals.sandbox++;
     else if (kind === "external") this.totals.external++;
@@ -613,18 +654,20 @@ export class ToolExecutor implements ToolExecutorLike {
     return ms;
   }
 
-  private slotFor(trajectoryId: string): Slot | string {
+  /** The trajectory's slot, or why it has none. Throws the slot's SlotLostError once it was lost. */
+  private slotFor(trajectoryId: string): LeasedSlot | string {
     const traj = this.trajectories.get(trajectoryId);
-    if (traj?.lost) return `workspace lost: ${traj.lost.error.message}`;
+    if (traj?.lost) throw traj.lost;
     if (!traj?.slot) return `trajectory ${trajectoryId} holds no slot (run a sandbox tool first)`;
     return traj.slot;
   }
 
+  /** An artifact call's failure as its error text; a lost slot is thrown on (and remembered), never turned into text. */
   private describeSlotError(trajectoryId: string, err: unknown): string {
     if (isSlotLostError(err)) {
       const traj = this.trajectories.get(trajectoryId);
-      if (traj && traj.slot) traj.lost = { error: err, slot: traj.slot };
-      return `workspace lost: ${err.message}`;
+      if (traj && traj.slot) traj.lost = err;
+      throw err;
     }
     return (err as Error).message;
   }

@@ -23,8 +23,11 @@ export interface ExecutorStats {
 export interface ToolExecutorLike {
   start(): Promise<void>;
   /**
-   * Runs one tool call of a trajectory. Never throws for tool-level failures (unknown tool,
-   * invalid arguments, lost slot, timeout): those come back as `success: false` results.
+   * Runs one tool call of a trajectory. Tool-level failures (unknown tool, invalid
+   * arguments, timeout) come back as `success: false` results. A lost slot is the one
+   * exception: the call rejects with the pool's `SlotLostError` (as does every later call of
+   * the trajectory), so the caller restarts the trajectory on a new slot. Over HTTP the
+   * executor service answers it as a result with `metadata.slot_lost` (docs/executor.md).
    */
   execute(trajectoryId: string, call: ToolCall, options?: ExecuteOptions): Promise<ToolResult>;
   /**
@@ -43,6 +46,7 @@ export interface ToolExecutorLike {
   fork?(trajectoryId: string, into: string[], options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<void>;
   /** Returns the trajectory's slot to the pool (reset by default). No-op if it holds none. */
   release(trajectoryId: string, options?: { reset?: boolean }): Promise<void>;
+  /** The artifact calls answer failures as `success: false`, except a lost slot: `SlotLostError`. */
   readArtifact(trajectoryId: string, req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }): Promise<ArtifactReadResponse>;
   listArtifacts(trajectoryId: string, req: { path?: string; recursive?: boolean; max_entries?: number }): Promise<ArtifactListResponse>;
   archiveArtifacts(trajectoryId: string, req: { path?: string; max_bytes?: number; max_entries?: number }): Promise<ArtifactArchiveResponse>;

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { SlotPoolError } from "./errors.js";
+import { PoolError } from "./errors.js";
 import { configProblems } from "../protocol/errors.js";
 
 /**
@@ -53,7 +53,7 @@ export const SlotPoolConfigSchema = z
 export type SlotPoolConfig = z.output<typeof SlotPoolConfigSchema>;
 export type SlotPoolConfigInput = z.input<typeof SlotPoolConfigSchema>;
 
-export class SlotPoolConfigError extends SlotPoolError {
+export class SlotPoolConfigError extends PoolError {
   override name = "SlotPoolConfigError";
 }
 

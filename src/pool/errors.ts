@@ -2,29 +2,29 @@ import { SlotpoolError } from "../protocol/errors.js";
 
 /** Errors of the pool room. Each message says what happened and what the caller can do. */
 
-export class SlotPoolError extends SlotpoolError {
-  override name = "SlotPoolError";
+export class PoolError extends SlotpoolError {
+  override name = "PoolError";
 }
 
 /** The slot's container died or was removed: its workspace and everything in it are gone. */
-export class SlotLostError extends SlotPoolError {
+export class SlotLostError extends PoolError {
   override name = "SlotLostError";
   constructor(
     readonly slotId: string,
-    /** Nomad allocation id, or the local container's name. */
-    readonly allocationId: string,
+    /** The container's id: its Nomad allocation id, or the local container's name. */
+    readonly containerId: string,
     /** Why it was lost, e.g. the allocation's latest task events. */
     readonly reason: string,
     readonly trajectoryId?: string,
   ) {
     super(
-      `slot ${slotId} on allocation ${allocationId} was lost: ${reason}. ` +
+      `slot ${slotId} on container ${containerId} was lost: ${reason}. ` +
         `The workspace is gone; start the trajectory again on a new slot.`,
     );
   }
 }
 
-export class SlotAcquireTimeoutError extends SlotPoolError {
+export class SlotAcquireTimeoutError extends PoolError {
   override name = "SlotAcquireTimeoutError";
   constructor(
     readonly timeoutMs: number,
@@ -54,12 +54,12 @@ export function refusedScale(log: readonly { at: number; to: number; ok: boolean
 }
 
 /** The pool is not running (not started yet, or stopped). */
-export class PoolNotRunningError extends SlotPoolError {
+export class PoolNotRunningError extends PoolError {
   override name = "PoolNotRunningError";
 }
 
 /** A call to a sandbox server failed (connection refused, timeout, HTTP error). */
-export class SandboxRequestError extends SlotPoolError {
+export class SandboxRequestError extends PoolError {
   override name = "SandboxRequestError";
   constructor(
     message: string,
@@ -72,7 +72,7 @@ export class SandboxRequestError extends SlotPoolError {
 }
 
 /** The slot was already released (or reclaimed) by this trajectory: acquire a new one. */
-export class SlotReleasedError extends SlotPoolError {
+export class SlotReleasedError extends PoolError {
   override name = "SlotReleasedError";
   constructor(
     readonly slotKey: string,
@@ -83,7 +83,7 @@ export class SlotReleasedError extends SlotPoolError {
 }
 
 /** A workspace template could not be built on the slot's container (its setup failed, or the server refused it). */
-export class PoolTemplateError extends SlotPoolError {
+export class PoolTemplateError extends PoolError {
   override name = "PoolTemplateError";
 }
 
@@ -93,7 +93,7 @@ export class PoolTemplateError extends SlotPoolError {
  * became free in time), "refused" (the server refused or failed the fork), "unsupported"
  * (the container's client cannot fork), "invalid" (a bad argument). Code SLOT_FORK.
  */
-export class SlotForkError extends SlotPoolError {
+export class SlotForkError extends PoolError {
   override name = "SlotForkError";
   constructor(
     readonly reason: "capacity" | "timeout" | "refused" | "unsupported" | "invalid",

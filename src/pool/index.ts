@@ -1,7 +1,7 @@
 /** The pool room (`slotpool/pool`): SlotPool, its provisioners and config, the sandbox HTTP client, errors. */
 // Listed by name (guarded by test/architecture/public-api.test.ts).
 export {
-  SlotPoolError,
+  PoolError,
   SlotLostError,
   isSlotLostError,
   SlotAcquireTimeoutError,
@@ -11,7 +11,7 @@ export {
   PoolTemplateError,
   SlotForkError,
 } from "./errors.js";
-export type { Slot, SlotCall, CallOptions, ContainerInfo, ForkOptions, AcquireOptions, ReleaseOptions, PoolStats, SlotPoolLike } from "./types.js";
+export type { LeasedSlot, SlotCall, CallOptions, ContainerInfo, ForkOptions, AcquireOptions, ReleaseOptions, PoolStats, SlotPoolLike } from "./types.js";
 export type { TemplateSpec } from "./template-affinity.js";
 export { SlotPool, type SlotPoolOptions, type SlotPoolEvents, type ScaleEvent } from "./slot-pool.js";
 export { SlotPoolConfigSchema, SlotPoolConfigError, parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";

@@ -7,7 +7,7 @@ import { blockedForOthers, octal } from "../host/reachable.js";
 import { silentLogger } from "../observability/logger.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { startSandboxProcess, type SandboxProcess } from "./sandbox-process.js";
-import { hasSlotUidBase, SlotUidAllocator } from "./uid-ranges.js";
+import { hasSlotUidBase, SlotUidAllocator } from "../host/slot-uid-blocks.js";
 
 /**
  * The embedded provisioner: each container is a `slotpool sandbox-server` child process on a
@@ -17,7 +17,7 @@ import { hasSlotUidBase, SlotUidAllocator } from "./uid-ranges.js";
  *
  * Slot uids: a root sandbox server runs slot i as host uid `--slot-uid-base` + i, and
  * per-uid limits (RLIMIT_NPROC) are host-wide, so every container gets its own uid block
- * (`uid-ranges.ts`: a random per-provisioner base in [2^30, 2^31) + block × stride, stride
+ * (`src/host/slot-uid-blocks.ts`: a random per-provisioner base in [2^30, 2^31) + block × stride, stride
  * ≥ slots per container, a block never shared by two live containers nor used by any live
  * process). A fork bomb in one container's slot cannot starve the same slot of another
  * container, nor of another pool on the host. `extraArgs` with `--slot-uid-base` opts out.

@@ -42,7 +42,7 @@ export interface SandboxClientOptions {
   /** Keep-alive connections to this container (default: maxConcurrency). */
   connections?: number;
   /** Timeout the server applies when a call names none, seconds (server default: 30). */
-  defaultCallTimeoutSec?: number;
+  defaultCallTimeoutS?: number;
   /** Added to a call's own timeout to get the HTTP deadline (default 10 s). */
   timeoutMarginMs?: number;
   /** Deadline of calls without a timeout of their own: health, reset, artifacts (default 60 s). */
@@ -112,7 +112,7 @@ export class SandboxClient implements SandboxClientLike {
   private readonly pool: Pool;
   private readonly limit: LimitFunction;
   private readonly headers: Record<string, string>;
-  private readonly defaultCallTimeoutSec: number;
+  private readonly defaultCallTimeoutS: number;
   private readonly marginMs: number;
   private readonly controlTimeoutMs: number;
   private readonly onConnectionFailure: ((error: SandboxRequestError) => void) | undefined;
@@ -142,7 +142,7 @@ export class SandboxClient implements SandboxClientLike {
     });
     this.headers = { "content-type": "application/json" };
     if (options.token) this.headers["authorization"] = `Bearer ${options.token}`;
-    this.defaultCallTimeoutSec = options.defaultCallTimeoutSec ?? 30;
+    this.defaultCallTimeoutS = options.defaultCallTimeoutS ?? 30;
     this.marginMs = options.timeoutMarginMs ?? 10_000;
     this.controlTimeoutMs = options.controlTimeoutMs ?? 60_000;
     this.onConnectionFailure = options.onConnectionFailure;
@@ -257,7 +257,7 @@ export class SandboxClient implements SandboxClientLike {
   /** The HTTP deadline of calls run one after another on a slot: their timeouts plus a margin. */
   private callDeadline(requests: ExecuteRequest[]): number {
     let seconds = 0;
-    for (const r of requests) seconds += r.timeout ?? this.defaultCallTimeoutSec;
+    for (const r of requests) seconds += r.timeout ?? this.defaultCallTimeoutS;
     return Math.ceil(seconds * 1000) + this.marginMs;
   }
 

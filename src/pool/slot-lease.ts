@@ -12,7 +12,7 @@ import type {
 import { SandboxRequestError, SlotLostError, SlotReleasedError } from "./errors.js";
 import type { SlotRecord } from "./records.js";
 import { isConnectionFailure } from "./sandbox-client.js";
-import type { CallOptions, ContainerInfo, ForkOptions, Slot, SlotCall } from "./types.js";
+import type { CallOptions, ContainerInfo, ForkOptions, LeasedSlot, SlotCall } from "./types.js";
 
 /** What a lease needs from its pool. */
 export interface LeaseHost {
@@ -24,14 +24,14 @@ export interface LeaseHost {
 
 export type LeaseEnd =
   | { kind: "released" }
-  | { kind: "lost"; allocationId: string; reason: string };
+  | { kind: "lost"; containerId: string; reason: string };
 
 /**
  * The handle one trajectory holds for one slot, from acquire to release. A new lease is made
  * per acquire, so an old handle kept by a finished trajectory can never touch the slot's
  * next holder: once ended, every method raises (SlotLostError or SlotReleasedError).
  */
-export class SlotLease implements Slot {
+export class SlotLease implements LeasedSlot {
   readonly key: string;
   readonly slotId: string;
   readonly container: ContainerInfo;
@@ -93,7 +93,7 @@ export class SlotLease implements Slot {
     return this.use((client) => client.reset(this.slotId, options));
   }
 
-  /** See `Slot.fork`: n sibling leases holding copy-on-write copies of this slot's workspace. */
+  /** See `LeasedSlot.fork`: n sibling leases holding copy-on-write copies of this slot's workspace. */
   fork(n: number, options: ForkOptions = {}): Promise<SlotLease[]> {
     this.check();
     return this.host.forkLease(this, n, options);
@@ -134,7 +134,7 @@ export class SlotLease implements Slot {
   check(): void {
     const end = this.end;
     if (!end) return;
-    if (end.kind === "lost") throw new SlotLostError(this.slotId, end.allocationId, end.reason, this.trajectoryId);
+    if (end.kind === "lost") throw new SlotLostError(this.slotId, end.containerId, end.reason, this.trajectoryId);
     throw new SlotReleasedError(this.key, this.trajectoryId);
   }
 

@@ -6,14 +6,14 @@ import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { Autoscaler, type ScaleEvent } from "./autoscaler.js";
 import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, SlotForkError, SlotPoolError } from "./errors.js";
+import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, SlotForkError, PoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { HealthMonitor } from "./health-monitor.js";
 import { PoolStatistics } from "./pool-statistics.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
 import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
 import { SlotLease, type LeaseHost } from "./slot-lease.js";
-import type { AcquireOptions, ContainerInfo, ForkOptions, PoolStats, ReleaseOptions, Slot, SlotPoolLike } from "./types.js";
+import type { AcquireOptions, ContainerInfo, ForkOptions, PoolStats, ReleaseOptions, LeasedSlot, SlotPoolLike } from "./types.js";
 import { WaiterQueue, type Waiter } from "./waiter-queue.js";
 import { TemplateAffinity, type TemplateSpec } from "./template-affinity.js";
 import type { HealthResponse } from "../protocol/sandbox.js";
@@ -30,7 +30,7 @@ export interface SlotPoolEvents {
   "container-removed": [{ container: ContainerInfo; reason: string }];
   "slot-acquired": [{ key: string; trajectoryId: string; waitedMs: number }];
   "slot-released": [{ key: string; trajectoryId: string; reset: boolean }];
-  "slot-lost": [{ key: string; trajectoryId: string; allocationId: string; reason: string }];
+  "slot-lost": [{ key: string; trajectoryId: string; containerId: string; reason: string }];
   "slot-reclaimed": [{ key: string; trajectoryId: string; idleMs: number }];
   scale: [ScaleEvent];
   problem: [ProvisionerError];
@@ -99,7 +99,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   constructor(options: SlotPoolOptions) {
     super();
     const { provisioner, logger, metrics, createClient, ...config } = options;
-    if (!provisioner) throw new SlotPoolError("SlotPool needs a provisioner (LocalProvisioner or NomadProvisioner)");
+    if (!provisioner) throw new PoolError("SlotPool needs a provisioner (LocalProvisioner or NomadProvisioner)");
     this.config = parseSlotPoolConfig(config);
     this.provisioner = provisioner;
     this.logger = logger ?? silentLogger();
@@ -162,7 +162,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   /** Starts the provisioner and waits for `minContainers` healthy containers. */
   async start(): Promise<void> {
-    if (this.state !== "new") throw new SlotPoolError(`SlotPool.start() called twice (pool is ${this.state})`);
+    if (this.state !== "new") throw new PoolError(`SlotPool.start() called twice (pool is ${this.state})`);
     this.state = "starting";
     const events: ProvisionerEvents = {
       containerStarting: (id, index) => this.onContainerStarting(id, index),
@@ -227,7 +227,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private closeAll(reason: string): void {
     this.waiters.failAll(new PoolNotRunningError(`${reason} while waiting for a slot`));
     for (const lease of [...this.leases]) {
-      lease.end = { kind: "lost", allocationId: lease.container.id, reason };
+      lease.end = { kind: "lost", containerId: lease.container.id, reason };
     }
     this.leases.clear();
     for (const c of this.containers) void c.client.close();
@@ -235,9 +235,9 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   // ---------------------------------------------------------------- acquire / release
 
-  acquire(options: AcquireOptions): Promise<Slot> {
+  acquire(options: AcquireOptions): Promise<LeasedSlot> {
     if (!options || typeof options.trajectoryId !== "string" || options.trajectoryId.length === 0) {
-      return Promise.reject(new SlotPoolError("acquire() needs a non-empty trajectoryId"));
+      return Promise.reject(new PoolError("acquire() needs a non-empty trajectoryId"));
     }
     if (this.state !== "running") {
       return Promise.reject(new PoolNotRunningError(`cannot acquire a slot: the pool is ${this.state === "new" ? "not started (call start() first)" : this.state}`));
@@ -255,7 +255,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       return Promise.resolve(lease);
     }
     const timeoutMs = options.timeoutMs ?? this.config.acquireTimeoutMs;
-    return new Promise<Slot>((resolve, reject) => {
+    return new Promise<LeasedSlot>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       const onAbort = () => {
         if (waiter.done) return;
@@ -294,13 +294,13 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   }
 
   /** Returns a slot; resets its workspace first unless `reset: false`. Never throws for a lost slot. */
-  async release(slot: Slot, options: ReleaseOptions = {}): Promise<void> {
+  async release(slot: LeasedSlot, options: ReleaseOptions = {}): Promise<void> {
     if (!(slot instanceof SlotLease) || !this.leases.has(slot)) {
       if (slot instanceof SlotLease && slot.end) {
         if (slot.end.kind === "lost" && this.lostHeldLeases.delete(slot)) this.lostHeld--;
         return; // already released, reclaimed or lost: releasing again is harmless
       }
-      throw new SlotPoolError(`release(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
+      throw new PoolError(`release(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
     }
     const reset = options.reset ?? this.config.resetOnRelease;
     this.leases.delete(slot);
@@ -420,8 +420,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
    * A workspace template on a slot: built on its container unless held there (once per
    * container, whatever the number of trajectories asking), then the slot is reset into it.
    */
-  async useTemplate(slot: Slot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
-    if (!(slot instanceof SlotLease) || !this.leases.has(slot)) throw new SlotPoolError(`useTemplate(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
+  async useTemplate(slot: LeasedSlot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
+    if (!(slot instanceof SlotLease) || !this.leases.has(slot)) throw new PoolError(`useTemplate(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
     const reset = () => slot.reset({ template: spec.name, ...(options.signal ? { signal: options.signal } : {}) });
     await this.templates.ensure(slot, spec, options.signal);
     let res;
@@ -630,12 +630,12 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     for (const lease of [...this.leases]) {
       if (lease.record.container !== container) continue;
       this.leases.delete(lease);
-      lease.end = { kind: "lost", allocationId: container.info.id, reason };
+      lease.end = { kind: "lost", containerId: container.info.id, reason };
       this.lostHeldLeases.add(lease);
       this.lostHeld++;
       heldLost++;
       this.statistics.slotLost();
-      this.emit("slot-lost", { key: lease.key, trajectoryId: lease.trajectoryId, allocationId: container.info.id, reason });
+      this.emit("slot-lost", { key: lease.key, trajectoryId: lease.trajectoryId, containerId: container.info.id, reason });
     }
     this.detach(container);
     const log = wasChecking ? this.logger.warn.bind(this.logger) : this.logger.error.bind(this.logger);
@@ -697,7 +697,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       if (idleMs < limit) continue;
       this.leases.delete(lease);
       const reason = `trajectory ${lease.trajectoryId} neither used nor released it for ${Math.round(idleMs)} ms (lease timeout ${limit} ms), so the pool reset and reclaimed it`;
-      lease.end = { kind: "lost", allocationId: lease.container.id, reason };
+      lease.end = { kind: "lost", containerId: lease.container.id, reason };
       this.statistics.leaseReclaimed();
       this.logger.warn({ slot: lease.key, trajectoryId: lease.trajectoryId, idleMs: Math.round(idleMs) }, "reclaiming an abandoned slot: its lease expired");
       this.emit("slot-reclaimed", { key: lease.key, trajectoryId: lease.trajectoryId, idleMs });

@@ -38,7 +38,7 @@ export interface ContainerInfo {
 }
 
 /** A slot held by one trajectory. Every method raises SlotLostError once the slot is lost. */
-export interface Slot {
+export interface LeasedSlot {
   /** Unique across the pool: `${container.id}/${slotId}`. */
   readonly key: string;
   /** The slot's id on its container (`slot_0` …). */
@@ -63,7 +63,7 @@ export interface Slot {
    * as usual). All or nothing: on failure no child lease is held and this slot is unchanged.
    * Raises SlotForkError. Optional: a pool that cannot fork leaves it out.
    */
-  fork?(n: number, options?: ForkOptions): Promise<Slot[]>;
+  fork?(n: number, options?: ForkOptions): Promise<LeasedSlot[]>;
 }
 
 export interface ForkOptions extends CallOptions {
@@ -95,12 +95,12 @@ export interface PoolStats {
 
 export interface SlotPoolLike {
   start(): Promise<void>;
-  acquire(options: AcquireOptions): Promise<Slot>;
-  release(slot: Slot, options?: ReleaseOptions): Promise<void>;
+  acquire(options: AcquireOptions): Promise<LeasedSlot>;
+  release(slot: LeasedSlot, options?: ReleaseOptions): Promise<void>;
   stats(): PoolStats;
   stop(options?: { purge?: boolean }): Promise<void>;
   /** Builds `spec` on the slot's container unless held there, then resets the slot into it. */
-  useTemplate?(slot: Slot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
+  useTemplate?(slot: LeasedSlot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
 }
 
 /** A workspace template: `files` written, then `setup` run once per container in a sandbox; slots get a copy-on-write view of the result. */

@@ -1,10 +1,10 @@
-import type { Slot } from "./types.js";
+import type { LeasedSlot } from "./types.js";
 
 /** An acquire() call waiting for a free slot. */
 export interface Waiter {
   trajectoryId: string;
   startedAt: number;
-  resolve: (slot: Slot) => void;
+  resolve: (slot: LeasedSlot) => void;
   reject: (err: unknown) => void;
   done: boolean;
   /** Clears the waiter's timer and abort listener. */

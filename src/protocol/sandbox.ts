@@ -14,7 +14,7 @@ export const SlotIdSchema = z
  * Text that reaches a command line, a file name or the kernel: a NUL byte would cut it
  * there silently (argv and paths are C strings), so it is refused before anything runs.
  */
-const NO_NUL = (what: string) => z.string().refine((s) => !s.includes("\0"), `${what} must not contain a NUL byte (it would silently cut the text there)`);
+export const NO_NUL = (what: string) => z.string().refine((s) => !s.includes("\0"), `${what} must not contain a NUL byte (it would silently cut the text there)`);
 
 /** Linux limits: a name (one path component) of at most 255 bytes, a path of at most 4095. */
 export const NAME_MAX_BYTES = 255;
@@ -46,7 +46,7 @@ export function workspacePathProblem(path: string): string | undefined {
   return undefined;
 }
 
-const WorkspacePathSchema = z
+export const WorkspacePathSchema = z
   .string()
   .min(1, "path must not be empty")
   .superRefine((p, ctx) => {
@@ -54,52 +54,8 @@ const WorkspacePathSchema = z
     if (problem) ctx.addIssue({ code: "custom", message: `path ${problem}` });
   });
 
-/** Policy arguments: set by the executor from env config, never by the model. */
-export const PolicyArgsSchema = z.object({
-  allow_network: z.boolean().optional(),
-  require_sandbox: z.boolean().optional(),
-  require_stateful_sandbox: z.boolean().optional(),
-});
-export type PolicyArgs = z.infer<typeof PolicyArgsSchema>;
-
-export const BashArgsSchema = PolicyArgsSchema.extend({
-  command: NO_NUL("command"),
-  timeout: z.number().positive().optional(),
-});
-export const BashStatefulArgsSchema = BashArgsSchema;
-export const TmuxArgsSchema = PolicyArgsSchema.extend({
-  action: z.enum(["start", "send_keys", "capture", "stop"]),
-  keys: NO_NUL("keys").optional(),
-  /** send_keys: append Enter after the keys (default true). */
-  enter: z.boolean().optional(),
-  /** capture: how many lines of scrollback to include. */
-  lines: z.number().int().positive().optional(),
-});
-export const ReadFileArgsSchema = PolicyArgsSchema.extend({
-  path: WorkspacePathSchema,
-  max_bytes: z.number().int().positive().optional(),
-  /** base64: return the bytes base64-encoded (for binary files); default text. */
-  encoding: z.enum(["text", "base64"]).optional(),
-});
-export type ReadFileArgs = z.infer<typeof ReadFileArgsSchema>;
-export const WriteFileArgsSchema = PolicyArgsSchema.extend({
-  path: WorkspacePathSchema,
-  content: z.string(),
-  encoding: z.enum(["text", "base64"]).optional(),
-});
-export type WriteFileArgs = z.infer<typeof WriteFileArgsSchema>;
-
-export const SANDBOX_TOOLS = ["bash", "bash_stateful", "tmux", "read_file", "write_file"] as const;
-export type SandboxToolName = (typeof SANDBOX_TOOLS)[number];
-
-/** Per-tool argument schemas, keyed by the tool name on the wire. */
-export const SandboxToolArgs = {
-  bash: BashArgsSchema,
-  bash_stateful: BashStatefulArgsSchema,
-  tmux: TmuxArgsSchema,
-  read_file: ReadFileArgsSchema,
-  write_file: WriteFileArgsSchema,
-} as const;
+// The per-tool argument schemas (and the isolation arguments) live in the tool table,
+// tool-table.ts: one entry per built-in tool, read by the server, the executor and the model.
 
 export const ExecuteRequestSchema = z.object({
   slot_id: SlotIdSchema,

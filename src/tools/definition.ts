@@ -1,7 +1,8 @@
 import { z } from "zod";
 import { InvalidToolDefinitionError } from "./errors.js";
-import { isPolicyArg } from "./policy.js";
-import type { OpenAIFunctionTool, ToolDefinition } from "./types.js";
+import { isIsolationArg } from "./isolation-args.js";
+import type { ToolResult } from "../protocol/tool.js";
+import type { OpenAIFunctionTool, ToolDefinition, ToolOutput } from "./types.js";
 
 /** OpenAI's rule for function names. */
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
@@ -15,8 +16,14 @@ export function defineTool<S extends z.ZodType>(def: ToolDefinition<S>): ToolDef
       );
     }
   }
-  if (def.kind !== "sandbox" && def.kind !== "external") {
-    throw new InvalidToolDefinitionError(`tool '${def.name}' has kind '${String(def.kind)}'; use 'sandbox' or 'external'`);
+  if (def.kind !== "sandbox" && def.kind !== "external" && def.kind !== "in-process") {
+    throw new InvalidToolDefinitionError(`tool '${def.name}' has kind '${String(def.kind)}'; use 'sandbox', 'external' or 'in-process'`);
+  }
+  if (def.kind === "in-process" && typeof def.run !== "function") {
+    throw new InvalidToolDefinitionError(`in-process tool '${def.name}' has no run(args, ctx) function`);
+  }
+  if (def.slotCommand !== undefined && (def.kind !== "sandbox" || typeof def.slotCommand !== "function")) {
+    throw new InvalidToolDefinitionError(`tool '${def.name}': slotCommand must be a function (args) => string, on a tool of kind 'sandbox'`);
   }
   const schema = parametersJsonSchema(def);
   if (schema["type"] !== "object") {
@@ -25,7 +32,7 @@ export function defineTool<S extends z.ZodType>(def: ToolDefinition<S>): ToolDef
   return def;
 }
 
-/** The tool's parameters as the JSON Schema the model sees (policy arguments never appear). */
+/** The tool's parameters as the JSON Schema the model sees (isolation arguments never appear). */
 export function parametersJsonSchema(def: ToolDefinition): Record<string, unknown> {
   const schema: Record<string, unknown> = def.jsonSchema
     ? { ...def.jsonSchema }
@@ -33,10 +40,10 @@ export function parametersJsonSchema(def: ToolDefinition): Record<string, unknow
   delete schema["$schema"];
   const props = schema["properties"];
   if (props && typeof props === "object") {
-    const kept = Object.fromEntries(Object.entries(props as Record<string, unknown>).filter(([k]) => !isPolicyArg(k)));
+    const kept = Object.fromEntries(Object.entries(props as Record<string, unknown>).filter(([k]) => !isIsolationArg(k)));
     schema["properties"] = kept;
     if (Array.isArray(schema["required"])) {
-      schema["required"] = (schema["required"] as unknown[]).filter((k) => typeof k === "string" && !isPolicyArg(k));
+      schema["required"] = (schema["required"] as unknown[]).filter((k) => typeof k === "string" && !isIsolationArg(k));
     }
   }
   return schema;
@@ -70,4 +77,11 @@ export function toolFromOpenAiSchema(tool: OpenAIFunctionTool, kind: ToolDefinit
     kind,
     jsonSchema: { type: "object", ...jsonSchema },
   });
+}
+
+/** An in-process tool's ToolOutput as the ToolResult that goes into the conversation. */
+export function toolOutputResult(out: ToolOutput, uniqId: string | null = null): ToolResult {
+  if (typeof out === "string") return { success: true, output: out, error: "", metadata: {}, uniq_id: uniqId };
+  const success = out.success ?? true;
+  return { success, output: out.output ?? "", error: out.error ?? "", metadata: out.metadata ?? {}, uniq_id: uniqId };
 }

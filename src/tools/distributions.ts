@@ -69,6 +69,8 @@ export interface GroupToolsOptions extends ToolsetSelection {
   distributions?: Readonly<Record<string, ToolsetDistribution>>;
   toolsets?: Toolsets;
   rng?: Rng;
+  /** Tools offered whatever the toolsets (an env's own tools), after them; names or aliases. */
+  alsoOffered?: readonly string[];
 }
 
 export interface GroupTools {
@@ -91,6 +93,10 @@ export function resolveGroupTools(options: GroupToolsOptions): GroupTools {
     enabled = [...(options.enabled ?? ["default"])];
   }
   const names = toolsets.resolve({ enabled, disabled: options.disabled ?? null }, options.registry);
+  for (const n of options.alsoOffered ?? []) {
+    const name = options.registry.get(n).name;
+    if (!names.includes(name)) names.push(name);
+  }
   return { toolsets: enabled, names, tools: names.length ? options.registry.openAiTools(names) : [] };
 }
 

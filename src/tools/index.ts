@@ -3,7 +3,7 @@
  * distributions, Hermes `<tool_call>` text and OpenAI tool calls. Listed by name (guarded
  * by test/architecture/public-api.test.ts).
  */
-export type { OpenAIFunctionTool, OpenAIToolCall, ToolDefinition, ToolKind } from "./types.js";
+export type { OpenAIFunctionTool, OpenAIToolCall, ToolDefinition, ToolKind, ToolOutput } from "./types.js";
 export {
   ToolError,
   UnknownToolError,

@@ -2,16 +2,16 @@ import type { z } from "zod";
 import { BUILTIN_TOOLS } from "./builtin.js";
 import { defineTool, toOpenAiTool } from "./definition.js";
 import { DuplicateToolError, ToolArgumentsError, UnknownToolError } from "./errors.js";
-import { stripPolicyArgs, type PolicyArgName } from "./policy.js";
+import { stripIsolationArgs, type IsolationArgName } from "./isolation-args.js";
 import type { OpenAIFunctionTool, ToolDefinition } from "./types.js";
 
 /** A call whose tool was found and whose arguments passed its schema. */
 export interface ValidatedCall {
   tool: ToolDefinition;
-  /** Parsed arguments (defaults applied, unknown keys of object schemas dropped, no policy arguments). */
+  /** Parsed arguments (defaults applied, unknown keys of object schemas dropped, no isolation arguments). */
   args: Record<string, unknown>;
-  /** Policy arguments the caller tried to set; removed, never honoured. */
-  strippedPolicyArgs: PolicyArgName[];
+  /** Isolation arguments the caller tried to set; removed, never honoured. */
+  strippedIsolationArgs: IsolationArgName[];
 }
 
 export type CheckedCall = ({ ok: true } & ValidatedCall) | { ok: false; error: UnknownToolError | ToolArgumentsError };
@@ -44,6 +44,14 @@ export class ToolRegistry {
     this.byName.set(def.name, def);
     for (const alias of def.aliases ?? []) this.byAlias.set(alias, def);
     return this;
+  }
+
+  /** Removes this very definition (names and aliases); false when it is not registered here. */
+  unregister(def: ToolDefinition): boolean {
+    if (this.byName.get(def.name) !== def) return false;
+    this.byName.delete(def.name);
+    for (const alias of def.aliases ?? []) if (this.byAlias.get(alias) === def) this.byAlias.delete(alias);
+    return true;
   }
 
   /** The tool with this name or alias, or undefined. */
@@ -88,14 +96,14 @@ export class ToolRegistry {
   validate(name: string, args: Record<string, unknown> | undefined): ValidatedCall {
     const checked = this.check(name, args);
     if (!checked.ok) throw checked.error;
-    return { tool: checked.tool, args: checked.args, strippedPolicyArgs: checked.strippedPolicyArgs };
+    return { tool: checked.tool, args: checked.args, strippedIsolationArgs: checked.strippedIsolationArgs };
   }
 
   /** Like `validate`, but returns the error instead of throwing (the executor's hot path). */
   check(name: string, args: Record<string, unknown> | undefined): CheckedCall {
     const tool = this.resolve(name);
     if (!tool) return { ok: false, error: new UnknownToolError(name, this.names()) };
-    const { args: clean, stripped } = stripPolicyArgs(args ?? {});
+    const { args: clean, stripped } = stripIsolationArgs(args ?? {});
     const parsed = (tool.parameters as z.ZodType).safeParse(clean);
     if (!parsed.success) {
       const problems = parsed.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(arguments)"}: ${i.message}`);
@@ -103,6 +111,6 @@ export class ToolRegistry {
     }
     const data = parsed.data;
     const out = data !== null && typeof data === "object" && !Array.isArray(data) ? (data as Record<string, unknown>) : clean;
-    return { ok: true, tool, args: out, strippedPolicyArgs: stripped };
+    return { ok: true, tool, args: out, strippedIsolationArgs: stripped };
   }
 }

@@ -10,14 +10,14 @@ const ROOT = fileURLToPath(new URL("../../", import.meta.url));
  * by name too). A change here is a deliberate edit of the public API: say why in the commit.
  */
 const SUBPATH_NAMES: Record<string, string[]> = {
-    "./protocol": ["ArtifactArchiveRequestSchema", "ArtifactArchiveResponseSchema", "ArtifactEntrySchema", "ArtifactListRequestSchema", "ArtifactListResponseSchema", "ArtifactReadRequestSchema", "ArtifactReadResponseSchema", "BashArgsSchema", "BashStatefulArgsSchema", "BatchRequestSchema", "BatchResponseSchema", "BatchStreamLineSchema", "ErrorBodySchema", "ExecuteMetadataSchema", "ExecuteRequestSchema", "ExecuteResponseSchema", "ExecutorArtifactArchiveRequestSchema", "ExecutorArtifactListRequestSchema", "ExecutorArtifactReadRequestSchema", "ExecutorExecuteRequestSchema", "ExecutorForkRequestSchema", "ExecutorForkResponseSchema", "ExecutorPrepareWorkspaceRequestSchema", "ExecutorPrepareWorkspaceResponseSchema", "ExecutorReleaseRequestSchema", "ForkRequestSchema", "ForkResponseSchema", "HealthResponseSchema", "IsolationSummarySchema", "PolicyArgsSchema", "ReadFileArgsSchema", "ResetRequestSchema", "ResetResponseSchema", "SANDBOX_TOOLS", "SlotIdSchema", "SlotStateSchema", "SlotpoolError", "SlotsResponseSchema", "TemplateBuildRequestSchema", "TemplateBuildResponseSchema", "TemplateInfoSchema", "TemplateListResponseSchema", "TemplateNameSchema", "TmuxArgsSchema", "ToolCallSchema", "ToolResultSchema", "ToolServerExecuteRequestSchema", "WriteFileArgsSchema"], // 48
-    "./pool": ["LocalProvisioner", "NomadProvisioner", "PoolNotRunningError", "PoolTemplateError", "ProvisionerError", "SandboxClient", "SandboxRequestError", "SandboxStartError", "SlotAcquireTimeoutError", "SlotForkError", "SlotLostError", "SlotPool", "SlotPoolConfigError", "SlotPoolConfigSchema", "SlotPoolError", "SlotReleasedError", "isSlotLostError", "parseSlotPoolConfig", "startSandboxProcess"], // 19
+    "./protocol": ["ArtifactArchiveRequestSchema", "ArtifactArchiveResponseSchema", "ArtifactEntrySchema", "ArtifactListRequestSchema", "ArtifactListResponseSchema", "ArtifactReadRequestSchema", "ArtifactReadResponseSchema", "BashArgsSchema", "BashStatefulArgsSchema", "BatchRequestSchema", "BatchResponseSchema", "BatchStreamLineSchema", "ErrorBodySchema", "ExecuteMetadataSchema", "ExecuteRequestSchema", "ExecuteResponseSchema", "ExecutorArtifactArchiveRequestSchema", "ExecutorArtifactListRequestSchema", "ExecutorArtifactReadRequestSchema", "ExecutorExecuteRequestSchema", "ExecutorForkRequestSchema", "ExecutorForkResponseSchema", "ExecutorPrepareWorkspaceRequestSchema", "ExecutorPrepareWorkspaceResponseSchema", "ExecutorReleaseRequestSchema", "ForkRequestSchema", "ForkResponseSchema", "HealthResponseSchema", "ISOLATION_ARG_NAMES", "IsolationArgsSchema", "IsolationSummarySchema", "ReadFileArgsSchema", "ResetRequestSchema", "ResetResponseSchema", "SANDBOX_TOOLS", "SlotIdSchema", "SlotStateSchema", "SlotpoolError", "SlotsResponseSchema", "TOOL_TABLE", "TemplateBuildRequestSchema", "TemplateBuildResponseSchema", "TemplateInfoSchema", "TemplateListResponseSchema", "TemplateNameSchema", "TmuxArgsSchema", "ToolCallSchema", "ToolResultSchema", "ToolServerExecuteRequestSchema", "WriteFileArgsSchema", "builtinTool", "builtinToolNames"], // 52
+    "./pool": ["LocalProvisioner", "NomadProvisioner", "PoolError", "PoolNotRunningError", "PoolTemplateError", "ProvisionerError", "SandboxClient", "SandboxRequestError", "SandboxStartError", "SlotAcquireTimeoutError", "SlotForkError", "SlotLostError", "SlotPool", "SlotPoolConfigError", "SlotPoolConfigSchema", "SlotReleasedError", "isSlotLostError", "parseSlotPoolConfig", "startSandboxProcess"], // 19
     "./nomad": ["DEFAULT_NOMAD_ADDR", "NomadAclDeniedError", "NomadClient", "NomadConfigError", "NomadError", "NomadNotFoundError", "NomadResponseError", "NomadScaleBlockedError", "NomadTimeoutError", "NomadUnreachableError", "SandboxJobOptionError", "allocationHttpAddress", "allocationNameIndex", "isAllocationRunning", "isAllocationTerminal", "latestTaskEvents", "nomadOptionsFromEnv", "resolveSandboxJobOptions", "sandboxJob", "sandboxJobHcl"], // 20
     "./executor": ["ExecutorClosedError", "ExecutorServer", "ToolBackendConfigError", "ToolBackendConfigSchema", "ToolBackendSettingsSchema", "ToolExecutor", "ToolExecutorConfigError", "ToolExecutorConfigSchema", "ToolModuleError", "ToolServer", "ToolServerClient", "ToolServerError", "createToolBackend", "defineExternalTool", "parseToolBackendConfig", "parseToolExecutorConfig"], // 16
     "./e2b": ["BASE_TEMPLATE", "DEFAULT_TIMEOUT_S", "E2bApiError", "E2bServer", "E2bUnsupportedError", "ENVD_VERSION", "SandboxRegistry"], // 7
     "./tools": ["BUILTIN_DISTRIBUTIONS", "BUILTIN_TOOLS", "BUILTIN_TOOLSETS", "DuplicateToolError", "HermesParseError", "InvalidToolDefinitionError", "ToolArgumentsError", "ToolCallFormatError", "ToolError", "ToolRegistry", "Toolsets", "UnknownToolError", "UnknownToolsetError", "defineTool", "formatHermesToolCall", "formatHermesToolResponse", "fromOpenAiToolCalls", "parseHermesToolCalls", "resolveGroupTools", "seededRng", "toOpenAiTool", "toOpenAiToolCalls"], // 22
     "./agent": ["AgentError", "ChatCompletionsClient", "ChatModelPolicy", "ChatRequestError", "ChatResponseError", "ChatTemplateError", "ModelServerError", "OraclePolicy", "TOOL_CALL_PARSERS", "TemplateMismatchError", "TokenExactPolicy", "checkModelServer", "hermesToolsSystemPrompt", "loadChatTokenizer", "probeTokenBackend", "runAgentLoop"], // 16
-    "./env": ["AgentEnv", "AgentEnvConfigSchema", "EnvConfigError", "EnvError", "INFRA_CAUSES", "INFRA_FAILURE_POLICIES", "NoPolicyError", "OutputPathError", "PathRefusedError", "RunStats", "TokenizerLoadError", "TokensInexactError", "TokensUnavailableError", "ToolContext", "ToolContextError", "TrajectoryFailedError", "buildScoredGroup", "createDefaultBackend", "formatSummary", "loadTokenizerJson", "poolBackend", "runEvaluateMode", "runProcessMode", "runServeMode"], // 24
+    "./env": ["AgentEnv", "AgentEnvConfigSchema", "EnvConfigError", "EnvError", "INFRA_CAUSES", "INFRA_FAILURE_POLICIES", "NoPolicyError", "OutputPathError", "PathRefusedError", "RunStats", "TokenizerLoadError", "TokensInexactError", "TokensUnavailableError", "ToolContext", "ToolContextError", "TrajectoryFailedError", "buildScoredGroup", "createDefaultBackend", "defineEnvTool", "formatSummary", "loadTokenizerJson", "poolBackend", "runEvaluateMode", "runProcessMode", "runServeMode"], // 25
     "./atropos": ["AtroposClient", "AtroposError", "InfoSchema", "RegisterEnvResponseSchema", "StatusEnvSchema", "filterGroupForSend", "pythonJsonDumps", "runEnvManager"], // 8
     "./report": ["ReportBuilder", "ReportInputError", "readReportModel", "renderReport", "reportPathFor", "summarize", "writeReport"], // 7
     "./sandbox": ["DEFAULT_LIMITS", "SandboxServer"], // 2
@@ -42,7 +42,7 @@ describe("the public API", () => {
         "SlotAcquireTimeoutError",
         "SlotLostError",
         "SlotPool",
-        "SlotPoolError",
+        "PoolError",
         "SlotReleasedError",
         "SlotForkError",
         "SlotpoolError",
@@ -52,6 +52,7 @@ describe("the public API", () => {
         "ToolExecutor",
         "ToolServer",
         "createToolBackend",
+        "defineEnvTool",
         "defineExternalTool",
         "defineTool",
         "isSlotLostError",
@@ -62,7 +63,7 @@ describe("the public API", () => {
   it("every error slotpool raises has the SlotpoolError base and a stable code", () => {
     const lost = new root.SlotLostError("slot_0", "alloc-1", "the node died", "t1");
     expect(lost).toBeInstanceOf(root.SlotpoolError);
-    expect(lost).toBeInstanceOf(root.SlotPoolError);
+    expect(lost).toBeInstanceOf(root.PoolError);
     expect(lost.code).toBe("SLOT_LOST");
     expect(new root.PoolNotRunningError("stopped").code).toBe("POOL_NOT_RUNNING");
     expect(new root.EnvError("bad config").code).toBe("ENV");
@@ -73,7 +74,7 @@ describe("the public API", () => {
     const foreign = Object.assign(new Error("slot lost"), { name: "SlotLostError" });
     expect(root.isSlotLostError(foreign)).toBe(true);
     expect(root.isSlotLostError(Object.assign(new Error("x"), { code: "SLOT_LOST" }))).toBe(true);
-    expect(root.isSlotLostError(new root.SlotPoolError("other"))).toBe(false);
+    expect(root.isSlotLostError(new root.PoolError("other"))).toBe(false);
     expect(root.isSlotLostError("SlotLostError")).toBe(false);
   });
 

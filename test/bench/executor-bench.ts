@@ -16,7 +16,7 @@ import { Agent, request } from "undici";
 import { ToolExecutor } from "../../src/executor/tool-executor.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
-import type { Slot } from "../../src/pool/types.js";
+import type { LeasedSlot } from "../../src/pool/types.js";
 import { RecordingPool } from "../executor/support/recording-pool.js";
 
 const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 15);
@@ -78,7 +78,7 @@ async function main(): Promise<void> {
     // (b) overhead: same slot, same command, through the executor vs straight to the sandbox server
     const id = "overhead";
     await executor.execute(id, { name: "bash", arguments: { command: "true" } });
-    const slot: Slot = executor.slotOf(id)!;
+    const slot: LeasedSlot = executor.slotOf(id)!;
     const headers: Record<string, string> = { "content-type": "application/json" };
     if (slot.container.token) headers["authorization"] = `Bearer ${slot.container.token}`;
     const direct = async () => {
@@ -134,7 +134,7 @@ async function main(): Promise<void> {
           const slot = await base.acquire(o);
           const execute = slot.execute.bind(slot);
           return Object.assign(slot, {
-            execute: async (call: Parameters<Slot["execute"]>[0], opts?: Parameters<Slot["execute"]>[1]) => {
+            execute: async (call: Parameters<LeasedSlot["execute"]>[0], opts?: Parameters<LeasedSlot["execute"]>[1]) => {
               if (String(call.args["command"]).startsWith("sleep")) await sleep(1000);
               return execute(call, opts);
             },

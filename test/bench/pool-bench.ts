@@ -18,7 +18,7 @@ import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { NomadProvisioner } from "../../src/pool/nomad-provisioner.js";
 import type { Provisioner } from "../../src/pool/provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
-import type { Slot } from "../../src/pool/types.js";
+import type { LeasedSlot } from "../../src/pool/types.js";
 import { MemoryProvisioner } from "../pool/support/memory-provisioner.js";
 import { startNomadEmulator } from "../support/nomad-emulator.js";
 
@@ -62,7 +62,7 @@ async function bookkeeping(): Promise<void> {
 
   // Load levels: the scan for the lowest free container gets longer as the pool fills.
   for (const load of [0, 0.5, 0.99]) {
-    const held: Slot[] = [];
+    const held: LeasedSlot[] = [];
     const toHold = Math.floor(containers * slotsPer * load);
     for (let i = 0; i < toHold; i++) held.push(await pool.acquire({ trajectoryId: `h${i}` }));
     for (let i = 0; i < 2_000; i++) {
@@ -89,9 +89,9 @@ async function bookkeeping(): Promise<void> {
   }
 
   // Waiter handoff: every slot held, 1,000 waiters queued; each release serves the oldest.
-  const all: Slot[] = [];
+  const all: LeasedSlot[] = [];
   for (let i = 0; i < containers * slotsPer; i++) all.push(await pool.acquire({ trajectoryId: `all${i}` }));
-  const waiters: Array<Promise<Slot>> = [];
+  const waiters: Array<Promise<LeasedSlot>> = [];
   for (let i = 0; i < 1_000; i++) waiters.push(pool.acquire({ trajectoryId: `w${i}`, timeoutMs: 60_000 }));
   const handoff: number[] = [];
   for (let i = 0; i < 1_000; i++) {

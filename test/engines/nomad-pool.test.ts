@@ -18,7 +18,7 @@ import { NomadScaleBlockedError } from "../../src/nomad/errors.js";
 import { sandboxJob } from "../../src/nomad/job.js";
 import { NomadProvisioner, type NomadProvisionerOptions } from "../../src/pool/nomad-provisioner.js";
 import { SlotPool, type SlotPoolOptions } from "../../src/pool/slot-pool.js";
-import type { Slot } from "../../src/pool/types.js";
+import type { LeasedSlot } from "../../src/pool/types.js";
 import { nomadSkipReason, nomadVersion, repoRoot, startNomadAgent, type NomadAgent } from "../support/nomad-agent.js";
 
 const skip = nomadSkipReason();
@@ -38,7 +38,7 @@ class RecordingClient extends NomadClient {
   }
 }
 
-const bash = async (slot: Slot, command: string) => (await slot.execute({ tool: "bash", args: { command } })).output.trim();
+const bash = async (slot: LeasedSlot, command: string) => (await slot.execute({ tool: "bash", args: { command } })).output.trim();
 
 async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 60_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;

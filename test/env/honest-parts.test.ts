@@ -92,10 +92,15 @@ describe("ToolContext throws instead of answering success:false", () => {
     await expect(new ToolContext("t1", scripted({ success: false, error: "unknown tool", metadata: {} })).terminal("x")).rejects.toBeInstanceOf(ToolContextError);
   });
 
-  it("a lost slot: SlotLostError from every method, artifacts included, so the trajectory is restarted", async () => {
-    const lost = new ToolContext("t1", scripted({ success: false, error: "workspace lost", metadata: { slot_lost: true, slot_id: "slot_0", allocation_id: "a1", reason: "killed" } }, { success: false, error: "workspace lost: slot slot_0 on allocation a1 was lost: killed." }));
-    for (const call of [() => lost.terminal("ls"), () => lost.readFile("a"), () => lost.writeFile("a", "b"), () => lost.downloadFile("a"), () => lost.listFiles("."), () => lost.archive(".")]) {
-      await expect(call()).rejects.toBeInstanceOf(SlotLostError);
+  it("a lost slot: the executor's SlotLostError, passed on as it is from every method (artifacts included), so the trajectory is restarted", async () => {
+    const err = new SlotLostError("slot_0", "a1", "killed", "t1");
+    const gone = async () => {
+      throw err;
+    };
+    const executor = { ...scripted({}), execute: gone, readArtifact: gone, listArtifacts: gone, archiveArtifacts: gone } as ToolExecutorLike;
+    const lost = new ToolContext("t1", executor);
+    for (const call of [() => lost.terminal("ls"), () => lost.readFile("a"), () => lost.writeFile("a", "b"), () => lost.downloadFile("a"), () => lost.listFiles("."), () => lost.archive("."), () => lost.callTool("bash", { command: "ls" })]) {
+      await expect(call()).rejects.toBe(err);
     }
   });
 });

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ToolExecutor } from "../../src/executor/tool-executor.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
+import { SlotLostError } from "../../src/pool/errors.js";
 
 /** The executor on the real pool: SlotPool + LocalProvisioner (sandbox-server child processes). */
 
@@ -65,20 +66,18 @@ describe("ToolExecutor on SlotPool + LocalProvisioner", () => {
     await Promise.all([...ids, "lp-h4"].map((id) => executor.release(id)));
   });
 
-  it("reports a lost container as a slot_lost result, for the running call and the next ones", async () => {
+  it("fails the running call and the next ones with SlotLostError when the container is lost", async () => {
     await executor.execute("lp-lost", bash("echo hi > f"));
     const slot = executor.slotOf("lp-lost")!;
     const proc = provisioner.processes().find((p) => p.id === slot.container.id)!;
     const running = executor.execute("lp-lost", bash("sleep 20"));
     await new Promise((r) => setTimeout(r, 300));
     process.kill(proc.pid, "SIGKILL");
-    const r = await running;
-    expect(r.success).toBe(false);
-    expect(r.metadata["slot_lost"]).toBe(true);
-    expect(r.error).toMatch(/workspace lost: .*workspace is gone/);
-    expect(r.metadata["slot_key"]).toBe(slot.key);
-    const next = await executor.execute("lp-lost", bash("cat f"));
-    expect(next.metadata["slot_lost"]).toBe(true);
+    const err = await running.then((r) => r, (e: unknown) => e);
+    expect(err).toBeInstanceOf(SlotLostError);
+    expect((err as SlotLostError).message).toMatch(/workspace is gone/);
+    expect(`${(err as SlotLostError).containerId}/${(err as SlotLostError).slotId}`).toBe(slot.key);
+    await expect(executor.execute("lp-lost", bash("cat f"))).rejects.toBeInstanceOf(SlotLostError);
     await executor.release("lp-lost");
     // the pool replaces the container; a new trajectory works again once it is up (acquires
     // here time out after 1.5 s, less than a replacement may take on a busy machine)

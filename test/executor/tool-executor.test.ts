@@ -1,12 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ToolExecutor } from "../../src/executor/tool-executor.js";
 import { ToolServer } from "../../src/executor/tool-server.js";
+import { ExecutorServer } from "../../src/executor/executor-server.js";
+import { SlotLostError } from "../../src/pool/errors.js";
 import { ToolExecutorConfigError } from "../../src/executor/config.js";
 import type { ToolResult } from "../../src/protocol/tool.js";
 import { DirectSlotPool } from "./support/direct-slot-pool.js";
 import { RecordingPool } from "./support/recording-pool.js";
 import { startSandboxes, type Sandboxes } from "./support/sandboxes.js";
 import { testTools } from "./support/echo-tools.js";
+import { z } from "zod";
+import { defineTool } from "../../src/tools/definition.js";
+import { ToolRegistry } from "../../src/tools/registry.js";
 
 /** Executor behaviour against real sandbox servers (through a minimal pool double). */
 
@@ -239,7 +244,7 @@ describe("ToolExecutor routing to a ToolServer", () => {
 });
 
 describe("ToolExecutor when a slot is lost", () => {
-  it("answers with a slot_lost error result naming the slot, for this and every later call", async () => {
+  it("fails this and every later call with the pool's SlotLostError; the HTTP service answers it as a slot_lost result", async () => {
     const sb = await startSandboxes(1, 2);
     const p = new DirectSlotPool(sb.containers);
     const ex = new ToolExecutor({ pool: p, config: { batchWindowMs: 1 } });
@@ -251,14 +256,29 @@ describe("ToolExecutor when a slot is lost", () => {
       await new Promise((r) => setTimeout(r, 200));
       p.markLost(sb.containers[0]!.id, "allocation failed: OOM killed");
       sb.processes[0]!.child.kill("SIGKILL"); // the container dies: no graceful answer
-      const r: ToolResult = await running;
-      expect(r.success).toBe(false);
-      expect(r.error).toMatch(/workspace lost: .*The workspace is gone/);
-      expect(r.metadata).toMatchObject({ slot_lost: true, slot_id: "slot_0", allocation_id: "local-0", slot_key: "local-0/slot_0" });
-      const later = await ex.execute(t, bash("cat f"));
-      expect(later.metadata["slot_lost"]).toBe(true);
-      const art = await ex.readArtifact(t, { path: "f" });
-      expect(art.error).toMatch(/workspace lost/);
+      // In-process, one form: the pool's error, as the pool raised it.
+      const err = await running.then((r) => r, (e: unknown) => e);
+      expect(err).toBeInstanceOf(SlotLostError);
+      expect(err).toMatchObject({ slotId: "slot_0", containerId: "local-0", code: "SLOT_LOST" });
+      expect((err as SlotLostError).message).toMatch(/The workspace is gone/);
+      await expect(ex.execute(t, bash("cat f"))).rejects.toBe(err);
+      await expect(ex.readArtifact(t, { path: "f" })).rejects.toBe(err);
+      expect(ex.stats().totals.errors).toBeGreaterThanOrEqual(2);
+      // On the wire (the executor service), the original's shape: metadata.slot_lost and its keys.
+      const server = new ExecutorServer({ executor: ex });
+      const url = await server.listen(0, "127.0.0.1");
+      try {
+        const post = async (path: string, body: unknown) => (await fetch(`${url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })).json();
+        const wire = (await post("/execute", { trajectory_id: t, tool: { ...bash("cat f"), uniq_id: "w1" } })) as ToolResult;
+        expect(wire).toMatchObject({ success: false, uniq_id: "w1" });
+        expect(wire.error).toMatch(/^workspace lost: .*The workspace is gone/);
+        expect(wire.metadata).toEqual({ slot_lost: true, slot_id: "slot_0", allocation_id: "local-0", slot_key: "local-0/slot_0", reason: "allocation failed: OOM killed" });
+        const art = (await post("/artifacts/read", { trajectory_id: t, path: "f" })) as Record<string, unknown>;
+        expect(art).toMatchObject({ success: false, slot_lost: true, content: "", path: "f" });
+        expect(art["error"]).toMatch(/^workspace lost/);
+      } finally {
+        await server.close(1_000);
+      }
       await ex.release(t);
       expect(p.releases.at(-1)).toMatchObject({ key: "local-0/slot_0", reset: false });
     } finally {
@@ -270,7 +290,7 @@ describe("ToolExecutor when a slot is lost", () => {
 });
 
 describe("ToolExecutor wire arguments", () => {
-  it("clamps timeouts to [1, 600] s and overrides policy arguments from config", async () => {
+  it("clamps timeouts to [1, 600] s and overrides isolation arguments from config", async () => {
     const rec = new RecordingPool();
     const ex = new ToolExecutor({ pool: rec, config: { batchWindowMs: 0, allowNetwork: false, requireSandbox: true, requireStatefulSandbox: true, defaultTimeoutS: 45 } });
     await ex.start();
@@ -284,9 +304,38 @@ describe("ToolExecutor wire arguments", () => {
       ["bash_stateful", 1],
       ["tmux", 20],
     ]);
-    expect(rec.sent[0]!.args).toEqual({ command: "a", timeout: 600, allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
-    for (const c of rec.sent) expect(c.args).toMatchObject({ allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
+    // Each tool gets the isolation arguments its tool-table entry honours, from the config (never the model's).
+    expect(rec.sent[0]!.args).toEqual({ command: "a", timeout: 600, allow_network: false, require_sandbox: true });
+    expect(rec.sent[1]!.args).toEqual({ command: "b", allow_network: false, require_sandbox: true });
+    for (const c of rec.sent.slice(2)) expect(c.args).toMatchObject({ allow_network: false, require_sandbox: true, require_stateful_sandbox: true });
     expect(rec.acquired).toBe(1);
+    await ex.close();
+  });
+
+  it("routes by the tool's definition: an env tool's slotCommand goes out as bash with bash's policy; one that throws fails alone; an in-process tool is refused", async () => {
+    const rec = new RecordingPool();
+    const tools = ToolRegistry.withBuiltins([
+      defineTool({ name: "count", description: "", kind: "sandbox", parameters: z.object({ path: z.string() }), slotCommand: ({ path }) => `wc -l < ${path}` }),
+      defineTool({ name: "broken", description: "", kind: "sandbox", parameters: z.object({}), slotCommand: () => { throw new Error("no command today"); } }),
+      defineTool({ name: "submit", description: "", kind: "in-process", parameters: z.object({}), run: () => "never here" }),
+    ]);
+    const ex = new ToolExecutor({ pool: rec, tools, config: { batchWindowMs: 5, allowNetwork: false, requireSandbox: true, defaultTimeoutS: 30 } });
+    await ex.start();
+    const [counted, broken, read] = await Promise.all([
+      ex.execute("r", { name: "count", arguments: { path: "a.txt", allow_network: true } }),
+      ex.execute("r", { name: "broken", arguments: {} }),
+      ex.execute("r", { name: "read_file", arguments: { path: "a.txt" } }),
+    ]);
+    const submit = await ex.execute("r", { name: "submit", arguments: {} });
+    expect(counted.success).toBe(true);
+    expect(broken).toMatchObject({ success: false, error: "tool 'broken' could not build its command: no command today" });
+    expect(read.success).toBe(true);
+    expect(submit).toMatchObject({ success: false, error: expect.stringMatching(/tool 'submit' runs in the env's own process/) });
+    expect(rec.sent).toEqual([
+      { tool: "bash", args: { command: "wc -l < a.txt", timeout: 30, allow_network: false, require_sandbox: true }, execution_id: null, timeout: 30 },
+      // read_file honours no isolation argument: none is sent.
+      { tool: "read_file", args: { path: "a.txt" }, execution_id: null, timeout: 30 },
+    ]);
     await ex.close();
   });
 

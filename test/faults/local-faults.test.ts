@@ -1,6 +1,6 @@
 /**
  * Faults with the local provisioner: a container (sandbox server child process) killed
- * mid-trajectory gives a clear slot_lost result, a replacement serves new trajectories, and
+ * mid-trajectory fails its calls with SlotLostError, a replacement serves new trajectories, and
  * after stop() no server process is left.
  */
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
@@ -10,14 +10,15 @@ import { afterAll, describe, expect, it } from "vitest";
 import { ToolExecutor } from "../../src/executor/tool-executor.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
-import { eventually, processesWithMarker, within } from "./support.js";
+import { SlotLostError } from "../../src/pool/errors.js";
+import { eventually, outcome, processesWithMarker, within } from "./support.js";
 
 const base = mkdtempSync(join(tmpdir(), "slotpool-faults-local-"));
 chmodSync(base, 0o755);
 afterAll(() => rmSync(base, { recursive: true, force: true }));
 
 describe("local provisioner: a container killed mid-trajectory", () => {
-  it("the in-flight call gets slot_lost, later calls too; a replacement serves others; stop() leaves no process", async () => {
+  it("the in-flight call fails with SlotLostError, later calls too; a replacement serves others; stop() leaves no process", async () => {
     const provisioner = new LocalProvisioner({ slotsPerContainer: 2, baseDir: base });
     const pool = new SlotPool({ slotsPerContainer: 2, minContainers: 1, maxContainers: 1, tickMs: 50, healthIntervalMs: 300, provisioner });
     const executor = new ToolExecutor({ pool });
@@ -31,11 +32,11 @@ describe("local provisioner: a container killed mid-trajectory", () => {
       await new Promise((r) => setTimeout(r, 500));
       const t0 = Date.now();
       process.kill(proc!.pid, "SIGKILL");
-      const lost = await within(10_000, "in-flight call", inFlight);
+      const lost = await within(10_000, "in-flight call", outcome(inFlight));
       console.log(`local: in-flight call answered ${Date.now() - t0} ms after its server was killed`);
-      expect(lost.metadata["slot_lost"], JSON.stringify(lost)).toBe(true);
-      expect(lost.error).toContain(proc!.id);
-      expect((await within(5_000, "later call", bash("victim", "cat f"))).metadata["slot_lost"]).toBe(true);
+      expect(lost, JSON.stringify(lost)).toBeInstanceOf(SlotLostError);
+      expect((lost as SlotLostError).message).toContain(proc!.id);
+      expect(await within(5_000, "later call", outcome(bash("victim", "cat f")))).toBeInstanceOf(SlotLostError);
       await executor.release("victim");
       const other = await within(30_000, "replacement", bash("other", "echo ok"));
       expect(other.output).toBe("ok");

@@ -7,7 +7,8 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startNomadEmulator, type NomadEmulator } from "../support/nomad-emulator.js";
-import { liveJobs, nomadStack, runningAllocations, within, type Stack } from "./support.js";
+import { SlotLostError } from "../../src/pool/errors.js";
+import { liveJobs, nomadStack, outcome, runningAllocations, within, type Stack } from "./support.js";
 
 let nomad: NomadEmulator;
 const stacks: Stack[] = [];
@@ -45,7 +46,7 @@ async function assertNothingLeaked(s: Stack, emu: NomadEmulator = nomad): Promis
 }
 
 describe("an allocation killed mid-trajectory", () => {
-  it("the running call and every later call of the trajectory get a clear slot_lost result; others continue on the replacement", async () => {
+  it("the running call and every later call of the trajectory fail with a clear SlotLostError; others continue on the replacement", async () => {
     const s = track(nomadStack(nomad, { slotsPerContainer: 2, minContainers: 1, maxContainers: 1 }));
     await within(30_000, "pool start", s.pool.start());
     const first = await s.bash("victim", "echo keep > f && cat f");
@@ -55,16 +56,15 @@ describe("an allocation killed mid-trajectory", () => {
     await new Promise((r) => setTimeout(r, 500));
     const t0 = Date.now();
     await nomad.killAllocation(allocId);
-    const lost = await within(10_000, "in-flight call after the kill", inFlight);
+    const lost = await within(10_000, "in-flight call after the kill", outcome(inFlight));
     const noticedMs = Date.now() - t0;
     console.log(`in-flight call answered ${noticedMs} ms after the allocation was killed`);
-    expect(lost.success).toBe(false);
-    expect(lost.metadata["slot_lost"], JSON.stringify(lost)).toBe(true);
-    expect(lost.error).toMatch(/lost/);
-    expect(lost.error).toContain(allocId);
+    expect(lost, JSON.stringify(lost)).toBeInstanceOf(SlotLostError);
+    expect((lost as SlotLostError).message).toMatch(/lost/);
+    expect((lost as SlotLostError).containerId).toBe(allocId);
     // Later calls of the same trajectory never land silently on a fresh, empty slot.
-    const later = await within(5_000, "later call", s.bash("victim", "cat f"));
-    expect(later.metadata["slot_lost"]).toBe(true);
+    const later = await within(5_000, "later call", outcome(s.bash("victim", "cat f")));
+    expect(later).toBeInstanceOf(SlotLostError);
     await within(5_000, "release", s.executor.release("victim"));
     // Another trajectory runs on the replacement allocation.
     const other = await within(30_000, "call on the replacement", s.bash("other", "echo fresh"));
@@ -77,7 +77,7 @@ describe("an allocation killed mid-trajectory", () => {
 });
 
 describe("the node is lost", () => {
-  it("every trajectory on it gets slot_lost; new trajectories run on replacements on a fresh node; nothing leaks", async () => {
+  it("every trajectory on it gets SlotLostError; new trajectories run on replacements on a fresh node; nothing leaks", async () => {
     const emu = await emulator();
     const s = track(nomadStack(emu, { slotsPerContainer: 2, minContainers: 2, maxContainers: 2 }));
     await within(30_000, "start", s.pool.start());
@@ -85,11 +85,11 @@ describe("the node is lost", () => {
     const before = runningAllocations(emu, s.jobId);
     const t0 = Date.now();
     await emu.loseNode();
-    const after = await within(15_000, "calls after the node was lost", Promise.all(["n1", "n2", "n3"].map((t) => s.bash(t, "echo again"))));
+    const after = await within(15_000, "calls after the node was lost", Promise.all(["n1", "n2", "n3"].map((t) => outcome(s.bash(t, "echo again")))));
     console.log(`after loseNode, the 3 trajectories were told within ${Date.now() - t0} ms`);
     for (const r of after) {
-      expect(r.metadata["slot_lost"], JSON.stringify(r)).toBe(true);
-      expect(r.error).toMatch(/lost/);
+      expect(r, JSON.stringify(r)).toBeInstanceOf(SlotLostError);
+      expect((r as SlotLostError).message).toMatch(/lost/);
     }
     for (const t of ["n1", "n2", "n3"]) await s.executor.release(t);
     const fresh = await within(30_000, "a new trajectory on a replacement", s.bash("fresh", "echo fresh"));

@@ -70,3 +70,8 @@ export function runningAllocations(nomad: NomadEmulator, jobId: string): string[
     .filter((a) => a["DesiredStatus"] === "run" && a["ClientStatus"] === "running")
     .map((a) => String(a["ID"]));
 }
+
+/** A call's outcome: its result, or what it rejected with (a lost slot rejects with SlotLostError). */
+export function outcome(call: Promise<ToolResult>): Promise<ToolResult | Error> {
+  return call.catch((err: unknown) => err as Error);
+}

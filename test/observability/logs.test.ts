@@ -119,7 +119,7 @@ describe("log lines about a call carry the trajectory id, the slot and the alloc
 
   it("every executor log line naming a trajectory also names its slot and allocation, and each call is logged", async () => {
     const post = (path: string, body: unknown) => fetch(exec.url + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }).then((r) => r.json());
-    // One plain call, one failing call, one where the model tried to set a policy argument.
+    // One plain call, one failing call, one where the model tried to set a isolation argument.
     await post("/execute", { trajectory_id: "traj-logs-a", tool: { name: "bash", arguments: { command: "echo a" } } });
     await post("/execute", { trajectory_id: "traj-logs-a", tool: { name: "bash", arguments: { command: "exit 4" } } });
     await post("/execute", { trajectory_id: "traj-logs-b", tool: { name: "bash", arguments: { command: "echo b", allow_network: true } } });
@@ -139,7 +139,7 @@ describe("log lines about a call carry the trajectory id, the slot and the alloc
     for (const l of aboutCalls) {
       const text = JSON.stringify(l);
       expect(text, `line without a slot: ${text}`).toMatch(/"slot(Id|_id|Key)?":"[^"]*slot_\d+/);
-      expect(text, `line without an allocation/container: ${text}`).toMatch(/"(allocation|allocationId|alloc|container|containerId)":"[^"]+"|"slot":"[^"/]+\/slot_\d+"/);
+      expect(text, `line without an allocation/container: ${text}`).toMatch(/"(allocation|containerId|alloc|container|containerId)":"[^"]+"|"slot":"[^"/]+\/slot_\d+"/);
     }
   }, 60_000);
 });

@@ -7,7 +7,7 @@ import { ToolExecutor } from "../../src/executor/tool-executor.js";
 import { SlotForkError } from "../../src/pool/errors.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
-import type { Slot } from "../../src/pool/types.js";
+import type { LeasedSlot } from "../../src/pool/types.js";
 
 /**
  * `lease.fork(n)` and the executor's POST /fork (issue 23) on real sandbox servers started
@@ -35,7 +35,7 @@ async function localPool(slotsPerContainer: number): Promise<SlotPool> {
   return pool;
 }
 
-const bash = async (slot: Slot, command: string) => (await slot.execute({ tool: "bash", args: { command } })).output.trim();
+const bash = async (slot: LeasedSlot, command: string) => (await slot.execute({ tool: "bash", args: { command } })).output.trim();
 
 describe("lease.fork(n)", () => {
   it("hands back n sibling leases of the same container, each holding the parent's workspace as it was", async () => {

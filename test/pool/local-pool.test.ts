@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { SlotLostError } from "../../src/pool/errors.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool, type SlotPoolOptions } from "../../src/pool/slot-pool.js";
-import type { Slot } from "../../src/pool/types.js";
+import type { LeasedSlot } from "../../src/pool/types.js";
 
 // The whole path on real processes: pool → LocalProvisioner → sandbox-server → bubblewrap.
 let baseDir: string;
@@ -45,7 +45,7 @@ async function until(cond: () => boolean, timeoutMs = 15_000): Promise<void> {
   }
 }
 
-const bash = (slot: Slot, command: string) => slot.execute({ tool: "bash", args: { command } });
+const bash = (slot: LeasedSlot, command: string) => slot.execute({ tool: "bash", args: { command } });
 
 describe("SlotPool on the LocalProvisioner (real sandbox servers)", () => {
   it("starts, runs commands, resets on release, and cleans up its processes", async () => {
@@ -119,7 +119,7 @@ describe("SlotPool on the LocalProvisioner (real sandbox servers)", () => {
     expect(noticedAt - t0).toBeLessThan(2_000);
     const err = await bash(a, "cat f").catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SlotLostError);
-    expect((err as SlotLostError).allocationId).toBe(proc!.id);
+    expect((err as SlotLostError).containerId).toBe(proc!.id);
     expect((err as Error).message).toMatch(/SIGKILL/);
     await pool.release(a);
     const b = await pool.acquire({ trajectoryId: "b", timeoutMs: 15_000 });

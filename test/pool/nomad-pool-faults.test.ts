@@ -25,7 +25,7 @@ describe("SlotPool on the NomadProvisioner under faults (emulator, real sandbox 
     expect((await lostAt) - t0).toBeLessThan(2_000);
     const err = await bash(a, "cat f").catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SlotLostError);
-    expect((err as SlotLostError).allocationId).toBe(a.container.id);
+    expect((err as SlotLostError).containerId).toBe(a.container.id);
     expect((err as Error).message).toContain(a.container.id);
     expect((err as Error).message).toMatch(/failed|Terminated|exit code/i);
     await pool.release(a);

@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { PoolNotRunningError, SlotAcquireTimeoutError, SlotLostError, SlotPoolError, SlotReleasedError } from "../../src/pool/errors.js";
+import { PoolNotRunningError, SlotAcquireTimeoutError, SlotLostError, PoolError, SlotReleasedError } from "../../src/pool/errors.js";
 import { ProvisionerError } from "../../src/pool/provisioner.js";
 import { SlotPool, type SlotPoolOptions } from "../../src/pool/slot-pool.js";
-import type { Slot } from "../../src/pool/types.js";
+import type { LeasedSlot } from "../../src/pool/types.js";
 import { MemoryProvisioner, type MemoryProvisionerOptions } from "./support/memory-provisioner.js";
 
 const pools: SlotPool[] = [];
@@ -106,7 +106,7 @@ describe("SlotPool on the in-memory provisioner", () => {
     await pool.release(b, { reset: false });
     const c = await pool.acquire({ trajectoryId: "c" });
     expect((await c.execute({ tool: "read_file", args: { path: "g" } })).output).toBe("2");
-    await expect(pool.release({ key: "x" } as unknown as Slot)).rejects.toBeInstanceOf(SlotPoolError);
+    await expect(pool.release({ key: "x" } as unknown as LeasedSlot)).rejects.toBeInstanceOf(PoolError);
   });
 
   it("a slot whose reset fails is taken out of service", async () => {
@@ -265,7 +265,7 @@ describe("SlotPool on the in-memory provisioner", () => {
     expect(a.lost).toBe(true);
     const err = await a.execute({ tool: "bash", args: {} }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SlotLostError);
-    expect((err as SlotLostError).allocationId).toBe(dead.info.id);
+    expect((err as SlotLostError).containerId).toBe(dead.info.id);
     expect((err as Error).message).toContain(dead.info.id);
     expect((err as Error).message).toContain("OOM Killed");
     await expect(b.readArtifact({ path: "x" })).rejects.toBeInstanceOf(SlotLostError);

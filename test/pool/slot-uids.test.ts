@@ -11,8 +11,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
-import type { Slot } from "../../src/pool/types.js";
-import { SlotUidAllocator, UID_RANGE_END, UID_RANGE_START } from "../../src/pool/uid-ranges.js";
+import type { LeasedSlot } from "../../src/pool/types.js";
+import { SlotUidAllocator, UID_RANGE_END, UID_RANGE_START } from "../../src/host/slot-uid-blocks.js";
 
 const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
 let baseDir: string;
@@ -48,7 +48,7 @@ async function within<T>(ms: number, what: string, p: Promise<T>): Promise<T> {
   }
 }
 
-const bash = (slot: Slot, command: string, timeout = 10) => slot.execute({ tool: "bash", args: { command }, timeout });
+const bash = (slot: LeasedSlot, command: string, timeout = 10) => slot.execute({ tool: "bash", args: { command }, timeout });
 
 describe("slot uid ranges", () => {
   it("the allocator hands out disjoint blocks in [2^30, 2^31), skips blocks in use, and reuses released ones", () => {

@@ -8,7 +8,7 @@ import { PoolTemplateError, SlotLostError } from "../../src/pool/errors.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool, type SlotPoolOptions } from "../../src/pool/slot-pool.js";
 import type { TemplateSpec } from "../../src/pool/template-affinity.js";
-import type { Slot } from "../../src/pool/types.js";
+import type { LeasedSlot } from "../../src/pool/types.js";
 
 /**
  * Workspace templates through the pool (issue 13), on real sandbox servers started by the
@@ -39,7 +39,7 @@ function localPool(config: Partial<SlotPoolOptions> & { extraArgs?: string[] }):
   return { pool, provisioner };
 }
 
-const bash = async (slot: Slot, command: string) => (await slot.execute({ tool: "bash", args: { command } })).output.trim();
+const bash = async (slot: LeasedSlot, command: string) => (await slot.execute({ tool: "bash", args: { command } })).output.trim();
 
 /** A template whose build leaves a unique stamp: equal stamps = one build. */
 const REPO: TemplateSpec = {

@@ -4,7 +4,7 @@
  * two allocations on one node never share a slot uid (nor its RLIMIT_NPROC count).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ALLOC_BLOCK, ALLOC_UID_RANGE_START, allocationUidBase, slotUidBase } from "../../src/sandbox/isolation/slot-uids.js";
+import { ALLOC_BLOCK, ALLOC_UID_RANGE_START, allocationUidBase, slotUidBase } from "../../src/host/slot-uid-blocks.js";
 import { isRoot, startServer, type TestServer } from "./helpers.js";
 
 describe("slot uid base of a server", () => {

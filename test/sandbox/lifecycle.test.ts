@@ -61,7 +61,7 @@ describe("bash_stateful and tmux", () => {
     expect(after.output).toBe("/tmp\nbar");
   });
 
-  it("is isolated like bash (own namespaces, no other slot's files, network policy)", async () => {
+  it("is isolated like bash (own namespaces, no other slot's files, network setting)", async () => {
     await s.bash(1, "echo secret1 > s.txt");
     const r = await stateful(0, "hostname; cat ../slot_1/s.txt /proc/*/root/workspace/s.txt 2>/dev/null; ls /workspace/..");
     expect(r.output).not.toContain("secret1");

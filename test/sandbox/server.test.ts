@@ -111,6 +111,9 @@ describe("sandbox server: routes and wire format", () => {
       [{ slot_id: "slot_0", tool: "no_such_tool", args: {} }, "tool"],
       [{ slot_id: "slot_0", tool: "bash", args: { command: "x" }, timeout: -1 }, "timeout"],
       [{ slot_id: "slot_0", tool: "tmux", args: { action: "dance" } }, "args.action"],
+      // The tool table's schema is the server's too: an empty command is refused here as it is in the executor.
+      [{ slot_id: "slot_0", tool: "bash", args: { command: "" } }, "args.command"],
+      [{ slot_id: "slot_0", tool: "terminal_stateful", args: { command: "" } }, "args.command"],
     ];
     for (const [body, field] of cases) {
       const r = await s.post("/execute", body);
@@ -118,6 +121,10 @@ describe("sandbox server: routes and wire format", () => {
       expect(r.json.field).toBe(field);
       expect(typeof r.json.error).toBe("string");
     }
+    const empty = await s.post("/execute", { slot_id: "slot_0", tool: "bash", args: { command: "" } });
+    expect(empty.json.error).toMatch(/command must not be empty/);
+    const unknown = await s.post("/execute", { slot_id: "slot_0", tool: "no_such_tool", args: {} });
+    expect(unknown.json.error).toMatch(/unknown tool 'no_such_tool': expected one of bash\/terminal, bash_stateful\/terminal_stateful, tmux, read_file, write_file/);
     const notJson = await s.post("/execute", "{not json");
     expect(notJson.status).toBe(400);
     expect(notJson.json.field).toBe("body");
@@ -190,7 +197,7 @@ describe("sandbox server: routes and wire format", () => {
   });
 });
 
-describe("sandbox server: network policy", () => {
+describe("sandbox server: network setting", () => {
   let s: TestServer;
   let listener: Server;
   let port = 0;

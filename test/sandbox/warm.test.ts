@@ -91,7 +91,7 @@ describe("warm slots", () => {
     expect(slotSpawners(1)).toEqual(before);
   }, 30_000);
 
-  it("after a reset the slot gets a fresh namespace for its last network policy, with nothing of the previous trajectory", async (ctx) => {
+  it("after a reset the slot gets a fresh namespace for its last network setting, with nothing of the previous trajectory", async (ctx) => {
     const health = await s.get("/health");
     if (!health.json.fast_path) ctx.skip(NO_FAST_PATH);
     const off = { allow_network: false };

@@ -23,7 +23,7 @@ export const ATTACK_LIMITS = {
   maxFileMb: 50,
   /** Below the memory bound: a slot's tmpfs pages count as its memory (see slot-disk.ts). */
   diskMb: 128,
-  timeoutSec: 10,
+  timeoutS: 10,
   outputCap: 50_000,
 };
 
@@ -76,7 +76,7 @@ export async function startAttackServer(opts: StartAttackServerOptions = {}): Pr
       "--max-processes", String(ATTACK_LIMITS.maxProcesses),
       "--max-file-mb", String(ATTACK_LIMITS.maxFileMb),
       "--disk-mb", String(ATTACK_LIMITS.diskMb),
-      "--timeout", String(ATTACK_LIMITS.timeoutSec),
+      "--timeout", String(ATTACK_LIMITS.timeoutS),
       "--output-cap", String(ATTACK_LIMITS.outputCap),
       ...(opts.extraArgs ?? []),
     ],

@@ -10,7 +10,7 @@ import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { SandboxProcess, SandboxProcessOptions } from "../../src/pool/sandbox-process.js";
-import { hasSlotUidBase, SlotUidAllocator } from "../../src/pool/uid-ranges.js";
+import { hasSlotUidBase, SlotUidAllocator } from "../../src/host/slot-uid-blocks.js";
 
 export type Json = Record<string, unknown>;
 export type ProcessFactory = (options: SandboxProcessOptions) => Promise<SandboxProcess>;
@@ -173,7 +173,7 @@ export class EmulatedCluster {
 
   /**
    * Slot uids: every allocation's sandbox server gets its own host uid block (as the local
-   * provisioner's containers do; see `src/pool/uid-ranges.ts`), so a fork bomb in one
+   * provisioner's containers do; see `src/host/slot-uid-blocks.ts`), so a fork bomb in one
    * allocation's slot cannot exhaust the per-uid process limit of another allocation's
    * slot, nor of another emulator's on this host. Up to 1000 slots per allocation; a
    * `--slot-uid-base` in `serverArgs` opts out.

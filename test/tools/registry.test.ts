@@ -30,7 +30,7 @@ describe("ToolRegistry", () => {
     expect(() => reg.get("web_search")).toThrow(/unknown tool 'web_search'; available tools: bash, bash_stateful, tmux, read_file, write_file/);
   });
 
-  it("turns zod parameters into OpenAI function schemas without policy arguments", () => {
+  it("turns zod parameters into OpenAI function schemas without isolation arguments", () => {
     const tools = reg.openAiTools();
     expect(tools).toHaveLength(5);
     const bash = tools.find((t) => t.function.name === "bash")!;
@@ -40,7 +40,7 @@ describe("ToolRegistry", () => {
     const props = bash.function.parameters["properties"] as Record<string, unknown>;
     expect(Object.keys(props).sort()).toEqual(["command", "timeout"]);
     expect(bash.function.parameters["$schema"]).toBeUndefined();
-    // a tool whose schema declares a policy argument still never offers it
+    // a tool whose schema declares a isolation argument still never offers it
     const leaky = defineTool({
       name: "leaky",
       description: "x",
@@ -63,10 +63,10 @@ describe("ToolRegistry", () => {
     expect(() => reg.validate("tmux", { action: "explode" })).toThrow(/action/);
   });
 
-  it("strips policy arguments the model tries to set", () => {
+  it("strips isolation arguments the model tries to set", () => {
     const v = reg.validate("bash", { command: "curl x", allow_network: true, require_sandbox: false, require_stateful_sandbox: false });
     expect(v.args).toEqual({ command: "curl x" });
-    expect(v.strippedPolicyArgs.sort()).toEqual(["allow_network", "require_sandbox", "require_stateful_sandbox"]);
+    expect(v.strippedIsolationArgs.sort()).toEqual(["allow_network", "require_sandbox", "require_stateful_sandbox"]);
   });
 
   it("rejects duplicate names and aliases, and bad definitions", () => {

@@ -1,5 +1,5 @@
 import type { Logger } from "pino";
-import type { BashExecutor } from "../tools/bash.js";
+import type { BashRunner } from "../tools/bash.js";
 import type { ForkHost } from "./fork.js";
 import type { SlotCgroups } from "../isolation/cgroups.js";
 import type { SlotDisks } from "../workspace/slot-disk.js";
@@ -13,7 +13,7 @@ import type { StatefulSessions } from "../tools/stateful.js";
  */
 export function forkHost(
   svc: { slots: readonly Slot[]; disks: SlotDisks; templates: SlotTemplates; logger: Logger; stateDir: string; cgroups: SlotCgroups },
-  parts: { bash: BashExecutor; stateful: StatefulSessions; emptyWorkspace: (slot: Slot) => Promise<void>; discard: (path: string) => void },
+  parts: { bash: BashRunner; stateful: StatefulSessions; emptyWorkspace: (slot: Slot) => Promise<void>; discard: (path: string) => void },
 ): ForkHost {
   const { bash, stateful } = parts;
   return {

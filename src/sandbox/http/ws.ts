@@ -119,9 +119,9 @@ export class SandboxWebSockets {
     };
     // The same wall-clock bound as any slot command: the viewer may attach again.
     const timer = setTimeout(() => {
-      this.send(ws, { type: "error", error: `terminal attach ended after ${cmd.timeoutSec} s (the slot's longest command timeout); attach again to keep watching` });
+      this.send(ws, { type: "error", error: `terminal attach ended after ${cmd.timeoutS} s (the slot's longest command timeout); attach again to keep watching` });
       killGroup();
-    }, cmd.timeoutSec * 1000);
+    }, cmd.timeoutS * 1000);
     timer.unref();
     child.once("exit", () => clearTimeout(timer));
     if (sandboxed) {

@@ -5,9 +5,9 @@
  * RLIMIT_NPROC (counted per uid) is effectively a per-slot process cap.
  */
 export interface CommandLimits {
-  /** Default wall-clock timeout, seconds (a call may ask for another, up to maxTimeoutSec). */
-  defaultTimeoutSec: number;
-  maxTimeoutSec: number;
+  /** Default wall-clock timeout, seconds (a call may ask for another, up to maxTimeoutS). */
+  defaultTimeoutS: number;
+  maxTimeoutS: number;
   /** Max processes/threads of the slot's uid (RLIMIT_NPROC). */
   maxProcesses: number;
   /** Max size of one written file, bytes (RLIMIT_FSIZE). */
@@ -28,8 +28,8 @@ export interface CommandLimits {
 }
 
 export const DEFAULT_LIMITS: CommandLimits = {
-  defaultTimeoutSec: 30,
-  maxTimeoutSec: 3600,
+  defaultTimeoutS: 30,
+  maxTimeoutS: 3600,
   maxProcesses: 256,
   maxFileBytes: 1024 * 1024 * 1024,
   cpuSeconds: 600,
@@ -39,8 +39,8 @@ export const DEFAULT_LIMITS: CommandLimits = {
 };
 
 /** Shell prologue that sets the hard limits before the command runs. */
-export function ulimitPrologue(limits: CommandLimits, timeoutSec: number): string {
-  const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutSec) + 1));
+export function ulimitPrologue(limits: CommandLimits, timeoutS: number): string {
+  const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutS) + 1));
   const fsizeBlocks = Math.max(1, Math.floor(limits.maxFileBytes / 1024));
   return `ulimit -H -S -u ${limits.maxProcesses} -f ${fsizeBlocks} -t ${cpu} -c 0 2>/dev/null\n`;
 }

@@ -10,7 +10,7 @@ import type { CappedOutput } from "../run/output.js";
 import type { RunResult } from "../run/runner.js";
 
 /**
- * Fast path for `bash`: one long-lived bubblewrap namespace per slot (per network policy),
+ * Fast path for `bash`: one long-lived bubblewrap namespace per slot (per network setting),
  * joined by every call, instead of a new bubblewrap per call.
  *
  * Why this design (measured on the 2-core CI box, see docs/sandbox-server.md):
@@ -34,7 +34,7 @@ import type { RunResult } from "../run/runner.js";
 /** Where the spawner appears inside the sandbox. */
 const SPAWNER_MOUNT = "/run/slotpool/spawner";
 
-export interface HolderOptions {
+export interface SlotNamespaceOptions {
   bwrapPath: string;
   spawnerPath: string;
   workspaceDir: string;
@@ -62,7 +62,7 @@ export interface HolderOptions {
   background?: boolean | undefined;
 }
 
-export interface HolderRunOptions {
+export interface SlotNamespaceRunOptions {
   command: string;
   cpuSeconds: number;
   maxProcesses: number;
@@ -81,7 +81,7 @@ export interface HolderRunOptions {
 }
 
 interface Pending {
-  options: HolderRunOptions;
+  options: SlotNamespaceRunOptions;
   resolve: (r: RunResult) => void;
   started: number;
   timedOut: boolean;
@@ -94,7 +94,7 @@ interface Pending {
 }
 
 /** One long-lived bubblewrap namespace with the spawner inside. */
-export class Holder {
+export class SlotNamespace {
   private child: ChildProcess | null = null;
   private pending: Pending | null = null;
   private ready: Promise<void> | null = null;
@@ -109,7 +109,7 @@ export class Holder {
   /** Init of the namespace's PID namespace (bwrap's child), known once the spawner said hello. */
   private nsInit: ProcessRef | null = null;
 
-  constructor(private readonly options: HolderOptions) {}
+  constructor(private readonly options: SlotNamespaceOptions) {}
 
   get alive(): boolean {
     return !this.dead && this.child !== null;
@@ -257,7 +257,7 @@ export class Holder {
   }
 
   /** Runs one command; one at a time (the slot's queue guarantees it). */
-  async run(opts: HolderRunOptions): Promise<RunResult> {
+  async run(opts: SlotNamespaceRunOptions): Promise<RunResult> {
     await this.start();
     if (this.dead || !this.child) return { exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: "slot sandbox process is gone" };
     if (this.pending) throw new Error("holder is busy (calls to one slot must be serialized)");

@@ -2,17 +2,8 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
-import type { z } from "zod";
-import {
-  ExecuteRequestSchema,
-  SandboxToolArgs,
-  type ExecuteResponse,
-  type ReadFileArgs,
-  type ResetResponse,
-  type WriteFileArgs,
-  type IsolationSummary,
-  type SandboxToolName,
-} from "../../protocol/sandbox.js";
+import { ExecuteRequestSchema, type ExecuteResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
+import { TOOL_TABLE, builtinTool, type BuiltinToolName, type ReadFileArgs, type WriteFileArgs } from "../../protocol/tool-table.js";
 import { blockedForOthers, octal } from "../../host/reachable.js";
 import { HttpError, fieldName } from "../../http/errors.js";
 import { ResetFailedError, SandboxSetupError } from "../core/errors.js";
@@ -20,7 +11,7 @@ import { identityFiles, type BwrapProbe } from "../isolation/isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "../isolation/limits.js";
 import { SandboxMetrics } from "./metrics.js";
 import { Slot } from "../core/slot.js";
-import { BashExecutor } from "../tools/bash.js";
+import { BashRunner } from "../tools/bash.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { OnChunk, ToolOutcome } from "../core/tool-outcome.js";
 import { StatefulSessions } from "../tools/stateful.js";
@@ -46,14 +37,14 @@ import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProb
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
 
-/** Hermes names accepted as aliases. */
-const TOOL_ALIASES: Record<string, SandboxToolName> = { terminal: "bash", terminal_stateful: "bash_stateful" };
+/** What an unknown tool's 400 lists: every name and alias of the tool table. */
+const KNOWN_TOOLS = TOOL_TABLE.map((t) => [t.name, ...t.aliases].join("/")).join(", ");
 
 export interface SandboxServiceOptions {
   slots: number;
   dataDir: string;
   limits?: Partial<CommandLimits>;
-  /** Network policy when a call does not say (the original's default: allowed). */
+  /** Network setting when a call does not say (the original's default: allowed). */
   defaultAllowNetwork?: boolean;
   /** First host uid for slots when running as root (slot i runs as base + i). */
   slotUidBase?: number;
@@ -93,10 +84,11 @@ export type { OnChunk, ToolOutcome };
 /** A validated call, ready to run on its slot. */
 export interface ParsedCall {
   slot: Slot;
-  tool: SandboxToolName;
+  /** Canonical (the table's name, aliases resolved). */
+  tool: BuiltinToolName;
   args: Record<string, unknown>;
   executionId: string | null;
-  timeoutSec: number | undefined;
+  timeoutS: number | undefined;
 }
 
 export class SandboxService implements SlotHost {
@@ -132,7 +124,7 @@ export class SandboxService implements SlotHost {
   readonly removal: TreeRemoval;
   /** POST /fork (fork.ts). */
   readonly forks: SlotForks;
-  private readonly bash: BashExecutor;
+  private readonly bash: BashRunner;
   private closed = false;
 
   constructor(readonly options: SandboxServiceOptions) {
@@ -226,7 +218,7 @@ export class SandboxService implements SlotHost {
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;
     this.metrics = new SandboxMetrics(() => this.slots);
-    this.bash = new BashExecutor(this);
+    this.bash = new BashRunner(this);
     this.stateful = new StatefulSessions(this);
     this.processes = new ProcessSessions(this);
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
@@ -274,12 +266,13 @@ export class SandboxService implements SlotHost {
       throw new HttpError(400, `invalid request: ${issue.message}`, fieldName(issue.path, prefix));
     }
     const req = env.data;
-    const tool = (TOOL_ALIASES[req.tool] ?? req.tool) as SandboxToolName;
-    const schema = (SandboxToolArgs as Record<string, z.ZodType | undefined>)[tool];
-    if (!schema) {
-      throw new HttpError(400, `unknown tool '${req.tool}': expected one of ${Object.keys(SandboxToolArgs).join(", ")}, terminal, terminal_stateful`, fieldName(["tool"], prefix));
+    // Old clients may still send an alias; the executor sends the canonical name.
+    const entry = builtinTool(req.tool);
+    if (!entry) {
+      throw new HttpError(400, `unknown tool '${req.tool}': expected one of ${KNOWN_TOOLS}`, fieldName(["tool"], prefix));
     }
-    const args = schema.safeParse(req.args);
+    const tool = entry.name;
+    const args = entry.args.safeParse(req.args);
     if (!args.success) {
       const issue = args.error.issues[0]!;
       throw new HttpError(400, `invalid args for ${tool}: ${issue.message}`, fieldName(["args", ...issue.path], prefix));
@@ -290,7 +283,7 @@ export class SandboxService implements SlotHost {
       tool,
       args: args.data as Record<string, unknown>,
       executionId: req.execution_id ?? null,
-      timeoutSec: req.timeout,
+      timeoutS: req.timeout,
     };
   }
 
@@ -338,17 +331,18 @@ export class SandboxService implements SlotHost {
     return isolationSummary({ limits: this.limitsInForce, bwrap: this.bwrap, memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses, internet: this.internetAccess !== undefined, internetReason: this.internetReason });
   }
 
+  /** One case per tool of the table (BuiltinToolName): a table tool without a case does not compile. */
   private async dispatch(call: ParsedCall, onChunk?: OnChunk): Promise<ToolOutcome> {
     switch (call.tool) {
       case "bash":
-        return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutSec, onChunk);
+        return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutS, onChunk);
       case "read_file":
       case "write_file":
         return this.fileTool(call);
       case "bash_stateful":
-        return this.stateful.bashStateful(call.slot, call.args as { command: string }, call.timeoutSec);
+        return this.stateful.bashStateful(call.slot, call.args as { command: string }, call.timeoutS);
       case "tmux":
-        return this.stateful.tmux(call.slot, call.args as { action: "start" | "send_keys" | "capture" | "stop" }, call.timeoutSec);
+        return this.stateful.tmux(call.slot, call.args as { action: "start" | "send_keys" | "capture" | "stop" }, call.timeoutS);
     }
   }
 
@@ -366,7 +360,7 @@ export class SandboxService implements SlotHost {
   }
 
   /** A finished run → the tool's answer (shared by bash and the stateful terminal). */
-  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutSec: number }): ToolOutcome {
+  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number }): ToolOutcome {
     return this.bash.outcome(res, output, ctx);
   }
 
@@ -426,7 +420,7 @@ export class SandboxService implements SlotHost {
         }
         // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
         // trajectory: every process is dead and the workspace empty by now) for the network
-        // policy the slot last used, built in the background. Its spawn (a fork of this
+        // setting the slot last used, built in the background. Its spawn (a fork of this
         // process: 5–15 ms of blocked event loop, measured) happens after this answer is
         // written, not before: the reset is complete without it. A call that arrives first
         // starts the namespace itself; one arriving during the start-up waits for it.
@@ -468,7 +462,7 @@ export class SandboxService implements SlotHost {
     return this.bash.warmAll(concurrency);
   }
 
-  /** Whether the slot's `bash` namespace is up (for the slot's last or the default policy). */
+  /** Whether the slot's `bash` namespace is up (for the slot's last or the default network setting). */
   isWarm(slot: Slot): boolean {
     return this.bash.isWarm(slot);
   }

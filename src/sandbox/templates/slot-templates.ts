@@ -32,8 +32,8 @@ export class SlotTemplates {
       budgetBytes,
       buildOwner,
       build: sandboxedTemplateBuilder(svc, buildOwner),
-      defaultTimeoutSec: Math.max(svc.limits.defaultTimeoutSec, 600),
-      maxTimeoutSec: svc.limits.maxTimeoutSec,
+      defaultTimeoutS: Math.max(svc.limits.defaultTimeoutS, 600),
+      maxTimeoutS: svc.limits.maxTimeoutS,
       logger: svc.logger,
       removal: svc.removal,
     });

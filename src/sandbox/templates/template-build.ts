@@ -10,19 +10,19 @@ import type { TemplateBuilder } from "./templates.js";
 /**
  * Runs a template's setup commands like any `bash` call: in a fresh bubblewrap sandbox (the
  * per-call path: the slots' long-lived namespaces are not involved), as the build uid, with
- * the slot limits, the template tree at /workspace, the server's default network policy,
+ * the slot limits, the template tree at /workspace, the server's default network setting,
  * and one wall-clock deadline for the whole build. Commands run in order; the first that
  * fails ends the build and is named in the error.
  */
 export function sandboxedTemplateBuilder(svc: SlotHost, owner: { uid: number; gid: number } | undefined): TemplateBuilder {
-  return async (treeDir, setup, timeoutSec) => {
-    const deadline = performance.now() + timeoutSec * 1000;
+  return async (treeDir, setup, timeoutS) => {
+    const deadline = performance.now() + timeoutS * 1000;
     const outputs: string[] = [];
     const sandboxed = svc.bwrap.available;
     const identity = identityFiles(svc.stateDir, owner?.uid ?? process.getuid?.() ?? 0, owner?.gid ?? process.getgid?.() ?? 0);
     for (const [i, command] of setup.entries()) {
       const leftSec = (deadline - performance.now()) / 1000;
-      if (leftSec <= 0) return { success: false, output: outputs.join(""), error: `timed out after ${timeoutSec} s before setup[${i}]` };
+      if (leftSec <= 0) return { success: false, output: outputs.join(""), error: `timed out after ${timeoutS} s before setup[${i}]` };
       const script = ulimitPrologue(svc.limits, leftSec) + command;
       // Output beyond the cap spills into the build's own dir (not the tree: it would end up in the template).
       const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: dirname(treeDir), fileName: svc.newOutputName() });
@@ -34,7 +34,7 @@ export function sandboxedTemplateBuilder(svc: SlotHost, owner: { uid: number; gi
       outputs.push(`$ ${command}\n${text}${text.endsWith("\n") || text === "" ? "" : "\n"}`);
       const shown = command.length > 80 ? `${command.slice(0, 77)}...` : command;
       if (res.spawnError) return { success: false, output: outputs.join(""), error: `setup[${i}] \`${shown}\` could not start: ${res.spawnError}` };
-      if (res.timedOut) return { success: false, output: outputs.join(""), error: `setup[${i}] \`${shown}\` timed out (the build's limit is ${timeoutSec} s)` };
+      if (res.timedOut) return { success: false, output: outputs.join(""), error: `setup[${i}] \`${shown}\` timed out (the build's limit is ${timeoutS} s)` };
       if (res.exitCode !== 0) return { success: false, output: outputs.join(""), error: `setup[${i}] \`${shown}\` exited ${res.exitCode ?? res.signal}` };
     }
     return { success: true, output: outputs.join(""), error: "" };

@@ -27,7 +27,7 @@ import { HttpError } from "../../http/errors.js";
  */
 
 /** Runs a template's setup inside a sandbox whose /workspace is `treeDir`. */
-export type TemplateBuilder = (treeDir: string, setup: string[], timeoutSec: number) => Promise<{ success: boolean; output: string; error: string }>;
+export type TemplateBuilder = (treeDir: string, setup: string[], timeoutS: number) => Promise<{ success: boolean; output: string; error: string }>;
 
 export interface TemplateStoreOptions {
   /** Root of the store (server-side state dir; created 0711, the store itself 0700). */
@@ -36,8 +36,8 @@ export interface TemplateStoreOptions {
   /** uid/gid the build runs as and its files belong to (undefined: the server's own). */
   buildOwner: { uid: number; gid: number } | undefined;
   build: TemplateBuilder;
-  defaultTimeoutSec: number;
-  maxTimeoutSec: number;
+  defaultTimeoutS: number;
+  maxTimeoutS: number;
   logger: Logger;
   /** Deletes trees in child processes (a build's setup commands may leave any tree): see tree-removal.ts. */
   removal: TreeRemoval;
@@ -127,13 +127,13 @@ export class TemplateStore {
     const key = `${req.name}@${hash}`;
     const running = this.inFlight.get(key);
     if (running) return running.then((r) => ({ ...r, built: false }));
-    const timeoutSec = Math.min(req.timeout ?? this.options.defaultTimeoutSec, this.options.maxTimeoutSec);
-    const p = this.runBuild(req.name, hash, req.setup, files, timeoutSec).finally(() => this.inFlight.delete(key));
+    const timeoutS = Math.min(req.timeout ?? this.options.defaultTimeoutS, this.options.maxTimeoutS);
+    const p = this.runBuild(req.name, hash, req.setup, files, timeoutS).finally(() => this.inFlight.delete(key));
     this.inFlight.set(key, p);
     return p;
   }
 
-  private async runBuild(name: string, hash: string, setup: string[], files: Record<string, string>, timeoutSec: number): Promise<TemplateBuildResponse> {
+  private async runBuild(name: string, hash: string, setup: string[], files: Record<string, string>, timeoutS: number): Promise<TemplateBuildResponse> {
     const started = performance.now();
     const work = join(this.buildingDir, `${name}-${hash.slice(0, 12)}-${randomBytes(4).toString("hex")}`);
     const tree = join(work, "tree");
@@ -144,7 +144,7 @@ export class TemplateStore {
       if (owner) await chown(tree, owner.uid, owner.gid);
       for (const [rel, content] of Object.entries(files)) await writeOwned(tree, rel, content, owner);
       this.buildsRun++;
-      const res = await this.options.build(tree, setup, timeoutSec);
+      const res = await this.options.build(tree, setup, timeoutS);
       if (!res.success) {
         return { success: false, built: true, output: res.output, error: `template '${name}' build failed: ${res.error}` };
       }

@@ -2,7 +2,7 @@ import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.
 import { ulimitPrologue } from "../isolation/limits.js";
 import { CappedOutput } from "../run/output.js";
 import { runProcess, type RunResult } from "../run/runner.js";
-import { Holder } from "../isolation/spawner.js";
+import { SlotNamespace } from "../isolation/spawner.js";
 import { firstChild } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
@@ -20,33 +20,33 @@ export interface BashArgs {
  * Fast path: the slot's long-lived namespace with the spawner inside (`spawner.ts`);
  * fallback: a new bubblewrap per call; last resort (no bubblewrap): plain bash.
  */
-export class BashExecutor {
+export class BashRunner {
   /** Per slot index: holder with network ("net") and without ("nonet"). */
-  private readonly holders = new Map<number, { net?: Holder; nonet?: Holder }>();
-  /** Per slot index: the network policy of its last `bash` call (what a reset re-warms). */
-  private readonly lastPolicy = new Map<number, boolean>();
+  private readonly holders = new Map<number, { net?: SlotNamespace; nonet?: SlotNamespace }>();
+  /** Per slot index: the network setting of its last `bash` call (what a reset re-warms). */
+  private readonly lastNetwork = new Map<number, boolean>();
   /** Holders running their warm-up command: a real call waits for it (one command at a time). */
-  private readonly warming = new Map<Holder, Promise<void>>();
+  private readonly warming = new Map<SlotNamespace, Promise<void>>();
   /** Holders whose next command must enter /workspace again (see `reanchor`). */
-  private readonly reanchored = new WeakSet<Holder>();
+  private readonly reanchored = new WeakSet<SlotNamespace>();
   private closed = false;
 
   constructor(private readonly service: SlotHost) {}
 
-  timeoutSec(args: { timeout?: number }, envelopeTimeout: number | undefined): number {
+  timeoutS(args: { timeout?: number }, envelopeTimeout: number | undefined): number {
     const l = this.service.limits;
-    const t = args.timeout ?? envelopeTimeout ?? l.defaultTimeoutSec;
-    return Math.min(t, l.maxTimeoutSec);
+    const t = args.timeout ?? envelopeTimeout ?? l.defaultTimeoutS;
+    return Math.min(t, l.maxTimeoutS);
   }
 
-  private holder(slot: Slot, allowNetwork: boolean, background = false): Holder {
+  private holder(slot: Slot, allowNetwork: boolean, background = false): SlotNamespace {
     let h = this.holders.get(slot.index);
     if (!h) this.holders.set(slot.index, (h = {}));
     const key = allowNetwork ? "net" : "nonet";
     let holder = h[key];
     if (!holder || !holder.alive) {
       const svc = this.service;
-      holder = new Holder({
+      holder = new SlotNamespace({
         bwrapPath: svc.bwrap.path!,
         spawnerPath: svc.spawnerPath!,
         workspaceDir: slot.workspaceDir,
@@ -66,9 +66,9 @@ export class BashExecutor {
 
   async run(slot: Slot, args: BashArgs, envelopeTimeout: number | undefined, onChunk?: OnChunk): Promise<ToolOutcome> {
     const svc = this.service;
-    const timeoutSec = this.timeoutSec(args, envelopeTimeout);
+    const timeoutS = this.timeoutS(args, envelopeTimeout);
     const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
-    this.lastPolicy.set(slot.index, allowNetwork);
+    this.lastNetwork.set(slot.index, allowNetwork);
     const sandboxed = svc.bwrap.available;
     if (!sandboxed && args.require_sandbox) {
       return {
@@ -81,7 +81,7 @@ export class BashExecutor {
     const outputName = svc.newOutputName();
     const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: slot.workspaceDir, fileName: outputName, owner: slot.owner });
     const limits = svc.limits;
-    const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutSec) + 1));
+    const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutS) + 1));
     let res: RunResult;
     if (sandboxed && svc.spawnerPath) {
       let holder = this.holder(slot, allowNetwork);
@@ -105,7 +105,7 @@ export class BashExecutor {
           addressSpaceBytes: svc.addressSpaceBytes,
           outputCap: limits.outputCap,
           outputFileName: outputName,
-          timeoutMs: timeoutSec * 1000,
+          timeoutMs: timeoutS * 1000,
           output,
           onChunk,
           signal: slot.abortSignal,
@@ -115,20 +115,20 @@ export class BashExecutor {
         res = { exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: err instanceof Error ? err.message : String(err) };
       }
     } else {
-      const script = ulimitPrologue(limits, timeoutSec) + args.command;
+      const script = ulimitPrologue(limits, timeoutS) + args.command;
       const spec = sandboxed
         ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,
         ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
-        timeoutMs: timeoutSec * 1000,
+        timeoutMs: timeoutS * 1000,
         output,
         onChunk,
         signal: slot.abortSignal,
       });
     }
-    const outcome = this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutSec });
+    const outcome = this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutS });
     // Asked for network where there is none (e.g. a container without /dev/net/tun): it ran
     // loopback-only at once, and the result says why.
     if (args.allow_network === true && sandboxed && !allowNetwork) outcome.metadata["network_unavailable"] = svc.internetReason ?? "network on is unavailable here";
@@ -138,7 +138,7 @@ export class BashExecutor {
   outcome(
     res: { exitCode: number | null; signal: NodeJS.Signals | null; timedOut: boolean; aborted: boolean; durationMs: number; spawnError?: string },
     output: CappedOutput,
-    ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutSec: number },
+    ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number },
   ): ToolOutcome {
     const text = output.text();
     const exitCode = res.exitCode ?? (res.signal ? 128 + signalNumber(res.signal) : -1);
@@ -160,7 +160,7 @@ export class BashExecutor {
     if (res.spawnError) return { success: false, output: text, error: `could not start the command: ${res.spawnError}`, metadata };
     if (res.timedOut) {
       metadata.timeout = true;
-      return { success: false, output: text, error: `Command timed out after ${ctx.timeoutSec} seconds`, metadata };
+      return { success: false, output: text, error: `Command timed out after ${ctx.timeoutS} seconds`, metadata };
     }
     if (res.aborted) return { success: false, output: text, error: "command killed: the slot was reset or the server is shutting down", metadata };
     return { success: exitCode === 0, output: text, error: exitCode === 0 ? "" : `Exit code: ${exitCode}`, metadata };
@@ -169,11 +169,11 @@ export class BashExecutor {
   /**
    * Starts the slot's namespace (holder) for `allowNetwork` if it has none, without waiting
    * for it: the holder is registered at once, so a call arriving while it starts finds it
-   * and waits for the same start-up (`Holder.run` awaits `start()`) instead of building a
+   * and waits for the same start-up (`SlotNamespace.run` awaits `start()`) instead of building a
    * second one. Resolves when the holder is ready (or failed; a failed holder is replaced
    * by the next call). No-op without the fast path or after shutdown.
    */
-  warm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): Promise<void> {
+  warm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): Promise<void> {
     const svc = this.service;
     if (this.closed || !svc.bwrap.available || !svc.spawnerPath) return Promise.resolve();
     const existing = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
@@ -220,7 +220,7 @@ export class BashExecutor {
   }
 
   /** Whether the slot has a live namespace for `allowNetwork` (tests, /slots). */
-  isWarm(slot: Slot, allowNetwork = this.lastPolicy.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): boolean {
+  isWarm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.defaultAllowNetwork)): boolean {
     const h = this.holders.get(slot.index);
     return (allowNetwork ? h?.net : h?.nonet)?.alive ?? false;
   }
@@ -228,7 +228,7 @@ export class BashExecutor {
   /** A process inside each live command namespace of the slot (after its warm-up), for a fork to remount (fork.ts). */
   async namespacePids(slot: Slot): Promise<number[]> {
     const h = this.holders.get(slot.index);
-    const live = [h?.net, h?.nonet].filter((x): x is Holder => x !== undefined && x.alive);
+    const live = [h?.net, h?.nonet].filter((x): x is SlotNamespace => x !== undefined && x.alive);
     await Promise.all(live.map((x) => this.warming.get(x)));
     return live.map((x) => (x.pid !== undefined ? firstChild(x.pid)?.pid : undefined)).filter((p): p is number => p !== undefined);
   }

@@ -1,6 +1,6 @@
 import { isUtf8 } from "node:buffer";
 import type { FileHandle } from "node:fs/promises";
-import type { ReadFileArgs, WriteFileArgs } from "../../protocol/sandbox.js";
+import type { ReadFileArgs, WriteFileArgs } from "../../protocol/tool-table.js";
 import { resolveInWorkspace, WorkspacePathError, type FileOwner } from "./path-guard.js";
 import type { ToolOutcome } from "../core/tool-outcome.js";
 

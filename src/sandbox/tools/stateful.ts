@@ -6,7 +6,7 @@ import type { ToolOutcome } from "../core/tool-outcome.js";
 import { CappedOutput } from "../run/output.js";
 import { runProcess, type RunResult } from "../run/runner.js";
 import type { SlotHost } from "../workspace/slot-host.js";
-import { Holder } from "../isolation/spawner.js";
+import { SlotNamespace } from "../isolation/spawner.js";
 import type { Slot } from "../core/slot.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
 import { ulimitPrologue } from "../isolation/limits.js";
@@ -45,7 +45,7 @@ export function shQuote(s: string): string {
 const TMUX_KEY_NAME = /^(C-[a-z\\\]^_@]|M-[a-z0-9]|Enter|Escape|Tab|BTab|BSpace|Space|Up|Down|Left|Right|Home|End|PageUp|PageDown|PPage|NPage|IC|DC|F\d{1,2})$/;
 
 interface Session {
-  holder: Holder | null;
+  holder: SlotNamespace | null;
   allowNetwork: boolean;
   /**
    * Host dir of the session's files (tmux socket, command and output files), the slot's
@@ -112,7 +112,7 @@ export class StatefulSessions {
   private session(slot: Slot, allowNetwork: boolean): Session {
     let s = this.sessions.get(slot.index);
     if (s && s.holder && (!s.holder.alive || s.allowNetwork !== allowNetwork)) {
-      // Dead, or started under another network policy: start over (policy wins over state).
+      // Dead, or started under another network setting: start over (network setting wins over state).
       s.holder.kill();
       s = undefined;
     }
@@ -120,7 +120,7 @@ export class StatefulSessions {
       const svc = this.service;
       const hostDir = this.hostDir(slot);
       if (svc.bwrap.available && svc.spawnerPath) {
-        const holder = new Holder({
+        const holder = new SlotNamespace({
           bwrapPath: svc.bwrap.path!,
           spawnerPath: svc.spawnerPath,
           workspaceDir: slot.workspaceDir,
@@ -169,7 +169,7 @@ export class StatefulSessions {
   }
 
   /** Runs a helper script in the session's namespace (keep mode: it may leave processes). */
-  private async exec(slot: Slot, session: Session, script: string, timeoutSec: number, output: CappedOutput): Promise<RunResult> {
+  private async exec(slot: Slot, session: Session, script: string, timeoutS: number, output: CappedOutput): Promise<RunResult> {
     const svc = this.service;
     if (session.holder) {
       return session.holder.run({
@@ -181,7 +181,7 @@ export class StatefulSessions {
         outputCap: svc.limits.outputCap,
         outputFileName: output.fileName,
         keep: true,
-        timeoutMs: timeoutSec * 1000,
+        timeoutMs: timeoutS * 1000,
         output,
         signal: slot.abortSignal,
       });
@@ -192,7 +192,7 @@ export class StatefulSessions {
       cwd: slot.workspaceDir,
       env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", TERM: "xterm" },
       ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
-      timeoutMs: timeoutSec * 1000,
+      timeoutMs: timeoutS * 1000,
       output,
       signal: slot.abortSignal,
     });
@@ -222,7 +222,7 @@ export class StatefulSessions {
     if (refused) return refused;
     const svc = this.service;
     const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
-    const timeoutSec = Math.min(args.timeout ?? envelopeTimeout ?? svc.limits.defaultTimeoutSec, svc.limits.maxTimeoutSec);
+    const timeoutS = Math.min(args.timeout ?? envelopeTimeout ?? svc.limits.defaultTimeoutS, svc.limits.maxTimeoutS);
     const session = this.session(slot, allowNetwork);
     const n = `${Date.now().toString(36)}${(session.seq++).toString(36)}`;
     const D = this.dir(session);
@@ -241,8 +241,8 @@ export class StatefulSessions {
       `exit $rc`,
     ].join("\n");
     const output = this.newOutput(slot);
-    const res = await this.exec(slot, session, script, timeoutSec, output);
-    const ctx = { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutSec };
+    const res = await this.exec(slot, session, script, timeoutS, output);
+    const ctx = { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutS };
     if (res.timedOut) {
       // Interrupt the command in the session and hand back what it printed so far.
       const partial = this.newOutput(slot);
@@ -257,7 +257,7 @@ export class StatefulSessions {
     if (refused) return refused;
     const svc = this.service;
     const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
-    const timeoutSec = Math.min(args.timeout ?? envelopeTimeout ?? 30, svc.limits.maxTimeoutSec);
+    const timeoutS = Math.min(args.timeout ?? envelopeTimeout ?? 30, svc.limits.maxTimeoutS);
     if (args.action === "stop") {
       await this.stop(slot);
       return { success: true, output: "tmux session stopped", error: "", metadata: { exit_code: 0 } };
@@ -281,8 +281,8 @@ export class StatefulSessions {
         break;
     }
     const output = this.newOutput(slot);
-    const res = await this.exec(slot, session, script, timeoutSec, output);
-    return this.service.outcome(res, output, { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutSec });
+    const res = await this.exec(slot, session, script, timeoutS, output);
+    return this.service.outcome(res, output, { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutS });
   }
 
   /**
@@ -294,18 +294,18 @@ export class StatefulSessions {
    * command), with only the session dir bound in (no workspace: an empty read-only
    * /workspace): whatever it is made to run stays inside the slot's walls, writes nothing
    * of the slot's, and dies at the slot's reset (`trackAttach`, `stop`).
-   * `timeoutSec`: how long the viewer may stay (the slot's longest command timeout).
+   * `timeoutS`: how long the viewer may stay (the slot's longest command timeout).
    */
-  attachCommand(slot: Slot): { sandboxArgs: string[] | null; command: string[]; hostDir: string; timeoutSec: number } | null {
+  attachCommand(slot: Slot): { sandboxArgs: string[] | null; command: string[]; hostDir: string; timeoutS: number } | null {
     const s = this.sessions.get(slot.index);
     if (!s) return null;
     const svc = this.service;
-    const timeoutSec = svc.limits.maxTimeoutSec;
+    const timeoutS = svc.limits.maxTimeoutS;
     // RLIMIT_AS too where no slot cgroup bounds memory, as for every slot command.
     const addressSpace = svc.addressSpaceBytes > 0 ? `ulimit -H -S -v ${Math.floor(svc.addressSpaceBytes / 1024)} 2>/dev/null\n` : "";
-    const limited = (tmux: string[]): string[] => ["/bin/bash", "-c", `${ulimitPrologue(svc.limits, timeoutSec)}${addressSpace}exec "$@"`, "slotpool-attach", ...tmux];
+    const limited = (tmux: string[]): string[] => ["/bin/bash", "-c", `${ulimitPrologue(svc.limits, timeoutS)}${addressSpace}exec "$@"`, "slotpool-attach", ...tmux];
     if (!s.holder) {
-      return { sandboxArgs: null, command: limited(["tmux", "-S", join(s.hostDir, "tmux.sock"), "-C", "attach-session", "-r", "-t", "main"]), hostDir: s.hostDir, timeoutSec };
+      return { sandboxArgs: null, command: limited(["tmux", "-S", join(s.hostDir, "tmux.sock"), "-C", "attach-session", "-r", "-t", "main"]), hostDir: s.hostDir, timeoutS };
     }
     if (!s.holder.alive) return null;
     return {
@@ -316,7 +316,7 @@ export class StatefulSessions {
       ],
       command: limited(["tmux", "-S", `${SESSION_MOUNT}/tmux.sock`, "-C", "attach-session", "-r", "-t", "main"]),
       hostDir: s.hostDir,
-      timeoutSec,
+      timeoutS,
     };
   }
 

@@ -43,5 +43,5 @@ export interface SlotHost {
   effectiveNetwork(requested: boolean): boolean;
   identity(slot: Slot): { passwd: string; group: string };
   newOutputName(): string;
-  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutSec: number }): ToolOutcome;
+  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number }): ToolOutcome;
 }

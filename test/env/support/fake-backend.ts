@@ -6,12 +6,13 @@ import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "../../../s
 import type { ToolCall, ToolResult } from "../../../src/protocol/tool.js";
 import type { ToolBackend } from "../../../src/env/backend.js";
 import { ToolRegistry } from "../../../src/tools/registry.js";
+import { SlotLostError } from "../../../src/pool/errors.js";
 
 export class FakeExecutor implements ToolExecutorLike {
   readonly files = new Map<string, Map<string, string>>();
   readonly released: string[] = [];
   readonly calls: Array<{ trajectoryId: string; call: ToolCall }> = [];
-  /** Trajectory ids whose next call reports a lost slot (once each). */
+  /** Trajectory ids whose next call fails with SlotLostError, as the ToolExecutor does (once each). */
   readonly loseNext = new Set<string>();
   loseAllCalls = false;
 
@@ -20,7 +21,7 @@ export class FakeExecutor implements ToolExecutorLike {
     options?.signal?.throwIfAborted();
     this.calls.push({ trajectoryId, call });
     if (this.loseAllCalls || this.loseNext.delete(trajectoryId)) {
-      return { success: false, output: "", error: "workspace lost", metadata: { slot_lost: true, slot_id: "slot_0", allocation_id: "alloc-1", reason: "killed" }, uniq_id: null };
+      throw new SlotLostError("slot_0", "alloc-1", "killed", trajectoryId);
     }
     const fs = this.files.get(trajectoryId) ?? new Map<string, string>();
     this.files.set(trajectoryId, fs);

@@ -12,7 +12,7 @@ import type {
   ContainerInfo,
   PoolStats,
   ReleaseOptions,
-  Slot,
+  LeasedSlot,
   SlotCall,
   SlotPoolLike,
 } from "../../../src/pool/types.js";
@@ -39,12 +39,12 @@ export class DirectSlotPool implements SlotPoolLike {
 
   async start(): Promise<void> {}
 
-  async acquire(options: AcquireOptions): Promise<Slot> {
+  async acquire(options: AcquireOptions): Promise<LeasedSlot> {
     this.acquires++;
     const slot = this.free.shift();
     if (slot) return this.hold(slot, options.trajectoryId);
     const timeoutMs = options.timeoutMs ?? 30_000;
-    return new Promise<Slot>((resolve, reject) => {
+    return new Promise<LeasedSlot>((resolve, reject) => {
       const entry = { trajectoryId: options.trajectoryId, resolve: (s: DirectSlot) => resolve(this.hold(s, options.trajectoryId)) };
       this.waiting.push(entry);
       setTimeout(() => {
@@ -56,7 +56,7 @@ export class DirectSlotPool implements SlotPoolLike {
     });
   }
 
-  async release(slot: Slot, options: ReleaseOptions = {}): Promise<void> {
+  async release(slot: LeasedSlot, options: ReleaseOptions = {}): Promise<void> {
     const s = slot as DirectSlot;
     const reset = options.reset ?? true;
     this.releases.push({ key: s.key, reset });
@@ -100,7 +100,7 @@ export class DirectSlotPool implements SlotPoolLike {
   }
 }
 
-class DirectSlot implements Slot {
+class DirectSlot implements LeasedSlot {
   trajectoryId = "";
   constructor(
     private readonly pool: DirectSlotPool,

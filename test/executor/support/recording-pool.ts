@@ -3,7 +3,7 @@
  * checks on the exact wire arguments (policy stamping, timeout clamping) that a real
  * sandbox would not echo back.
  */
-import type { CallOptions, ContainerInfo, PoolStats, Slot, SlotCall, SlotPoolLike } from "../../../src/pool/types.js";
+import type { CallOptions, ContainerInfo, PoolStats, LeasedSlot, SlotCall, SlotPoolLike } from "../../../src/pool/types.js";
 import type { ExecuteResponse } from "../../../src/protocol/sandbox.js";
 
 export class RecordingPool implements SlotPoolLike {
@@ -15,7 +15,7 @@ export class RecordingPool implements SlotPoolLike {
   async stop(): Promise<void> {}
   async release(): Promise<void> {}
 
-  async acquire(options: { trajectoryId: string }): Promise<Slot> {
+  async acquire(options: { trajectoryId: string }): Promise<LeasedSlot> {
     const n = this.acquired++;
     const answer = (call: SlotCall): ExecuteResponse => {
       this.sent.push(call);

@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll } from "vitest";
 import { NomadClient } from "../../../src/nomad/client.js";
 import { NomadProvisioner, type NomadProvisionerOptions } from "../../../src/pool/nomad-provisioner.js";
 import { SlotPool, type SlotPoolOptions } from "../../../src/pool/slot-pool.js";
-import type { Slot } from "../../../src/pool/types.js";
+import type { LeasedSlot } from "../../../src/pool/types.js";
 import { startNomadEmulator, type NomadEmulator } from "../../support/nomad-emulator.js";
 
 export interface NomadHarness {
@@ -65,4 +65,4 @@ export async function until(cond: () => boolean, timeoutMs = 15_000): Promise<vo
   }
 }
 
-export const bash = (slot: Slot, command: string) => slot.execute({ tool: "bash", args: { command } });
+export const bash = (slot: LeasedSlot, command: string) => slot.execute({ tool: "bash", args: { command } });

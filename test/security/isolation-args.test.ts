@@ -1,5 +1,5 @@
 /**
- * Policy arguments (`allow_network`, `require_sandbox`, `require_stateful_sandbox`) belong to
+ * Isolation arguments (`allow_network`, `require_sandbox`, `require_stateful_sandbox`) belong to
  * the env's config, never to the model: through the executor service started with
  * `--no-network`, a tool call whose arguments ask for network still gets none.
  */
@@ -43,7 +43,7 @@ async function call(trajectoryId: string, name: string, args: Record<string, unk
   return (await res.json()) as { success: boolean; output: string; error: string; metadata: Record<string, unknown> };
 }
 
-describe("policy arguments from the model are ignored", () => {
+describe("isolation arguments from the model are ignored", () => {
   it("bash / terminal / bash_stateful asking for allow_network: true still have no network (env says --no-network)", async () => {
     const connect = `(exec 3<>/dev/tcp/127.0.0.1/${port} && head -1 <&3) 2>&1; echo rc=$?`;
     for (const [name, args] of [

@@ -1,7 +1,14 @@
-import { randomInt } from "node:crypto";
+import { createHash, randomInt } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 
 /**
+ * The one owner of slot uid blocks: which host uids the slots of a sandbox server run as, so
+ * that servers sharing a host (or a Nomad node) never share a slot uid. Both sides use it:
+ * the pool's provisioners hand a block to each container they start (`SlotUidAllocator`,
+ * passed as `--slot-uid-base`), and a server started without that flag picks its own
+ * (`slotUidBase`: its allocation's block inside Nomad, else 20000). The two ranges do not
+ * overlap: provisioner blocks in [2^30, 2^31), allocation blocks in [2^29, 2^30).
+ *
  * Host uid ranges for the slots of sandbox servers that share one host.
  *
  * A root sandbox server runs slot i as host uid `--slot-uid-base` + i. Per-uid limits —
@@ -89,4 +96,36 @@ export function uidsInUse(first: number, count: number): boolean {
 /** Whether `args` already sets `--slot-uid-base` (the caller chose the uids itself). */
 export function hasSlotUidBase(args: readonly string[] | undefined): boolean {
   return (args ?? []).some((a) => a === "--slot-uid-base" || a.startsWith("--slot-uid-base="));
+}
+
+/**
+ * Slot uids of a server inside a Nomad allocation. Per-uid limits (RLIMIT_NPROC above all,
+ * often the only process bound in a container whose cgroups are read-only) count every
+ * process of a uid on the node, so two allocations whose slots share uids share those
+ * limits. Without `--slot-uid-base`, a server that sees `NOMAD_ALLOC_ID` takes a block of
+ * its own: block k of `ALLOC_BLOCK` uids in [2^29, 2^30), k derived from the allocation
+ * id (below the provisioners' [2^30, 2^31) range, above system and subuid ranges),
+ * moving on to the next block while any process runs as a uid of the chosen one (another
+ * allocation on the node holds it).
+ */
+export const ALLOC_UID_RANGE_START = 2 ** 29;
+/** Uids per allocation: the most slots one server may have. */
+export const ALLOC_BLOCK = 4096;
+const ALLOC_BLOCKS = 2 ** 29 / ALLOC_BLOCK;
+/** The server's default base without Nomad (slot i runs as 20000 + i). */
+export const DEFAULT_SLOT_UID_BASE = 20_000;
+
+export function allocationUidBase(allocId: string, inUse: (first: number, count: number) => boolean = uidsInUse): number {
+  const start = createHash("sha256").update(allocId).digest().readUInt32BE(0) % ALLOC_BLOCKS;
+  for (let i = 0; i < ALLOC_BLOCKS; i++) {
+    const first = ALLOC_UID_RANGE_START + ((start + i) % ALLOC_BLOCKS) * ALLOC_BLOCK;
+    if (!inUse(first, ALLOC_BLOCK)) return first;
+  }
+  throw new Error("no free slot uid block: every block of [2^29, 2^30) has a running process");
+}
+
+/** `--slot-uid-base` when given, else the allocation's block inside Nomad, else 20000. */
+export function slotUidBase(flag: number | undefined, allocId: string | undefined): number {
+  if (flag !== undefined) return flag;
+  return allocId ? allocationUidBase(allocId) : DEFAULT_SLOT_UID_BASE;
 }
