@@ -12,7 +12,7 @@ import type { ToolContext } from "./tool-context.js";
  * An env's own tools (a `submit`, a `run_tests`), offered to the model beside the built-ins
  * and routed by the same registry, short of writing a backend:
  *  - `run(args, ctx)`: in the env's process, with the trajectory's ToolContext;
- *  - `command(args)`: a shell command run in the trajectory's slot (as `bash`, with its policy).
+ *  - `command(args)`: a shell command run in the trajectory's slot (as `bash`, with its isolation arguments).
  * See docs/tools.md.
  */
 interface EnvToolBase<S extends z.ZodObject> {
@@ -76,7 +76,7 @@ export function registerEnvTools(registry: ToolRegistry, tools: readonly ToolDef
 }
 
 /**
- * Runs an in-process tool for one call: arguments checked against its schema (policy
+ * Runs an in-process tool for one call: arguments checked against its schema (isolation
  * arguments dropped), its output as a ToolResult. Its own exceptions become a failed result
  * the model reads, as a failing command's would; a lost slot (from a ctx call) propagates.
  */

@@ -107,11 +107,11 @@ export class ToolExecutor implements ToolExecutorLike {
   private readonly totals = { calls: 0, errors: 0, sandbox: 0, external: 0 };
   private readonly recentLatencies = new LatencyWindow(4096);
   /** The isolation arguments' values, from the config: stamped on every sandbox call that honours them. */
-  private readonly policy: Readonly<Record<IsolationArgName, boolean>>;
+  private readonly isolation: Readonly<Record<IsolationArgName, boolean>>;
 
   constructor(options: ToolExecutorOptions) {
     this.config = parseToolExecutorConfig(options.config);
-    this.policy = { allow_network: this.config.allowNetwork, require_sandbox: this.config.requireSandbox, require_stateful_sandbox: this.config.requireStatefulSandbox };
+    this.isolation = { allow_network: this.config.allowNetwork, require_sandbox: this.config.requireSandbox, require_stateful_sandbox: this.config.requireStatefulSandbox };
     this.pool = options.pool;
     this.tools = options.tools ?? ToolRegistry.withBuiltins();
     this.logger = options.logger ?? silentLogger();
@@ -452,7 +452,7 @@ export class ToolExecutor implements ToolExecutorLike {
     const tool = shell?.name ?? pc.tool.name;
     const args: Record<string, unknown> = shell ? { command: pc.tool.slotCommand!(pc.args), timeout: pc.timeoutS } : { ...pc.args };
     // A sandbox tool the table does not describe gets every isolation argument (fail closed).
-    for (const name of shell?.isolationArgs ?? pc.tool.isolationArgs ?? ISOLATION_ARG_NAMES) args[name] = this.policy[name];
+    for (const name of shell?.isolationArgs ?? pc.tool.isolationArgs ?? ISOLATION_ARG_NAMES) args[name] = this.isolation[name];
     return { tool, args, execution_id: pc.call.uniq_id ?? null, timeout: pc.timeoutS };
   }
 

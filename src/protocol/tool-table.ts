@@ -5,7 +5,7 @@ import { NO_NUL, WorkspacePathSchema } from "./sandbox.js";
  * The tool table: every built-in sandbox tool once, with its name, aliases, argument schema,
  * description and isolation arguments. Everything else is derived from it:
  *  - the model-facing schemas (OpenAI `tools[]`, the Hermes prompt): `src/tools/builtin.ts`;
- *  - the executor's routing and the policy it stamps on a call: `src/executor/tool-executor.ts`;
+ *  - the executor's routing and the isolation arguments it stamps on a call: `src/executor/tool-executor.ts`;
  *  - the sandbox server's dispatch and argument check: `src/sandbox/service/service.ts`.
  * Env-defined tools are added beside these in a ToolRegistry (docs/tools.md).
  */
@@ -13,7 +13,7 @@ import { NO_NUL, WorkspacePathSchema } from "./sandbox.js";
 /**
  * Isolation arguments decide how much a sandbox command may do (network, fail-closed
  * isolation). They come from env/executor config only: a model that writes them into its
- * tool call must not be able to loosen the policy, so they are removed from every call and
+ * tool call must not be able to loosen its isolation, so they are removed from every call and
  * filled by the executor from its config.
  */
 export const ISOLATION_ARG_NAMES = ["allow_network", "require_sandbox", "require_stateful_sandbox"] as const;

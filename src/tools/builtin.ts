@@ -4,7 +4,7 @@ import type { ToolDefinition } from "./types.js";
 
 /**
  * The sandbox tools every sandbox server offers, derived from the tool table
- * (`protocol/tool-table.ts`): the model sees each entry's schema without its policy
+ * (`protocol/tool-table.ts`): the model sees each entry's schema without its isolation
  * arguments (parametersJsonSchema drops them).
  */
 function fromTable(entry: ToolTableEntry): ToolDefinition {

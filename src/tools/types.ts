@@ -34,7 +34,7 @@ export interface ToolDefinition<S extends z.ZodType = z.ZodType> {
   timeoutArg?: string;
   /**
    * Env tools run in the slot: the shell command that does the work, built from the parsed
-   * arguments. The executor runs it as a `bash` call in the trajectory's slot (with bash's policy).
+   * arguments. The executor runs it as a `bash` call in the trajectory's slot (with bash's isolation arguments).
    */
   slotCommand?(args: z.output<S>): string;
   /**

@@ -1,7 +1,7 @@
 /**
  * Fork benchmark (issue 23).
  *
- *   npm run build && node --import tsx test/bench/fork-bench.ts [--rounds 30] [--children 8] [--sizes 5000,50000] [--quick] [--no-template]
+ *   npm run build && node --import tsx test/bench/fork-bench.ts [--rounds 200] [--children 8] [--sizes 5000,50000] [--chain 20] [--quick] [--no-template]
  *
  * On a real sandbox server (as root or not, whoever runs it): one parent slot per size writes
  * a tree of N small files itself (not a template: `awk` in the slot); then each round, for
@@ -15,9 +15,12 @@
  * costs per child; 8 children cost 8 of them), and resetting 8 slots into a template of the
  * same tree (`POST /reset {"template"}`, concurrently: the cheapest way to start 8 children
  * from a prepared state, without the parent's own changes). Targets: fork p50 ≤ 20 ms, and
- * 50,000-file / 5,000-file p50 ≤ 1.5x. Each round leaves one more layer under the parent
- * (a fork turns its writes into a layer), as repeated forks of a live slot do. Figures
- * depend on the machine's load.
+ * 50,000-file / 5,000-file p50 ≤ 1.5x, over the whole run (the p50 of each quarter of the
+ * rounds is printed: a cost that grows with the run shows there). Each fork leaves one more
+ * layer under the parent (a fork turns its writes into a layer), as repeated forks of a live
+ * slot do; after `--chain` forks the parent is reset and writes its tree again (as a
+ * group's root is reset after its group: chains end), untimed, so every quarter of the run
+ * sees the same chain depths (1 to `--chain`). Figures depend on the machine's load.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -31,7 +34,8 @@ const opt = (name: string): string | undefined => {
   const i = argv.indexOf(name);
   return i >= 0 ? argv[i + 1] : undefined;
 };
-const ROUNDS = Number(opt("--rounds") ?? (quick ? 10 : 30));
+const ROUNDS = Number(opt("--rounds") ?? (quick ? 10 : 200));
+const CHAIN = Number(opt("--chain") ?? 20);
 const CHILDREN = Number(opt("--children") ?? 8);
 const SIZES = (opt("--sizes") ?? (quick ? "2000,20000" : "5000,50000")).split(",").map(Number);
 const TEMPLATE = !argv.includes("--no-template");
@@ -82,6 +86,10 @@ async function main(): Promise<void> {
     const lat: number[][] = SIZES.map(() => []);
     const freshLat: number[][] = SIZES.map(() => []);
     let mode = "";
+    const restart = async (k: number): Promise<void> => {
+      await post("/reset", { slot_id: `slot_${parents[k]}` });
+      await bash(parents[k]!, writeTree(SIZES[k]!));
+    };
     for (const [k, files] of SIZES.entries()) {
       const t0 = performance.now();
       const count = (await bash(parents[k]!, writeTree(files))).trim();
@@ -90,6 +98,8 @@ async function main(): Promise<void> {
     for (let r = 0; r < ROUNDS; r++) {
       for (const [k] of SIZES.entries()) {
         const p = parents[k]!;
+        // Two forks per round: the chain ends after CHAIN of them (untimed).
+        if (CHAIN > 0 && r > 0 && (2 * r) % CHAIN === 0) await restart(k);
         await bash(p, `echo round${r} > src/pkg0/mod0.py`);
         const f0 = performance.now();
         const f = await post("/fork", { slot_id: `slot_${p}`, into: children });
@@ -119,6 +129,9 @@ async function main(): Promise<void> {
         copies.push(performance.now() - c0);
       }
       const row: (typeof results)[number] = { files, p50: pct(lat[k]!, 50), p99: pct(lat[k]!, 99), freshP50: pct(freshLat[k]!, 50), freshP99: pct(freshLat[k]!, 99), copyMs: pct(copies, 50) };
+      const quarters = (xs: number[]): string =>
+        [0, 1, 2, 3].map((q) => pct(xs.slice(Math.floor((q * xs.length) / 4), Math.floor(((q + 1) * xs.length) / 4)), 50).toFixed(1)).join(" / ");
+      console.log(`${String(files).padStart(6)} files: fork p50 by quarter of the run (ms): used children ${quarters(lat[k]!)}; fresh children ${quarters(freshLat[k]!)}`);
       if (TEMPLATE) {
         // Baseline: the children reset into a template holding the same tree, concurrently.
         const name = `tree${files}`;

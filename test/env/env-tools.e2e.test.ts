@@ -139,7 +139,7 @@ describe("env-defined tools", () => {
     }
   }, 120_000);
 
-  it("an env tool run in the slot gets bash's policy from the config (network off), whatever the model asks", async () => {
+  it("an env tool run in the slot gets bash's isolation arguments from the config (network off), whatever the model asks", async () => {
     const env = new SubmitEnv({ groupSize: 1, maxTurns: 2 }, { backend, logger: log });
     await env.start();
     const tid = "env-tools-policy";

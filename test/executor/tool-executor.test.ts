@@ -312,7 +312,7 @@ describe("ToolExecutor wire arguments", () => {
     await ex.close();
   });
 
-  it("routes by the tool's definition: an env tool's slotCommand goes out as bash with bash's policy; one that throws fails alone; an in-process tool is refused", async () => {
+  it("routes by the tool's definition: an env tool's slotCommand goes out as bash with bash's isolation arguments; one that throws fails alone; an in-process tool is refused", async () => {
     const rec = new RecordingPool();
     const tools = ToolRegistry.withBuiltins([
       defineTool({ name: "count", description: "", kind: "sandbox", parameters: z.object({ path: z.string() }), slotCommand: ({ path }) => `wc -l < ${path}` }),

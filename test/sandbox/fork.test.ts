@@ -83,6 +83,30 @@ describe("POST /fork", () => {
     await stateful(s, 0, "kill $(cat /workspace/bg.pid)");
   });
 
+  it.skipIf(!serversMayMount)("documented limit: a parent process whose working directory is in the workspace keeps the state of the fork there, read-only (EROFS); by path it reaches the live workspace", async () => {
+    await s.post("/reset", { slot_id: "slot_0" });
+    // A job started in w/: each turn it appends relatively, then by path (cd by path each time).
+    await stateful(s, 0, "mkdir -p w && cd w");
+    await stateful(
+      s,
+      0,
+      "(while :; do if echo x >> rel.log 2>/dev/null; then echo ok > /workspace/rel.status; else echo erofs > /workspace/rel.status; fi; (cd /workspace/w && echo y >> abs.log); sleep 0.05; done) >/dev/null 2>&1 & echo $! > /workspace/job.pid",
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await ok(s, 0, "cat rel.status")).toBe("ok");
+    expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_4"] })).status).toBe(200);
+    const atFork = Number(await ok(s, 4, "wc -l < w/abs.log"));
+    await new Promise((r) => setTimeout(r, 400));
+    // The job runs on; its relative writes fail (its cwd is the frozen mount), its writes by path land in the parent only.
+    expect(await ok(s, 0, "cat rel.status")).toBe("erofs");
+    expect(await stateful(s, 0, "kill -0 $(cat /workspace/job.pid) && echo alive")).toBe("alive");
+    expect(Number(await ok(s, 0, "wc -l < w/abs.log"))).toBeGreaterThan(atFork);
+    expect(Number(await ok(s, 4, "wc -l < w/abs.log"))).toBe(atFork);
+    // The terminal itself re-entered w/ by path: its relative writes work.
+    expect(await stateful(s, 0, "pwd; echo t > t.txt && cat /workspace/w/t.txt")).toBe("/workspace/w\nt");
+    await stateful(s, 0, "kill $(cat /workspace/job.pid)");
+  });
+
   it("a child forks again (layers stack) and resets of parents leave their children intact", async () => {
     await s.post("/reset", { slot_id: "slot_0" });
     await ok(s, 0, "echo gen0 > g0");
@@ -166,6 +190,9 @@ describe("POST /fork", () => {
   it.skipIf(!serversMayMount)("a parent whose terminal holds a workspace file open for writing is refused with 409, unchanged", async () => {
     await s.post("/reset", { slot_id: "slot_0" });
     await s.post("/reset", { slot_id: "slot_5" });
+    // Forked once already: the refused fork would replace that view (and must not).
+    await ok(s, 0, "echo base > base");
+    expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_5"] })).status).toBe(200);
     await ok(s, 5, "echo mine > child-file");
     await stateful(s, 0, "exec 7>/workspace/held.log; echo held >&7");
     const before = [await ok(s, 0, TREE_SUM), await ok(s, 5, TREE_SUM)];
@@ -176,7 +203,10 @@ describe("POST /fork", () => {
     expect(await stateful(s, 0, "echo more >&7; exec 7>&-; cat /workspace/held.log")).toBe("held\nmore");
     // Closed: the fork goes through.
     expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_5"] })).status).toBe(200);
-    expect(await ok(s, 5, "cat held.log; ls child-file 2>/dev/null || echo dropped")).toBe("held\nmore\ndropped");
+    expect(await ok(s, 5, "cat held.log base; ls child-file 2>/dev/null || echo dropped")).toBe("held\nmore\nbase\ndropped");
+    // The parent's own view still takes its writes (the server's and the terminal's alike).
+    await stateful(s, 0, "echo t >> /workspace/held.log");
+    expect(await ok(s, 0, "cat held.log")).toBe("held\nmore\nt");
   });
 });
 

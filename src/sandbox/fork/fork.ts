@@ -1,11 +1,12 @@
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chownSync, mkdirSync, renameSync, rmSync, rmdirSync } from "node:fs";
+import { chownSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { Logger } from "pino";
 import { whyNoMounts } from "../../host/mount-namespace.js";
 import { HttpError } from "../../http/errors.js";
+import { SlotpoolError } from "../../protocol/errors.js";
 import type { ForkResponse } from "../../protocol/sandbox.js";
 import { ForkBusyError, ForkMounter, type Ids } from "./fork-mount.js";
 import type { SlotDisks } from "../workspace/slot-disk.js";
@@ -22,18 +23,22 @@ const run = promisify(execFile);
  * "overlay" mode (the slot's disk is a tmpfs of its own and the server may mount):
  * - the parent's upper dir (what it wrote: the plain workspace dir on its disk, or the
  *   upper of its template or fork view) is renamed into a *layer* on the parent's disk,
- *   which gets a read-only mount of its own (alive after the parent's reset);
+ *   which gets a read-only handle of its own (alive after the parent's reset): a detached
+ *   mount in no mount table where the kernel allows (ForkMounter), since every new slot
+ *   namespace copies the server's mount table;
  * - the parent gets a fresh upper over [layer, its older layers, its template], mounted over
- *   its workspace in the server's namespace and in each of its live namespaces (terminal and
+ *   its workspace in the server's namespace (in place of its previous fork view, if any) and
+ *   in each of its live namespaces (terminal and
  *   command namespaces), where the old mount is first made read-only (the kernel refuses
  *   while a process holds a file of it open for writing: retried a few times, then 409 and
  *   nothing changed). From then on nothing writes to the layer: a process whose working
  *   directory is on the old mount reads the state at the fork and gets EROFS writing there;
  *   the terminal's shell and each namespace's next command enter /workspace again;
- * - each child is reset (processes killed, a fresh disk, the parent's template view) unless
- *   fresh from a reset, and gets a fresh upper on its own disk over [the parent's layers,
- *   its template view]; as root each layer is seen through an id-mapped read-only clone
- *   (files of the slot that wrote it appear as the child's own);
+ * - every child is prepared first (its handles of the layers: as root id-mapped ones, files
+ *   of the slot that wrote a layer appearing as the child's own); a failure there changes no
+ *   child. Then each child is reset (processes killed, a fresh disk, the parent's template
+ *   view) unless fresh from a reset, and gets a fresh upper on its own disk over [the
+ *   parent's layers, its template view];
  * - a layer is deleted when no view uses it any more; until then it counts against the disk
  *   bound of the slot that wrote it, also after that slot's reset.
  * "copy" mode (no per-slot disk, or no mounts): the parent's workspace is copied (O(files),
@@ -47,25 +52,25 @@ const MAX_LAYERS = 64;
 const SEAL_TRIES = 5;
 
 interface Layer {
-  /** Its own read-only mount (what views use): alive while the layer is, also after its slot's disk is replaced by a reset. */
+  /** Its own read-only handle (what views use: a detached mount, or a mount, see ForkMounter): alive while the layer is, also after its slot's disk is replaced by a reset. */
   dir: string;
   /** Where its files lie: on the disk of the slot that wrote them (deleted from there if that disk is still the slot's). */
   src: string;
   owner: Ids;
   refs: number;
-  /** Its id-mapped clones by reader ("uid:gid"): made once, kept as long as the layer. */
-  clones: Map<string, string>;
+  /** Its id-mapped handles by reader ("uid:gid"): made once, kept as long as the layer. */
+  clones: Map<string, Promise<string>>;
 }
 
 /** A slot whose workspace is a fork view (parent after a fork, or a child). */
 interface ForkView {
   /** Top first. */
   layers: Layer[];
-  /** The path each layer is mounted into this view from (the dir, or its id-mapped clone). */
+  /** The handle each layer is mounted into this view from (the dir, or its id-mapped clone); the template's lower is not among them. */
   lowers: string[];
   upper: string;
   work: string;
-  /** Overlays stacked on the workspace by forks (unmounted at release). */
+  /** Overlays stacked on the workspace by forks (unmounted at release): 1, unless the kernel cannot mount beneath. */
   stacked: number;
 }
 
@@ -100,26 +105,25 @@ export class SlotForks {
   readonly reason: string | undefined;
   private readonly mounter: ForkMounter | undefined;
   private readonly views = new Map<number, ForkView>();
-  private readonly cloneDir: string;
   private readonly layerDir: string;
 
   constructor(private readonly host: ForkHost) {
-    this.cloneDir = join(host.stateDir, "fork-clones");
     this.layerDir = join(host.stateDir, "fork-layers");
-    for (const d of [this.cloneDir, this.layerDir]) {
-      // A killed server's mounts died with its namespace: what is left are empty dirs.
-      rmSync(d, { recursive: true, force: true });
-      mkdirSync(d, { recursive: true, mode: 0o700 });
-    }
+    // A killed server's mounts died with its namespace: what is left are empty dirs.
+    rmSync(this.layerDir, { recursive: true, force: true });
+    mkdirSync(this.layerDir, { recursive: true, mode: 0o700 });
     const why =
       host.disks.mode !== "tmpfs" ? `no disk of its own per slot (${host.disks.reason ?? "tmpfs mode off"})`
       : host.templates.views.mode !== "overlay" ? "template views are copies (no overlayfs)"
       : whyNoMounts();
-    const built = why === undefined ? ForkMounter.build(host.stateDir) : undefined;
+    const built = why === undefined ? ForkMounter.build(host.stateDir, this.layerDir) : undefined;
     if (built && "error" in built) this.reason = built.error;
     else this.reason = why;
     this.mounter = built && !("error" in built) ? built : undefined;
     this.mode = this.mounter ? "overlay" : "copy";
+    if (this.mounter && !this.mounter.detached) {
+      host.logger.info({ why: this.mounter.attachedBecause }, "fork layers are mounts in the server's namespace (overlayfs here takes no detached mount as a layer): every slot namespace started copies them");
+    }
   }
 
   /**
@@ -147,12 +151,27 @@ export class SlotForks {
     let release!: (snap: Snapshot | undefined) => void;
     const parentDone = new Promise<Snapshot | undefined>((r) => (release = r));
     let started = 0;
+    // Two phases for the children: each prepares what may fail without touching the child
+    // (the layers as it will read them, its new dirs); only when every child is prepared does
+    // any child drop its contents. A failed preparation leaves every child as it was.
+    const prepared = children.map(() => deferred<boolean>());
+    const allPrepared = Promise.all(prepared.map((d) => d.promise)).then((oks) => oks.every(Boolean));
     // Queued on every child now: nothing reaches a child between the check and the fork.
-    const childSteps = children.map((c) =>
+    const childSteps = children.map((c, i) =>
       c.enqueue(() =>
         c.withResetting(async () => {
           const snap = await parentDone;
-          if (snap) await this.childStep(parent, c, snap);
+          if (!snap) return prepared[i]!.resolve(false);
+          let prep: Prepared;
+          try {
+            prep = await this.prepare(c, snap);
+          } catch (err) {
+            prepared[i]!.resolve(false);
+            throw new ForkPrepareError(c, err);
+          }
+          prepared[i]!.resolve(true);
+          // Another child failed: this one stays as it was (its handles live with their layers).
+          if (await allPrepared) await this.childStep(parent, c, snap, prep);
         }),
       ),
     );
@@ -175,7 +194,10 @@ export class SlotForks {
     const failed = results.findIndex((r) => r.status === "rejected");
     if (failed >= 0) {
       const err = (results[failed] as PromiseRejectedResult).reason;
-      throw new Error(`fork of ${parent.id} into ${children[failed]!.id} failed after the parent's snapshot was taken (that child is left empty, as after a reset): ${err instanceof Error ? err.message : String(err)}`);
+      if (err instanceof ForkPrepareError) {
+        throw new Error(`fork of ${parent.id} failed before any child changed: ${err.message}. The parent and every child are as they were`);
+      }
+      throw new Error(`fork of ${parent.id} into ${children[failed]!.id} failed after every child was prepared (that child is left empty, as after a reset): ${err instanceof Error ? err.message : String(err)}`);
     }
     return { success: true, slot_id: parent.id, into: children.map((c) => c.id), mode: snapshot.mode, duration_ms: Math.round((performance.now() - started) * 100) / 100 };
   }
@@ -195,36 +217,49 @@ export class SlotForks {
     const templateUpper = h.templates.views.upperOf(parent);
     const upper = prev?.upper ?? templateUpper ?? h.disks.workspaceSource(parent)!;
     const tag = randomBytes(4).toString("hex");
-    const layer: Layer = { dir: join(this.layerDir, tag), src: join(disk, `layer-${tag}`), owner, refs: 1, clones: new Map() };
-    const lowers = [layer.dir, ...(prev?.lowers ?? []), ...optional(h.templates.views.lowerOf(parent))];
+    const layer: Layer = { dir: "", src: join(disk, `layer-${tag}`), owner, refs: 1, clones: new Map() };
+    const templateLower = optional(h.templates.views.lowerOf(parent));
     const next: ForkView = {
       layers: [layer, ...(prev?.layers ?? [])],
-      lowers,
+      lowers: [],
       upper: join(disk, `upper-${tag}`),
       work: join(disk, `work-${tag}`),
-      stacked: (prev?.stacked ?? 0) + 1,
+      stacked: 1,
     };
     const pid = h.terminalPid(parent);
     const commandPids = await h.commandNamespacePids(parent);
     renameSync(upper, layer.src);
-    mkdirSync(layer.dir, { recursive: true, mode: 0o700 });
     try {
-      await m.bind(parent.index, layer.src, layer.dir);
+      layer.dir = await m.handle(layer.src);
+      next.lowers = [layer.dir, ...(prev?.lowers ?? [])];
       mkdirSync(next.upper, { mode: 0o700 });
       mkdirSync(next.work, { mode: 0o700 });
       chownSync(next.upper, owner.uid, owner.gid);
-      await m.overlay(parent.index, parent.workspaceDir, next.upper, next.work, lowers);
-      try {
-        if (pid !== undefined) await this.seal(pid, parent);
-      } catch (err) {
-        await m.umount(parent.index, parent.workspaceDir);
-        throw err;
+      if (prev) {
+        // A later fork replaces the previous fork's view (the server's mount stack stays one
+        // deep). The new view is held detached until the terminal is sealed: a refusal then
+        // leaves the old view where it was.
+        const view = await m.overlayDetached(parent.index, next.upper, next.work, [...next.lowers, ...templateLower]);
+        try {
+          if (pid !== undefined) await this.seal(pid, parent, view);
+        } catch (err) {
+          await m.closeMount(parent.index, view);
+          throw err;
+        }
+        if (await m.attach(parent.index, view, parent.workspaceDir)) next.stacked = prev.stacked + 1;
+      } else {
+        await m.overlay(parent.index, parent.workspaceDir, next.upper, next.work, [...next.lowers, ...templateLower]);
+        try {
+          if (pid !== undefined) await this.seal(pid, parent, parent.workspaceDir);
+        } catch (err) {
+          await m.umount(parent.index, parent.workspaceDir);
+          throw err;
+        }
       }
     } catch (err) {
       rmSync(next.upper, { recursive: true, force: true });
       rmSync(next.work, { recursive: true, force: true });
-      await m.umount(parent.index, layer.dir).catch(() => undefined);
-      rmdirQuiet(layer.dir);
+      if (layer.dir) await m.dropHandle(layer.dir).catch(() => undefined);
       renameSync(layer.src, upper);
       throw err;
     }
@@ -255,10 +290,10 @@ export class SlotForks {
   }
 
   /** Seals the terminal's old mount (retried while a file of it is open for writing, a background job's log). */
-  private async seal(pid: number, parent: Slot): Promise<void> {
+  private async seal(pid: number, parent: Slot, source: string): Promise<void> {
     for (let i = 1; ; i++) {
       try {
-        await this.mounter!.seal(parent.index, pid, parent.workspaceDir);
+        await this.mounter!.seal(parent.index, pid, source);
         return;
       } catch (err) {
         if (!(err instanceof ForkBusyError)) throw err;
@@ -274,12 +309,25 @@ export class SlotForks {
     }
   }
 
-  private async childStep(parent: Slot, child: Slot, snap: Snapshot): Promise<void> {
+  /**
+   * What may fail for a child, done before any child changes: its handles of the layers (as
+   * root, id-mapped clones for its uid). Nothing to undo: handles live with their layer.
+   */
+  private async prepare(child: Slot, snap: Snapshot): Promise<Prepared> {
+    // Tests only: a failure injected into this step (test/sandbox/fork-atomic.test.ts).
+    const injected = process.env.SLOTPOOL_TEST_FORK_FAIL;
+    if (injected && injected.split(",").includes(child.id)) throw new Error(`a failure injected for ${child.id} (SLOTPOOL_TEST_FORK_FAIL)`);
+    if (snap.mode !== "overlay") return { lowers: [] };
+    const owner = child.owner ?? me();
+    return { lowers: await Promise.all(snap.layers.map((l) => this.lowerFor(l, owner))) };
+  }
+
+  private async childStep(parent: Slot, child: Slot, snap: Snapshot, prep: Prepared): Promise<void> {
     const h = this.host;
     const fresh = child.pristine && snap.mode === "overlay" && !this.views.has(child.index) && h.templates.views.templateOf(child) === undefined;
     child.pristine = false;
     if (fresh) {
-      await this.attachFresh(child, snap);
+      await this.attachFresh(child, snap, prep);
       h.seedTerminal(child, snap.terminal);
       return;
     }
@@ -291,7 +339,7 @@ export class SlotForks {
       await run("cp", ["-a", "--reflink=auto", `${parent.workspaceDir}/.`, child.workspaceDir], { maxBuffer: 1 << 20 });
       if (child.owner) await run("chown", ["-R", `${child.owner.uid}:${child.owner.gid}`, child.workspaceDir]);
     } else {
-      await this.attachChild(child, snap.layers);
+      await this.attachChild(child, snap.layers, prep);
     }
     h.seedTerminal(child, snap.terminal);
   }
@@ -301,12 +349,12 @@ export class SlotForks {
    * reset is needed. The view is mounted over its empty workspace and its idle command
    * namespaces get it the way the parent's do (the old, empty mount made read-only under it).
    */
-  private async attachFresh(child: Slot, snap: Snapshot): Promise<void> {
+  private async attachFresh(child: Slot, snap: Snapshot, prep: Prepared): Promise<void> {
     const h = this.host;
     h.logger.debug({ slot: child.id }, "fork: the child is fresh from a reset: no reset");
     if (snap.template !== undefined) await h.templates.attach(child, h.templates.take(snap.template));
     const pids = await h.commandNamespacePids(child);
-    await this.attachChild(child, snap.layers);
+    await this.attachChild(child, snap.layers, prep);
     try {
       await Promise.all(pids.map((p, i) => this.mounter!.seal(child.index + i, p, child.workspaceDir)));
       h.reanchorCommands(child);
@@ -316,15 +364,14 @@ export class SlotForks {
     }
   }
 
-  private async attachChild(child: Slot, layers: Layer[]): Promise<void> {
+  private async attachChild(child: Slot, layers: Layer[], prep: Prepared): Promise<void> {
     const m = this.mounter!;
     const h = this.host;
     const owner = child.owner ?? me();
     const disk = h.disks.viewsDir(child)!;
     const tag = randomBytes(4).toString("hex");
-    const view: ForkView = { layers: [], lowers: [], upper: join(disk, `upper-${tag}`), work: join(disk, `work-${tag}`), stacked: 1 };
+    const view: ForkView = { layers: [], lowers: prep.lowers, upper: join(disk, `upper-${tag}`), work: join(disk, `work-${tag}`), stacked: 1 };
     try {
-      for (const l of layers) view.lowers.push(await this.lowerFor(child.index, l, owner));
       mkdirSync(view.upper, { mode: 0o700 });
       mkdirSync(view.work, { mode: 0o700 });
       chownSync(view.upper, owner.uid, owner.gid);
@@ -339,18 +386,18 @@ export class SlotForks {
     this.views.set(child.index, view);
   }
 
-  /** The layer as `reader` sees it: the dir itself, or (as root, another slot's uid) its id-mapped clone. */
-  private async lowerFor(lane: number, l: Layer, reader: Ids): Promise<string> {
-    if (l.owner.uid === reader.uid && l.owner.gid === reader.gid) return l.dir;
+  /** The layer as `reader` sees it: its handle, or (as root, another slot's uid) its id-mapped handle, made once. */
+  private lowerFor(l: Layer, reader: Ids): Promise<string> {
+    if (l.owner.uid === reader.uid && l.owner.gid === reader.gid) return Promise.resolve(l.dir);
     const key = `${reader.uid}:${reader.gid}`;
-    let path = l.clones.get(key);
-    if (!path) {
-      path = join(this.cloneDir, `${randomBytes(6).toString("hex")}`);
-      mkdirSync(path, { recursive: true, mode: 0o700 });
-      await this.mounter!.idmap(lane, l.dir, path, l.owner, reader);
-      l.clones.set(key, path);
+    let handle = l.clones.get(key);
+    if (!handle) {
+      const made = this.mounter!.idmapHandle(l.dir, l.owner, reader);
+      l.clones.set(key, made);
+      made.catch(() => l.clones.get(key) === made && l.clones.delete(key));
+      handle = made;
     }
-    return path;
+    return handle;
   }
 
   /**
@@ -376,15 +423,18 @@ export class SlotForks {
     // reset of that slot they go with the old disk, freed when its last mount goes).
     this.host.discard(l.src);
     void (async () => {
-      for (const c of [...clones, l.dir]) await this.dropClone(c);
-    })().catch((err: unknown) => this.host.logger.warn({ err, layer: l.dir }, "could not unmount a fork layer"));
+      const handles = await Promise.all(clones.map((c) => c.catch(() => undefined)));
+      for (const c of [...handles, l.dir]) if (c) await this.mounter!.dropHandle(c);
+    })().catch((err: unknown) => this.host.logger.warn({ err, layer: l.dir }, "could not drop a fork layer's handles"));
   }
 
-  /** Unmounts a layer's mount or clone (from a grandchild of the helper: it may free a whole old disk) and drops its dir. */
-  private async dropClone(path: string): Promise<void> {
-    await this.mounter!.umountInBackground(0, path);
-    // The grandchild may not have run yet: the dir goes when it is no mount point any more.
-    setTimeout(() => rmdirQuiet(path), 1000).unref();
+  /** Live layer handles the server holds (its own and id-mapped ones): tests check they are bounded. */
+  liveHandles(): number {
+    const seen = new Set<Layer>();
+    for (const v of this.views.values()) for (const l of v.layers) seen.add(l);
+    let n = 0;
+    for (const l of seen) n += 1 + l.clones.size;
+    return n;
   }
 
   /** The number of layers beneath the slot's view (tests, docs). */
@@ -408,12 +458,23 @@ interface Snapshot {
   done: () => void;
 }
 
-function rmdirQuiet(path: string): void {
-  try {
-    rmdirSync(path);
-  } catch {
-    /* still a mount point, or gone */
+interface Prepared {
+  /** The child's handle of each layer of the snapshot, top first. */
+  lowers: string[];
+}
+
+/** A child could not be prepared for the fork: no child was changed (code FORK_PREPARE). */
+class ForkPrepareError extends SlotpoolError {
+  override name = "ForkPrepareError";
+  constructor(child: Slot, cause: unknown) {
+    super(`preparing ${child.id} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
   }
+}
+
+function deferred<T>(): { promise: Promise<T>; resolve: (v: T) => void } {
+  let resolve!: (v: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
 }
 
 function me(): Ids {
