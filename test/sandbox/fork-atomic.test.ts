@@ -1,11 +1,15 @@
+import { readdirSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startServer, type TestServer } from "./helpers.js";
 
 /**
- * A failed fork changes nothing (issue 23): the children are prepared (their handles of the
- * parent's layers) before any child drops its contents, so a child failing there leaves the
- * parent and every child as they were. The failure is injected into slot_3's preparation
- * (SLOTPOOL_TEST_FORK_FAIL, read by fork.ts for tests only).
+ * A failed fork changes nothing (issue 23): each child's new workspace is prepared beside its
+ * old one (its handles of the parent's layers; a used child's fresh disk; the view, mounted
+ * detached) before any child drops its contents, so a child failing at any of those steps
+ * leaves the parent and every child as they were, what the others prepared undone. The
+ * failure is injected into slot_3's preparation (SLOTPOOL_TEST_FORK_FAIL, read by fork.ts
+ * for tests only): at its start, once its new disk is mounted, once its view is mounted.
  */
 const UID_BASE = 22_900;
 
@@ -13,10 +17,10 @@ const UID_BASE = 22_900;
 const TREE_SUM =
   "cd /workspace && (find . -mindepth 1 -not -name '.slotpool-output-*' -printf '%p %y %m %T@\\n' | LC_ALL=C sort; find . -type f -not -name '.slotpool-output-*' -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum) | sha256sum | cut -c1-64";
 
-describe("a fork that fails for one child", () => {
+describe.each(["slot_3", "slot_3@disk", "slot_3@view"])("a fork that fails for one child (%s)", (failpoint) => {
   let s: TestServer;
   beforeAll(async () => {
-    s = await startServer({ slots: 5, extraArgs: ["--slot-uid-base", String(UID_BASE)], env: { SLOTPOOL_TEST_FORK_FAIL: "slot_3" } });
+    s = await startServer({ slots: 5, extraArgs: ["--slot-uid-base", String(UID_BASE)], env: { SLOTPOOL_TEST_FORK_FAIL: failpoint } });
   }, 120_000);
   afterAll(async () => {
     await s?.stop();
@@ -44,9 +48,16 @@ describe("a fork that fails for one child", () => {
     await s.post("/reset", { slot_id: "slot_4" });
     await new Promise((res) => setTimeout(res, 300));
 
+    // The slots' disks (a fork's new disk is a dir beside them until it is switched to or dropped).
+    const disks = (): string[] => readdirSync(join(s.dataDir, ".slotpool")).filter((d) => d.startsWith("disk_")).sort();
+    const disksBefore = disks();
+    expect(disksBefore.length).toBe(5);
     const r = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2", "slot_4", "slot_3"] });
     expect(r.status, r.text).toBeGreaterThanOrEqual(500);
     expect(r.json.error).toMatch(/failed before any child changed.*slot_3.*injected.*as they were/);
+    expect(r.json.error).toContain(`injected for ${failpoint} `);
+    // What the children prepared (new disks, views) was dropped, none left mounted.
+    expect(disks()).toEqual(disksBefore);
 
     expect(await Promise.all([0, 1, 2, 3].map((i) => exec(i, TREE_SUM)))).toEqual(sums);
     // slot_1's job was not killed, and its terminal and the parent's keep their state.

@@ -132,6 +132,11 @@ export class ForkMounter {
     return (await this.call(lane, ["attach", fdOf(mount), target])) === "stacked";
   }
 
+  /** The lane's detached overlay `mount` on top of `target` (a fork child's new view over its new disk). */
+  async attachTop(lane: number, mount: string, target: string): Promise<void> {
+    await this.call(lane, ["attach-top", fdOf(mount), target]);
+  }
+
   async closeMount(lane: number, mount: string): Promise<void> {
     await this.call(lane, ["close", fdOf(mount)]);
   }

@@ -1,3 +1,4 @@
+// Longer than 500 lines on purpose: the parent's step, each child's preparation, switch and undo share one table of views and layers, and their order is the argument that a failed fork changes nothing; read in one file, in order.
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chownSync, mkdirSync, renameSync, rmSync } from "node:fs";
@@ -9,7 +10,8 @@ import { HttpError } from "../../http/errors.js";
 import { SlotpoolError } from "../../protocol/errors.js";
 import type { ForkResponse } from "../../protocol/sandbox.js";
 import { ForkBusyError, ForkMounter, type Ids } from "./fork-mount.js";
-import type { SlotDisks } from "../workspace/slot-disk.js";
+import { deferred, DiskSwaps, settle, type Settled } from "./disk-swaps.js";
+import type { NextDisk, SlotDisks } from "../workspace/slot-disk.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
 import type { Slot } from "../core/slot.js";
 import type { TerminalState } from "../tools/stateful.js";
@@ -34,11 +36,15 @@ const run = promisify(execFile);
  *   nothing changed). From then on nothing writes to the layer: a process whose working
  *   directory is on the old mount reads the state at the fork and gets EROFS writing there;
  *   the terminal's shell and each namespace's next command enter /workspace again;
- * - every child is prepared first (its handles of the layers: as root id-mapped ones, files
- *   of the slot that wrote a layer appearing as the child's own); a failure there changes no
- *   child. Then each child is reset (processes killed, a fresh disk, the parent's template
- *   view) unless fresh from a reset, and gets a fresh upper on its own disk over [the
- *   parent's layers, its template view];
+ * - every child is prepared beside its old workspace first (its handles of the layers: as
+ *   root id-mapped ones, files of the slot that wrote a layer appearing as the child's own; a
+ *   used child's fresh disk at a path of its own; a fresh upper on it over [the parent's
+ *   layers], mounted detached); a failure there undoes what every child prepared, so no
+ *   child changes. Then each used child's processes are killed (the one step that cannot be
+ *   undone, after every step that can fail), the used children's disks are swapped in one
+ *   helper request and each prepared view is moved onto its workspace. A parent with a
+ *   template view: each used child is reset into that template, then gets its view (not
+ *   prepared beside: see docs/fork.md);
  * - a layer is deleted when no view uses it any more; until then it counts against the disk
  *   bound of the slot that wrote it, also after that slot's reset.
  * "copy" mode (no per-slot disk, or no mounts): the parent's workspace is copied (O(files),
@@ -154,24 +160,35 @@ export class SlotForks {
     // Two phases for the children: each prepares what may fail without touching the child
     // (the layers as it will read them, its new dirs); only when every child is prepared does
     // any child drop its contents. A failed preparation leaves every child as it was.
-    const prepared = children.map(() => deferred<boolean>());
-    const allPrepared = Promise.all(prepared.map((d) => d.promise)).then((oks) => oks.every(Boolean));
+    const prepared = children.map(() => deferred<Prepared | undefined>());
+    const preps = Promise.all(prepared.map((d) => d.promise));
+    const allPrepared = preps.then((ps) => ps.every(Boolean));
+    // The used children's disks are swapped in one helper request, once all are stopped.
+    const swaps = preps.then((ps) => new DiskSwaps(this.host.disks, ps.filter((p) => p?.view && p.disk).length));
     // Queued on every child now: nothing reaches a child between the check and the fork.
     const childSteps = children.map((c, i) =>
       c.enqueue(() =>
         c.withResetting(async () => {
+          // A used child's new disk does not depend on the parent: made while the parent's
+          // step runs (dropped if the fork goes no further or does not use it).
+          const disk = this.mounter && this.host.disks.preparesBeside && !this.isFresh(c) ? settle(this.host.disks.prepareNext(c)) : undefined;
           const snap = await parentDone;
-          if (!snap) return prepared[i]!.resolve(false);
+          if (!snap) {
+            await this.dropEarly(c, disk);
+            return prepared[i]!.resolve(undefined);
+          }
           let prep: Prepared;
           try {
-            prep = await this.prepare(c, snap);
+            prep = await this.prepare(c, snap, disk);
           } catch (err) {
-            prepared[i]!.resolve(false);
+            prepared[i]!.resolve(undefined);
             throw new ForkPrepareError(c, err);
           }
-          prepared[i]!.resolve(true);
-          // Another child failed: this one stays as it was (its handles live with their layers).
-          if (await allPrepared) await this.childStep(parent, c, snap, prep);
+          prepared[i]!.resolve(prep);
+          // Another child failed: this one stays as it was (what was prepared beside is undone;
+          // its handles live with their layers).
+          if (await allPrepared) await this.childStep(parent, c, snap, prep, await swaps);
+          else await this.undo(c, prep);
         }),
       ),
     );
@@ -197,7 +214,7 @@ export class SlotForks {
       if (err instanceof ForkPrepareError) {
         throw new Error(`fork of ${parent.id} failed before any child changed: ${err.message}. The parent and every child are as they were`);
       }
-      throw new Error(`fork of ${parent.id} into ${children[failed]!.id} failed after every child was prepared (that child is left empty, as after a reset): ${err instanceof Error ? err.message : String(err)}`);
+      throw new Error(`fork of ${parent.id} into ${children[failed]!.id} failed after every child was prepared (that child's processes were stopped; it is out of service until a reset): ${err instanceof Error ? err.message : String(err)}`);
     }
     return { success: true, slot_id: parent.id, into: children.map((c) => c.id), mode: snapshot.mode, duration_ms: Math.round((performance.now() - started) * 100) / 100 };
   }
@@ -311,22 +328,79 @@ export class SlotForks {
 
   /**
    * What may fail for a child, done before any child changes: its handles of the layers (as
-   * root, id-mapped clones for its uid). Nothing to undo: handles live with their layer.
+   * root, id-mapped clones for its uid) and, where the disk helper can (no template in the
+   * snapshot), its whole new workspace beside the old one: a used child's fresh disk at a
+   * path of its own, the view's upper and work on it, the view mounted detached. `undo`
+   * drops what was prepared; `childStep` switches to it.
    */
-  private async prepare(child: Slot, snap: Snapshot): Promise<Prepared> {
-    // Tests only: a failure injected into this step (test/sandbox/fork-atomic.test.ts).
-    const injected = process.env.SLOTPOOL_TEST_FORK_FAIL;
-    if (injected && injected.split(",").includes(child.id)) throw new Error(`a failure injected for ${child.id} (SLOTPOOL_TEST_FORK_FAIL)`);
-    if (snap.mode !== "overlay") return { lowers: [] };
-    const owner = child.owner ?? me();
-    return { lowers: await Promise.all(snap.layers.map((l) => this.lowerFor(l, owner))) };
+  private async prepare(child: Slot, snap: Snapshot, early: Promise<Settled<NextDisk>> | undefined): Promise<Prepared> {
+    const h = this.host;
+    const prep: Prepared = { lowers: [], fresh: snap.mode === "overlay" && this.isFresh(child) };
+    try {
+      const made = await early;
+      if (made && "error" in made) throw made.error;
+      prep.disk = made?.value;
+      failpoint(child, "");
+      if (snap.mode !== "overlay" || snap.template !== undefined || (!prep.fresh && !prep.disk)) {
+        // The reset-then-attach path (copy mode, a template view): no disk prepared beside.
+        await this.undo(child, prep);
+        if (snap.mode === "overlay") prep.lowers = await Promise.all(snap.layers.map((l) => this.lowerFor(l, child.owner ?? me())));
+        return prep;
+      }
+      const owner = child.owner ?? me();
+      prep.lowers = await Promise.all(snap.layers.map((l) => this.lowerFor(l, owner)));
+      failpoint(child, "disk");
+      const dir = prep.disk?.views ?? h.disks.viewsDir(child)!;
+      const tag = randomBytes(4).toString("hex");
+      const upper = join(dir, `upper-${tag}`);
+      const work = join(dir, `work-${tag}`);
+      prep.view = { mount: "", upper, work };
+      mkdirSync(upper, { mode: 0o700 });
+      mkdirSync(work, { mode: 0o700 });
+      chownSync(upper, owner.uid, owner.gid);
+      prep.view.mount = await this.mounter!.overlayDetached(child.index, upper, work, prep.lowers);
+      failpoint(child, "view");
+    } catch (err) {
+      await this.undo(child, prep);
+      throw err;
+    }
+    return prep;
   }
 
-  private async childStep(parent: Slot, child: Slot, snap: Snapshot, prep: Prepared): Promise<void> {
+  /** Fresh from a reset (empty disk, no terminal, namespaces that ran nothing, no view): needs no reset. */
+  private isFresh(child: Slot): boolean {
+    return child.pristine && !this.views.has(child.index) && this.host.templates.views.templateOf(child) === undefined;
+  }
+
+  private async dropEarly(child: Slot, early: Promise<Settled<NextDisk>> | undefined): Promise<void> {
+    const made = await early;
+    if (made && "value" in made) await this.undo(child, { lowers: [], fresh: false, disk: made.value });
+  }
+
+  /** Drops what `prepare` made beside the child's workspace (the fork failed): the child is as it was. */
+  private async undo(child: Slot, prep: Prepared): Promise<void> {
+    const v = prep.view;
+    prep.view = undefined;
+    if (v?.mount) await this.mounter!.closeMount(child.index, v.mount).catch((err: unknown) => this.host.logger.warn({ err, slot: child.id }, "fork undo: closing a prepared view"));
+    if (v && !prep.disk) {
+      rmSync(v.upper, { recursive: true, force: true });
+      rmSync(v.work, { recursive: true, force: true });
+    }
+    if (prep.disk) {
+      const d = prep.disk;
+      prep.disk = undefined;
+      await this.host.disks.drop(d).catch((err: unknown) => this.host.logger.warn({ err, slot: child.id, disk: d.disk }, "fork undo: dropping a prepared disk"));
+    }
+  }
+
+  private async childStep(parent: Slot, child: Slot, snap: Snapshot, prep: Prepared, swaps: DiskSwaps): Promise<void> {
     const h = this.host;
-    const fresh = child.pristine && snap.mode === "overlay" && !this.views.has(child.index) && h.templates.views.templateOf(child) === undefined;
     child.pristine = false;
-    if (fresh) {
+    if (prep.view) {
+      await this.switchTo(child, snap, prep, prep.view, swaps);
+      return;
+    }
+    if (prep.fresh) {
       await this.attachFresh(child, snap, prep);
       h.seedTerminal(child, snap.terminal);
       return;
@@ -341,6 +415,51 @@ export class SlotForks {
     } else {
       await this.attachChild(child, snap.layers, prep);
     }
+    h.seedTerminal(child, snap.terminal);
+  }
+
+  /**
+   * The switch to a child's prepared workspace, once every child is prepared. A used child's
+   * processes are killed first (the one step that cannot be undone, so none that can fail
+   * comes before it in any child); the rest only detaches and attaches mounts. A failure
+   * here takes the child out of service until a reset (never its old files under a new
+   * name).
+   */
+  private async switchTo(child: Slot, snap: Snapshot, prep: Prepared, view: PreparedView, swaps: DiskSwaps): Promise<void> {
+    const h = this.host;
+    const m = this.mounter!;
+    try {
+      if (prep.disk) {
+        try {
+          await h.stopSlot(child);
+          // The swap detaches every mount at the workspace at once: views are only forgotten here.
+          await this.release(child, false);
+          await h.templates.detach(child);
+        } catch (err) {
+          swaps.skip();
+          throw err;
+        }
+        await swaps.swap(child, prep.disk);
+        await m.attachTop(child.index, view.mount, child.workspaceDir);
+      } else {
+        // Fresh: idle command namespaces get the view the way the parent's do.
+        h.logger.debug({ slot: child.id }, "fork: the child is fresh from a reset: no reset");
+        const pids = await h.commandNamespacePids(child);
+        await m.attachTop(child.index, view.mount, child.workspaceDir);
+        try {
+          await Promise.all(pids.map((p, i) => m.seal(child.index + i, p, child.workspaceDir)));
+          h.reanchorCommands(child);
+        } catch (err) {
+          h.logger.warn({ err, slot: child.id }, "fork: restarting the child's command namespaces on its new workspace");
+          await h.stopCommandNamespaces(child);
+        }
+      }
+    } catch (err) {
+      child.outOfService = `a fork into it failed after its processes were stopped (${err instanceof Error ? err.message : String(err)})`;
+      throw err;
+    }
+    for (const l of snap.layers) l.refs++;
+    this.views.set(child.index, { layers: snap.layers, lowers: prep.lowers, upper: view.upper, work: view.work, stacked: 1 });
     h.seedTerminal(child, snap.terminal);
   }
 
@@ -405,12 +524,12 @@ export class SlotForks {
    * fork view and drops its references to layers (a layer no view uses is deleted). The
    * template view or disk bind beneath is then the reset's as before.
    */
-  async release(slot: Slot): Promise<void> {
+  async release(slot: Slot, unmount = true): Promise<void> {
     const v = this.views.get(slot.index);
     if (!v) return;
     this.views.delete(slot.index);
     const m = this.mounter!;
-    for (let i = 0; i < v.stacked; i++) await m.umount(slot.index, slot.workspaceDir);
+    if (unmount) for (let i = 0; i < v.stacked; i++) await m.umount(slot.index, slot.workspaceDir);
     for (const l of v.layers) this.unref(l);
     // Upper and work lie on the slot's disk, which the reset that follows replaces whole.
   }
@@ -461,6 +580,31 @@ interface Snapshot {
 interface Prepared {
   /** The child's handle of each layer of the snapshot, top first. */
   lowers: string[];
+  /** Fresh from a reset: no reset needed. */
+  fresh: boolean;
+  /** A used child's new disk, beside its current one. */
+  disk?: NextDisk;
+  /** The child's new view, mounted detached. */
+  view?: PreparedView;
+}
+
+interface PreparedView {
+  /** The detached overlay (ForkMounter.overlayDetached, lane = the child's index). */
+  mount: string;
+  upper: string;
+  work: string;
+}
+
+/**
+ * Tests only: a failure injected at a step of a fork for a child (test/sandbox/fork-atomic.test.ts).
+ * SLOTPOOL_TEST_FORK_FAIL lists `slot_3` (start of its preparation), `slot_3@disk` (its new disk
+ * made), `slot_3@view` (its view mounted, detached).
+ */
+function failpoint(child: Slot, step: string): void {
+  const injected = process.env.SLOTPOOL_TEST_FORK_FAIL;
+  if (!injected) return;
+  const name = step ? `${child.id}@${step}` : child.id;
+  if (injected.split(",").includes(name)) throw new Error(`a failure injected for ${name} (SLOTPOOL_TEST_FORK_FAIL)`);
 }
 
 /** A child could not be prepared for the fork: no child was changed (code FORK_PREPARE). */
@@ -469,12 +613,6 @@ class ForkPrepareError extends SlotpoolError {
   constructor(child: Slot, cause: unknown) {
     super(`preparing ${child.id} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
   }
-}
-
-function deferred<T>(): { promise: Promise<T>; resolve: (v: T) => void } {
-  let resolve!: (v: T) => void;
-  const promise = new Promise<T>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 function me(): Ids {

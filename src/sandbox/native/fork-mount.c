@@ -21,6 +21,9 @@
  *     mounted beneath it (MOVE_MOUNT_BENEATH, Linux 6.5), then the old one detached, so the
  *     stack at <target> does not grow fork after fork. Answers "ok stacked" where the kernel
  *     cannot mount beneath (then it is put on top, as `overlay` does).
+ *   attach-top <fd> <target>
+ *     That overlay on top of <target> (a fork child's new view, put over the bind of its
+ *     new disk once the child's processes are dead: nothing beneath is to be detached).
  *   close <fd>
  *     Drops an overlay of `overlay-detached` that is not to be attached.
  *   keep <src>
@@ -265,6 +268,19 @@ static int do_attach(char **a) {
   return rc;
 }
 
+/* attach-top <fd> <target>: the detached mount <fd> on top of <target>. */
+static int do_attach_top(char **a) {
+  int m = atoi(a[0]);
+  if (m < 3) {
+    errno = EBADF;
+    return fail("attach-top: not a mount of this helper:", a[0]);
+  }
+  int rc = 0;
+  if (syscall(SYS_move_mount, m, "", AT_FDCWD, a[1], MOVE_MOUNT_F_EMPTY_PATH) < 0) rc = fail("mounting overlayfs at", a[1]);
+  close(m);
+  return rc;
+}
+
 static int do_close(char **a) {
   int m = atoi(a[0]);
   if (m >= 3) close(m);
@@ -451,6 +467,7 @@ int main(int argc, char **argv) {
     else if (count >= 5 && strcmp(args[0], "overlay") == 0) rc = do_overlay(args + 1, count - 1);
     else if (count >= 4 && strcmp(args[0], "overlay-detached") == 0) rc = do_overlay_detached(args + 1, count - 1);
     else if (count == 3 && strcmp(args[0], "attach") == 0) rc = do_attach(args + 1);
+    else if (count == 3 && strcmp(args[0], "attach-top") == 0) rc = do_attach_top(args + 1);
     else if (count == 2 && strcmp(args[0], "close") == 0) rc = do_close(args + 1);
     else if (count == 2 && strcmp(args[0], "keep") == 0) rc = do_keep(args + 1);
     else if (count == 6 && strcmp(args[0], "keep-idmap") == 0) rc = do_keep_idmap(args + 1);

@@ -20,6 +20,11 @@
  *     last user), mounts a fresh tmpfs of <bytes> at <disk> holding workspace/, tmp/,
  *     var-tmp/ and shm/ (0700, <uid>:<gid>) and views/ (0700, the server's), and binds
  *     <disk>/workspace onto <workspace>. O(1) in what the slot wrote: nothing is walked.
+ *   template-mount newdisk <disk> <bytes> <uid> <gid> / swap (<old> <next> <workspace>)... / dropdisk <disk>
+ *     The same in two steps, for a fork (fork.ts): a fresh disk at a path of its own beside
+ *     the slot's current one (nothing of the slot changes); later either the switch (every
+ *     mount at <workspace> and <old> detached, <old> freed in the background, <next>'s
+ *     workspace bound there) or, the fork having failed, the new disk dropped.
  *
  * Why C: util-linux 2.38 (Debian 12) has no X-mount.idmap, and Node has no mount syscalls.
  * One exec of this helper costs ≈ 1-2 ms; a copy of the tree costs O(files).
@@ -206,9 +211,13 @@ static int make_dir(const char *base, const char *name, int chown_it, unsigned u
  * answered at once and the freeing happens in the background (the grandchild waits until
  * this process has closed its own copy, so its close is the last).
  */
-static void release_in_background(int fd) {
+static void release_in_background_many(const int *fds, int n) {
   int sync_pipe[2];
-  if (pipe2(sync_pipe, O_CLOEXEC) < 0) { close(fd); return; }
+  if (n == 0) return;
+  if (pipe2(sync_pipe, O_CLOEXEC) < 0) {
+    for (int i = 0; i < n; i++) close(fds[i]);
+    return;
+  }
   pid_t child = fork();
   if (child == 0) {
     if (fork() == 0) {
@@ -218,26 +227,23 @@ static void release_in_background(int fd) {
       close(STDOUT_FILENO);
       (void)!read(sync_pipe[0], &c, 1); /* EOF: the server-side helper closed its copy */
       setpriority(PRIO_PROCESS, 0, 19);   /* the freeing must not slow the slots that run */
-      close(fd);
+      for (int i = 0; i < n; i++) close(fds[i]);
       _exit(0);
     }
     _exit(0);
   }
   close(sync_pipe[0]);
-  close(fd);
+  for (int i = 0; i < n; i++) close(fds[i]);
   close(sync_pipe[1]);
   if (child > 0) waitpid(child, NULL, 0);
 }
 
-static int do_disk(char **a) {
-  const char *disk = a[0], *workspace = a[1];
-  unsigned long long bytes = strtoull(a[2], NULL, 10);
-  unsigned uid = strtoul(a[3], NULL, 10), gid = strtoul(a[4], NULL, 10);
-  /* A reference on the old disk (if one is mounted), so that detaching it frees nothing here. */
-  int old = open(disk, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  int rc = detach_all(workspace) || detach_all(disk);
-  if (old >= 0) release_in_background(old);
-  if (rc) return 1;
+static void release_in_background(int fd) {
+  release_in_background_many(&fd, 1);
+}
+
+/* A fresh tmpfs of <bytes> at <disk> with the slot's dirs (nothing bound anywhere yet). */
+static int new_disk(const char *disk, unsigned long long bytes, unsigned uid, unsigned gid) {
   if (mkdir(disk, 0700) < 0 && errno != EEXIST) return fail("mkdir", disk);
   char opts[256];
   snprintf(opts, sizeof opts, "size=%llu,mode=0700,uid=%u,gid=%u", bytes, uid, gid);
@@ -245,10 +251,53 @@ static int do_disk(char **a) {
   static const char *slot_dirs[] = {"workspace", "tmp", "var-tmp", "shm"};
   for (size_t i = 0; i < sizeof slot_dirs / sizeof *slot_dirs; i++)
     if (make_dir(disk, slot_dirs[i], 1, uid, gid)) return 1;
-  if (make_dir(disk, "views", 0, 0, 0)) return 1;
+  return make_dir(disk, "views", 0, 0, 0);
+}
+
+static int bind_workspace(const char *disk, const char *workspace) {
   char ws[4096];
   snprintf(ws, sizeof ws, "%s/workspace", disk);
   if (mount(ws, workspace, NULL, MS_BIND, NULL) < 0) return fail("binding the slot's disk at", workspace);
+  return 0;
+}
+
+static int do_disk(char **a) {
+  const char *disk = a[0], *workspace = a[1];
+  /* A reference on the old disk (if one is mounted), so that detaching it frees nothing here. */
+  int old = open(disk, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int rc = detach_all(workspace) || detach_all(disk);
+  if (old >= 0) release_in_background(old);
+  if (rc) return 1;
+  if (new_disk(disk, strtoull(a[2], NULL, 10), strtoul(a[3], NULL, 10), strtoul(a[4], NULL, 10))) return 1;
+  return bind_workspace(disk, workspace);
+}
+
+/* newdisk <disk> <bytes> <uid> <gid>: a fork's new disk for a slot, beside its current one. */
+static int do_newdisk(char **a) {
+  return new_disk(a[0], strtoull(a[1], NULL, 10), strtoul(a[2], NULL, 10), strtoul(a[3], NULL, 10));
+}
+
+/* swap (<old> <next> <workspace>)...: for each slot, every mount at <workspace> and the old
+ * disk detached, <next>'s workspace bound there; the old disks all freed in one detached
+ * low-priority grandchild (one fork for a whole fork's children, not one per child). */
+static int do_swap(char **a, int n) {
+  int fds[64], held = 0, rc = 0;
+  for (int i = 0; i < n; i++) {
+    const char *old_disk = a[3 * i], *next = a[3 * i + 1], *workspace = a[3 * i + 2];
+    int old = open(old_disk, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (old >= 0) fds[held++] = old;
+    if (detach_all(workspace) || detach_all(old_disk)) { rc = 1; continue; }
+    if (strcmp(old_disk, next) != 0) (void)rmdir(old_disk);
+    if (bind_workspace(next, workspace)) rc = 1;
+  }
+  release_in_background_many(fds, held);
+  return rc;
+}
+
+/* dropdisk <disk>: undoes a `newdisk` (a fork that failed). */
+static int do_dropdisk(char **a) {
+  if (detach_all(a[0])) return 1;
+  (void)rmdir(a[0]);
   return 0;
 }
 
@@ -265,14 +314,17 @@ static int serve(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   while ((n = getline(&line, &cap, stdin)) > 0) {
     if (line[n - 1] == '\n') line[n - 1] = 0;
-    char *args[16];
+    char *args[256];
     int count = 0;
-    for (char *tok = strtok(line, "\t"); tok && count < 16; tok = strtok(NULL, "\t")) args[count++] = tok;
+    for (char *tok = strtok(line, "\t"); tok && count < 256; tok = strtok(NULL, "\t")) args[count++] = tok;
     int rc;
     last_error[0] = 0;
     if (count == 10 && strcmp(args[0], "mount") == 0) rc = do_mount(args + 1);
     else if (count == 3 && strcmp(args[0], "umount") == 0) rc = do_umount(args + 1);
     else if (count == 6 && strcmp(args[0], "disk") == 0) rc = do_disk(args + 1);
+    else if (count == 5 && strcmp(args[0], "newdisk") == 0) rc = do_newdisk(args + 1);
+    else if (count >= 4 && count <= 1 + 3 * 64 && (count - 1) % 3 == 0 && strcmp(args[0], "swap") == 0) rc = do_swap(args + 1, (count - 1) / 3);
+    else if (count == 2 && strcmp(args[0], "dropdisk") == 0) rc = do_dropdisk(args + 1);
     else {
       snprintf(last_error, sizeof last_error, "bad request (%d fields)", count);
       rc = 1;
@@ -289,6 +341,9 @@ int main(int argc, char **argv) {
   if (argc == 11 && strcmp(argv[1], "mount") == 0) return do_mount(argv + 2);
   if (argc == 4 && strcmp(argv[1], "umount") == 0) return do_umount(argv + 2);
   if (argc == 7 && strcmp(argv[1], "disk") == 0) return do_disk(argv + 2);
+  if (argc == 6 && strcmp(argv[1], "newdisk") == 0) return do_newdisk(argv + 2);
+  if (argc >= 5 && argc <= 2 + 3 * 64 && (argc - 2) % 3 == 0 && strcmp(argv[1], "swap") == 0) return do_swap(argv + 2, (argc - 2) / 3);
+  if (argc == 3 && strcmp(argv[1], "dropdisk") == 0) return do_dropdisk(argv + 2);
   fprintf(stderr, "usage: template-mount mount <tree> <lower> <upper> <work> <target> <disk_uid> <slot_uid> <disk_gid> <slot_gid>\n"
                   "       template-mount umount <target> <lower>\n"
                   "       template-mount disk <disk> <workspace> <bytes> <uid> <gid>\n");

@@ -1,5 +1,6 @@
 import { execFile, spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { readdirSync, readFileSync, rmdirSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { MountHelper } from "./mount-helper.js";
@@ -22,6 +23,11 @@ import type { Slot } from "../core/slot.js";
  * bound is also what a full slot costs in RAM, charged to the memory cgroup of the slot
  * that wrote it where slot cgroups exist. These mounts are the server's namespace's, so
  * they vanish with it, even on SIGKILL; from outside, the workspace dirs look empty.
+ *
+ * A fork (fork.ts) prepares a used child's next disk beside the current one
+ * (`<data dir>/.slotpool/disk_<i>.<tag>`, `prepareNext`) and switches to it with `swap`
+ * once its processes are dead, or drops it if the fork fails; later resets renew the disk
+ * at that path.
  *
  * Reset (`renew`) does not walk what the slot wrote: once the slot's processes are dead,
  * the mount helper detaches the bind and the tmpfs (lazily: the kernel frees the old one
@@ -64,6 +70,10 @@ export class SlotDisks {
 
   /** Mounts every slot's disk; if the host refuses (no CAP_SYS_ADMIN), bounds /tmp only. */
   attachAll(slots: Slot[]): void {
+    // A killed server's fork-made disk dirs (disk_<i>.<tag>): their mounts died with it, the empty dirs stay.
+    for (const d of safeReaddir(this.stateDir)) {
+      if (/^disk_\d+\./.test(d)) rmdirQuietly(join(this.stateDir, d));
+    }
     try {
       for (const slot of slots) this.attach(slot);
     } catch (err) {
@@ -103,6 +113,45 @@ export class SlotDisks {
     this.remember(slot);
   }
 
+  /** Whether a fork can prepare a slot's next disk beside its current one (`prepareNext`: the helper serves it). */
+  get preparesBeside(): boolean {
+    return this.helper !== null && this.mode === "tmpfs";
+  }
+
+  /**
+   * Fork (fork.ts): a fresh, empty disk for the slot at a path of its own, beside its current
+   * one: nothing of the slot changes until `swap` (its processes dead), or `drop` undoes it.
+   */
+  async prepareNext(slot: Slot): Promise<NextDisk> {
+    const owner = slot.owner ?? { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+    const disk = join(this.stateDir, `disk_${slot.index}.${randomBytes(4).toString("hex")}`);
+    await this.helper!.call(["newdisk", disk, String(this.bytes), String(owner.uid), String(owner.gid)]);
+    return { disk, views: join(disk, "views") };
+  }
+
+  /**
+   * Makes each `next` its slot's disk (the slots' processes are dead): every mount at its
+   * workspace and its old disk detached, the old ones freed in the background, in one helper
+   * request for all of them. Rejects if any failed (the caller takes them all out of service).
+   */
+  async swap(entries: ReadonlyArray<{ slot: Slot; next: NextDisk }>): Promise<void> {
+    for (let i = 0; i < entries.length; i += 64) {
+      const chunk = entries.slice(i, i + 64);
+      const args = chunk.flatMap(({ slot, next }) => {
+        const m = this.mounted.get(slot.index);
+        if (!m) throw new Error(`${slot.id} has no disk of its own to replace`);
+        return [m.disk, next.disk, slot.workspaceDir];
+      });
+      await this.helper!.call(["swap", ...args]);
+      for (const { slot, next } of chunk) this.remember(slot, next.disk);
+    }
+  }
+
+  /** Undoes `prepareNext` (the fork failed). */
+  async drop(next: NextDisk): Promise<void> {
+    await this.helper!.call(["dropdisk", next.disk]);
+  }
+
   /** Whether the slot's workspace lies on its own tmpfs (a reset then renews the mount instead of deleting files). */
   bounded(slot: Slot): boolean {
     return this.mounted.has(slot.index);
@@ -110,11 +159,11 @@ export class SlotDisks {
 
   private diskArgs(slot: Slot): string[] {
     const owner = slot.owner ?? { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
-    return ["disk", join(this.stateDir, `disk_${slot.index}`), slot.workspaceDir, String(this.bytes), String(owner.uid), String(owner.gid)];
+    // Where it is now (a fork's `swap` moves it to a path of its own), renewed in place.
+    return ["disk", this.mounted.get(slot.index)?.disk ?? join(this.stateDir, `disk_${slot.index}`), slot.workspaceDir, String(this.bytes), String(owner.uid), String(owner.gid)];
   }
 
-  private remember(slot: Slot): void {
-    const disk = join(this.stateDir, `disk_${slot.index}`);
+  private remember(slot: Slot, disk = this.mounted.get(slot.index)?.disk ?? join(this.stateDir, `disk_${slot.index}`)): void {
     this.mounted.set(slot.index, { disk, tmp: join(disk, "tmp"), varTmp: join(disk, "var-tmp"), shm: join(disk, "shm"), views: join(disk, "views") });
   }
 
@@ -166,6 +215,13 @@ export function fallbackWritableArgs(bytes: number): string[] {
 
 const execFileAsync = promisify(execFile);
 
+/** A slot's next disk, prepared by a fork beside its current one. */
+export interface NextDisk {
+  disk: string;
+  /** Its dir for the view's upper and work (the server's, never bound into the slot). */
+  views: string;
+}
+
 /** The helper's `disk` request with mount(8) (no C compiler for the helper): $1 disk, $2 workspace, $3 bytes, $4 uid, $5 gid. */
 const MOUNT_DISK = `set -e
 while umount -l "$2" 2>/dev/null; do :; done
@@ -194,5 +250,22 @@ function unmount(path: string): void {
       spawnSync("umount", ["-l", path], { timeout: 10_000 });
       if (isMountPoint(path)) throw new Error(`cannot unmount ${path}: ${(r.stderr || "").trim()}`);
     }
+  }
+}
+
+function safeReaddir(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+/** Removes an empty dir; one still mounted or holding files stays (EBUSY, ENOTEMPTY). */
+function rmdirQuietly(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch {
+    /* in use: left */
   }
 }
