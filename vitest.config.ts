@@ -1,8 +1,12 @@
+import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
 
 // Integration tests spawn real sandbox servers and bubblewrap; the CI box has 2 cores,
 // so files run in a few forks and timeouts are generous rather than flaky.
 export default defineConfig({
+  // Tests that import an example (which imports "slotpool" by name) get the sources, one
+  // copy of every class; the CLI run as a process resolves it to dist/ as users' projects do.
+  resolve: { alias: [{ find: /^slotpool$/, replacement: fileURLToPath(new URL("./src/index.ts", import.meta.url)) }] },
   test: {
     include: ["test/**/*.test.ts"],
     exclude: ["test/bench/**", "node_modules/**", "dist/**"],

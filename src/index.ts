@@ -49,7 +49,10 @@ export { defineExternalTool, type ExternalTool } from "./executor/external-tool.
 export { AgentEnv, type AgentEnvRuntime, type ScoreResult, type EvalSample, type EvalResult } from "./env/agent-env.js";
 export type { AgentEnvConfig, AgentEnvConfigInput } from "./env/config.js";
 export type { BranchPoint } from "./env/branching.js";
+export type { GroupMember, GroupScore } from "./env/group-score.js";
+export type { Metrics } from "./env/metrics.js";
 export { ToolContext } from "./env/tool-context.js";
+export { defineEnvTool, type EnvToolSpec, type InProcessToolSpec, type SlotToolSpec } from "./env/env-tools.js";
 export type { ScoredDataGroup } from "./env/scored-group.js";
 export type { AgentResult } from "./agent/agent-loop.js";
 export type { OracleScript } from "./agent/oracle-policy.js";

@@ -12,7 +12,7 @@
  * new file moved into place, and `sed` after reading the test), all correct, so it runs
  * 100 % solved without a model. Written against slotpool's public API only.
  */
-import type { AgentEnvRuntime, BranchPoint, OracleScript } from "../../src/index.js";
+import type { AgentEnvRuntime, BranchPoint, OracleScript } from "slotpool";
 import RepoTasksEnv, { BUGS, MATH_SH, TEXT_SH, type RepoTask } from "../repo-tasks/env.js";
 
 export default class BranchingRepoEnv extends RepoTasksEnv {

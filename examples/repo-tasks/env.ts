@@ -12,7 +12,7 @@
  * It ships an oracle policy (the fix, as a tool call), so it runs without a model.
  * Written against slotpool's public API only.
  */
-import { AgentEnv, type AgentEnvRuntime, type AgentResult, type OracleScript, type TemplateSpec, type ToolContext } from "../../src/index.js";
+import { AgentEnv, type AgentEnvRuntime, type AgentResult, type OracleScript, type TemplateSpec, type ToolContext } from "slotpool";
 
 export interface RepoTask {
   id: number;
@@ -157,7 +157,7 @@ export default class RepoTasksEnv extends AgentEnv<RepoTask> {
     return `Bug report for shkit: ${BUGS[task.bug].report} Find and fix the bug. The test \`bash tests/run.sh ${task.bug}\` must pass; do not edit tests/.`;
   }
 
-  override async computeReward(task: RepoTask, _result: AgentResult, ctx: ToolContext): Promise<number> {
+  async computeReward(task: RepoTask, _result: AgentResult, ctx: ToolContext): Promise<number> {
     // The item's test, in the slot, and the tests untouched (git knows the template's state).
     const r = await ctx.terminal(`bash tests/run.sh ${task.bug} && git diff --quiet HEAD -- tests && echo REWARD-OK`, { timeout: 60 });
     return r.output.includes("REWARD-OK") ? 1 : 0;

@@ -10,7 +10,7 @@
  * runs without a model; `--model-url URL --model NAME` runs it against a model instead.
  * Written against slotpool's public API only.
  */
-import { AgentEnv, type AgentEnvRuntime, type AgentResult, type OracleScript, type ToolContext } from "../../src/index.js";
+import { AgentEnv, type AgentEnvRuntime, type AgentResult, type OracleScript, type ToolContext } from "slotpool";
 
 type TaskKind = "create-file" | "fix-script" | "count-files" | "find-text";
 
@@ -133,7 +133,7 @@ export default class ShellTasksEnv extends AgentEnv<ShellTask> {
     }
   }
 
-  override async computeReward(task: ShellTask, _result: AgentResult, ctx: ToolContext): Promise<number> {
+  async computeReward(task: ShellTask, _result: AgentResult, ctx: ToolContext): Promise<number> {
     const v = task.variant;
     switch (task.kind) {
       case "create-file": {

@@ -17,11 +17,12 @@ import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
 import { AgentEnvConfigSchema, unknownConfigKeys, type AgentEnvConfig } from "./config.js";
 import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
-import type { InfraFailure } from "./infra-failure.js";
 import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
-import type { LineExtras } from "../report/rollout-extras.js";
 import { lineExtras } from "./rollout-extras.js";
-import { scoreRollout } from "./rollout-score.js";
+import { applyGroupScore, type GroupMember, type GroupScore } from "./group-score.js";
+import { metricMeans } from "./metrics.js";
+import type { EvalResult, EvalSample, EvaluateOptions } from "./evaluation.js";
+import { scoreRollout, type ScoreResult } from "./rollout-score.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
@@ -32,38 +33,9 @@ import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
 import { configProblems } from "../protocol/errors.js";
 
-/** What `verifyAndScore` returns: the score, plus anything worth keeping about how it was reached. */
-export interface ScoreResult {
-  score: number;
-  metadata?: Record<string, unknown>;
-}
+export type { ScoreResult } from "./rollout-score.js";
 
-/** One evaluation sample (written to samples.jsonl by `slotpool evaluate`). */
-export interface EvalSample {
-  item: unknown;
-  score: number;
-  finishReason: string;
-  turnsUsed: number;
-  toolCalls: number;
-  toolErrors: number;
-  messages: ChatMessage[];
-  /** Timings, exit codes and tool errors for the report (the same key as on process-mode lines). */
-  slotpool?: LineExtras;
-}
-
-export interface EvalResult {
-  metrics: Record<string, number>;
-  samples: EvalSample[];
-}
-
-export interface EvaluateOptions {
-  /** Called as each evaluated trajectory finishes (progress, run statistics); infra failures included. */
-  onTrajectory?: (outcome: TrajectoryOutcome) => void;
-  /** Called for each item whose trajectory could not finish: the reason, and the infra failure if it was one. */
-  onFailure?: (reason: string, infra?: InfraFailure) => void;
-  /** Stops the evaluation: items not started are skipped, trajectories in flight abandoned (neither counted). */
-  signal?: AbortSignal;
-}
+export type { EvalSample, EvalResult, EvaluateOptions } from "./evaluation.js";
 
 /** How an env instance gets its tools backend, model and logger (all optional). */
 export interface AgentEnvRuntime {
@@ -84,8 +56,12 @@ type EnvClass = { configSchema: z.ZodType; envName?: string; name: string };
  * - `getNextItem()`: the next item, or null when there are no more.
  * - `buildTask(item)`: the user message (or the whole initial conversation).
  * - `setupWorkspace(item, ctx)`: optional; prepare the trajectory's slot before the agent starts.
- * - `computeReward(item, result, ctx)` or `verifyAndScore(...)`: score the rollout, running
- *   commands in the trajectory's own slot through `ctx` before it is reset.
+ * - `computeReward(item, result, ctx)` (abstract: every env writes it): score the rollout,
+ *   running commands in the trajectory's own slot through `ctx` before it is reset; a number,
+ *   or `{score, metadata, metrics}`.
+ * - `scoreGroup(item, members)`: optional; score the whole group at once (relative or
+ *   pairwise rewards), after each trajectory's own score.
+ * - `maxTurnsFor(item)`: optional; the item's own turn limit (default: config `maxTurns`).
  * - `oracle(item)`: optional; a scripted policy so the env runs without a model.
  * - `evaluate()`: optional; by default runs `getEvalItems()` once each.
  *
@@ -165,14 +141,39 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   /** Prepare the trajectory's slot (write fixtures, clone a repo) before the agent starts. */
   async setupWorkspace(_item: Item, _ctx: ToolContext): Promise<void> {}
 
-  /** Score a rollout; `ctx` runs tools in the trajectory's own slot, which still holds the agent's work. */
-  async computeReward(_item: Item, _result: AgentResult, _ctx: ToolContext): Promise<number> {
-    throw new EnvError(`env ${this.name} must implement computeReward(item, result, ctx) or verifyAndScore(item, result, ctx)`);
+  /**
+   * Score a rollout; `ctx` runs tools in the trajectory's own slot, which still holds the
+   * agent's work. Abstract, so an env that forgets it does not compile. Returns the score, or
+   * `{score, metadata?, metrics?}` to keep facts and metrics beside it.
+   */
+  abstract computeReward(item: Item, result: AgentResult, ctx: ToolContext): Promise<number | ScoreResult> | number | ScoreResult;
+
+  /** The score as `{score, metadata, metrics}`. Default: computeReward's answer in that form. */
+  async verifyAndScore(item: Item, result: AgentResult, ctx: ToolContext): Promise<ScoreResult> {
+    const r = await this.computeReward(item, result, ctx);
+    return typeof r === "number" ? { score: r } : r;
   }
 
-  /** Like computeReward, with metadata kept next to the score. Default: computeReward. */
-  async verifyAndScore(item: Item, result: AgentResult, ctx: ToolContext): Promise<ScoreResult> {
-    return { score: await this.computeReward(item, result, ctx) };
+  /**
+   * Group-level scoring after every trajectory's own (slots already reset): new scores in the
+   * members' order, `{scores?, metrics?}`, or nothing. Infra-failed trajectories are never
+   * members; a hook that fails makes the members infra failures (see applyGroupScore).
+   */
+  scoreGroup(_item: Item, _members: readonly GroupMember[]): GroupScore | Promise<GroupScore> {
+    return undefined;
+  }
+
+  /** The item's own turn limit, or undefined for the config's `maxTurns` (a hard item may get more turns). */
+  maxTurnsFor(_item: Item): number | undefined {
+    return undefined;
+  }
+
+  /** The turn limit of one item: `maxTurnsFor(item)`, else the config's `maxTurns`. */
+  turnsFor(item: Item): number {
+    const own = this.maxTurnsFor(item);
+    if (own === undefined) return this.config.maxTurns;
+    if (!Number.isInteger(own) || own < 1) throw new EnvError(`env ${this.name}: maxTurnsFor(item) must be a positive integer or undefined, got ${String(own)}`);
+    return own;
   }
 
   /** A scripted policy for this item (known-correct tool calls), used when no model URL is set. */
@@ -228,6 +229,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         eval_failed: failed,
         mean_score: n ? samples.reduce((a, s) => a + s.score, 0) / n : 0,
         solve_rate: n ? samples.filter((s) => s.score >= this.config.successThreshold).length / n : 0,
+        ...metricMeans(samples.map((s) => s.slotpool?.trajectories[0]?.metrics)),
       },
       samples,
     };
@@ -422,7 +424,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           policy: this.policyFor(item),
           tools: groupTools.tools,
           messages: this.initialMessages(item),
-          maxTurns: this.config.maxTurns,
+          maxTurns: this.turnsFor(item),
           ...(signal ? { signal } : {}),
           isKnownTool: (name) => {
             const def = backend.registry.resolve(name);
@@ -434,7 +436,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
               backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) }),
             ),
         });
-        const { score, rewardError, scoreMetadata, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, ctx), this.log);
+        const { score, rewardError, scoreMetadata, metrics, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, ctx), this.log);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);
         const outcome: TrajectoryOutcome = {
           trajectoryId,
@@ -449,6 +451,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           workspaceSetupMs,
         };
         if (brokenSegments.length > 0) outcome.brokenSegments = brokenSegments;
+        if (metrics) outcome.metrics = metrics;
         if (rewardError) outcome.rewardError = rewardError;
         if (infraFailure) outcome.infraFailure = infraFailure;
         return outcome;
@@ -478,12 +481,14 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    */
   async collectTrajectories(item: Item, options: { signal?: AbortSignal } = {}): Promise<GroupOutcome<Item>> {
     const point = this.branchPoint(item);
-    if (point) return collectBranchingGroup(this, item, point, { tokenizer: this.tokenizer, log: this.log }, options);
+    const scoreGroup = (trajectories: TrajectoryOutcome[]) => applyGroupScore(trajectories, (members) => this.scoreGroup(item, members), this.log);
+    if (point) return collectBranchingGroup(this, item, point, { tokenizer: this.tokenizer, log: this.log, scoreGroup }, options);
     const groupTools = this.resolveTools();
     return collectGroup(item, groupTools, {
       config: this.config,
       log: this.log,
       runTrajectory: () => this.collectTrajectory(item, groupTools, options),
+      scoreGroup,
       ...(options.signal ? { signal: options.signal } : {}),
     });
   }

@@ -11,6 +11,7 @@ import type { AgentEnvConfig } from "./config.js";
 import { EnvError } from "./errors.js";
 import { scoreRollout, type RolloutScore } from "./rollout-score.js";
 import type { InfraFailure } from "./infra-failure.js";
+import type { Metrics } from "./metrics.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { ToolContext } from "./tool-context.js";
@@ -35,7 +36,9 @@ export interface BranchingEnv<Item> {
   initialMessages(item: Item): ChatMessage[];
   workspaceTemplate(item: Item): TemplateSpec | undefined;
   setupWorkspace(item: Item, ctx: ToolContext): Promise<void>;
-  verifyAndScore(item: Item, result: AgentResult, ctx: ToolContext): Promise<{ score: number; metadata?: Record<string, unknown> }>;
+  verifyAndScore(item: Item, result: AgentResult, ctx: ToolContext): Promise<{ score: number; metadata?: Record<string, unknown>; metrics?: Metrics }>;
+  /** The item's turn limit (AgentEnv.turnsFor). */
+  turnsFor(item: Item): number;
 }
 
 /**
@@ -52,7 +55,7 @@ export async function collectBranchingGroup<Item>(
   env: BranchingEnv<Item>,
   item: Item,
   point: BranchPoint,
-  parts: { tokenizer: TextTokenizer | undefined; log: Logger },
+  parts: { tokenizer: TextTokenizer | undefined; log: Logger; scoreGroup?: (trajectories: TrajectoryOutcome[]) => Promise<{ metrics?: Metrics; failures: InfraFailure[] }> },
   options: { signal?: AbortSignal } = {},
 ): Promise<GroupOutcome<Item>> {
   const groupTools = env.resolveTools();
@@ -85,6 +88,17 @@ export async function collectBranchingGroup<Item>(
       parts.log.error({ reason: message }, "group dropped");
       return { ok: false, kind: "infra", fatal: policy === "fail", reason: message, trajectories: [], unfinished, ...common };
     }
+    let metrics: Metrics | undefined;
+    const ownScored = leaves.filter((l) => !l.infraFailure);
+    // Group scoring only for a tree that would be delivered, as in a plain group.
+    if (parts.scoreGroup && ownScored.length > 0 && (ownScored.length === leaves.length || policy === "mask")) {
+      metrics = (await parts.scoreGroup(ownScored)).metrics;
+      // The tree drawn in the report shows the scores the group was given.
+      for (const node of leaves[0]?.branchTree?.nodes ?? []) {
+        const leaf = leaves.find((l) => l.trajectoryId === node.trajectory_id);
+        if (leaf && node.score !== undefined) node.score = leaf.score;
+      }
+    }
     const failed = leaves.filter((l) => l.infraFailure);
     const scored = leaves.filter((l) => !l.infraFailure);
     infraFailures.push(...failed.map((l) => l.infraFailure!));
@@ -94,7 +108,7 @@ export async function collectBranchingGroup<Item>(
         includeMessages: env.config.trainer.includeMessages,
         generationParams: { temperature: env.config.model.temperature, max_tokens: env.config.model.maxTokens },
       });
-      return { ok: true, group, trajectories: scored, masked: failed.length, droppedAttempts: attempt, ...common };
+      return { ok: true, group, trajectories: scored, masked: failed.length, droppedAttempts: attempt, ...(metrics ? { metrics } : {}), ...common };
     }
     const what = `${failed.length} of ${groupSize} branches had an infrastructure failure: ${[...new Set(failed.map((l) => `${l.infraFailure!.cause}: ${l.infraFailure!.message}`))].join(" | ")}`;
     if (policy === "drop" && attempt < infraRetries) {
@@ -148,7 +162,7 @@ async function branchOnce<Item>(
       policy,
       tools: groupTools.tools,
       messages: env.initialMessages(item),
-      maxTurns: env.config.maxTurns,
+      maxTurns: env.turnsFor(item),
       ...(signal ? { signal } : {}),
       isKnownTool,
       executeTool: executeFor(rootId),
@@ -172,7 +186,7 @@ async function branchOnce<Item>(
               tools: groupTools.tools,
               messages: root.messages,
               resume: root,
-              maxTurns: env.config.maxTurns,
+              maxTurns: env.turnsFor(item),
               ...(signal ? { signal } : {}),
               isKnownTool,
               executeTool: executeFor(trajectoryId),
@@ -222,6 +236,7 @@ async function score<Item>(env: BranchingEnv<Item>, item: Item, trajectoryId: st
   const { tokens, brokenSegments } = trajectoryTokens(result, parts.tokenizer);
   const outcome: TrajectoryOutcome = { trajectoryId, result, score: scored.score, rewardSkipped: producedNothing || scored.infraFailure?.cause === "model", scoreMetadata: scored.scoreMetadata, attempts: 1, slotLosses: [], tokens, durationMs };
   if (brokenSegments.length > 0) outcome.brokenSegments = brokenSegments;
+  if (scored.metrics) outcome.metrics = scored.metrics;
   if (scored.rewardError) outcome.rewardError = scored.rewardError;
   if (scored.infraFailure) outcome.infraFailure = scored.infraFailure;
   return outcome;

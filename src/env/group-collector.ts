@@ -3,6 +3,7 @@ import type { GroupTools } from "../tools/distributions.js";
 import type { AgentEnvConfig } from "./config.js";
 import { TrajectoryFailedError } from "./errors.js";
 import type { InfraFailure } from "./infra-failure.js";
+import type { Metrics } from "./metrics.js";
 import { buildScoredGroup, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 
 export interface GroupCollectorHost {
@@ -10,6 +11,11 @@ export interface GroupCollectorHost {
   log: Logger;
   /** One trajectory of the item, start to finish, in its own slot (AgentEnv.collectTrajectory). */
   runTrajectory: () => Promise<TrajectoryOutcome>;
+  /**
+   * The env's group-level scoring (AgentEnv.scoreGroup through applyGroupScore): may replace
+   * the scores; the infra failures it returns mean the group has no fair score.
+   */
+  scoreGroup?: (trajectories: TrajectoryOutcome[]) => Promise<{ metrics?: Metrics; failures: InfraFailure[] }>;
   signal?: AbortSignal;
 }
 
@@ -34,8 +40,16 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
   const common = { item, toolsets: groupTools.toolsets, infraFailures };
   for (let attempt = 0; ; attempt++) {
     const round = await collectRound(host);
+    let scored = round.done.filter((t) => !t.infraFailure);
+    // Group scoring only for a group that would be delivered: its own scores all stand.
+    let metrics: Metrics | undefined;
+    if (host.scoreGroup && round.errors.length === 0 && scored.length > 0 && (round.infra.length === 0 || policy === "mask")) {
+      const g = await host.scoreGroup(scored);
+      round.infra.push(...g.failures);
+      metrics = g.metrics;
+      scored = scored.filter((t) => !t.infraFailure);
+    }
     infraFailures.push(...round.infra);
-    const scored = round.done.filter((t) => !t.infraFailure);
     if (round.errors.length > 0) {
       const reason = `${round.errors.length} of ${groupSize} trajectories failed: ${[...new Set(round.errors)].join(" | ")}`;
       host.log.error({ reason }, "group failed");
@@ -47,7 +61,7 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
         includeMessages: host.config.trainer.includeMessages,
         generationParams: { temperature: host.config.model.temperature, max_tokens: host.config.model.maxTokens },
       });
-      return { ok: true, group, trajectories: scored, masked: round.infra.length, droppedAttempts: attempt, ...common };
+      return { ok: true, group, trajectories: scored, masked: round.infra.length, droppedAttempts: attempt, ...(metrics ? { metrics } : {}), ...common };
     }
     const what = `${round.infra.length} of ${groupSize} trajectories had an infrastructure failure: ${[...new Set(round.infra.map((f) => `${f.cause}: ${f.message}`))].join(" | ")}`;
     if (policy === "drop" && attempt < infraRetries) {

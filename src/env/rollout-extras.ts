@@ -1,5 +1,6 @@
 import { ROLLOUT_EXTRAS_VERSION, type LineExtras, type RolloutExtras } from "../report/rollout-extras.js";
 import { countByCause, type InfraFailure } from "./infra-failure.js";
+import type { Metrics } from "./metrics.js";
 import type { TrajectoryOutcome } from "./scored-group.js";
 
 const ARGUMENTS_KEPT = 500;
@@ -8,7 +9,7 @@ const ARGUMENTS_KEPT = 500;
  * The `slotpool` key of a JSONL line: what the report needs that the messages do not say,
  * the group's infra failures by cause (never among its scores), and a branching group's tree.
  */
-export function lineExtras(trajectories: readonly TrajectoryOutcome[], group?: { infraFailures: readonly InfraFailure[]; masked: number; droppedAttempts: number }): LineExtras {
+export function lineExtras(trajectories: readonly TrajectoryOutcome[], group?: { infraFailures: readonly InfraFailure[]; masked: number; droppedAttempts: number; metrics?: Metrics }): LineExtras {
   const out: LineExtras = { version: ROLLOUT_EXTRAS_VERSION, trajectories: trajectories.map(rolloutExtras) };
   const tree = trajectories.find((t) => t.branchTree)?.branchTree;
   if (tree) out.tree = tree;
@@ -16,6 +17,7 @@ export function lineExtras(trajectories: readonly TrajectoryOutcome[], group?: {
     out.infra_failures = countByCause(group.infraFailures);
     out.masked = group.masked;
     out.dropped_attempts = group.droppedAttempts;
+    if (group.metrics) out.metrics = group.metrics;
   }
   return out;
 }
@@ -43,5 +45,7 @@ export function rolloutExtras(t: TrajectoryOutcome): RolloutExtras {
   if (t.rewardError !== undefined) out.reward_error = t.rewardError;
   if (r.error !== undefined) out.error = r.error;
   if (Object.keys(t.scoreMetadata).length > 0) out.score_metadata = t.scoreMetadata;
+  if (t.metrics) out.metrics = t.metrics;
+  if (t.ownScore !== undefined) out.own_score = t.ownScore;
   return out;
 }

@@ -3,11 +3,24 @@ import type { Logger } from "../observability/logger.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { ToolContextError } from "./errors.js";
 import type { InfraFailure } from "./infra-failure.js";
+import { metricsProblem, type Metrics } from "./metrics.js";
+
+/**
+ * What `computeReward` may return instead of a bare number (and what `verifyAndScore`
+ * returns): the score, anything worth keeping about how it was reached, and the env's own
+ * metrics of the trajectory (names to finite numbers, for the summary, JSONL and report).
+ */
+export interface ScoreResult {
+  score: number;
+  metadata?: Record<string, unknown>;
+  metrics?: Metrics;
+}
 
 export interface RolloutScore {
   score: number;
   rewardError?: string;
   scoreMetadata: Record<string, unknown>;
+  metrics?: Metrics;
   infraFailure?: InfraFailure;
 }
 
@@ -20,7 +33,7 @@ export interface RolloutScore {
 export async function scoreRollout(
   result: AgentResult,
   trajectoryId: string,
-  reward: () => Promise<{ score: number; metadata?: Record<string, unknown> }>,
+  reward: () => Promise<ScoreResult>,
   log: Logger,
 ): Promise<RolloutScore> {
   if (result.finishReason === "error") {
@@ -35,7 +48,12 @@ export async function scoreRollout(
       const message = `reward is ${scored.score}, not a finite number`;
       return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: { cause: "reward", message, trajectoryId } };
     }
-    return { score: scored.score, scoreMetadata: scored.metadata ?? {} };
+    // A bad metric is the reward code's bug, as a NaN score is: the trajectory is not scored.
+    const problem = scored.metrics === undefined ? undefined : metricsProblem(scored.metrics);
+    if (problem) return { score: 0, rewardError: problem, scoreMetadata: {}, infraFailure: { cause: "reward", message: problem, trajectoryId } };
+    const out: RolloutScore = { score: scored.score, scoreMetadata: scored.metadata ?? {} };
+    if (scored.metrics && Object.keys(scored.metrics).length > 0) out.metrics = { ...scored.metrics };
+    return out;
   } catch (err) {
     if (isSlotLostError(err)) throw err;
     const message = err instanceof Error ? err.message : String(err);

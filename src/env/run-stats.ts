@@ -5,6 +5,7 @@ import { toolLatencyTable, type ToolLatencyRow } from "../report/tool-stats.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
 import { INFRA_CAUSES, countByCause, type InfraCause, type InfraFailure } from "./infra-failure.js";
 import type { IsolationSummary } from "./isolation.js";
+import { formatTally, tallyMetrics, type MetricTally } from "./metrics.js";
 
 /** Tool errors kept for the summary (the count goes on past it). */
 const TOOL_ERRORS_KEPT = 1000;
@@ -54,6 +55,9 @@ export class RunStats {
   /** Per trajectory: workspace preparation time (template + setupWorkspace), ms. */
   readonly workspaceSetupMs: number[] = [];
   readonly startedAt = Date.now();
+  /** The env's custom metrics over the scored trajectories, and over the delivered groups, by name. */
+  readonly trajectoryMetrics = new Map<string, MetricTally>();
+  readonly groupMetrics = new Map<string, MetricTally>();
 
   constructor(options: { successThreshold?: number } = {}) {
     this.successThreshold = options.successThreshold ?? 1.0;
@@ -70,6 +74,7 @@ export class RunStats {
       this.retries += outcome.unfinished.retries;
     } else {
       this.maskedTrajectories += outcome.masked;
+      tallyMetrics(this.groupMetrics, outcome.metrics);
     }
     for (const t of outcome.trajectories) this.addTrajectory(t);
   }
@@ -106,6 +111,7 @@ export class RunStats {
     }
     for (const e of t.result.toolErrors) if (this.toolErrorLog.length < TOOL_ERRORS_KEPT) this.toolErrorLog.push(e);
     if (t.workspaceSetupMs !== undefined) this.workspaceSetupMs.push(t.workspaceSetupMs);
+    tallyMetrics(this.trajectoryMetrics, t.metrics);
     const withIds = t.result.turns.filter((r) => r.tokens?.promptTokenIds);
     this.tokenTurns += withIds.length;
     this.prefixBreaks += t.brokenSegments?.length ?? 0;
@@ -153,6 +159,10 @@ export class RunStats {
     registry.gauge("slotpool_env_token_turns", "Model turns that came with token ids", () => [{ value: this.tokenTurns }]);
     registry.gauge("slotpool_env_prefix_breaks", "Turns whose prompt could not extend the trajectory's token sequence (a new segment started)", () => [{ value: this.prefixBreaks }]);
     registry.gauge("slotpool_env_prefix_break_rate", "Prefix breaks per model turn with token ids", () => [{ value: this.prefixBreakRate }]);
+    registry.gauge("slotpool_env_metric_mean", "The env's custom metrics: mean over scored trajectories (per=trajectory) or delivered groups (per=group), by name", () => [
+      ...[...this.trajectoryMetrics].map(([name, t]) => ({ labels: { name, per: "trajectory" }, value: t.sum / t.count })),
+      ...[...this.groupMetrics].map(([name, t]) => ({ labels: { name, per: "group" }, value: t.sum / t.count })),
+    ]);
     registry.gauge("slotpool_env_token_exact_trajectories", "Trajectories whose every trained id is as sampled", () => [{ value: this.tokenExactTrajectories }]);
   }
 
@@ -172,6 +182,14 @@ export class RunStats {
   /** Calls, errors and latency per tool, slowest first. */
   toolTable(): ToolLatencyRow[] {
     return toolLatencyTable(this.calls);
+  }
+
+  /** Summary rows of the env's metrics: `metric NAME` per trajectory, `group metric NAME` per group. */
+  metricRows(): Array<[string, string]> {
+    return [
+      ...[...this.trajectoryMetrics].map(([name, t]): [string, string] => [`metric ${name}`, formatTally(t, "trajectory")]),
+      ...[...this.groupMetrics].map(([name, t]): [string, string] => [`group metric ${name}`, formatTally(t, "group")]),
+    ];
   }
 
   toJSON() {
@@ -200,6 +218,8 @@ export class RunStats {
       prefix_break_rate: this.prefixBreakRate,
       token_exact_trajectories: this.tokenExactTrajectories,
       unsent_segments: this.unsentSegments,
+      metrics: Object.fromEntries([...this.trajectoryMetrics].map(([n, t]) => [n, { mean: t.sum / t.count, min: t.min, max: t.max, count: t.count }])),
+      group_metrics: Object.fromEntries([...this.groupMetrics].map(([n, t]) => [n, { mean: t.sum / t.count, min: t.min, max: t.max, count: t.count }])),
       elapsed_s: (Date.now() - this.startedAt) / 1000,
     };
   }

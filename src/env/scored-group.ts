@@ -1,6 +1,7 @@
 import type { AgentResult } from "../agent/agent-loop.js";
 import type { ChatMessage } from "../agent/messages.js";
 import type { InfraFailure } from "./infra-failure.js";
+import type { Metrics } from "./metrics.js";
 import type { BranchTree } from "../report/branch-tree.js";
 import { tokenSegmentsFromServer, tokensFromTokenizer, type SequenceTokens, type TextTokenizer } from "./tokens.js";
 
@@ -40,6 +41,10 @@ export interface TrajectoryOutcome {
    */
   infraFailure?: InfraFailure;
   scoreMetadata: Record<string, unknown>;
+  /** The env's own metrics of this trajectory (`computeReward` returning `{score, metrics}`). */
+  metrics?: Metrics;
+  /** The trajectory's own score when the group-level scoring (`scoreGroup`) replaced it. */
+  ownScore?: number;
   /** How many times the trajectory ran (1 + restarts after slot losses). */
   attempts: number;
   slotLosses: string[];
@@ -71,6 +76,8 @@ export type GroupOutcome<Item = unknown> =
       masked: number;
       /** Earlier tries of the item dropped for an infra failure. */
       droppedAttempts: number;
+      /** The env's metrics of the whole group (`scoreGroup` returning `{scores, metrics}`). */
+      metrics?: Metrics;
     }
   | {
       ok: false;

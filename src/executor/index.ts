@@ -1,13 +1,14 @@
-/** The executor room: ToolExecutor, the executor HTTP service, the ToolServer and its client. */
+/**
+ * The executor room (`slotpool/executor`): ToolExecutor and its config, the one backend
+ * (createToolBackend), the executor HTTP service, the ToolServer, its client and external
+ * tools. Listed by name (guarded by test/architecture/public-api.test.ts).
+ */
 export type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
 export { ToolExecutor, ExecutorClosedError, type ToolExecutorOptions } from "./tool-executor.js";
 export {
   ToolExecutorConfigSchema,
   ToolExecutorConfigError,
   parseToolExecutorConfig,
-  clampTimeoutS,
-  MIN_TIMEOUT_S,
-  MAX_TIMEOUT_S,
   type ToolExecutorConfig,
   type ToolExecutorConfigInput,
 } from "./config.js";
@@ -24,10 +25,8 @@ export { ToolServer, type ToolServerOptions } from "./tool-server.js";
 export { ToolServerClient, ToolServerError, type ToolServerCall } from "./tool-server-client.js";
 export {
   defineExternalTool,
-  loadToolModule,
   ToolModuleError,
   type ExternalTool,
   type ExternalToolContext,
   type ExternalToolOutput,
 } from "./external-tool.js";
-export { ExecutorMetrics } from "./executor-metrics.js";

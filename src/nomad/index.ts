@@ -1,4 +1,8 @@
-/** The Nomad side of slotpool: API client, typed errors, the sandbox job, allocation helpers. */
+/**
+ * The Nomad side of slotpool (`slotpool/nomad`): API client, typed errors, the sandbox job,
+ * allocation helpers. Listed by name (guarded by test/architecture/public-api.test.ts); the
+ * job's internal labels and meta keys stay inside.
+ */
 export { NomadClient, type NomadClientInit, type NomadClientOptions, type RetryOptions, type BlockingOptions, type EventStreamOptions, type NomadJobSpec } from "./client.js";
 export { nomadOptionsFromEnv, DEFAULT_NOMAD_ADDR } from "./config.js";
 export {
@@ -15,13 +19,6 @@ export {
   sandboxJob,
   resolveSandboxJobOptions,
   SandboxJobOptionError,
-  SANDBOX_GROUP,
-  SANDBOX_TASK,
-  HTTP_PORT_LABEL,
-  SANDBOX_SERVER_PORT,
-  META_SLOTPOOL,
-  META_OWNER,
-  META_CREATED,
   type SandboxJobOptions,
   type SandboxDriver,
   type JobConstraint,

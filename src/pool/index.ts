@@ -1,6 +1,18 @@
 /** The pool room (`slotpool/pool`): SlotPool, its provisioners and config, the sandbox HTTP client, errors. */
-export * from "./errors.js";
-export type * from "./types.js";
+// Listed by name (guarded by test/architecture/public-api.test.ts).
+export {
+  PoolError,
+  SlotLostError,
+  isSlotLostError,
+  SlotAcquireTimeoutError,
+  PoolNotRunningError,
+  SandboxRequestError,
+  SlotReleasedError,
+  PoolTemplateError,
+  SlotForkError,
+} from "./errors.js";
+export type { LeasedSlot, SlotCall, CallOptions, ContainerInfo, ForkOptions, AcquireOptions, ReleaseOptions, PoolStats, SlotPoolLike } from "./types.js";
+export type { TemplateSpec } from "./template-affinity.js";
 export { SlotPool, type SlotPoolOptions, type SlotPoolEvents, type ScaleEvent } from "./slot-pool.js";
 export {
   SlotPoolConfigSchema,

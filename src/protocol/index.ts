@@ -1,5 +1,91 @@
-export * from "./tool.js";
-export * from "./sandbox.js";
-export * from "./executor.js";
-export * from "./errors.js";
-export * from "./tool-table.js";
+/**
+ * The wire protocol (`slotpool/protocol`): zod schemas of the sandbox server's, the
+ * executor's and the ToolServer's messages, the tool call and tool result, and the error
+ * base. Listed by name (guarded by test/architecture/public-api.test.ts).
+ */
+export { SlotpoolError } from "./errors.js";
+export { ToolCallSchema, ToolResultSchema, type ToolCall, type ParsedToolCall, type ToolResult } from "./tool.js";
+export {
+  TOOL_TABLE,
+  builtinTool,
+  builtinToolNames,
+  ISOLATION_ARG_NAMES,
+  IsolationArgsSchema,
+  BashArgsSchema,
+  BashStatefulArgsSchema,
+  TmuxArgsSchema,
+  ReadFileArgsSchema,
+  WriteFileArgsSchema,
+  SANDBOX_TOOLS,
+  type ToolTableEntry,
+  type BuiltinToolName,
+  type SandboxToolName,
+  type IsolationArgName,
+  type IsolationArgs,
+  type ReadFileArgs,
+  type WriteFileArgs,
+} from "./tool-table.js";
+export {
+  SlotIdSchema,
+  ExecuteRequestSchema,
+  ExecuteMetadataSchema,
+  ExecuteResponseSchema,
+  BatchRequestSchema,
+  BatchResponseSchema,
+  BatchStreamLineSchema,
+  TemplateNameSchema,
+  ResetRequestSchema,
+  ResetResponseSchema,
+  IsolationSummarySchema,
+  ForkRequestSchema,
+  ForkResponseSchema,
+  HealthResponseSchema,
+  SlotStateSchema,
+  SlotsResponseSchema,
+  ArtifactReadRequestSchema,
+  ArtifactReadResponseSchema,
+  ArtifactListRequestSchema,
+  ArtifactEntrySchema,
+  ArtifactListResponseSchema,
+  ArtifactArchiveRequestSchema,
+  ArtifactArchiveResponseSchema,
+  ErrorBodySchema,
+  TemplateBuildRequestSchema,
+  TemplateInfoSchema,
+  TemplateBuildResponseSchema,
+  TemplateListResponseSchema,
+  type ExecuteRequest,
+  type ExecuteMetadata,
+  type ExecuteResponse,
+  type BatchStreamLine,
+  type ResetResponse,
+  type IsolationSummary,
+  type ForkRequest,
+  type ForkResponse,
+  type HealthResponse,
+  type SlotsResponse,
+  type ArtifactReadRequest,
+  type ArtifactReadResponse,
+  type ArtifactListRequest,
+  type ArtifactListResponse,
+  type ArtifactArchiveRequest,
+  type ArtifactArchiveResponse,
+  type ErrorBody,
+  type TemplateBuildRequest,
+  type TemplateInfo,
+  type TemplateBuildResponse,
+  type TemplateListResponse,
+} from "./sandbox.js";
+export {
+  ExecutorExecuteRequestSchema,
+  ExecutorReleaseRequestSchema,
+  ExecutorPrepareWorkspaceRequestSchema,
+  ExecutorPrepareWorkspaceResponseSchema,
+  ExecutorForkRequestSchema,
+  ExecutorForkResponseSchema,
+  ExecutorArtifactReadRequestSchema,
+  ExecutorArtifactListRequestSchema,
+  ExecutorArtifactArchiveRequestSchema,
+  ToolServerExecuteRequestSchema,
+  type ExecutorForkResponse,
+} from "./executor.js";

@@ -100,7 +100,7 @@ class Renderer {
       card(String(s.retries), "restarts"),
     ];
     if (m.skipped.length) cards.push(card(String(m.skipped.length), "lines skipped", "bad"));
-    const panels = [this.histogram(), this.toolTable(), this.errorPanel(), this.slowestPanel(), this.runPanel(), this.skippedPanel()].filter(Boolean);
+    const panels = [this.histogram(), this.toolTable(), this.errorPanel(), this.slowestPanel(), this.metricsPanel(), this.runPanel(), this.skippedPanel()].filter(Boolean);
     return `<header class="top"><h1>${escapeHtml(m.title)}</h1><div class="sub">${escapeHtml(m.source)} · generated ${escapeHtml(when)}${
       Number.isFinite(this.cap) ? ` · texts over ${this.cap.toLocaleString("en")} characters are cut here (full text in the JSONL)` : ""
     }</div><div class="cards">${cards.join("")}</div><div class="panels">${panels.join("")}</div></header>`;
@@ -152,6 +152,15 @@ class Renderer {
     return `<div class="panel"><h2>Slowest tool calls</h2><table><tbody>${rows}</tbody></table></div>`;
   }
 
+  /** The env's custom metrics (per trajectory and per group): mean, min, max over the file. */
+  private metricsPanel(): string {
+    if (this.s.metrics.length === 0) return "";
+    const rows = this.s.metrics
+      .map((m) => `<tr><td>${escapeHtml(m.name)}</td><td>${m.per}</td><td class="num">${m.count}</td><td class="num">${fmtScore(m.mean)}</td><td class="num">${fmtScore(m.min)}</td><td class="num">${fmtScore(m.max)}</td></tr>`)
+      .join("");
+    return `<div class="panel"><h2>Metrics</h2><table><thead><tr><th>metric</th><th>per</th><th class="num">n</th><th class="num">mean</th><th class="num">min</th><th class="num">max</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+  }
+
   private runPanel(): string {
     const run = this.model.run;
     if (!run) return "";
@@ -180,7 +189,8 @@ class Renderer {
         ? `sample ${g.index} <span>line ${g.line}${g.item ? ` · item ${escapeHtml(oneLine(g.item, 160))}` : ""}</span>`
         : `group ${g.index} <span>line ${g.line} · scores ${escapeHtml(scores.join(", "))}</span>`;
     const tree = g.tree ? `<pre class="meta">${escapeHtml(g.tree.join("\n"))}</pre>` : "";
-    return `<section class="group" id="g${g.index}"><h3>${label}</h3>${tree}${g.trajectories.map((t) => this.trajectory(t, g)).join("")}</section>`;
+    const metrics = g.metrics ? `<div class="meta">group metrics: ${escapeHtml(formatMetrics(g.metrics))}</div>` : "";
+    return `<section class="group" id="g${g.index}"><h3>${label}</h3>${tree}${metrics}${g.trajectories.map((t) => this.trajectory(t, g)).join("")}</section>`;
   }
 
   private trajectory(t: TrajectoryView, g: GroupView): string {
@@ -211,6 +221,8 @@ class Renderer {
     if (t.slotLosses.length) extra += `<div class="bad">slot lost: ${escapeHtml(oneLine(t.slotLosses.join(" | "), 1000))}</div>`;
     if (t.rewardError !== undefined) extra += `<div class="bad">reward error: ${escapeHtml(oneLine(t.rewardError, 1000))}</div>`;
     if (t.error !== undefined) extra += `<div class="bad">model server: ${escapeHtml(oneLine(t.error, 1000))}</div>`;
+    if (t.ownScore !== undefined) parts.push(`own score ${escapeHtml(fmtScore(t.ownScore))} (the group's scoring changed it)`);
+    if (t.metrics !== undefined) extra += `<div>metrics: ${escapeHtml(formatMetrics(t.metrics))}</div>`;
     if (t.scoreMetadata !== undefined) extra += `<details class="fold"><summary>score metadata</summary><pre>${escapeHtml(cut(JSON.stringify(t.scoreMetadata, null, 2), 2000))}</pre></details>`;
     return `<div class="meta">${parts.join(" · ")}${extra}</div>`;
   }
@@ -270,6 +282,13 @@ export function displayArguments(args: string): string {
 /** JSON inside a <script> element: no `<` at all, so neither `</script>` nor `<!--` can end it early. */
 export function jsonForScript(value: unknown): string {
   return JSON.stringify(value).replace(/</g, "\\u003c").replace(/\u2028/g, "\\u2028").replace(/\u2029/g, "\\u2029");
+}
+
+/** `name 1 · other 0.25`. */
+function formatMetrics(m: Record<string, number>): string {
+  return Object.entries(m)
+    .map(([k, v]) => `${k} ${fmtScore(v)}`)
+    .join(" · ");
 }
 
 function oneLine(s: string, max: number): string {

@@ -9,11 +9,11 @@ import { renderReport, type RenderOptions, type RenderedReport } from "./html.js
 import type { RunInfo } from "./model.js";
 import { readReportModel } from "./read-jsonl.js";
 
-export * from "./model.js";
-export { escapeHtml, renderReport, type RenderOptions, type RenderedReport } from "./html.js";
+// Listed by name (guarded by test/architecture/public-api.test.ts).
+export type { ReportModel, GroupView, TrajectoryView, ToolCallView, ToolErrorView, Entry, SkippedLine, RunInfo } from "./model.js";
+export { renderReport, type RenderOptions, type RenderedReport } from "./html.js";
 export { ReportBuilder, ReportInputError, readReportModel } from "./read-jsonl.js";
-export { summarize, type ReportSummary } from "./run-summary.js";
-export { formatToolErrorLine, toolLatencyTable } from "./tool-stats.js";
+export { summarize, type ReportSummary, type MetricSummary } from "./run-summary.js";
 export type { LineExtras, RolloutExtras } from "./rollout-extras.js";
 
 /** `data/x.jsonl` → `data/x.html` (as Atropos's jsonl2html names it). */

@@ -42,6 +42,10 @@ export interface TrajectoryView {
   rewardError?: string;
   error?: string;
   scoreMetadata?: Record<string, unknown>;
+  /** The env's own metrics of this trajectory. */
+  metrics?: Record<string, number>;
+  /** Its own score, when the env's group-level scoring replaced it. */
+  ownScore?: number;
   toolCalls: ToolCallView[];
   toolErrors: ToolErrorView[];
 }
@@ -56,6 +60,8 @@ export interface GroupView {
   trajectories: TrajectoryView[];
   /** A branching group's tree, drawn as text lines (src/report/branch-tree.ts). */
   tree?: string[];
+  /** The env's metrics of the whole group. */
+  metrics?: Record<string, number>;
 }
 
 export interface SkippedLine {

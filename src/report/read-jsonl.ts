@@ -3,7 +3,7 @@ import { basename } from "node:path";
 import { createInterface } from "node:readline";
 import { buildConversation } from "./conversation.js";
 import type { GroupView, ReportModel, RunInfo, TrajectoryView } from "./model.js";
-import { readLineExtras, type RolloutExtras } from "./rollout-extras.js";
+import { readGroupMetrics, readLineExtras, type RolloutExtras } from "./rollout-extras.js";
 import { drawBranchTree, readBranchTree } from "./branch-tree.js";
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -77,6 +77,8 @@ export class ReportBuilder {
     }
     const tree = readBranchTree(value);
     if (tree) group.tree = drawBranchTree(tree);
+    const metrics = readGroupMetrics(value);
+    if (metrics) group.metrics = metrics;
     if (messages && messages.length !== scores.length) {
       this.skipped.push({ line, reason: `group has ${scores.length} scores but ${messages.length} message lists; shown by score` });
     }
@@ -128,6 +130,8 @@ function trajectoryView(input: {
   if (x?.reward_error !== undefined) view.rewardError = x.reward_error;
   if (x?.error !== undefined) view.error = x.error;
   if (x?.score_metadata !== undefined) view.scoreMetadata = x.score_metadata;
+  if (x?.metrics !== undefined) view.metrics = x.metrics;
+  if (x?.own_score !== undefined) view.ownScore = x.own_score;
   return view;
 }
 

@@ -45,6 +45,10 @@ export interface RolloutExtras {
   tool_calls?: ToolCallExtras[];
   tool_errors?: ToolErrorExtras[];
   score_metadata?: Record<string, unknown>;
+  /** The env's own metrics of this trajectory (names to numbers). */
+  metrics?: Record<string, number>;
+  /** The trajectory's own score, when the env's group-level scoring gave it another. */
+  own_score?: number;
 }
 
 export interface LineExtras {
@@ -62,6 +66,21 @@ export interface LineExtras {
   dropped_attempts?: number;
   /** A branching group's tree (src/report/branch-tree.ts). */
   tree?: BranchTree;
+  /** The env's metrics of the whole group (names to numbers). */
+  metrics?: Record<string, number>;
+}
+
+/** Names to finite numbers; anything else in the object is dropped (a tolerant read). */
+export function readMetrics(v: unknown): Record<string, number> | undefined {
+  if (!isObject(v)) return undefined;
+  const out = Object.fromEntries(Object.entries(v).filter((e): e is [string, number] => num(e[1]) !== undefined));
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
+/** The group's metrics of one line (`slotpool.metrics`). */
+export function readGroupMetrics(line: Record<string, unknown>): Record<string, number> | undefined {
+  const raw = line["slotpool"];
+  return isObject(raw) ? readMetrics(raw["metrics"]) : undefined;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -90,6 +109,8 @@ function readRollout(t: Record<string, unknown>): RolloutExtras {
   set("attempts", num(t["attempts"]));
   set("reward_error", str(t["reward_error"]));
   set("error", str(t["error"]));
+  set("own_score", num(t["own_score"]));
+  set("metrics", readMetrics(t["metrics"]));
   if (typeof t["reward_skipped"] === "boolean") out.reward_skipped = t["reward_skipped"];
   if (Array.isArray(t["slot_losses"])) out.slot_losses = t["slot_losses"].map(String);
   if (isObject(t["score_metadata"])) out.score_metadata = t["score_metadata"];

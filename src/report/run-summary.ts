@@ -29,6 +29,17 @@ export interface ReportSummary {
   trajectoriesWithErrors: number;
   errors: Array<ToolErrorView & { trajectory: string }>;
   slowest: Array<ToolCallView & { trajectory: string }>;
+  /** The env's custom metrics in the file: per trajectory (`per: "trajectory"`) and per group, by name. */
+  metrics: MetricSummary[];
+}
+
+export interface MetricSummary {
+  name: string;
+  per: "trajectory" | "group";
+  count: number;
+  mean: number;
+  min: number;
+  max: number;
 }
 
 const DISTINCT_BINS = 10;
@@ -43,8 +54,23 @@ export function summarize(model: ReportModel, slowestKept = 10): ReportSummary {
   let slotLosses = 0;
   let retries = 0;
   let withErrors = 0;
+  const metrics = new Map<string, MetricSummary>();
+  const addMetrics = (per: MetricSummary["per"], m: Record<string, number> | undefined) => {
+    for (const [name, v] of Object.entries(m ?? {})) {
+      const key = `${per}:${name}`;
+      const s = metrics.get(key);
+      if (!s) metrics.set(key, { name, per, count: 1, mean: v, min: v, max: v });
+      else {
+        s.mean += (v - s.mean) / ++s.count;
+        s.min = Math.min(s.min, v);
+        s.max = Math.max(s.max, v);
+      }
+    }
+  };
   for (const g of model.groups) {
+    addMetrics("group", g.metrics);
     for (const t of g.trajectories) {
+      addMetrics("trajectory", t.metrics);
       trajectories++;
       if (t.score !== null) scores.push(t.score);
       slotLosses += t.slotLosses.length;
@@ -75,6 +101,7 @@ export function summarize(model: ReportModel, slowestKept = 10): ReportSummary {
     trajectoriesWithErrors: withErrors,
     errors,
     slowest: timed.sort((a, b) => b.durationMs! - a.durationMs!).slice(0, slowestKept),
+    metrics: [...metrics.values()].sort((a, b) => (a.per === b.per ? a.name.localeCompare(b.name) : a.per === "trajectory" ? -1 : 1)),
   };
 }
 

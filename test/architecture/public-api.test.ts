@@ -5,6 +5,27 @@ import * as root from "../../src/index.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
+/**
+ * Each subpath's runtime names, exactly (types vanish at run time; the index files list them
+ * by name too). A change here is a deliberate edit of the public API: say why in the commit.
+ */
+const SUBPATH_NAMES: Record<string, string[]> = {
+    "./protocol": ["ArtifactArchiveRequestSchema", "ArtifactArchiveResponseSchema", "ArtifactEntrySchema", "ArtifactListRequestSchema", "ArtifactListResponseSchema", "ArtifactReadRequestSchema", "ArtifactReadResponseSchema", "BashArgsSchema", "BashStatefulArgsSchema", "BatchRequestSchema", "BatchResponseSchema", "BatchStreamLineSchema", "ErrorBodySchema", "ExecuteMetadataSchema", "ExecuteRequestSchema", "ExecuteResponseSchema", "ExecutorArtifactArchiveRequestSchema", "ExecutorArtifactListRequestSchema", "ExecutorArtifactReadRequestSchema", "ExecutorExecuteRequestSchema", "ExecutorForkRequestSchema", "ExecutorForkResponseSchema", "ExecutorPrepareWorkspaceRequestSchema", "ExecutorPrepareWorkspaceResponseSchema", "ExecutorReleaseRequestSchema", "ForkRequestSchema", "ForkResponseSchema", "HealthResponseSchema", "ISOLATION_ARG_NAMES", "IsolationArgsSchema", "IsolationSummarySchema", "ReadFileArgsSchema", "ResetRequestSchema", "ResetResponseSchema", "SANDBOX_TOOLS", "SlotIdSchema", "SlotStateSchema", "SlotpoolError", "SlotsResponseSchema", "TOOL_TABLE", "TemplateBuildRequestSchema", "TemplateBuildResponseSchema", "TemplateInfoSchema", "TemplateListResponseSchema", "TemplateNameSchema", "TmuxArgsSchema", "ToolCallSchema", "ToolResultSchema", "ToolServerExecuteRequestSchema", "WriteFileArgsSchema", "builtinTool", "builtinToolNames"], // 52
+    "./pool": ["LocalProvisioner", "NomadJobSettingsSchema", "NomadProvisioner", "PoolError", "PoolNotRunningError", "PoolSettingsSchema", "PoolTemplateError", "ProvisionerError", "SandboxClient", "SandboxRequestError", "SandboxStartError", "SlotAcquireTimeoutError", "SlotForkError", "SlotLostError", "SlotPool", "SlotPoolConfigError", "SlotPoolConfigSchema", "SlotReleasedError", "isSlotLostError", "parseSlotPoolConfig", "startSandboxProcess"], // 21
+    "./nomad": ["DEFAULT_NOMAD_ADDR", "NomadAclDeniedError", "NomadClient", "NomadConfigError", "NomadError", "NomadNotFoundError", "NomadResponseError", "NomadScaleBlockedError", "NomadTimeoutError", "NomadUnreachableError", "SandboxJobOptionError", "allocationHttpAddress", "allocationNameIndex", "isAllocationRunning", "isAllocationTerminal", "latestTaskEvents", "nomadOptionsFromEnv", "resolveSandboxJobOptions", "sandboxJob", "sandboxJobHcl"], // 20
+    "./executor": ["ExecutorClosedError", "ExecutorServer", "ToolBackendConfigError", "ToolBackendConfigSchema", "ToolExecutor", "ToolExecutorConfigError", "ToolExecutorConfigSchema", "ToolModuleError", "ToolServer", "ToolServerClient", "ToolServerError", "createToolBackend", "defineExternalTool", "parseToolBackendConfig", "parseToolExecutorConfig"], // 15
+    "./e2b": ["BASE_TEMPLATE", "DEFAULT_TIMEOUT_S", "E2bApiError", "E2bServer", "E2bUnsupportedError", "ENVD_VERSION", "SandboxRegistry"], // 7
+    "./tools": ["BUILTIN_DISTRIBUTIONS", "BUILTIN_TOOLS", "BUILTIN_TOOLSETS", "DuplicateToolError", "HermesParseError", "InvalidToolDefinitionError", "ToolArgumentsError", "ToolCallFormatError", "ToolError", "ToolRegistry", "ToolsConfigSchema", "Toolsets", "UnknownToolError", "UnknownToolsetError", "defineTool", "formatHermesToolCall", "formatHermesToolResponse", "fromOpenAiToolCalls", "parseHermesToolCalls", "resolveGroupTools", "seededRng", "toOpenAiTool", "toOpenAiToolCalls"], // 23
+    "./agent": ["AgentError", "ChatCompletionsClient", "ChatModelPolicy", "ChatRequestError", "ChatResponseError", "ChatTemplateError", "ModelConfigSchema", "ModelServerError", "OraclePolicy", "TOOL_CALL_PARSERS", "TemplateMismatchError", "TokenExactPolicy", "checkModelServer", "hermesToolsSystemPrompt", "loadChatTokenizer", "probeTokenBackend", "runAgentLoop"], // 17
+    "./env": ["AgentEnv", "AgentEnvConfigSchema", "EnvConfigError", "EnvError", "INFRA_CAUSES", "INFRA_FAILURE_POLICIES", "MOVED_CONFIG_KEYS", "NoPolicyError", "OutputPathError", "PathRefusedError", "RunStats", "TokenizerLoadError", "TokensInexactError", "TokensUnavailableError", "ToolContext", "ToolContextError", "TrajectoryFailedError", "buildScoredGroup", "createDefaultBackend", "defineEnvTool", "formatSummary", "loadTokenizerJson", "poolBackend", "runEvaluateMode", "runProcessMode", "runServeMode", "unknownConfigKeys", "withConfigDefaults"], // 28
+    "./atropos": ["AtroposClient", "AtroposError", "InfoSchema", "RegisterEnvResponseSchema", "StatusEnvSchema", "TrainerConfigSchema", "filterGroupForSend", "pythonJsonDumps", "runEnvManager"], // 9
+    "./report": ["ReportBuilder", "ReportInputError", "readReportModel", "renderReport", "reportPathFor", "summarize", "writeReport"], // 7
+    "./sandbox": ["DEFAULT_LIMITS", "SandboxServer"], // 2
+};
+
+/** Where each subpath's index lives in src/ (package.json points at its build in dist/). */
+const SOURCE_OF = (key: string) => `../../src/${key === "./atropos" ? "env/atropos" : key.slice(2)}/index.js`;
+
 describe("the public API", () => {
   it("the root lists by name what env authors and pool users need, and no more", () => {
     const names = Object.keys(root).sort();
@@ -31,6 +52,7 @@ describe("the public API", () => {
         "ToolExecutor",
         "ToolServer",
         "createToolBackend",
+        "defineEnvTool",
         "defineExternalTool",
         "defineTool",
         "isSlotLostError",
@@ -54,6 +76,19 @@ describe("the public API", () => {
     expect(root.isSlotLostError(Object.assign(new Error("x"), { code: "SLOT_LOST" }))).toBe(true);
     expect(root.isSlotLostError(new root.PoolError("other"))).toBe(false);
     expect(root.isSlotLostError("SlotLostError")).toBe(false);
+  });
+
+  it("each subpath lists its names: exactly these, and no index re-exports a whole module", async () => {
+    const pkg = JSON.parse(readFileSync(`${ROOT}package.json`, "utf8")) as { exports: Record<string, unknown> };
+    const subpaths = Object.keys(pkg.exports).filter((k) => k !== "." && k !== "./package.json");
+    expect(subpaths.sort()).toEqual(Object.keys(SUBPATH_NAMES).sort());
+    for (const key of subpaths) {
+      const mod = (await import(SOURCE_OF(key))) as Record<string, unknown>;
+      expect(Object.keys(mod).sort(), key).toEqual(SUBPATH_NAMES[key]);
+      const text = readFileSync(fileURLToPath(new URL(SOURCE_OF(key).replace(/\.js$/, ".ts"), import.meta.url)), "utf8");
+      expect(text, `${key}: export * hides what the subpath offers`).not.toMatch(/^export (type )?\* from/m);
+    }
+    expect(readFileSync(`${ROOT}src/index.ts`, "utf8")).not.toMatch(/^export (type )?\* from/m);
   });
 
   it("each subpath export of package.json points at a built module (npm test builds first)", async () => {

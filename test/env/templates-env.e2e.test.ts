@@ -47,7 +47,7 @@ class CounterEnv extends AgentEnv<{ id: number }> {
     return ({ turn }) =>
       turn === 1 ? { toolCalls: [{ name: "bash", arguments: { command: "sed -i 's/- 1/+ 1/' count.sh" } }] } : { final: "fixed" };
   }
-  override async computeReward(_item: { id: number }, _r: AgentResult, ctx: ToolContext): Promise<number> {
+  async computeReward(_item: { id: number }, _r: AgentResult, ctx: ToolContext): Promise<number> {
     const r = await ctx.terminal("./count.sh 5; git diff --stat | wc -l");
     return r.output.trim() === "6\n2" ? 1 : 0;
   }

@@ -6,9 +6,9 @@ import {
   formatHermesToolResponse,
   fromOpenAiToolCalls,
   parseHermesToolCalls,
-  parseHermesToolCallsStrict,
   toOpenAiToolCalls,
 } from "../../src/tools/index.js";
+import { parseHermesToolCallsStrict } from "../../src/tools/hermes.js";
 
 let n = 0;
 const newId = () => `id${++n}`;

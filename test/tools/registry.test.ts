@@ -8,8 +8,8 @@ import {
   UnknownToolError,
   defineTool,
   toOpenAiTool,
-  toolFromOpenAiSchema,
 } from "../../src/tools/index.js";
+import { toolFromOpenAiSchema } from "../../src/tools/definition.js";
 
 describe("ToolRegistry", () => {
   const reg = ToolRegistry.withBuiltins();

@@ -8,9 +8,9 @@ import {
   UnknownToolsetError,
   defineTool,
   resolveGroupTools,
-  sampleToolsets,
   seededRng,
 } from "../../src/tools/index.js";
+import { sampleToolsets } from "../../src/tools/distributions.js";
 
 const weather = defineTool({ name: "lookup_weather", description: "w", kind: "external", parameters: z.object({ city: z.string() }) });
 const registry = ToolRegistry.withBuiltins([weather]);

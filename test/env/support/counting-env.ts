@@ -33,7 +33,7 @@ export class WriteFileEnv extends AgentEnv<FileItem> {
     this.setupCalls.push(`${ctx.trajectoryId}:${r.exitCode}`);
   }
 
-  override async computeReward(item: FileItem, _result: AgentResult, ctx: ToolContext): Promise<number> {
+  async computeReward(item: FileItem, _result: AgentResult, ctx: ToolContext): Promise<number> {
     const seed = await ctx.readFile(`seed_${item.id}.txt`);
     const r = await ctx.terminal(`cat ${item.path}`);
     this.rewardOutputs.push(r.output);
