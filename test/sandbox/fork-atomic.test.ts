@@ -77,3 +77,105 @@ describe.each(["slot_3", "slot_3@disk", "slot_3@view"])("a fork that fails for o
     expect(await exec(3, TREE_SUM)).toBe(sums[3]);
   }, 120_000);
 });
+
+/** Built by the template tests' way (POST /templates): files, a setup run in a sandbox, a read-only file. */
+const REPO = {
+  name: "atomrepo",
+  files: { "README.md": "# demo\n", "src/app.py": "def add(a, b):\n    return a + b\n" },
+  setup: ["mkdir -p data && for i in $(seq 1 20); do echo $i > data/f$i.txt; done && chmod 444 data/f1.txt"],
+};
+const OTHER = { name: "atomother", files: { "other.txt": "other\n" }, setup: [] as string[] };
+
+/**
+ * The same with a parent whose workspace is a template view: each child's view reads the
+ * parent's template as its lowest layer (as root through an id-mapped handle for the
+ * child's uid), prepared beside like the rest, so a failure at any step, the template handle
+ * included, leaves every child as it was, its own template view too, and every template's
+ * use count as it was.
+ */
+describe.each(["slot_3", "slot_3@disk", "slot_3@template", "slot_3@view"])("a fork of a template view that fails for one child (%s)", (failpoint) => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startServer({ slots: 5, extraArgs: ["--slot-uid-base", String(UID_BASE + 100)], env: { SLOTPOOL_TEST_FORK_FAIL: failpoint } });
+    for (const t of [REPO, OTHER]) expect((await s.post("/templates", t)).json.success).toBe(true);
+  }, 180_000);
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  const exec = async (slot: number, command: string, tool = "bash"): Promise<string> => {
+    const r = await s.post("/execute", { slot_id: `slot_${slot}`, tool, args: { command } });
+    expect(r.json.error, `${command}: ${r.json.output}`).toBe("");
+    return (r.json.output as string).trim();
+  };
+  const inUse = async (): Promise<Record<string, number>> => {
+    const l = await s.get("/templates");
+    return Object.fromEntries((l.json.templates as Array<{ name: string; in_use: number }>).map((t) => [t.name, t.in_use]));
+  };
+  const reset = async (slot: number, template?: string): Promise<void> => {
+    const r = await s.post("/reset", { slot_id: `slot_${slot}`, ...(template ? { template } : {}) });
+    expect(r.json.success, r.text).toBe(true);
+  };
+
+  it("leaves the parent, every child (its template view too) and the templates' use counts as they were", async () => {
+    // The parent: a view of atomrepo, changed (a template file edited, one deleted, a new one), terminal in src/.
+    await reset(0, "atomrepo");
+    await exec(0, "echo more >> README.md && rm data/f2.txt && echo new > new.txt && chmod 600 src/app.py");
+    await exec(0, "cd src && export PVAR=p", "bash_stateful");
+    // slot_1: used plain, a background job; slot_2: a view of another template, changed;
+    // slot_3: a view of atomrepo, changed (the one whose preparation fails); slot_4: fresh.
+    await exec(1, "echo mine > c1");
+    await exec(1, "sleep 300 & echo $! > /tmp/job.pid", "bash_stateful");
+    await reset(2, "atomother");
+    await exec(2, "echo two >> other.txt");
+    await reset(3, "atomrepo");
+    await exec(3, "rm README.md && echo three > c3");
+    await reset(4);
+    const sums = await Promise.all([0, 1, 2, 3].map((i) => exec(i, TREE_SUM)));
+    expect(new Set(sums).size).toBe(4);
+    const used = await inUse();
+    expect(used).toEqual({ atomrepo: 2, atomother: 1 });
+    await new Promise((res) => setTimeout(res, 300));
+
+    const disks = (): string[] => readdirSync(join(s.dataDir, ".slotpool")).filter((d) => d.startsWith("disk_")).sort();
+    const disksBefore = disks();
+    const r = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2", "slot_4", "slot_3"] });
+    expect(r.status, r.text).toBeGreaterThanOrEqual(500);
+    expect(r.json.error).toMatch(/failed before any child changed.*slot_3.*injected.*as they were/);
+    expect(r.json.error).toContain(`injected for ${failpoint} `);
+    expect(disks()).toEqual(disksBefore);
+    expect(await Promise.all([0, 1, 2, 3].map((i) => exec(i, TREE_SUM)))).toEqual(sums);
+    expect(await inUse()).toEqual(used);
+    expect(await exec(1, "kill -0 $(cat /tmp/job.pid) && echo alive", "bash_stateful")).toBe("alive");
+    expect(await exec(0, "pwd; echo $PVAR", "bash_stateful")).toBe("/workspace/src\np");
+    // slot_2 and slot_3 are still views of their own templates: a write there lands in their view only.
+    await exec(2, "echo again >> other.txt");
+    await exec(3, "echo again > c3b");
+    expect(await exec(0, "ls other.txt c3b 2>/dev/null || echo none")).toBe("none");
+    sums[2] = await exec(2, TREE_SUM);
+    sums[3] = await exec(3, TREE_SUM);
+
+    // Without the failing child the same fork goes through: every child holds the parent's
+    // tree, template layer included, and counts as a view of atomrepo.
+    const before = await exec(0, TREE_SUM);
+    const ok = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2", "slot_4"] });
+    expect(ok.status, ok.text).toBe(200);
+    for (const c of [1, 2, 4]) expect(await exec(c, TREE_SUM)).toBe(before);
+    expect(await exec(3, TREE_SUM)).toBe(sums[3]);
+    expect(await inUse()).toEqual({ atomrepo: 5, atomother: 0 });
+    // A child edits and deletes template files in its own view; a child of that child sees its tree.
+    expect(await exec(1, "echo one >> src/app.py && rm data/f1.txt && ls -l src/app.py | cut -c1-10")).toBe("-rw-------");
+    expect(await exec(2, "cat data/f1.txt")).toBe("1");
+    const one = await exec(1, TREE_SUM);
+    const again = await s.post("/fork", { slot_id: "slot_1", into: ["slot_4"] });
+    expect(again.status, again.text).toBe(200);
+    expect(await exec(4, TREE_SUM)).toBe(one);
+    expect(await inUse()).toEqual({ atomrepo: 5, atomother: 0 });
+    expect(await exec(0, TREE_SUM)).toBe(before);
+    // A reset ends a child's view of the template (its reference handed back).
+    await reset(1);
+    await reset(4);
+    expect(await inUse()).toEqual({ atomrepo: 3, atomother: 0 });
+    expect(await exec(4, "ls | wc -l")).toBe("0");
+  }, 180_000);
+});

@@ -13,6 +13,7 @@ import { ForkBusyError, ForkMounter, type Ids } from "./fork-mount.js";
 import { deferred, DiskSwaps, settle, type Settled } from "./disk-swaps.js";
 import type { NextDisk, SlotDisks } from "../workspace/slot-disk.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
+import type { Template } from "../templates/templates.js";
 import type { Slot } from "../core/slot.js";
 import type { TerminalState } from "../tools/stateful.js";
 
@@ -43,8 +44,9 @@ const run = promisify(execFile);
  *   child changes. Then each used child's processes are killed (the one step that cannot be
  *   undone, after every step that can fail), the used children's disks are swapped in one
  *   helper request and each prepared view is moved onto its workspace. A parent with a
- *   template view: each used child is reset into that template, then gets its view (not
- *   prepared beside: see docs/fork.md);
+ *   template view: the child's view has the template as its lowest layer (as root an
+ *   id-mapped handle for the child's uid), prepared the same way; once switched, the child
+ *   counts as a view of that template (templates.adopt) with no template mount of its own;
  * - a layer is deleted when no view uses it any more; until then it counts against the disk
  *   bound of the slot that wrote it, also after that slot's reset.
  * "copy" mode (no per-slot disk, or no mounts): the parent's workspace is copied (O(files),
@@ -341,8 +343,8 @@ export class SlotForks {
       if (made && "error" in made) throw made.error;
       prep.disk = made?.value;
       failpoint(child, "");
-      if (snap.mode !== "overlay" || snap.template !== undefined || (!prep.fresh && !prep.disk)) {
-        // The reset-then-attach path (copy mode, a template view): no disk prepared beside.
+      if (snap.mode !== "overlay" || (!prep.fresh && !prep.disk)) {
+        // The reset-then-attach path (copy mode, a disk that cannot be made beside): nothing prepared beside.
         await this.undo(child, prep);
         if (snap.mode === "overlay") prep.lowers = await Promise.all(snap.layers.map((l) => this.lowerFor(l, child.owner ?? me())));
         return prep;
@@ -350,6 +352,19 @@ export class SlotForks {
       const owner = child.owner ?? me();
       prep.lowers = await Promise.all(snap.layers.map((l) => this.lowerFor(l, owner)));
       failpoint(child, "disk");
+      if (snap.template !== undefined) {
+        // The parent's template: the child's view reads it as its lowest layer (as the child's
+        // uid: an id-mapped handle as root), so the child needs no template view of its own
+        // mounted at its workspace; it counts as one (templates.adopt) once switched.
+        const t = h.templates.take(snap.template);
+        prep.template = { t, lower: t.treeDir, handle: false };
+        const from = t.owner ?? me();
+        if (from.uid !== owner.uid || from.gid !== owner.gid) {
+          prep.template.lower = await this.mounter!.idmapHandle(t.treeDir, from, owner);
+          prep.template.handle = true;
+        }
+        failpoint(child, "template");
+      }
       const dir = prep.disk?.views ?? h.disks.viewsDir(child)!;
       const tag = randomBytes(4).toString("hex");
       const upper = join(dir, `upper-${tag}`);
@@ -358,7 +373,7 @@ export class SlotForks {
       mkdirSync(upper, { mode: 0o700 });
       mkdirSync(work, { mode: 0o700 });
       chownSync(upper, owner.uid, owner.gid);
-      prep.view.mount = await this.mounter!.overlayDetached(child.index, upper, work, prep.lowers);
+      prep.view.mount = await this.mounter!.overlayDetached(child.index, upper, work, [...prep.lowers, ...optional(prep.template?.lower)]);
       failpoint(child, "view");
     } catch (err) {
       await this.undo(child, prep);
@@ -379,6 +394,7 @@ export class SlotForks {
 
   /** Drops what `prepare` made beside the child's workspace (the fork failed): the child is as it was. */
   private async undo(child: Slot, prep: Prepared): Promise<void> {
+    this.dropTemplate(child, prep);
     const v = prep.view;
     prep.view = undefined;
     if (v?.mount) await this.mounter!.closeMount(child.index, v.mount).catch((err: unknown) => this.host.logger.warn({ err, slot: child.id }, "fork undo: closing a prepared view"));
@@ -393,16 +409,20 @@ export class SlotForks {
     }
   }
 
+  /** Hands back the template reference and handle `prepare` took (the fork failed for this child). */
+  private dropTemplate(child: Slot, prep: Prepared): void {
+    const t = prep.template;
+    prep.template = undefined;
+    if (!t) return;
+    if (t.handle) void this.mounter!.dropHandle(t.lower).catch((err: unknown) => this.host.logger.warn({ err, slot: child.id }, "fork undo: dropping a template handle"));
+    this.host.templates.give(t.t);
+  }
+
   private async childStep(parent: Slot, child: Slot, snap: Snapshot, prep: Prepared, swaps: DiskSwaps): Promise<void> {
     const h = this.host;
     child.pristine = false;
     if (prep.view) {
       await this.switchTo(child, snap, prep, prep.view, swaps);
-      return;
-    }
-    if (prep.fresh) {
-      await this.attachFresh(child, snap, prep);
-      h.seedTerminal(child, snap.terminal);
       return;
     }
     await h.stopSlot(child);
@@ -455,32 +475,21 @@ export class SlotForks {
         }
       }
     } catch (err) {
+      this.dropTemplate(child, prep);
       child.outOfService = `a fork into it failed after its processes were stopped (${err instanceof Error ? err.message : String(err)})`;
       throw err;
+    }
+    if (prep.template) {
+      const { t, lower, handle } = prep.template;
+      prep.template = undefined;
+      const drop = (): void => {
+        if (handle) void this.mounter?.dropHandle(lower).catch((err: unknown) => h.logger.warn({ err, slot: child.id }, "could not drop a fork child's template handle"));
+      };
+      h.templates.adopt(child, t, lower, drop);
     }
     for (const l of snap.layers) l.refs++;
     this.views.set(child.index, { layers: snap.layers, lowers: prep.lowers, upper: view.upper, work: view.work, stacked: 1 });
     h.seedTerminal(child, snap.terminal);
-  }
-
-  /**
-   * A child fresh from a reset (empty disk, no terminal, namespaces that ran nothing): no
-   * reset is needed. The view is mounted over its empty workspace and its idle command
-   * namespaces get it the way the parent's do (the old, empty mount made read-only under it).
-   */
-  private async attachFresh(child: Slot, snap: Snapshot, prep: Prepared): Promise<void> {
-    const h = this.host;
-    h.logger.debug({ slot: child.id }, "fork: the child is fresh from a reset: no reset");
-    if (snap.template !== undefined) await h.templates.attach(child, h.templates.take(snap.template));
-    const pids = await h.commandNamespacePids(child);
-    await this.attachChild(child, snap.layers, prep);
-    try {
-      await Promise.all(pids.map((p, i) => this.mounter!.seal(child.index + i, p, child.workspaceDir)));
-      h.reanchorCommands(child);
-    } catch (err) {
-      h.logger.warn({ err, slot: child.id }, "fork: restarting the child's command namespaces on its new workspace");
-      await h.stopCommandNamespaces(child);
-    }
   }
 
   private async attachChild(child: Slot, layers: Layer[], prep: Prepared): Promise<void> {
@@ -586,6 +595,8 @@ interface Prepared {
   disk?: NextDisk;
   /** The child's new view, mounted detached. */
   view?: PreparedView;
+  /** The parent's template as the child reads it (its reference taken; `handle`: an id-mapped handle to drop). */
+  template?: { t: Template; lower: string; handle: boolean };
 }
 
 interface PreparedView {
@@ -598,7 +609,8 @@ interface PreparedView {
 /**
  * Tests only: a failure injected at a step of a fork for a child (test/sandbox/fork-atomic.test.ts).
  * SLOTPOOL_TEST_FORK_FAIL lists `slot_3` (start of its preparation), `slot_3@disk` (its new disk
- * made), `slot_3@view` (its view mounted, detached).
+ * made), `slot_3@template` (its handle of the parent's template made, if
+ * the parent is a template view), `slot_3@view` (its view mounted, detached).
  */
 function failpoint(child: Slot, step: string): void {
   const injected = process.env.SLOTPOOL_TEST_FORK_FAIL;

@@ -73,6 +73,16 @@ export class SlotTemplates {
     }
   }
 
+  /** A fork child reads `next` (referenced by `take`) through its fork view's `lower`: see WorkspaceViews.adopt. */
+  adopt(slot: Slot, next: Template, lower: string, drop: () => void): void {
+    this.views.adopt(slot, next, lower, drop);
+  }
+
+  /** Hands back a reference from `take` that was not used (a fork that failed). */
+  give(t: Template): void {
+    this.store.release(t);
+  }
+
   close(): void {
     this.views.closeAll();
     this.store.close();

@@ -43,6 +43,10 @@ interface Attached {
   work: string;
   /** Upper/work on the slot's bounded disk: they go with it at reset, nothing to delete. */
   bounded: boolean;
+  /** Adopted by a fork child (`adopt`): the template's lower as the child reads it, under the child's fork view; no view of ours is mounted. */
+  lower?: string;
+  /** Drops the adopted lower's handle (if it is one) at detach. */
+  drop?: () => void;
 }
 
 export class WorkspaceViews {
@@ -79,6 +83,7 @@ export class WorkspaceViews {
   /** The lower layer of the slot's overlay view: the template tree, or its id-mapped clone for this slot (fork.ts). */
   lowerOf(slot: Slot): string | undefined {
     const a = this.attached.get(slot.index);
+    if (a?.lower !== undefined) return a.lower;
     if (!a?.upper) return undefined;
     const me = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
     const disk = a.template.owner ?? me;
@@ -103,6 +108,15 @@ export class WorkspaceViews {
     await run("cp", ["-a", "--reflink=auto", `${t.treeDir}/.`, slot.workspaceDir], { maxBuffer: 1 << 20 });
     if (slot.owner) await run("chown", ["-R", `${slot.owner.uid}:${slot.owner.gid}`, slot.workspaceDir]);
     this.attached.set(slot.index, { template: t, upper: "", work: "", bounded: false });
+  }
+
+  /**
+   * A fork child whose new workspace (a fork view, fork.ts) already reads the template
+   * through `lower`: the slot counts as a view of `t` (its reference taken by the fork) with
+   * no mount of ours; `drop` runs when the view ends.
+   */
+  adopt(slot: Slot, t: Template, lower: string, drop: () => void): void {
+    this.attached.set(slot.index, { template: t, upper: "", work: "", bounded: true, lower, drop });
   }
 
   private async mountOverlay(slot: Slot, t: Template): Promise<void> {
@@ -141,6 +155,7 @@ export class WorkspaceViews {
     const a = this.attached.get(slot.index);
     if (!a) return undefined;
     this.attached.delete(slot.index);
+    a.drop?.();
     if (a.upper) {
       await this.helper!.call(["umount", slot.workspaceDir, join(this.slotDir(slot), "lower")]);
       if (!a.bounded) {
