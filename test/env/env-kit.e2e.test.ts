@@ -81,7 +81,7 @@ const relative = (members: readonly GroupMember[]) => {
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "slotpool-kit-"));
-  backend = await poolBackend(AgentEnvConfigSchema.parse({ slotsPerContainer: 4, minContainers: 1, maxContainers: 1, acquireTimeoutMs: 30_000, toolTimeoutS: 30 }), new LocalProvisioner({ slotsPerContainer: 4 }), log);
+  backend = await poolBackend(AgentEnvConfigSchema.parse({ pool: { slotsPerContainer: 4, minContainers: 1, maxContainers: 1, acquireTimeoutMs: 30_000 }, executor: { defaultTimeoutS: 30 } }), new LocalProvisioner({ slotsPerContainer: 4 }), log);
 });
 
 afterAll(async () => {

@@ -59,7 +59,7 @@ export default class GreetingEnv extends AgentEnv<Item> {
 const RUN_TS = `import { runProcessMode } from "slotpool/env";
 import GreetingEnv from "./greeting-env.js";
 
-const env = new GreetingEnv({ provisioner: "local", slotsPerContainer: 2, maxContainers: 1 });
+const env = new GreetingEnv({ pool: { provisioner: "local", slotsPerContainer: 2, maxContainers: 1 } });
 await env.start();
 try {
   const report = await runProcessMode(env, { out: process.argv[2]!, report: false });
