@@ -78,6 +78,82 @@ describe.each(["slot_3", "slot_3@disk", "slot_3@view"])("a fork that fails for o
   }, 120_000);
 });
 
+/**
+ * Copy mode (SLOTPOOL_TEMPLATE_VIEWS=copy: no overlayfs, as on a server that may not mount):
+ * each child's copy of the parent's tree is staged beside its workspace, on its own disk
+ * where it has one, and swapped in only once every child's copy is complete. A failure at
+ * the start of slot_3's preparation or in the middle of its copy (`slot_3@copy`: the tree
+ * copied, not yet given to its uid) leaves every slot as it was, the staged copies removed.
+ */
+describe.each([
+  ["slot_3", true],
+  ["slot_3@copy", true],
+  // No disk of its own per slot: the stage lies in the state dir and the workspace dir itself is renamed.
+  ["slot_3@copy", false],
+])("a copy-mode fork that fails for one child (%s, slot disks: %s)", (failpoint, disks) => {
+  let s: TestServer;
+  beforeAll(async () => {
+    const extraArgs = ["--slot-uid-base", String(UID_BASE + 200), ...(disks ? [] : ["--no-disk-workspace"])];
+    s = await startServer({ slots: 5, extraArgs, env: { SLOTPOOL_TEMPLATE_VIEWS: "copy", SLOTPOOL_TEST_FORK_FAIL: failpoint } });
+  }, 120_000);
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  const exec = async (slot: number, command: string, tool = "bash"): Promise<string> => {
+    const r = await s.post("/execute", { slot_id: `slot_${slot}`, tool, args: { command } });
+    expect(r.json.error, `${command}: ${r.json.output}`).toBe("");
+    return (r.json.output as string).trim();
+  };
+  /** KiB used on the filesystem of the slot's workspace (its own disk, where it has one). */
+  const used = async (slot: number): Promise<number> => Number(await exec(slot, "df -k --output=used /workspace | tail -1"));
+  const staged = (): string[] => readdirSync(join(s.dataDir, ".slotpool", "fork-copies"));
+
+  it("leaves the parent and every child as they were, the staged copies removed; without the failing child it copies", async () => {
+    // The parent: 4 MiB and a tree with modes and a link, its terminal in a sub-directory.
+    await exec(0, "mkdir -p a/b && for i in $(seq 1 50); do echo $i > a/b/f$i; done && chmod 600 a/b/f1 && ln -s a/b/f2 link && head -c 4M /dev/urandom > big");
+    await exec(0, "cd a && export PVAR=p", "bash_stateful");
+    // slot_1: used, a background job and a file in /tmp; slot_2 and slot_3: used; slot_4: fresh.
+    await exec(1, "echo mine > c1 && mkdir d1");
+    await exec(1, "sleep 300 & echo $! > /tmp/job.pid; echo t > /tmp/t1", "bash_stateful");
+    await exec(2, "echo two > c2 && chmod 500 .");
+    await exec(3, "echo three > c3");
+    await s.post("/reset", { slot_id: "slot_4" });
+    const sums = await Promise.all([0, 1, 2, 3, 4].map((i) => exec(i, TREE_SUM)));
+    expect(new Set(sums).size).toBe(5);
+    const usedBefore = await Promise.all([1, 2, 3, 4].map(used));
+
+    const r = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2", "slot_4", "slot_3"] });
+    expect(r.status, r.text).toBeGreaterThanOrEqual(500);
+    expect(r.json.error).toMatch(/failed before any child changed.*slot_3.*injected.*as they were/);
+    expect(r.json.error).toContain(`injected for ${failpoint} `);
+    expect(await Promise.all([0, 1, 2, 3, 4].map((i) => exec(i, TREE_SUM)))).toEqual(sums);
+    expect(await exec(1, "kill -0 $(cat /tmp/job.pid) && echo alive && cat /tmp/t1", "bash_stateful")).toBe("alive\nt");
+    expect(await exec(0, "pwd; echo $PVAR", "bash_stateful")).toBe("/workspace/a\np");
+    // The staged copies (4 MiB each) are gone: none left beside a workspace or on a child's disk.
+    expect(staged()).toEqual([]);
+    // On a slot's own disk a staged copy left behind would show in its usage (without one the
+    // workspace shares the host's filesystem, whose usage others change).
+    const usedAfter = await Promise.all([1, 2, 3, 4].map(used));
+    if (disks) usedAfter.forEach((u, i) => expect(u, `slot_${[1, 2, 3, 4][i]} KiB used`).toBeLessThan(usedBefore[i]! + 1024));
+
+    // Without the failing child the fork goes through: each child holds the parent's tree (its
+    // previous files and /tmp dropped, as by a reset), its terminal in the parent's directory.
+    const ok = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2", "slot_4"] });
+    expect(ok.status, ok.text).toBe(200);
+    expect(ok.json.mode).toBe("copy");
+    for (const c of [1, 2, 4]) expect(await exec(c, TREE_SUM)).toBe(sums[0]);
+    expect(await exec(3, TREE_SUM)).toBe(sums[3]);
+    expect(await exec(1, "ls c1 2>/dev/null || echo none")).toBe("none");
+    expect(await exec(1, "pwd; echo $PVAR; ls /tmp/t1 2>/dev/null || echo none", "bash_stateful")).toBe("/workspace/a\np\nnone");
+    expect(staged()).toEqual([]);
+    // Each child's files are its own: writes and deletes stay where they were made.
+    await exec(1, "rm a/b/f2 && echo c > c && chmod 644 a/b/f1");
+    expect(await exec(2, "ls a/b/f2 && ls -l a/b/f1 | cut -c1-10 && (ls c 2>/dev/null || echo none)")).toBe("a/b/f2\n-rw-------\nnone");
+    expect(await exec(0, TREE_SUM)).toBe(sums[0]);
+  }, 120_000);
+});
+
 /** Built by the template tests' way (POST /templates): files, a setup run in a sandbox, a read-only file. */
 const REPO = {
   name: "atomrepo",

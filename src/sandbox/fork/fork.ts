@@ -10,6 +10,7 @@ import { HttpError } from "../../http/errors.js";
 import { SlotpoolError } from "../../protocol/errors.js";
 import type { ForkResponse } from "../../protocol/sandbox.js";
 import { ForkBusyError, ForkMounter, type Ids } from "./fork-mount.js";
+import { dropStage, stageCopy, swapIn, type CopyStage } from "./copy-stage.js";
 import { deferred, DiskSwaps, settle, type Settled } from "./disk-swaps.js";
 import type { NextDisk, SlotDisks } from "../workspace/slot-disk.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
@@ -50,7 +51,9 @@ const run = promisify(execFile);
  * - a layer is deleted when no view uses it any more; until then it counts against the disk
  *   bound of the slot that wrote it, also after that slot's reset.
  * "copy" mode (no per-slot disk, or no mounts): the parent's workspace is copied (O(files),
- *   and not atomic against the parent's background processes).
+ *   and not atomic against the parent's background processes), staged beside each child's
+ *   workspace and swapped in once every child's copy is complete (copy-stage.ts); a deep
+ *   fork past MAX_LAYERS in overlay mode copies after the child's reset instead.
  */
 export type ForkMode = "overlay" | "copy";
 
@@ -114,12 +117,18 @@ export class SlotForks {
   private readonly mounter: ForkMounter | undefined;
   private readonly views = new Map<number, ForkView>();
   private readonly layerDir: string;
+  /** Copy mode's staged copies where a child has no disk of its own (same filesystem as the workspaces). */
+  private readonly copyDir: string;
 
   constructor(private readonly host: ForkHost) {
     this.layerDir = join(host.stateDir, "fork-layers");
     // A killed server's mounts died with its namespace: what is left are empty dirs.
     rmSync(this.layerDir, { recursive: true, force: true });
     mkdirSync(this.layerDir, { recursive: true, mode: 0o700 });
+    // A killed server's unfinished copies: deleted in the background.
+    this.copyDir = join(host.stateDir, "fork-copies");
+    host.discard(this.copyDir);
+    mkdirSync(this.copyDir, { recursive: true, mode: 0o700 });
     const why =
       host.disks.mode !== "tmpfs" ? `no disk of its own per slot (${host.disks.reason ?? "tmpfs mode off"})`
       : host.templates.views.mode !== "overlay" ? "template views are copies (no overlayfs)"
@@ -343,6 +352,11 @@ export class SlotForks {
       if (made && "error" in made) throw made.error;
       prep.disk = made?.value;
       failpoint(child, "");
+      if (!this.mounter) {
+        // Copy mode: the parent's tree staged beside the child's workspace, swapped in by childStep.
+        prep.copy = await stageCopy(snap.parent.workspaceDir, h.disks.viewsDir(child) ?? this.copyDir, child.owner, () => failpoint(child, "copy"));
+        return prep;
+      }
       if (snap.mode !== "overlay" || (!prep.fresh && !prep.disk)) {
         // The reset-then-attach path (copy mode, a disk that cannot be made beside): nothing prepared beside.
         await this.undo(child, prep);
@@ -395,6 +409,11 @@ export class SlotForks {
   /** Drops what `prepare` made beside the child's workspace (the fork failed): the child is as it was. */
   private async undo(child: Slot, prep: Prepared): Promise<void> {
     this.dropTemplate(child, prep);
+    if (prep.copy) {
+      const c = prep.copy;
+      prep.copy = undefined;
+      await dropStage(c).catch((err: unknown) => this.host.logger.warn({ err, slot: child.id }, "fork undo: removing a staged copy"));
+    }
     const v = prep.view;
     prep.view = undefined;
     if (v?.mount) await this.mounter!.closeMount(child.index, v.mount).catch((err: unknown) => this.host.logger.warn({ err, slot: child.id }, "fork undo: closing a prepared view"));
@@ -423,6 +442,23 @@ export class SlotForks {
     child.pristine = false;
     if (prep.view) {
       await this.switchTo(child, snap, prep, prep.view, swaps);
+      return;
+    }
+    if (prep.copy) {
+      // Copy mode: every child's copy is complete; from here the child's old tree is dropped.
+      const copy = prep.copy;
+      prep.copy = undefined;
+      try {
+        await h.stopSlot(child);
+        await h.templates.detach(child);
+        const source = h.disks.workspaceSource(child);
+        swapIn(copy, child.workspaceDir, source ? { source, scratch: h.disks.scratchDirs(child) } : undefined, h.discard);
+      } catch (err) {
+        await dropStage(copy).catch(() => undefined);
+        child.outOfService = `a fork into it failed after its processes were stopped (${err instanceof Error ? err.message : String(err)})`;
+        throw err;
+      }
+      h.seedTerminal(child, snap.terminal);
       return;
     }
     await h.stopSlot(child);
@@ -597,6 +633,8 @@ interface Prepared {
   view?: PreparedView;
   /** The parent's template as the child reads it (its reference taken; `handle`: an id-mapped handle to drop). */
   template?: { t: Template; lower: string; handle: boolean };
+  /** Copy mode: the parent's tree, staged beside the child's workspace. */
+  copy?: CopyStage;
 }
 
 interface PreparedView {
@@ -610,7 +648,8 @@ interface PreparedView {
  * Tests only: a failure injected at a step of a fork for a child (test/sandbox/fork-atomic.test.ts).
  * SLOTPOOL_TEST_FORK_FAIL lists `slot_3` (start of its preparation), `slot_3@disk` (its new disk
  * made), `slot_3@template` (its handle of the parent's template made, if
- * the parent is a template view), `slot_3@view` (its view mounted, detached).
+ * the parent is a template view), `slot_3@view` (its view mounted, detached), `slot_3@copy` (copy
+ * mode: the parent's tree copied into the staging dir, not yet given to the child's uid).
  */
 function failpoint(child: Slot, step: string): void {
   const injected = process.env.SLOTPOOL_TEST_FORK_FAIL;

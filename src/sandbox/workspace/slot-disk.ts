@@ -178,6 +178,12 @@ export class SlotDisks {
     return m ? join(m.disk, "workspace") : undefined;
   }
 
+  /** The slot's scratch dirs on its disk (bound at /tmp, /var/tmp, /dev/shm), if mounted: a copy-mode fork empties them as a reset would. */
+  scratchDirs(slot: Slot): string[] {
+    const m = this.mounted.get(slot.index);
+    return m ? [m.tmp, m.varTmp, m.shm] : [];
+  }
+
   /** Where the slot's terminal session dir goes: under its /tmp on the bounded disk, if mounted. */
   sessionDir(slot: Slot): string | undefined {
     const m = this.mounted.get(slot.index);
