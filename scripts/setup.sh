@@ -28,6 +28,12 @@ command -v tini >/dev/null 2>&1 || need+=(tini)
 # nft confines the DNS forwarder of a network-on slot to DNS (port 53); without it the
 # server turns the forwarder off (src/sandbox/isolation/network.ts).
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
+# bash-static: the sandbox's per-call bash without the dynamic loader's work (about a quarter
+# of each call's exec CPU, docs/performance.md); optional: without it calls run /bin/bash.
+if [ ! -x /bin/bash-static ]; then
+  if [ "$(id -u)" = 0 ]; then need+=(bash-static)
+  else echo "setup: optional: bash-static makes each bash call cheaper (sudo apt-get install -y bash-static)" >&2; fi
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need[*]}" >&2

@@ -5,7 +5,7 @@
  * namespace is still starting waits for it instead of starting a second one. The
  * re-created namespace holds nothing of the previous trajectory.
  */
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRoot, startServer, type TestServer } from "./helpers.js";
@@ -80,6 +80,18 @@ afterAll(async () => {
 const NO_FAST_PATH = "no fast path here (the per-slot spawner needs a C compiler: scripts/setup.sh installs one), so nothing is pre-warmed";
 
 describe("warm slots", () => {
+  it.skipIf(!existsSync("/bin/bash-static"))(
+    "runs each call's bash from Debian's static build when the image has one (skipped without bash-static): UTF-8, $0 and exit codes as with /bin/bash",
+    async (ctx) => {
+      const health = await s.get("/health");
+      if (!health.json.fast_path) ctx.skip(NO_FAST_PATH);
+      const r = await s.bash(2, 'readlink /proc/$$/exe; x="héllo"; echo ${#x} "${x^^}" "$0"; (exit 3); echo $?');
+      expect(r.output).toBe("/usr/bin/bash-static\n5 HÉLLO bash\n3");
+      expect((await s.bash(2, "exit 7")).metadata.exit_code).toBe(7);
+    },
+    30_000,
+  );
+
   it("pre-warms every slot's namespace at start, before any call", async (ctx) => {
     const health = await s.get("/health");
     if (!health.json.fast_path) ctx.skip(NO_FAST_PATH);
