@@ -98,7 +98,7 @@ export function strayProcesses(serverPid: number, slot: number): Array<{ pid: nu
     if (HOLDER_COMMS.has(p.comm)) continue;
     try {
       const cmdline = readFileSync(`/proc/${p.pid}/cmdline`, "utf8").replace(/\0/g, " ").trim();
-      if (p.comm === "bash" && cmdline === "bash -c . /dev/fd/3" && spawners.has(parentPid(p.pid))) continue;
+      if ((p.comm === "bash" || p.comm === "bash-static") && cmdline === "bash -c . /dev/fd/3" && spawners.has(parentPid(p.pid))) continue;
       stray.push({ ...p, cmdline });
     } catch {
       /* exited meanwhile */
