@@ -18,6 +18,7 @@ import { Agent, request } from "undici";
 import { ExecutorServer } from "../../src/executor/executor-server.js";
 import { createToolBackend } from "../../src/executor/tool-backend.js";
 import { parseToolBackendConfig } from "../../src/executor/backend-config.js";
+import { percentile } from "../../src/observability/latency-window.js";
 import { waitForWarmPool } from "../support/warm-pool.js";
 
 function arg(name: string, fallback: number): number {
@@ -30,10 +31,8 @@ const SAMPLES = arg("samples", 100);
 const SLOTS = arg("slots", 10);
 const PAUSE_MS = arg("pause-ms", 30);
 
-const pct = (xs: number[], q: number): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
-};
+// The one nearest-rank formula the pool, the executor and the run statistics use.
+const pct = (xs: number[], q: number): number => percentile([...xs].sort((a, b) => a - b), q);
 const row = (label: string, xs: number[]) =>
   console.log(`${label.padEnd(44)} p50 ${pct(xs, 0.5).toFixed(2).padStart(6)} ms   p90 ${pct(xs, 0.9).toFixed(2).padStart(6)} ms   (n=${xs.length})`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -17,6 +17,13 @@ const UID_BASE = 22_900;
 const TREE_SUM =
   "cd /workspace && (find . -mindepth 1 -not -name '.slotpool-output-*' -printf '%p %y %m %T@\\n' | LC_ALL=C sort; find . -type f -not -name '.slotpool-output-*' -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum) | sha256sum | cut -c1-64";
 
+/** Runs `command` in a slot of `server` and returns its trimmed output; any error fails the test. */
+async function execIn(server: TestServer, slot: number, command: string, tool = "bash"): Promise<string> {
+  const r = await server.post("/execute", { slot_id: `slot_${slot}`, tool, args: { command } });
+  expect(r.json.error, `${command}: ${r.json.output}`).toBe("");
+  return (r.json.output as string).trim();
+}
+
 describe.each(["slot_3", "slot_3@disk", "slot_3@view"])("a fork that fails for one child (%s)", (failpoint) => {
   let s: TestServer;
   beforeAll(async () => {
@@ -26,11 +33,7 @@ describe.each(["slot_3", "slot_3@disk", "slot_3@view"])("a fork that fails for o
     await s?.stop();
   });
 
-  const exec = async (slot: number, command: string, tool = "bash"): Promise<string> => {
-    const r = await s.post("/execute", { slot_id: `slot_${slot}`, tool, args: { command } });
-    expect(r.json.error, `${command}: ${r.json.output}`).toBe("");
-    return (r.json.output as string).trim();
-  };
+  const exec = (slot: number, command: string, tool = "bash") => execIn(s, slot, command, tool);
 
   it("leaves the parent and every child as they were: contents, processes, terminals", async () => {
     // The parent: a view already (forked once), its terminal in a sub-directory.
@@ -100,11 +103,7 @@ describe.each([
     await s?.stop();
   });
 
-  const exec = async (slot: number, command: string, tool = "bash"): Promise<string> => {
-    const r = await s.post("/execute", { slot_id: `slot_${slot}`, tool, args: { command } });
-    expect(r.json.error, `${command}: ${r.json.output}`).toBe("");
-    return (r.json.output as string).trim();
-  };
+  const exec = (slot: number, command: string, tool = "bash") => execIn(s, slot, command, tool);
   /** KiB used on the filesystem of the slot's workspace (its own disk, where it has one). */
   const used = async (slot: number): Promise<number> => Number(await exec(slot, "df -k --output=used /workspace | tail -1"));
   const staged = (): string[] => readdirSync(join(s.dataDir, ".slotpool", "fork-copies"));
@@ -179,11 +178,7 @@ describe.each(["slot_3", "slot_3@disk", "slot_3@template", "slot_3@view"])("a fo
     await s?.stop();
   });
 
-  const exec = async (slot: number, command: string, tool = "bash"): Promise<string> => {
-    const r = await s.post("/execute", { slot_id: `slot_${slot}`, tool, args: { command } });
-    expect(r.json.error, `${command}: ${r.json.output}`).toBe("");
-    return (r.json.output as string).trim();
-  };
+  const exec = (slot: number, command: string, tool = "bash") => execIn(s, slot, command, tool);
   const inUse = async (): Promise<Record<string, number>> => {
     const l = await s.get("/templates");
     return Object.fromEntries((l.json.templates as Array<{ name: string; in_use: number }>).map((t) => [t.name, t.in_use]));
