@@ -48,3 +48,6 @@ fi
 # Exactly the locked dependencies. The lock is complete for every platform: rollup is pinned
 # (package.json "overrides") to a release whose platform packages are all published.
 npm ci --no-audit --no-fund --loglevel=error
+
+# The real Python clients (E2B SDK, OpenEnv client) for the tests that use them; never fatal.
+./scripts/setup-python.sh
