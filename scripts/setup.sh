@@ -14,6 +14,12 @@ command -v tar >/dev/null 2>&1 || need+=(tar)
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 # The security suite runs a small Python program inside a slot (test/security/fixtures).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# The tests' virtualenv of real Python clients (scripts/setup-python.sh) needs venv support in
+# the system's python3, which a non-root user runs (Debian splits it into python3-venv).
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then need+=(python3-venv)
+  else echo "setup: optional: python3-venv lets the tests run the real Python clients (sudo apt-get install -y python3-venv)" >&2; fi
+fi
 # Headless Chromium for the report's browser tests (test/report), driven by playwright-core,
 # which never downloads a browser of its own. Large (~300 MB with its libraries).
 [ -x /usr/bin/chromium ] || need+=(chromium)
