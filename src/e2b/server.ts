@@ -100,6 +100,11 @@ export class E2bServer {
     this.server.requestTimeout = 0;
   }
 
+  /** Bytes uploads in flight hold now (the upload budget's use). */
+  get uploadsInFlight(): number {
+    return this.files.uploads.inFlight;
+  }
+
   async listen(port: number, host: string): Promise<string> {
     this.url = await listenOn(this.server, port, host);
     return this.url;
