@@ -39,7 +39,7 @@ export interface E2bServerOptions {
   maxDownloadBytes?: number;
   /** Deadline of one /files download or upload's work in the slot, ms (default 300 s). */
   fileTimeoutMs?: number;
-  /** Bytes all uploads in flight may hold at once (default 256 MiB), and one sandbox's uploads (default 128 MiB). */
+  /** Bytes one sandbox's uploads in flight may hold at once (default 128 MiB, at least maxUploadBytes), and all uploads (default 256 MiB, at least the former). */
   uploadBudgetBytes?: number;
   sandboxUploadBudgetBytes?: number;
   /** Streams (commands streamed or attached, watches, file transfers) one sandbox may hold open (default 32). */
@@ -66,12 +66,20 @@ export class E2bServer {
   constructor(options: E2bServerOptions) {
     if (!options.apiKey) throw new HttpError(500, "an E2B server needs an API key");
     this.logger = options.logger ?? silentLogger();
+    const maxUploadBytes = options.maxUploadBytes ?? 100 * MiB;
+    // Defaults that always fit the size limit: one largest upload per sandbox at least.
+    const sandboxBudget = options.sandboxUploadBudgetBytes ?? Math.max(128 * MiB, maxUploadBytes);
     this.files = {
-      maxUploadBytes: options.maxUploadBytes ?? 100 * MiB,
+      maxUploadBytes,
       maxDownloadBytes: options.maxDownloadBytes ?? 1024 * MiB,
       timeoutMs: options.fileTimeoutMs ?? 300_000,
-      uploads: new UploadBudget(options.uploadBudgetBytes ?? 256 * MiB, options.sandboxUploadBudgetBytes ?? 128 * MiB),
+      uploads: new UploadBudget(options.uploadBudgetBytes ?? Math.max(256 * MiB, sandboxBudget), sandboxBudget),
     };
+    const { uploads } = this.files;
+    if (uploads.maxPerKey < maxUploadBytes || uploads.maxTotal < uploads.maxPerKey) {
+      // Otherwise an upload the size limit allows could never fit its budget.
+      throw new HttpError(500, `upload bounds must satisfy max upload (${maxUploadBytes}) <= per-sandbox upload budget (${uploads.maxPerKey}) <= server upload budget (${uploads.maxTotal}): see --max-upload-mb, --sandbox-upload-budget-mb, --upload-budget-mb`);
+    }
     this.registry = new SandboxRegistry({
       processLimits: { ...DEFAULT_SLOT_PROCESS_LIMITS, ...(options.maxStreamsPerSandbox !== undefined ? { maxStreams: options.maxStreamsPerSandbox } : {}) },
       pool: options.pool,
