@@ -46,6 +46,8 @@ export interface E2bServerOptions {
   maxStreamsPerSandbox?: number;
   /** Watchers (CreateWatcher) one sandbox may hold (default 8). */
   maxWatchersPerSandbox?: number;
+  /** Stdin bytes one sandbox may have on their way to its sandbox server at once (default 32 MiB). */
+  maxStdinBytesPerSandbox?: number;
 }
 
 /**
@@ -81,7 +83,10 @@ export class E2bServer {
       throw new HttpError(500, `upload bounds must satisfy max upload (${maxUploadBytes}) <= per-sandbox upload budget (${uploads.maxPerKey}) <= server upload budget (${uploads.maxTotal}): see --max-upload-mb, --sandbox-upload-budget-mb, --upload-budget-mb`);
     }
     this.registry = new SandboxRegistry({
-      processLimits: { ...DEFAULT_SLOT_PROCESS_LIMITS, ...(options.maxStreamsPerSandbox !== undefined ? { maxStreams: options.maxStreamsPerSandbox } : {}) },
+      processLimits: {
+        maxStreams: options.maxStreamsPerSandbox ?? DEFAULT_SLOT_PROCESS_LIMITS.maxStreams,
+        maxInputBytes: options.maxStdinBytesPerSandbox ?? DEFAULT_SLOT_PROCESS_LIMITS.maxInputBytes,
+      },
       pool: options.pool,
       logger: this.logger,
       ...(options.templates ? { templates: options.templates } : {}),

@@ -48,6 +48,8 @@ const streamAgent: Dispatcher = new Agent({ keepAliveTimeout: 30_000, connection
 const controlAgent: Dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 32, headersTimeout: 30_000, bodyTimeout: 30_000 });
 /** Stdin writes: on the stream agent (they may wait on a full pipe), with a deadline. */
 const INPUT_TIMEOUT_MS = 60_000;
+/** Stdin goes to the sandbox server in pieces of at most this size (one JSON request each). */
+const INPUT_PIECE = 4 * 1024 * 1024;
 
 /**
  * Client of one slot's process sessions on its sandbox server (`/processes/*`, see
@@ -140,8 +142,14 @@ export class SlotProcesses {
     }
     this.inputBytes += data.length;
     try {
-      const res = await this.call("/processes/input", { pid, data: Buffer.from(data).toString("base64") }, AbortSignal.timeout(INPUT_TIMEOUT_MS), streamAgent);
-      await res.body.dump();
+      const deadline = AbortSignal.timeout(INPUT_TIMEOUT_MS);
+      // In pieces the sandbox server's JSON body limit takes, in order, each after the last was taken.
+      for (let off = 0; off < data.length || off === 0; off += INPUT_PIECE) {
+        const piece = Buffer.from(data.buffer, data.byteOffset + off, Math.min(INPUT_PIECE, data.length - off));
+        const res = await this.call("/processes/input", { pid, data: piece.toString("base64") }, deadline, streamAgent);
+        await res.body.dump();
+        if (data.length === 0) break;
+      }
     } catch (err) {
       if (err instanceof Error && err.name === "TimeoutError") throw new E2bApiError(504, `stdin for process ${pid} was not taken within ${INPUT_TIMEOUT_MS / 1000} s (the process does not read it?)`);
       throw err;
