@@ -178,6 +178,23 @@ describe("E2B server attacks: transfers", () => {
     await s.kill();
   }, 60_000);
 
+  it("a /files transfer past --file-timeout-s is ended with 504: nothing written, no stream left open", async () => {
+    // A server whose transfers may take 1 ms: every read and write passes it.
+    const quick = await startE2b({ slots: 1, fileTimeoutMs: 1 });
+    const s = await Sandbox.create(quick.opts);
+    await s.commands.run("head -c 3000000 /dev/urandom > data.bin");
+    const read = await fetch(`${quick.url}/files?path=data.bin`, { headers: inSandbox(s) });
+    expect(read.status).toBe(504);
+    expect(await read.json()).toMatchObject({ code: 504, message: expect.stringMatching(/did not finish within 0.001 s \(--file-timeout-s\)/) });
+    const write = await fetch(`${quick.url}/files?path=new.bin`, { method: "POST", headers: { ...inSandbox(s), "content-type": "application/octet-stream" }, body: Buffer.alloc(MiB) });
+    expect(write.status).toBe(504);
+    expect(await write.text()).toMatch(/nothing was written/);
+    expect((await s.commands.run("ls -A")).stdout).toBe("data.bin\n");
+    expect(quick.server.registry.get(s.sandboxId)!.processes.openStreams).toBe(0);
+    await s.kill();
+    await quick.stop();
+  }, 60_000);
+
   it("concurrent uploads share a byte budget: past it they get 429 naming the bound, and the budget is whole again after", async () => {
     const [a, b, c] = await Promise.all([Sandbox.create(h.opts), Sandbox.create(h.opts), Sandbox.create(h.opts)]);
     const body = Buffer.alloc(20 * MiB, 7);
