@@ -267,6 +267,9 @@ describe("E2B server attacks: transfers", () => {
     const many = await fetch(url, { method: "POST", body: form([["notes.txt", "again\n"], [".bashrc", "echo pwned\n"]]) });
     expect(many.status).toBe(400);
     expect(await many.text()).toMatch(/exactly one file/);
+    // The same with the sandbox named (the attack as first found: every part was written).
+    const named = await fetch(url, { method: "POST", headers: { "e2b-sandbox-id": s.sandboxId }, body: form([["notes.txt", "again\n"], [".bashrc", "echo pwned\n"]]) });
+    expect(named.status).toBe(400);
     expect(await s.files.read("notes.txt")).toBe("signed write\n");
     expect(await s.files.exists(".bashrc")).toBe(false);
     // Another path with the same signature, or the other operation: 401.
