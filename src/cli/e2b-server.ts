@@ -27,6 +27,15 @@ options:
   --templates FILE           JSON list of workspace templates ({name, setup, files?, timeoutS?});
                              Sandbox.create(NAME) gets a slot reset into template NAME
   --max-upload-mb N          largest file upload through /files (default 100)
+  --max-download-mb N        largest file download through /files, streamed (default 1024)
+  --file-timeout-s S         deadline of one /files download or upload (default 300)
+  --upload-budget-mb N       bytes all uploads in flight may hold at once; past it 429
+                             (default 256, at least the per-sandbox budget)
+  --sandbox-upload-budget-mb N  the same for one sandbox's uploads (default 128, at least
+                             --max-upload-mb)
+  --max-streams-per-sandbox N   open streams (commands streamed or attached, watches, file
+                             transfers) one sandbox may hold; past it 429 (default 32)
+  --max-watchers-per-sandbox N  CreateWatcher watchers one sandbox may hold (default 8)
   --max-timeout-s S          longest sandbox timeout a client may ask for (default 86400)
   --allow-network            sandboxes' commands may reach the internet (their slot's own network
                              namespace, as executor-server's); default: loopback only
@@ -90,6 +99,12 @@ export async function run(argv: string[]): Promise<number> {
       "api-key": { type: "string" },
       templates: { type: "string" },
       "max-upload-mb": { type: "string" },
+      "max-download-mb": { type: "string" },
+      "file-timeout-s": { type: "string" },
+      "upload-budget-mb": { type: "string" },
+      "sandbox-upload-budget-mb": { type: "string" },
+      "max-streams-per-sandbox": { type: "string" },
+      "max-watchers-per-sandbox": { type: "string" },
       "max-timeout-s": { type: "string" },
       "allow-network": { type: "boolean" },
       ...backendFlagOptions(POOL_FLAGS),
@@ -105,6 +120,18 @@ export async function run(argv: string[]): Promise<number> {
   const templates = templatesFile ? loadTemplates(templatesFile) : new Map<string, TemplateSpec>();
   const maxUploadBytes = intFlag("max-upload-mb", stringFlag(flags, "max-upload-mb"), 100, 1, 1_000_000) * 1024 * 1024;
   const maxTimeoutS = intFlag("max-timeout-s", stringFlag(flags, "max-timeout-s"), 86_400, 1, 30 * 86_400);
+  const MiB = 1024 * 1024;
+  const bounds = {
+    maxDownloadBytes: intFlag("max-download-mb", stringFlag(flags, "max-download-mb"), 1024, 1, 1_000_000) * MiB,
+    fileTimeoutMs: intFlag("file-timeout-s", stringFlag(flags, "file-timeout-s"), 300, 1, 86_400) * 1000,
+    // Unset: the server's defaults, which grow with --max-upload-mb.
+    ...(stringFlag(flags, "upload-budget-mb") !== undefined ? { uploadBudgetBytes: intFlag("upload-budget-mb", stringFlag(flags, "upload-budget-mb"), 256, 1, 1_000_000) * MiB } : {}),
+    ...(stringFlag(flags, "sandbox-upload-budget-mb") !== undefined
+      ? { sandboxUploadBudgetBytes: intFlag("sandbox-upload-budget-mb", stringFlag(flags, "sandbox-upload-budget-mb"), 128, 1, 1_000_000) * MiB }
+      : {}),
+    maxStreamsPerSandbox: intFlag("max-streams-per-sandbox", stringFlag(flags, "max-streams-per-sandbox"), 32, 1, 10_000),
+    maxWatchersPerSandbox: intFlag("max-watchers-per-sandbox", stringFlag(flags, "max-watchers-per-sandbox"), 8, 1, 10_000),
+  };
   const config = backendConfigFromFlags(flags, POOL_FLAGS);
 
   const logger = createLogger({ name: "e2b-server" });
@@ -114,7 +141,7 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     logger.flush();
   }
-  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network") });
+  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network"), ...bounds });
   let stopping: Promise<void> | undefined;
   // Killing the server ends every sandbox: each slot is released (reset), then the pool stops.
   const shutdown = () => (stopping ??= server.close().then(() => backend.close()));

@@ -100,7 +100,7 @@ export class ControlPlane {
       if (!m) continue;
       pathMatched = true;
       if (r.method !== req.method) continue;
-      return r.handler(req, res, decodeURIComponent(m[1] ?? ""));
+      return r.handler(req, res, decodeId(m[1] ?? ""));
     }
     if (pathMatched) throw new E2bApiError(405, `method ${req.method} not allowed on ${path}`);
     throw new E2bApiError(404, `no route ${req.method} ${path} (slotpool serves the sandbox part of E2B's API, see docs/e2b.md)`);
@@ -198,11 +198,26 @@ export class ControlPlane {
   }
 }
 
+/** A sandbox id from the path; malformed percent-encoding is the client's mistake (400), not ours. */
+function decodeId(raw: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    throw new E2bApiError(400, `malformed percent-encoding in the path segment '${raw}'`);
+  }
+}
+
 /** The SDK sends metadata filters as one query value: URL-encoded `key=value` pairs joined by `&`. */
 function metadataFilter(raw: string | null): Record<string, string> {
   if (!raw) return {};
   const out: Record<string, string> = {};
-  for (const [k, v] of new URLSearchParams(raw)) out[decodeURIComponent(k)] = decodeURIComponent(v);
+  for (const [k, v] of new URLSearchParams(raw)) {
+    try {
+      out[decodeURIComponent(k)] = decodeURIComponent(v);
+    } catch {
+      throw new E2bApiError(400, "malformed percent-encoding in the metadata filter", "metadata");
+    }
+  }
   return out;
 }
 

@@ -11,7 +11,6 @@ import type { ProcessStream } from "./slot-processes.js";
  * have no inotify tool, and a listing sees exactly what the sandbox's commands see.
  */
 
-export const WATCH_TAG = "slotpool:watch"; // a helper tag: not listed to clients (slot-processes.ts)
 const POLL_S = 0.25;
 const NOT_A_DIR = 45;
 const SNAPSHOT_END = "\u0001";
@@ -39,11 +38,11 @@ export class DirWatch {
   /** Starts watching; resolves after the first listing (null when the path is not a directory). */
   static async start(s: E2bSandbox, path: string, recursive: boolean): Promise<DirWatch | null> {
     const script = `[ -d "$1" ] || exit ${NOT_A_DIR}; while :; do find "$1" -mindepth 1 -maxdepth "$2" -printf '%y\\t%T@\\t%s\\t%P\\0'; printf '${SNAPSHOT_END}\\0'; sleep ${POLL_S}; done`;
-    const stream = await s.processes.start({
+    // A helper: hidden from the sandbox's commands.list by its pid, not by a tag.
+    const stream = await s.processes.startHelper({
       cmd: "/bin/sh",
       args: ["-c", script, "sh", path, recursive ? "1000000" : "1"],
       stdin: false,
-      tag: WATCH_TAG,
       workspace_alias: E2B_HOME,
       cwd: E2B_HOME,
     });

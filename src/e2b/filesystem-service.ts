@@ -83,13 +83,26 @@ function path(p: string, field = "path"): string {
 /** Watchers made by CreateWatcher, polled by GetWatcherEvents. */
 interface Watcher {
   sandboxId: string;
-  watch: DirWatch;
+  /** Undefined while it starts. */
+  watch: DirWatch | undefined;
   pending: WatchEvent[];
   ended: boolean;
 }
 
-export function filesystemService(registry: SandboxRegistry): ServiceImpl<typeof Filesystem> {
+/** Watchers (CreateWatcher) one sandbox may hold at once (--max-watchers-per-sandbox). */
+export const DEFAULT_MAX_WATCHERS = 8;
+
+export function filesystemService(registry: SandboxRegistry, options: { maxWatchers?: number } = {}): ServiceImpl<typeof Filesystem> {
+  const maxWatchers = options.maxWatchers ?? DEFAULT_MAX_WATCHERS;
   const watchers = new Map<string, Watcher>();
+  /** Each watcher holds a process and a stream in the sandbox until removed: a sandbox gets a few, not all of its server's connections. */
+  const reserve = (s: E2bSandbox): void => {
+    let held = 0;
+    for (const w of watchers.values()) if (w.sandboxId === s.id && !w.ended) held++;
+    if (held >= maxWatchers) {
+      throw new ConnectError(`this sandbox already has ${maxWatchers} watchers (--max-watchers-per-sandbox): remove one (RemoveWatcher) first`, Code.ResourceExhausted);
+    }
+  };
   const startWatch = async (s: E2bSandbox, p: string, recursive: boolean): Promise<DirWatch> => {
     let w: DirWatch | null;
     try {
@@ -166,13 +179,23 @@ export function filesystemService(registry: SandboxRegistry): ServiceImpl<typeof
     },
     async createWatcher(req, ctx) {
       const s = sandboxForRpc(registry, ctx);
-      const watch = await startWatch(s, path(req.path), req.recursive);
+      reserve(s);
       const id = randomUUID();
-      const entry: Watcher = { sandboxId: s.id, watch, pending: [], ended: false };
+      // Counted from now: concurrent CreateWatcher calls cannot all pass the check above.
+      const entry: Watcher = { sandboxId: s.id, watch: undefined, pending: [], ended: false };
       watchers.set(id, entry);
+      try {
+        entry.watch = await startWatch(s, path(req.path), req.recursive);
+      } catch (err) {
+        watchers.delete(id);
+        throw err;
+      }
+      const watch = entry.watch;
       void (async () => {
         for (let evs = await watch.next(); evs; evs = await watch.next()) entry.pending.push(...evs.slice(0, 10_000 - entry.pending.length));
         entry.ended = true;
+        // A watcher of a sandbox that has ended is nobody's to read: forget it.
+        if (!registry.get(s.id)) watchers.delete(id);
       })();
       return { watcherId: id };
     },
@@ -188,7 +211,7 @@ export function filesystemService(registry: SandboxRegistry): ServiceImpl<typeof
     },
     async removeWatcher(req, ctx) {
       const s = sandboxForRpc(registry, ctx);
-      watcherOf(s, req.watcherId).watch.close();
+      watcherOf(s, req.watcherId).watch?.close();
       watchers.delete(req.watcherId);
       return {};
     },

@@ -5,7 +5,7 @@ import { Process, Signal, type ProcessSelector, type ConnectResponseSchema, type
 import { sandboxForRpc, toConnectError } from "./envd-auth.js";
 import { commandCwd, E2B_HOME } from "./paths.js";
 import type { SandboxRegistry, E2bSandbox } from "./sandboxes.js";
-import { isHelperTag, type ProcessStream } from "./slot-processes.js";
+import type { ProcessStream } from "./slot-processes.js";
 
 type EventResponse = MessageInitShape<typeof StartResponseSchema> & MessageInitShape<typeof ConnectResponseSchema>;
 
@@ -73,8 +73,9 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
       const s = sandboxForRpc(registry, ctx);
       const processes = await call(() => s.processes.list());
       return {
-        // The server's own helpers (file operations, watches) are not the client's commands.
-        processes: processes.filter((p) => !isHelperTag(p.tag)).map((p) => ({
+        // The server's own helpers (file operations, watches) are not the client's commands:
+        // known by the pids this server started them under (a client may use any tag).
+        processes: processes.filter((p) => !s.processes.isHelper(p.pid)).map((p) => ({
           pid: p.pid,
           ...(p.tag ? { tag: p.tag } : {}),
           config: { cmd: p.cmd, args: p.args, envs: p.envs, ...(p.cwd ? { cwd: p.cwd } : {}) },
@@ -137,10 +138,14 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
 /** The pid a selector names (by pid, or by tag among the running processes). */
 async function pidOf(s: E2bSandbox, selector: ProcessSelector | undefined): Promise<number> {
   const sel = selector?.selector;
-  if (sel?.case === "pid") return sel.value;
+  if (sel?.case === "pid") {
+    // The server's own helpers are not the client's to signal, feed or attach to.
+    if (s.processes.isHelper(sel.value)) throw new ConnectError(`no process with pid ${sel.value} in this sandbox`, Code.NotFound);
+    return sel.value;
+  }
   if (sel?.case === "tag") {
     const tag = sel.value;
-    const found = (await s.processes.list()).find((p) => p.tag === tag);
+    const found = (await s.processes.list()).find((p) => p.tag === tag && !s.processes.isHelper(p.pid));
     if (!found) throw new ConnectError(`no running process tagged '${tag}'`, Code.NotFound);
     return found.pid;
   }

@@ -3,7 +3,7 @@ import type { Logger } from "../observability/logger.js";
 import type { AcquireOptions, LeasedSlot, TemplateSpec } from "../pool/types.js";
 import { SlotForkError } from "../pool/errors.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
-import { SlotProcesses } from "./slot-processes.js";
+import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } from "./slot-processes.js";
 
 /** What the registry needs from a pool (SlotPool implements it). */
 export interface E2bPool {
@@ -48,6 +48,8 @@ export interface SandboxRegistryOptions {
   maxTimeoutS?: number;
   /** Whether sandboxes' commands may reach the internet (default false, as the executor's default). */
   allowNetwork?: boolean;
+  /** Per-sandbox bounds on open streams and stdin in flight (slot-processes.ts). */
+  processLimits?: SlotProcessLimits;
 }
 
 export const DEFAULT_TIMEOUT_S = 300;
@@ -120,7 +122,7 @@ export class SandboxRegistry {
       id,
       templateId: o.templateId,
       slot,
-      processes: new SlotProcesses(slot),
+      processes: new SlotProcesses(slot, this.options.processLimits ?? DEFAULT_SLOT_PROCESS_LIMITS),
       accessToken: randomBytes(24).toString("base64url"),
       envs: o.envs,
       metadata: o.metadata,
@@ -226,6 +228,8 @@ export class SandboxRegistry {
     if (this.live.get(s.id) !== s) return;
     this.live.delete(s.id);
     clearTimeout(s.timer);
+    // Its streams go first: they hold connections to the sandbox server, and nothing may use them now.
+    s.processes.closeAll();
     if (!s.slot.lost) await s.processes.killAll().catch(() => undefined);
     // Release resets the slot: its workspace, /tmp and every process are gone before it is handed out again.
     await this.options.pool.release(s.slot).catch((err: unknown) => this.options.logger.warn({ sandbox: s.id, err }, "releasing a sandbox's slot failed"));

@@ -9,12 +9,16 @@ import type { TemplateSpec } from "../pool/types.js";
 import { ControlPlane } from "./control-plane.js";
 import { nodeHeaders, sandboxForHeaders } from "./envd-auth.js";
 import { e2bErrorBody, E2bUnsupportedError } from "./errors.js";
-import { handleFiles } from "./files-route.js";
+import { UploadBudget } from "./upload-budget.js";
+import { handleFiles, type FilesLimits } from "./files-route.js";
 import { filesystemService } from "./filesystem-service.js";
 import { Filesystem } from "./gen/filesystem/filesystem_pb.js";
 import { Process } from "./gen/process/process_pb.js";
 import { processService } from "./process-service.js";
 import { SandboxRegistry, type E2bPool } from "./sandboxes.js";
+import { DEFAULT_SLOT_PROCESS_LIMITS } from "./slot-processes.js";
+
+const MiB = 1024 * 1024;
 
 export interface E2bServerOptions {
   pool: E2bPool;
@@ -31,6 +35,19 @@ export interface E2bServerOptions {
   memoryMB?: number;
   /** Sandboxes' commands may reach the internet (default false); a sandbox may still ask for none. */
   allowNetwork?: boolean;
+  /** Largest download through /files, bytes (default 1 GiB); streamed, never held whole. */
+  maxDownloadBytes?: number;
+  /** Deadline of one /files download or upload's work in the slot, ms (default 300 s). */
+  fileTimeoutMs?: number;
+  /** Bytes one sandbox's uploads in flight may hold at once (default 128 MiB, at least maxUploadBytes), and all uploads (default 256 MiB, at least the former). */
+  uploadBudgetBytes?: number;
+  sandboxUploadBudgetBytes?: number;
+  /** Streams (commands streamed or attached, watches, file transfers) one sandbox may hold open (default 32). */
+  maxStreamsPerSandbox?: number;
+  /** Watchers (CreateWatcher) one sandbox may hold (default 8). */
+  maxWatchersPerSandbox?: number;
+  /** Stdin bytes one sandbox may have on their way to its sandbox server at once (default 32 MiB). */
+  maxStdinBytesPerSandbox?: number;
 }
 
 /**
@@ -45,14 +62,31 @@ export class E2bServer {
   private readonly control: ControlPlane;
   private readonly rpc: ReturnType<typeof connectNodeAdapter>;
   private readonly logger: Logger;
-  private readonly maxUploadBytes: number;
+  private readonly files: FilesLimits;
   url = "";
 
   constructor(options: E2bServerOptions) {
     if (!options.apiKey) throw new HttpError(500, "an E2B server needs an API key");
     this.logger = options.logger ?? silentLogger();
-    this.maxUploadBytes = options.maxUploadBytes ?? 100 * 1024 * 1024;
+    const maxUploadBytes = options.maxUploadBytes ?? 100 * MiB;
+    // Defaults that always fit the size limit: one largest upload per sandbox at least.
+    const sandboxBudget = options.sandboxUploadBudgetBytes ?? Math.max(128 * MiB, maxUploadBytes);
+    this.files = {
+      maxUploadBytes,
+      maxDownloadBytes: options.maxDownloadBytes ?? 1024 * MiB,
+      timeoutMs: options.fileTimeoutMs ?? 300_000,
+      uploads: new UploadBudget(options.uploadBudgetBytes ?? Math.max(256 * MiB, sandboxBudget), sandboxBudget),
+    };
+    const { uploads } = this.files;
+    if (uploads.maxPerKey < maxUploadBytes || uploads.maxTotal < uploads.maxPerKey) {
+      // Otherwise an upload the size limit allows could never fit its budget.
+      throw new HttpError(500, `upload bounds must satisfy max upload (${maxUploadBytes}) <= per-sandbox upload budget (${uploads.maxPerKey}) <= server upload budget (${uploads.maxTotal}): see --max-upload-mb, --sandbox-upload-budget-mb, --upload-budget-mb`);
+    }
     this.registry = new SandboxRegistry({
+      processLimits: {
+        maxStreams: options.maxStreamsPerSandbox ?? DEFAULT_SLOT_PROCESS_LIMITS.maxStreams,
+        maxInputBytes: options.maxStdinBytesPerSandbox ?? DEFAULT_SLOT_PROCESS_LIMITS.maxInputBytes,
+      },
       pool: options.pool,
       logger: this.logger,
       ...(options.templates ? { templates: options.templates } : {}),
@@ -61,10 +95,11 @@ export class E2bServer {
     });
     this.control = new ControlPlane({ apiKey: options.apiKey, registry: this.registry, memoryMB: options.memoryMB ?? 1024 });
     const registry = this.registry;
+    const maxWatchers = options.maxWatchersPerSandbox;
     this.rpc = connectNodeAdapter({
       routes(router) {
         router.service(Process, processService(registry));
-        router.service(Filesystem, filesystemService(registry));
+        router.service(Filesystem, filesystemService(registry, maxWatchers !== undefined ? { maxWatchers } : {}));
       },
       // Uploads go through /files; Connect messages stay small.
       readMaxBytes: 16 * 1024 * 1024,
@@ -76,6 +111,11 @@ export class E2bServer {
     this.server.headersTimeout = 15_000;
     // Long-running command streams: no overall request deadline (a command has its own timeout).
     this.server.requestTimeout = 0;
+  }
+
+  /** Bytes uploads in flight hold now (the upload budget's use). */
+  get uploadsInFlight(): number {
+    return this.files.uploads.inFlight;
   }
 
   async listen(port: number, host: string): Promise<string> {
@@ -93,10 +133,14 @@ export class E2bServer {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    if (req.headers["e2b-sandbox-id"] === undefined) return this.control.handle(req, res);
     const path = requestPath(req.url);
+    if (req.headers["e2b-sandbox-id"] === undefined) {
+      // A signed /files URL used through E2B_SANDBOX_URL carries no sandbox id: its signature names the sandbox.
+      if (path === "/files" && /[?&]signature=/.test(req.url ?? "")) return handleFiles(this.registry, req, res, this.files);
+      return this.control.handle(req, res);
+    }
     if (path.startsWith("/process.Process/") || path.startsWith("/filesystem.Filesystem/")) return this.rpc(req, res);
-    if (path === "/files") return handleFiles(this.registry, req, res, this.maxUploadBytes);
+    if (path === "/files") return handleFiles(this.registry, req, res, this.files);
     if (path === "/health") {
       sandboxForHeaders(this.registry, nodeHeaders(req.headers));
       res.writeHead(204);

@@ -18,12 +18,38 @@ export interface CapturedRun {
   stderr: string;
 }
 
-/** Tag of the server's own helper processes (filesystem operations, /files, watches): not listed to clients. */
+/**
+ * Tag of the server's own helper processes (filesystem operations, /files, watches), for
+ * the sandbox server's logs. A tag is not what hides them from clients: a client can tag
+ * its own command with anything, so helpers are known by the pids this server started
+ * them under (`isHelper`).
+ */
 export const HELPER_TAG = "slotpool:helper";
-export const isHelperTag = (tag: string | undefined): boolean => tag?.startsWith("slotpool:") ?? false;
 
-/** One keep-alive agent for every sandbox server this process talks to. */
-const agent: Dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 64 });
+/** Per-sandbox bounds on what a sandbox holds open on its sandbox server (see docs/e2b.md). */
+export interface SlotProcessLimits {
+  /** Open process streams (commands streamed or attached, watches, file transfers). */
+  maxStreams: number;
+  /** Stdin bytes on their way to the sandbox server at once (SendInput / StreamInput). */
+  maxInputBytes: number;
+}
+
+export const DEFAULT_SLOT_PROCESS_LIMITS: SlotProcessLimits = { maxStreams: 32, maxInputBytes: 32 * 1024 * 1024 };
+
+/**
+ * Two separate connection budgets to the sandbox servers. Streams (a command's events, a
+ * watch, a download) hold a connection for as long as they run, so they get their own
+ * agent, bounded per sandbox by `maxStreams` rather than by a shared connection count
+ * that one sandbox could fill. Control calls (signal, kill-all, list, close-stdin) are
+ * short and go through another agent, so a kill or a timeout never waits behind any
+ * sandbox's streams; their timeouts keep a stuck sandbox server from holding one forever.
+ */
+const streamAgent: Dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: null, headersTimeout: 120_000, bodyTimeout: 0 });
+const controlAgent: Dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 32, headersTimeout: 30_000, bodyTimeout: 30_000 });
+/** Stdin writes: on the stream agent (they may wait on a full pipe), with a deadline. */
+const INPUT_TIMEOUT_MS = 60_000;
+/** Stdin goes to the sandbox server in pieces of at most this size (one JSON request each). */
+const INPUT_PIECE = 4 * 1024 * 1024;
 
 /**
  * Client of one slot's process sessions on its sandbox server (`/processes/*`, see
@@ -31,14 +57,43 @@ const agent: Dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 64 
  * server's status and message.
  */
 export class SlotProcesses {
-  constructor(private readonly slot: LeasedSlot) {}
+  /** Pids of this server's own helpers: hidden from clients' lists and tag selectors. */
+  private readonly helpers = new Set<number>();
+  /** Streams open now (each holds a connection): closed when the sandbox ends. */
+  private readonly open = new Set<{ destroy(): void }>();
+  /** Streams being started (counted against the cap before their connection exists). */
+  private starting = 0;
+  private inputBytes = 0;
+  private ended = false;
 
-  private async call(path: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<Dispatcher.ResponseData> {
+  constructor(
+    private readonly slot: LeasedSlot,
+    private readonly limits: SlotProcessLimits = DEFAULT_SLOT_PROCESS_LIMITS,
+  ) {}
+
+  /** Whether `pid` is one of this server's helper processes (never a client's command). */
+  isHelper(pid: number): boolean {
+    return this.helpers.has(pid);
+  }
+
+  /** Open streams now (for tests and metrics). */
+  get openStreams(): number {
+    return this.open.size + this.starting;
+  }
+
+  /** The sandbox ended: every open stream is torn down and no new one starts. */
+  closeAll(): void {
+    this.ended = true;
+    for (const s of this.open) s.destroy();
+    this.open.clear();
+  }
+
+  private async call(path: string, body: Record<string, unknown>, signal?: AbortSignal, dispatcher: Dispatcher = controlAgent): Promise<Dispatcher.ResponseData> {
     const c = this.slot.container;
     this.slot.touch();
     const res = await request(c.url + path, {
       method: "POST",
-      dispatcher: agent,
+      dispatcher,
       headers: { "content-type": "application/json", ...(c.token ? { authorization: `Bearer ${c.token}` } : {}) },
       body: JSON.stringify({ slot_id: this.slot.slotId, ...body }),
       ...(signal ? { signal } : {}),
@@ -60,16 +115,47 @@ export class SlotProcesses {
     return (await (await this.call(path, body)).body.json()) as T;
   }
 
-  async start(req: Omit<ProcessStartRequest, "slot_id">, signal?: AbortSignal): Promise<ProcessStream> {
-    return this.stream(await this.call("/processes/start", req, signal));
+  /** Starts a client's command (or, with `helper`, one of this server's own) and streams its events. */
+  async start(req: Omit<ProcessStartRequest, "slot_id">, signal?: AbortSignal, helper = false): Promise<ProcessStream> {
+    return this.openStream("/processes/start", req, signal, helper);
   }
 
   async connect(pid: number, signal?: AbortSignal): Promise<ProcessStream> {
-    return this.stream(await this.call("/processes/connect", { pid }, signal));
+    return this.openStream("/processes/connect", { pid }, signal, false);
   }
 
+  /** Starts one of this server's helpers (tagged, hidden from clients' lists). */
+  startHelper(req: Omit<ProcessStartRequest, "slot_id" | "tag">, signal?: AbortSignal): Promise<ProcessStream> {
+    return this.start({ ...req, tag: HELPER_TAG }, signal, true);
+  }
+
+  /**
+   * Stdin for a process. What is on its way to the sandbox server at once is bounded per
+   * sandbox (past it: 429, the client retries once earlier input has gone through), and a
+   * write the sandbox server does not take within INPUT_TIMEOUT_MS fails: nothing here
+   * buffers stdin for a process that never reads it.
+   */
   async input(pid: number, data: Uint8Array): Promise<void> {
-    await this.json("/processes/input", { pid, data: Buffer.from(data).toString("base64") });
+    if (data.length > this.limits.maxInputBytes) throw new E2bApiError(413, `stdin of ${data.length} bytes in one message is above this server's limit of ${this.limits.maxInputBytes} bytes; send it in pieces`);
+    if (this.inputBytes + data.length > this.limits.maxInputBytes) {
+      throw new E2bApiError(429, `this sandbox already has ${this.inputBytes} bytes of stdin on their way (limit ${this.limits.maxInputBytes}); wait for earlier input to be taken`);
+    }
+    this.inputBytes += data.length;
+    try {
+      const deadline = AbortSignal.timeout(INPUT_TIMEOUT_MS);
+      // In pieces the sandbox server's JSON body limit takes, in order, each after the last was taken.
+      for (let off = 0; off < data.length || off === 0; off += INPUT_PIECE) {
+        const piece = Buffer.from(data.buffer, data.byteOffset + off, Math.min(INPUT_PIECE, data.length - off));
+        const res = await this.call("/processes/input", { pid, data: piece.toString("base64") }, deadline, streamAgent);
+        await res.body.dump();
+        if (data.length === 0) break;
+      }
+    } catch (err) {
+      if (err instanceof Error && err.name === "TimeoutError") throw new E2bApiError(504, `stdin for process ${pid} was not taken within ${INPUT_TIMEOUT_MS / 1000} s (the process does not read it?)`);
+      throw err;
+    } finally {
+      this.inputBytes -= data.length;
+    }
   }
 
   async closeStdin(pid: number): Promise<void> {
@@ -80,8 +166,13 @@ export class SlotProcesses {
     await this.json("/processes/signal", { pid, signal });
   }
 
+  /** Every process of the slot's sessions, this server's helpers included (see `isHelper`). */
   async list(): Promise<ProcessInfo[]> {
-    return (await this.json<{ processes: ProcessInfo[] }>("/processes/list", {})).processes;
+    const all = (await this.json<{ processes: ProcessInfo[] }>("/processes/list", {})).processes;
+    // A helper that is no longer listed has ended: forget its pid (it may be reused).
+    const live = new Set(all.map((p) => p.pid));
+    for (const pid of this.helpers) if (!live.has(pid)) this.helpers.delete(pid);
+    return all;
   }
 
   async killAll(): Promise<void> {
@@ -90,7 +181,7 @@ export class SlotProcesses {
 
   /** Runs a helper command to its end and collects its output (stdin written first when given). */
   async run(cmd: string, args: string[], stdin?: Uint8Array): Promise<CapturedRun> {
-    const p = await this.start({ cmd, args, stdin: stdin !== undefined, tag: HELPER_TAG, workspace_alias: "/home/user", cwd: "/home/user" });
+    const p = await this.startHelper({ cmd, args, stdin: stdin !== undefined, workspace_alias: "/home/user", cwd: "/home/user" });
     if (stdin !== undefined) {
       if (stdin.length > 0) await this.input(p.pid, stdin);
       await this.closeStdin(p.pid);
@@ -105,14 +196,36 @@ export class SlotProcesses {
     throw new E2bApiError(502, `the sandbox server ended process ${p.pid}'s stream without its end`);
   }
 
-  private async stream(res: Dispatcher.ResponseData): Promise<ProcessStream> {
+  /** A process stream, counted against the sandbox's stream cap from request to close. */
+  private async openStream(path: string, body: Record<string, unknown>, signal: AbortSignal | undefined, helper: boolean): Promise<ProcessStream> {
+    if (this.ended) throw new E2bApiError(502, "this sandbox has ended (killed or timed out)");
+    if (this.open.size + this.starting >= this.limits.maxStreams) {
+      throw new E2bApiError(
+        429,
+        `this sandbox already holds ${this.limits.maxStreams} open streams (commands being streamed or attached, watches, file transfers; --max-streams-per-sandbox): end or disconnect one first`,
+      );
+    }
+    this.starting++;
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await this.call(path, body, signal, streamAgent);
+    } finally {
+      this.starting--;
+    }
+    const handle = { destroy: () => res.body.destroy() };
+    this.open.add(handle);
+    const release = () => this.open.delete(handle);
+    res.body.once("close", release);
+    if (this.ended) res.body.destroy();
     const lines = ndjson(res.body);
     const first = await lines.next();
     if (first.done || first.value.type !== "start") {
       res.body.destroy();
       throw new E2bApiError(502, "the sandbox server's process stream did not begin with its start");
     }
-    return { pid: first.value.pid, events: { [Symbol.asyncIterator]: () => lines }, close: () => res.body.destroy() };
+    const pid = first.value.pid;
+    if (helper) this.helpers.add(pid);
+    return { pid, events: { [Symbol.asyncIterator]: () => lines }, close: () => res.body.destroy() };
   }
 }
 

@@ -1,7 +1,7 @@
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { E2bServer } from "../../src/e2b/server.js";
+import { E2bServer, type E2bServerOptions } from "../../src/e2b/server.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
 import type { TemplateSpec } from "../../src/pool/types.js";
@@ -17,7 +17,10 @@ export interface E2bHarness {
   stop(): Promise<void>;
 }
 
-export async function startE2b(options: { slots?: number; templates?: TemplateSpec[]; maxUploadBytes?: number; allowNetwork?: boolean } = {}): Promise<E2bHarness> {
+/** Bounds of the server under test (the rest of E2bServerOptions is the harness's). */
+type Bounds = Pick<E2bServerOptions, "maxDownloadBytes" | "uploadBudgetBytes" | "sandboxUploadBudgetBytes" | "maxStreamsPerSandbox" | "maxWatchersPerSandbox" | "fileTimeoutMs" | "maxStdinBytesPerSandbox">;
+
+export async function startE2b(options: { slots?: number; templates?: TemplateSpec[]; maxUploadBytes?: number; allowNetwork?: boolean } & Bounds = {}): Promise<E2bHarness> {
   const baseDir = mkdtempSync(join(tmpdir(), "slotpool-e2b-"));
   chmodSync(baseDir, 0o755); // the slot uids (root runs) must reach their workspaces
   const slots = options.slots ?? 4;
@@ -30,6 +33,9 @@ export async function startE2b(options: { slots?: number; templates?: TemplateSp
     templates: new Map((options.templates ?? []).map((t) => [t.name, t])),
     ...(options.maxUploadBytes ? { maxUploadBytes: options.maxUploadBytes } : {}),
     ...(options.allowNetwork ? { allowNetwork: true } : {}),
+    ...Object.fromEntries(
+      (["maxDownloadBytes", "uploadBudgetBytes", "sandboxUploadBudgetBytes", "maxStreamsPerSandbox", "maxWatchersPerSandbox", "fileTimeoutMs", "maxStdinBytesPerSandbox"] as const).filter((k) => options[k] !== undefined).map((k) => [k, options[k]]),
+    ),
   });
   const url = await server.listen(0, "127.0.0.1");
   return {
