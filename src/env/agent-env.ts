@@ -28,6 +28,7 @@ import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { ToolContext } from "./tool-context.js";
+import { infraFailureOf, TrajectoryInfraError, type InfraStage } from "./infra-failure.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
@@ -206,7 +207,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           (err: unknown) => {
             if (signal?.aborted) return { item, skipped: true as const };
             const reason = err instanceof Error ? err.message : String(err);
-            options.onFailure?.(reason, err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost", message: reason } : undefined);
+            const infra = err instanceof TrajectoryInfraError ? err.failure : err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost" as const, message: reason } : undefined;
+            options.onFailure?.(reason, infra);
             return { item, err };
           },
         ),
@@ -399,7 +401,10 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   /**
    * One trajectory, start to finish, in its own slot: workspace setup, agent loop, reward.
    * The slot is reset and released in every case. A lost slot restarts the trajectory from
-   * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError.
+   * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError. A tool
+   * call the infrastructure did not run to its end, in setupWorkspace or the agent's turns,
+   * rejects with TrajectoryInfraError (the reward's own: the outcome's `infraFailure`), so
+   * the group follows `infraFailurePolicy`.
    */
   async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal } = {}): Promise<TrajectoryOutcome> {
     const backend = this.tools;
@@ -411,6 +416,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       const trajectoryId = randomUUID();
       const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.executor.defaultTimeoutS });
       const started = performance.now();
+      let stage: InfraStage = "setup";
       try {
         const setupStarted = performance.now();
         const template = this.workspaceTemplate(item);
@@ -420,6 +426,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         }
         await this.setupWorkspace(item, ctx);
         const workspaceSetupMs = performance.now() - setupStarted;
+        stage = "tool";
         const result = await runAgentLoop({
           policy: this.policyFor(item),
           tools: groupTools.tools,
@@ -456,6 +463,11 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         if (infraFailure) outcome.infraFailure = infraFailure;
         return outcome;
       } catch (err) {
+        const infra = infraFailureOf(err, stage, trajectoryId);
+        if (infra) {
+          this.log.warn({ trajectoryId, cause: infra.cause, stage }, `infrastructure failure; the trajectory is not scored: ${infra.message}`);
+          throw new TrajectoryInfraError(infra);
+        }
         if (!isSlotLostError(err)) throw err;
         losses.push(err.message);
         this.log.warn({ trajectoryId, attempt, maxAttempts, reason: err.message }, "slot lost; restarting the trajectory on a new slot");
