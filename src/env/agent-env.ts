@@ -35,7 +35,6 @@ import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
 import { configProblems } from "../protocol/errors.js";
 
 export type { ScoreResult } from "./rollout-score.js";
-
 export type { EvalSample, EvalResult, EvaluateOptions } from "./evaluation.js";
 
 /** How an env instance gets its tools backend, model and logger (all optional). */
@@ -207,8 +206,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           (err: unknown) => {
             if (signal?.aborted) return { item, skipped: true as const };
             const reason = err instanceof Error ? err.message : String(err);
-            const infra = err instanceof TrajectoryInfraError ? err.failure : err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost" as const, message: reason } : undefined;
-            options.onFailure?.(reason, infra);
+            options.onFailure?.(reason, err instanceof TrajectoryInfraError ? err.failure : err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost", message: reason } : undefined);
             return { item, err };
           },
         ),
@@ -401,10 +399,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   /**
    * One trajectory, start to finish, in its own slot: workspace setup, agent loop, reward.
    * The slot is reset and released in every case. A lost slot restarts the trajectory from
-   * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError. A tool
-   * call the infrastructure did not run to its end, in setupWorkspace or the agent's turns,
-   * rejects with TrajectoryInfraError (the reward's own: the outcome's `infraFailure`), so
-   * the group follows `infraFailurePolicy`.
+   * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError. A call
+   * the infrastructure cut off in setupWorkspace or a turn: TrajectoryInfraError.
    */
   async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal } = {}): Promise<TrajectoryOutcome> {
     const backend = this.tools;
@@ -464,10 +460,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         return outcome;
       } catch (err) {
         const infra = infraFailureOf(err, stage, trajectoryId);
-        if (infra) {
-          this.log.warn({ trajectoryId, cause: infra.cause, stage }, `infrastructure failure; the trajectory is not scored: ${infra.message}`);
-          throw new TrajectoryInfraError(infra);
-        }
+        if (infra) throw new TrajectoryInfraError(infra); // logged where its group is dropped
         if (!isSlotLostError(err)) throw err;
         losses.push(err.message);
         this.log.warn({ trajectoryId, attempt, maxAttempts, reason: err.message }, "slot lost; restarting the trajectory on a new slot");
