@@ -7,6 +7,7 @@
 #
 #   sudo scripts/nomad-cluster.sh up   [DIR]   # prints NOMAD_ADDR=... when the nodes are ready
 #   sudo scripts/nomad-cluster.sh down [DIR]   # stops everything and removes what `up` made
+#   sudo scripts/nomad-cluster.sh start-client I [DIR]   # starts client I's agent again (after a kill)
 #
 # DIR (default /tmp/slotpool-cluster) holds the configs, data dirs, logs and pid files.
 # Settings (environment): SLOTPOOL_CLUSTER_PREFIX (default spc; names the bridge
@@ -80,6 +81,13 @@ wait_ready() { # every client ready with a healthy raw_exec driver
   die "the $clients clients were not ready with raw_exec within 60 s (last: $nodes ready, $ready with raw_exec)"
 }
 
+start_client() { # I: the client's agent in its namespace (its config and data dir are kept)
+  local i=$1
+  [ -f "$dir/client$i.hcl" ] || die "no client $i in $dir"
+  setsid nsenter --net="/var/run/netns/${prefix}n$i" "$(command -v nomad)" agent -config "$dir/client$i.hcl" >>"$dir/client$i.log" 2>&1 </dev/null &
+  echo $! >"$dir/client$i.pid"
+}
+
 check_up() { # before anything is made: a refusal here must not tear down someone else's cluster
   [ "$(id -u)" = 0 ] || die "needs root (network namespaces, and a Nomad client runs tasks as other users)"
   command -v nomad >/dev/null || die "no nomad on PATH (docs/nomad.md: 'A multi-node cluster on one machine')"
@@ -147,8 +155,7 @@ plugin "raw_exec" {
   }
 }
 EOF
-    setsid nsenter --net="/var/run/netns/$ns" "$nomad" agent -config "$dir/client$i.hcl" >"$dir/client$i.log" 2>&1 </dev/null &
-    echo $! >"$dir/client$i.pid"
+    start_client "$i"
   done
   wait_ready
   echo "NOMAD_ADDR=http://$server_ip:4646"
@@ -162,5 +169,11 @@ case "$cmd" in
     up
     ;;
   down) down ;;
-  *) die "usage: $0 up|down [DIR]" ;;
+  start-client)
+    i=${2:-}
+    dir=${3:-${SLOTPOOL_CLUSTER_DIR:-/tmp/slotpool-cluster}}
+    [[ "$i" =~ ^[0-9]+$ ]] || die "usage: $0 start-client I [DIR]"
+    start_client "$i"
+    ;;
+  *) die "usage: $0 up|down [DIR], or start-client I [DIR]" ;;
 esac
