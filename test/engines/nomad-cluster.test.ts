@@ -66,7 +66,15 @@ async function until<T>(what: string, probe: () => Promise<T | undefined | false
 
 /** Exit 0, every written score 1 (the oracle solves everything), infra failures only of node causes. */
 async function expectHonest(run: RunHandle, groups: number, timeoutMs = 400_000): Promise<Honest> {
-  const r = await Promise.race([run.done, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`the run did not end within ${timeoutMs} ms`)), timeoutMs).unref())]);
+  const r = await Promise.race([
+    run.done,
+    new Promise<never>((_, reject) =>
+      setTimeout(() => {
+        run.child.kill("SIGKILL"); // a run that hangs must not outlive its test
+        reject(new Error(`the run did not end within ${timeoutMs} ms`));
+      }, timeoutMs).unref(),
+    ),
+  ]);
   const context = `${r.stdout}\n${r.stderr.split("\n").slice(-30).join("\n")}`;
   expect(r.code, context).toBe(0);
   const lines = readFileSync(run.out, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as { scores: number[] });
