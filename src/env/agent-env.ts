@@ -28,7 +28,7 @@ import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { ToolContext } from "./tool-context.js";
-import { infraFailureOf, TrajectoryInfraError, type InfraStage } from "./infra-failure.js";
+import { throwIfInfraFailure, TrajectoryInfraError, type InfraStage } from "./infra-failure.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
@@ -459,8 +459,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         if (infraFailure) outcome.infraFailure = infraFailure;
         return outcome;
       } catch (err) {
-        const infra = infraFailureOf(err, stage, trajectoryId);
-        if (infra) throw new TrajectoryInfraError(infra); // logged where its group is dropped
+        throwIfInfraFailure(err, stage, trajectoryId); // logged where its group is dropped
         if (!isSlotLostError(err)) throw err;
         losses.push(err.message);
         this.log.warn({ trajectoryId, attempt, maxAttempts, reason: err.message }, "slot lost; restarting the trajectory on a new slot");

@@ -62,6 +62,12 @@ export function infraFailureOf(err: unknown, stage: InfraStage, trajectoryId?: s
   return { cause, stage, message: `${stage === "setup" ? "setupWorkspace" : stage === "reward" ? "the reward" : "a tool call"}: ${(err as Error).message}`, ...(trajectoryId ? { trajectoryId } : {}) };
 }
 
+/** Rethrows an infra failure (see infraFailureOf) as the trajectory's TrajectoryInfraError; any other error is left to the caller. */
+export function throwIfInfraFailure(err: unknown, stage: InfraStage, trajectoryId: string): void {
+  const infra = infraFailureOf(err, stage, trajectoryId);
+  if (infra) throw new TrajectoryInfraError(infra);
+}
+
 /** Per stage, every stage present (zeros included). */
 export function countByStage(failures: readonly InfraFailure[]): Record<InfraStage, number> {
   const counts = Object.fromEntries(INFRA_STAGES.map((s) => [s, 0])) as Record<InfraStage, number>;
