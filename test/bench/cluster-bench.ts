@@ -7,7 +7,7 @@
  * machines would give.
  *
  * Run (root, nomad on PATH): npm run build && npx tsx test/bench/cluster-bench.ts
- * Knobs (env): BENCH_GROUPS (default 64), BENCH_GROUP_SIZE (8), BENCH_CONCURRENCY (groups in
+ * Knobs (env): BENCH_GROUPS (default 32), BENCH_GROUP_SIZE (8), BENCH_CONCURRENCY (groups in
  * flight, 32: 32 × 8 = 256 trajectories at once), BENCH_SLOTS (slots per container, 32).
  */
 import { execFile, spawn } from "node:child_process";
@@ -18,7 +18,7 @@ import { promisify } from "node:util";
 import { repoRoot } from "../support/nomad-agent.js";
 import { clusterSkipReason, startNomadCluster, type NomadCluster } from "../support/nomad-cluster.js";
 
-const GROUPS = Number(process.env["BENCH_GROUPS"] ?? 64);
+const GROUPS = Number(process.env["BENCH_GROUPS"] ?? 32);
 const GROUP_SIZE = Number(process.env["BENCH_GROUP_SIZE"] ?? 8);
 const CONCURRENCY = Number(process.env["BENCH_CONCURRENCY"] ?? 32);
 const SLOTS = Number(process.env["BENCH_SLOTS"] ?? 32);
@@ -26,17 +26,31 @@ const run = promisify(execFile);
 
 async function oneRun(cluster: NomadCluster, dir: string, label: string): Promise<{ trajectories: number; seconds: number }> {
   const config = join(dir, `${label}.json`);
+  // The same job on both: what the nodes can place of it is the difference (a 2-core node with
+  // 24 GB places 3 containers of 32 slots, by the job's default cpu and memory).
   const containers = Math.ceil((GROUP_SIZE * CONCURRENCY) / SLOTS);
-  writeFileSync(config, JSON.stringify({ pool: { slotsPerContainer: SLOTS, minContainers: containers, maxContainers: containers + 1, nomad: { driver: "raw_exec", jobId: `bench-${label}-${process.pid}` } } }));
+  writeFileSync(config, JSON.stringify({ pool: { slotsPerContainer: SLOTS, minContainers: 3, maxContainers: containers + 1, nomad: { driver: "raw_exec", jobId: `bench-${label}-${process.pid}` } } }));
   const args = ["dist/src/cli/main.js", "process", "examples/shell-tasks/env.js", "--provisioner", "nomad", "--config", config, "--out", join(dir, `${label}.jsonl`), "--groups", String(GROUPS), "--group-size", String(GROUP_SIZE), "--concurrency", String(CONCURRENCY), "--no-progress", "--no-report"];
   const child = spawn(process.execPath, args, { cwd: repoRoot, env: cluster.env, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
+  let stderr = "";
   child.stdout!.on("data", (c: Buffer) => (stdout += c.toString()));
-  child.stderr!.resume();
+  child.stderr!.on("data", (c: Buffer) => (stderr = (stderr + c.toString()).slice(-4000)));
+  let peak = 0;
+  let peakContainers = 0;
+  const placed = setInterval(() => {
+    void cluster.runningAllocations().then((allocs) => {
+      const mine = allocs.filter((a) => a.job === `bench-${label}-${process.pid}`);
+      peak = Math.max(peak, new Set(mine.map((a) => a.node)).size);
+      peakContainers = Math.max(peakContainers, mine.length);
+    }, () => undefined);
+  }, 1000);
   const code = await new Promise<number | null>((resolve) => child.on("exit", resolve));
+  clearInterval(placed);
+  console.log(`${label}: up to ${peakContainers} containers on ${peak} node(s)`);
   const trajectories = Number(/trajectories\s+(\d+) scored/.exec(stdout)?.[1] ?? NaN);
   const seconds = Number(/elapsed\s+([\d.]+) s/.exec(stdout)?.[1] ?? NaN);
-  if (code !== 0 || !/success rate\s+100\.0%/.test(stdout)) throw new Error(`${label}: the run failed (exit ${code}):\n${stdout}`);
+  if (code !== 0 || !/success rate\s+100\.0%/.test(stdout)) throw new Error(`${label}: the run failed (exit ${code}):\n${stdout}\n${stderr}`);
   return { trajectories, seconds };
 }
 
