@@ -1,5 +1,6 @@
 import type { ToolCall, ToolResult } from "../protocol/tool.js";
-import { AgentError, ChatRequestError, ChatResponseError } from "./errors.js";
+import { toolInfraCause } from "../protocol/infra.js";
+import { AgentError, ChatRequestError, ChatResponseError, InfraToolError } from "./errors.js";
 import { addUsage, emptyUsage, type ChatMessage, type OpenAIFunctionTool, type TokenUsage, type TurnTokens } from "./messages.js";
 import type { AgentPolicy } from "./policy.js";
 
@@ -95,7 +96,9 @@ export function formatToolResultForModel(result: ToolResult): string {
  * The agent loop: ask the policy for a turn, run its tool calls in the order given (each in
  * this trajectory's slot), append the results, repeat until the model answers without tools
  * or `maxTurns` is used up. Model-server failures end the rollout with `finishReason: "error"`;
- * exceptions thrown by `executeTool` (a lost slot) propagate so the caller can retry.
+ * exceptions thrown by `executeTool` (a lost slot) propagate so the caller can retry, and a
+ * result the infrastructure marked (protocol/infra.ts) throws InfraToolError: the policy
+ * never sees it as its own error.
  */
 export async function runAgentLoop(options: AgentLoopOptions): Promise<AgentResult> {
   if (!Number.isInteger(options.maxTurns) || options.maxTurns < 1) {
@@ -155,6 +158,8 @@ export async function runAgentLoop(options: AgentLoopOptions): Promise<AgentResu
       const started = performance.now();
       const toolResult = await runOne(call.function.name, call.function.arguments, isKnown, offered, options.executeTool, turn);
       const durationMs = performance.now() - started;
+      const infra = toolInfraCause(toolResult.metadata);
+      if (infra) throw new InfraToolError(`tool call ${call.function.name} on turn ${turn} was not run to its end by the infrastructure (${infra}): ${toolResult.error || "no reason given"}`, infra, call.function.name);
       const exit = toolResult.metadata["exit_code"];
       result.toolCalls.push({
         turn,

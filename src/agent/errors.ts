@@ -1,4 +1,5 @@
 import { SlotpoolError } from "../protocol/errors.js";
+import type { ToolInfraCause } from "../protocol/infra.js";
 
 /** Errors of the agent loop. Each message says what failed and what to change. */
 
@@ -26,4 +27,20 @@ export class ChatRequestError extends AgentError {
 /** The server answered 200 but the body is not a chat completion we can read. */
 export class ChatResponseError extends AgentError {
   override name = "ChatResponseError";
+}
+
+/**
+ * A tool call the infrastructure could not run or cut off (its result carries the infra
+ * marker, protocol/infra.ts). The loop throws it instead of showing the result to the policy:
+ * the model did nothing wrong, so the trajectory is an infra failure, never a score.
+ */
+export class InfraToolError extends AgentError {
+  override name = "InfraToolError";
+  constructor(
+    message: string,
+    readonly infraCause: ToolInfraCause,
+    readonly tool: string,
+  ) {
+    super(message);
+  }
 }

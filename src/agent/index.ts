@@ -14,7 +14,7 @@ export {
   type TurnRecord,
 } from "./agent-loop.js";
 export type { ChatMessage, TokenUsage, TurnTokens, OpenAIFunctionTool, OpenAIToolCall } from "./messages.js";
-export { AgentError, ChatRequestError, ChatResponseError } from "./errors.js";
+export { AgentError, ChatRequestError, ChatResponseError, InfraToolError } from "./errors.js";
 export { ChatCompletionsClient, type ChatClientOptions, type ChatRequest, type ChatCompletion, type ChatCallOptions, type ChatClientStats } from "./chat-client.js";
 export type { AgentPolicy, PolicyTurn, PolicyTurnInput } from "./policy.js";
 export { ChatModelPolicy, type ChatModelPolicyOptions, type ToolCallFormat } from "./model-policy.js";

@@ -28,13 +28,13 @@ import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { ToolContext } from "./tool-context.js";
+import { throwIfInfraFailure, TrajectoryInfraError, type InfraStage } from "./infra-failure.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
 import { configProblems } from "../protocol/errors.js";
 
 export type { ScoreResult } from "./rollout-score.js";
-
 export type { EvalSample, EvalResult, EvaluateOptions } from "./evaluation.js";
 
 /** How an env instance gets its tools backend, model and logger (all optional). */
@@ -206,7 +206,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           (err: unknown) => {
             if (signal?.aborted) return { item, skipped: true as const };
             const reason = err instanceof Error ? err.message : String(err);
-            options.onFailure?.(reason, err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost", message: reason } : undefined);
+            options.onFailure?.(reason, err instanceof TrajectoryInfraError ? err.failure : err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost", message: reason } : undefined);
             return { item, err };
           },
         ),
@@ -399,7 +399,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   /**
    * One trajectory, start to finish, in its own slot: workspace setup, agent loop, reward.
    * The slot is reset and released in every case. A lost slot restarts the trajectory from
-   * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError.
+   * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError. A call
+   * the infrastructure cut off in setupWorkspace or a turn: TrajectoryInfraError.
    */
   async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal } = {}): Promise<TrajectoryOutcome> {
     const backend = this.tools;
@@ -411,6 +412,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       const trajectoryId = randomUUID();
       const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.executor.defaultTimeoutS });
       const started = performance.now();
+      let stage: InfraStage = "setup";
       try {
         const setupStarted = performance.now();
         const template = this.workspaceTemplate(item);
@@ -420,6 +422,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         }
         await this.setupWorkspace(item, ctx);
         const workspaceSetupMs = performance.now() - setupStarted;
+        stage = "tool";
         const result = await runAgentLoop({
           policy: this.policyFor(item),
           tools: groupTools.tools,
@@ -456,6 +459,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         if (infraFailure) outcome.infraFailure = infraFailure;
         return outcome;
       } catch (err) {
+        throwIfInfraFailure(err, stage, trajectoryId); // logged where its group is dropped
         if (!isSlotLostError(err)) throw err;
         losses.push(err.message);
         this.log.warn({ trajectoryId, attempt, maxAttempts, reason: err.message }, "slot lost; restarting the trajectory on a new slot");

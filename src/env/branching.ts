@@ -10,7 +10,7 @@ import type { ToolBackend } from "./backend.js";
 import type { AgentEnvConfig } from "./config.js";
 import { EnvError } from "./errors.js";
 import { scoreRollout, type RolloutScore } from "./rollout-score.js";
-import type { InfraFailure } from "./infra-failure.js";
+import { infraFailureOf, type InfraFailure } from "./infra-failure.js";
 import type { Metrics } from "./metrics.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
@@ -72,14 +72,16 @@ export async function collectBranchingGroup<Item>(
     } catch (err) {
       options.signal?.throwIfAborted();
       const message = `branching group failed: ${err instanceof Error ? err.message : String(err)}`;
-      if (!isSlotLostError(err)) {
+      // Setup or a tool call cut off by the infrastructure (where exactly is in the message).
+      const infra = infraFailureOf(err, "tool");
+      if (!isSlotLostError(err) && !infra) {
         parts.log.error({ reason: message }, "group failed");
         return { ok: false, kind: "error", fatal: false, reason: message, trajectories: [], unfinished, ...common };
       }
-      // A lost slot: no branch can go on without the prefix, so the whole tree is an infra failure.
-      unfinished.slotLosses++;
+      // A lost slot or an infra failure: no branch can go on without the prefix, so the whole tree is an infra failure.
+      if (!infra) unfinished.slotLosses++;
       leaves = [];
-      infraFailures.push({ cause: "slot_lost", message });
+      infraFailures.push(infra ? { ...infra, message } : { cause: "slot_lost", message });
       if (policy === "drop" && attempt < infraRetries) {
         unfinished.retries++;
         parts.log.warn({ attempt: attempt + 1, infraRetries }, `${message}; the tree is dropped and its item tried again`);

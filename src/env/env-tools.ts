@@ -7,6 +7,7 @@ import { DuplicateToolError, InvalidToolDefinitionError, type ToolArgumentsError
 import type { ToolRegistry } from "../tools/registry.js";
 import type { ToolDefinition, ToolOutput } from "../tools/types.js";
 import type { ToolContext } from "./tool-context.js";
+import { ToolContextInfraError } from "./errors.js";
 
 /**
  * An env's own tools (a `submit`, a `run_tests`), offered to the model beside the built-ins
@@ -78,7 +79,8 @@ export function registerEnvTools(registry: ToolRegistry, tools: readonly ToolDef
 /**
  * Runs an in-process tool for one call: arguments checked against its schema (isolation
  * arguments dropped), its output as a ToolResult. Its own exceptions become a failed result
- * the model reads, as a failing command's would; a lost slot (from a ctx call) propagates.
+ * the model reads, as a failing command's would; a lost slot and a ctx call the
+ * infrastructure cut off (ToolContextInfraError) propagate.
  */
 export async function runInProcessTool(registry: ToolRegistry, tool: ToolDefinition, args: Record<string, unknown> | undefined, ctx: ToolContext, uniqId: string | null): Promise<ToolResult> {
   const checked = registry.check(tool.name, args);
@@ -86,7 +88,7 @@ export async function runInProcessTool(registry: ToolRegistry, tool: ToolDefinit
   try {
     return toolOutputResult(await tool.run!(checked.args, ctx), uniqId);
   } catch (err) {
-    if (isSlotLostError(err)) throw err;
+    if (isSlotLostError(err) || err instanceof ToolContextInfraError) throw err;
     return { success: false, output: "", error: `tool '${tool.name}' failed: ${(err as Error).message}`, metadata: {}, uniq_id: uniqId };
   }
 }

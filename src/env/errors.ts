@@ -1,4 +1,5 @@
 import { SlotpoolError } from "../protocol/errors.js";
+import type { ToolInfraCause } from "../protocol/infra.js";
 
 /** Errors of the env layer. Each message says what happened and what to change. */
 
@@ -55,6 +56,22 @@ export class ToolContextError extends EnvError {
     options?: { cause?: unknown; code?: string },
   ) {
     super(message, options);
+  }
+}
+
+/**
+ * A ToolContext call the infrastructure could not run or cut off (its result carried the
+ * infra marker, protocol/infra.ts): the command never got a fair run, so what the env was
+ * doing (setup, reward) becomes an infra failure of cause `infraCause`, never a score.
+ */
+export class ToolContextInfraError extends ToolContextError {
+  override name = "ToolContextInfraError";
+  constructor(
+    message: string,
+    tool: string,
+    readonly infraCause: ToolInfraCause,
+  ) {
+    super(message, tool);
   }
 }
 

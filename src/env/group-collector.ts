@@ -2,7 +2,7 @@ import type { Logger } from "../observability/logger.js";
 import type { GroupTools } from "../tools/distributions.js";
 import type { AgentEnvConfig } from "./config.js";
 import { TrajectoryFailedError } from "./errors.js";
-import type { InfraFailure } from "./infra-failure.js";
+import { TrajectoryInfraError, type InfraFailure } from "./infra-failure.js";
 import type { Metrics } from "./metrics.js";
 import { buildScoredGroup, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 
@@ -90,8 +90,10 @@ async function collectRound(host: GroupCollectorHost): Promise<GroupRound> {
       round.unfinished.slotLosses += err.attempts;
       round.unfinished.retries += err.attempts - 1;
     }
-    // Slots lost more often than slotLossRetries allows: the infrastructure's failure, not the env's.
-    if (err instanceof TrajectoryFailedError && err.slotLost) round.infra.push({ cause: "slot_lost", message });
+    // Slots lost more often than slotLossRetries allows, or a tool call the infrastructure cut
+    // off (setupWorkspace included): the infrastructure's failure, not the env's.
+    if (err instanceof TrajectoryInfraError) round.infra.push(err.failure);
+    else if (err instanceof TrajectoryFailedError && err.slotLost) round.infra.push({ cause: "slot_lost", message });
     else round.errors.push(message);
   }
   return round;

@@ -1,3 +1,7 @@
+import { InfraToolError } from "../agent/errors.js";
+import { TOOL_INFRA_CAUSES, type ToolInfraCause } from "../protocol/infra.js";
+import { EnvError, ToolContextInfraError } from "./errors.js";
+
 /**
  * Infrastructure failures: a trajectory that did not get a fair run, so it has no score. A
  * zero written for it would be a wrong reward the trainer learns from ("fake zeros"), so
@@ -6,9 +10,13 @@
  * - `model`: the model server failed (after the client's retries);
  * - `slot_lost`: the trajectory's slot was lost more often than `slotLossRetries` allows;
  * - `reward`: the reward code threw or returned a non-finite number;
- * - `reward_tool`: a tool call the reward made through its ToolContext failed.
+ * - `reward_tool`: a tool call the reward made through its ToolContext failed;
+ * - the tool-call causes of protocol/infra.ts, wherever the call was made (agent, setupWorkspace,
+ *   reward): `sandbox_start` (the command could not start), `command_killed` (a reset from
+ *   outside cut it off), `server_shutdown` (the sandbox server or executor was shutting
+ *   down), `sandbox_error` (the sandbox could not be asked), `no_slot` (no slot to be had).
  */
-export const INFRA_CAUSES = ["model", "slot_lost", "reward", "reward_tool"] as const;
+export const INFRA_CAUSES = ["model", "slot_lost", "reward", "reward_tool", ...TOOL_INFRA_CAUSES] as const;
 export type InfraCause = (typeof INFRA_CAUSES)[number];
 
 /**
@@ -19,10 +27,52 @@ export type InfraCause = (typeof INFRA_CAUSES)[number];
 export const INFRA_FAILURE_POLICIES = ["drop", "mask", "fail"] as const;
 export type InfraFailurePolicy = (typeof INFRA_FAILURE_POLICIES)[number];
 
+/** Where a trajectory met its infra failure: its workspace setup, the agent's tool calls, or the reward. */
+export const INFRA_STAGES = ["setup", "tool", "reward"] as const;
+export type InfraStage = (typeof INFRA_STAGES)[number];
+
 export interface InfraFailure {
   cause: InfraCause;
   message: string;
   trajectoryId?: string;
+  stage?: InfraStage;
+}
+
+/**
+ * A trajectory that ended in an infra failure before it had a result to score (its setup or
+ * one of the agent's tool calls): the group collector counts it under `infraFailurePolicy`.
+ */
+export class TrajectoryInfraError extends EnvError {
+  override name = "TrajectoryInfraError";
+  constructor(readonly failure: InfraFailure) {
+    super(failure.message);
+  }
+}
+
+/**
+ * The infra failure an error stands for, or undefined: a tool call the infrastructure did
+ * not run to its end (the agent loop's InfraToolError, a ToolContext's ToolContextInfraError),
+ * or a trajectory already failed that way.
+ */
+export function infraFailureOf(err: unknown, stage: InfraStage, trajectoryId?: string): InfraFailure | undefined {
+  if (err instanceof TrajectoryInfraError) return err.failure;
+  let cause: ToolInfraCause | undefined;
+  if (err instanceof InfraToolError || err instanceof ToolContextInfraError) cause = err.infraCause;
+  if (!cause) return undefined;
+  return { cause, stage, message: `${stage === "setup" ? "setupWorkspace" : stage === "reward" ? "the reward" : "a tool call"}: ${(err as Error).message}`, ...(trajectoryId ? { trajectoryId } : {}) };
+}
+
+/** Rethrows an infra failure (see infraFailureOf) as the trajectory's TrajectoryInfraError; any other error is left to the caller. */
+export function throwIfInfraFailure(err: unknown, stage: InfraStage, trajectoryId: string): void {
+  const infra = infraFailureOf(err, stage, trajectoryId);
+  if (infra) throw new TrajectoryInfraError(infra);
+}
+
+/** Per stage, every stage present (zeros included). */
+export function countByStage(failures: readonly InfraFailure[]): Record<InfraStage, number> {
+  const counts = Object.fromEntries(INFRA_STAGES.map((s) => [s, 0])) as Record<InfraStage, number>;
+  for (const f of failures) if (f.stage) counts[f.stage]++;
+  return counts;
 }
 
 /** A tally with every cause present (zeros included), for summaries and metrics. */

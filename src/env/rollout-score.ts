@@ -2,7 +2,7 @@ import type { AgentResult } from "../agent/agent-loop.js";
 import type { Logger } from "../observability/logger.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { ToolContextError } from "./errors.js";
-import type { InfraFailure } from "./infra-failure.js";
+import { infraFailureOf, type InfraFailure } from "./infra-failure.js";
 import { metricsProblem, type Metrics } from "./metrics.js";
 
 /**
@@ -57,8 +57,14 @@ export async function scoreRollout(
   } catch (err) {
     if (isSlotLostError(err)) throw err;
     const message = err instanceof Error ? err.message : String(err);
+    // A tool call the infrastructure cut off counts under its own cause (sandbox_start, ...).
+    const infra = infraFailureOf(err, "reward", trajectoryId);
+    if (infra) {
+      log.warn({ trajectoryId, cause: infra.cause }, "a tool call of the reward was cut off by the infrastructure; the trajectory is not scored");
+      return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: infra };
+    }
     const cause = err instanceof ToolContextError ? "reward_tool" : "reward";
     log.warn({ trajectoryId, cause, err: message }, "the reward failed; the trajectory is not scored");
-    return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: { cause, message, trajectoryId } };
+    return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: { cause, message, trajectoryId, stage: "reward" } };
   }
 }

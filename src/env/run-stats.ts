@@ -3,7 +3,7 @@ import type { MetricsRegistry } from "../observability/metrics.js";
 import type { ToolErrorRecord } from "../agent/agent-loop.js";
 import { toolLatencyTable, type ToolLatencyRow } from "../report/tool-stats.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
-import { INFRA_CAUSES, countByCause, type InfraCause, type InfraFailure } from "./infra-failure.js";
+import { INFRA_CAUSES, INFRA_STAGES, countByCause, countByStage, type InfraCause, type InfraFailure, type InfraStage } from "./infra-failure.js";
 import type { IsolationSummary } from "./isolation.js";
 import { formatTally, tallyMetrics, type MetricTally } from "./metrics.js";
 
@@ -21,6 +21,8 @@ export class RunStats {
   maskedTrajectories = 0;
   /** Infrastructure failures, each a trajectory that was not scored, by cause. */
   readonly infraFailures: Record<InfraCause, number> = countByCause([]);
+  /** The same failures by where they happened (setupWorkspace, the agent's tool calls, the reward), where known. */
+  readonly infraFailuresByStage: Record<InfraStage, number> = countByStage([]);
   /** What the run's slots were isolated by (from the sandbox servers' /health), once known. */
   isolation: IsolationSummary | undefined;
   /** Why the run stopped early (interrupted, infraFailurePolicy "fail"), if it did. */
@@ -82,6 +84,7 @@ export class RunStats {
   /** One infrastructure failure (a trajectory with no score). */
   addInfraFailure(f: InfraFailure): void {
     this.infraFailures[f.cause]++;
+    if (f.stage) this.infraFailuresByStage[f.stage]++;
   }
 
   get infraFailureCount(): number {
@@ -144,8 +147,11 @@ export class RunStats {
 
   /** Exposes the run's figures as Prometheus gauges, read at scrape time. */
   registerMetrics(registry: MetricsRegistry): void {
-    registry.gauge("slotpool_env_infra_failures", "Trajectories not scored because of an infrastructure failure, by cause (model, slot_lost, reward, reward_tool)", () =>
+    registry.gauge("slotpool_env_infra_failures", `Trajectories not scored because of an infrastructure failure, by cause (${INFRA_CAUSES.join(", ")})`, () =>
       INFRA_CAUSES.map((cause) => ({ labels: { cause }, value: this.infraFailures[cause] })),
+    );
+    registry.gauge("slotpool_env_infra_failures_by_stage", `The same failures by where they happened (${INFRA_STAGES.join(", ")}), where known`, () =>
+      INFRA_STAGES.map((stage) => ({ labels: { stage }, value: this.infraFailuresByStage[stage] })),
     );
     registry.gauge("slotpool_env_groups", "Groups by outcome: delivered (written or sent), filtered, dropped (infra failures), failed (other errors)", () => [
       { labels: { outcome: "delivered" }, value: this.sentGroups },
@@ -205,6 +211,7 @@ export class RunStats {
       dropped_groups: this.droppedGroups,
       masked_trajectories: this.maskedTrajectories,
       infra_failures: { ...this.infraFailures },
+      infra_failures_by_stage: { ...this.infraFailuresByStage },
       tool_calls: this.toolCalls,
       tool_errors: this.toolErrors,
       tool_latency_p50_ms: this.latencyPercentile(50),

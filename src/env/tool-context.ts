@@ -1,6 +1,7 @@
 import type { ToolExecutorLike } from "../executor/types.js";
 import type { ToolResult } from "../protocol/tool.js";
-import { PathRefusedError, ToolContextError } from "./errors.js";
+import { toolInfraCause } from "../protocol/infra.js";
+import { PathRefusedError, ToolContextError, ToolContextInfraError } from "./errors.js";
 
 /** What `terminal()` returns: the seeds' `{"exit_code", "output"}`, plus the error text. */
 export interface TerminalResult {
@@ -34,6 +35,9 @@ const REFUSED_TEXT = /outside the workspace|escapes the workspace|leads outside 
  * Every method either does what it says or throws — never a `success: false` that a reward
  * could mistake for the agent's result:
  *  - a lost slot throws the executor's `SlotLostError` as it is (the trajectory is restarted on a new slot);
+ *  - a call the infrastructure could not run or cut off (a sandbox that did not start, a
+ *    command killed by a shutdown or an outside reset: the result's infra marker) throws
+ *    `ToolContextInfraError`: the trajectory is an infra failure, never scored;
  *  - a refused path throws `PathRefusedError` naming the rule ("paths must be inside /workspace");
  *  - any other failure of the call throws `ToolContextError`.
  * What the agent did is a result: a command's non-zero exit (`terminal`) and a missing file
@@ -48,11 +52,15 @@ export class ToolContext {
 
   /**
    * Calls any registered tool by name (or alias) and returns its raw result, failures
-   * included (the escape hatch: check `success` yourself). Throws only `SlotLostError`.
+   * included (the escape hatch: check `success` yourself). Throws `SlotLostError`, and
+   * `ToolContextInfraError` when the infrastructure did not let the call run to its end.
    */
   async callTool(name: string, args: Record<string, unknown> = {}, options: { timeoutS?: number } = {}): Promise<ToolResult> {
     const timeoutS = options.timeoutS ?? (typeof args["timeout"] === "number" ? (args["timeout"] as number) : this.defaults.timeoutS);
-    return this.executor.execute(this.trajectoryId, { name, arguments: args }, { timeoutMs: timeoutS * 1000 });
+    const r = await this.executor.execute(this.trajectoryId, { name, arguments: args }, { timeoutMs: timeoutS * 1000 });
+    const infra = toolInfraCause(r.metadata);
+    if (infra) throw new ToolContextInfraError(`${name} could not run to its end in trajectory ${this.trajectoryId}'s slot (${infra}): ${r.error || "no reason given"}`, name, infra);
+    return r;
   }
 
   /**

@@ -1,5 +1,6 @@
 import type { ExecuteResponse } from "../protocol/sandbox.js";
 import type { ToolResult } from "../protocol/tool.js";
+import { INFRA_MARKER, type ToolInfraCause } from "../protocol/infra.js";
 
 /** Tool results the executor makes itself (errors before or around a sandbox call). */
 
@@ -9,4 +10,12 @@ export function errorResult(message: string, uniqId: string | undefined | null, 
 
 export function fromExecuteResponse(res: ExecuteResponse, uniqId: string | undefined | null): ToolResult {
   return { success: res.success, output: res.output, error: res.error, metadata: { ...res.metadata }, uniq_id: uniqId ?? null };
+}
+
+/**
+ * A failure the infrastructure caused, not the call (protocol/infra.ts): marked so the env
+ * makes the trajectory an infra failure instead of showing it to the policy or scoring it.
+ */
+export function infraResult(message: string, uniqId: string | undefined | null, cause: ToolInfraCause, metadata: Record<string, unknown> = {}): ToolResult {
+  return errorResult(message, uniqId, { ...metadata, [INFRA_MARKER]: cause });
 }

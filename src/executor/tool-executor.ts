@@ -15,8 +15,8 @@ import { ToolRegistry } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { callTimeoutS, parseToolExecutorConfig, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
 import { ExecutorMetrics } from "./executor-metrics.js";
-import { errorResult, fromExecuteResponse } from "./results.js";
-import { isSlotLostError, type SlotLostError } from "../pool/errors.js";
+import { errorResult, fromExecuteResponse, infraResult } from "./results.js";
+import { isSlotLostError, PoolTemplateError, type SlotLostError } from "../pool/errors.js";
 import { ToolServerClient } from "./tool-server-client.js";
 import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
 import { SlotpoolError } from "../protocol/errors.js";
@@ -153,7 +153,7 @@ export class ToolExecutor implements ToolExecutorLike {
       return Promise.resolve(this.finishEarly(errorResult(`invalid tool call: ${parsedCall.error.issues[0]?.message ?? "bad shape"}`, undefined), "unknown", "unknown", startedAt));
     }
     const c = parsedCall.data;
-    if (this.closed) return Promise.resolve(this.finishEarly(errorResult("the tool executor is shutting down; the call was not run", c.uniq_id), c.name, "unknown", startedAt));
+    if (this.closed) return Promise.resolve(this.finishEarly(infraResult("the tool executor is shutting down; the call was not run", c.uniq_id, "server_shutdown"), c.name, "unknown", startedAt));
     if (!trajectoryId) return Promise.resolve(this.finishEarly(errorResult("trajectory id must not be empty", c.uniq_id), c.name, "unknown", startedAt));
     if (options.signal?.aborted) return Promise.resolve(this.finishEarly(errorResult("the call was cancelled before it ran", c.uniq_id), c.name, "unknown", startedAt));
 
@@ -469,7 +469,7 @@ export class ToolExecutor implements ToolExecutorLike {
     } catch (err) {
       for (const pc of calls) {
         if (isSlotLostError(err)) this.deliverLost(pc, err);
-        else this.deliver(pc, errorResult(`could not get a sandbox slot for trajectory ${traj.id}: ${(err as Error).message}`, pc.call.uniq_id, { acquire_failed: true }));
+        else this.deliver(pc, this.acquireFailure(traj.id, err, pc.call.uniq_id));
       }
       return;
     }
@@ -518,9 +518,19 @@ export class ToolExecutor implements ToolExecutorLike {
         return;
       }
       for (const pc of calls) {
-        this.deliver(pc, errorResult(`sandbox call failed on slot ${slot.key}: ${(err as Error).message}`, pc.call.uniq_id, { slot_key: slot.key }));
+        this.deliver(pc, infraResult(`sandbox call failed on slot ${slot.key}: ${(err as Error).message}`, pc.call.uniq_id, "sandbox_error", { slot_key: slot.key }));
       }
     }
+  }
+
+  /**
+   * No slot for the trajectory: the infrastructure's failure (acquire timed out, the pool
+   * stopped), except a template whose build failed, which is the env's own.
+   */
+  private acquireFailure(trajectoryId: string, err: unknown, uniqId: string | undefined | null): ToolResult {
+    const message = `could not get a sandbox slot for trajectory ${trajectoryId}: ${(err as Error).message}`;
+    if (err instanceof PoolTemplateError) return errorResult(message, uniqId, { acquire_failed: true });
+    return infraResult(message, uniqId, "no_slot", { acquire_failed: true });
   }
 
   private async runExternal(traj: TrajectoryState, pc: PendingCall): Promise<void> {

@@ -4,6 +4,7 @@
  * base. Listed by name (guarded by test/architecture/public-api.test.ts).
  */
 export { SlotpoolError } from "./errors.js";
+export { TOOL_INFRA_CAUSES, INFRA_MARKER, toolInfraCause, type ToolInfraCause } from "./infra.js";
 export { ToolCallSchema, ToolResultSchema, type ToolCall, type ParsedToolCall, type ToolResult } from "./tool.js";
 export {
   TOOL_TABLE,

@@ -81,6 +81,8 @@ export const ExecuteMetadataSchema = z
     /** Workspace-relative path for file tools. */
     path: z.string().optional(),
     duration_ms: z.number().optional(),
+    /** Set when the infrastructure ended the call, not the command (protocol/infra.ts): a cause such as `sandbox_start`. */
+    infra: z.string().optional(),
   })
   .catchall(z.unknown());
 export type ExecuteMetadata = z.infer<typeof ExecuteMetadataSchema>;

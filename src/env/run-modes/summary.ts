@@ -35,6 +35,7 @@ export function summaryRows(stats: RunStats, extra: Array<[string, string]> = []
     ["mean score", stats.meanScore.toFixed(3)],
     ["score distribution", stats.scoreDistribution()],
     ["infra failures", infraText(stats)],
+    ...infraStageRow(stats),
     ...stats.metricRows(),
     ["tool calls", String(stats.toolCalls)],
     ["tool errors", String(stats.toolErrors)],
@@ -71,6 +72,14 @@ function infraText(stats: RunStats): string {
   if (n === 0) return "0";
   const masked = stats.maskedTrajectories ? ` · ${stats.maskedTrajectories} masked out of their groups` : "";
   return `${n} trajectories not scored (${formatCauses(stats.infraFailures)})${masked}`;
+}
+
+/** Where the infra failures happened ("setup 1 · tool 2 · reward 0"), when any had a known place. */
+function infraStageRow(stats: RunStats): Array<[string, string]> {
+  const by = stats.infraFailuresByStage;
+  const stages = Object.keys(by) as Array<keyof typeof by>;
+  if (stages.every((s) => by[s] === 0)) return [];
+  return [["infra failures in", stages.map((s) => `${s} ${by[s]}`).join(" · ")]];
 }
 
 /**

@@ -68,9 +68,13 @@ export class Slot {
     });
   }
 
-  /** Kills whatever runs now (the running call ends with its partial output). */
-  killRunning(): void {
-    this.abort.abort();
+  /**
+   * Kills whatever runs now (the running call ends with its partial output). `why` becomes
+   * the signal's reason, so the call's answer can say whether a reset or the server's
+   * shutdown cut it off (its infra marker, protocol/infra.ts).
+   */
+  killRunning(why: "reset" | "shutdown" = "reset"): void {
+    this.abort.abort(why);
     this.abort = new AbortController();
   }
 

@@ -8,6 +8,10 @@ import { NET_READY_LINE, NET_SETUP, spawnSlirp4netns, type InternetAccess } from
 import { firstChild, killNamespaceInit, type ProcessRef } from "../run/process-barrier.js";
 import type { CappedOutput } from "../run/output.js";
 import type { RunResult } from "../run/runner.js";
+import { StartGate } from "./start-gate.js";
+
+/** Namespace start-ups at once in this server (start-gate.ts); the start-up timeout runs from each one's own turn. */
+const START_GATE = new StartGate(4);
 
 /**
  * Fast path for `bash`: one long-lived bubblewrap namespace per slot (per network setting),
@@ -112,7 +116,8 @@ export class SlotNamespace {
   constructor(private readonly options: SlotNamespaceOptions) {}
 
   get alive(): boolean {
-    return !this.dead && this.child !== null;
+    // Waiting for its turn to start counts: a second namespace for the slot would only queue too.
+    return !this.dead && (this.child !== null || this.ready !== null);
   }
 
   get pid(): number | undefined {
@@ -120,7 +125,11 @@ export class SlotNamespace {
   }
 
   start(): Promise<void> {
-    if (this.ready) return this.ready;
+    this.ready ??= START_GATE.run(() => (this.dead ? Promise.reject(new Error("slot sandbox was stopped before it started")) : this.launch()));
+    return this.ready;
+  }
+
+  private launch(): Promise<void> {
     const o = this.options;
     const internet = o.allowNetwork ? o.internet : undefined;
     const uid = o.uid ?? process.getuid?.() ?? 0;
@@ -170,7 +179,7 @@ export class SlotNamespace {
     }
     const argPipe = child.stdio[3] as NodeJS.WritableStream;
     argPipe.end(Buffer.from(args.map((a) => a + "\0").join(""), "utf8"));
-    this.ready = new Promise<void>((res, rej) => {
+    const ready = new Promise<void>((res, rej) => {
       this.readyResolve = res;
       this.readyReject = rej;
     });
@@ -205,7 +214,7 @@ export class SlotNamespace {
         },
       );
     }
-    return this.ready.finally(() => clearTimeout(timer));
+    return ready.finally(() => clearTimeout(timer));
   }
 
   private slirp: ChildProcess | null = null;
@@ -436,6 +445,7 @@ export class SlotNamespace {
   /** Kills the namespace and everything in it (bwrap --die-with-parent chain). */
   kill(): void {
     this.killSlirp();
+    if (!this.child) this.dead = true; // still waiting for its turn: it never starts
     if (!this.child || this.child.pid === undefined) return;
     try {
       process.kill(-this.child.pid, "SIGKILL");
@@ -458,6 +468,7 @@ export class SlotNamespace {
    * (measured) and would otherwise double the reset's latency.
    */
   async stop(): Promise<void> {
+    if (!this.child) this.dead = true;
     const child = this.child;
     const init = this.nsInit ?? (child?.pid !== undefined ? firstChild(child.pid) : null);
     // bwrap and the namespace's init are killed together and waited for together.

@@ -3,6 +3,7 @@ import { chmodSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
 import { ExecuteRequestSchema, type ExecuteResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
+import { INFRA_MARKER, type ToolInfraCause } from "../../protocol/infra.js";
 import { TOOL_TABLE, builtinTool, type BuiltinToolName, type ReadFileArgs, type WriteFileArgs } from "../../protocol/tool-table.js";
 import { blockedForOthers, octal } from "../../host/reachable.js";
 import { HttpError, fieldName } from "../../http/errors.js";
@@ -293,12 +294,12 @@ export class SandboxService implements SlotHost {
 
   /** Queues the call on its slot (arrival order) and resolves with its answer. */
   execute(call: ParsedCall, onChunk?: OnChunk): Promise<ExecuteResponse> {
-    if (this.closed) return Promise.resolve(this.fail(call, "sandbox server is shutting down"));
+    if (this.closed) return Promise.resolve(this.fail(call, "sandbox server is shutting down", "server_shutdown"));
     call.slot.pristine = false;
     return call.slot.enqueue(() => {
       // Checked in the queue: a reset queued before this call decides.
       const broken = call.slot.outOfService;
-      if (broken) return Promise.resolve(this.fail(call, `${call.slot.id} is out of service until a reset succeeds: ${broken}`));
+      if (broken) return Promise.resolve(this.fail(call, `${call.slot.id} is out of service until a reset succeeds: ${broken}`, "sandbox_error"));
       return this.runCall(call, onChunk);
     });
   }
@@ -368,8 +369,9 @@ export class SandboxService implements SlotHost {
     return this.bash.outcome(res, output, ctx);
   }
 
-  fail(call: ParsedCall, error: string): ExecuteResponse {
-    return { success: false, output: "", error, execution_id: call.executionId, metadata: {} };
+  /** A refused call; `infra` marks a refusal that is the infrastructure's, not the caller's. */
+  fail(call: ParsedCall, error: string, infra?: ToolInfraCause): ExecuteResponse {
+    return { success: false, output: "", error, execution_id: call.executionId, metadata: infra ? { [INFRA_MARKER]: infra } : {} };
   }
 
   /**
@@ -475,7 +477,7 @@ export class SandboxService implements SlotHost {
   /** Stops every slot's processes (shutdown). */
   async close(): Promise<void> {
     this.closed = true;
-    for (const slot of this.slots) slot.killRunning();
+    for (const slot of this.slots) slot.killRunning("shutdown");
     await this.stateful.close();
     await this.processes.close();
     await this.bash.close();

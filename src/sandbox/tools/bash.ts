@@ -7,6 +7,8 @@ import { firstChild } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
 import type { OnChunk, ToolOutcome } from "../core/tool-outcome.js";
+import type { ToolInfraCause } from "../../protocol/infra.js";
+import { takeInjectedFault } from "./test-faults.js";
 
 export interface BashArgs {
   command: string;
@@ -85,8 +87,15 @@ export class BashRunner {
     const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: slot.workspaceDir, fileName: outputName, owner: slot.owner });
     const limits = svc.limits;
     const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutS) + 1));
+    // Captured now: a reset replaces the slot's controller, and the answer must read why this one fired.
+    const abortSignal = slot.abortSignal;
+    const fault = takeInjectedFault(args.command);
+    if (fault === "reset") setTimeout(() => slot.killRunning("reset"), 300).unref();
+    if (fault === "shutdown") setTimeout(() => process.kill(process.pid, "SIGINT"), 300).unref();
     let res: RunResult;
-    if (sandboxed && svc.spawnerPath) {
+    if (fault === "sandbox_start") {
+      res = { exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: "slot sandbox did not start within 10 s (injected by SLOTPOOL_TEST_FAULTS_DIR)" };
+    } else if (sandboxed && svc.spawnerPath) {
       let holder = this.holder(slot, allowNetwork);
       try {
         const warming = this.warming.get(holder);
@@ -111,7 +120,7 @@ export class BashRunner {
           timeoutMs: timeoutS * 1000,
           output,
           onChunk,
-          signal: slot.abortSignal,
+          signal: abortSignal,
         });
       } catch (err) {
         holder.kill();
@@ -128,10 +137,10 @@ export class BashRunner {
         timeoutMs: timeoutS * 1000,
         output,
         onChunk,
-        signal: slot.abortSignal,
+        signal: abortSignal,
       });
     }
-    const outcome = this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutS });
+    const outcome = this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutS, abortReason: abortSignal.reason });
     // Asked for network where there is none (e.g. a container without /dev/net/tun): it ran
     // loopback-only at once, and the result says why.
     if (args.allow_network === true && sandboxed && !allowNetwork) outcome.metadata["network_unavailable"] = svc.internetReason ?? "network on is unavailable here";
@@ -141,7 +150,7 @@ export class BashRunner {
   outcome(
     res: { exitCode: number | null; signal: NodeJS.Signals | null; timedOut: boolean; aborted: boolean; durationMs: number; spawnError?: string },
     output: CappedOutput,
-    ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number },
+    ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number; abortReason?: unknown },
   ): ToolOutcome {
     const text = output.text();
     const exitCode = res.exitCode ?? (res.signal ? 128 + signalNumber(res.signal) : -1);
@@ -160,12 +169,18 @@ export class BashRunner {
         metadata.output_file_cut = true;
       }
     }
-    if (res.spawnError) return { success: false, output: text, error: `could not start the command: ${res.spawnError}`, metadata };
+    // The infra marker (protocol/infra.ts): these answers are the infrastructure's doing, not the command's.
+    const infra = (cause: ToolInfraCause) => ({ ...metadata, infra: cause });
+    if (res.spawnError) return { success: false, output: text, error: `could not start the command: ${res.spawnError}`, metadata: infra("sandbox_start") };
     if (res.timedOut) {
       metadata.timeout = true;
       return { success: false, output: text, error: `Command timed out after ${ctx.timeoutS} seconds`, metadata };
     }
-    if (res.aborted) return { success: false, output: text, error: "command killed: the slot was reset or the server is shutting down", metadata };
+    if (res.aborted) {
+      const shutdown = ctx.abortReason === "shutdown";
+      const error = shutdown ? "command killed: the sandbox server is shutting down" : "command killed: the slot was reset from outside the call";
+      return { success: false, output: text, error, metadata: infra(shutdown ? "server_shutdown" : "command_killed") };
+    }
     return { success: exitCode === 0, output: text, error: exitCode === 0 ? "" : `Exit code: ${exitCode}`, metadata };
   }
 
