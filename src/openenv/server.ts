@@ -135,7 +135,8 @@ export class OpenEnvServer<Item = unknown> {
   private async sweepIdle(): Promise<void> {
     const now = Date.now();
     for (const [ws, session] of this.sockets) {
-      if (now - session.lastActive < this.idleTimeoutMs) continue;
+      const since = session.idleSince;
+      if (since === undefined || now - since < this.idleTimeoutMs) continue;
       this.sockets.delete(ws);
       await session.close().catch(() => undefined);
       if (ws.readyState === ws.OPEN) {
@@ -144,7 +145,8 @@ export class OpenEnvServer<Item = unknown> {
       }
     }
     for (const [id, s] of this.mcpSessions) {
-      if (now - s.session.lastActive >= this.idleTimeoutMs) await this.endMcpSession(id);
+      const since = s.session.idleSince;
+      if (since !== undefined && now - since >= this.idleTimeoutMs) await this.endMcpSession(id);
     }
   }
 

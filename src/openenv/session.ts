@@ -36,8 +36,8 @@ export class Session<Item = unknown> {
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
   private beginning: Promise<Episode<Item>> | undefined;
-  /** When the last message arrived (the server's idle sweep reads it). */
-  lastActive = Date.now();
+  private lastActive = Date.now();
+  private busy = 0;
 
   /**
    * `autoBegin`: a tool call with no episode begins one on the next item (MCP sessions,
@@ -50,10 +50,25 @@ export class Session<Item = unknown> {
 
   /** Handles one raw message; the frame to answer (none for close). Never throws. */
   handle(raw: string): Promise<Frame | undefined> {
-    this.lastActive = Date.now();
-    const run = this.queue.then(() => this.dispatch(raw)).catch((err: unknown) => frameOf(err));
+    const run = this.active(() => this.queue.then(() => this.dispatch(raw)).catch((err: unknown) => frameOf(err)));
     this.queue = run;
     return run;
+  }
+
+  /** Since when nothing has happened in the session (ms since the epoch); undefined while a message is being handled. */
+  get idleSince(): number | undefined {
+    return this.busy > 0 ? undefined : this.lastActive;
+  }
+
+  /** Runs `work` as activity: the session is not idle while it runs, and its end counts as activity. */
+  private async active<T>(work: () => Promise<T>): Promise<T> {
+    this.busy++;
+    try {
+      return await work();
+    } finally {
+      this.busy--;
+      this.lastActive = Date.now();
+    }
   }
 
   /** Ends the session's episode (its slot reset and released); later messages are refused. */
@@ -121,8 +136,11 @@ export class Session<Item = unknown> {
   }
 
   /** A tool call in the session's episode (also what MCP's tools/call runs). */
-  async callTool(name: string, args: Record<string, unknown>): Promise<ToolStep> {
-    this.lastActive = Date.now();
+  callTool(name: string, args: Record<string, unknown>): Promise<ToolStep> {
+    return this.active(() => this.runTool(name, args));
+  }
+
+  private async runTool(name: string, args: Record<string, unknown>): Promise<ToolStep> {
     if (!this.episode && this.options.autoBegin && !this.closed) {
       this.beginning ??= this.host.begin({}).finally(() => (this.beginning = undefined));
       this.episode = await this.beginning;
