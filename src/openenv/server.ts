@@ -10,7 +10,7 @@ import { readJsonBody } from "../http/body.js";
 import { HttpError } from "../http/errors.js";
 import { closeGracefully, listenOn } from "../http/lifecycle.js";
 import { sendError, sendJson } from "../http/respond.js";
-import { requestPath } from "../http/target.js";
+import { requestPath, requestTarget } from "../http/target.js";
 import { createLogger, type Logger } from "../observability/logger.js";
 import { EpisodeHost } from "./episode-host.js";
 import { ActionValidationError, CapacityReachedError, EpisodeInfraError, NoItemError, OpenEnvError } from "./errors.js";
@@ -106,15 +106,23 @@ export class OpenEnvServer<Item = unknown> {
       socket.end(`HTTP/1.1 ${status} ${status === 404 ? "Not Found" : status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Service Unavailable"}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
       return;
     }
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.onSocket(ws));
+    // OpenEnv's MCP client opens an HTTP MCP session first and joins it here (?session_id=),
+    // so its WebSocket reset/step and its HTTP tools/call share one episode.
+    const joined = requestTarget(req.url).query.get("session_id") ?? undefined;
+    if (joined !== undefined && !this.mcpSessions.has(joined)) {
+      socket.end("HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+      return;
+    }
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.onSocket(ws, joined));
   }
 
-  private onSocket(ws: WebSocket): void {
-    const session = new Session(this.host);
+  private onSocket(ws: WebSocket, joined: string | undefined): void {
+    const session = joined !== undefined ? this.mcpSessions.get(joined)!.session : new Session(this.host);
     this.sockets.set(ws, session);
     const end = () => {
       if (!this.sockets.delete(ws)) return;
-      void session.close().catch((err: unknown) => this.log.warn({ err: String(err) }, "closing a session failed"));
+      const closing = joined !== undefined ? this.endMcpSession(joined) : session.close();
+      void closing.catch((err: unknown) => this.log.warn({ err: String(err) }, "closing a session failed"));
     };
     ws.on("message", (data, isBinary) => {
       const raw = isBinary ? Buffer.from(data as Buffer).toString("utf8") : data.toString();
