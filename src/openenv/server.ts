@@ -325,7 +325,11 @@ export class OpenEnvServer<Item = unknown> {
     if (!sid) return fail(-32602, "Invalid params: tools/call needs params.session_id from openenv/session/create (an episode lives in a session), or use MCP's streamable HTTP transport");
     const s = this.mcpSessions.get(sid);
     if (!s) return fail(-32602, `Invalid params: unknown session_id ${sid}`);
-    return (await s.session.mcpMessage(forwarded)) as Record<string, unknown>;
+    const answer = (await s.session.mcpMessage(forwarded)) as Record<string, unknown>;
+    // OpenEnv's servers answer tools/call with FastMCP's result, whose `data` is what its MCPToolClient.call_tool returns: the output.
+    const result = answer["result"] as { structuredContent?: { output?: unknown } } | undefined;
+    if (result?.structuredContent && "output" in result.structuredContent) return { ...answer, result: { ...result, data: result.structuredContent.output } };
+    return answer;
   }
 }
 
