@@ -78,7 +78,8 @@ export class OpenEnvServer<Item = unknown> {
 
   /** Sessions open now: WebSocket connections and MCP sessions. */
   get sessions(): number {
-    return this.sockets.size + this.mcpSessions.size;
+    // A WebSocket that joined an HTTP MCP session (OpenEnv's MCPToolClient) is one session, not two.
+    return new Set([...this.sockets.values(), ...[...this.mcpSessions.values()].map((s) => s.session)]).size;
   }
 
   /** Ends every session (their slots reset and released) and stops listening. */
