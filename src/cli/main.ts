@@ -29,6 +29,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Run> }> = 
     summary: "serve an E2B-compatible API over a slot pool (E2B SDK code runs on slots)",
     load: async () => (await import("./e2b-server.js")).run,
   },
+  "openenv-server": {
+    summary: "serve an env as an OpenEnv environment (/ws), its tools over MCP (/mcp), rollouts on a trainer's model (/run)",
+    load: async () => (await import("./openenv-server.js")).run,
+  },
   "tool-server": {
     summary: "host external tools (credentials stay in this process)",
     load: async () => (await import("./tool-server.js")).run,

@@ -400,9 +400,9 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * One trajectory, start to finish, in its own slot: workspace setup, agent loop, reward.
    * The slot is reset and released in every case. A lost slot restarts the trajectory from
    * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError. A call
-   * the infrastructure cut off in setupWorkspace or a turn: TrajectoryInfraError.
+   * the infrastructure cut off in setupWorkspace or a turn: TrajectoryInfraError. `options.policy` replaces `policyFor(item)`.
    */
-  async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal } = {}): Promise<TrajectoryOutcome> {
+  async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal; policy?: AgentPolicy } = {}): Promise<TrajectoryOutcome> {
     const backend = this.tools;
     const signal = options.signal;
     const losses: string[] = [];
@@ -424,7 +424,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         const workspaceSetupMs = performance.now() - setupStarted;
         stage = "tool";
         const result = await runAgentLoop({
-          policy: this.policyFor(item),
+          // A caller's own policy (openenv's POST /run: the trainer's model for this rollout) wins.
+          policy: options.policy ?? this.policyFor(item),
           tools: groupTools.tools,
           messages: this.initialMessages(item),
           maxTurns: this.turnsFor(item),

@@ -227,6 +227,10 @@ export class ToolExecutor implements ToolExecutorLike {
     }
   }
 
+  async claimSlot(trajectoryId: string): Promise<void> {
+    await this.ensureSlot(this.trajectory(trajectoryId));
+  }
+
   async fork(trajectoryId: string, into: string[], options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<void> {
     const traj = this.trajectories.get(trajectoryId);
     if (traj?.lost) throw traj.lost;

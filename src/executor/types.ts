@@ -38,6 +38,12 @@ export interface ToolExecutorLike {
    */
   prepareWorkspace?(trajectoryId: string, template: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
   /**
+   * Gives the trajectory its (plain) slot now rather than at its first call, so a caller
+   * that must answer "no capacity" up front (an OpenEnv reset) learns it here: rejects with
+   * the pool's SlotAcquireTimeoutError after the acquire timeout.
+   */
+  claimSlot?(trajectoryId: string): Promise<void>;
+  /**
    * Forks the trajectory's slot into new trajectories `into` (ids not in use): each gets a
    * sibling slot of the same container holding a copy-on-write copy of the parent's
    * workspace as it is now (docs/fork.md). Call between turns (no call of the trajectory in

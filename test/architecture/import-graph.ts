@@ -22,6 +22,8 @@ import ts from "typescript";
  *   agent                     tools and below (the model loop; the env drives it)
  *   report                    protocol + shared rooms (reads JSONL, renders the HTML report)
  *   env                       executor, agent, report and below
+ *   openenv                   env and below (the trainers' protocols: OpenEnv, MCP, POST /run
+ *                             over an AgentEnv)
  *   cli                       everything
  *   index.ts (the root file)  everything (the public API)
  */
@@ -39,8 +41,9 @@ export const ALLOWED: Record<string, readonly string[]> = {
   e2b: ["pool", "nomad", "protocol", "http", "observability", "host"],
   agent: ["tools", "protocol", "http", "observability", "host"],
   env: ["report", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
-  cli: ["e2b", "report", "env", "executor", "agent", "pool", "tools", "nomad", "sandbox", "protocol", "http", "observability", "host"],
-  "": ["e2b", "report", "env", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
+  openenv: ["env", "report", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
+  cli: ["openenv", "e2b", "report", "env", "executor", "agent", "pool", "tools", "nomad", "sandbox", "protocol", "http", "observability", "host"],
+  "": ["openenv", "e2b", "report", "env", "executor", "agent", "pool", "tools", "nomad", "protocol", "http", "observability", "host"],
 };
 
 /**

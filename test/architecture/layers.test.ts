@@ -12,7 +12,7 @@ describe("layers of src/", () => {
     expect(graph.get("pool/slot-pool.ts")).toContain("pool/errors.ts");
   });
 
-  it("imports point one way: protocol <- sandbox; protocol <- nomad <- pool <- executor <- env <- cli", () => {
+  it("imports point one way: protocol <- sandbox; protocol <- nomad <- pool <- executor <- env <- openenv <- cli", () => {
     expect(layerViolations(graph)).toEqual([]);
   });
 

@@ -1,0 +1,119 @@
+/**
+ * `slotpool openenv-server ENV`: serve an AgentEnv as an OpenEnv environment (WebSocket /ws,
+ * HTTP reset/step/state/schema/metadata/health), its tools over MCP (/mcp) and rollouts on a
+ * trainer's model (POST /run). See docs/trainers.md.
+ */
+import { readFile } from "node:fs/promises";
+import { EnvConfigError } from "../env/errors.js";
+import { exposureProblem } from "../http/exposure.js";
+import { createLogger } from "../observability/logger.js";
+import { OpenEnvServer } from "../openenv/server.js";
+import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
+import { getConfigPath, setConfigPath } from "./config-path.js";
+import { loadEnvClass } from "./run-env.js";
+import { firstStopSignal } from "./stop-signal.js";
+import { CliUsageError, intFlag, parseFlags, stringFlag, type ParsedFlags } from "./usage.js";
+
+const HELP = `usage: slotpool openenv-server ENV [options]
+
+Serves the env ENV (a module whose default export is an AgentEnv subclass) as an OpenEnv
+environment: each WebSocket session at /ws is one episode in one slot of its own (reset takes
+the next item, or the one its seed / episode_id selects; call_tool runs the env's tools in the
+slot; the submit tool or the turn limit ends it with computeReward's reward). MCP clients get
+the same tools at /mcp (streamable HTTP; one session = one slot), and POST /run runs one
+rollout of the env's own agent loop on the model endpoint the request names.
+See docs/trainers.md.
+
+options:
+  --host H                     address to listen on (default 127.0.0.1)
+  --port P                     port (default 8000; 0 picks a free port)
+  --token T                    bearer token every route but /health asks for (or env OPENENV_TOKEN);
+                               required when --host is not a loopback address
+  --config FILE                JSON object of env config fields (maxTurns, tools, executor, ...)
+  --session-idle-timeout-s S   a session idle this long loses its episode and slot (default 600)
+  --provisioner local|nomad    where sandbox containers run (default local)
+  --slots-per-container N      slots per container
+  --min-containers N           containers kept running
+  --max-containers N           most containers (sessions beyond the slots wait, then get CAPACITY_REACHED)
+  --idle-timeout-ms MS         how long a surplus of containers lasts before they are drained
+  --acquire-timeout-ms MS      how long a reset waits for a free slot before CAPACITY_REACHED
+  --data-dir D                 local provisioner: where workspaces live (default: a temp dir)
+  --image IMG                  nomad provisioner: sandbox image (default: the job builder's)
+  --job-id ID                  nomad provisioner: sandbox job id
+  --driver D                   nomad provisioner: docker|raw_exec|exec
+  --datacenters DC[,DC...]     nomad provisioner: datacenters of the job (default dc1)
+  --namespace NS               nomad provisioner: the job's namespace (default NOMAD_NAMESPACE, else "default")
+  --node-pool P                nomad provisioner: the job's node pool (Nomad >= 1.6)
+
+Nomad settings come from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, ...
+`;
+
+/** The env config: --config FILE, then the pool flags over its `pool` section (checked by the backend's schema, naming the flag). */
+async function envConfig(flags: ParsedFlags): Promise<Record<string, unknown>> {
+  let config: Record<string, unknown> = {};
+  const file = stringFlag(flags, "config");
+  if (file) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(await readFile(file, "utf8"));
+    } catch (err) {
+      throw new CliUsageError(`--config ${file}: ${(err as Error).message}`);
+    }
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new CliUsageError(`--config ${file}: must hold a JSON object of env config fields`);
+    config = parsed as Record<string, unknown>;
+  }
+  const fromFlags = backendConfigFromFlags(flags, POOL_FLAGS);
+  for (const [flag, path] of Object.entries(POOL_FLAGS)) {
+    if (stringFlag(flags, flag) !== undefined) setConfigPath(config, path, getConfigPath(fromFlags as unknown as Record<string, unknown>, path));
+  }
+  return config;
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const flags = parseFlags(
+    argv,
+    { host: { type: "string" }, port: { type: "string" }, token: { type: "string" }, config: { type: "string" }, "session-idle-timeout-s": { type: "string" }, ...backendFlagOptions(POOL_FLAGS) },
+    HELP,
+    true,
+  );
+  if (!flags) return 0;
+  const [spec, ...extra] = flags.positionals;
+  if (!spec) throw new CliUsageError(`missing ENV (a module path whose default export is an AgentEnv subclass)\n\n${HELP}`);
+  if (extra.length) throw new CliUsageError(`unexpected arguments: ${extra.join(" ")}`);
+  const host = stringFlag(flags, "host") ?? "127.0.0.1";
+  const port = intFlag("port", stringFlag(flags, "port"), 8000, 0, 65535);
+  const token = stringFlag(flags, "token") ?? (process.env["OPENENV_TOKEN"] || undefined);
+  const exposed = exposureProblem(host, token, "--token T or the environment variable OPENENV_TOKEN");
+  if (exposed) throw new CliUsageError(exposed);
+  const idleTimeoutMs = intFlag("session-idle-timeout-s", stringFlag(flags, "session-idle-timeout-s"), 600, 1, 7 * 86_400) * 1000;
+  const config = await envConfig(flags);
+  const Env = await loadEnvClass(spec);
+
+  const logger = createLogger({ name: "openenv-server", level: process.env["SLOTPOOL_LOG_LEVEL"] ?? "info" });
+  let env;
+  try {
+    env = new Env(config, { logger });
+  } catch (err) {
+    if (err instanceof EnvConfigError) throw new CliUsageError(err.message);
+    throw err;
+  }
+  await env.start();
+  const server = new OpenEnvServer({ env, logger, idleTimeoutMs, ...(token ? { token } : {}) });
+  let stopping: Promise<void> | undefined;
+  // Stopping ends every session: each episode's slot is released (reset), then the pool stops.
+  const shutdown = () => (stopping ??= server.close().then(() => env.close()));
+  try {
+    const url = await server.listen(port, host);
+    logger.info({ url, env: env.name, provisioner: env.config.pool.provisioner, ws: `${url.replace(/^http/, "ws")}/ws`, mcp: `${url}/mcp` }, "listening");
+    const signal = await firstStopSignal(logger);
+    logger.info({ signal }, "shutting down: ending every episode");
+    await shutdown();
+    logger.info("stopped");
+    return 0;
+  } catch (err) {
+    await shutdown().catch(() => undefined);
+    throw err;
+  } finally {
+    logger.flush();
+  }
+}

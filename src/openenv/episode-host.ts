@@ -1,0 +1,55 @@
+import type { AgentEnv } from "../env/agent-env.js";
+import type { Logger } from "../observability/logger.js";
+import { Episode, episodeTools, listedTools, type ListedTool } from "./episode.js";
+import { ItemSource, type ItemSelector } from "./item-source.js";
+
+/**
+ * What every transport of the OpenEnv server shares: the started env, its items in order,
+ * and the count of running episodes. WebSocket sessions, MCP sessions and HTTP steps all
+ * begin their episodes here.
+ */
+export class EpisodeHost<Item = unknown> {
+  readonly items: ItemSource<Item>;
+  private readonly running = new Set<Episode<Item>>();
+
+  constructor(
+    readonly env: AgentEnv<Item>,
+    readonly log: Logger,
+  ) {
+    this.items = new ItemSource(() => env.getNextItem());
+  }
+
+  /** Starts an episode in a slot of its own (see Episode.begin for what can fail and how). */
+  async begin(selector: ItemSelector = {}): Promise<Episode<Item>> {
+    const selected = await this.items.select(selector);
+    const episode = await Episode.begin(this.env, selected, selector.episodeId, { log: this.log, timeoutMs: this.env.config.executor.defaultTimeoutS * 1000 });
+    this.running.add(episode);
+    return episode;
+  }
+
+  /** Ends an episode that has no reward coming (reset, close, drop, idle): its slot is reset and released. */
+  async abandon(episode: Episode<Item> | undefined): Promise<void> {
+    if (!episode) return;
+    this.running.delete(episode);
+    await episode.abandon();
+  }
+
+  /** Forget a finished episode (its slot is already released). */
+  forget(episode: Episode<Item>): void {
+    this.running.delete(episode);
+  }
+
+  get activeEpisodes(): number {
+    return this.running.size;
+  }
+
+  /** The tools an episode offers, for a listing before any reset (OpenEnv allows list_tools first). */
+  listTools(): ListedTool[] {
+    return listedTools(episodeTools(this.env as AgentEnv<unknown>).openai);
+  }
+
+  /** Ends every running episode (server shutdown). */
+  async closeAll(): Promise<void> {
+    await Promise.all([...this.running].map((e) => this.abandon(e)));
+  }
+}
