@@ -4,14 +4,15 @@ import { mayChangeOwnMounts, procCovers, unmaskProc } from "../../host/container
 import type { IsolationSummary } from "../../protocol/sandbox.js";
 import { probeBwrap, type BwrapProbe } from "./isolation.js";
 import type { LimitsInForce } from "./limits-in-force.js";
+import { filterDescription, type SlotFilter } from "./seccomp.js";
 
 /**
  * Probes bubblewrap as a slot would run it. Inside a container whose /proc is partly covered
  * (Docker's masked paths), a root server in a mount namespace of its own uncovers /proc there
  * and probes again (see host/container-mounts.ts).
  */
-export function probeSandbox(workspaceDir: string, owner: { uid: number; gid: number } | undefined, logger: Logger): BwrapProbe {
-  const probe = probeBwrap(workspaceDir, owner?.uid, owner?.gid);
+export function probeSandbox(workspaceDir: string, owner: { uid: number; gid: number } | undefined, logger: Logger, filter: SlotFilter | null): BwrapProbe {
+  const probe = probeBwrap(workspaceDir, owner?.uid, owner?.gid, filter);
   if (probe.available || !/can't mount proc/i.test(probe.reason ?? "") || !mayChangeOwnMounts() || procCovers().length === 0) return probe;
   try {
     const uncovered = unmaskProc();
@@ -19,7 +20,7 @@ export function probeSandbox(workspaceDir: string, owner: { uid: number; gid: nu
   } catch (err) {
     return { ...probe, reason: `${probe.reason}; uncovering /proc failed: ${err instanceof Error ? err.message : String(err)}` };
   }
-  return probeBwrap(workspaceDir, owner?.uid, owner?.gid);
+  return probeBwrap(workspaceDir, owner?.uid, owner?.gid, filter);
 }
 
 /** What every result of an unsandboxed server (--allow-unsandboxed only) says in words. */
@@ -31,6 +32,8 @@ export function unsandboxedNote(reason: string | null | undefined): string {
 export interface IsolationFacts {
   limits: LimitsInForce;
   bwrap: { available: boolean; reason?: string | null | undefined };
+  /** The slots' seccomp filter (null: --no-seccomp, or unsandboxed). */
+  filter: SlotFilter | null;
   memoryBytes: number;
   maxProcesses: number;
   /** Network on reaches the internet through the slot's own namespace (slirp4netns). */
@@ -45,7 +48,7 @@ export function isolationSummary(f: IsolationFacts): IsolationSummary {
   const network = !sandboxed ? "host_unsandboxed" : f.internet ? "slirp4netns" : "loopback_only";
   const memoryMb = Math.round(f.memoryBytes / 1048576);
   const words = [
-    sandboxed ? "sandboxed (bubblewrap)" : `UNSANDBOXED (${f.bwrap.reason ?? "bubblewrap cannot be used"})`,
+    sandboxed ? `sandboxed (bubblewrap, ${filterDescription(f.filter)})` : `UNSANDBOXED (${f.bwrap.reason ?? "bubblewrap cannot be used"})`,
     `memory: ${l.memory === "cgroup" ? `cgroup ${memoryMb} MB per slot` : l.memory === "rlimit_as_per_process" ? `${memoryMb} MB per process (RLIMIT_AS), not per slot` : "unbounded"}`,
     `processes: ${l.pids === "cgroup" ? "cgroup" : l.pids === "rlimit_nproc_per_slot_uid" ? "RLIMIT_NPROC per slot uid" : "RLIMIT_NPROC shared by all slots"} (${f.maxProcesses})`,
     `disk: ${!sandboxed ? "unbounded" : l.disk === "workspace_and_tmp" ? `workspace + /tmp ${l.disk_mb} MB per slot` : `/tmp only (${l.disk_mb} MB), workspace unbounded`}`,
@@ -54,6 +57,8 @@ export function isolationSummary(f: IsolationFacts): IsolationSummary {
   return {
     sandboxed,
     ...(sandboxed ? {} : { unsandboxed_reason: f.bwrap.reason ?? "bubblewrap cannot be used" }),
+    seccomp: sandboxed && f.filter ? "filter" : "off",
+    ...(sandboxed && f.filter ? { ptrace: f.filter.ptrace } : {}),
     memory: l.memory,
     memory_mb: memoryMb,
     pids: l.pids,
