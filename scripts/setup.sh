@@ -23,6 +23,7 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v strace >/dev/null 2>&1 || need+=(strace)
 command -v gdb >/dev/null 2>&1 || need+=(gdb)
 command -v git >/dev/null 2>&1 || need+=(git)
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 # The security suite runs a small Python program inside a slot (test/security/fixtures).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 # Headless Chromium for the report's browser tests (test/report), driven by playwright-core,
