@@ -77,7 +77,7 @@ export function cannotSandboxMessage(reason: string): string {
   const fix = /not installed/.test(reason)
     ? "install bubblewrap (Debian: apt-get install bubblewrap)"
     : refused && root && inContainer()
-      ? "in a container, run it with --cap-add SYS_ADMIN --security-opt seccomp=unconfined (and --security-opt apparmor=unconfined where AppArmor is on); see sandbox-image/Dockerfile and docs/security-model.md"
+      ? "in a container, run it with --cap-add SYS_ADMIN --security-opt seccomp=sandbox-image/seccomp.json (the image holds a copy at /opt/slotpool/sandbox-image/seccomp.json: Docker's default profile plus pivot_root) and --security-opt apparmor=unconfined where AppArmor is on; see sandbox-image/Dockerfile and docs/security-model.md"
       : refused
         ? "let this host create user namespaces (sysctl user.max_user_namespaces > 0 and kernel.unprivileged_userns_clone=1; Ubuntu: kernel.apparmor_restrict_unprivileged_userns=0)"
         : "make the data dir reachable by the slot uids, or let this host create namespaces (see docs/security-model.md)";
