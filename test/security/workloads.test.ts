@@ -9,7 +9,9 @@ import { startAttackServer, type AttackServer } from "./support.js";
 
 let server: AttackServer;
 beforeAll(async () => {
-  server = await startAttackServer({ slots: 2 });
+  // Room for compilers and V8: a non-root server bounds memory per process (RLIMIT_AS), and
+  // V8 reserves more address space than the attack suite's 256 MB (these flags come last: they win).
+  server = await startAttackServer({ slots: 2, extraArgs: ["--memory-mb", "4096", "--disk-mb", "1024", "--max-processes", "512", "--timeout", "120"] });
 }, 120_000);
 afterAll(async () => {
   await server?.stop();
