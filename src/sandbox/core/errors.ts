@@ -5,7 +5,7 @@ import { SlotpoolError } from "../../protocol/errors.js";
 export class SandboxSetupError extends SlotpoolError {
   override name = "SandboxSetupError";
   constructor(
-    readonly reason: "data_dir_unreachable" | "sandbox_unavailable" | "seccomp_unavailable",
+    readonly reason: "data_dir_unreachable" | "sandbox_unavailable",
     message: string,
   ) {
     super(message);

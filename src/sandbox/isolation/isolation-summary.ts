@@ -4,14 +4,17 @@ import { mayChangeOwnMounts, procCovers, unmaskProc } from "../../host/container
 import type { IsolationSummary } from "../../protocol/sandbox.js";
 import { probeBwrap, type BwrapProbe } from "./isolation.js";
 import type { LimitsInForce } from "./limits-in-force.js";
-import { filterDescription, type SlotFilter } from "./seccomp.js";
+import { buildSlotFilter, filterDescription, type SlotFilter } from "./seccomp.js";
 
 /**
  * Probes bubblewrap as a slot would run it. Inside a container whose /proc is partly covered
  * (Docker's masked paths), a root server in a mount namespace of its own uncovers /proc there
  * and probes again (see host/container-mounts.ts).
  */
-export function probeSandbox(workspaceDir: string, owner: { uid: number; gid: number } | undefined, logger: Logger, filter: SlotFilter | null): BwrapProbe {
+export function probeSandbox(workspaceDir: string, owner: { uid: number; gid: number } | undefined, logger: Logger, seccomp: { ptrace: boolean } | false, cacheDirs: string[]): BwrapProbe {
+  // Fail closed, like bubblewrap: a filter that cannot be built throws (SlotFilterError names why).
+  const filter = seccomp ? buildSlotFilter({ ptrace: seccomp.ptrace, cacheDirs }) : null;
+  if (!filter) logger.warn("UNFILTERED (--no-seccomp, benchmarks only): slot processes run without the seccomp filter");
   const probe = probeBwrap(workspaceDir, owner?.uid, owner?.gid, filter);
   if (probe.available || !/can't mount proc/i.test(probe.reason ?? "") || !mayChangeOwnMounts() || procCovers().length === 0) return probe;
   try {

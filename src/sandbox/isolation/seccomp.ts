@@ -1,4 +1,5 @@
 import { spawnSync } from "node:child_process";
+import { SlotpoolError } from "../../protocol/errors.js";
 import { compileNative, NATIVE_DIR, nativeSource, prebuiltNative } from "../native/native-build.js";
 
 /**
@@ -32,14 +33,14 @@ export interface SlotFilterOptions {
 }
 
 /** Why the filter could not be built; the server refuses to start with it (fail closed). */
-export class SlotFilterError extends Error {
-  readonly code = "seccomp_unavailable";
+export class SlotFilterError extends SlotpoolError {
+  override name = "SlotFilterError";
   constructor(reason: string) {
     super(
       `cannot build the slots' seccomp filter: ${reason}. Fix: install libseccomp (Debian: apt-get install libseccomp-dev) and a C compiler, ` +
         "or set SLOTPOOL_SECCOMP_FILTER to a prebuilt slotpool-seccomp-filter. For benchmarks only, --no-seccomp starts without it (/health then says unfiltered)",
+      { code: "seccomp_unavailable" },
     );
-    this.name = "SlotFilterError";
   }
 }
 

@@ -23,7 +23,6 @@ import { SlotCgroups } from "../isolation/cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "../isolation/spawner-binary.js";
 import { limitsInForce, type LimitsInForce } from "../isolation/limits-in-force.js";
 import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote } from "../isolation/isolation-summary.js";
-import { buildSlotFilter, SlotFilterError, type SlotFilter } from "../isolation/seccomp.js";
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "../templates/slot-templates.js";
 import { SlotForks } from "../fork/fork.js";
 import { forkHost } from "../fork/fork-host.js";
@@ -63,13 +62,8 @@ export interface SandboxServiceOptions {
   allowUnsandboxed?: boolean;
   /** Use one bubblewrap per call instead of the per-slot namespace (benchmarks, debugging). */
   disableSpawner?: boolean;
-  /**
-   * Run slots without the seccomp filter (`--no-seccomp`: benchmarks and debugging only;
-   * /health and every start-up line say UNFILTERED). Default: the filter, or no start.
-   */
-  disableSeccomp?: boolean;
-  /** Allow ptrace (strace, gdb) inside slots (default true; `--no-ptrace` turns it off). */
-  allowPtrace?: boolean;
+  /** The slots' seccomp filter (default ptrace on; `--no-ptrace`); false: none (`--no-seccomp`, benchmarks only; /health: "off"). */
+  seccomp?: { ptrace: boolean } | false;
   /** Do not create per-slot cgroups. */
   disableCgroups?: boolean;
   /** Bound on what a slot writes, bytes; see slot-disk.ts. */
@@ -193,13 +187,10 @@ export class SandboxService implements SlotHost {
     if (options.disableSandbox && !options.allowUnsandboxed) {
       throw new SandboxSetupError("sandbox_unavailable", "--no-sandbox runs every command unsandboxed: pass --allow-unsandboxed as well to say so (development only)");
     }
-    // Fail closed, like bubblewrap: a server that cannot build the filter does not start.
-    const filter = options.disableSandbox || options.disableSeccomp ? null : slotFilter(options.allowPtrace ?? true, this.stateDir);
-    if (options.disableSeccomp && !options.disableSandbox) this.logger.warn("UNFILTERED (--no-seccomp, benchmarks only): slot processes run without the seccomp filter");
     this.bwrap = options.disableSandbox
       ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox", filter: null }
       : first
-        ? probeSandbox(first.workspaceDir, first.owner, this.logger, filter)
+        ? probeSandbox(first.workspaceDir, first.owner, this.logger, options.seccomp ?? { ptrace: true }, [this.stateDir])
         : { available: false, path: null, reason: "no slots", filter: null };
     if (!this.bwrap.available) {
       if (!options.allowUnsandboxed) throw new SandboxSetupError("sandbox_unavailable", cannotSandboxMessage(this.bwrap.reason ?? "bubblewrap cannot be used"));
@@ -504,15 +495,5 @@ export class SandboxService implements SlotHost {
 
   newOutputName(): string {
     return `.slotpool-output-${Date.now()}-${randomBytes(4).toString("hex")}.txt`;
-  }
-}
-
-/** The slots' seccomp filter, or the start-up error that names why it cannot be built. */
-function slotFilter(ptrace: boolean, stateDir: string): SlotFilter {
-  try {
-    return buildSlotFilter({ ptrace, cacheDirs: [stateDir] });
-  } catch (err) {
-    if (err instanceof SlotFilterError) throw new SandboxSetupError("seccomp_unavailable", err.message);
-    throw err;
   }
 }
