@@ -20,6 +20,11 @@ variable "image" {
   default     = "slotpool-sandbox:local"
 }
 
+variable "seccomp_profile" {
+  type        = string
+  description = "Absolute path, on every Nomad client, of the container's seccomp profile: sandbox-image/seccomp.json (Docker's default plus pivot_root; the docker driver reads it on the client)"
+}
+
 variable "count" {
   type        = number
   description = "Number of sandbox servers"
@@ -124,9 +129,10 @@ job "slotpool-sandbox" {
         # cgroups, uncovering Docker's masked /proc for bubblewrap); the client's docker plugin
         # must allow it (allow_caps, see nomad/dev.hcl).
         cap_add = ["sys_admin"]
-        # Docker's default seccomp profile refuses pivot_root (bubblewrap) even with
-        # CAP_SYS_ADMIN; AppArmor's docker-default refuses mount where AppArmor is on.
-        security_opt = ["seccomp=unconfined", "apparmor=unconfined"]
+        # The shipped profile: Docker's default plus pivot_root, which bubblewrap needs and
+        # Docker's default refuses even with CAP_SYS_ADMIN (sandbox-image/seccomp-profile.md);
+        # AppArmor's docker-default refuses mount where AppArmor is on.
+        security_opt = ["seccomp=${var.seccomp_profile}", "apparmor=unconfined"]
         # Slots with network on are linked out by slirp4netns, which needs the host's TUN
         # device (docker passes none); drop this on nodes without the tun module.
         devices = [{ host_path = "/dev/net/tun", container_path = "/dev/net/tun" }]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian machine for slotpool: the system tools the sandbox needs
-# (bubblewrap for isolation, tmux for stateful terminals, a C compiler for the sandbox's
-# fast path), then the npm dependencies.
+# (bubblewrap for isolation, libseccomp for the slots' seccomp filter, tmux for stateful
+# terminals, a C compiler for the sandbox's fast path), then the npm dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,18 @@ command -v tar >/dev/null 2>&1 || need+=(tar)
 # A C compiler for the sandbox's per-slot spawner (the fast path; compiled at first server
 # start). Without it the server still works, one bubblewrap per call (slower).
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+# libseccomp (headers + library): the server builds the seccomp filter every slot process runs
+# under with it (src/sandbox/native/seccomp-filter.c, compiled at first start); without it the
+# server refuses to start (fail closed), as without bubblewrap.
+[ -f /usr/include/seccomp.h ] || need+=(libseccomp-dev)
+# Ordinary agent tools the seccomp filter must leave working (test/security/workloads.test.ts
+# runs each inside a slot): small Debian packages.
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v strace >/dev/null 2>&1 || need+=(strace)
+command -v gdb >/dev/null 2>&1 || need+=(gdb)
+command -v git >/dev/null 2>&1 || need+=(git)
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 # The security suite runs a small Python program inside a slot (test/security/fixtures).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 # The tests' virtualenv of real Python clients (scripts/setup-python.sh) needs venv support in

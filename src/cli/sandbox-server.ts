@@ -49,6 +49,10 @@ options:
                            (metadata.unsandboxed) and so does /health. Without it such a server refuses
                            to start, naming what is missing and the fix
   --no-sandbox             never use bubblewrap (testing the unsandboxed mode; needs --allow-unsandboxed)
+  --no-ptrace              slots may not use ptrace (strace, gdb; allowed by default) nor process_vm_readv/writev
+  --no-seccomp             benchmarks only: slot processes run without the seccomp filter (docs/security-model.md);
+                           /health (seccomp: "off") and the start-up line say UNFILTERED. Without it a server
+                           that cannot build or install the filter refuses to start, naming why
   --template-budget-mb N   disk budget of workspace templates, MB; unused ones are evicted LRU above it (default 4096)
 `;
 
@@ -78,6 +82,8 @@ export async function run(argv: string[]): Promise<number> {
       "prewarm-network": { type: "string" },
       "slot-uid-base": { type: "string" },
       "no-sandbox": { type: "boolean" },
+      "no-seccomp": { type: "boolean" },
+      "no-ptrace": { type: "boolean" },
       "allow-unsandboxed": { type: "boolean" },
       "template-budget-mb": { type: "string" },
       "net-allow-ranges": { type: "string" },
@@ -133,6 +139,7 @@ export async function run(argv: string[]): Promise<number> {
     slotUidBase: slotUidBase(stringFlag(flags, "slot-uid-base") === undefined ? undefined : intFlag("slot-uid-base", stringFlag(flags, "slot-uid-base"), DEFAULT_SLOT_UID_BASE, 1000), allocId),
     disableSandbox: boolFlag(flags, "no-sandbox"),
     allowUnsandboxed: boolFlag(flags, "allow-unsandboxed"),
+    seccomp: boolFlag(flags, "no-seccomp") ? false : { ptrace: !boolFlag(flags, "no-ptrace") },
     templateBudgetBytes: intFlag("template-budget-mb", stringFlag(flags, "template-budget-mb"), 4096, 1) * MB,
     diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), DEFAULT_DISK_BYTES / MB, 1) * MB,
     boundWorkspace: !boolFlag(flags, "no-disk-workspace"),
@@ -147,6 +154,8 @@ export async function run(argv: string[]): Promise<number> {
       slots,
       bwrap_available: server.service.bwrap.available,
       fast_path: server.service.spawnerPath !== null,
+      seccomp: server.service.isolation().seccomp,
+      ...(server.service.bwrap.filter ? { ptrace: server.service.bwrap.filter.ptrace } : {}),
       cgroups: server.service.cgroups.mode,
       limits: server.service.limitsInForce,
       disk: server.service.disks.mode,

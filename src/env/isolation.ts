@@ -18,7 +18,7 @@ export interface IsolationSummary {
   containers: number;
   /** Containers whose slots run inside bubblewrap. */
   sandboxed: number;
-  /** "sandboxed (bubblewrap)", or in words that slots ran unsandboxed and why. */
+  /** "sandboxed (bubblewrap, seccomp filter, ptrace on)", or in words that slots ran unsandboxed (or unfiltered) and why. */
   sandbox: string;
   memory: string;
   pids: string;
@@ -37,7 +37,7 @@ export function summarizeIsolation(containers: readonly ContainerHealth[], optio
     answered.length === 0
       ? "unknown (no sandbox server answered /health)"
       : unsandboxed.length === 0
-        ? "sandboxed (bubblewrap)"
+        ? `sandboxed (bubblewrap, ${syscallFilter(answered)})`
         : `UNSANDBOXED: slots on ${unsandboxed.length} of ${answered.length} containers ran without bubblewrap, with the server's own view of the host (${reasons.join("; ")})`;
   const limit = (pick: (l: Record<string, unknown>) => string | undefined) =>
     distinct(answered.map((h) => {
@@ -74,4 +74,10 @@ function distinct(values: string[]): string {
   if (counts.size === 0) return "unknown";
   if (counts.size === 1) return [...counts.keys()][0]!;
   return [...counts.entries()].map(([v, n]) => `${v} (${n} of ${values.length} containers)`).join("; ");
+}
+
+/** The slots' seccomp filter from /health's `seccomp` and `ptrace` (issue 28); servers that do not say read "unknown". */
+function syscallFilter(answered: readonly HealthResponse[]): string {
+  const words = answered.map((h) => (h.seccomp === "filter" ? `seccomp filter, ptrace ${h.ptrace === false ? "off" : "on"}` : h.seccomp === "off" ? "UNFILTERED syscalls (--no-seccomp)" : "seccomp filter unknown"));
+  return distinct(words);
 }

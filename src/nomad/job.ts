@@ -21,8 +21,22 @@ export const DEFAULT_IMAGE = "slotpool-sandbox:local";
 export const TUN_DEVICE = "/dev/net/tun";
 /** docker: capabilities the sandbox container gets (Nomad's lower-case spelling; see `capAdd`). */
 export const DOCKER_CAP_ADD = ["sys_admin"] as const;
+/**
+ * The container's seccomp profile shipped with slotpool (sandbox-image/seccomp.json: Docker's
+ * default profile plus pivot_root, see sandbox-image/seccomp-profile.md), at this checkout's or
+ * package's path (src/nomad/ or dist/src/nomad/ below the root). Nomad's docker driver reads
+ * the file on the client host, so on a cluster it must exist at this path on every client
+ * (or pass `securityOpt` naming where it is).
+ */
+export function shippedSeccompProfile(): string {
+  const fromSrc = fileURLToPath(new URL("../../sandbox-image/seccomp.json", import.meta.url));
+  return existsSync(fromSrc) ? fromSrc : fileURLToPath(new URL("../../../sandbox-image/seccomp.json", import.meta.url));
+}
+
 /** docker: security options the sandbox container gets (see `securityOpt`). */
-export const DOCKER_SECURITY_OPT = ["seccomp=unconfined", "apparmor=unconfined"] as const;
+export function dockerSecurityOpt(profile = shippedSeccompProfile()): string[] {
+  return [`seccomp=${profile}`, "apparmor=unconfined"];
+}
 /** docker: the image's init, before the server command (sandbox-image/ installs tini). */
 export const DOCKER_INIT = ["tini", "-s", "--"] as const;
 
@@ -94,9 +108,10 @@ export interface SandboxJobOptions {
    */
   capAdd?: string[];
   /**
-   * docker: security options. Default `["seccomp=unconfined", "apparmor=unconfined"]`:
-   * docker's default seccomp profile refuses pivot_root (bubblewrap needs it) even with
-   * CAP_SYS_ADMIN, and AppArmor's docker-default refuses mount where AppArmor is on.
+   * docker: security options. Default `["seccomp=<shipped profile>", "apparmor=unconfined"]`:
+   * the shipped profile is docker's default plus pivot_root, which bubblewrap needs and
+   * docker's default refuses even with CAP_SYS_ADMIN (no `seccomp=unconfined`); AppArmor's
+   * docker-default refuses mount where AppArmor is on.
    */
   securityOpt?: string[];
   /**
@@ -252,7 +267,7 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
     constraints,
     privileged: options.privileged ?? false,
     capAdd: options.capAdd ?? [...DOCKER_CAP_ADD],
-    securityOpt: options.securityOpt ?? [...DOCKER_SECURITY_OPT],
+    securityOpt: options.securityOpt ?? dockerSecurityOpt(),
     tunDevice: options.tunDevice ?? true,
     meta: {
       ...options.meta,

@@ -130,6 +130,10 @@ export const IsolationSummarySchema = z
     sandboxed: z.boolean(),
     /** Why not sandboxed (only with --allow-unsandboxed: a server that cannot sandbox otherwise refuses to start). */
     unsandboxed_reason: z.string().optional(),
+    /** "filter": every slot process runs under the slots' seccomp filter; "off": --no-seccomp or unsandboxed. Absent from older servers. */
+    seccomp: z.enum(["filter", "off"]).optional(),
+    /** With the filter: whether ptrace (strace, gdb) is allowed inside slots. */
+    ptrace: z.boolean().optional(),
     memory: z.string(),
     memory_mb: z.number(),
     pids: z.string(),
@@ -172,6 +176,10 @@ export const HealthResponseSchema = z
     // Optional: older servers do not send them, and a client must still talk to those.
     sandbox_unavailable_reason: z.string().optional(),
     fast_path: z.boolean().optional(),
+    /** "filter": every slot process runs under the slots' seccomp filter; "off": --no-seccomp, or unsandboxed. */
+    seccomp: z.enum(["filter", "off"]).optional(),
+    /** With the filter: whether slots may use ptrace (strace, gdb). */
+    ptrace: z.boolean().optional(),
     /** What `allow_network: true` gets: a user-mode network, or loopback only (and why). */
     internet: z.enum(["slirp4netns", "unavailable"]).optional(),
     internet_unavailable_reason: z.string().optional(),

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ExecuteResponse } from "../../src/protocol/sandbox.js";
+import { parseProbe, probeCommand, probeProblems } from "../security/kernel-probe.js";
 import { SANDBOX_CONTAINER_OPTIONS, docker, dockerSkipReason, freePort, logs, removeContainers, repo, sandboxImage, startContainer, waitExit, waitHealthy } from "./support/docker.js";
 
 /**
@@ -42,7 +43,9 @@ async function reset(url: string, slot: number): Promise<void> {
 describe.skipIf(skip !== undefined)(title("the sandbox image in a real Docker engine"), () => {
   it("documents the container options these tests use, in the Dockerfile's header", () => {
     const header = readFileSync(join(repo, "sandbox-image", "Dockerfile"), "utf8").split("\n").filter((l) => l.startsWith("#")).join("\n");
-    for (let i = 0; i < SANDBOX_CONTAINER_OPTIONS.length; i += 2) expect(header).toContain(`${SANDBOX_CONTAINER_OPTIONS[i]} ${SANDBOX_CONTAINER_OPTIONS[i + 1]}`);
+    // (The profile as the header names it: relative to the repository.)
+    for (let i = 0; i < SANDBOX_CONTAINER_OPTIONS.length; i += 2) expect(header).toContain(`${SANDBOX_CONTAINER_OPTIONS[i]} ${SANDBOX_CONTAINER_OPTIONS[i + 1]!.replace(`${repo}/`, "")}`);
+    expect(header).not.toContain("seccomp=unconfined");
   });
 
   it("without those options the server refuses to start: one error naming what is missing and the fix", async () => {
@@ -52,7 +55,7 @@ describe.skipIf(skip !== undefined)(title("the sandbox image in a real Docker en
     const out = await logs(name);
     const errors = out.split("\n").filter((l) => l.startsWith("slotpool sandbox-server:"));
     expect(errors, out).toHaveLength(1);
-    expect(errors[0]).toMatch(/cannot sandbox commands here: bubblewrap cannot create namespaces here: .*Fix: in a container, run it with --cap-add SYS_ADMIN --security-opt seccomp=unconfined/);
+    expect(errors[0]).toMatch(/cannot sandbox commands here: bubblewrap cannot create namespaces here: .*Fix: in a container, run it with --cap-add SYS_ADMIN --security-opt seccomp=sandbox-image\/seccomp.json/);
     expect(errors[0]).toMatch(/--allow-unsandboxed/);
   }, 90_000);
 
@@ -91,6 +94,18 @@ describe.skipIf(skip !== undefined)(title("the sandbox image in a real Docker en
       expect(["v1", "v2"]).toContain(health["cgroups"]);
       // PID 1 is tini, not Node.
       expect((await docker(["exec", name, "cat", "/proc/1/comm"])).trim()).toBe("tini");
+    });
+
+    it("the container runs under the shipped seccomp profile, not unconfined; every slot process under the slots' filter: the kernel probe sees each primitive refused", async () => {
+      const opts = await docker(["inspect", "-f", "{{json .HostConfig.SecurityOpt}}", name]);
+      expect(opts).not.toContain("seccomp=unconfined");
+      expect(opts).toContain("pivot_root");
+      // The server (and everything in the container) is filtered by Docker: mode 2.
+      expect((await docker(["exec", name, "awk", "/^Seccomp:/{print $2}", "/proc/1/status"])).trim()).toBe("2");
+      const health = (await (await fetch(`${url}/health`)).json()) as Record<string, any>;
+      expect(health).toMatchObject({ seccomp: "filter", ptrace: true, isolation: { seccomp: "filter" } });
+      const r = await bash(url, 0, probeCommand(), { timeout: 60 });
+      expect(probeProblems(parseProbe(r.output)), r.output).toEqual([]);
     });
 
     it("a slot sees only its own processes, never the server's (its own pid namespace and /proc)", async () => {

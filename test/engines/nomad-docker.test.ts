@@ -46,7 +46,7 @@ describe.skipIf(skip !== undefined)(`the docker driver on a real Nomad agent (${
   it("nomad job run of nomad/sandbox.nomad.hcl with the docs' variables: the server is healthy and sandboxed, an unauthenticated call is refused", async () => {
     const token = randomBytes(24).toString("base64url");
     // docs/nomad.md step 3, with this run's image.
-    await run("nomad", ["job", "run", "-var", `image=${image}`, "-var", `token=${token}`, join(repoRoot, "nomad", "sandbox.nomad.hcl")], { env: agent.env, cwd: repoRoot, timeout: 120_000 });
+    await run("nomad", ["job", "run", "-var", `image=${image}`, "-var", `token=${token}`, "-var", `seccomp_profile=${join(repoRoot, "sandbox-image", "seccomp.json")}`, join(repoRoot, "nomad", "sandbox.nomad.hcl")], { env: agent.env, cwd: repoRoot, timeout: 120_000 });
     const jobId = "slotpool-sandbox";
     try {
       // Why an allocation does not serve: its task's stderr (e.g. the server refusing to run unsandboxed).
@@ -80,6 +80,8 @@ describe.skipIf(skip !== undefined)(`the docker driver on a real Nomad agent (${
         diagnose,
       );
       expect(health["bwrap_available"]).toBe(true);
+      // The container runs under the shipped profile, its slots under their own filter.
+      expect(health["seccomp"]).toBe("filter");
       expect(health["slots"]).toBe(4);
       // Sandboxed, with each slot's share of the HCL's default 1024 MB for 4 slots.
       const isolation = health["isolation"] as { sandboxed: boolean; memory_mb: number; disk_mb: number; summary: string } | undefined;

@@ -456,11 +456,11 @@ describe("the run states its slots' isolation", () => {
   it("sandboxed slots: sandbox, memory, pids, disk and network from the servers' /health", async () => {
     const r = await runCli(["process", "examples/shell-tasks/env.js", "--out", join(dir, "iso.jsonl"), "--groups", "1", "--group-size", "1", "--no-progress"]);
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/^ {2}isolation\s+sandboxed \(bubblewrap\)$/m);
+    expect(r.stdout).toMatch(/^ {2}isolation\s+sandboxed \(bubblewrap, seccomp filter, ptrace on\)$/m);
     expect(r.stdout).toMatch(/memory \/ pids\s+(per-slot cgroup|RLIMIT_AS per process \(no per-slot bound\)) \/ (per-slot cgroup|RLIMIT_NPROC per slot uid|RLIMIT_NPROC shared by all slots)/);
     expect(r.stdout).toMatch(/disk\s+(workspace and \/tmp on a tmpfs of \d+ MB|only \/tmp bounded)/);
     expect(r.stdout).toMatch(/network\s+off \(executor\.allowNetwork false: loopback only\)/);
-    expect(await readFile(join(dir, "iso.html"), "utf8")).toContain("sandboxed (bubblewrap)");
+    expect(await readFile(join(dir, "iso.html"), "utf8")).toContain("sandboxed (bubblewrap, seccomp filter, ptrace on)");
   }, 60_000);
 
   it("unsandboxed slots: the summary says so in words, with the servers' reason", async () => {

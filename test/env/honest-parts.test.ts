@@ -21,8 +21,8 @@ const limits = { per_slot_uids: true, memory: "cgroup", pids: "cgroup", cpu_weig
 
 describe("isolation summary", () => {
   it("reads today's /health keys; says 'unknown' for keys an older server lacks, never a guess", () => {
-    const s = summarizeIsolation([{ id: "a", url: "u", health: health({ limits, internet: "slirp4netns" }) }, { id: "b", url: "u", health: health({}) }], { allowNetwork: true });
-    expect(s.sandbox).toBe("sandboxed (bubblewrap)");
+    const s = summarizeIsolation([{ id: "a", url: "u", health: health({ limits, internet: "slirp4netns", seccomp: "filter", ptrace: true }) }, { id: "b", url: "u", health: health({}) }], { allowNetwork: true });
+    expect(s.sandbox).toBe("sandboxed (bubblewrap, seccomp filter, ptrace on (1 of 2 containers); seccomp filter unknown (1 of 2 containers))");
     expect(s.memory).toBe("per-slot cgroup (1 of 2 containers); unknown (1 of 2 containers)");
     expect(s.disk).toBe("workspace and /tmp on a tmpfs of 512 MB (1 of 2 containers); unknown (1 of 2 containers)");
     expect(s.network).toBe("allowed (user-mode network, slirp4netns) (1 of 2 containers); unknown (1 of 2 containers)");

@@ -188,7 +188,7 @@ describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
 
   it("declares the variables the issue asks for, with the builder's defaults", async () => {
     const vars = (await load())["variable"] as Record<string, Json[]>;
-    expect(Object.keys(vars).sort()).toEqual(["count", "cpu", "datacenters", "image", "memory", "slots", "token"]);
+    expect(Object.keys(vars).sort()).toEqual(["count", "cpu", "datacenters", "image", "memory", "seccomp_profile", "slots", "token"]);
     expect(vars["image"]![0]!["default"]).toBe(DEFAULT_IMAGE);
     expect(vars["count"]![0]!["default"]).toBe(JOB_DEFAULTS.count);
     expect(vars["slots"]![0]!["default"]).toBe(JOB_DEFAULTS.slots);
@@ -197,6 +197,8 @@ describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
     expect(vars["datacenters"]![0]!["default"]).toEqual(JOB_DEFAULTS.datacenters);
     // Required: the servers listen beyond loopback, never without a token.
     expect(vars["token"]![0]).not.toHaveProperty("default");
+    // Required: a path on the clients (the docker driver reads the profile there), never unconfined.
+    expect(vars["seccomp_profile"]![0]).not.toHaveProperty("default");
   });
 
   it("has the builder's group, port, args, policies and meta", async () => {
@@ -215,7 +217,8 @@ describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
     const derived: Record<string, string> = { "4": "${var.slots}", "224": "${floor((var.memory - 128) / var.slots)}", "112": "${floor((var.memory - 128) / var.slots / 2)}" };
     expect(task["Config"]["args"]).toEqual(sandboxServerArgs(built).map((a) => derived[a] ?? a));
     expect(task["Config"]["cap_add"]).toEqual(taskConfig(built)["cap_add"]);
-    expect(task["Config"]["security_opt"]).toEqual(taskConfig(built)["security_opt"]);
+    // The builder names this checkout's profile; the HCL leaves the clients' path to a variable.
+    expect(task["Config"]["security_opt"]).toEqual((taskConfig(built)["security_opt"] as string[]).map((o) => (o.startsWith("seccomp=") ? "seccomp=${var.seccomp_profile}" : o)));
     expect(task["Config"]).not.toHaveProperty("privileged");
     expect(task["Config"]["devices"]).toEqual(taskConfig(built)["devices"]);
     expect(task["Resources"]).toEqual({ CPU: "${var.cpu}", MemoryMB: "${var.memory}" });

@@ -1,3 +1,5 @@
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import {
   HTTP_PORT_LABEL,
@@ -191,10 +193,13 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     ]);
   });
 
-  it("docker gets exactly the sandbox's container options (CAP_SYS_ADMIN, seccomp and AppArmor unconfined), not privileged; each can be changed", () => {
+  it("docker gets exactly the sandbox's container options (CAP_SYS_ADMIN, the shipped seccomp profile, AppArmor unconfined), not privileged; each can be changed", () => {
     const cfg = (j: Json) => ((j["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!["Config"] as Json;
     expect(cfg(sandboxJob())["cap_add"]).toEqual(["sys_admin"]);
-    expect(cfg(sandboxJob())["security_opt"]).toEqual(["seccomp=unconfined", "apparmor=unconfined"]);
+    // Never seccomp=unconfined: the profile shipped in sandbox-image/ (Nomad's docker driver reads the file on the client).
+    const profile = fileURLToPath(new URL("../../sandbox-image/seccomp.json", import.meta.url));
+    expect(existsSync(profile)).toBe(true);
+    expect(cfg(sandboxJob())["security_opt"]).toEqual([`seccomp=${profile}`, "apparmor=unconfined"]);
     expect(cfg(sandboxJob())).not.toHaveProperty("privileged");
     expect(cfg(sandboxJob({ capAdd: [] }))).not.toHaveProperty("cap_add");
     expect(cfg(sandboxJob({ driver: "exec" }))).not.toHaveProperty("cap_add");

@@ -29,7 +29,8 @@ describe("sandbox server: routes and wire format", () => {
     expect(iso).toMatchObject({ sandboxed: true, memory: limits.memory, pids: limits.pids, disk: limits.disk, disk_mb: limits.disk_mb });
     expect(iso.network).toBe(j["internet"] === "slirp4netns" ? "slirp4netns" : "loopback_only");
     expect(iso.unsandboxed_reason).toBeUndefined();
-    expect(iso.summary).toMatch(/^sandboxed \(bubblewrap\); memory: .*; processes: .*; disk: .*; network on: /);
+    expect(iso.summary).toMatch(/^sandboxed \(bubblewrap, seccomp filter \(ptrace on\)\); memory: .*; processes: .*; disk: .*; network on: /);
+    expect(j).toMatchObject({ seccomp: "filter", ptrace: true });
   });
 
   it("requires the bearer token on every other route: 401 without, 403 wrong", async () => {

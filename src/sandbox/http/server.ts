@@ -122,6 +122,9 @@ export class SandboxServer {
             bwrap_available: svc.bwrap.available,
             ...(svc.bwrap.available ? {} : { sandbox_unavailable_reason: svc.bwrap.reason }),
             fast_path: svc.spawnerPath !== null,
+            // "filter": every slot process runs under the slots' seccomp filter; "off": --no-seccomp (or unsandboxed).
+            seccomp: svc.bwrap.available && svc.bwrap.filter ? "filter" : "off",
+            ...(svc.bwrap.available && svc.bwrap.filter ? { ptrace: svc.bwrap.filter.ptrace } : {}),
             // What allow_network gets here, and if only loopback, why (e.g. a container not
             // given /dev/net/tun): operators read it here, not only in the start-up log.
             internet: svc.internetAccess ? "slirp4netns" : "unavailable",

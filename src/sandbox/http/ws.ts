@@ -5,6 +5,8 @@ import { WebSocketServer, type WebSocket } from "ws";
 import { SlotIdSchema } from "../../protocol/sandbox.js";
 import { HttpError } from "../../http/errors.js";
 import { SANDBOX_PATH } from "../isolation/isolation.js";
+import { sendFilter } from "../isolation/seccomp.js";
+import { ATTACH_FILTER_FD } from "../tools/stateful.js";
 import type { SandboxService } from "../service/service.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
 
@@ -100,7 +102,7 @@ export class SandboxWebSockets {
     const start = withoutCapabilities(file!, args);
     // A process group of its own: the slot's reset kills all of it (StatefulSessions.stop).
     const child = sandboxed
-      ? spawn(start.file, start.args, { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {}, cwd: "/", detached: true, ...owner })
+      ? spawn(start.file, start.args, { stdio: ["pipe", "pipe", "pipe", "pipe", "pipe"], env: {}, cwd: "/", detached: true, ...owner })
       : spawn(start.file, start.args, {
           stdio: ["pipe", "pipe", "pipe"],
           cwd: slot.workspaceDir,
@@ -128,6 +130,7 @@ export class SandboxWebSockets {
       // In the slot's cgroups before bwrap reads its arguments (and forks anything).
       if (child.pid !== undefined) svc.cgroups.place(slot.index, child.pid);
       (child.stdio[3] as NodeJS.WritableStream).end(Buffer.from(cmd.sandboxArgs!.map((a) => a + "\0").join(""), "utf8"));
+      sendFilter(child.stdio[ATTACH_FILTER_FD] as NodeJS.WritableStream, svc.bwrap.filter);
     }
     // Control mode: ask for the current screen once, then forward %output notifications.
     child.stdin.write("capture-pane -p -e -t main\n");

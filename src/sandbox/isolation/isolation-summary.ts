@@ -4,14 +4,18 @@ import { mayChangeOwnMounts, procCovers, unmaskProc } from "../../host/container
 import type { IsolationSummary } from "../../protocol/sandbox.js";
 import { probeBwrap, type BwrapProbe } from "./isolation.js";
 import type { LimitsInForce } from "./limits-in-force.js";
+import { buildSlotFilter, filterDescription, type SlotFilter } from "./seccomp.js";
 
 /**
  * Probes bubblewrap as a slot would run it. Inside a container whose /proc is partly covered
  * (Docker's masked paths), a root server in a mount namespace of its own uncovers /proc there
  * and probes again (see host/container-mounts.ts).
  */
-export function probeSandbox(workspaceDir: string, owner: { uid: number; gid: number } | undefined, logger: Logger): BwrapProbe {
-  const probe = probeBwrap(workspaceDir, owner?.uid, owner?.gid);
+export function probeSandbox(workspaceDir: string, owner: { uid: number; gid: number } | undefined, logger: Logger, seccomp: { ptrace: boolean } | false, cacheDirs: string[]): BwrapProbe {
+  // Fail closed, like bubblewrap: a filter that cannot be built throws (SlotFilterError names why).
+  const filter = seccomp ? buildSlotFilter({ ptrace: seccomp.ptrace, cacheDirs }) : null;
+  if (!filter) logger.warn("UNFILTERED (--no-seccomp, benchmarks only): slot processes run without the seccomp filter");
+  const probe = probeBwrap(workspaceDir, owner?.uid, owner?.gid, filter);
   if (probe.available || !/can't mount proc/i.test(probe.reason ?? "") || !mayChangeOwnMounts() || procCovers().length === 0) return probe;
   try {
     const uncovered = unmaskProc();
@@ -19,7 +23,7 @@ export function probeSandbox(workspaceDir: string, owner: { uid: number; gid: nu
   } catch (err) {
     return { ...probe, reason: `${probe.reason}; uncovering /proc failed: ${err instanceof Error ? err.message : String(err)}` };
   }
-  return probeBwrap(workspaceDir, owner?.uid, owner?.gid);
+  return probeBwrap(workspaceDir, owner?.uid, owner?.gid, filter);
 }
 
 /** What every result of an unsandboxed server (--allow-unsandboxed only) says in words. */
@@ -31,6 +35,8 @@ export function unsandboxedNote(reason: string | null | undefined): string {
 export interface IsolationFacts {
   limits: LimitsInForce;
   bwrap: { available: boolean; reason?: string | null | undefined };
+  /** The slots' seccomp filter (null: --no-seccomp, or unsandboxed). */
+  filter: SlotFilter | null;
   memoryBytes: number;
   maxProcesses: number;
   /** Network on reaches the internet through the slot's own namespace (slirp4netns). */
@@ -45,7 +51,7 @@ export function isolationSummary(f: IsolationFacts): IsolationSummary {
   const network = !sandboxed ? "host_unsandboxed" : f.internet ? "slirp4netns" : "loopback_only";
   const memoryMb = Math.round(f.memoryBytes / 1048576);
   const words = [
-    sandboxed ? "sandboxed (bubblewrap)" : `UNSANDBOXED (${f.bwrap.reason ?? "bubblewrap cannot be used"})`,
+    sandboxed ? `sandboxed (bubblewrap, ${filterDescription(f.filter)})` : `UNSANDBOXED (${f.bwrap.reason ?? "bubblewrap cannot be used"})`,
     `memory: ${l.memory === "cgroup" ? `cgroup ${memoryMb} MB per slot` : l.memory === "rlimit_as_per_process" ? `${memoryMb} MB per process (RLIMIT_AS), not per slot` : "unbounded"}`,
     `processes: ${l.pids === "cgroup" ? "cgroup" : l.pids === "rlimit_nproc_per_slot_uid" ? "RLIMIT_NPROC per slot uid" : "RLIMIT_NPROC shared by all slots"} (${f.maxProcesses})`,
     `disk: ${!sandboxed ? "unbounded" : l.disk === "workspace_and_tmp" ? `workspace + /tmp ${l.disk_mb} MB per slot` : `/tmp only (${l.disk_mb} MB), workspace unbounded`}`,
@@ -54,6 +60,8 @@ export function isolationSummary(f: IsolationFacts): IsolationSummary {
   return {
     sandboxed,
     ...(sandboxed ? {} : { unsandboxed_reason: f.bwrap.reason ?? "bubblewrap cannot be used" }),
+    seccomp: sandboxed && f.filter ? "filter" : "off",
+    ...(sandboxed && f.filter ? { ptrace: f.filter.ptrace } : {}),
     memory: l.memory,
     memory_mb: memoryMb,
     pids: l.pids,
@@ -72,7 +80,7 @@ export function cannotSandboxMessage(reason: string): string {
   const fix = /not installed/.test(reason)
     ? "install bubblewrap (Debian: apt-get install bubblewrap)"
     : refused && root && inContainer()
-      ? "in a container, run it with --cap-add SYS_ADMIN --security-opt seccomp=unconfined (and --security-opt apparmor=unconfined where AppArmor is on); see sandbox-image/Dockerfile and docs/security-model.md"
+      ? "in a container, run it with --cap-add SYS_ADMIN --security-opt seccomp=sandbox-image/seccomp.json (the image holds a copy at /opt/slotpool/sandbox-image/seccomp.json: Docker's default profile plus pivot_root) and --security-opt apparmor=unconfined where AppArmor is on; see sandbox-image/Dockerfile and docs/security-model.md"
       : refused
         ? "let this host create user namespaces (sysctl user.max_user_namespaces > 0 and kernel.unprivileged_userns_clone=1; Ubuntu: kernel.apparmor_restrict_unprivileged_userns=0)"
         : "make the data dir reachable by the slot uids, or let this host create namespaces (see docs/security-model.md)";

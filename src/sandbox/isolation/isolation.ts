@@ -3,6 +3,7 @@ import { existsSync, lstatSync, readFileSync, readlinkSync, writeFileSync } from
 import { join } from "node:path";
 import { findExecutable } from "../../host/executables.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
+import { filterArgs, type SlotFilter } from "./seccomp.js";
 
 /**
  * Bubblewrap isolation: which host directories a slot's commands see, and whether this
@@ -98,25 +99,36 @@ export interface BwrapProbe {
   available: boolean;
   path: string | null;
   reason?: string;
+  /**
+   * The seccomp filter every sandbox gets (`--seccomp FD`, see seccomp.ts); null only when
+   * the operator turned it off (--no-seccomp) or nothing is sandboxed.
+   */
+  filter: SlotFilter | null;
 }
 
-/** Checks once whether bwrap exists and can create the namespaces we use, as `uid`. */
-export function probeBwrap(workspaceDir: string, uid?: number, gid?: number): BwrapProbe {
+/**
+ * Checks once whether bwrap exists and can create the namespaces we use, as `uid`, with the
+ * slots' seccomp filter installed (a kernel that cannot take it fails here: fail closed).
+ */
+export function probeBwrap(workspaceDir: string, uid: number | undefined, gid: number | undefined, filter: SlotFilter | null): BwrapProbe {
   const path = findExecutable("bwrap");
-  if (!path) return { available: false, path: null, reason: "bwrap (bubblewrap) is not installed" };
+  if (!path) return { available: false, path: null, reason: "bwrap (bubblewrap) is not installed", filter };
   // Without the capabilities a non-root server holds over its own user namespace (bubblewrap refuses them).
-  const cmd = withoutCapabilities(path, [...bwrapArgs({ workspaceDir, allowNetwork: false }), ...READ_ONLY_ROOT, "--", "/bin/sh", "-c", "true"]);
+  // The filter comes in on stdin (fd 0), which bubblewrap reads to its end before the command runs.
+  const cmd = withoutCapabilities(path, [...bwrapArgs({ workspaceDir, allowNetwork: false }), ...filterArgs(filter, 0), ...READ_ONLY_ROOT, "--", "/bin/sh", "-c", "true"]);
   const res = spawnSync(cmd.file, cmd.args, {
     encoding: "utf8",
     timeout: 10_000,
+    ...(filter ? { input: filter.program } : {}),
     ...(uid !== undefined ? { uid, gid: gid ?? uid } : {}),
   });
-  if (res.status === 0) return { available: true, path };
+  if (res.status === 0) return { available: true, path, filter };
   let reason = (res.stderr || res.error?.message || `exit ${res.status}`).trim();
   if (uid !== undefined && /permission denied/i.test(reason)) {
     reason += ` (slot uid ${uid} must be able to traverse every parent directory of the data dir: chmod o+x them or pick another --data-dir)`;
   }
-  return { available: false, path, reason: `bubblewrap cannot create namespaces here: ${reason}` };
+  if (filter && /seccomp/i.test(reason)) return { available: false, path, reason: `bubblewrap cannot install the slots' seccomp filter here: ${reason}`, filter };
+  return { available: false, path, reason: `bubblewrap cannot create namespaces here: ${reason}`, filter };
 }
 
 /**

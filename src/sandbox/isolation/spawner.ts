@@ -4,6 +4,7 @@ import { setPriority } from "node:os";
 import { StringDecoder } from "node:string_decoder";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
+import { filterArgs, sendFilter, type SlotFilter } from "./seccomp.js";
 import { NET_READY_LINE, NET_SETUP, spawnSlirp4netns, type InternetAccess } from "./network.js";
 import { firstChild, killNamespaceInit, type ProcessRef } from "../run/process-barrier.js";
 import type { CappedOutput } from "../run/output.js";
@@ -35,12 +36,17 @@ const START_GATE = new StartGate(4);
  * per call (`bash.ts`), with the same isolation, only slower.
  */
 
+/** The fd bubblewrap reads the seccomp program from (3 carries its arguments). */
+const FILTER_FD = 4;
+
 /** Where the spawner appears inside the sandbox. */
 const SPAWNER_MOUNT = "/run/slotpool/spawner";
 
 export interface SlotNamespaceOptions {
   bwrapPath: string;
   spawnerPath: string;
+  /** The slots' seccomp filter (null: the server runs --no-seccomp). */
+  filter: SlotFilter | null;
   workspaceDir: string;
   allowNetwork: boolean;
   identity?: { passwd: string; group: string } | undefined;
@@ -144,6 +150,8 @@ export class SlotNamespace {
       "--size", "65536", "--tmpfs", "/run",
       "--ro-bind", o.spawnerPath, SPAWNER_MOUNT,
       "--remount-ro", "/run",
+      // The spawner, the pre-forked bash and every command run under the slots' filter.
+      ...filterArgs(o.filter, FILTER_FD),
       ...READ_ONLY_ROOT,
     ];
     // Arguments travel through fd 3 (`--args 3`) so the sandbox's /proc/1/cmdline does
@@ -157,7 +165,7 @@ export class SlotNamespace {
       internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, ...bwrapCmd] : bwrapCmd.slice(1),
     );
     const child = spawn(file, argv, {
-      stdio: ["pipe", "pipe", "pipe", "pipe"],
+      stdio: ["pipe", "pipe", "pipe", "pipe", "pipe"],
       env: internet ? { PATH: SANDBOX_PATH } : {},
       // Not the server's cwd: the network-on shell would export it (PWD) into the slot's /proc/1/environ.
       cwd: "/",
@@ -179,6 +187,7 @@ export class SlotNamespace {
     }
     const argPipe = child.stdio[3] as NodeJS.WritableStream;
     argPipe.end(Buffer.from(args.map((a) => a + "\0").join(""), "utf8"));
+    sendFilter(child.stdio[4] as NodeJS.WritableStream, o.filter);
     const ready = new Promise<void>((res, rej) => {
       this.readyResolve = res;
       this.readyReject = rej;

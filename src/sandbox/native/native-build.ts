@@ -44,10 +44,10 @@ export function writableDir(dir: string): boolean {
 }
 
 /**
- * The compiled `source` as `<name>-<hash>` in the first of `dirs` that has it or can build it
+ * The compiled `source` (linked with `libs`, e.g. -lseccomp) as `<name>-<hash>` in the first of `dirs` that has it or can build it
  * (written to a temp name, then renamed: concurrent servers never see half a binary).
  */
-export function compileNative(name: string, source: string, dirs: readonly string[], mode: number): { path: string } | { error: string } {
+export function compileNative(name: string, source: string, dirs: readonly string[], mode: number, libs: readonly string[] = []): { path: string } | { error: string } {
   const binary = nativeBinaryName(name, source);
   for (const d of dirs) {
     const p = join(d, binary);
@@ -60,7 +60,7 @@ export function compileNative(name: string, source: string, dirs: readonly strin
     if (!writableDir(d)) continue;
     const p = join(d, binary);
     const tmp = `${p}.${process.pid}.tmp`;
-    const res = spawnSync(cc, ["-O2", "-o", tmp, source], { encoding: "utf8", timeout: 60_000 });
+    const res = spawnSync(cc, ["-O2", "-o", tmp, source, ...libs], { encoding: "utf8", timeout: 60_000 });
     if (res.status !== 0) {
       error = `building ${name} failed: ${(res.stderr || res.error?.message || "").trim()}`;
       continue;

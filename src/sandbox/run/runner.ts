@@ -10,6 +10,9 @@ import { withoutCapabilities } from "../../host/mount-namespace.js";
  * kill the whole tree; inside a private PID namespace the kernel kills the rest when the
  * namespace's init dies.
  */
+/** The fd `RunSpec.input` arrives on in the child. */
+export const RUN_INPUT_FD = 3;
+
 export interface RunSpec {
   file: string;
   args: string[];
@@ -23,6 +26,11 @@ export interface RunSpec {
   onChunk?: ((stream: "stdout" | "stderr", chunk: string) => void | Promise<void>) | undefined;
   /** Aborts the run (reset, shutdown): kills the process group. */
   signal?: AbortSignal | undefined;
+  /**
+   * Bytes the child reads from fd RUN_INPUT_FD (a pipe closed after them): the seccomp
+   * program for bubblewrap's `--seccomp`. Without it the child has no such fd.
+   */
+  input?: Buffer | undefined;
   /** Extra kill step run on timeout/abort (e.g. kill the slot's cgroup). */
   onKill?: (() => void) | undefined;
 }
@@ -47,13 +55,18 @@ export function runProcess(spec: RunSpec): Promise<RunResult> {
       child = spawn(cmd.file, cmd.args, {
         cwd: spec.cwd ?? "/",
         env: spec.env ?? {},
-        stdio: ["ignore", "pipe", "pipe"],
+        stdio: spec.input ? ["ignore", "pipe", "pipe", "pipe"] : ["ignore", "pipe", "pipe"],
         detached: true,
         ...(spec.uid !== undefined ? { uid: spec.uid, gid: spec.gid ?? spec.uid } : {}),
       });
     } catch (err) {
       resolve({ exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: String(err) });
       return;
+    }
+    if (spec.input) {
+      const pipe = child.stdio[RUN_INPUT_FD] as NodeJS.WritableStream;
+      pipe.on("error", () => undefined);
+      pipe.end(spec.input);
     }
     let timedOut = false;
     let aborted = false;

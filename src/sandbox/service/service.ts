@@ -63,6 +63,8 @@ export interface SandboxServiceOptions {
   allowUnsandboxed?: boolean;
   /** Use one bubblewrap per call instead of the per-slot namespace (benchmarks, debugging). */
   disableSpawner?: boolean;
+  /** The slots' seccomp filter (default ptrace on; `--no-ptrace`); false: none (`--no-seccomp`, benchmarks only; /health: "off"). */
+  seccomp?: { ptrace: boolean } | false;
   /** Do not create per-slot cgroups. */
   disableCgroups?: boolean;
   /** Bound on what a slot writes, bytes; see slot-disk.ts. */
@@ -187,10 +189,10 @@ export class SandboxService implements SlotHost {
       throw new SandboxSetupError("sandbox_unavailable", "--no-sandbox runs every command unsandboxed: pass --allow-unsandboxed as well to say so (development only)");
     }
     this.bwrap = options.disableSandbox
-      ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox" }
+      ? { available: false, path: null, reason: "sandboxing disabled by --no-sandbox", filter: null }
       : first
-        ? probeSandbox(first.workspaceDir, first.owner, this.logger)
-        : { available: false, path: null, reason: "no slots" };
+        ? probeSandbox(first.workspaceDir, first.owner, this.logger, options.seccomp ?? { ptrace: true }, [this.stateDir])
+        : { available: false, path: null, reason: "no slots", filter: null };
     if (!this.bwrap.available) {
       if (!options.allowUnsandboxed) throw new SandboxSetupError("sandbox_unavailable", cannotSandboxMessage(this.bwrap.reason ?? "bubblewrap cannot be used"));
       this.logger.warn({ reason: this.bwrap.reason }, "UNSANDBOXED (--allow-unsandboxed, development only): commands run on the server's own system, unless require_sandbox is set");
@@ -333,7 +335,7 @@ export class SandboxService implements SlotHost {
 
   /** What isolation the slots get here, for /health and run summaries. */
   isolation(): IsolationSummary {
-    return isolationSummary({ limits: this.limitsInForce, bwrap: this.bwrap, memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses, internet: this.internetAccess !== undefined, internetReason: this.internetReason });
+    return isolationSummary({ limits: this.limitsInForce, bwrap: this.bwrap, filter: this.bwrap.filter, memoryBytes: this.limits.memoryBytes, maxProcesses: this.limits.maxProcesses, internet: this.internetAccess !== undefined, internetReason: this.internetReason });
   }
 
   /** One case per tool of the table (BuiltinToolName): a table tool without a case does not compile. */

@@ -1,8 +1,9 @@
 import { dirname } from "node:path";
 import { bwrapArgs, identityFiles, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
+import { filterArgs } from "../isolation/seccomp.js";
 import { ulimitPrologue } from "../isolation/limits.js";
 import { CappedOutput } from "../run/output.js";
-import { runProcess } from "../run/runner.js";
+import { RUN_INPUT_FD, runProcess } from "../run/runner.js";
 import { fallbackWritableArgs } from "../workspace/slot-disk.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { TemplateBuilder } from "./templates.js";
@@ -27,7 +28,7 @@ export function sandboxedTemplateBuilder(svc: SlotHost, owner: { uid: number; gi
       // Output beyond the cap spills into the build's own dir (not the tree: it would end up in the template).
       const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: dirname(treeDir), fileName: svc.newOutputName() });
       const spec = sandboxed
-        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: treeDir, allowNetwork: svc.defaultAllowNetwork, identity, writableArgs: fallbackWritableArgs(svc.disks.bytes) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: treeDir, allowNetwork: svc.defaultAllowNetwork, identity, writableArgs: fallbackWritableArgs(svc.disks.bytes) }), ...filterArgs(svc.bwrap.filter, RUN_INPUT_FD), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script], input: svc.bwrap.filter?.program }
         : { file: "/bin/bash", args: ["-c", script], cwd: treeDir, env: { HOME: treeDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       const res = await runProcess({ ...spec, ...(owner ? { uid: owner.uid, gid: owner.gid } : {}), timeoutMs: Math.max(1, leftSec * 1000), output });
       const text = output.text();

@@ -1,7 +1,8 @@
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
+import { filterArgs } from "../isolation/seccomp.js";
 import { ulimitPrologue } from "../isolation/limits.js";
 import { CappedOutput } from "../run/output.js";
-import { runProcess, type RunResult } from "../run/runner.js";
+import { RUN_INPUT_FD, runProcess, type RunResult } from "../run/runner.js";
 import { SlotNamespace } from "../isolation/spawner.js";
 import { firstChild } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
@@ -54,6 +55,7 @@ export class BashRunner {
       holder = new SlotNamespace({
         bwrapPath: svc.bwrap.path!,
         spawnerPath: svc.spawnerPath!,
+        filter: svc.bwrap.filter,
         workspaceDir: slot.workspaceDir,
         allowNetwork,
         internet: svc.internetAccess,
@@ -129,7 +131,7 @@ export class BashRunner {
     } else {
       const script = ulimitPrologue(limits, timeoutS) + args.command;
       const spec = sandboxed
-        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot) }), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script] }
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot) }), ...filterArgs(svc.bwrap.filter, RUN_INPUT_FD), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script], input: svc.bwrap.filter?.program }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,

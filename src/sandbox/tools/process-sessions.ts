@@ -5,6 +5,7 @@ import { withoutCapabilities } from "../../host/mount-namespace.js";
 import type { ProcessEvent, ProcessInfo } from "../../protocol/process-session.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
 import { networkWrapped, startSlirp } from "../isolation/session-network.js";
+import { filterArgs, sendFilter } from "../isolation/seccomp.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
@@ -28,6 +29,9 @@ export interface SessionListener {
   /** Called when a listener that was full can take output again. */
   onDrain(resume: () => void): void;
 }
+
+/** The fd a session's bubblewrap reads the seccomp program from. */
+const SESSION_FILTER_FD = 5;
 
 /** How long a start waits for a reset or fork of its slot to finish. */
 const BARRIER_WAIT_MS = 30_000;
@@ -234,13 +238,15 @@ export class ProcessSessions {
       // Inside unshare's user namespace (where it is root): back to the slot's uid, the slot's resolver.
       ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(alias ? ["--bind", slot.workspaceDir, alias] : []),
+      // The slots' seccomp filter, on fd 5 (3: these arguments, 4: the session's spec).
+      ...filterArgs(host.bwrap.filter, SESSION_FILTER_FD),
       ...READ_ONLY_ROOT,
     ];
     const bwrapCmd = [host.bwrap.path!, "--args", "3", "--", "/bin/bash", "--noprofile", "--norc", "-c", launcher];
     const wrapped = internet ? networkWrapped(internet, bwrapCmd) : { file: bwrapCmd[0]!, args: bwrapCmd.slice(1) };
     const start = withoutCapabilities(wrapped.file, wrapped.args);
     const child = spawn(start.file, start.args, {
-      stdio: ["pipe", "pipe", "pipe", "pipe", "pipe"],
+      stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", "pipe"],
       env: internet ? { PATH: SANDBOX_PATH } : {},
       ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
     });
@@ -249,6 +255,7 @@ export class ProcessSessions {
     for (const s of child.stdio) (s as { on?: (e: string, f: () => void) => void } | null)?.on?.("error", () => undefined);
     child.on("error", () => undefined);
     (child.stdio[3] as NodeJS.WritableStream).end(Buffer.from(args.map((a) => a + "\0").join(""), "utf8"));
+    sendFilter((child.stdio as unknown as NodeJS.WritableStream[])[SESSION_FILTER_FD], host.bwrap.filter);
     let stdinReady = Promise.resolve();
     if (internet && child.pid !== undefined) {
       const pid = child.pid;

@@ -9,6 +9,10 @@ import type { SlotHost } from "../workspace/slot-host.js";
 import { SlotNamespace } from "../isolation/spawner.js";
 import type { Slot } from "../core/slot.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
+import { filterArgs } from "../isolation/seccomp.js";
+
+/** The fd a terminal attach's bubblewrap reads the seccomp program from (ws.ts writes it). */
+export const ATTACH_FILTER_FD = 4;
 import { ulimitPrologue } from "../isolation/limits.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 
@@ -123,6 +127,7 @@ export class StatefulSessions {
         const holder = new SlotNamespace({
           bwrapPath: svc.bwrap.path!,
           spawnerPath: svc.spawnerPath,
+          filter: svc.bwrap.filter,
           workspaceDir: slot.workspaceDir,
           allowNetwork,
           internet: svc.internetAccess,
@@ -312,6 +317,8 @@ export class StatefulSessions {
       sandboxArgs: [
         ...bwrapArgs({ workspaceDir: null, allowNetwork: false, identity: svc.identity(slot) }),
         "--bind", s.hostDir, SESSION_MOUNT,
+        // The program comes in on fd 4 (ws.ts sends it; 3 carries these arguments).
+        ...filterArgs(svc.bwrap.filter, ATTACH_FILTER_FD),
         ...READ_ONLY_ROOT,
       ],
       command: limited(["tmux", "-S", `${SESSION_MOUNT}/tmux.sock`, "-C", "attach-session", "-r", "-t", "main"]),

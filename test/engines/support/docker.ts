@@ -12,15 +12,19 @@ import { promisify } from "node:util";
 const run = promisify(execFile);
 export const repo = resolve(import.meta.dirname, "..", "..", "..");
 
+/** The container's seccomp profile shipped with the image (sandbox-image/seccomp-profile.md). */
+export const SECCOMP_PROFILE = resolve(repo, "sandbox-image", "seccomp.json");
+
 /**
  * The options a sandbox container needs (sandbox-image/Dockerfile's header, the README's
  * set-up table, docs/security-model.md and the Nomad job say the same): CAP_SYS_ADMIN for
  * the server's own mount namespace, its slot disks, cgroups and bubblewrap's namespaces;
- * seccomp unconfined because Docker's default profile refuses pivot_root even with
- * CAP_SYS_ADMIN; AppArmor unconfined where AppArmor is on (docker-default refuses mount);
- * /dev/net/tun for slirp4netns (network on).
+ * the shipped seccomp profile (Docker's default plus pivot_root, which bubblewrap needs and
+ * Docker's default refuses even with CAP_SYS_ADMIN), never seccomp=unconfined; AppArmor
+ * unconfined where AppArmor is on (docker-default refuses mount); /dev/net/tun for
+ * slirp4netns (network on).
  */
-export const SANDBOX_CONTAINER_OPTIONS = ["--cap-add", "SYS_ADMIN", "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined", "--device", "/dev/net/tun"];
+export const SANDBOX_CONTAINER_OPTIONS = ["--cap-add", "SYS_ADMIN", "--security-opt", `seccomp=${SECCOMP_PROFILE}`, "--security-opt", "apparmor=unconfined", "--device", "/dev/net/tun"];
 
 /** Why the Docker engine tests cannot run here, or undefined when they can. */
 export function dockerSkipReason(): string | undefined {
