@@ -51,7 +51,9 @@ const run = promisify(execFile);
  * - a layer is deleted when no view uses it any more; until then it counts against the disk
  *   bound of the slot that wrote it, also after that slot's reset.
  * "copy" mode (no per-slot disk, or no mounts): the parent's workspace is copied (O(files),
- *   and not atomic against the parent's background processes), staged beside each child's
+ *   and not atomic against the parent's background processes; inside the parent's sandbox,
+ *   as its uid, so a parent swapping dirs for symlinks mid-copy reaches nothing of the host:
+ *   sandboxed-copy.ts), staged beside each child's
  *   workspace and swapped in once every child's copy is complete (copy-stage.ts); a deep
  *   fork past MAX_LAYERS in overlay mode copies after the child's reset instead.
  */
@@ -98,6 +100,8 @@ export interface ForkHost {
   resetWorkspace(slot: Slot, template: string | undefined): Promise<void>;
   /** Deletes a tree in the background (tree-removal.ts). */
   discard(path: string): void;
+  /** Copies the slot's workspace into the empty dir `to` inside the slot's sandbox, as its uid (sandboxed-copy.ts). */
+  copyWorkspace(slot: Slot, to: string): Promise<void>;
   /** Stops the slot's command namespaces only (the terminal stays). */
   stopCommandNamespaces(slot: Slot): Promise<void>;
   /** A process in each live command namespace of the slot. */
@@ -354,7 +358,7 @@ export class SlotForks {
       failpoint(child, "");
       if (!this.mounter) {
         // Copy mode: the parent's tree staged beside the child's workspace, swapped in by childStep.
-        prep.copy = await stageCopy(snap.parent.workspaceDir, h.disks.viewsDir(child) ?? this.copyDir, child.owner, () => failpoint(child, "copy"));
+        prep.copy = await stageCopy((dir) => h.copyWorkspace(snap.parent, dir), h.disks.viewsDir(child) ?? this.copyDir, child.owner, () => failpoint(child, "copy"));
         return prep;
       }
       if (snap.mode !== "overlay" || (!prep.fresh && !prep.disk)) {
@@ -466,8 +470,9 @@ export class SlotForks {
     // Copy mode copies the parent's whole view, template files included.
     await h.resetWorkspace(child, snap.mode === "copy" ? undefined : snap.template);
     if (snap.mode === "copy") {
-      await run("cp", ["-a", "--reflink=auto", `${parent.workspaceDir}/.`, child.workspaceDir], { maxBuffer: 1 << 20 });
-      if (child.owner) await run("chown", ["-R", `${child.owner.uid}:${child.owner.gid}`, child.workspaceDir]);
+      // The child's processes are dead: nothing else writes its fresh workspace while the copy fills it.
+      await h.copyWorkspace(parent, child.workspaceDir);
+      if (child.owner) await run("chown", ["-R", "--no-dereference", `${child.owner.uid}:${child.owner.gid}`, child.workspaceDir]);
     } else {
       await this.attachChild(child, snap.layers, prep);
     }
