@@ -12,6 +12,7 @@ import type { ForkResponse } from "../../protocol/sandbox.js";
 import { ForkBusyError, ForkMounter, type Ids } from "./fork-mount.js";
 import { dropStage, stageCopy, swapIn, type CopyStage } from "./copy-stage.js";
 import { deferred, DiskSwaps, settle, type Settled } from "./disk-swaps.js";
+import { NestedWritersError, stopNestedWriters } from "./nested-writers.js";
 import type { NextDisk, SlotDisks } from "../workspace/slot-disk.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
 import type { Template } from "../templates/templates.js";
@@ -303,6 +304,16 @@ export class SlotForks {
     } catch (err) {
       h.logger.warn({ err, slot: parent.id }, "fork: restarting the parent's command namespaces on the new mount");
       await h.stopCommandNamespaces(parent);
+    }
+    // The seal covers the namespaces the server made; what the slot made below them is stopped.
+    try {
+      const stopped = await stopNestedWriters([...(pid !== undefined ? [pid] : []), ...commandPids]);
+      if (stopped > 0) h.logger.info({ slot: parent.id, stopped }, "fork: stopped the parent's processes in mount namespaces of their own (they could write into the layer)");
+    } catch (err) {
+      // Past the switch there is no way back: a slot that keeps escaping loses all its processes.
+      if (!(err instanceof NestedWritersError)) throw err;
+      h.logger.warn({ slot: parent.id, err: err.message }, "fork: stopping every process of the parent");
+      await h.stopSlot(parent);
     }
     if (prev) h.discard(prev.work);
     this.views.set(parent.index, next);
