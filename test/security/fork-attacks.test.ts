@@ -54,6 +54,8 @@ describe("fork attacks (overlay or copy, whichever the host allows)", () => {
     expect(planted.output).toBe("planted");
     const f = await server.request("POST", "/fork", { slot_id: "slot_0", into: ["slot_1"] });
     expect(f.status, f.text).toBe(200);
+    // An ordinary parent (no namespace of its own) loses no process to the fork's seal.
+    expect(server.logs.join("\n")).not.toContain("mount namespaces of their own");
     const child = await stateful(server, 1, "pwd; env; echo child-ok");
     expect(child.output).toContain("child-ok");
     expect(child.output + child.error).not.toContain(secret.token);
@@ -103,6 +105,8 @@ describe("fork attacks (overlay or copy, whichever the host allows)", () => {
     const f = await server.request("POST", "/fork", { slot_id: "slot_0", into: ["slot_3"] });
     expect(f.status, f.text).toBe(200);
     const lines = async (): Promise<number> => Number((await server.bash(3, "wc -l < /workspace/leak")).output);
+    // The writer was stopped by the fork (the seal below the slot's namespaces), not by chance.
+    expect(server.logs.join("\n")).toContain("mount namespaces of their own");
     const first = await lines();
     expect(first).toBeGreaterThan(0);
     await new Promise((r) => setTimeout(r, 2_000));
