@@ -307,7 +307,9 @@ export class SlotForks {
     }
     // The seal covers the namespaces the server made; what the slot made below them is stopped.
     try {
+      const t0 = performance.now();
       const stopped = await stopNestedWriters([...(pid !== undefined ? [pid] : []), ...commandPids]);
+      h.logger.debug({ slot: parent.id, ms: Math.round((performance.now() - t0) * 1000) / 1000 }, "fork: nested-namespace sweep");
       if (stopped > 0) h.logger.info({ slot: parent.id, stopped }, "fork: stopped the parent's processes in mount namespaces of their own (they could write into the layer)");
     } catch (err) {
       // Past the switch there is no way back: a slot that keeps escaping loses all its processes.
