@@ -20,15 +20,16 @@ export interface CopyStage {
 }
 
 /**
- * Copies `from` (the parent's workspace) into a new dir under `besideDir`, owned by `owner`
- * where given (root server, per-slot uids). `midway` runs between the copy and the chown
- * (tests inject a failure there). Rejects with nothing left behind.
+ * Copies the parent's workspace into a new dir under `besideDir` with `copyInto` (inside the
+ * parent's sandbox, as its uid: sandboxed-copy.ts), then gives it to `owner` where given
+ * (root server, per-slot uids). `midway` runs between the copy and the chown (tests inject a
+ * failure there). Rejects with nothing left behind.
  */
-export async function stageCopy(from: string, besideDir: string, owner: Ids | undefined, midway: () => void): Promise<CopyStage> {
+export async function stageCopy(copyInto: (dir: string) => Promise<void>, besideDir: string, owner: Ids | undefined, midway: () => void): Promise<CopyStage> {
   const dir = join(besideDir, `fork-copy-${randomBytes(4).toString("hex")}`);
   mkdirSync(dir, { mode: 0o700 });
   try {
-    await run("cp", ["-a", "--reflink=auto", `${from}/.`, dir], { maxBuffer: 1 << 20 });
+    await copyInto(dir);
     midway();
     if (owner) await run("chown", ["-R", "--no-dereference", `${owner.uid}:${owner.gid}`, dir]);
   } catch (err) {

@@ -6,13 +6,27 @@ import type { SlotDisks } from "../workspace/slot-disk.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
 import type { Slot } from "../core/slot.js";
 import type { StatefulSessions } from "../tools/stateful.js";
+import type { BwrapProbe } from "../isolation/isolation.js";
+import { copyInSandbox } from "./sandboxed-copy.js";
+
+/** A copy-mode fork's copy of one workspace gives up after this (the fork fails, no child changes). */
+const COPY_TIMEOUT_MS = 10 * 60_000;
 
 /**
  * What a fork needs of the sandbox service, wired to the service's parts (fork.ts takes
  * this narrow interface, not the service: the service constructs the forks).
  */
 export function forkHost(
-  svc: { slots: readonly Slot[]; disks: SlotDisks; templates: SlotTemplates; logger: Logger; stateDir: string; cgroups: SlotCgroups },
+  svc: {
+    slots: readonly Slot[];
+    disks: SlotDisks;
+    templates: SlotTemplates;
+    logger: Logger;
+    stateDir: string;
+    cgroups: SlotCgroups;
+    bwrap: BwrapProbe;
+    identity(slot: Slot): { passwd: string; group: string };
+  },
   parts: { bash: BashRunner; stateful: StatefulSessions; emptyWorkspace: (slot: Slot) => Promise<void>; discard: (path: string) => void },
 ): ForkHost {
   const { bash, stateful } = parts;
@@ -34,6 +48,17 @@ export function forkHost(
       if (template !== undefined) await svc.templates.attach(slot, svc.templates.take(template));
     },
     discard: parts.discard,
+    copyWorkspace: (slot, to) =>
+      copyInSandbox({
+        bwrapPath: svc.bwrap.available ? svc.bwrap.path : null,
+        from: slot.workspaceDir,
+        to,
+        owner: slot.owner,
+        identity: svc.bwrap.available ? svc.identity(slot) : undefined,
+        filter: svc.bwrap.filter,
+        onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
+        timeoutMs: COPY_TIMEOUT_MS,
+      }),
     stopCommandNamespaces: (slot) => bash.stopNamespaces(slot),
     commandNamespacePids: (slot) => bash.namespacePids(slot),
     reanchorCommands: (slot) => bash.reanchor(slot),

@@ -12,6 +12,7 @@ import type { ForkResponse } from "../../protocol/sandbox.js";
 import { ForkBusyError, ForkMounter, type Ids } from "./fork-mount.js";
 import { dropStage, stageCopy, swapIn, type CopyStage } from "./copy-stage.js";
 import { deferred, DiskSwaps, settle, type Settled } from "./disk-swaps.js";
+import { NestedWritersError, stopNestedWriters } from "./nested-writers.js";
 import type { NextDisk, SlotDisks } from "../workspace/slot-disk.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
 import type { Template } from "../templates/templates.js";
@@ -51,7 +52,9 @@ const run = promisify(execFile);
  * - a layer is deleted when no view uses it any more; until then it counts against the disk
  *   bound of the slot that wrote it, also after that slot's reset.
  * "copy" mode (no per-slot disk, or no mounts): the parent's workspace is copied (O(files),
- *   and not atomic against the parent's background processes), staged beside each child's
+ *   and not atomic against the parent's background processes; inside the parent's sandbox,
+ *   as its uid, so a parent swapping dirs for symlinks mid-copy reaches nothing of the host:
+ *   sandboxed-copy.ts), staged beside each child's
  *   workspace and swapped in once every child's copy is complete (copy-stage.ts); a deep
  *   fork past MAX_LAYERS in overlay mode copies after the child's reset instead.
  */
@@ -98,6 +101,8 @@ export interface ForkHost {
   resetWorkspace(slot: Slot, template: string | undefined): Promise<void>;
   /** Deletes a tree in the background (tree-removal.ts). */
   discard(path: string): void;
+  /** Copies the slot's workspace into the empty dir `to` inside the slot's sandbox, as its uid (sandboxed-copy.ts). */
+  copyWorkspace(slot: Slot, to: string): Promise<void>;
   /** Stops the slot's command namespaces only (the terminal stays). */
   stopCommandNamespaces(slot: Slot): Promise<void>;
   /** A process in each live command namespace of the slot. */
@@ -300,6 +305,18 @@ export class SlotForks {
       h.logger.warn({ err, slot: parent.id }, "fork: restarting the parent's command namespaces on the new mount");
       await h.stopCommandNamespaces(parent);
     }
+    // The seal covers the namespaces the server made; what the slot made below them is stopped.
+    try {
+      const t0 = performance.now();
+      const stopped = await stopNestedWriters([...(pid !== undefined ? [pid] : []), ...commandPids]);
+      h.logger.debug({ slot: parent.id, ms: Math.round((performance.now() - t0) * 1000) / 1000 }, "fork: nested-namespace sweep");
+      if (stopped > 0) h.logger.info({ slot: parent.id, stopped }, "fork: stopped the parent's processes in mount namespaces of their own (they could write into the layer)");
+    } catch (err) {
+      // Past the switch there is no way back: a slot that keeps escaping loses all its processes.
+      if (!(err instanceof NestedWritersError)) throw err;
+      h.logger.warn({ slot: parent.id, err: err.message }, "fork: stopping every process of the parent");
+      await h.stopSlot(parent);
+    }
     if (prev) h.discard(prev.work);
     this.views.set(parent.index, next);
     h.reanchorTerminal(parent);
@@ -354,7 +371,7 @@ export class SlotForks {
       failpoint(child, "");
       if (!this.mounter) {
         // Copy mode: the parent's tree staged beside the child's workspace, swapped in by childStep.
-        prep.copy = await stageCopy(snap.parent.workspaceDir, h.disks.viewsDir(child) ?? this.copyDir, child.owner, () => failpoint(child, "copy"));
+        prep.copy = await stageCopy((dir) => h.copyWorkspace(snap.parent, dir), h.disks.viewsDir(child) ?? this.copyDir, child.owner, () => failpoint(child, "copy"));
         return prep;
       }
       if (snap.mode !== "overlay" || (!prep.fresh && !prep.disk)) {
@@ -466,8 +483,9 @@ export class SlotForks {
     // Copy mode copies the parent's whole view, template files included.
     await h.resetWorkspace(child, snap.mode === "copy" ? undefined : snap.template);
     if (snap.mode === "copy") {
-      await run("cp", ["-a", "--reflink=auto", `${parent.workspaceDir}/.`, child.workspaceDir], { maxBuffer: 1 << 20 });
-      if (child.owner) await run("chown", ["-R", `${child.owner.uid}:${child.owner.gid}`, child.workspaceDir]);
+      // The child's processes are dead: nothing else writes its fresh workspace while the copy fills it.
+      await h.copyWorkspace(parent, child.workspaceDir);
+      if (child.owner) await run("chown", ["-R", "--no-dereference", `${child.owner.uid}:${child.owner.gid}`, child.workspaceDir]);
     } else {
       await this.attachChild(child, snap.layers, prep);
     }

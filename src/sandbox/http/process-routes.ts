@@ -50,7 +50,7 @@ export function addProcessRoutes(table: RouteTable, host: ProcessRouteHost, body
     })
     .add("POST", "/processes/input", async (req, res) => {
       const r = await read<{ slot_id: string; pid: number; data: string }>(req, ProcessInputRequestSchema);
-      host.processes.get(host.slotById(r.slot_id), r.pid).write(Buffer.from(r.data, "base64"));
+      await host.processes.get(host.slotById(r.slot_id), r.pid).write(Buffer.from(r.data, "base64"));
       sendJson(res, 200, {});
     })
     .add("POST", "/processes/close-stdin", async (req, res) => {

@@ -39,6 +39,34 @@ const BARRIER_WAIT_MS = 30_000;
 /** Most sessions alive at once per slot: each one is a sandbox with its own processes. */
 export const MAX_SESSIONS_PER_SLOT = 64;
 
+/**
+ * Stdin bytes a session holds for its program before the program reads them (issue 28: a
+ * program that never reads made the server buffer without bound). A write past it waits for
+ * room (backpressure on the client's request), at most STDIN_WAIT_MS, then is refused (429).
+ */
+export const MAX_STDIN_PENDING_BYTES = 8 * 1024 * 1024;
+export const STDIN_WAIT_MS = 10_000;
+
+/** A write to a session's stdin found no room in time (429, code STDIN_FULL). */
+export class StdinFullError extends HttpError {
+  override name = "StdinFullError";
+  constructor(pid: number, pending: number, why: string) {
+    super(
+      429,
+      `process ${pid} is not reading its stdin: ${pending} bytes already wait for it (the bound is ${MAX_STDIN_PENDING_BYTES} bytes) and ${why}; send more once it reads, or close its stdin`,
+      "data",
+    );
+  }
+}
+
+/** One write larger than the whole stdin bound (413, code STDIN_TOO_LARGE). */
+export class StdinTooLargeError extends HttpError {
+  override name = "StdinTooLargeError";
+  constructor(pid: number, bytes: number) {
+    super(413, `${bytes} bytes for the stdin of process ${pid} in one write; at most ${MAX_STDIN_PENDING_BYTES} bytes per write: split the data`, "data");
+  }
+}
+
 export interface SessionStart {
   cmd: string;
   args: string[];
@@ -61,6 +89,10 @@ class Session {
   /** Writes to stdin, in order, once the sandbox may read them (network on: after its "go"). */
   private stdinChain: Promise<void>;
   private stdinOpen: boolean;
+  /** Stdin bytes accepted but not yet handed to the pipe (the program has not read them). */
+  private stdinPending = 0;
+  /** The one write waiting for room, woken whenever bytes reach the pipe. */
+  private stdinWaiter: (() => void) | null = null;
 
   constructor(
     readonly pid: number,
@@ -114,16 +146,51 @@ class Session {
   private finish(ev: ProcessEvent): void {
     if (this.ended) return;
     this.ended = ev;
+    this.stdinWaiter?.();
     this.emit(ev);
     this.listeners.clear();
     this.onEnd();
   }
 
-  write(data: Buffer): void {
+  /** Resolves once `data` is accepted (at most MAX_STDIN_PENDING_BYTES wait for the program); see StdinFullError. */
+  async write(data: Buffer): Promise<void> {
+    const stdin = this.openStdin();
+    if (data.length > MAX_STDIN_PENDING_BYTES) throw new StdinTooLargeError(this.pid, data.length);
+    if (this.stdinPending + data.length > MAX_STDIN_PENDING_BYTES) {
+      // One waiter at a time: the bytes held by waiting requests stay bounded too.
+      if (this.stdinWaiter) throw new StdinFullError(this.pid, this.stdinPending, "another write already waits for room");
+      await this.roomFor(data.length);
+      this.openStdin();
+    }
+    this.stdinPending += data.length;
+    this.stdinChain = this.stdinChain.then(() => {
+      // Called once the bytes are in the pipe, or with an error when the program is gone.
+      stdin.write(data, () => {
+        this.stdinPending -= data.length;
+        this.stdinWaiter?.();
+      });
+    });
+  }
+
+  private openStdin(): NodeJS.WritableStream & { destroyed: boolean } {
     const stdin = this.child.stdin;
     if (!this.stdinOpen || !stdin || stdin.destroyed) throw new HttpError(400, `process ${this.pid} has no open stdin (start it with stdin: true)`, "pid");
-    this.stdinChain = this.stdinChain.then(() => {
-      stdin.write(data);
+    return stdin;
+  }
+
+  private roomFor(bytes: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const done = (err?: Error): void => {
+        clearTimeout(timer);
+        this.stdinWaiter = null;
+        if (err) reject(err);
+        else resolve();
+      };
+      const timer = setTimeout(() => done(new StdinFullError(this.pid, this.stdinPending, `it read none of them for ${STDIN_WAIT_MS / 1000} s`)), STDIN_WAIT_MS);
+      this.stdinWaiter = () => {
+        if (this.stdinPending + bytes <= MAX_STDIN_PENDING_BYTES) done();
+        else if (this.ended) done(new HttpError(400, `process ${this.pid} has ended; its stdin is closed`, "pid"));
+      };
     });
   }
 

@@ -1,11 +1,12 @@
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chownSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { closeSync, constants as fsc, fchownSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import type { ToolOutcome } from "../core/tool-outcome.js";
 import { CappedOutput } from "../run/output.js";
 import { runProcess, type RunResult } from "../run/runner.js";
 import type { SlotHost } from "../workspace/slot-host.js";
+import { clearMountPoint, createSlotFile, readSlotFile } from "../workspace/no-follow.js";
 import { SlotNamespace } from "../isolation/spawner.js";
 import type { Slot } from "../core/slot.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
@@ -62,6 +63,9 @@ interface Session {
 
 /** Where the session's files appear inside the sandbox. */
 const SESSION_MOUNT = "/tmp/.slotpool";
+/** What a fork reads of the parent terminal's state at most (the slot writes it): `export -p` output, a working directory. */
+const MAX_TERMINAL_ENV_BYTES = 1 << 20;
+const MAX_TERMINAL_CWD_BYTES = 64 * 1024;
 
 export class StatefulSessions {
   private readonly sessions = new Map<number, Session>();
@@ -124,6 +128,9 @@ export class StatefulSessions {
       const svc = this.service;
       const hostDir = this.hostDir(slot);
       if (svc.bwrap.available && svc.spawnerPath) {
+        // The session dir is mounted at /tmp/.slotpool: what the slot left there in its /tmp instead of a dir goes.
+        const tmp = svc.disks.scratchDirs(slot)[0];
+        if (tmp) clearMountPoint(tmp, SESSION_MOUNT.slice("/tmp/".length));
         const holder = new SlotNamespace({
           bwrapPath: svc.bwrap.path!,
           spawnerPath: svc.spawnerPath,
@@ -146,8 +153,7 @@ export class StatefulSessions {
       const seed = this.pendingSeeds.get(slot.index);
       if (seed) {
         this.pendingSeeds.delete(slot.index);
-        writeFileSync(join(hostDir, "seed.env"), seed.env, { mode: 0o600 });
-        if (slot.owner) chownSync(join(hostDir, "seed.env"), slot.owner.uid, slot.owner.gid);
+        createSlotFile(hostDir, "seed.env", seed.env, slot.owner);
         // Unsandboxed, the shell sees host paths: the parent's workspace path becomes this slot's.
         this.seeds.set(s, shQuote(s.holder ? seed.cwd : seed.cwd.replace(/^\/workspace(?=\/|$)/, slot.workspaceDir)));
       }
@@ -156,19 +162,26 @@ export class StatefulSessions {
   }
 
   /**
-   * The slot's session dir, created empty for the slot's uid: on its bounded disk (under its
-   * /tmp, so what the session writes counts against the bound and goes with the disk at
-   * reset), else in the server's state dir. A new name each time: an old one may still be
-   * being deleted in the background.
+   * The slot's session dir, created empty for the slot's uid: on its bounded disk (so what the
+   * session writes counts against the bound and goes with the disk at reset), else in the
+   * server's state dir. Its parent is never inside the slot's reach (no path of its namespaces leads there), so the
+   * slot owns what is in the dir but can never swap the dir itself for a symlink: the server's
+   * accesses to the session files (no-follow.ts) then only have one name to distrust. A new
+   * name each time: an old one may still be being deleted in the background.
    */
   private hostDir(slot: Slot): string {
     const name = `term_${slot.index}_${randomBytes(4).toString("hex")}`;
-    const onDisk = this.service.disks.sessionDir(slot);
-    const dir = onDisk ? join(onDisk, name) : join(this.service.stateDir, name);
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const parent = this.service.disks.sessionDir(slot) ?? this.service.stateDir;
+    mkdirSync(parent, { recursive: true, mode: 0o711 });
+    const dir = join(parent, name);
+    mkdirSync(dir, { mode: 0o700 });
     if (slot.owner) {
-      if (onDisk) chownSync(onDisk, slot.owner.uid, slot.owner.gid);
-      chownSync(dir, slot.owner.uid, slot.owner.gid);
+      const fd = openSync(dir, fsc.O_RDONLY | fsc.O_DIRECTORY | fsc.O_NOFOLLOW);
+      try {
+        fchownSync(fd, slot.owner.uid, slot.owner.gid);
+      } finally {
+        closeSync(fd);
+      }
     }
     return dir;
   }
@@ -343,12 +356,17 @@ export class StatefulSessions {
     if (!s) return undefined;
     let env = "";
     let cwd = "/workspace";
+    // The slot writes these files: never followed, bounded, and anything odd means the defaults.
     try {
-      env = keepExports(readFileSync(join(s.hostDir, "x.env"), "utf8"));
-      const c = readFileSync(join(s.hostDir, "x.cwd"), "utf8");
-      cwd = s.holder ? c : c.startsWith(slot.workspaceDir) ? "/workspace" + c.slice(slot.workspaceDir.length) : "/workspace";
-    } catch {
-      /* no call yet: the defaults */
+      env = keepExports(readSlotFile(s.hostDir, "x.env", MAX_TERMINAL_ENV_BYTES, slot.owner) ?? "");
+    } catch (err) {
+      this.service.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "fork: the terminal's environment is not carried over");
+    }
+    try {
+      const c = readSlotFile(s.hostDir, "x.cwd", MAX_TERMINAL_CWD_BYTES, slot.owner);
+      if (c !== undefined) cwd = s.holder ? c : c.startsWith(slot.workspaceDir) ? "/workspace" + c.slice(slot.workspaceDir.length) : "/workspace";
+    } catch (err) {
+      this.service.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "fork: the terminal's directory is not carried over");
     }
     return { cwd, env };
   }
@@ -362,8 +380,8 @@ export class StatefulSessions {
   reanchor(slot: Slot): void {
     const s = this.sessions.get(slot.index);
     if (!s) return;
-    writeFileSync(join(s.hostDir, "recd"), "", { mode: 0o600 });
-    if (slot.owner) chownSync(join(s.hostDir, "recd"), slot.owner.uid, slot.owner.gid);
+    // Only its existence matters: whatever the slot put there already is left as it is.
+    createSlotFile(s.hostDir, "recd", "", slot.owner);
   }
 
   /** Registers a running attach process of the slot: killed (and waited for) by the slot's reset. */

@@ -15,8 +15,8 @@ import type { Slot } from "../core/slot.js";
  * `<data dir>/.slotpool/disk_<i>` (owned by the slot's uid, mode 0700), holding
  * `workspace/` (bind-mounted onto the slot's workspace dir, so the file tools, artifacts
  * and every namespace of the slot see it), `tmp/`, `var-tmp/` and `shm/` (bound at /tmp,
- * /var/tmp and /dev/shm in each of the slot's namespaces; the terminal's session dir is
- * under tmp/) and `views/` (the server's own, never bound
+ * /var/tmp and /dev/shm in each of the slot's namespaces), `terminals/` (the terminal's
+ * session dirs, the server's, never bound: see `sessionDir`) and `views/` (the server's own, never bound
  * into a slot: the upper and work dirs of the slot's copy-on-write view of a template, see
  * workspace-overlay.ts). A write past the bound fails with ENOSPC in that slot only; reset
  * empties the dirs, which frees the space at once. tmpfs lives in memory (and swap): the
@@ -184,10 +184,14 @@ export class SlotDisks {
     return m ? [m.tmp, m.varTmp, m.shm] : [];
   }
 
-  /** Where the slot's terminal session dir goes: under its /tmp on the bounded disk, if mounted. */
+  /**
+   * Where the slot's terminal session dirs go, if its disk is mounted: `terminals/` at the
+   * disk's root, counted against its bound, but out of the slot's reach (never bound into its
+   * namespaces): the slot cannot swap a session dir for a symlink the server would then follow.
+   */
   sessionDir(slot: Slot): string | undefined {
     const m = this.mounted.get(slot.index);
-    return m ? join(m.tmp, ".slotpool") : undefined;
+    return m ? join(m.disk, "terminals") : undefined;
   }
 
   /**

@@ -1,0 +1,164 @@
+/**
+ * A fork must never hand a child anything of the host (issue 28). The parent slot controls
+ * everything inside its tree and keeps running while the fork happens, so each attack here
+ * is a parent that prepares its tree against the server: symlinks planted in its terminal's
+ * session files and where the session dir goes, directories swapped for symlinks while a
+ * copy-mode fork copies, and a writer in a mount namespace of its own that would keep
+ * writing into the layer the children read. Run as root and as a non-root user (the host
+ * file is then one of the server user's own, e.g. its ~/.ssh).
+ */
+import { randomBytes } from "node:crypto";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startAttackServer, type AttackServer } from "./support.js";
+
+/** A host dir the slots cannot see (their /tmp is their own), holding a 0600 file with a token. */
+function hostSecret(): { dir: string; file: string; token: string } {
+  const dir = mkdtempSync(join(tmpdir(), "slotpool-secret-"));
+  const token = `host-secret-${randomBytes(8).toString("hex")}`;
+  const file = join(dir, "secret");
+  writeFileSync(file, token + "\n", { mode: 0o600 });
+  chmodSync(dir, 0o700);
+  return { dir, file, token };
+}
+
+function stateful(s: AttackServer, slot: number, command: string) {
+  return s.execute({ slot_id: `slot_${slot}`, tool: "bash_stateful", args: { command, require_sandbox: true, allow_network: false, timeout: 20 } });
+}
+
+const cleanup: string[] = [];
+afterAll(() => {
+  for (const d of cleanup) rmSync(d, { recursive: true, force: true });
+});
+
+describe("fork attacks (overlay or copy, whichever the host allows)", () => {
+  let server: AttackServer;
+  beforeAll(async () => {
+    server = await startAttackServer({ slots: 4 });
+    expect((await server.health()).json.bwrap_available).toBe(true);
+  }, 60_000);
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  it("a fork never follows symlinks the parent planted in its terminal's session files (x.cwd, x.env, recd)", async () => {
+    const secret = hostSecret();
+    cleanup.push(secret.dir);
+    const victim = join(secret.dir, "victim");
+    writeFileSync(victim, "victim-intact\n", { mode: 0o644 });
+    const before = statSync(victim);
+    expect((await stateful(server, 0, "cd /workspace && echo warm")).output).toBe("warm");
+    const planted = await stateful(server, 0, `ln -sf ${secret.file} /tmp/.slotpool/x.cwd; ln -sf ${secret.file} /tmp/.slotpool/x.env; ln -sf ${victim} /tmp/.slotpool/recd; echo planted`);
+    expect(planted.output).toBe("planted");
+    const f = await server.request("POST", "/fork", { slot_id: "slot_0", into: ["slot_1"] });
+    expect(f.status, f.text).toBe(200);
+    // An ordinary parent (no namespace of its own) loses no process to the fork's seal.
+    expect(server.logs.join("\n")).not.toContain("mount namespaces of their own");
+    const child = await stateful(server, 1, "pwd; env; echo child-ok");
+    expect(child.output).toContain("child-ok");
+    expect(child.output + child.error).not.toContain(secret.token);
+    // The victim is neither truncated nor given to a slot's uid.
+    expect(readFileSync(victim, "utf8")).toBe("victim-intact\n");
+    const after = statSync(victim);
+    expect([after.uid, after.gid, after.mode]).toEqual([before.uid, before.gid, before.mode]);
+    // The parent's terminal still answers.
+    expect((await stateful(server, 0, "echo parent-ok")).output).toBe("parent-ok");
+    await server.reset(0);
+    await server.reset(1);
+  }, 90_000);
+
+  it("a symlink planted where the terminal's session dir goes (/tmp/.slotpool) is not followed by the server", async () => {
+    const victimDir = mkdtempSync(join(tmpdir(), "slotpool-victim-"));
+    cleanup.push(victimDir);
+    chmodSync(victimDir, 0o755);
+    const before = statSync(victimDir);
+    const r = await server.bash(2, `rm -rf /tmp/.slotpool; ln -s ${victimDir} /tmp/.slotpool && echo planted`);
+    expect(r.output).toBe("planted");
+    const t = await stateful(server, 2, "echo terminal-ok");
+    expect(t.output, JSON.stringify(t)).toBe("terminal-ok");
+    const after = statSync(victimDir);
+    expect([after.uid, after.gid, after.mode]).toEqual([before.uid, before.gid, before.mode]);
+    expect(readdirSync(victimDir)).toEqual([]);
+    await server.reset(2);
+  }, 60_000);
+
+  it("a writer in a nested mount namespace of the parent never reaches the children after the fork", async () => {
+    await server.reset(0);
+    await server.reset(3);
+    // The writer appends to the workspace and, to prove it runs, to /tmp (not part of a fork).
+    const start = await stateful(
+      server,
+      0,
+      "unshare -Urm sh -c 'while :; do echo x >> /workspace/leak; echo y >> /tmp/alive; sleep .1; done' 2>/tmp/unshare.err >/dev/null & sleep 1; echo started",
+    );
+    expect(start.output).toBe("started");
+    const alive = await stateful(server, 0, "wc -l < /tmp/alive 2>/dev/null || echo 0; cat /tmp/unshare.err");
+    const [count, ...err] = alive.output.split("\n");
+    if (Number(count) === 0) {
+      // The attack could not even start: nested user namespaces are refused in this tree (seccomp).
+      expect(err.join("\n")).toMatch(/unshare failed|Operation not permitted|not permitted/i);
+      return;
+    }
+    expect(Number(count)).toBeGreaterThan(2);
+    const f = await server.request("POST", "/fork", { slot_id: "slot_0", into: ["slot_3"] });
+    expect(f.status, f.text).toBe(200);
+    const lines = async (): Promise<number> => Number((await server.bash(3, "wc -l < /workspace/leak")).output);
+    // The writer was stopped by the fork (the seal below the slot's namespaces), not by chance.
+    expect(server.logs.join("\n")).toContain("mount namespaces of their own");
+    const first = await lines();
+    expect(first).toBeGreaterThan(0);
+    await new Promise((r) => setTimeout(r, 2_000));
+    expect(await lines()).toBe(first);
+    await server.reset(0);
+    await server.reset(3);
+  }, 90_000);
+});
+
+describe("copy-mode fork attacks (no per-slot disk)", () => {
+  let server: AttackServer;
+  beforeAll(async () => {
+    server = await startAttackServer({ slots: 2, extraArgs: ["--no-disk-workspace"] });
+    expect((await server.health()).json.bwrap_available).toBe(true);
+  }, 60_000);
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  it("a parent swapping a directory for a symlink to a host directory (RENAME_EXCHANGE loop) gets nothing of the host into a child", async () => {
+    const secret = hostSecret();
+    cleanup.push(secret.dir);
+    // Each `dN` holds the same names as the host dir, so a copy that meets either never fails on a missing name.
+    const setup = await server.bash(
+      0,
+      `for i in $(seq 1 64); do mkdir -p /workspace/d$i && echo decoy > /workspace/d$i/secret; ln -sfn ${secret.dir} /workspace/s$i; done; ` +
+        `printf '%s\\n' 'import ctypes, os' 'libc = ctypes.CDLL(None, use_errno=True)' 'os.chdir("/workspace")' 'pairs = [(b"d%d" % i, b"s%d" % i) for i in range(1, 65)]' 'while True:' '  for d, s in pairs: libc.renameat2(-100, d, -100, s, 2)' > /workspace/swap.py; echo ready`,
+    );
+    expect(setup.output).toBe("ready");
+    expect((await stateful(server, 0, "python3 /workspace/swap.py >/dev/null 2>&1 & sleep 0.3; echo swapping")).output).toBe("swapping");
+    let leaked = 0;
+    let forks = 0;
+    let refused = 0;
+    const deadline = Date.now() + 40_000;
+    for (let i = 0; i < 30 && Date.now() < deadline; i++) {
+      const f = await server.request("POST", "/fork", { slot_id: "slot_0", into: ["slot_1"] });
+      // A copy that meets a tree changing under it fails and changes no child (copy mode is not atomic).
+      if (f.status !== 200) {
+        expect(f.text).toMatch(/copying the parent.s workspace/);
+        refused++;
+        continue;
+      }
+      expect(f.json.mode).toBe("copy");
+      forks++;
+      const found = await server.bash(1, `grep -rls ${secret.token} /workspace 2>/dev/null | head -1; echo scanned`);
+      expect(found.output).toContain("scanned");
+      if (found.output.includes("/workspace/")) leaked++;
+    }
+    // Inside the parent's sandbox the symlink leads nowhere, so most copies meet a dangling
+    // name and fail (no child changes); before the fix every fork copied the host file.
+    expect(forks + refused).toBeGreaterThanOrEqual(10);
+    expect(leaked, `${leaked} of ${forks} forks copied the host file into the child`).toBe(0);
+    await server.reset(0);
+  }, 120_000);
+});
