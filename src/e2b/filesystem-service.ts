@@ -192,6 +192,7 @@ export function filesystemService(registry: SandboxRegistry): ServiceImpl<typeof
     async getWatcherEvents(req, ctx) {
       const s = sandboxForRpc(registry, ctx);
       const w = watcherOf(s, req.watcherId);
+      await w.watch.settled(); // changes made before this call are in the answer, as with E2B's inotify
       const events = w.pending.splice(0);
       if (w.ended && events.length === 0) {
         watchers.delete(req.watcherId);

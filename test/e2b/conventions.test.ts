@@ -22,6 +22,13 @@ describe("E2B conventions", () => {
     expect([info.owner, info.group]).toEqual(["user", "user"]);
   });
 
+  it("sudo runs the command as the same user (a slot has no root): what needs root fails as for a non-root user", async () => {
+    const r = await sbx.commands.run("sudo whoami; sudo -E -u root id -u; sudo FOO=bar sh -c 'echo $FOO'; sudo touch /etc/e2b-x 2>/dev/null; echo rc=$?; sh -c 'command -v sudo'");
+    const uid = (await sbx.commands.run("id -u")).stdout;
+    expect(r.stdout).toBe(`user\n${uid}bar\nrc=1\n/opt/slotpool/bin/sudo\n`);
+    await expect(sbx.commands.run("sudo")).rejects.toMatchObject({ exitCode: 1, stderr: expect.stringContaining("a slot has no root") });
+  });
+
   it("files.list is alphabetical (a directory's entries right after it); remove of a missing path succeeds", async () => {
     await sbx.commands.run("mkdir -p ord/b ord/a-b ord/a && touch ord/c ord/a/x ord/B");
     expect((await sbx.files.list("ord")).map((e) => e.name)).toEqual(["B", "a", "a-b", "b", "c"]);

@@ -4,6 +4,7 @@ import { HttpError } from "../../http/errors.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
 import type { ProcessEvent, ProcessInfo } from "../../protocol/process-session.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
+import { SHIMS_DIR, userShimArgs } from "../isolation/user-shims.js";
 import { networkWrapped, startSlirp } from "../isolation/session-network.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
@@ -233,7 +234,7 @@ export class ProcessSessions {
       // Network on: the namespace unshare made (bubblewrap must not unshare it again).
       ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: internet !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot) }),
       // The workspace at /home/NAME: the uid is NAME there, with that home (E2B's `user`).
-      ...(user ? ["--setenv", "HOME", user.home, "--setenv", "USER", user.name, "--setenv", "LOGNAME", user.name] : []),
+      ...(user ? ["--setenv", "HOME", user.home, "--setenv", "USER", user.name, "--setenv", "LOGNAME", user.name, "--setenv", "PATH", `${SANDBOX_PATH}:${SHIMS_DIR}`, ...userShimArgs(host.stateDir)] : []),
       // Inside unshare's user namespace (where it is root): back to the slot's uid, the slot's resolver.
       ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(alias ? ["--bind", slot.workspaceDir, alias] : []),
