@@ -9,7 +9,7 @@ export default defineConfig({
   resolve: { alias: [{ find: /^slotpool$/, replacement: fileURLToPath(new URL("./src/index.ts", import.meta.url)) }] },
   test: {
     include: ["test/**/*.test.ts"],
-    exclude: ["test/bench/**", "node_modules/**", "dist/**"],
+    exclude: ["test/bench/**", "test/e2b/upstream/**", "node_modules/**", "dist/**"],
     pool: "forks",
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     testTimeout: 30_000,

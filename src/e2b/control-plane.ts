@@ -34,6 +34,7 @@ const CreateBodySchema = z.object({
 });
 const TimeoutBodySchema = z.object({ timeout: z.number().int().min(0) });
 const ConnectBodySchema = z.object({ timeout: z.number().int().min(0).optional() });
+const FORK_PATH = /^\/sandboxes\/([^/]+)\/fork$/;
 const ForkBodySchema = z.object({ timeout: z.number().int().min(0).optional(), count: z.number().int().min(1).max(64).optional() });
 
 export interface ControlPlaneOptions {
@@ -47,6 +48,7 @@ type Handler = (req: IncomingMessage, res: ServerResponse, id: string) => Promis
 export class ControlPlane {
   private readonly keyHash: Buffer;
   private readonly routes: Array<{ method: string; pattern: RegExp; handler: Handler }> = [];
+  private readonly forkBodies = new WeakMap<IncomingMessage, z.output<typeof ForkBodySchema>>();
 
   constructor(private readonly options: ControlPlaneOptions) {
     this.keyHash = createHash("sha256").update(options.apiKey).digest();
@@ -74,7 +76,7 @@ export class ControlPlane {
         const s = this.options.registry.connect(id, (await parse(req, ConnectBodySchema)).timeout);
         send(res, 200, this.created(s));
       })
-      .route("POST", /^\/sandboxes\/([^/]+)\/fork$/, (req, res, id) => this.fork(req, res, id))
+      .route("POST", FORK_PATH, async (req, res, id) => this.fork(this.forkBodies.get(req) ?? {}, res, id))
       .route("POST", /^\/sandboxes\/([^/]+)\/pause$/, unsupported("pause", noPause))
       .route("POST", /^\/(?:v2\/)?sandboxes\/([^/]+)\/resume$/, unsupported("resume", noPause))
       .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noPause))
@@ -93,6 +95,8 @@ export class ControlPlane {
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { path } = requestTarget(req.url);
     if (path === "/health" && req.method === "GET") return send(res, 200, { status: "ok" });
+    // A fork's body is checked before the API key, as E2B does: count < 1 is a 400 whoever asks.
+    if (req.method === "POST" && FORK_PATH.test(path)) this.forkBodies.set(req, await parse(req, ForkBodySchema));
     this.checkKey(req);
     let pathMatched = false;
     for (const r of this.routes) {
@@ -135,11 +139,15 @@ export class ControlPlane {
     if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new E2bApiError(400, "limit must be a whole number from 1 to 100", "limit");
     const filter = metadataFilter(query.get("metadata"));
     const template = query.get("template");
-    const order = query.get("order") ?? "asc";
+    // E2B lists the newest sandboxes first, and pages in that order.
+    const order = query.get("order") ?? "desc";
     if (order !== "asc" && order !== "desc") throw new E2bApiError(400, "order must be asc or desc", "order");
     // Every sandbox here runs: a filter for other states only finds none.
     let all = states.length > 0 && !states.includes("running") ? [] : this.options.registry.list();
-    all = all.filter((s) => Object.entries(filter).every(([k, v]) => s.metadata[k] === v) && (!template || s.templateId === template));
+    const startedAfter = query.get("startedAfter");
+    const after0 = startedAfter ? Date.parse(startedAfter) : Number.NEGATIVE_INFINITY;
+    if (Number.isNaN(after0)) throw new E2bApiError(400, "startedAfter must be an ISO 8601 time", "startedAfter");
+    all = all.filter((s) => Object.entries(filter).every(([k, v]) => s.metadata[k] === v) && (!template || s.templateId === template) && s.startedAt.getTime() >= after0);
     const keyOf = (s: E2bSandbox) => `${String(s.startedAt.getTime()).padStart(15, "0")}_${s.id}`;
     all.sort((a, b) => (keyOf(a) < keyOf(b) ? -1 : keyOf(a) > keyOf(b) ? 1 : 0) * (order === "asc" ? 1 : -1));
     const after = query.get("nextToken");
@@ -152,13 +160,12 @@ export class ControlPlane {
     send(res, 200, page.map((s) => this.listed(s)));
   }
 
-  private async fork(req: IncomingMessage, res: ServerResponse, id: string): Promise<void> {
-    const body = await parse(req, ForkBodySchema);
+  private async fork(body: z.output<typeof ForkBodySchema>, res: ServerResponse, id: string): Promise<void> {
     const source = this.options.registry.require(id);
     const results = await this.options.registry.fork(source, body.count ?? 1, body.timeout);
     send(
       res,
-      200,
+      201,
       results.map((r) => (r instanceof Error ? { error: { code: r instanceof E2bApiError ? r.status : 500, message: r.message } } : { sandbox: this.created(r) })),
     );
   }

@@ -28,6 +28,8 @@ export class DirWatch {
   private prev: Listing | null = null;
   private cur: Listing = new Map();
   private closed = false;
+  private listings = 0;
+  private waiters: Array<{ target: number; resolve: () => void }> = [];
 
   private constructor(
     private readonly sandbox: E2bSandbox,
@@ -80,7 +82,24 @@ export class DirWatch {
     return null;
   }
 
+  /**
+   * Resolves once a listing that began after this call has been compared (two listings from
+   * now), or the watch ended: what changed before the call is in the events by then. E2B's
+   * watchers see changes at once (inotify); a poller that asks right after a write must not
+   * get an empty answer because the listing in flight began before the write.
+   */
+  settled(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    const target = this.listings + 2;
+    return new Promise((resolve) => this.waiters.push({ target, resolve }));
+  }
+
   private diff(): WatchEvent[] {
+    this.listings++;
+    const due = this.waiters.filter((w) => w.target <= this.listings);
+    this.waiters = this.waiters.filter((w) => w.target > this.listings);
+    // After this listing's events are handed to the reader (next() returns them first).
+    setImmediate(() => due.forEach((w) => w.resolve()));
     const prev = this.prev;
     const cur = this.cur;
     this.prev = cur;
@@ -89,7 +108,8 @@ export class DirWatch {
     const out: WatchEvent[] = [];
     for (const [name, meta] of cur) {
       const before = prev.get(name);
-      if (before === undefined) out.push({ name, type: EventType.CREATE });
+      // A new file with content was created and written (inotify, which E2B uses, reports both).
+      if (before === undefined) out.push({ name, type: EventType.CREATE }, ...(!meta.startsWith("d") && !meta.endsWith("\t0") ? [{ name, type: EventType.WRITE }] : []));
       else if (before !== meta && !meta.startsWith("d")) out.push({ name, type: EventType.WRITE });
     }
     for (const name of prev.keys()) if (!cur.has(name)) out.push({ name, type: EventType.REMOVE });
@@ -100,6 +120,7 @@ export class DirWatch {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    for (const w of this.waiters.splice(0)) w.resolve();
     this.stream.close();
     void this.sandbox.processes.signal(this.stream.pid, "SIGKILL").catch(() => undefined);
   }

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { posix } from "node:path";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { FileType, Filesystem, type EntryInfoSchema, type WatchDirResponseSchema } from "./gen/filesystem/filesystem_pb.js";
@@ -17,8 +18,9 @@ type Entry = MessageInitShape<typeof EntryInfoSchema>;
  * fields reports entries (any file name survives). Watching polls (dir-watch.ts).
  */
 
-/** find -printf format: 9 NUL-terminated fields per entry. */
-const FMT = "%y\\0%s\\0%m\\0%M\\0%u\\0%g\\0%T@\\0%l\\0%p\\0";
+/** find -printf format: 10 NUL-terminated fields per entry (%Y: the type a symlink points to, as E2B reports it). */
+const FMT = "%y\\0%Y\\0%s\\0%m\\0%M\\0%u\\0%g\\0%T@\\0%l\\0%p\\0";
+const FIELDS = 10;
 const NOT_FOUND = 44;
 const WRONG_TYPE = 45;
 const EXISTS = 47;
@@ -28,7 +30,8 @@ const SCRIPTS = {
   list: `[ -e "$1" ] || exit ${NOT_FOUND}; [ -d "$1" ] || exit ${WRONG_TYPE}; exec find "$1" -mindepth 1 -maxdepth "$2" -printf '${FMT}'`,
   makeDir: `[ -e "$1" ] && exit ${EXISTS}; mkdir -p -- "$1" && exec find "$1" -maxdepth 0 -printf '${FMT}'`,
   move: `[ -e "$1" ] || [ -L "$1" ] || exit ${NOT_FOUND}; mkdir -p -- "$(dirname -- "$2")" && mv -T -- "$1" "$2" && exec find "$2" -maxdepth 0 -printf '${FMT}'`,
-  remove: `[ -e "$1" ] || [ -L "$1" ] || exit ${NOT_FOUND}; exec rm -rf -- "$1"`,
+  // Removing what is not there succeeds, as in E2B.
+  remove: `exec rm -rf -- "$1"`,
 };
 
 const TYPES: Record<string, FileType> = { f: FileType.FILE, d: FileType.DIRECTORY, l: FileType.SYMLINK };
@@ -36,12 +39,14 @@ const TYPES: Record<string, FileType> = { f: FileType.FILE, d: FileType.DIRECTOR
 function parseEntries(out: Buffer): Entry[] {
   const fields = out.toString("utf8").split("\0");
   const entries: Entry[] = [];
-  for (let i = 0; i + 9 <= fields.length; i += 9) {
-    const [type, size, mode, perms, owner, group, mtime, link, path] = fields.slice(i, i + 9) as [string, string, string, string, string, string, string, string, string];
+  for (let i = 0; i + FIELDS <= fields.length; i += FIELDS) {
+    const [type, target, size, mode, perms, owner, group, mtime, link, path] = fields.slice(i, i + FIELDS) as [string, string, string, string, string, string, string, string, string, string];
     const [sec, frac = "0"] = mtime.split(".");
     entries.push({
       name: path.slice(path.lastIndexOf("/") + 1),
-      type: TYPES[type] ?? FileType.UNSPECIFIED,
+      // As envd: a symlink has the type of what it points to (a dangling one stays a symlink),
+      // and its target as an absolute path.
+      type: TYPES[type === "l" ? target : type] ?? (type === "l" ? FileType.SYMLINK : FileType.UNSPECIFIED),
       path,
       size: BigInt(size || "0"),
       mode: parseInt(mode, 8),
@@ -49,10 +54,18 @@ function parseEntries(out: Buffer): Entry[] {
       owner,
       group,
       modifiedTime: { seconds: BigInt(sec || "0"), nanos: Number(frac.padEnd(9, "0").slice(0, 9)) },
-      ...(type === "l" ? { symlinkTarget: link } : {}),
+      ...(type === "l" ? { symlinkTarget: posix.resolve(posix.dirname(path), link) } : {}),
     });
   }
   return entries;
+}
+
+/** envd's order: a directory walk in lexical order of names (a directory's entries right after it). */
+function byWalkOrder(a: Entry, b: Entry): number {
+  const x = (a.path ?? "").split("/");
+  const y = (b.path ?? "").split("/");
+  for (let i = 0; i < Math.min(x.length, y.length); i++) if (x[i] !== y[i]) return x[i]! < y[i]! ? -1 : 1;
+  return x.length - y.length;
 }
 
 async function runOp(s: E2bSandbox, op: keyof typeof SCRIPTS, args: string[], what: string): Promise<Entry[]> {
@@ -129,7 +142,7 @@ export function filesystemService(registry: SandboxRegistry, options: { maxWatch
     async listDir(req, ctx) {
       const s = sandboxForRpc(registry, ctx);
       const p = path(req.path);
-      return { entries: await runOp(s, "list", [p, String(Math.max(1, req.depth))], p) };
+      return { entries: (await runOp(s, "list", [p, String(Math.max(1, req.depth))], p)).sort(byWalkOrder) };
     },
     async makeDir(req, ctx) {
       const s = sandboxForRpc(registry, ctx);
@@ -202,6 +215,7 @@ export function filesystemService(registry: SandboxRegistry, options: { maxWatch
     async getWatcherEvents(req, ctx) {
       const s = sandboxForRpc(registry, ctx);
       const w = watcherOf(s, req.watcherId);
+      await w.watch?.settled(); // changes made before this call are in the answer, as with E2B's inotify
       const events = w.pending.splice(0);
       if (w.ended && events.length === 0) {
         watchers.delete(req.watcherId);

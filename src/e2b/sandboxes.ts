@@ -97,10 +97,10 @@ export class SandboxRegistry {
       throw new E2bApiError(404, `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates)`);
     }
     const timeoutS = this.timeoutSeconds(req.timeout);
-    const allowNetwork = req.allowInternetAccess ?? this.options.allowNetwork ?? false;
-    if (allowNetwork && !this.options.allowNetwork) {
-      throw new E2bApiError(400, "internet access is off on this server: its sandboxes' commands have loopback only (start it with --allow-network)", "allow_internet_access");
-    }
+    // Asking for internet on a server without it (E2B's Python SDK up to 2.34 always asks)
+    // gives a sandbox with loopback only; its info says so (allowInternetAccess: false).
+    const allowNetwork = (req.allowInternetAccess ?? true) && (this.options.allowNetwork ?? false);
+    if (req.allowInternetAccess && !allowNetwork) this.options.logger.info({ template: templateId }, "a sandbox asked for internet access, which is off on this server (--allow-network): it gets loopback only");
     const id = "sp" + randomBytes(9).toString("hex");
     const slot = await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(spec ? { template: spec.name } : {}) });
     try {

@@ -135,11 +135,13 @@ export function probeBwrap(workspaceDir: string, uid: number | undefined, gid: n
  * Writes (once) an /etc/passwd and /etc/group for a slot: the host's files plus a
  * `sandbox` user and group for the slot's uid/gid with home /workspace, so `whoami`,
  * `id -un`, git's author lookup and friends work and no lookup falls through to NSS
- * modules that try (and fail) to reach daemons.
+ * modules that try (and fail) to reach daemons. A session with its workspace at
+ * /home/NAME (E2B's /home/user) names the uid NAME with that home instead, as E2B code expects.
  */
-export function identityFiles(stateDir: string, uid: number, gid: number): { passwd: string; group: string } {
-  const passwd = join(stateDir, `passwd-${uid}`);
-  const group = join(stateDir, `group-${gid}`);
+export function identityFiles(stateDir: string, uid: number, gid: number, user: { name: string; home: string } = { name: SANDBOX_USER, home: "/workspace" }): { passwd: string; group: string } {
+  const suffix = user.name === SANDBOX_USER ? "" : `-${user.name}`;
+  const passwd = join(stateDir, `passwd-${uid}${suffix}`);
+  const group = join(stateDir, `group-${gid}${suffix}`);
   if (!existsSync(passwd) || !existsSync(group)) {
     const read = (f: string): string => {
       try {
@@ -149,10 +151,10 @@ export function identityFiles(stateDir: string, uid: number, gid: number): { pas
         return "";
       }
     };
-    const hostPasswd = read("/etc/passwd").split("\n").filter((l) => l && l.split(":")[2] !== String(uid) && !l.startsWith(`${SANDBOX_USER}:`));
-    const hostGroup = read("/etc/group").split("\n").filter((l) => l && l.split(":")[2] !== String(gid) && !l.startsWith(`${SANDBOX_USER}:`));
-    writeFileSync(passwd, [...hostPasswd, `${SANDBOX_USER}:x:${uid}:${gid}:slotpool sandbox:/workspace:/bin/bash`, ""].join("\n"), { mode: 0o644 });
-    writeFileSync(group, [...hostGroup, `${SANDBOX_USER}:x:${gid}:`, ""].join("\n"), { mode: 0o644 });
+    const hostPasswd = read("/etc/passwd").split("\n").filter((l) => l && l.split(":")[2] !== String(uid) && !l.startsWith(`${user.name}:`));
+    const hostGroup = read("/etc/group").split("\n").filter((l) => l && l.split(":")[2] !== String(gid) && !l.startsWith(`${user.name}:`));
+    writeFileSync(passwd, [...hostPasswd, `${user.name}:x:${uid}:${gid}:slotpool sandbox:${user.home}:/bin/bash`, ""].join("\n"), { mode: 0o644 });
+    writeFileSync(group, [...hostGroup, `${user.name}:x:${gid}:`, ""].join("\n"), { mode: 0o644 });
   }
   return { passwd, group };
 }

@@ -491,8 +491,8 @@ export class SandboxService implements SlotHost {
   }
 
   /** /etc/passwd and /etc/group overlays naming the slot's uid inside its sandbox. */
-  identity(slot: Slot): { passwd: string; group: string } {
-    return identityFiles(this.stateDir, slot.owner?.uid ?? process.getuid?.() ?? 0, slot.owner?.gid ?? process.getgid?.() ?? 0);
+  identity(slot: Slot, user?: { name: string; home: string }): { passwd: string; group: string } {
+    return identityFiles(this.stateDir, slot.owner?.uid ?? process.getuid?.() ?? 0, slot.owner?.gid ?? process.getgid?.() ?? 0, user);
   }
 
   newOutputName(): string {

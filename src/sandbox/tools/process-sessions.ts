@@ -4,6 +4,7 @@ import { HttpError } from "../../http/errors.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
 import type { ProcessEvent, ProcessInfo } from "../../protocol/process-session.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
+import { SHIMS_DIR, userShimArgs } from "../isolation/user-shims.js";
 import { networkWrapped, startSlirp } from "../isolation/session-network.js";
 import { filterArgs, sendFilter } from "../isolation/seccomp.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
@@ -294,6 +295,7 @@ export class ProcessSessions {
     const uid = slot.owner?.uid ?? process.getuid?.() ?? 0;
     const gid = slot.owner?.gid ?? process.getgid?.() ?? 0;
     const limits = host.limits;
+    const user = alias ? { name: alias.slice("/home/".length), home: alias } : undefined;
     const launcher = [
       `ulimit -H -S -u ${limits.maxProcesses} -f ${Math.max(1, Math.floor(limits.maxFileBytes / 1024))} -t ${limits.cpuSeconds} -c 0`,
       host.addressSpaceBytes > 0 ? ` -v ${Math.floor(host.addressSpaceBytes / 1024)}` : "",
@@ -301,7 +303,9 @@ export class ProcessSessions {
     ].join("");
     const args = [
       // Network on: the namespace unshare made (bubblewrap must not unshare it again).
-      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: internet !== undefined, identity: host.identity(slot), writableArgs: host.disks.writableArgs(slot) }),
+      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: internet !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot) }),
+      // The workspace at /home/NAME: the uid is NAME there, with that home (E2B's `user`).
+      ...(user ? ["--setenv", "HOME", user.home, "--setenv", "USER", user.name, "--setenv", "LOGNAME", user.name, "--setenv", "PATH", `${SANDBOX_PATH}:${SHIMS_DIR}`, ...userShimArgs(host.stateDir)] : []),
       // Inside unshare's user namespace (where it is root): back to the slot's uid, the slot's resolver.
       ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(alias ? ["--bind", slot.workspaceDir, alias] : []),

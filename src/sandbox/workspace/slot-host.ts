@@ -43,7 +43,7 @@ export interface SlotHost {
   readonly removal: TreeRemoval;
   /** Whether a call asking for `requested` network gets it (network on needs internet access). */
   effectiveNetwork(requested: boolean): boolean;
-  identity(slot: Slot): { passwd: string; group: string };
+  identity(slot: Slot, user?: { name: string; home: string }): { passwd: string; group: string };
   newOutputName(): string;
   outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number }): ToolOutcome;
 }

@@ -1,0 +1,65 @@
+import { readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { pythonClients } from "../support/python-clients.js";
+import { runUpstreamPython } from "./upstream/run-upstream.js";
+import { startE2bServerProcess } from "./upstream/server-process.js";
+
+// E2B's own Python SDK tests (test/e2b/upstream/python, ORIGIN.md) with the current E2B
+// Python SDK from the package index (test/python/requirements.txt), sync and async, against
+// `slotpool e2b-server` with its defaults. As for the JS suite, the tests that still fail
+// are listed with their reasons (py-expected-failures.json) and the list is kept exact.
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const expectedFailures = JSON.parse(readFileSync(join(repo, "test/e2b/upstream/py-expected-failures.json"), "utf8")) as Record<string, string>;
+/** Unlisted failures tolerated as load flakes (each is printed). */
+const FLAKE_ALLOWANCE = 2;
+/** The share of upstream tests that must pass (the issue's target is 0.95). */
+const PASS_FLOOR = 0.81; // 251 of 303 pass; the floor leaves room for FLAKE_ALLOWANCE
+const py = pythonClients();
+
+describe("E2B's own Python SDK tests against slotpool e2b-server", () => {
+  it.skipIf(py.python === null)(`pass, except exactly the listed known gaps${py.reason ? ` (skipped: ${py.reason})` : ""}`, async () => {
+    const server = await startE2bServerProcess();
+    try {
+      const { outcomes, output } = await runUpstreamPython(repo, py.python!, server);
+      expect(outcomes.length, output.slice(-4000)).toBeGreaterThan(200);
+      const failing = new Set(outcomes.filter((o) => !o.passed).map((o) => o.key));
+      const unexpected = outcomes.filter((o) => !o.passed && !(o.key in expectedFailures)).map((o) => `${o.key}: ${o.message}`);
+      const nowPassing = Object.keys(expectedFailures).filter((k) => !failing.has(k) && outcomes.some((o) => o.key === k));
+      const missing = Object.keys(expectedFailures).filter((k) => !outcomes.some((o) => o.key === k));
+      const passed = outcomes.filter((o) => o.passed).length;
+      console.log(`E2B Python SDK tests: ${passed} of ${outcomes.length} pass against slotpool e2b-server`);
+      // Timing-sensitive upstream tests (a PTY's output, a watch's events) can miss on a loaded
+      // 2-core box: up to FLAKE_ALLOWANCE unlisted failures are printed, more fail the test.
+      if (unexpected.length > 0) console.warn(`upstream tests failing that py-expected-failures.json does not list:\n${unexpected.join("\n")}`);
+      expect(unexpected.length, `upstream tests failing that py-expected-failures.json does not list:\n${unexpected.join("\n")}`).toBeLessThanOrEqual(FLAKE_ALLOWANCE);
+      expect(nowPassing, "listed as failing in py-expected-failures.json but passing: remove them from the list").toEqual([]);
+      expect(missing, "listed in py-expected-failures.json but not in the suite").toEqual([]);
+      expect(passed / outcomes.length).toBeGreaterThanOrEqual(PASS_FLOOR);
+    } finally {
+      await server.stop();
+    }
+  }, 900_000);
+
+  it.skipIf(py.python === null)("a default Sandbox.create() from Python works against a default server", async () => {
+    const server = await startE2bServerProcess();
+    try {
+      const { spawnSync } = await import("node:child_process");
+      const script = [
+        "from e2b import Sandbox",
+        "s = Sandbox.create()",
+        "print(s.commands.run('whoami').stdout.strip(), s.get_info().allow_internet_access)",
+        "s.kill()",
+        // What E2B's Python SDK up to 2.34 always sent: internet asked for, loopback given.
+        "s = Sandbox.create(allow_internet_access=True)",
+        "print(s.commands.run('echo ok').stdout.strip(), s.get_info().allow_internet_access)",
+        "s.kill()",
+      ].join("\n");
+      const r = spawnSync(py.python!, ["-c", script], { env: { ...process.env, E2B_API_URL: server.url, E2B_SANDBOX_URL: server.url, E2B_API_KEY: server.apiKey }, encoding: "utf8", timeout: 120_000 });
+      expect(r.stderr + r.stdout).toBe("user False\nok False\n");
+    } finally {
+      await server.stop();
+    }
+  }, 180_000);
+});

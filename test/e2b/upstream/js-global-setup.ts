@@ -1,0 +1,18 @@
+// Points E2B's own JS SDK tests at a `slotpool e2b-server` with its defaults: the only
+// adaptation they get (see ORIGIN.md). The SDK reads E2B_API_URL / E2B_SANDBOX_URL /
+// E2B_API_KEY; the test workers are started after this runs and inherit them.
+import { startE2bServerProcess, type E2bServerProcess } from "./server-process.js";
+
+let server: E2bServerProcess | undefined;
+
+export async function setup(): Promise<void> {
+  server = await startE2bServerProcess();
+  process.env["E2B_API_URL"] = server.url;
+  process.env["E2B_SANDBOX_URL"] = server.url;
+  process.env["E2B_API_KEY"] = server.apiKey;
+  process.env["E2B_DOMAIN"] = new URL(server.url).host;
+}
+
+export async function teardown(): Promise<void> {
+  await server?.stop();
+}

@@ -1,0 +1,78 @@
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+/** One upstream test's outcome, keyed as `file :: full name` (file relative to the suite's root). */
+export interface UpstreamOutcome {
+  key: string;
+  passed: boolean;
+  message: string;
+}
+
+/** Runs E2B's JS SDK tests (test/e2b/upstream/js) in their own vitest and returns every outcome. */
+export async function runUpstreamJs(repo: string): Promise<{ outcomes: UpstreamOutcome[]; output: string }> {
+  const dir = mkdtempSync(join(tmpdir(), "slotpool-e2b-upstream-"));
+  const report = join(dir, "report.json");
+  try {
+    const output = await new Promise<string>((resolve) => {
+      const child = spawn(process.execPath, [join(repo, "node_modules", "vitest", "vitest.mjs"), "run", "--config", join(repo, "test/e2b/upstream/js.vitest.config.ts"), "--reporter=json", `--outputFile=${report}`], {
+        cwd: repo,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let out = "";
+      child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+      child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+      child.once("close", () => resolve(out));
+    });
+    const parsed = JSON.parse(readFileSync(report, "utf8")) as {
+      testResults: { name: string; assertionResults: { fullName: string; status: string; failureMessages: string[] }[] }[];
+    };
+    const outcomes: UpstreamOutcome[] = [];
+    for (const file of parsed.testResults) {
+      const rel = file.name.split("/test/e2b/upstream/js/")[1] ?? file.name;
+      for (const t of file.assertionResults) {
+        outcomes.push({ key: `${rel} :: ${t.fullName}`, passed: t.status === "passed", message: (t.failureMessages[0] ?? "").split("\n")[0]!.slice(0, 300) });
+      }
+    }
+    return { outcomes, output };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Runs E2B's Python SDK tests (test/e2b/upstream/python) with pytest from `python` (the
+ * venv of scripts/setup-python.sh) against `server`, and returns every outcome from pytest's
+ * JUnit report (a skip counts as not passed).
+ */
+export async function runUpstreamPython(repo: string, python: string, server: { url: string; apiKey: string }): Promise<{ outcomes: UpstreamOutcome[]; output: string }> {
+  const dir = mkdtempSync(join(tmpdir(), "slotpool-e2b-upstream-py-"));
+  const report = join(dir, "junit.xml");
+  const root = join(repo, "test/e2b/upstream/python");
+  try {
+    const output = await new Promise<string>((resolve) => {
+      const child = spawn(python, ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", `--junitxml=${report}`, "-o", "junit_family=xunit1", root], {
+        cwd: root,
+        env: { ...process.env, E2B_API_URL: server.url, E2B_SANDBOX_URL: server.url, E2B_API_KEY: server.apiKey, E2B_DOMAIN: new URL(server.url).host },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let out = "";
+      child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+      child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+      child.once("close", () => resolve(out));
+    });
+    const xml = readFileSync(report, "utf8");
+    const outcomes: UpstreamOutcome[] = [];
+    for (const m of xml.matchAll(/<testcase\b([^>]*?)(\/>|>([\s\S]*?)<\/testcase>)/g)) {
+      const attr = (name: string) => new RegExp(`\\b${name}="([^"]*)"`).exec(m[1]!)?.[1] ?? "";
+      const body = m[3] ?? "";
+      const problem = /<(failure|error|skipped)\b[^>]*?message="([^"]*)"/.exec(body);
+      const failed = /<(failure|error|skipped)\b/.test(body);
+      outcomes.push({ key: `${attr("file") || attr("classname")} :: ${attr("name")}`, passed: !failed, message: (problem?.[2] ?? "").slice(0, 300) });
+    }
+    return { outcomes, output };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
