@@ -6,9 +6,11 @@ import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { Autoscaler, type ScaleEvent } from "./autoscaler.js";
 import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, SlotForkError, PoolError } from "./errors.js";
+import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, PoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { HealthMonitor } from "./health-monitor.js";
+import { ContainerAdmission, insertByIndex } from "./container-admission.js";
+import { ForkLeases } from "./fork-leases.js";
 import { PoolStatistics } from "./pool-statistics.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
 import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
@@ -88,6 +90,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private readonly scaler: Autoscaler;
   private readonly health: HealthMonitor;
   private readonly statistics: PoolStatistics;
+  private readonly forks: ForkLeases;
+  private readonly admission: ContainerAdmission;
 
   private freeCount = 0;
   private busyCount = 0;
@@ -149,6 +153,27 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
         this.retired.delete(info.id);
         this.onContainerUp(info);
       },
+    });
+    this.forks = new ForkLeases({
+      config: this.config,
+      state: () => this.state,
+      freeTaken: (n) => {
+        this.freeCount -= n;
+      },
+      lease: (record, trajectoryId, startedAt) => this.lease(record, trajectoryId, startedAt),
+      release: (lease, options) => this.release(lease, options),
+    });
+    this.admission = new ContainerAdmission({
+      config: this.config,
+      health: this.health,
+      accepting: () => this.state !== "stopping" && this.state !== "stopped",
+      known: (id) => this.byId.has(id) || this.retired.has(id),
+      createClient: (info, hooks) => this.createClient(info, hooks),
+      register: (record) => {
+        this.byId.set(record.info.id, record);
+        insertByIndex(this.containers, record);
+      },
+      opened: (record, slots) => this.openContainer(record, slots),
     });
     this.statistics = new PoolStatistics(this.metrics, () => ({
       containers: this.containers,
@@ -318,94 +343,9 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   // ---------------------------------------------------------------- fork
 
-  /** Forks waiting for free slots on one container: served before acquires when slots come back there. */
-  private readonly forkWaiters: Array<{ container: ContainerRecord; n: number; take: (records: SlotRecord[]) => void }> = [];
-
-  /**
-   * `lease.fork(n)`: holds n free slots of the lease's container (all at once, waiting up to
-   * the timeout), asks the server to fork into them, and hands them out as leases. On any
-   * failure the held slots go back (reset only when the server may have touched them) and
-   * a SlotForkError says why: never half-done.
-   */
-  async forkLease(parent: SlotLease, n: number, options: ForkOptions): Promise<SlotLease[]> {
-    if (!Number.isInteger(n) || n < 1) throw new SlotForkError("invalid", `fork(n): n must be a positive integer, got ${String(n)}`);
-    const ids = options.trajectoryIds ?? Array.from({ length: n }, (_, i) => `${parent.trajectoryId}/fork-${i}`);
-    if (ids.length !== n) throw new SlotForkError("invalid", `fork(${n}): trajectoryIds names ${ids.length} trajectories, expected ${n}`);
-    if (this.state !== "running") throw new PoolNotRunningError(`cannot fork: the pool is ${this.state}`);
-    const container = parent.record.container;
-    if (!container.client.fork) throw new SlotForkError("unsupported", `the sandbox client of ${container.info.id} cannot fork (no POST /fork)`);
-    const others = container.slots.filter((s) => s !== parent.record && s.state !== "lost").length;
-    if (n > others) {
-      throw new SlotForkError(
-        "capacity",
-        `cannot fork ${parent.key} into ${n} slots: its container ${container.info.id} has ${container.slots.length} slots, so at most ${others} siblings; fork into fewer, or start containers with more slots (slotsPerContainer)`,
-      );
-    }
-    const startedAt = performance.now();
-    const timeoutMs = options.timeoutMs ?? this.config.acquireTimeoutMs;
-    const records = await this.takeFromContainer(container, n, timeoutMs, options.signal, parent.key);
-    const leases = records.map((r, i) => this.lease(r, ids[i]!, startedAt));
-    try {
-      await parent.forkInto(
-        records.map((r) => r.slotId),
-        { ...(options.signal ? { signal: options.signal } : {}), ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) },
-      );
-    } catch (err) {
-      // A refusal (4xx) changed nothing on the server; anything else may have touched the children.
-      const untouched = err instanceof SandboxRequestError && err.status !== undefined && err.status >= 400 && err.status < 500;
-      await Promise.all(leases.map((l) => this.release(l, { reset: !untouched })));
-      throw new SlotForkError("refused", `fork of ${parent.key} into ${records.map((r) => r.slotId).join(", ")} failed: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
-    }
-    return leases;
-  }
-
-  /** n free slots of `container`, taken together (never some of them), or a SlotForkError after `timeoutMs`. */
-  private takeFromContainer(container: ContainerRecord, n: number, timeoutMs: number, signal: AbortSignal | undefined, parentKey: string): Promise<SlotRecord[]> {
-    if (signal?.aborted) return Promise.reject(signal.reason);
-    const now = this.takeN(container, n);
-    if (now) return Promise.resolve(now);
-    return new Promise<SlotRecord[]>((resolve, reject) => {
-      const entry = {
-        container,
-        n,
-        take: (records: SlotRecord[]) => {
-          done();
-          resolve(records);
-        },
-      };
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener("abort", onAbort);
-        const i = this.forkWaiters.indexOf(entry);
-        if (i >= 0) this.forkWaiters.splice(i, 1);
-      };
-      const onAbort = () => {
-        done();
-        reject(signal!.reason);
-      };
-      const timer = setTimeout(() => {
-        done();
-        reject(new SlotForkError("timeout", `cannot fork ${parentKey} into ${n} slots: only ${container.free.length} of its container's slots became free within ${timeoutMs} ms; release sibling slots sooner, fork into fewer, or pass a longer timeoutMs`));
-      }, timeoutMs);
-      signal?.addEventListener("abort", onAbort, { once: true });
-      this.forkWaiters.push(entry);
-    });
-  }
-
-  private takeN(container: ContainerRecord, n: number): SlotRecord[] | undefined {
-    if (container.state !== "ready" || container.free.length < n) return undefined;
-    const records = container.free.splice(container.free.length - n, n).reverse();
-    this.freeCount -= n;
-    return records;
-  }
-
-  private serveForkWaiters(container: ContainerRecord): void {
-    for (const w of [...this.forkWaiters]) {
-      if (w.container !== container) continue;
-      const records = this.takeN(container, w.n);
-      if (!records) break;
-      w.take(records);
-    }
+  /** `lease.fork(n)`: see fork-leases.ts. */
+  forkLease(parent: SlotLease, n: number, options: ForkOptions): Promise<SlotLease[]> {
+    return this.forks.fork(parent, n, options);
   }
 
   private lease(record: SlotRecord, trajectoryId: string, startedAt: number): SlotLease {
@@ -492,7 +432,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     container.busy--;
     this.busyCount--;
     this.insertFree(container, record, reset);
-    if (this.forkWaiters.length > 0) this.serveForkWaiters(container);
+    if (this.forks.waiting) this.forks.serve(container);
     if (container.state === "ready") this.serveWaiters();
     else this.scheduleScale(); // a draining container may have emptied
   }
@@ -540,37 +480,11 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   private onContainerUp(info: ContainerInfo): void {
     this.starting.delete(info.id);
-    if (this.state === "stopping" || this.state === "stopped") return;
-    if (this.byId.has(info.id) || this.retired.has(info.id)) return;
-    const maxConcurrency = this.config.maxConcurrencyPerContainer ?? Math.max(info.slots, this.config.slotsPerContainer) * 4;
-    let record: ContainerRecord | undefined;
-    const client = this.createClient(info, {
-      maxConcurrency,
-      onConnectionFailure: (error) => {
-        if (record) void this.health.suspect(record, error);
-      },
-    });
-    record = new ContainerRecord(info, client);
-    this.byId.set(info.id, record);
-    this.insertContainer(record);
-    void this.admitContainer(record);
+    this.admission.containerUp(info);
   }
 
-  private insertContainer(record: ContainerRecord): void {
-    let lo = 0;
-    let hi = this.containers.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.containers[mid]!.index <= record.index) lo = mid + 1;
-      else hi = mid;
-    }
-    this.containers.splice(lo, 0, record);
-  }
-
-  /** Health-checks a new container until it answers, then opens its slots. */
-  private async admitContainer(record: ContainerRecord): Promise<void> {
-    const slots = await this.health.admit(record);
-    if (slots === undefined || record.state !== "checking") return;
+  /** A new container answered /health: its slots open (drained if the autoscaler is retiring it). */
+  private openContainer(record: ContainerRecord, slots: number): void {
     record.initSlots(slots);
     record.state = this.scaler.opensDrained(record) ? "draining" : "ready";
     this.freeCount += slots;
