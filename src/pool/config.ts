@@ -59,8 +59,13 @@ export const NomadJobSettingsSchema = z
     image: z.string().min(1).optional(),
     /** The task driver. */
     driver: z.enum(["docker", "raw_exec", "exec"], { error: "must be docker, raw_exec or exec" }).optional(),
-    /** The sandbox job's id. */
+    /** The sandbox job's id. Default: `slotpool-sandbox-<run id>`, a job of this run's own. */
     jobId: z.string().min(1).optional(),
+    /**
+     * The jobId is shared by successive runs: a run may take over the job a previous run left
+     * behind once that run is gone (no heartbeat). A live run's job is never touched.
+     */
+    shareJob: z.boolean().optional(),
     /** Datacenters the job may run in (default ["dc1"], every agent's default; Nomad ≥ 1.6 also takes "*"). */
     datacenters: z.array(z.string().min(1)).min(1).optional(),
     /** The job's namespace (default NOMAD_NAMESPACE, else Nomad's "default"). */

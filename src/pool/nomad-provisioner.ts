@@ -10,8 +10,9 @@ import {
 } from "../nomad/allocation.js";
 import { NomadClient } from "../nomad/client.js";
 import { sleep } from "../nomad/retry.js";
-import { NomadAclDeniedError, NomadError, NomadScaleBlockedError, NomadUnreachableError } from "../nomad/errors.js";
-import { META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
+import { NomadAclDeniedError, NomadError, NomadNotFoundError, NomadScaleBlockedError, NomadUnreachableError } from "../nomad/errors.js";
+import { DEFAULT_JOB_ID, META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
+import { HEARTBEAT_INTERVAL_MS, HEARTBEAT_MESSAGE, META_RUN, OWNER_STALE_MS, ownerLiveness } from "../nomad/ownership.js";
 import type { AllocListStub, Evaluation, Job } from "../nomad/schemas.js";
 import { describePlacementFailure, placementAdvice, waitForDeploymentEnd } from "./nomad-placement.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
@@ -36,8 +37,23 @@ export interface NomadProvisionerOptions {
    * not replace its allocations), else a fresh random one.
    */
   token?: string;
-  /** Purge the job before submitting it: recovers from a previous run's restart backoff (seed: purge_job_on_start). */
+  /** Purge the job before submitting it: recovers from a previous run's restart backoff (seed: purge_job_on_start). Never a job whose owner is alive. */
   purgeJobOnStart?: boolean;
+  /**
+   * This run's id, recorded in the job's Meta (`slotpool.run`) as its owner. Default: a fresh
+   * random one. Without `job.jobId` the job is `slotpool-sandbox-<runId>`: each run its own.
+   */
+  runId?: string;
+  /**
+   * An explicit `job.jobId` shared by successive runs: a run may take over the job a previous
+   * run left behind once that owner is gone (no heartbeat for `ownerStaleMs`). Never a job
+   * whose owner is alive, with or without this. Default false: another run's job is refused.
+   */
+  shareJob?: boolean;
+  /** How often the owner records its heartbeat (default 10 s; nomad/ownership.ts). */
+  heartbeatMs?: number;
+  /** An owner not heard from for this long is gone (default 45 s). */
+  ownerStaleMs?: number;
   /** How long one blocking query may wait (default 30 s). */
   blockingWaitMs?: number;
   /**
@@ -72,6 +88,8 @@ interface TrackedAllocation {
 export class NomadProvisioner implements Provisioner {
   readonly kind = "nomad";
   readonly jobId: string;
+  /** The run that owns the job this provisioner submits (Meta slotpool.run). */
+  readonly runId: string;
   private readonly client: NomadClient;
   private readonly ownsClient: boolean;
   private readonly options: NomadProvisionerOptions;
@@ -89,6 +107,10 @@ export class NomadProvisioner implements Provisioner {
   private watcher: Promise<void> | undefined;
   private lastPlacementCheck = 0;
   private failedAllocations = 0;
+  private heartbeatTimer: NodeJS.Timeout | undefined;
+  /** The job is gone or another run took it: nothing more is done to it (ProvisionerError kind job-gone / job-taken). */
+  private lostJob: ProvisionerError | undefined;
+  private checkingJob: Promise<void> | undefined;
 
   constructor(options: NomadProvisionerOptions) {
     if (!Number.isInteger(options.slotsPerContainer) || options.slotsPerContainer < 1) {
@@ -99,8 +121,12 @@ export class NomadProvisioner implements Provisioner {
     // The job's namespace is the one every call must name (else NOMAD_NAMESPACE, else "default").
     this.client = options.client ?? NomadClient.fromEnv({ logger: this.logger, ...(options.job?.namespace ? { namespace: options.job.namespace } : {}) });
     this.ownsClient = !options.client;
+    this.runId = options.runId ?? randomBytes(4).toString("hex");
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(this.runId)) {
+      throw new ProvisionerError(`NomadProvisioner: runId must be 1-64 letters, digits, '.', '_' or '-', got '${this.runId}'`, "config");
+    }
     // Validates the job options now, so a bad image or job ID fails at construction.
-    this.jobId = (sandboxJob({ ...options.job, slots: options.slotsPerContainer }) as { ID: string }).ID;
+    this.jobId = (sandboxJob({ ...this.jobOptions(), slots: options.slotsPerContainer }) as { ID: string }).ID;
   }
 
   async start(events: ProvisionerEvents, initialCount: number): Promise<void> {
@@ -109,48 +135,140 @@ export class NomadProvisioner implements Provisioner {
     this.target = initialCount;
     try {
       await this.client.leader({ signal: this.abort.signal });
+      let existing = await this.client.readJob(this.jobId, { signal: this.abort.signal });
+      if (existing && !existing.Stop) {
+        if (existing.Meta?.[META_SLOTPOOL] !== "true") {
+          throw new ProvisionerError(
+            `Nomad job '${this.jobId}' exists and is not a slotpool job (its Meta has no ${META_SLOTPOOL}="true"); ` +
+              "choose another job ID or stop that job",
+            "config",
+          );
+        }
+        await this.refuseOthersJob(existing.Meta);
+      }
       if (this.options.purgeJobOnStart) {
         this.submitted = true; // a half-done purge is finished by stop()
         await this.purgeJob();
+        existing = null;
       }
-      const existing = await this.client.readJob(this.jobId, { signal: this.abort.signal });
-      const running = existing && !existing.Stop;
-      if (running && existing.Meta?.[META_SLOTPOOL] !== "true") {
-        throw new ProvisionerError(
-          `Nomad job '${this.jobId}' exists and is not a slotpool job (its Meta has no ${META_SLOTPOOL}="true"); ` +
-            "choose another job ID or stop that job",
-          "config",
-        );
-      }
-      this.token = this.options.token ?? (running ? jobToken(existing) : undefined) ?? randomBytes(24).toString("base64url");
+      const running = existing !== null && !existing.Stop ? existing : undefined;
+      this.token = this.options.token ?? (running ? jobToken(running) : undefined) ?? randomBytes(24).toString("base64url");
       const spec = sandboxJob({
-        ...this.options.job,
+        ...this.jobOptions(),
         slots: this.options.slotsPerContainer,
         count: initialCount,
         token: this.token,
-        ...(running && existing.Meta?.[META_CREATED] ? { created: existing.Meta[META_CREATED] } : {}),
+        ...(running?.Meta?.[META_CREATED] ? { created: running.Meta[META_CREATED] } : {}),
       });
       this.submitted = true;
       if (running) {
         // Keep the running count (PreserveCounts), then set ours with the scale endpoint.
         await this.client.registerJob(spec, { preserveCounts: true, signal: this.abort.signal });
-        const count = existing.TaskGroups?.find((g) => g.Name === SANDBOX_GROUP)?.Count ?? initialCount;
+        const count = running.TaskGroups?.find((g) => g.Name === SANDBOX_GROUP)?.Count ?? initialCount;
         if (count !== initialCount) {
           await this.client.scaleTaskGroup(this.jobId, SANDBOX_GROUP, initialCount, { message: "slotpool: pool started", signal: this.abort.signal });
         }
-        this.logger.info({ job: this.jobId, previousCount: count, count: initialCount }, "nomad provisioner: attached to the running job");
+        this.logger.info({ job: this.jobId, run: this.runId, previousOwner: running.Meta?.[META_RUN], previousCount: count, count: initialCount }, "nomad provisioner: took over the running job (its owner is gone)");
       } else {
         await this.client.registerJob(spec, { signal: this.abort.signal });
-        this.logger.info({ job: this.jobId, count: initialCount }, "nomad provisioner: job submitted");
+        this.logger.info({ job: this.jobId, run: this.runId, count: initialCount }, "nomad provisioner: job submitted");
       }
     } catch (err) {
       throw toProvisionerError(err, `starting the sandbox job '${this.jobId}'`);
     }
     this.watcher = this.options.watch === "events" ? this.watchEvents() : this.watch();
+    this.heartbeatTimer = setInterval(() => void this.heartbeat(), this.options.heartbeatMs ?? HEARTBEAT_INTERVAL_MS);
+    this.heartbeatTimer.unref();
+  }
+
+  /** The job settings, with this run as owner and, unless one was given, a job id of its own. */
+  private jobOptions(): Omit<SandboxJobOptions, "slots" | "count" | "token"> {
+    const job = this.options.job ?? {};
+    return {
+      ...job,
+      jobId: job.jobId ?? `${DEFAULT_JOB_ID}-${this.runId}`,
+      meta: { ...job.meta, [META_RUN]: this.runId },
+    };
+  }
+
+  /**
+   * An existing job of another run: refused while its owner is alive (whatever the options:
+   * attaching would scale, lend and stop that run's containers), and, once its owner is gone,
+   * taken over only with shareJob (or purged first with purgeJobOnStart).
+   */
+  private async refuseOthersJob(meta: Record<string, string> | null | undefined): Promise<void> {
+    const owner = meta?.[META_RUN];
+    if (owner !== undefined && owner === this.runId) return; // our own (a restarted run with the same runId)
+    const scale = await this.client.scaleStatus(this.jobId, { signal: this.abort.signal });
+    const liveness = ownerLiveness(meta, scale, SANDBOX_GROUP, { staleMs: this.options.ownerStaleMs ?? OWNER_STALE_MS });
+    const who = owner ? `run ${owner}` : "a slotpool run that named no run id";
+    if (liveness.alive) {
+      throw new ProvisionerError(
+        `Nomad job '${this.jobId}' belongs to ${who}, which is alive (heard from ${Math.round((liveness.lastSeenAgoMs ?? 0) / 1000)} s ago): ` +
+          "a pool never attaches to, scales, lends the slots of or stops another live run's job. Leave the job id unset (pool.nomad.jobId; each run then gets its own job), or choose another one",
+        "job-owned",
+      );
+    }
+    if (!this.options.shareJob && !this.options.purgeJobOnStart) {
+      throw new ProvisionerError(
+        `Nomad job '${this.jobId}' was left behind by ${who} (not heard from for ${liveness.lastSeenAgoMs === undefined ? "ever" : `${Math.round(liveness.lastSeenAgoMs / 1000)} s`}). ` +
+          "Take it over with pool.nomad.shareJob = true (the id is shared by successive runs), start afresh with purgeJobOnStart, stop it with 'slotpool jobs prune', or leave the job id unset",
+        "job-owned",
+      );
+    }
+  }
+
+  /** Records the owner heartbeat, after checking the job is still there and still ours. */
+  private async heartbeat(): Promise<void> {
+    if (this.stopping || this.lostJob) return;
+    await this.checkJob();
+    if (this.stopping || this.lostJob) return;
+    try {
+      await this.client.recordScaleEvent(this.jobId, SANDBOX_GROUP, { message: HEARTBEAT_MESSAGE, meta: { [META_RUN]: this.runId }, signal: this.abort.signal });
+    } catch (err) {
+      if (this.stopping) return;
+      if (err instanceof NomadNotFoundError) await this.checkJob();
+      else this.logger.warn({ job: this.jobId, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: recording the owner heartbeat failed; trying again at the next one");
+    }
+  }
+
+  /**
+   * Is the job still there, running, and ours? If not, says so once (problem: kind job-gone or
+   * job-taken, which stops the pool) and does nothing more to it: no scale calls, no stop.
+   */
+  private checkJob(): Promise<void> {
+    this.checkingJob ??= (async () => {
+      let job;
+      try {
+        job = await this.client.readJob(this.jobId, { signal: this.abort.signal });
+      } catch (err) {
+        if (!this.stopping) this.logger.warn({ job: this.jobId, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: cannot read the job; checking again later");
+        return;
+      }
+      if (this.stopping || this.lostJob) return;
+      let lost: ProvisionerError | undefined;
+      if (!job) {
+        lost = new ProvisionerError(`Nomad job '${this.jobId}' of this run is gone (purged by someone else, or garbage-collected): the pool stops. Nothing recreates it; start the run again`, "job-gone");
+      } else if (job.Stop) {
+        lost = new ProvisionerError(`Nomad job '${this.jobId}' of this run was stopped from outside (e.g. 'nomad job stop'): the pool stops. Start the run again`, "job-gone");
+      } else if (job.Meta?.[META_RUN] !== this.runId) {
+        lost = new ProvisionerError(`Nomad job '${this.jobId}' was taken over by run ${job.Meta?.[META_RUN] ?? "?"} (this run's heartbeat was missed for too long): the pool stops and leaves the job to its new owner`, "job-taken");
+      }
+      if (!lost) return;
+      this.lostJob = lost;
+      this.submitted = false; // never stop or purge a job that is not ours any more
+      clearInterval(this.heartbeatTimer);
+      this.logger.error({ job: this.jobId, kind: lost.kind, err: lost.message }, "nomad provisioner: lost its job");
+      this.events?.problem(lost);
+    })().finally(() => {
+      this.checkingJob = undefined;
+    });
+    return this.checkingJob;
   }
 
   async setTargetCount(count: number, reason: string): Promise<void> {
     if (this.stopping) return;
+    if (this.lostJob) throw this.lostJob;
     const message = `slotpool: ${reason}`.slice(0, 500);
     const deadline = performance.now() + (this.options.scaleBlockedWaitMs ?? 120_000);
     for (;;) {
@@ -162,6 +280,10 @@ export class NomadProvisioner implements Provisioner {
         // `update` block; slotpool's own job has max_parallel = 0) has a deployment, and Nomad
         // refuses every scale until it ends. Wait for it, then scale again: Nomad 1.1 may have
         // stored the refused count already, but places nothing for it without a new call.
+        if (err instanceof NomadNotFoundError) {
+          await this.checkJob();
+          if (this.lostJob) throw this.lostJob;
+        }
         if (!(err instanceof NomadScaleBlockedError) || performance.now() > deadline || this.stopping) throw err;
         await waitForDeploymentEnd(this.client, this.jobId, { deadline, signal: this.abort.signal, stopping: () => this.stopping, logger: this.logger });
       }
@@ -205,16 +327,27 @@ export class NomadProvisioner implements Provisioner {
   async stop(options: { purge: boolean }): Promise<void> {
     if (this.stopping) return;
     this.stopping = true;
+    clearInterval(this.heartbeatTimer);
     this.abort.abort(new Error("the Nomad provisioner was stopped"));
     await this.watcher?.catch(() => undefined);
     try {
-      if (this.submitted) await this.client.deregisterJob(this.jobId, { purge: options.purge });
+      // Only a job that is still ours: another run may have taken it over meanwhile.
+      if (this.submitted && (await this.stillOurs())) await this.client.deregisterJob(this.jobId, { purge: options.purge });
       this.logger.info({ job: this.jobId, purge: options.purge }, "nomad provisioner: job stopped");
     } catch (err) {
       throw toProvisionerError(err, `stopping the sandbox job '${this.jobId}' (stop it with 'slotpool jobs prune' or 'nomad job stop')`);
     } finally {
       if (this.ownsClient) await this.client.close().catch(() => undefined);
     }
+  }
+
+  private async stillOurs(): Promise<boolean> {
+    const job = await this.client.readJob(this.jobId);
+    if (!job) return false;
+    const owner = job.Meta?.[META_RUN];
+    if (owner === this.runId) return true;
+    this.logger.warn({ job: this.jobId, run: this.runId, owner }, "nomad provisioner: the job belongs to another run now; leaving it running");
+    return false;
   }
 
   private async purgeJob(): Promise<void> {
@@ -293,6 +426,8 @@ export class NomadProvisioner implements Provisioner {
       this.syncAllocation(a);
     }
     // Purged or garbage-collected allocations disappear from the list without a terminal state.
+    // All of them at once: the job itself may be gone; find out now, not at the next scale call.
+    if (allocations.length === 0 && [...this.tracked.values()].some((t) => t.state !== "gone")) void this.checkJob();
     for (const t of this.tracked.values()) {
       if (!seen.has(t.allocId) && t.state !== "gone") {
         t.state = "gone";

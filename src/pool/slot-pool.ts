@@ -36,6 +36,8 @@ export interface SlotPoolEvents {
   "slot-reclaimed": [{ key: string; trajectoryId: string; idleMs: number }];
   scale: [ScaleEvent];
   problem: [ProvisionerError];
+  /** The pool can hand out no more slots (its Nomad job is gone or was taken over); stop() it. */
+  failed: [ProvisionerError];
 }
 
 export interface SlotPoolOptions extends SlotPoolConfigInput {
@@ -52,7 +54,10 @@ export interface SlotPoolOptions extends SlotPoolConfigInput {
   parsedConfig?: SlotPoolConfig;
 }
 
-type PoolState = "new" | "starting" | "running" | "stopping" | "stopped";
+type PoolState = "new" | "starting" | "running" | "failed" | "stopping" | "stopped";
+
+/** Provisioner problems after which no container can come: the pool fails (see `fail`). */
+const FATAL_PROBLEMS = new Set(["job-gone", "job-taken"]);
 
 /**
  * Turns containers into slots and hands them to trajectories.
@@ -103,6 +108,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private healthTimer: NodeJS.Timeout | undefined;
   private startWaiter: { resolve: () => void; reject: (err: Error) => void } | undefined;
   private lastProblem: ProvisionerError | undefined;
+  /** Why the pool failed (state "failed"): every acquire rejects with it. */
+  private failure: ProvisionerError | undefined;
   private lastProblemAt = 0;
 
   constructor(options: SlotPoolOptions) {
@@ -269,6 +276,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     if (!options || typeof options.trajectoryId !== "string" || options.trajectoryId.length === 0) {
       return Promise.reject(new PoolError("acquire() needs a non-empty trajectoryId"));
     }
+    if (this.failure) return Promise.reject(this.failure);
     if (this.state !== "running") {
       return Promise.reject(new PoolNotRunningError(`cannot acquire a slot: the pool is ${this.state === "new" ? "not started (call start() first)" : this.state}`));
     }
@@ -520,6 +528,22 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     this.emit("problem", error);
     // During start-up a problem means start() fails now instead of after the timeout.
     if (this.state === "starting" && this.startWaiter) this.startWaiter.reject(error);
+    if (FATAL_PROBLEMS.has(error.kind) && this.state === "running") this.fail(error);
+  }
+
+  /**
+   * The provisioner can give no more containers (its job is gone or another run took it):
+   * the pool stops handing out slots, and every waiter and later acquire fails at once with
+   * this one error instead of timing out again and again.
+   */
+  private fail(error: ProvisionerError): void {
+    this.failure = error;
+    this.state = "failed";
+    clearInterval(this.tickTimer);
+    clearInterval(this.healthTimer);
+    this.waiters.failAll(error);
+    this.logger.error({ kind: error.kind, err: error.message }, "slot pool failed: no more slots can be handed out");
+    this.emit("failed", error);
   }
 
   // ---------------------------------------------------------------- loss
