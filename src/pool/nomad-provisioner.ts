@@ -1,3 +1,5 @@
+// Longer than 500 lines on purpose: what is left is one job's lifecycle and the allocation watcher
+// over one tracked-allocation map; placement (nomad-placement.ts) and ownership (nomad-job-owner.ts) are apart.
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";
@@ -12,7 +14,8 @@ import { NomadClient } from "../nomad/client.js";
 import { sleep } from "../nomad/retry.js";
 import { NomadAclDeniedError, NomadError, NomadNotFoundError, NomadScaleBlockedError, NomadUnreachableError } from "../nomad/errors.js";
 import { DEFAULT_JOB_ID, META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
-import { HEARTBEAT_INTERVAL_MS, HEARTBEAT_MESSAGE, META_RUN, OWNER_STALE_MS, ownerLiveness } from "../nomad/ownership.js";
+import { META_RUN } from "../nomad/ownership.js";
+import { NomadJobOwner } from "./nomad-job-owner.js";
 import type { AllocListStub, Evaluation, Job } from "../nomad/schemas.js";
 import { describePlacementFailure, placementAdvice, waitForDeploymentEnd } from "./nomad-placement.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
@@ -107,10 +110,8 @@ export class NomadProvisioner implements Provisioner {
   private watcher: Promise<void> | undefined;
   private lastPlacementCheck = 0;
   private failedAllocations = 0;
-  private heartbeatTimer: NodeJS.Timeout | undefined;
-  /** The job is gone or another run took it: nothing more is done to it (ProvisionerError kind job-gone / job-taken). */
-  private lostJob: ProvisionerError | undefined;
-  private checkingJob: Promise<void> | undefined;
+  /** Ownership of the job: refusal of others' jobs, the heartbeat, noticing the job is lost. */
+  private readonly owner: NomadJobOwner;
 
   constructor(options: NomadProvisionerOptions) {
     if (!Number.isInteger(options.slotsPerContainer) || options.slotsPerContainer < 1) {
@@ -127,6 +128,18 @@ export class NomadProvisioner implements Provisioner {
     }
     // Validates the job options now, so a bad image or job ID fails at construction.
     this.jobId = (sandboxJob({ ...this.jobOptions(), slots: options.slotsPerContainer }) as { ID: string }).ID;
+    this.owner = new NomadJobOwner({
+      client: this.client,
+      jobId: this.jobId,
+      runId: this.runId,
+      logger: this.logger,
+      signal: this.abort.signal,
+      stopping: () => this.stopping,
+      mayTakeOver: Boolean(options.shareJob || options.purgeJobOnStart),
+      ...(options.heartbeatMs !== undefined ? { heartbeatMs: options.heartbeatMs } : {}),
+      ...(options.ownerStaleMs !== undefined ? { ownerStaleMs: options.ownerStaleMs } : {}),
+      lost: (error) => this.events?.problem(error),
+    });
   }
 
   async start(events: ProvisionerEvents, initialCount: number): Promise<void> {
@@ -144,7 +157,7 @@ export class NomadProvisioner implements Provisioner {
             "config",
           );
         }
-        await this.refuseOthersJob(existing.Meta);
+        await this.owner.refuseOthersJob(existing.Meta);
       }
       if (this.options.purgeJobOnStart) {
         this.submitted = true; // a half-done purge is finished by stop()
@@ -177,8 +190,7 @@ export class NomadProvisioner implements Provisioner {
       throw toProvisionerError(err, `starting the sandbox job '${this.jobId}'`);
     }
     this.watcher = this.options.watch === "events" ? this.watchEvents() : this.watch();
-    this.heartbeatTimer = setInterval(() => void this.heartbeat(), this.options.heartbeatMs ?? HEARTBEAT_INTERVAL_MS);
-    this.heartbeatTimer.unref();
+    this.owner.beginHeartbeat();
   }
 
   /** The job settings, with this run as owner and, unless one was given, a job id of its own. */
@@ -191,84 +203,9 @@ export class NomadProvisioner implements Provisioner {
     };
   }
 
-  /**
-   * An existing job of another run: refused while its owner is alive (whatever the options:
-   * attaching would scale, lend and stop that run's containers), and, once its owner is gone,
-   * taken over only with shareJob (or purged first with purgeJobOnStart).
-   */
-  private async refuseOthersJob(meta: Record<string, string> | null | undefined): Promise<void> {
-    const owner = meta?.[META_RUN];
-    if (owner !== undefined && owner === this.runId) return; // our own (a restarted run with the same runId)
-    const scale = await this.client.scaleStatus(this.jobId, { signal: this.abort.signal });
-    const liveness = ownerLiveness(meta, scale, SANDBOX_GROUP, { staleMs: this.options.ownerStaleMs ?? OWNER_STALE_MS });
-    const who = owner ? `run ${owner}` : "a slotpool run that named no run id";
-    if (liveness.alive) {
-      throw new ProvisionerError(
-        `Nomad job '${this.jobId}' belongs to ${who}, which is alive (heard from ${Math.round((liveness.lastSeenAgoMs ?? 0) / 1000)} s ago): ` +
-          "a pool never attaches to, scales, lends the slots of or stops another live run's job. Leave the job id unset (pool.nomad.jobId; each run then gets its own job), or choose another one",
-        "job-owned",
-      );
-    }
-    if (!this.options.shareJob && !this.options.purgeJobOnStart) {
-      throw new ProvisionerError(
-        `Nomad job '${this.jobId}' was left behind by ${who} (not heard from for ${liveness.lastSeenAgoMs === undefined ? "ever" : `${Math.round(liveness.lastSeenAgoMs / 1000)} s`}). ` +
-          "Take it over with pool.nomad.shareJob = true (the id is shared by successive runs), start afresh with purgeJobOnStart, stop it with 'slotpool jobs prune', or leave the job id unset",
-        "job-owned",
-      );
-    }
-  }
-
-  /** Records the owner heartbeat, after checking the job is still there and still ours. */
-  private async heartbeat(): Promise<void> {
-    if (this.stopping || this.lostJob) return;
-    await this.checkJob();
-    if (this.stopping || this.lostJob) return;
-    try {
-      await this.client.recordScaleEvent(this.jobId, SANDBOX_GROUP, { message: HEARTBEAT_MESSAGE, meta: { [META_RUN]: this.runId }, signal: this.abort.signal });
-    } catch (err) {
-      if (this.stopping) return;
-      if (err instanceof NomadNotFoundError) await this.checkJob();
-      else this.logger.warn({ job: this.jobId, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: recording the owner heartbeat failed; trying again at the next one");
-    }
-  }
-
-  /**
-   * Is the job still there, running, and ours? If not, says so once (problem: kind job-gone or
-   * job-taken, which stops the pool) and does nothing more to it: no scale calls, no stop.
-   */
-  private checkJob(): Promise<void> {
-    this.checkingJob ??= (async () => {
-      let job;
-      try {
-        job = await this.client.readJob(this.jobId, { signal: this.abort.signal });
-      } catch (err) {
-        if (!this.stopping) this.logger.warn({ job: this.jobId, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: cannot read the job; checking again later");
-        return;
-      }
-      if (this.stopping || this.lostJob) return;
-      let lost: ProvisionerError | undefined;
-      if (!job) {
-        lost = new ProvisionerError(`Nomad job '${this.jobId}' of this run is gone (purged by someone else, or garbage-collected): the pool stops. Nothing recreates it; start the run again`, "job-gone");
-      } else if (job.Stop) {
-        lost = new ProvisionerError(`Nomad job '${this.jobId}' of this run was stopped from outside (e.g. 'nomad job stop'): the pool stops. Start the run again`, "job-gone");
-      } else if (job.Meta?.[META_RUN] !== this.runId) {
-        lost = new ProvisionerError(`Nomad job '${this.jobId}' was taken over by run ${job.Meta?.[META_RUN] ?? "?"} (this run's heartbeat was missed for too long): the pool stops and leaves the job to its new owner`, "job-taken");
-      }
-      if (!lost) return;
-      this.lostJob = lost;
-      this.submitted = false; // never stop or purge a job that is not ours any more
-      clearInterval(this.heartbeatTimer);
-      this.logger.error({ job: this.jobId, kind: lost.kind, err: lost.message }, "nomad provisioner: lost its job");
-      this.events?.problem(lost);
-    })().finally(() => {
-      this.checkingJob = undefined;
-    });
-    return this.checkingJob;
-  }
-
   async setTargetCount(count: number, reason: string): Promise<void> {
     if (this.stopping) return;
-    if (this.lostJob) throw this.lostJob;
+    if (this.owner.lost) throw this.owner.lost;
     const message = `slotpool: ${reason}`.slice(0, 500);
     const deadline = performance.now() + (this.options.scaleBlockedWaitMs ?? 120_000);
     for (;;) {
@@ -281,8 +218,8 @@ export class NomadProvisioner implements Provisioner {
         // refuses every scale until it ends. Wait for it, then scale again: Nomad 1.1 may have
         // stored the refused count already, but places nothing for it without a new call.
         if (err instanceof NomadNotFoundError) {
-          await this.checkJob();
-          if (this.lostJob) throw this.lostJob;
+          await this.owner.checkJob();
+          if (this.owner.lost) throw this.owner.lost;
         }
         if (!(err instanceof NomadScaleBlockedError) || performance.now() > deadline || this.stopping) throw err;
         await waitForDeploymentEnd(this.client, this.jobId, { deadline, signal: this.abort.signal, stopping: () => this.stopping, logger: this.logger });
@@ -327,27 +264,18 @@ export class NomadProvisioner implements Provisioner {
   async stop(options: { purge: boolean }): Promise<void> {
     if (this.stopping) return;
     this.stopping = true;
-    clearInterval(this.heartbeatTimer);
+    this.owner.stop();
     this.abort.abort(new Error("the Nomad provisioner was stopped"));
     await this.watcher?.catch(() => undefined);
     try {
       // Only a job that is still ours: another run may have taken it over meanwhile.
-      if (this.submitted && (await this.stillOurs())) await this.client.deregisterJob(this.jobId, { purge: options.purge });
+      if (this.submitted && !this.owner.lost && (await this.owner.stillOurs())) await this.client.deregisterJob(this.jobId, { purge: options.purge });
       this.logger.info({ job: this.jobId, purge: options.purge }, "nomad provisioner: job stopped");
     } catch (err) {
       throw toProvisionerError(err, `stopping the sandbox job '${this.jobId}' (stop it with 'slotpool jobs prune' or 'nomad job stop')`);
     } finally {
       if (this.ownsClient) await this.client.close().catch(() => undefined);
     }
-  }
-
-  private async stillOurs(): Promise<boolean> {
-    const job = await this.client.readJob(this.jobId);
-    if (!job) return false;
-    const owner = job.Meta?.[META_RUN];
-    if (owner === this.runId) return true;
-    this.logger.warn({ job: this.jobId, run: this.runId, owner }, "nomad provisioner: the job belongs to another run now; leaving it running");
-    return false;
   }
 
   private async purgeJob(): Promise<void> {
@@ -427,7 +355,7 @@ export class NomadProvisioner implements Provisioner {
     }
     // Purged or garbage-collected allocations disappear from the list without a terminal state.
     // All of them at once: the job itself may be gone; find out now, not at the next scale call.
-    if (allocations.length === 0 && [...this.tracked.values()].some((t) => t.state !== "gone")) void this.checkJob();
+    if (allocations.length === 0 && [...this.tracked.values()].some((t) => t.state !== "gone")) void this.owner.checkJob();
     for (const t of this.tracked.values()) {
       if (!seen.has(t.allocId) && t.state !== "gone") {
         t.state = "gone";
