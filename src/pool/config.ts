@@ -25,10 +25,16 @@ export const SlotPoolConfigSchema = z
     idleTimeoutMs: z.number().int().min(0).default(60_000),
     /** A held slot neither used nor released for this long is reclaimed; 0 turns leases off. */
     leaseTimeoutMs: z.number().int().min(0).default(30 * 60_000),
-    /** Interval of the /health check of every container (the second loss signal). */
-    healthIntervalMs: z.number().int().positive().default(10_000),
+    /**
+     * Interval of the /health check of every container (the second loss signal; each check's
+     * timeout is min(5 s, this)). It is what notices a node that vanished without closing its
+     * sockets (power loss, a cut link, a frozen machine): with the defaults within about
+     * 2 × 2 s + 2 s, long before Nomad declares the node down (about 25 s after it stopped
+     * heartbeating).
+     */
+    healthIntervalMs: z.number().int().positive().default(2_000),
     /** Consecutive failed health checks before a container counts as lost. */
-    healthFailuresBeforeLost: z.number().int().min(1).default(3),
+    healthFailuresBeforeLost: z.number().int().min(1).default(2),
     /** How long a container that came up may take to answer /health before it counts as failed. */
     containerHealthTimeoutMs: z.number().int().positive().default(60_000),
     /** Containers still starting at once (admission control for start-up storms). */

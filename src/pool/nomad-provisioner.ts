@@ -418,7 +418,7 @@ export class NomadProvisioner implements Provisioner {
         return;
       }
       t.state = "up";
-      this.events!.containerUp({ id: t.id, index: t.index, url: address.url, ...(this.token ? { token: this.token } : {}), slots: this.options.slotsPerContainer });
+      this.events!.containerUp({ id: t.id, index: t.index, url: address.url, ...(this.token ? { token: this.token } : {}), slots: this.options.slotsPerContainer, ...(alloc.NodeID ? { node: alloc.NodeID } : {}) });
     } catch (err) {
       if (this.stopping) return;
       this.logger.warn({ allocation: t.allocId, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: cannot read allocation; retrying");

@@ -56,6 +56,9 @@ export interface SlotPoolOptions extends SlotPoolConfigInput {
 
 type PoolState = "new" | "starting" | "running" | "failed" | "stopping" | "stopped";
 
+/** How long a node that lost a container is served last. */
+const SUSPECT_NODE_MS = 30_000;
+
 /** Provisioner problems after which no container can come: the pool fails (see `fail`). */
 const FATAL_PROBLEMS = new Set(["job-gone", "job-taken"]);
 
@@ -394,14 +397,14 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private takeFreeSlot(template?: string): SlotRecord | undefined {
     if (this.freeCount === 0) return undefined;
     const preferred = template === undefined ? undefined : this.templates.preferred(this.containers, template);
-    for (const c of preferred ? [preferred, ...this.containers] : this.containers) {
-      if (c.state === "ready" && c.free.length > 0) {
-        const record = c.free.pop()!;
-        this.freeCount--;
-        return record;
-      }
-    }
-    return undefined;
+    const order = preferred ? [preferred, ...this.containers] : this.containers;
+    // A node that just lost a container may be going down: its slots go last (a trajectory
+    // retried after a loss lands on another node when one has room).
+    const pass = (avoidSuspect: boolean) => order.find((c) => c.state === "ready" && c.free.length > 0 && !(avoidSuspect && this.nodeSuspect(c)));
+    const c = pass(true) ?? (this.suspectNodes.size > 0 ? pass(false) : undefined);
+    if (!c) return undefined;
+    this.freeCount--;
+    return c.free.pop()!;
   }
 
   private async returnSlot(record: SlotRecord, reset: boolean, trajectoryId: string): Promise<void> {
@@ -581,10 +584,32 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       this.emit("slot-lost", { key: lease.key, trajectoryId: lease.trajectoryId, containerId: container.info.id, reason });
     }
     this.detach(container);
+    this.suspectNode(container);
     const log = wasChecking ? this.logger.warn.bind(this.logger) : this.logger.error.bind(this.logger);
     log({ container: container.info.id, index: container.index, heldSlotsLost: heldLost, reason }, "container lost");
     this.emit("container-lost", { container: container.info, reason });
     this.scheduleScale();
+  }
+
+  /** Nodes that lost a container lately, and until when (performance.now()): slots elsewhere go first. */
+  private readonly suspectNodes = new Map<string, number>();
+
+  /** A container was lost: its node's other containers are checked at once, and its node avoided for a while. */
+  private suspectNode(container: ContainerRecord): void {
+    const node = container.info.node;
+    if (node === undefined || this.state !== "running") return;
+    this.suspectNodes.set(node, performance.now() + SUSPECT_NODE_MS);
+    for (const c of this.containers) if (c.info.node === node && c.live) this.health.suspectSibling(c, node);
+  }
+
+  private nodeSuspect(c: ContainerRecord): boolean {
+    const node = c.info.node;
+    if (node === undefined || this.suspectNodes.size === 0) return false;
+    const until = this.suspectNodes.get(node);
+    if (until === undefined) return false;
+    if (until > performance.now()) return true;
+    this.suspectNodes.delete(node);
+    return false;
   }
 
   private removeContainer(container: ContainerRecord, reason: string): void {

@@ -35,6 +35,11 @@ export interface ContainerInfo {
   url: string;
   token?: string;
   slots: number;
+  /**
+   * The node it runs on (Nomad: the allocation's NodeID; local: absent, one machine). A node is
+   * one failure domain: a loss there makes the pool check the node's other containers at once.
+   */
+  node?: string;
 }
 
 /** A slot held by one trajectory. Every method raises SlotLostError once the slot is lost. */
