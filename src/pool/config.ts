@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { PoolError } from "./errors.js";
 import { configProblems } from "../protocol/errors.js";
+import { MIN_SLOT_MEMORY_MB, SERVER_RESERVE_MB } from "../nomad/job.js";
 
 /**
  * The pool's settings. Names follow the seed's AgentEnvConfig (slots_per_container,
@@ -78,6 +79,24 @@ export const NomadJobSettingsSchema = z
     namespace: z.string().min(1).optional(),
     /** The job's node pool (Nomad ≥ 1.6; older agents ignore it). */
     nodePool: z.string().min(1).optional(),
+    /** MHz of CPU per container (allocation); default 1000. A node holds as many containers as its CPU allows. */
+    cpu: z.number().int().min(1).optional(),
+    /** Memory per container (allocation), MB; default 128 + 224 × slotsPerContainer. Each slot gets an equal share of it after 128 MB. */
+    memoryMb: z.number().int().min(16).optional(),
+    /** Placement constraints, e.g. [{"attribute": "${meta.sandbox}", "value": "yes"}] (operator default "="). */
+    constraints: z.array(z.object({ attribute: z.string().min(1), operator: z.string().min(1).optional(), value: z.string().optional() }).strict()).optional(),
+    /** Spread blocks, e.g. [{"attribute": "${node.unique.id}"}]: the containers on as many nodes as possible. */
+    spreads: z
+      .array(
+        z
+          .object({
+            attribute: z.string().min(1),
+            weight: z.number().int().min(0).max(100).optional(),
+            targets: z.array(z.object({ value: z.string().min(1), percent: z.number().int().min(0).max(100) }).strict()).optional(),
+          })
+          .strict(),
+      )
+      .optional(),
   })
   .strict();
 
@@ -99,6 +118,23 @@ export const PoolSettingsSchema = z
   .refine((c) => c.minContainers <= c.maxContainers, {
     message: "minContainers must not exceed maxContainers",
     path: ["minContainers"],
+  })
+  .superRefine((c, ctx) => {
+    // The allocation must hold every slot's share: refused here, naming both settings, not
+    // when the job is built (or, worse, when a slot runs out of memory).
+    const memoryMb = c.nomad.memoryMb;
+    if (memoryMb === undefined) return;
+    const share = Math.floor((memoryMb - SERVER_RESERVE_MB) / c.slotsPerContainer);
+    if (share >= MIN_SLOT_MEMORY_MB) return;
+    const need = SERVER_RESERVE_MB + c.slotsPerContainer * MIN_SLOT_MEMORY_MB;
+    const fit = Math.max(0, Math.floor((memoryMb - SERVER_RESERVE_MB) / MIN_SLOT_MEMORY_MB));
+    ctx.addIssue({
+      code: "custom",
+      path: ["nomad", "memoryMb"],
+      message:
+        `${c.slotsPerContainer} slots (pool.slotsPerContainer) do not fit in ${memoryMb} MB: the server keeps ${SERVER_RESERVE_MB} MB and each slot needs at least ${MIN_SLOT_MEMORY_MB} MB; ` +
+        `raise pool.nomad.memoryMb to ${need} or more${fit > 0 ? `, or lower pool.slotsPerContainer to ${fit} or fewer` : ""}`,
+    });
   });
 
 export type PoolSettings = z.output<typeof PoolSettingsSchema>;
