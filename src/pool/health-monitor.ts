@@ -65,7 +65,7 @@ export class HealthMonitor {
         lastError = err;
       }
       if (this.now() > deadline) break;
-      await new Promise((r) => setTimeout(r, delay));
+      await new Promise((r) => setTimeout(r, delay).unref());
       delay = Math.min(delay * 2, 2_000);
     }
     if (record.state !== "checking") return undefined;

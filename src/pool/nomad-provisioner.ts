@@ -90,6 +90,9 @@ interface TrackedAllocation {
 
 export class NomadProvisioner implements Provisioner {
   readonly kind = "nomad";
+  get slotsPerContainer(): number {
+    return this.options.slotsPerContainer;
+  }
   readonly jobId: string;
   /** The run that owns the job this provisioner submits (Meta slotpool.run). */
   readonly runId: string;

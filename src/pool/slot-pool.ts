@@ -5,7 +5,7 @@ import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { Autoscaler, type ScaleEvent } from "./autoscaler.js";
-import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
+import { parseSlotPoolConfig, SlotPoolConfigError, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
 import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, PoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { HealthMonitor } from "./health-monitor.js";
@@ -15,7 +15,7 @@ import { PoolStatistics } from "./pool-statistics.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
 import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
 import { SlotLease, type LeaseHost } from "./slot-lease.js";
-import type { AcquireOptions, ContainerInfo, ForkOptions, PoolStats, ReleaseOptions, LeasedSlot, SlotPoolLike } from "./types.js";
+import type { AcquireOptions, ContainerInfo, ForkableSlot, ForkOptions, PoolStats, ReleaseOptions, LeasedSlot, SlotPoolLike } from "./types.js";
 import { WaiterQueue, type Waiter } from "./waiter-queue.js";
 import { TemplateAffinity, type TemplateSpec } from "./template-affinity.js";
 import type { HealthResponse } from "../protocol/sandbox.js";
@@ -119,7 +119,14 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     super();
     const { provisioner, logger, metrics, createClient, parsedConfig, ...config } = options;
     if (!provisioner) throw new PoolError("SlotPool needs a provisioner (LocalProvisioner or NomadProvisioner)");
-    this.config = parsedConfig ?? parseSlotPoolConfig(config);
+    // The slot count is the provisioner's (it starts the servers): taken from it when not given here.
+    const provisionerSlots = provisioner.slotsPerContainer;
+    this.config = parsedConfig ?? parseSlotPoolConfig(config.slotsPerContainer === undefined && provisionerSlots !== undefined ? { ...config, slotsPerContainer: provisionerSlots } : config);
+    if (provisionerSlots !== undefined && this.config.slotsPerContainer !== provisionerSlots) {
+      throw new SlotPoolConfigError(
+        `slotsPerContainer disagrees: the ${provisioner.kind} provisioner starts containers of ${provisionerSlots} slots, the pool was told ${this.config.slotsPerContainer}; give it once, to the provisioner (the pool takes it from there)`,
+      );
+    }
     this.provisioner = provisioner;
     this.logger = logger ?? silentLogger();
     this.on("container-lost", ({ container }) => this.templates.forget(container.id));
@@ -270,12 +277,18 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       lease.end = { kind: "lost", containerId: lease.container.id, reason };
     }
     this.leases.clear();
-    for (const c of this.containers) void c.client.close();
+    for (const c of this.containers) {
+      // A container still being admitted stops being checked now: its admission would poll on
+      // (up to containerHealthTimeoutMs) and then report it lost, keeping the process alive.
+      if (c.state === "checking") c.state = "lost";
+      void c.client.close();
+    }
   }
 
   // ---------------------------------------------------------------- acquire / release
 
-  acquire(options: AcquireOptions): Promise<LeasedSlot> {
+  /** A slot for one trajectory; SlotPool's leases can always fork (`ForkableSlot`). */
+  acquire(options: AcquireOptions): Promise<ForkableSlot> {
     if (!options || typeof options.trajectoryId !== "string" || options.trajectoryId.length === 0) {
       return Promise.reject(new PoolError("acquire() needs a non-empty trajectoryId"));
     }
@@ -296,7 +309,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       return Promise.resolve(lease);
     }
     const timeoutMs = options.timeoutMs ?? this.config.acquireTimeoutMs;
-    return new Promise<LeasedSlot>((resolve, reject) => {
+    return new Promise<ForkableSlot>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       const onAbort = () => {
         if (waiter.done) return;

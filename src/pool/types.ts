@@ -71,6 +71,11 @@ export interface LeasedSlot {
   fork?(n: number, options?: ForkOptions): Promise<LeasedSlot[]>;
 }
 
+/** A lease of a pool that can fork (SlotPool's): `fork` is always there, no `!` needed. */
+export interface ForkableSlot extends LeasedSlot {
+  fork(n: number, options?: ForkOptions): Promise<ForkableSlot[]>;
+}
+
 export interface ForkOptions extends CallOptions {
   /** The children's trajectory ids (default `<this trajectory>/fork-<i>`); n of them if given. */
   trajectoryIds?: string[];
