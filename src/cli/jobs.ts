@@ -24,6 +24,7 @@ options:
   --older-than-min N       only jobs created more than N minutes ago (Meta slotpool.created)
   --purge                  also purge the jobs (remove them from Nomad at once)
   --include-live           also jobs whose run is alive (stops running pools' containers)
+  --owner-stale-s N        a run not heard from for N s is gone (default 45)
 
 environment: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT,
 NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY
@@ -37,6 +38,8 @@ export interface PruneOptions {
   purge?: boolean;
   /** Also jobs whose owner run is alive (default: orphans only). */
   includeLive?: boolean;
+  /** A run not heard from for this long is gone (default OWNER_STALE_MS, 45 s). */
+  ownerStaleMs?: number;
   now?: number;
 }
 
@@ -58,7 +61,7 @@ export async function pruneJobs(client: NomadClient, options: PruneOptions = {})
   const out: PrunedJob[] = [];
   for (const job of selected) {
     // A live run's job is its own: stopping it would kill that run's containers mid-trajectory.
-    if (!options.includeLive && !job.Stop && (await ownerAlive(client, job, now))) continue;
+    if (!options.includeLive && !job.Stop && (await ownerAlive(client, job, now, options.ownerStaleMs))) continue;
     const entry: PrunedJob = {
       id: job.ID,
       status: job.Status ?? "?",
@@ -80,9 +83,9 @@ export async function pruneJobs(client: NomadClient, options: PruneOptions = {})
   return out;
 }
 
-async function ownerAlive(client: NomadClient, job: JobListStub, now: number): Promise<boolean> {
+async function ownerAlive(client: NomadClient, job: JobListStub, now: number, staleMs: number | undefined): Promise<boolean> {
   const scale = await client.scaleStatus(job.ID);
-  return ownerLiveness(job.Meta, scale, SANDBOX_GROUP, { now }).alive;
+  return ownerLiveness(job.Meta, scale, SANDBOX_GROUP, { now, ...(staleMs !== undefined ? { staleMs } : {}) }).alive;
 }
 
 function isCandidate(job: JobListStub, options: PruneOptions, now: number): boolean {
@@ -136,6 +139,7 @@ export async function run(argv: string[]): Promise<number> {
       "older-than-min": { type: "string" },
       purge: { type: "boolean" },
       "include-live": { type: "boolean" },
+      "owner-stale-s": { type: "string" },
     },
     HELP,
   );
@@ -146,6 +150,7 @@ export async function run(argv: string[]): Promise<number> {
     dryRun,
     purge: boolFlag(flags, "purge"),
     includeLive: boolFlag(flags, "include-live"),
+    ...(stringFlag(flags, "owner-stale-s") !== undefined ? { ownerStaleMs: intFlag("owner-stale-s", stringFlag(flags, "owner-stale-s")!, 1) * 1000 } : {}),
     ...(stringFlag(flags, "prefix") ? { prefix: stringFlag(flags, "prefix")! } : {}),
     ...(stringFlag(flags, "owner") ? { owner: stringFlag(flags, "owner")! } : {}),
     ...(olderThan !== undefined ? { olderThanMs: intFlag("older-than-min", olderThan, 0) * 60_000 } : {}),
