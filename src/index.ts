@@ -34,7 +34,7 @@ export type { ToolCall, ToolResult } from "./protocol/tool.js";
 // Pool users: provision containers, hand out slots, run tool calls.
 export { SlotPool, type SlotPoolOptions } from "./pool/slot-pool.js";
 export type { SlotPoolConfigInput } from "./pool/config.js";
-export type { AcquireOptions, ReleaseOptions, PoolStats, LeasedSlot, ForkOptions } from "./pool/types.js";
+export type { AcquireOptions, ReleaseOptions, PoolStats, LeasedSlot, ForkableSlot, ForkOptions } from "./pool/types.js";
 export type { TemplateSpec } from "./pool/template-affinity.js";
 export { LocalProvisioner } from "./pool/local-provisioner.js";
 export { NomadProvisioner } from "./pool/nomad-provisioner.js";

@@ -21,9 +21,11 @@ export const POOL_FLAGS = {
   datacenters: "pool.nomad.datacenters",
   namespace: "pool.nomad.namespace",
   "node-pool": "pool.nomad.nodePool",
+  cpu: "pool.nomad.cpu",
+  "memory-mb": "pool.nomad.memoryMb",
 } as const satisfies BackendFlagTable;
 
-const NUMERIC = new Set(["slots-per-container", "min-containers", "max-containers", "idle-timeout-ms", "acquire-timeout-ms", "batch-window-ms", "max-batch-size", "default-timeout"]);
+const NUMERIC = new Set(["cpu", "memory-mb", "slots-per-container", "min-containers", "max-containers", "idle-timeout-ms", "acquire-timeout-ms", "batch-window-ms", "max-batch-size", "default-timeout"]);
 const LISTS = new Set(["datacenters"]);
 
 /** parseArgs options for a flag table: every one takes a string. */

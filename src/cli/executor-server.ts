@@ -43,6 +43,8 @@ options:
   --datacenters DC[,DC...]   nomad provisioner: datacenters of the job (default dc1, every agent's default)
   --namespace NS             nomad provisioner: the job's namespace (default NOMAD_NAMESPACE, else "default")
   --node-pool P              nomad provisioner: the job's node pool (Nomad >= 1.6)
+  --cpu MHZ                  nomad provisioner: CPU per container (default 1000)
+  --memory-mb MB             nomad provisioner: memory per container (default 128 + 224 x slots)
   --tool-server-url URL      ToolServer hosting external tools
   --tool-server-token T      its bearer token (or env TOOL_EXECUTOR_TOOL_SERVER_TOKEN)
   --allow-network            sandbox commands may reach the network (default: ${E.allowNetwork ? "on" : "off"})

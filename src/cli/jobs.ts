@@ -5,15 +5,17 @@
  */
 import { NomadClient } from "../nomad/client.js";
 import { NomadError } from "../nomad/errors.js";
-import { META_CREATED, META_OWNER, META_SLOTPOOL } from "../nomad/job.js";
+import { META_CREATED, META_OWNER, META_SLOTPOOL, SANDBOX_GROUP } from "../nomad/job.js";
+import { ownerLiveness } from "../nomad/ownership.js";
 import type { JobListStub } from "../nomad/schemas.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
 
 const HELP = `usage: slotpool jobs prune [options]
 
 Lists the slotpool sandbox jobs in Nomad (jobs whose Meta has slotpool = "true") that are
-still running, and stops them. A running pool's own job is listed too: stop pools first, or
-narrow the selection with --prefix, --owner or --older-than-min.
+still running and whose run is gone (no owner heartbeat for 45 s: orphans), and stops them.
+A live run's job is left alone unless --include-live; narrow the selection with --prefix,
+--owner or --older-than-min.
 
 options:
   --dry-run                list what would be stopped, stop nothing
@@ -21,6 +23,8 @@ options:
   --owner O                only jobs started by O (Meta slotpool.owner, user@host)
   --older-than-min N       only jobs created more than N minutes ago (Meta slotpool.created)
   --purge                  also purge the jobs (remove them from Nomad at once)
+  --include-live           also jobs whose run is alive (stops running pools' containers)
+  --owner-stale-s N        a run not heard from for N s is gone (default 45)
 
 environment: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT,
 NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY
@@ -32,6 +36,10 @@ export interface PruneOptions {
   owner?: string;
   olderThanMs?: number;
   purge?: boolean;
+  /** Also jobs whose owner run is alive (default: orphans only). */
+  includeLive?: boolean;
+  /** A run not heard from for this long is gone (default OWNER_STALE_MS, 45 s). */
+  ownerStaleMs?: number;
   now?: number;
 }
 
@@ -52,6 +60,8 @@ export async function pruneJobs(client: NomadClient, options: PruneOptions = {})
   const selected = stubs.filter((j) => isCandidate(j, options, now));
   const out: PrunedJob[] = [];
   for (const job of selected) {
+    // A live run's job is its own: stopping it would kill that run's containers mid-trajectory.
+    if (!options.includeLive && !job.Stop && (await ownerAlive(client, job, now, options.ownerStaleMs))) continue;
     const entry: PrunedJob = {
       id: job.ID,
       status: job.Status ?? "?",
@@ -71,6 +81,11 @@ export async function pruneJobs(client: NomadClient, options: PruneOptions = {})
     out.push(entry);
   }
   return out;
+}
+
+async function ownerAlive(client: NomadClient, job: JobListStub, now: number, staleMs: number | undefined): Promise<boolean> {
+  const scale = await client.scaleStatus(job.ID);
+  return ownerLiveness(job.Meta, scale, SANDBOX_GROUP, { now, ...(staleMs !== undefined ? { staleMs } : {}) }).alive;
 }
 
 function isCandidate(job: JobListStub, options: PruneOptions, now: number): boolean {
@@ -123,6 +138,8 @@ export async function run(argv: string[]): Promise<number> {
       owner: { type: "string" },
       "older-than-min": { type: "string" },
       purge: { type: "boolean" },
+      "include-live": { type: "boolean" },
+      "owner-stale-s": { type: "string" },
     },
     HELP,
   );
@@ -132,6 +149,8 @@ export async function run(argv: string[]): Promise<number> {
   const options: PruneOptions = {
     dryRun,
     purge: boolFlag(flags, "purge"),
+    includeLive: boolFlag(flags, "include-live"),
+    ...(stringFlag(flags, "owner-stale-s") !== undefined ? { ownerStaleMs: intFlag("owner-stale-s", stringFlag(flags, "owner-stale-s")!, 1) * 1000 } : {}),
     ...(stringFlag(flags, "prefix") ? { prefix: stringFlag(flags, "prefix")! } : {}),
     ...(stringFlag(flags, "owner") ? { owner: stringFlag(flags, "owner")! } : {}),
     ...(olderThan !== undefined ? { olderThanMs: intFlag("older-than-min", olderThan, 0) * 60_000 } : {}),

@@ -1,5 +1,6 @@
 import type { NomadClient } from "../nomad/client.js";
 import { META_CREATED, META_OWNER, META_SLOTPOOL, META_SLOTS, SANDBOX_GROUP } from "../nomad/job.js";
+import { isHeartbeat } from "../nomad/ownership.js";
 import { SlotpoolError } from "../protocol/errors.js";
 
 /**
@@ -101,7 +102,8 @@ export async function fetchNomadStatus(client: NomadClient, options: { prefix?: 
     const allocations: Record<string, number> = {};
     try {
       for (const a of (await client.jobAllocations(stub.ID)).allocations) {
-        const s = a.ClientStatus ?? "unknown";
+        // Told to stop but not stopped yet: "stopping", not running (nor counted as capacity).
+        const s = a.DesiredStatus === "stop" && (a.ClientStatus === "running" || a.ClientStatus === "pending") ? "stopping" : (a.ClientStatus ?? "unknown");
         allocations[s] = (allocations[s] ?? 0) + 1;
       }
     } catch {
@@ -113,7 +115,8 @@ export async function fetchNomadStatus(client: NomadClient, options: { prefix?: 
       const st = await client.scaleStatus(stub.ID);
       const g = st?.TaskGroups?.[SANDBOX_GROUP];
       if (g) {
-        const last = g.Events?.at(-1);
+        // Nomad lists a group's events newest first; owner heartbeats are not scale events.
+        const last = g.Events?.find((e) => !isHeartbeat(e));
         scale = {
           desired: g.Desired,
           placed: g.Placed,

@@ -85,10 +85,12 @@ function serverNetworkArgs(config: ToolBackendConfig): string[] {
 async function createProvisioner(config: PoolSettings, serverArgs: string[], logger: Logger): Promise<Provisioner> {
   if (config.provisioner === "nomad") {
     const { NomadProvisioner } = await import("../pool/nomad-provisioner.js");
+    const { shareJob, ...job } = config.nomad;
     return new NomadProvisioner({
       slotsPerContainer: config.slotsPerContainer,
       logger: logger.child({ component: "nomad" }),
-      job: config.nomad,
+      job,
+      ...(shareJob ? { shareJob } : {}),
     });
   }
   const { LocalProvisioner } = await import("../pool/local-provisioner.js");

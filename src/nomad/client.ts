@@ -384,6 +384,19 @@ export class NomadClient {
     return value;
   }
 
+  /**
+   * Records a scaling event without changing the count (`POST /v1/job/:id/scale` with no
+   * Count): no job version, no evaluation. slotpool's owner heartbeat (nomad/ownership.ts).
+   */
+  async recordScaleEvent(jobId: string, group: string, options: { message: string; meta?: Record<string, unknown>; signal?: AbortSignal }): Promise<void> {
+    const body: Record<string, unknown> = { Target: { Group: group }, Message: options.message };
+    if (options.meta) body["Meta"] = options.meta;
+    await this.call(
+      { method: "POST", path: `/v1/job/${enc(jobId)}/scale`, body, capability: "namespace:scale-job or namespace:submit-job", signal: options.signal },
+      JobRegisterResponseSchema,
+    );
+  }
+
   /** Desired/placed/running counts per group, or null when the job does not exist. */
   async scaleStatus(jobId: string, options: { signal?: AbortSignal } = {}): Promise<JobScaleStatus | null> {
     return this.nullOn404(async () => {

@@ -36,6 +36,17 @@ export function sandboxJobHclFromSettings(s: SandboxJobSettings): string {
     out.attrs([["attribute", str(c.attribute)], ["operator", str(c.operator)], ...(c.value !== undefined ? [["value", str(c.value)] as Attr] : [])]);
     out.close();
   }
+  for (const sp of s.spreads) {
+    out.blank();
+    out.open("spread");
+    out.attrs([["attribute", str(sp.attribute)], ["weight", String(sp.weight ?? 50)]]);
+    for (const t of sp.targets ?? []) {
+      out.open(`target ${str(t.value)}`);
+      out.attrs([["percent", String(t.percent)]]);
+      out.close();
+    }
+    out.close();
+  }
   out.blank();
   out.line("# max_parallel = 0: no deployments, so scaling is never blocked by one (see src/nomad/job.ts).");
   out.open("update");

@@ -57,6 +57,15 @@ export interface JobConstraint {
   value?: string;
 }
 
+/** A Nomad `spread` block: allocations spread over the values of `attribute` (e.g. "${node.unique.id}"). */
+export interface JobSpread {
+  attribute: string;
+  /** 0-100 (Nomad's default 50). */
+  weight?: number;
+  /** Desired share per value; values not named share the rest. */
+  targets?: Array<{ value: string; percent: number }>;
+}
+
 export interface SandboxJobOptions {
   jobId?: string;
   /** Number of sandbox servers (containers). */
@@ -95,6 +104,8 @@ export interface SandboxJobOptions {
   region?: string;
   nodePool?: string;
   constraints?: JobConstraint[];
+  /** Spread blocks: e.g. `[{ attribute: "${node.unique.id}" }]` puts the containers on as many nodes as it can. */
+  spreads?: JobSpread[];
   /**
    * docker: run privileged (needs `allow_privileged` in the docker plugin config). Not needed
    * (`capAdd` + `securityOpt` sandbox fully) and on some hosts runc cannot even start it.
@@ -155,6 +166,7 @@ export interface SandboxJobSettings {
   region: string | undefined;
   nodePool: string | undefined;
   constraints: Array<{ attribute: string; operator: string; value: string | undefined }>;
+  spreads: JobSpread[];
   privileged: boolean;
   capAdd: string[];
   securityOpt: string[];
@@ -265,6 +277,7 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
     region: options.region || undefined,
     nodePool: options.nodePool || undefined,
     constraints,
+    spreads: (options.spreads ?? []).map(checkSpread),
     privileged: options.privileged ?? false,
     capAdd: options.capAdd ?? [...DOCKER_CAP_ADD],
     securityOpt: options.securityOpt ?? dockerSecurityOpt(),
@@ -399,6 +412,7 @@ export function sandboxJobFromSettings(s: SandboxJobSettings): Record<string, un
     Type: "service",
     Datacenters: [...s.datacenters],
     Constraints: s.constraints.map(constraintJson),
+    ...(s.spreads.length ? { Spreads: s.spreads.map(spreadJson) } : {}),
     // MaxParallel 0 means "no update strategy": Nomad then creates no deployment, so a scale
     // call is never refused with 400 "job scaling blocked due to active deployment".
     // shared/nomad-api/README.md l.267 ("What the scale endpoint requires"): "By my reading of
@@ -428,6 +442,22 @@ function constraintJson(c: { attribute: string; operator: string; value: string 
   const out: Record<string, string> = { LTarget: c.attribute, Operand: c.operator };
   if (c.value !== undefined) out["RTarget"] = c.value;
   return out;
+}
+
+function spreadJson(sp: JobSpread): Record<string, unknown> {
+  const out: Record<string, unknown> = { Attribute: sp.attribute, Weight: sp.weight ?? 50 };
+  if (sp.targets?.length) out["SpreadTarget"] = sp.targets.map((t) => ({ Value: t.value, Percent: t.percent }));
+  return out;
+}
+
+function checkSpread(sp: JobSpread): JobSpread {
+  if (!sp.attribute) throw new SandboxJobOptionError("a spread needs an attribute, e.g. \"${node.unique.id}\"");
+  if (sp.weight !== undefined && (!Number.isInteger(sp.weight) || sp.weight < 0 || sp.weight > 100)) {
+    throw new SandboxJobOptionError(`spread weight must be a whole number 0-100, got ${sp.weight}`);
+  }
+  const total = (sp.targets ?? []).reduce((n, t) => n + t.percent, 0);
+  if (total > 100) throw new SandboxJobOptionError(`spread targets of '${sp.attribute}' add up to ${total} %, more than 100`);
+  return { ...sp, ...(sp.targets ? { targets: sp.targets.map((t) => ({ ...t })) } : {}) };
 }
 
 function whole(name: string, value: number, min: number): number {

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { PoolError } from "./errors.js";
 import { configProblems } from "../protocol/errors.js";
+import { MIN_SLOT_MEMORY_MB, SERVER_RESERVE_MB } from "../nomad/job.js";
 
 /**
  * The pool's settings. Names follow the seed's AgentEnvConfig (slots_per_container,
@@ -25,10 +26,16 @@ export const SlotPoolConfigSchema = z
     idleTimeoutMs: z.number().int().min(0).default(60_000),
     /** A held slot neither used nor released for this long is reclaimed; 0 turns leases off. */
     leaseTimeoutMs: z.number().int().min(0).default(30 * 60_000),
-    /** Interval of the /health check of every container (the second loss signal). */
-    healthIntervalMs: z.number().int().positive().default(10_000),
+    /**
+     * Interval of the /health check of every container (the second loss signal; each check's
+     * timeout is min(5 s, this)). It is what notices a node that vanished without closing its
+     * sockets (power loss, a cut link, a frozen machine): with the defaults within about
+     * 2 × 2 s + 2 s, long before Nomad declares the node down (about 25 s after it stopped
+     * heartbeating).
+     */
+    healthIntervalMs: z.number().int().positive().default(2_000),
     /** Consecutive failed health checks before a container counts as lost. */
-    healthFailuresBeforeLost: z.number().int().min(1).default(3),
+    healthFailuresBeforeLost: z.number().int().min(1).default(2),
     /** How long a container that came up may take to answer /health before it counts as failed. */
     containerHealthTimeoutMs: z.number().int().positive().default(60_000),
     /** Containers still starting at once (admission control for start-up storms). */
@@ -59,14 +66,37 @@ export const NomadJobSettingsSchema = z
     image: z.string().min(1).optional(),
     /** The task driver. */
     driver: z.enum(["docker", "raw_exec", "exec"], { error: "must be docker, raw_exec or exec" }).optional(),
-    /** The sandbox job's id. */
+    /** The sandbox job's id. Default: `slotpool-sandbox-<run id>`, a job of this run's own. */
     jobId: z.string().min(1).optional(),
+    /**
+     * The jobId is shared by successive runs: a run may take over the job a previous run left
+     * behind once that run is gone (no heartbeat). A live run's job is never touched.
+     */
+    shareJob: z.boolean().optional(),
     /** Datacenters the job may run in (default ["dc1"], every agent's default; Nomad ≥ 1.6 also takes "*"). */
     datacenters: z.array(z.string().min(1)).min(1).optional(),
     /** The job's namespace (default NOMAD_NAMESPACE, else Nomad's "default"). */
     namespace: z.string().min(1).optional(),
     /** The job's node pool (Nomad ≥ 1.6; older agents ignore it). */
     nodePool: z.string().min(1).optional(),
+    /** MHz of CPU per container (allocation); default 1000. A node holds as many containers as its CPU allows. */
+    cpu: z.number().int().min(1).optional(),
+    /** Memory per container (allocation), MB; default 128 + 224 × slotsPerContainer. Each slot gets an equal share of it after 128 MB. */
+    memoryMb: z.number().int().min(16).optional(),
+    /** Placement constraints, e.g. [{"attribute": "${meta.sandbox}", "value": "yes"}] (operator default "="). */
+    constraints: z.array(z.object({ attribute: z.string().min(1), operator: z.string().min(1).optional(), value: z.string().optional() }).strict()).optional(),
+    /** Spread blocks, e.g. [{"attribute": "${node.unique.id}"}]: the containers on as many nodes as possible. */
+    spreads: z
+      .array(
+        z
+          .object({
+            attribute: z.string().min(1),
+            weight: z.number().int().min(0).max(100).optional(),
+            targets: z.array(z.object({ value: z.string().min(1), percent: z.number().int().min(0).max(100) }).strict()).optional(),
+          })
+          .strict(),
+      )
+      .optional(),
   })
   .strict();
 
@@ -88,6 +118,23 @@ export const PoolSettingsSchema = z
   .refine((c) => c.minContainers <= c.maxContainers, {
     message: "minContainers must not exceed maxContainers",
     path: ["minContainers"],
+  })
+  .superRefine((c, ctx) => {
+    // The allocation must hold every slot's share: refused here, naming both settings, not
+    // when the job is built (or, worse, when a slot runs out of memory).
+    const memoryMb = c.nomad.memoryMb;
+    if (memoryMb === undefined) return;
+    const share = Math.floor((memoryMb - SERVER_RESERVE_MB) / c.slotsPerContainer);
+    if (share >= MIN_SLOT_MEMORY_MB) return;
+    const need = SERVER_RESERVE_MB + c.slotsPerContainer * MIN_SLOT_MEMORY_MB;
+    const fit = Math.max(0, Math.floor((memoryMb - SERVER_RESERVE_MB) / MIN_SLOT_MEMORY_MB));
+    ctx.addIssue({
+      code: "custom",
+      path: ["nomad", "memoryMb"],
+      message:
+        `${c.slotsPerContainer} slots (pool.slotsPerContainer) do not fit in ${memoryMb} MB: the server keeps ${SERVER_RESERVE_MB} MB and each slot needs at least ${MIN_SLOT_MEMORY_MB} MB; ` +
+        `raise pool.nomad.memoryMb to ${need} or more${fit > 0 ? `, or lower pool.slotsPerContainer to ${fit} or fewer` : ""}`,
+    });
   });
 
 export type PoolSettings = z.output<typeof PoolSettingsSchema>;

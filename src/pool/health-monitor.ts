@@ -65,7 +65,7 @@ export class HealthMonitor {
         lastError = err;
       }
       if (this.now() > deadline) break;
-      await new Promise((r) => setTimeout(r, delay));
+      await new Promise((r) => setTimeout(r, delay).unref());
       delay = Math.min(delay * 2, 2_000);
     }
     if (record.state !== "checking") return undefined;
@@ -85,7 +85,8 @@ export class HealthMonitor {
       try {
         await container.client.health({ timeoutMs: 2_000 });
       } catch (err) {
-        if (!container.live) return;
+        // Being stopped by scale-down: refusing connections is expected; the provisioner reports it gone.
+        if (!container.live || container.retiring) return;
         if (isConnectionFailure(err)) {
           this.giveUp(container, `its sandbox server at ${container.info.url} stopped accepting connections (${errorMessage(error)})`);
         }
@@ -93,6 +94,28 @@ export class HealthMonitor {
     })().finally(() => this.suspicions.delete(container));
     this.suspicions.set(container, pending);
     return pending;
+  }
+
+  /**
+   * Another container of `container`'s node was lost: check this one now instead of at the
+   * next round (a dead node takes all its containers). A check that fails in any way (no
+   * answer within the check's timeout included, the sign of a node gone silent) gives it up.
+   */
+  suspectSibling(container: ContainerRecord, node: string): void {
+    if (!container.live || container.healthCheckRunning) return;
+    container.healthCheckRunning = true;
+    const timeoutMs = Math.min(5_000, this.host.config.healthIntervalMs);
+    void container.client
+      .health({ timeoutMs })
+      .then(
+        () => undefined,
+        (err: unknown) => {
+          if (container.live) this.giveUp(container, `another container of its node ${node} was lost, and it did not answer /health either (${errorMessage(err)})`);
+        },
+      )
+      .finally(() => {
+        container.healthCheckRunning = false;
+      });
   }
 
   /** The periodic round: every live container, every quarantined one. */
@@ -130,7 +153,7 @@ export class HealthMonitor {
       await container.client.health({ timeoutMs: Math.min(5_000, config.healthIntervalMs) });
       container.healthFailures = 0;
     } catch (err) {
-      if (!container.live) return;
+      if (!container.live || container.retiring) return;
       container.healthFailures++;
       this.host.logger.warn({ container: container.info.id, failures: container.healthFailures, err: errorMessage(err) }, "container health check failed");
       if (container.healthFailures >= config.healthFailuresBeforeLost) {

@@ -11,7 +11,7 @@ export {
   PoolTemplateError,
   SlotForkError,
 } from "./errors.js";
-export type { LeasedSlot, SlotCall, CallOptions, ContainerInfo, ForkOptions, AcquireOptions, ReleaseOptions, PoolStats, SlotPoolLike } from "./types.js";
+export type { LeasedSlot, ForkableSlot, SlotCall, CallOptions, ContainerInfo, ForkOptions, AcquireOptions, ReleaseOptions, PoolStats, SlotPoolLike } from "./types.js";
 export type { TemplateSpec } from "./template-affinity.js";
 export { SlotPool, type SlotPoolOptions, type SlotPoolEvents, type ScaleEvent } from "./slot-pool.js";
 export {

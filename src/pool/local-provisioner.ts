@@ -60,6 +60,9 @@ const TAIL_LINES = 8;
 
 export class LocalProvisioner implements Provisioner {
   readonly kind = "local";
+  get slotsPerContainer(): number {
+    return this.options.slotsPerContainer;
+  }
   private readonly options: LocalProvisionerOptions;
   private readonly logger: Logger;
   private readonly containers = new Map<number, LocalContainer>();

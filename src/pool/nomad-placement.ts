@@ -68,5 +68,11 @@ export function placementAdvice(failure: string): string {
   if (/no nodes available in the datacenters/.test(failure)) {
     return 'Check the job\'s datacenters (pool.nomad.datacenters in the env config, --datacenters for the executor service; default ["dc1"], every agent\'s default; "*" needs Nomad 1.6 or newer): `nomad node status` lists the nodes\' datacenters.';
   }
-  return "Add client capacity, lower the job's cpu/memory, or lower minContainers/maxContainers.";
+  if (/ConstraintFiltered/.test(failure) && !/DimensionExhausted/.test(failure)) {
+    return "No node meets the job's constraints: check pool.nomad.constraints (and datacenters, nodePool) in the env config or --set pool.nomad.constraints=…; `nomad node status -verbose` lists the nodes' attributes.";
+  }
+  return (
+    "Add client capacity, or lower what each container asks for: pool.nomad.cpu (MHz, default 1000) and pool.nomad.memoryMb " +
+    "(--cpu / --memory-mb for the executor service, --set pool.nomad.cpu=… for a run), or fewer containers (pool.maxContainers / pool.minContainers)."
+  );
 }

@@ -1,3 +1,5 @@
+// Longer than 500 lines on purpose: what is left is one job's lifecycle and the allocation watcher
+// over one tracked-allocation map; placement (nomad-placement.ts) and ownership (nomad-job-owner.ts) are apart.
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";
@@ -10,8 +12,10 @@ import {
 } from "../nomad/allocation.js";
 import { NomadClient } from "../nomad/client.js";
 import { sleep } from "../nomad/retry.js";
-import { NomadAclDeniedError, NomadError, NomadScaleBlockedError, NomadUnreachableError } from "../nomad/errors.js";
-import { META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
+import { NomadAclDeniedError, NomadError, NomadNotFoundError, NomadScaleBlockedError, NomadUnreachableError } from "../nomad/errors.js";
+import { DEFAULT_JOB_ID, META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TASK, sandboxJob, type SandboxJobOptions } from "../nomad/job.js";
+import { META_RUN } from "../nomad/ownership.js";
+import { NomadJobOwner } from "./nomad-job-owner.js";
 import type { AllocListStub, Evaluation, Job } from "../nomad/schemas.js";
 import { describePlacementFailure, placementAdvice, waitForDeploymentEnd } from "./nomad-placement.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
@@ -36,8 +40,23 @@ export interface NomadProvisionerOptions {
    * not replace its allocations), else a fresh random one.
    */
   token?: string;
-  /** Purge the job before submitting it: recovers from a previous run's restart backoff (seed: purge_job_on_start). */
+  /** Purge the job before submitting it: recovers from a previous run's restart backoff (seed: purge_job_on_start). Never a job whose owner is alive. */
   purgeJobOnStart?: boolean;
+  /**
+   * This run's id, recorded in the job's Meta (`slotpool.run`) as its owner. Default: a fresh
+   * random one. Without `job.jobId` the job is `slotpool-sandbox-<runId>`: each run its own.
+   */
+  runId?: string;
+  /**
+   * An explicit `job.jobId` shared by successive runs: a run may take over the job a previous
+   * run left behind once that owner is gone (no heartbeat for `ownerStaleMs`). Never a job
+   * whose owner is alive, with or without this. Default false: another run's job is refused.
+   */
+  shareJob?: boolean;
+  /** How often the owner records its heartbeat (default 10 s; nomad/ownership.ts). */
+  heartbeatMs?: number;
+  /** An owner not heard from for this long is gone (default 45 s). */
+  ownerStaleMs?: number;
   /** How long one blocking query may wait (default 30 s). */
   blockingWaitMs?: number;
   /**
@@ -71,7 +90,12 @@ interface TrackedAllocation {
 
 export class NomadProvisioner implements Provisioner {
   readonly kind = "nomad";
+  get slotsPerContainer(): number {
+    return this.options.slotsPerContainer;
+  }
   readonly jobId: string;
+  /** The run that owns the job this provisioner submits (Meta slotpool.run). */
+  readonly runId: string;
   private readonly client: NomadClient;
   private readonly ownsClient: boolean;
   private readonly options: NomadProvisionerOptions;
@@ -89,6 +113,8 @@ export class NomadProvisioner implements Provisioner {
   private watcher: Promise<void> | undefined;
   private lastPlacementCheck = 0;
   private failedAllocations = 0;
+  /** Ownership of the job: refusal of others' jobs, the heartbeat, noticing the job is lost. */
+  private readonly owner: NomadJobOwner;
 
   constructor(options: NomadProvisionerOptions) {
     if (!Number.isInteger(options.slotsPerContainer) || options.slotsPerContainer < 1) {
@@ -99,8 +125,24 @@ export class NomadProvisioner implements Provisioner {
     // The job's namespace is the one every call must name (else NOMAD_NAMESPACE, else "default").
     this.client = options.client ?? NomadClient.fromEnv({ logger: this.logger, ...(options.job?.namespace ? { namespace: options.job.namespace } : {}) });
     this.ownsClient = !options.client;
+    this.runId = options.runId ?? randomBytes(4).toString("hex");
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(this.runId)) {
+      throw new ProvisionerError(`NomadProvisioner: runId must be 1-64 letters, digits, '.', '_' or '-', got '${this.runId}'`, "config");
+    }
     // Validates the job options now, so a bad image or job ID fails at construction.
-    this.jobId = (sandboxJob({ ...options.job, slots: options.slotsPerContainer }) as { ID: string }).ID;
+    this.jobId = (sandboxJob({ ...this.jobOptions(), slots: options.slotsPerContainer }) as { ID: string }).ID;
+    this.owner = new NomadJobOwner({
+      client: this.client,
+      jobId: this.jobId,
+      runId: this.runId,
+      logger: this.logger,
+      signal: this.abort.signal,
+      stopping: () => this.stopping,
+      mayTakeOver: Boolean(options.shareJob || options.purgeJobOnStart),
+      ...(options.heartbeatMs !== undefined ? { heartbeatMs: options.heartbeatMs } : {}),
+      ...(options.ownerStaleMs !== undefined ? { ownerStaleMs: options.ownerStaleMs } : {}),
+      lost: (error) => this.events?.problem(error),
+    });
   }
 
   async start(events: ProvisionerEvents, initialCount: number): Promise<void> {
@@ -109,48 +151,64 @@ export class NomadProvisioner implements Provisioner {
     this.target = initialCount;
     try {
       await this.client.leader({ signal: this.abort.signal });
+      let existing = await this.client.readJob(this.jobId, { signal: this.abort.signal });
+      if (existing && !existing.Stop) {
+        if (existing.Meta?.[META_SLOTPOOL] !== "true") {
+          throw new ProvisionerError(
+            `Nomad job '${this.jobId}' exists and is not a slotpool job (its Meta has no ${META_SLOTPOOL}="true"); ` +
+              "choose another job ID or stop that job",
+            "config",
+          );
+        }
+        await this.owner.refuseOthersJob(existing.Meta);
+      }
       if (this.options.purgeJobOnStart) {
         this.submitted = true; // a half-done purge is finished by stop()
         await this.purgeJob();
+        existing = null;
       }
-      const existing = await this.client.readJob(this.jobId, { signal: this.abort.signal });
-      const running = existing && !existing.Stop;
-      if (running && existing.Meta?.[META_SLOTPOOL] !== "true") {
-        throw new ProvisionerError(
-          `Nomad job '${this.jobId}' exists and is not a slotpool job (its Meta has no ${META_SLOTPOOL}="true"); ` +
-            "choose another job ID or stop that job",
-          "config",
-        );
-      }
-      this.token = this.options.token ?? (running ? jobToken(existing) : undefined) ?? randomBytes(24).toString("base64url");
+      const running = existing !== null && !existing.Stop ? existing : undefined;
+      this.token = this.options.token ?? (running ? jobToken(running) : undefined) ?? randomBytes(24).toString("base64url");
       const spec = sandboxJob({
-        ...this.options.job,
+        ...this.jobOptions(),
         slots: this.options.slotsPerContainer,
         count: initialCount,
         token: this.token,
-        ...(running && existing.Meta?.[META_CREATED] ? { created: existing.Meta[META_CREATED] } : {}),
+        ...(running?.Meta?.[META_CREATED] ? { created: running.Meta[META_CREATED] } : {}),
       });
       this.submitted = true;
       if (running) {
         // Keep the running count (PreserveCounts), then set ours with the scale endpoint.
         await this.client.registerJob(spec, { preserveCounts: true, signal: this.abort.signal });
-        const count = existing.TaskGroups?.find((g) => g.Name === SANDBOX_GROUP)?.Count ?? initialCount;
+        const count = running.TaskGroups?.find((g) => g.Name === SANDBOX_GROUP)?.Count ?? initialCount;
         if (count !== initialCount) {
           await this.client.scaleTaskGroup(this.jobId, SANDBOX_GROUP, initialCount, { message: "slotpool: pool started", signal: this.abort.signal });
         }
-        this.logger.info({ job: this.jobId, previousCount: count, count: initialCount }, "nomad provisioner: attached to the running job");
+        this.logger.info({ job: this.jobId, run: this.runId, previousOwner: running.Meta?.[META_RUN], previousCount: count, count: initialCount }, "nomad provisioner: took over the running job (its owner is gone)");
       } else {
         await this.client.registerJob(spec, { signal: this.abort.signal });
-        this.logger.info({ job: this.jobId, count: initialCount }, "nomad provisioner: job submitted");
+        this.logger.info({ job: this.jobId, run: this.runId, count: initialCount }, "nomad provisioner: job submitted");
       }
     } catch (err) {
       throw toProvisionerError(err, `starting the sandbox job '${this.jobId}'`);
     }
     this.watcher = this.options.watch === "events" ? this.watchEvents() : this.watch();
+    this.owner.beginHeartbeat();
+  }
+
+  /** The job settings, with this run as owner and, unless one was given, a job id of its own. */
+  private jobOptions(): Omit<SandboxJobOptions, "slots" | "count" | "token"> {
+    const job = this.options.job ?? {};
+    return {
+      ...job,
+      jobId: job.jobId ?? `${DEFAULT_JOB_ID}-${this.runId}`,
+      meta: { ...job.meta, [META_RUN]: this.runId },
+    };
   }
 
   async setTargetCount(count: number, reason: string): Promise<void> {
     if (this.stopping) return;
+    if (this.owner.lost) throw this.owner.lost;
     const message = `slotpool: ${reason}`.slice(0, 500);
     const deadline = performance.now() + (this.options.scaleBlockedWaitMs ?? 120_000);
     for (;;) {
@@ -162,6 +220,10 @@ export class NomadProvisioner implements Provisioner {
         // `update` block; slotpool's own job has max_parallel = 0) has a deployment, and Nomad
         // refuses every scale until it ends. Wait for it, then scale again: Nomad 1.1 may have
         // stored the refused count already, but places nothing for it without a new call.
+        if (err instanceof NomadNotFoundError) {
+          await this.owner.checkJob();
+          if (this.owner.lost) throw this.owner.lost;
+        }
         if (!(err instanceof NomadScaleBlockedError) || performance.now() > deadline || this.stopping) throw err;
         await waitForDeploymentEnd(this.client, this.jobId, { deadline, signal: this.abort.signal, stopping: () => this.stopping, logger: this.logger });
       }
@@ -205,10 +267,12 @@ export class NomadProvisioner implements Provisioner {
   async stop(options: { purge: boolean }): Promise<void> {
     if (this.stopping) return;
     this.stopping = true;
+    this.owner.stop();
     this.abort.abort(new Error("the Nomad provisioner was stopped"));
     await this.watcher?.catch(() => undefined);
     try {
-      if (this.submitted) await this.client.deregisterJob(this.jobId, { purge: options.purge });
+      // Only a job that is still ours: another run may have taken it over meanwhile.
+      if (this.submitted && !this.owner.lost && (await this.owner.stillOurs())) await this.client.deregisterJob(this.jobId, { purge: options.purge });
       this.logger.info({ job: this.jobId, purge: options.purge }, "nomad provisioner: job stopped");
     } catch (err) {
       throw toProvisionerError(err, `stopping the sandbox job '${this.jobId}' (stop it with 'slotpool jobs prune' or 'nomad job stop')`);
@@ -293,6 +357,8 @@ export class NomadProvisioner implements Provisioner {
       this.syncAllocation(a);
     }
     // Purged or garbage-collected allocations disappear from the list without a terminal state.
+    // All of them at once: the job itself may be gone; find out now, not at the next scale call.
+    if (allocations.length === 0 && [...this.tracked.values()].some((t) => t.state !== "gone")) void this.owner.checkJob();
     for (const t of this.tracked.values()) {
       if (!seen.has(t.allocId) && t.state !== "gone") {
         t.state = "gone";
@@ -355,7 +421,7 @@ export class NomadProvisioner implements Provisioner {
         return;
       }
       t.state = "up";
-      this.events!.containerUp({ id: t.id, index: t.index, url: address.url, ...(this.token ? { token: this.token } : {}), slots: this.options.slotsPerContainer });
+      this.events!.containerUp({ id: t.id, index: t.index, url: address.url, ...(this.token ? { token: this.token } : {}), slots: this.options.slotsPerContainer, ...(alloc.NodeID ? { node: alloc.NodeID } : {}) });
     } catch (err) {
       if (this.stopping) return;
       this.logger.warn({ allocation: t.allocId, err: err instanceof Error ? err.message : String(err) }, "nomad provisioner: cannot read allocation; retrying");

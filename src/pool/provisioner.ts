@@ -10,6 +10,11 @@ import { SlotpoolError } from "../protocol/errors.js";
 export interface Provisioner {
   /** Short name for logs and errors: "local", "nomad". */
   readonly kind: string;
+  /**
+   * Slots per container it starts, when it decides that (local, Nomad): the pool takes it from
+   * here, so it is given once; a pool told a different number refuses to be built.
+   */
+  readonly slotsPerContainer?: number;
   /** Starts watching / launching with `initialCount` containers; reports through `events`. */
   start(events: ProvisionerEvents, initialCount: number): Promise<void>;
   /** Sets the number of containers. One call per change; the provisioner converges to it. */

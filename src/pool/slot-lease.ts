@@ -12,7 +12,7 @@ import type {
 import { SandboxRequestError, SlotLostError, SlotReleasedError } from "./errors.js";
 import type { SlotRecord } from "./records.js";
 import { isConnectionFailure } from "./sandbox-client.js";
-import type { CallOptions, ContainerInfo, ForkOptions, LeasedSlot, SlotCall } from "./types.js";
+import type { CallOptions, ContainerInfo, ForkableSlot, ForkOptions, SlotCall } from "./types.js";
 
 /** What a lease needs from its pool. */
 export interface LeaseHost {
@@ -31,7 +31,7 @@ export type LeaseEnd =
  * per acquire, so an old handle kept by a finished trajectory can never touch the slot's
  * next holder: once ended, every method raises (SlotLostError or SlotReleasedError).
  */
-export class SlotLease implements LeasedSlot {
+export class SlotLease implements ForkableSlot {
   readonly key: string;
   readonly slotId: string;
   readonly container: ContainerInfo;

@@ -5,15 +5,17 @@ import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { Autoscaler, type ScaleEvent } from "./autoscaler.js";
-import { parseSlotPoolConfig, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, SlotForkError, PoolError } from "./errors.js";
+import { parseSlotPoolConfig, SlotPoolConfigError, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
+import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, PoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { HealthMonitor } from "./health-monitor.js";
+import { ContainerAdmission, insertByIndex } from "./container-admission.js";
+import { ForkLeases } from "./fork-leases.js";
 import { PoolStatistics } from "./pool-statistics.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
 import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
 import { SlotLease, type LeaseHost } from "./slot-lease.js";
-import type { AcquireOptions, ContainerInfo, ForkOptions, PoolStats, ReleaseOptions, LeasedSlot, SlotPoolLike } from "./types.js";
+import type { AcquireOptions, ContainerInfo, ForkableSlot, ForkOptions, PoolStats, ReleaseOptions, LeasedSlot, SlotPoolLike } from "./types.js";
 import { WaiterQueue, type Waiter } from "./waiter-queue.js";
 import { TemplateAffinity, type TemplateSpec } from "./template-affinity.js";
 import type { HealthResponse } from "../protocol/sandbox.js";
@@ -34,6 +36,8 @@ export interface SlotPoolEvents {
   "slot-reclaimed": [{ key: string; trajectoryId: string; idleMs: number }];
   scale: [ScaleEvent];
   problem: [ProvisionerError];
+  /** The pool can hand out no more slots (its Nomad job is gone or was taken over); stop() it. */
+  failed: [ProvisionerError];
 }
 
 export interface SlotPoolOptions extends SlotPoolConfigInput {
@@ -50,7 +54,13 @@ export interface SlotPoolOptions extends SlotPoolConfigInput {
   parsedConfig?: SlotPoolConfig;
 }
 
-type PoolState = "new" | "starting" | "running" | "stopping" | "stopped";
+type PoolState = "new" | "starting" | "running" | "failed" | "stopping" | "stopped";
+
+/** How long a node that lost a container is served last. */
+const SUSPECT_NODE_MS = 30_000;
+
+/** Provisioner problems after which no container can come: the pool fails (see `fail`). */
+const FATAL_PROBLEMS = new Set(["job-gone", "job-taken"]);
 
 /**
  * Turns containers into slots and hands them to trajectories.
@@ -88,6 +98,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private readonly scaler: Autoscaler;
   private readonly health: HealthMonitor;
   private readonly statistics: PoolStatistics;
+  private readonly forks: ForkLeases;
+  private readonly admission: ContainerAdmission;
 
   private freeCount = 0;
   private busyCount = 0;
@@ -99,13 +111,22 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private healthTimer: NodeJS.Timeout | undefined;
   private startWaiter: { resolve: () => void; reject: (err: Error) => void } | undefined;
   private lastProblem: ProvisionerError | undefined;
+  /** Why the pool failed (state "failed"): every acquire rejects with it. */
+  private failure: ProvisionerError | undefined;
   private lastProblemAt = 0;
 
   constructor(options: SlotPoolOptions) {
     super();
     const { provisioner, logger, metrics, createClient, parsedConfig, ...config } = options;
     if (!provisioner) throw new PoolError("SlotPool needs a provisioner (LocalProvisioner or NomadProvisioner)");
-    this.config = parsedConfig ?? parseSlotPoolConfig(config);
+    // The slot count is the provisioner's (it starts the servers): taken from it when not given here.
+    const provisionerSlots = provisioner.slotsPerContainer;
+    this.config = parsedConfig ?? parseSlotPoolConfig(config.slotsPerContainer === undefined && provisionerSlots !== undefined ? { ...config, slotsPerContainer: provisionerSlots } : config);
+    if (provisionerSlots !== undefined && this.config.slotsPerContainer !== provisionerSlots) {
+      throw new SlotPoolConfigError(
+        `slotsPerContainer disagrees: the ${provisioner.kind} provisioner starts containers of ${provisionerSlots} slots, the pool was told ${this.config.slotsPerContainer}; give it once, to the provisioner (the pool takes it from there)`,
+      );
+    }
     this.provisioner = provisioner;
     this.logger = logger ?? silentLogger();
     this.on("container-lost", ({ container }) => this.templates.forget(container.id));
@@ -149,6 +170,27 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
         this.retired.delete(info.id);
         this.onContainerUp(info);
       },
+    });
+    this.forks = new ForkLeases({
+      config: this.config,
+      state: () => this.state,
+      freeTaken: (n) => {
+        this.freeCount -= n;
+      },
+      lease: (record, trajectoryId, startedAt) => this.lease(record, trajectoryId, startedAt),
+      release: (lease, options) => this.release(lease, options),
+    });
+    this.admission = new ContainerAdmission({
+      config: this.config,
+      health: this.health,
+      accepting: () => this.state !== "stopping" && this.state !== "stopped",
+      known: (id) => this.byId.has(id) || this.retired.has(id),
+      createClient: (info, hooks) => this.createClient(info, hooks),
+      register: (record) => {
+        this.byId.set(record.info.id, record);
+        insertByIndex(this.containers, record);
+      },
+      opened: (record, slots) => this.openContainer(record, slots),
     });
     this.statistics = new PoolStatistics(this.metrics, () => ({
       containers: this.containers,
@@ -235,15 +277,22 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       lease.end = { kind: "lost", containerId: lease.container.id, reason };
     }
     this.leases.clear();
-    for (const c of this.containers) void c.client.close();
+    for (const c of this.containers) {
+      // A container still being admitted stops being checked now: its admission would poll on
+      // (up to containerHealthTimeoutMs) and then report it lost, keeping the process alive.
+      if (c.state === "checking") c.state = "lost";
+      void c.client.close();
+    }
   }
 
   // ---------------------------------------------------------------- acquire / release
 
-  acquire(options: AcquireOptions): Promise<LeasedSlot> {
+  /** A slot for one trajectory; SlotPool's leases can always fork (`ForkableSlot`). */
+  acquire(options: AcquireOptions): Promise<ForkableSlot> {
     if (!options || typeof options.trajectoryId !== "string" || options.trajectoryId.length === 0) {
       return Promise.reject(new PoolError("acquire() needs a non-empty trajectoryId"));
     }
+    if (this.failure) return Promise.reject(this.failure);
     if (this.state !== "running") {
       return Promise.reject(new PoolNotRunningError(`cannot acquire a slot: the pool is ${this.state === "new" ? "not started (call start() first)" : this.state}`));
     }
@@ -260,7 +309,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       return Promise.resolve(lease);
     }
     const timeoutMs = options.timeoutMs ?? this.config.acquireTimeoutMs;
-    return new Promise<LeasedSlot>((resolve, reject) => {
+    return new Promise<ForkableSlot>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       const onAbort = () => {
         if (waiter.done) return;
@@ -318,94 +367,9 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   // ---------------------------------------------------------------- fork
 
-  /** Forks waiting for free slots on one container: served before acquires when slots come back there. */
-  private readonly forkWaiters: Array<{ container: ContainerRecord; n: number; take: (records: SlotRecord[]) => void }> = [];
-
-  /**
-   * `lease.fork(n)`: holds n free slots of the lease's container (all at once, waiting up to
-   * the timeout), asks the server to fork into them, and hands them out as leases. On any
-   * failure the held slots go back (reset only when the server may have touched them) and
-   * a SlotForkError says why: never half-done.
-   */
-  async forkLease(parent: SlotLease, n: number, options: ForkOptions): Promise<SlotLease[]> {
-    if (!Number.isInteger(n) || n < 1) throw new SlotForkError("invalid", `fork(n): n must be a positive integer, got ${String(n)}`);
-    const ids = options.trajectoryIds ?? Array.from({ length: n }, (_, i) => `${parent.trajectoryId}/fork-${i}`);
-    if (ids.length !== n) throw new SlotForkError("invalid", `fork(${n}): trajectoryIds names ${ids.length} trajectories, expected ${n}`);
-    if (this.state !== "running") throw new PoolNotRunningError(`cannot fork: the pool is ${this.state}`);
-    const container = parent.record.container;
-    if (!container.client.fork) throw new SlotForkError("unsupported", `the sandbox client of ${container.info.id} cannot fork (no POST /fork)`);
-    const others = container.slots.filter((s) => s !== parent.record && s.state !== "lost").length;
-    if (n > others) {
-      throw new SlotForkError(
-        "capacity",
-        `cannot fork ${parent.key} into ${n} slots: its container ${container.info.id} has ${container.slots.length} slots, so at most ${others} siblings; fork into fewer, or start containers with more slots (slotsPerContainer)`,
-      );
-    }
-    const startedAt = performance.now();
-    const timeoutMs = options.timeoutMs ?? this.config.acquireTimeoutMs;
-    const records = await this.takeFromContainer(container, n, timeoutMs, options.signal, parent.key);
-    const leases = records.map((r, i) => this.lease(r, ids[i]!, startedAt));
-    try {
-      await parent.forkInto(
-        records.map((r) => r.slotId),
-        { ...(options.signal ? { signal: options.signal } : {}), ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) },
-      );
-    } catch (err) {
-      // A refusal (4xx) changed nothing on the server; anything else may have touched the children.
-      const untouched = err instanceof SandboxRequestError && err.status !== undefined && err.status >= 400 && err.status < 500;
-      await Promise.all(leases.map((l) => this.release(l, { reset: !untouched })));
-      throw new SlotForkError("refused", `fork of ${parent.key} into ${records.map((r) => r.slotId).join(", ")} failed: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
-    }
-    return leases;
-  }
-
-  /** n free slots of `container`, taken together (never some of them), or a SlotForkError after `timeoutMs`. */
-  private takeFromContainer(container: ContainerRecord, n: number, timeoutMs: number, signal: AbortSignal | undefined, parentKey: string): Promise<SlotRecord[]> {
-    if (signal?.aborted) return Promise.reject(signal.reason);
-    const now = this.takeN(container, n);
-    if (now) return Promise.resolve(now);
-    return new Promise<SlotRecord[]>((resolve, reject) => {
-      const entry = {
-        container,
-        n,
-        take: (records: SlotRecord[]) => {
-          done();
-          resolve(records);
-        },
-      };
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener("abort", onAbort);
-        const i = this.forkWaiters.indexOf(entry);
-        if (i >= 0) this.forkWaiters.splice(i, 1);
-      };
-      const onAbort = () => {
-        done();
-        reject(signal!.reason);
-      };
-      const timer = setTimeout(() => {
-        done();
-        reject(new SlotForkError("timeout", `cannot fork ${parentKey} into ${n} slots: only ${container.free.length} of its container's slots became free within ${timeoutMs} ms; release sibling slots sooner, fork into fewer, or pass a longer timeoutMs`));
-      }, timeoutMs);
-      signal?.addEventListener("abort", onAbort, { once: true });
-      this.forkWaiters.push(entry);
-    });
-  }
-
-  private takeN(container: ContainerRecord, n: number): SlotRecord[] | undefined {
-    if (container.state !== "ready" || container.free.length < n) return undefined;
-    const records = container.free.splice(container.free.length - n, n).reverse();
-    this.freeCount -= n;
-    return records;
-  }
-
-  private serveForkWaiters(container: ContainerRecord): void {
-    for (const w of [...this.forkWaiters]) {
-      if (w.container !== container) continue;
-      const records = this.takeN(container, w.n);
-      if (!records) break;
-      w.take(records);
-    }
+  /** `lease.fork(n)`: see fork-leases.ts. */
+  forkLease(parent: SlotLease, n: number, options: ForkOptions): Promise<SlotLease[]> {
+    return this.forks.fork(parent, n, options);
   }
 
   private lease(record: SlotRecord, trajectoryId: string, startedAt: number): SlotLease {
@@ -446,14 +410,14 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private takeFreeSlot(template?: string): SlotRecord | undefined {
     if (this.freeCount === 0) return undefined;
     const preferred = template === undefined ? undefined : this.templates.preferred(this.containers, template);
-    for (const c of preferred ? [preferred, ...this.containers] : this.containers) {
-      if (c.state === "ready" && c.free.length > 0) {
-        const record = c.free.pop()!;
-        this.freeCount--;
-        return record;
-      }
-    }
-    return undefined;
+    const order = preferred ? [preferred, ...this.containers] : this.containers;
+    // A node that just lost a container may be going down: its slots go last (a trajectory
+    // retried after a loss lands on another node when one has room).
+    const pass = (avoidSuspect: boolean) => order.find((c) => c.state === "ready" && c.free.length > 0 && !(avoidSuspect && this.nodeSuspect(c)));
+    const c = pass(true) ?? (this.suspectNodes.size > 0 ? pass(false) : undefined);
+    if (!c) return undefined;
+    this.freeCount--;
+    return c.free.pop()!;
   }
 
   private async returnSlot(record: SlotRecord, reset: boolean, trajectoryId: string): Promise<void> {
@@ -492,7 +456,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     container.busy--;
     this.busyCount--;
     this.insertFree(container, record, reset);
-    if (this.forkWaiters.length > 0) this.serveForkWaiters(container);
+    if (this.forks.waiting) this.forks.serve(container);
     if (container.state === "ready") this.serveWaiters();
     else this.scheduleScale(); // a draining container may have emptied
   }
@@ -540,37 +504,11 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   private onContainerUp(info: ContainerInfo): void {
     this.starting.delete(info.id);
-    if (this.state === "stopping" || this.state === "stopped") return;
-    if (this.byId.has(info.id) || this.retired.has(info.id)) return;
-    const maxConcurrency = this.config.maxConcurrencyPerContainer ?? Math.max(info.slots, this.config.slotsPerContainer) * 4;
-    let record: ContainerRecord | undefined;
-    const client = this.createClient(info, {
-      maxConcurrency,
-      onConnectionFailure: (error) => {
-        if (record) void this.health.suspect(record, error);
-      },
-    });
-    record = new ContainerRecord(info, client);
-    this.byId.set(info.id, record);
-    this.insertContainer(record);
-    void this.admitContainer(record);
+    this.admission.containerUp(info);
   }
 
-  private insertContainer(record: ContainerRecord): void {
-    let lo = 0;
-    let hi = this.containers.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.containers[mid]!.index <= record.index) lo = mid + 1;
-      else hi = mid;
-    }
-    this.containers.splice(lo, 0, record);
-  }
-
-  /** Health-checks a new container until it answers, then opens its slots. */
-  private async admitContainer(record: ContainerRecord): Promise<void> {
-    const slots = await this.health.admit(record);
-    if (slots === undefined || record.state !== "checking") return;
+  /** A new container answered /health: its slots open (drained if the autoscaler is retiring it). */
+  private openContainer(record: ContainerRecord, slots: number): void {
     record.initSlots(slots);
     record.state = this.scaler.opensDrained(record) ? "draining" : "ready";
     this.freeCount += slots;
@@ -606,6 +544,22 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     this.emit("problem", error);
     // During start-up a problem means start() fails now instead of after the timeout.
     if (this.state === "starting" && this.startWaiter) this.startWaiter.reject(error);
+    if (FATAL_PROBLEMS.has(error.kind) && this.state === "running") this.fail(error);
+  }
+
+  /**
+   * The provisioner can give no more containers (its job is gone or another run took it):
+   * the pool stops handing out slots, and every waiter and later acquire fails at once with
+   * this one error instead of timing out again and again.
+   */
+  private fail(error: ProvisionerError): void {
+    this.failure = error;
+    this.state = "failed";
+    clearInterval(this.tickTimer);
+    clearInterval(this.healthTimer);
+    this.waiters.failAll(error);
+    this.logger.error({ kind: error.kind, err: error.message }, "slot pool failed: no more slots can be handed out");
+    this.emit("failed", error);
   }
 
   // ---------------------------------------------------------------- loss
@@ -643,10 +597,32 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       this.emit("slot-lost", { key: lease.key, trajectoryId: lease.trajectoryId, containerId: container.info.id, reason });
     }
     this.detach(container);
+    this.suspectNode(container);
     const log = wasChecking ? this.logger.warn.bind(this.logger) : this.logger.error.bind(this.logger);
     log({ container: container.info.id, index: container.index, heldSlotsLost: heldLost, reason }, "container lost");
     this.emit("container-lost", { container: container.info, reason });
     this.scheduleScale();
+  }
+
+  /** Nodes that lost a container lately, and until when (performance.now()): slots elsewhere go first. */
+  private readonly suspectNodes = new Map<string, number>();
+
+  /** A container was lost: its node's other containers are checked at once, and its node avoided for a while. */
+  private suspectNode(container: ContainerRecord): void {
+    const node = container.info.node;
+    if (node === undefined || this.state !== "running") return;
+    this.suspectNodes.set(node, performance.now() + SUSPECT_NODE_MS);
+    for (const c of this.containers) if (c.info.node === node && c.live) this.health.suspectSibling(c, node);
+  }
+
+  private nodeSuspect(c: ContainerRecord): boolean {
+    const node = c.info.node;
+    if (node === undefined || this.suspectNodes.size === 0) return false;
+    const until = this.suspectNodes.get(node);
+    if (until === undefined) return false;
+    if (until > performance.now()) return true;
+    this.suspectNodes.delete(node);
+    return false;
   }
 
   private removeContainer(container: ContainerRecord, reason: string): void {

@@ -35,6 +35,11 @@ export interface ContainerInfo {
   url: string;
   token?: string;
   slots: number;
+  /**
+   * The node it runs on (Nomad: the allocation's NodeID; local: absent, one machine). A node is
+   * one failure domain: a loss there makes the pool check the node's other containers at once.
+   */
+  node?: string;
 }
 
 /** A slot held by one trajectory. Every method raises SlotLostError once the slot is lost. */
@@ -64,6 +69,11 @@ export interface LeasedSlot {
    * Raises SlotForkError. Optional: a pool that cannot fork leaves it out.
    */
   fork?(n: number, options?: ForkOptions): Promise<LeasedSlot[]>;
+}
+
+/** A lease of a pool that can fork (SlotPool's): `fork` is always there, no `!` needed. */
+export interface ForkableSlot extends LeasedSlot {
+  fork(n: number, options?: ForkOptions): Promise<ForkableSlot[]>;
 }
 
 export interface ForkOptions extends CallOptions {

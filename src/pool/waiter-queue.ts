@@ -1,10 +1,10 @@
-import type { LeasedSlot } from "./types.js";
+import type { ForkableSlot } from "./types.js";
 
 /** An acquire() call waiting for a free slot. */
 export interface Waiter {
   trajectoryId: string;
   startedAt: number;
-  resolve: (slot: LeasedSlot) => void;
+  resolve: (slot: ForkableSlot) => void;
   reject: (err: unknown) => void;
   done: boolean;
   /** Clears the waiter's timer and abort listener. */

@@ -66,12 +66,16 @@ describe("an env process killed mid-run", () => {
     expect(runningAllocations(nomad, jobId)).toHaveLength(1);
 
     const env2 = { ...process.env, NOMAD_ADDR: nomad.address, NOMAD_TOKEN: "" };
-    const dry = await cli(["jobs", "prune", "--dry-run", "--prefix", jobId], env2);
+    // Its run is gone: no heartbeat since the kill (a short staleness bound instead of 45 s).
+    const alive = await cli(["jobs", "prune", "--dry-run", "--prefix", jobId], env2);
+    expect(alive.stdout).not.toContain(jobId);
+    await new Promise((r) => setTimeout(r, 3_000));
+    const dry = await cli(["jobs", "prune", "--dry-run", "--prefix", jobId, "--owner-stale-s", "2"], env2);
     expect(dry.status, dry.stderr).toBe(0);
     expect(dry.stdout).toContain(jobId);
     expect(await liveJobs(nomad.address, jobId)).toHaveLength(1);
 
-    const prune = await cli(["jobs", "prune", "--prefix", jobId, "--purge"], env2);
+    const prune = await cli(["jobs", "prune", "--prefix", jobId, "--purge", "--owner-stale-s", "2"], env2);
     expect(prune.status, prune.stderr).toBe(0);
     expect(prune.stdout).toContain(jobId);
     expect(await liveJobs(nomad.address, jobId)).toEqual([]);

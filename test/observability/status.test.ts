@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { NomadClient } from "../../src/nomad/client.js";
 import { sandboxJob } from "../../src/nomad/job.js";
+import { HEARTBEAT_MESSAGE } from "../../src/nomad/ownership.js";
 import { NomadProvisioner } from "../../src/pool/nomad-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
 import { startNomadEmulator, type NomadEmulator } from "../support/nomad-emulator.js";
@@ -77,6 +78,15 @@ describe("slotpool status from Nomad", () => {
     await nomad.waitForAllocations(jobId, (as) => as.some((a) => a["ClientStatus"] === "failed"), 10_000);
     const after = JSON.parse((await status(["--json"], env)).stdout);
     expect(after.nomad.jobs.find((j: { id: string }) => j.id === jobId).allocations).toMatchObject({ running: 1, failed: 1 });
+  }, 60_000);
+
+  it("shows the newest scale event as the last one, never an owner heartbeat", async () => {
+    const client = new NomadClient({ address: nomad.address, token: "status-acl-token" });
+    await client.scaleTaskGroup(jobId, "sandbox", 2, { message: "older scale" });
+    await client.scaleTaskGroup(jobId, "sandbox", 2, { message: "newest scale" });
+    await client.recordScaleEvent(jobId, "sandbox", { message: HEARTBEAT_MESSAGE, meta: { "slotpool.run": "x" } });
+    const report = JSON.parse((await status(["--json"], { NOMAD_ADDR: nomad.address, NOMAD_TOKEN: "status-acl-token" })).stdout);
+    expect(report.nomad.jobs.find((j: { id: string }) => j.id === jobId).scale.lastEvent).toBe("newest scale (count 2 → 2)");
   }, 60_000);
 
   it("a token Nomad denies: exit 1 with an error naming NOMAD_TOKEN, not the token", async () => {

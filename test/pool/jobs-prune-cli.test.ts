@@ -33,7 +33,10 @@ async function slotpool(...args: string[]): Promise<{ code: number; stdout: stri
 describe("slotpool jobs prune (CLI, Nomad emulator)", () => {
   it("lists with --dry-run, then stops the left-behind slotpool job and nothing else", async () => {
     const client = new NomadClient({ address: nomad.address });
-    await client.registerJob(sandboxJob({ jobId: "left-behind", count: 1, slots: 1, owner: "ci@test" }));
+    // Left behind an hour ago by a run that is gone (no heartbeat since); a live run's job
+    // beside it is left alone.
+    await client.registerJob(sandboxJob({ jobId: "left-behind", count: 1, slots: 1, owner: "ci@test", created: new Date(Date.now() - 3_600_000).toISOString() }));
+    await client.registerJob(sandboxJob({ jobId: "live-run", count: 0, slots: 1, owner: "ci@test" }));
     await client.registerJob({
       ID: "someone-else",
       Name: "someone-else",
@@ -45,6 +48,7 @@ describe("slotpool jobs prune (CLI, Nomad emulator)", () => {
     expect(dry.code).toBe(0);
     expect(dry.stdout).toMatch(/left-behind\s+running\s+\d+\s+ci@test/);
     expect(dry.stdout).not.toContain("someone-else");
+    expect(dry.stdout).not.toContain("live-run");
     expect(dry.stdout).toContain("1 slotpool job(s) would be stopped (dry run: nothing changed)");
     expect((await client.readJob("left-behind"))?.Stop).toBeFalsy();
 
@@ -53,6 +57,7 @@ describe("slotpool jobs prune (CLI, Nomad emulator)", () => {
     expect(real.stdout).toContain("1 slotpool job(s) stopped");
     expect((await client.readJob("left-behind"))?.Stop).toBe(true);
     expect((await client.readJob("someone-else"))?.Stop).toBeFalsy();
+    expect((await client.readJob("live-run"))?.Stop).toBeFalsy();
 
     expect((await slotpool("jobs", "prune")).stdout).toBe("no slotpool jobs to prune\n");
     const bad = await slotpool("jobs", "prune", "--bogus");

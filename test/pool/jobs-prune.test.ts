@@ -32,10 +32,16 @@ const client = () => new NomadClient({ address: ADDR, retry: { attempts: 1, base
 
 useNockOffline();
 
+/** No scaling events: each job's owner is judged by its creation time alone. */
+function noScaleEvents(): void {
+  nock(ADDR).get(/^\/v1\/job\/[^/]+\/scale$/).reply(404, "job not found").persist();
+}
+
 describe("slotpool jobs prune", () => {
   it("an agent that lists no Meta (Nomad 1.1 ignores meta=true, seen on a real 1.1.2 agent): each job is read for it", async () => {
     const bare = JOBS.slice(0, 3).map(({ Meta: _meta, ...rest }) => rest);
     nock(ADDR).get("/v1/jobs").query({ meta: "true" }).reply(200, bare);
+    noScaleEvents();
     for (const j of JOBS.slice(0, 3)) nock(ADDR).get(`/v1/job/${j.ID}`).reply(200, { ID: j.ID, Name: j.ID, Type: "service", Meta: j.Meta });
     const jobs = await pruneJobs(client(), { dryRun: true });
     expect(jobs.map((j) => j.id)).toEqual(["slotpool-sandbox", "slotpool-fresh"]);
@@ -45,6 +51,7 @@ describe("slotpool jobs prune", () => {
 
   it("dry run lists running slotpool jobs only and stops nothing", async () => {
     nock(ADDR).get("/v1/jobs").query({ meta: "true" }).reply(200, JOBS);
+    noScaleEvents();
     const jobs = await pruneJobs(client(), { dryRun: true });
     expect(jobs.map((j) => j.id)).toEqual(["slotpool-sandbox", "slotpool-fresh"]);
     expect(jobs[0]).toMatchObject({ owner: "alice@box", running: 3, stopped: false });
@@ -55,6 +62,7 @@ describe("slotpool jobs prune", () => {
 
   it("stops the selected jobs, filtered by owner and age, and reports failures", async () => {
     nock(ADDR).get("/v1/jobs").query({ meta: "true" }).reply(200, JOBS);
+    noScaleEvents();
     nock(ADDR).delete("/v1/job/slotpool-sandbox").reply(200, { EvalID: "e1", EvalCreateIndex: 10, JobModifyIndex: 10 });
     const jobs = await pruneJobs(client(), { owner: "alice@box", olderThanMs: 60 * 60_000, now: Date.parse("2026-11-22T09:00:00Z") });
     expect(jobs.map((j) => [j.id, j.stopped])).toEqual([["slotpool-sandbox", true]]);
@@ -66,6 +74,23 @@ describe("slotpool jobs prune", () => {
     expect(failed[0]!.stopped).toBe(false);
     expect(failed[0]!.error).toMatch(/Permission denied/);
     expect(formatPruneReport(failed, false)).toMatch(/0 slotpool job\(s\) stopped, 1 failed/);
+  });
+
+  it("leaves a job whose run is alive (a heartbeat 5 s ago) unless --include-live; finds the orphan beside it", async () => {
+    const now = Date.parse("2026-11-22T09:00:00Z");
+    const live = stub("slotpool-sandbox-live", { slotpool: "true", "slotpool.run": "r1", "slotpool.created": "2026-11-22T08:00:00.000Z" });
+    const orphan = stub("slotpool-sandbox-orphan", { slotpool: "true", "slotpool.run": "r2", "slotpool.created": "2026-11-22T08:00:00.000Z" });
+    const heartbeat = (run: string, agoMs: number) => ({
+      TaskGroups: { sandbox: { Desired: 1, Events: [{ Message: "slotpool: owner heartbeat", Count: null, Meta: { "slotpool.run": run }, Time: String(BigInt(now - agoMs) * 1_000_000n) }] } },
+    });
+    for (const includeLive of [false, true]) {
+      nock(ADDR).get("/v1/jobs").query({ meta: "true" }).reply(200, [live, orphan]);
+      nock(ADDR).get("/v1/job/slotpool-sandbox-live/scale").reply(200, heartbeat("r1", 5_000));
+      nock(ADDR).get("/v1/job/slotpool-sandbox-orphan/scale").reply(200, heartbeat("r2", 600_000));
+      const jobs = await pruneJobs(client(), { dryRun: true, now, includeLive });
+      expect(jobs.map((j) => j.id)).toEqual(includeLive ? ["slotpool-sandbox-live", "slotpool-sandbox-orphan"] : ["slotpool-sandbox-orphan"]);
+      nock.cleanAll();
+    }
   });
 
   it("says so when there is nothing to prune", () => {

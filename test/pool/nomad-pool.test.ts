@@ -41,10 +41,10 @@ describe("SlotPool on the NomadProvisioner (emulator, real sandbox processes)", 
   });
 
   it("a scale refused for an active deployment (someone registered a version with an update block) is made once the deployment ends", async () => {
-    const { pool, jobId } = h.nomadPool({ slotsPerContainer: 2, minContainers: 1, maxContainers: 2 });
+    const { pool, jobId, provisioner } = h.nomadPool({ slotsPerContainer: 2, minContainers: 1, maxContainers: 2 });
     await pool.start();
     const first = await pool.acquire({ trajectoryId: "first" });
-    const withUpdate = { ...sandboxJob({ jobId, slots: 2, count: 1, token: first.container.token! }), Update: { MaxParallel: 1 } };
+    const withUpdate = { ...sandboxJob({ jobId, slots: 2, count: 1, token: first.container.token!, meta: { "slotpool.run": provisioner.runId } }), Update: { MaxParallel: 1 } };
     await h.client().registerJob(withUpdate, { preserveCounts: true });
     const started = Date.now();
     const more = await Promise.all([0, 1, 2].map((i) => pool.acquire({ trajectoryId: `m${i}`, timeoutMs: 20_000 })));
@@ -97,9 +97,11 @@ describe("SlotPool on the NomadProvisioner (emulator, real sandbox processes)", 
   });
 
   it("purgeJobOnStart replaces a job left behind by a crashed run", async () => {
-    // A crashed run left its job behind (registered straight through the API here).
+    // A crashed run left its job behind (registered straight through the API here, an hour
+    // old and without heartbeats: its owner is gone).
     const jobId = `pool-test-${process.pid}-left-behind`;
-    await h.client().registerJob(sandboxJob({ jobId, slots: 2, count: 1, token: "old-token" }));
+    const created = new Date(Date.now() - 3_600_000).toISOString();
+    await h.client().registerJob(sandboxJob({ jobId, slots: 2, count: 1, token: "old-token", created, meta: { "slotpool.run": "crashed" } }));
     const [old] = await h.nomad.waitForAllocations(jobId, (allocs) => allocs.some((a) => a["ClientStatus"] === "running"));
     const provisioner = new NomadProvisioner({ slotsPerContainer: 2, client: h.client(), job: { jobId }, purgeJobOnStart: true, blockingWaitMs: 5_000 });
     const pool = new SlotPool({ slotsPerContainer: 2, minContainers: 1, maxContainers: 1, provisioner });
@@ -114,11 +116,12 @@ describe("SlotPool on the NomadProvisioner (emulator, real sandbox processes)", 
   });
 
   it("attaches to its own running job with PreserveCounts, reusing the job's token", async () => {
+    // The same run started again (same run id) finds the job it made still running.
     const jobId = `pool-test-${process.pid}-attach`;
-    await h.client().registerJob(sandboxJob({ jobId, slots: 2, count: 2, token: "running-token" }));
+    await h.client().registerJob(sandboxJob({ jobId, slots: 2, count: 2, token: "running-token", meta: { "slotpool.run": "run-again" } }));
     await h.nomad.waitForAllocations(jobId, (allocs) => allocs.filter((a) => a["ClientStatus"] === "running").length === 2);
     const before = h.nomad.allocations(jobId).map((a) => a["ID"]);
-    const provisioner = new NomadProvisioner({ slotsPerContainer: 2, client: h.client(), job: { jobId }, blockingWaitMs: 5_000 });
+    const provisioner = new NomadProvisioner({ slotsPerContainer: 2, client: h.client(), job: { jobId }, runId: "run-again", blockingWaitMs: 5_000 });
     const pool = new SlotPool({ slotsPerContainer: 2, minContainers: 2, maxContainers: 2, provisioner });
     h.pools.push(pool);
     await pool.start();

@@ -707,6 +707,21 @@ export class EmulatedCluster {
     await proc.exited;
   }
 
+  /** New placements go to a fresh node (the old one keeps its allocations running). */
+  placeOnNewNode(): string {
+    this.nodeGeneration += 1;
+    this.nodeId = randomUUID();
+    this.nodeName = `emulator-node-${this.nodeGeneration}`;
+    return this.nodeId;
+  }
+
+  /** SIGSTOP to the allocation's server: alive to the kernel (connections accepted), silent to clients. */
+  freezeAllocation(allocId: string): void {
+    const proc = this.allocs.get(allocId)?.process;
+    if (!proc) throw new Error(`emulator: allocation ${allocId} has no running process`);
+    proc.child.kill("SIGSTOP");
+  }
+
   /**
    * The node goes down: README l.238 "Scale-down" step 1 (allocations on lost nodes are always
    * stopped) and "ClientStatus ... lost". README: nothing on replacement timing; Nomad places

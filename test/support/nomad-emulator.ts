@@ -72,6 +72,14 @@ export interface NomadEmulator {
   stop(): Promise<void>;
   /** Kills an allocation's server process (SIGKILL by default) as a crash would: the allocation fails. */
   killAllocation(allocId: string, signal?: NodeJS.Signals): Promise<void>;
+  /**
+   * Freezes the allocation's server (SIGSTOP) as a node that vanished silently would: its
+   * sockets stay open and its port accepts connections, but nothing answers. Nomad is not
+   * told. Stopping the emulator ends it as usual (SIGKILL reaches a stopped process).
+   */
+  freezeAllocation(allocId: string): void;
+  /** A second node joins and new allocations are placed there from now on; its NodeID. */
+  placeOnNewNode(): string;
   /** The node goes down: its allocations become `lost`, replacements start on a fresh node. */
   loseNode(): Promise<void>;
   /**
@@ -572,6 +580,8 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
       if (ownDataDir) rmSync(dataDir, { recursive: true, force: true });
     },
     killAllocation: (id, signal) => cluster.killAllocation(id, signal),
+    freezeAllocation: (id) => cluster.freezeAllocation(id),
+    placeOnNewNode: () => cluster.placeOnNewNode(),
     loseNode: () => cluster.loseNode(),
     failNext(endpoint, status, times = 1, message = "emulated failure") {
       injections.push({ match: endpoint, status, remaining: times, message });

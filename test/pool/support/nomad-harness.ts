@@ -45,7 +45,8 @@ export function useNomadHarness(name: string): NomadHarness {
     nomadPool(config = {}, prov = {}) {
       const jobId = `${name}-${process.pid}-${++jobCounter}`;
       const slotsPerContainer = config.slotsPerContainer ?? 2;
-      const provisioner = new NomadProvisioner({ slotsPerContainer, client: harness.client(), job: { jobId }, blockingWaitMs: 5_000, ...prov });
+      // Heartbeats are scale events too: rare here, so tests can count the scale calls exactly.
+      const provisioner = new NomadProvisioner({ slotsPerContainer, client: harness.client(), job: { jobId }, blockingWaitMs: 5_000, heartbeatMs: 60_000, ...prov });
       const pool = new SlotPool({ slotsPerContainer, minContainers: 1, maxContainers: 3, tickMs: 50, startTimeoutMs: 20_000, ...config, provisioner });
       pools.push(pool);
       return { pool, provisioner, jobId };

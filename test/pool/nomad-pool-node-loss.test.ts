@@ -1,0 +1,80 @@
+/**
+ * A node is one failure domain, and a node that vanishes without closing its sockets is
+ * noticed by the pool itself (issue 29): on the Nomad API emulator with real sandbox servers,
+ * a frozen server (SIGSTOP: connections accepted, nothing answered, Nomad not told) is given
+ * up within seconds under the default health settings and its in-flight call fails as a lost
+ * slot; a loss on a node makes the pool check the node's other containers at once; and slots
+ * of a node that just lost a container are handed out last.
+ */
+import { describe, expect, it } from "vitest";
+import { SlotLostError } from "../../src/pool/errors.js";
+import { bash, until, useNomadHarness } from "./support/nomad-harness.js";
+
+const h = useNomadHarness("node-test");
+
+/** The call's outcome and how long it took to settle. */
+async function settle(p: Promise<unknown>): Promise<{ error: unknown; ms: number }> {
+  const t0 = Date.now();
+  const error = await p.then(() => undefined, (e: unknown) => e);
+  return { error, ms: Date.now() - t0 };
+}
+
+describe("node failures (emulator, real sandbox servers)", () => {
+  it("a silent container (frozen, sockets open) is given up within seconds with the default health settings; its in-flight call fails as a lost slot", async () => {
+    const { pool, jobId } = h.nomadPool({ slotsPerContainer: 2, minContainers: 1, maxContainers: 1 });
+    await pool.start();
+    const slot = await pool.acquire({ trajectoryId: "in-flight" });
+    const running = settle(bash(slot, "sleep 60"));
+    await new Promise((r) => setTimeout(r, 300));
+    const alloc = h.nomad.allocations(jobId).find((a) => a["ID"] === slot.container.id)!;
+    h.nomad.freezeAllocation(String(alloc["ID"]));
+    const { error, ms } = await running;
+    expect(error).toBeInstanceOf(SlotLostError);
+    expect((error as Error).message).toMatch(/health/);
+    // Defaults: 2 failed checks 2 s apart, each bounded by 2 s; Nomad itself would wait ~25 s.
+    expect(ms).toBeLessThan(12_000);
+    expect(pool.stats().containers.lost).toBe(1);
+    // The pool asked Nomad for a replacement; a new trajectory runs there.
+    const next = await pool.acquire({ trajectoryId: "after", timeoutMs: 30_000 });
+    expect(next.container.id).not.toBe(slot.container.id);
+    expect((await bash(next, "echo fresh")).output.trim()).toBe("fresh");
+  });
+
+  it("a container lost on a node makes the pool check that node's other containers at once", async () => {
+    // Periodic checks a minute apart: only the suspicion can find the frozen sibling in time.
+    const { pool, jobId } = h.nomadPool({ slotsPerContainer: 1, minContainers: 2, maxContainers: 2, healthIntervalMs: 60_000 });
+    await pool.start();
+    const [a, b] = await Promise.all([pool.acquire({ trajectoryId: "a" }), pool.acquire({ trajectoryId: "b" })]);
+    expect(a!.container.node).toBeDefined();
+    expect(a!.container.node).toBe(b!.container.node);
+    const onB = settle(bash(b!, "sleep 60"));
+    await new Promise((r) => setTimeout(r, 300));
+    h.nomad.freezeAllocation(b!.container.id);
+    const t0 = Date.now();
+    await h.nomad.killAllocation(a!.container.id); // a crash that closes its sockets: seen at once
+    const { error } = await onB;
+    expect(error).toBeInstanceOf(SlotLostError);
+    expect((error as Error).message).toMatch(/another container of its node .* was lost/);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    expect(h.nomad.allocations(jobId).length).toBeGreaterThan(2); // replacements asked for
+  });
+
+  it("slots of a node that just lost a container go last: a retried trajectory lands on another node", async () => {
+    const { pool } = h.nomadPool({ slotsPerContainer: 1, minContainers: 2, maxContainers: 3, idleTimeoutMs: 60_000, healthIntervalMs: 60_000 });
+    await pool.start();
+    const [a0, a1] = await Promise.all([pool.acquire({ trajectoryId: "a0" }), pool.acquire({ trajectoryId: "a1" })]);
+    const oldNode = a0!.container.node;
+    const newNode = h.nomad.placeOnNewNode();
+    const b = await pool.acquire({ trajectoryId: "b", timeoutMs: 30_000 }); // scales up: index 2 on the new node
+    expect(b.container.node).toBe(newNode);
+    await pool.release(a1!);
+    await pool.release(b);
+    // Packing alone would hand out a1's slot (lowest index) next; a0's crash makes its node suspect.
+    await h.nomad.killAllocation(a0!.container.id);
+    await until(() => a0!.lost, 10_000);
+    const retried = await pool.acquire({ trajectoryId: "a0-retry" });
+    expect(retried.container.node).toBe(newNode);
+    expect(retried.container.node).not.toBe(oldNode);
+    expect((await bash(retried, "echo elsewhere")).output.trim()).toBe("elsewhere");
+  });
+});
