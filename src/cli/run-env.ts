@@ -16,7 +16,7 @@ import { formatCauses, INFRA_FAILURE_POLICIES } from "../env/infra-failure.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { serveRunMetrics } from "./metrics-endpoint.js";
 import { runServeMode } from "../env/run-modes/serve.js";
-import { formatSummary } from "../env/run-modes/summary.js";
+import { formatSummary, NO_TOKEN_IDS_HINT } from "../env/run-modes/summary.js";
 import { RunStats } from "../env/run-stats.js";
 import { createLogger, LOG_FORMATS, type LogFormat } from "../observability/logger.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
@@ -296,6 +296,8 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
   let started = false;
   try {
     process.stderr.write(`slotpool ${mode}: starting ${env.name} on the ${env.config.pool.provisioner} provisioner…\n`);
+    const noIds = noTokenIdsWarning(env);
+    if (noIds) process.stderr.write(`slotpool ${mode}: warning: ${noIds}\n`);
     const starting = env.start();
     starting.catch(() => {}); // a start abandoned on a signal may fail later; it was reported by then
     await Promise.race([starting, aborted(signal)]);
@@ -337,8 +339,13 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
       stats,
       signal,
       onTrajectory: (t) => {
+        // An item whose trajectory had an infra failure is in eval_failed: the summary says so too.
         stats.addTrajectory(t);
         stats.groups++;
+        if (t.infraFailure) {
+          stats.failedGroups++;
+          stats.failures.push(`${t.infraFailure.cause}: ${t.infraFailure.message}`);
+        } else stats.sentGroups++;
         bar?.update(stats);
       },
       onFailure: (reason, infra) => {
@@ -380,6 +387,18 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
     // An output prepared for a run that never started holds nothing: do not leave it behind.
     if (!started && out) await rm(out, { force: true });
   }
+}
+
+/**
+ * Said at the start when the run cannot have token ids: no tokenizer and a chat server that
+ * is not token-exact (an openai server may still return ids through extraBody; the summary
+ * then tells), or the oracle policy.
+ */
+function noTokenIdsWarning(env: AgentEnv<unknown>): string | undefined {
+  const model = env.config.model;
+  if (model.tokenizerPath || (model.serverType && model.serverType !== "openai")) return undefined;
+  if (model.url && model.extraBody && Object.keys(model.extraBody).some((k) => /token_ids|logprobs/.test(k))) return undefined;
+  return `no --tokenizer: unless the model server returns token ids, ${NO_TOKEN_IDS_HINT}`;
 }
 
 /** Why a process/serve run did not do what was asked, or undefined when it did. */

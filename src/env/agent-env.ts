@@ -24,10 +24,12 @@ import { metricMeans } from "./metrics.js";
 import type { EvalResult, EvalSample, EvaluateOptions } from "./evaluation.js";
 import { scoreRollout, type ScoreResult } from "./rollout-score.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
+import type { ModelCallStats } from "./run-stats.js";
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { ToolContext } from "./tool-context.js";
+import { linkedSignal } from "./linked-signal.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
@@ -349,6 +351,14 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     });
   }
 
+  /** The model client's figures so far (retried, failed calls, latency); undefined until a model call was made through it. */
+  modelCallStats(): ModelCallStats | undefined {
+    const c = this.modelClient;
+    if (!c) return undefined;
+    const latency = c.latency.summary();
+    return { completed: c.counters.completed, retriedCalls: c.counters.retriedCalls, retries: c.counters.retries, failed: c.counters.failures, latencyP50Ms: latency.p50, latencyP99Ms: latency.p99 };
+  }
+
   /** The policy for one item: the runtime's, the model at `model.url`, or the env's oracle. */
   policyFor(item: Item): AgentPolicy {
     if (this.runtime.policy) return this.runtime.policy;
@@ -402,8 +412,17 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError.
    */
   async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal } = {}): Promise<TrajectoryOutcome> {
+    // The trajectory's calls listen on its own signal, linked to the run's by one listener in all.
+    const link = options.signal ? linkedSignal(options.signal) : undefined;
+    try {
+      return await this.collectTrajectoryLinked(item, groupTools, link?.signal);
+    } finally {
+      link?.release();
+    }
+  }
+
+  private async collectTrajectoryLinked(item: Item, groupTools: GroupTools, signal: AbortSignal | undefined): Promise<TrajectoryOutcome> {
     const backend = this.tools;
-    const signal = options.signal;
     const losses: string[] = [];
     const maxAttempts = this.config.slotLossRetries + 1;
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {

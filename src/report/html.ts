@@ -97,8 +97,14 @@ class Renderer {
       card(String(s.toolErrors), `tool errors (${s.trajectoriesWithErrors} trajectories)`, s.toolErrors ? "bad" : ""),
       card(lat, "tool latency p50 / p90 / p99"),
       card(String(s.slotLosses), "slot losses", s.slotLosses ? "bad" : ""),
-      card(String(s.retries), "restarts"),
+      card(String(s.retries), "slot-loss restarts"),
     ];
+    const nw = m.run?.notWritten;
+    if (nw) {
+      cards.push(card(String(nw.failedGroups), "failed groups (not in the file)", nw.failedGroups ? "bad" : ""));
+      cards.push(card(String(nw.infraFailures), "infra failures (not scored)", nw.infraFailures ? "bad" : ""));
+      if (nw.filteredGroups) cards.push(card(String(nw.filteredGroups), "filtered groups (not in the file)"));
+    }
     if (m.skipped.length) cards.push(card(String(m.skipped.length), "lines skipped", "bad"));
     const panels = [this.histogram(), this.toolTable(), this.errorPanel(), this.slowestPanel(), this.metricsPanel(), this.runPanel(), this.skippedPanel()].filter(Boolean);
     return `<header class="top"><h1>${escapeHtml(m.title)}</h1><div class="sub">${escapeHtml(m.source)} · generated ${escapeHtml(when)}${

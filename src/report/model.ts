@@ -75,6 +75,8 @@ export interface RunInfo {
   failures: string[];
   /** A trajectory counts as solved at this score or above (the run's successThreshold; default 1). */
   successThreshold?: number;
+  /** What the run made but did not write, for the tiles beside the file's own figures. */
+  notWritten?: { failedGroups: number; infraFailures: number; filteredGroups: number };
 }
 
 export interface ReportModel {
