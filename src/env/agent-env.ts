@@ -30,6 +30,8 @@ import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { ToolContext } from "./tool-context.js";
 import { linkedSignal } from "./linked-signal.js";
+import { recordingExecutor } from "./reward-calls.js";
+import type { RewardCallExtras } from "../report/rollout-extras.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
@@ -455,7 +457,10 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
               backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) }),
             ),
         });
-        const { score, rewardError, scoreMetadata, metrics, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, ctx), this.log);
+        // The reward's commands get their own timeout and are recorded (output, exit code) with the trajectory.
+        const rewardCalls: RewardCallExtras[] = [];
+        const rewardCtx = new ToolContext(trajectoryId, recordingExecutor(backend.executor, rewardCalls), { timeoutS: this.config.rewardTimeoutS });
+        const { score, rewardError, scoreMetadata, metrics, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, rewardCtx), this.log);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);
         const outcome: TrajectoryOutcome = {
           trajectoryId,
@@ -473,6 +478,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         if (metrics) outcome.metrics = metrics;
         if (rewardError) outcome.rewardError = rewardError;
         if (infraFailure) outcome.infraFailure = infraFailure;
+        if (rewardCalls.length > 0) outcome.rewardCalls = rewardCalls;
         return outcome;
       } catch (err) {
         if (!isSlotLostError(err)) throw err;

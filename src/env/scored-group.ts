@@ -3,6 +3,7 @@ import type { ChatMessage } from "../agent/messages.js";
 import type { InfraCause, InfraFailure } from "./infra-failure.js";
 import type { Metrics } from "./metrics.js";
 import type { BranchTree } from "../report/branch-tree.js";
+import type { RewardCallExtras } from "../report/rollout-extras.js";
 import { tokenSegmentsFromServer, tokensFromTokenizer, type SequenceTokens, type TextTokenizer } from "./tokens.js";
 
 /**
@@ -58,6 +59,8 @@ export interface TrajectoryOutcome {
   durationMs?: number;
   /** Time to prepare the workspace (reset into the item's template + setupWorkspace), ms. */
   workspaceSetupMs?: number;
+  /** The reward's own tool calls (output and exit codes cut), for debugging a reward. */
+  rewardCalls?: RewardCallExtras[];
   /** In a branching group (src/env/branching.ts): the group's tree, the same object on every branch. */
   branchTree?: BranchTree;
 }

@@ -247,7 +247,7 @@ describe("serve: a run that sends nothing is not a success", () => {
       const env = await fixtureEnv("serve-same", "return 1;", "async getNextItem() { return this.next < 2 ? { n: this.next++ } : null; }");
       const r = await runCli(["serve", env, "--atropos-url", api.url, "--group-size", "2", "--no-progress", "--tokenizer", tokenizer, "--allow-inexact-tokens"]);
       expect(r.code).toBe(1);
-      expect(r.stdout).toMatch(/groups\s+2 made: 0 written, 0 failed, 2 filtered/);
+      expect(r.stdout).toMatch(/groups\s+2 made: 0 sent, 0 failed, 2 filtered/);
       expect(r.stderr.trim().split("\n").pop()).toBe("slotpool serve: all 2 groups were filtered out (equal scores, size or token length): none sent");
       expect(api.requests.filter((q) => q.path === "/scored_data")).toHaveLength(0);
     } finally {
