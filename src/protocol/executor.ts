@@ -1,10 +1,33 @@
 import { z } from "zod";
 import { ToolCallSchema } from "./tool.js";
 
+/**
+ * A tool call as clients send it: `arguments` an object, or, as in OpenAI's `tool_calls`,
+ * the JSON text of one (parsed here; text that is not a JSON object is a 400 naming it).
+ */
+const ExecutorToolCallSchema = ToolCallSchema.extend({
+  arguments: z
+    .union([
+      z.record(z.string(), z.unknown()),
+      z.string().transform((text, ctx) => {
+        let v: unknown;
+        try {
+          v = JSON.parse(text);
+        } catch {
+          v = undefined;
+        }
+        if (typeof v === "object" && v !== null && !Array.isArray(v)) return v as Record<string, unknown>;
+        ctx.addIssue({ code: "custom", message: `arguments is text that is not a JSON object (OpenAI-style arguments must be the JSON text of an object, e.g. '{"command": "ls"}'): ${text.slice(0, 80)}` });
+        return z.NEVER;
+      }),
+    ])
+    .default({}),
+});
+
 /** Executor HTTP service (compatible with the original's executor API). */
 export const ExecutorExecuteRequestSchema = z.object({
   trajectory_id: z.string().min(1, "trajectory_id must not be empty"),
-  tool: ToolCallSchema,
+  tool: ExecutorToolCallSchema,
   timeout_s: z.number().positive().optional(),
 });
 export const ExecutorReleaseRequestSchema = z.object({
