@@ -7,20 +7,17 @@ import { ToolCallSchema } from "./tool.js";
  */
 const ExecutorToolCallSchema = ToolCallSchema.extend({
   arguments: z
-    .union([
-      z.record(z.string(), z.unknown()),
-      z.string().transform((text, ctx) => {
-        let v: unknown;
-        try {
-          v = JSON.parse(text);
-        } catch {
-          v = undefined;
-        }
-        if (typeof v === "object" && v !== null && !Array.isArray(v)) return v as Record<string, unknown>;
-        ctx.addIssue({ code: "custom", message: `arguments is text that is not a JSON object (OpenAI-style arguments must be the JSON text of an object, e.g. '{"command": "ls"}'): ${text.slice(0, 80)}` });
-        return z.NEVER;
-      }),
-    ])
+    .preprocess((v, ctx) => {
+      if (typeof v !== "string") return v;
+      try {
+        const parsed: unknown = JSON.parse(v);
+        if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return parsed;
+      } catch {
+        // said below
+      }
+      ctx.addIssue({ code: "custom", message: `arguments is text that is not a JSON object (OpenAI-style arguments must be the JSON text of an object, e.g. '{"command": "ls"}'): ${v.slice(0, 80)}` });
+      return {};
+    }, z.record(z.string(), z.unknown()))
     .default({}),
 });
 
