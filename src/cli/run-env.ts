@@ -108,7 +108,18 @@ export function resolveEnvModule(spec: string, cwd = process.cwd()): string {
 
 export async function loadEnvClass(spec: string): Promise<EnvConstructor> {
   const path = resolveEnvModule(spec);
-  const mod = (await import(pathToFileURL(path).href)) as { default?: unknown };
+  let mod: { default?: unknown };
+  try {
+    mod = (await import(pathToFileURL(path).href)) as { default?: unknown };
+  } catch (err) {
+    // Node does not run TypeScript: a usage error with the two ways out, not "Unknown file extension".
+    if ((err as { code?: string }).code === "ERR_UNKNOWN_FILE_EXTENSION" && /\.[cm]?tsx?$/.test(path)) {
+      throw new CliUsageError(
+        `${spec} is TypeScript, which node cannot load: compile it first (npx tsc, then pass the .js file it writes), or run slotpool under tsx (npx tsx node_modules/slotpool/dist/src/cli/main.js process ${spec})`,
+      );
+    }
+    throw err;
+  }
   const cls = mod.default;
   const isEnv =
     typeof cls === "function" &&
