@@ -250,9 +250,36 @@ export class ChatCompletionsClient {
     return parsed.data;
   }
 
+  /** The run summary's figures: calls completed, retried and failed, and completed calls' latency. */
+  summary(): ChatCallSummary {
+    const latency = this.latency.summary();
+    return { completed: this.counters.completed, retriedCalls: this.counters.retriedCalls, retries: this.counters.retries, failed: this.counters.failures, latencyP50Ms: latency.p50, latencyP99Ms: latency.p99 };
+  }
+
   async close(): Promise<void> {
     if (this.ownsDispatcher) await this.dispatcher.close();
   }
+}
+
+/** The client of an env's model config: its endpoint, timeout, retries, and the API key from the variable `apiKeyEnv` names. */
+export function chatClientFor(model: { url: string; timeoutMs: number; maxRetries: number; apiKeyEnv: string }): ChatCompletionsClient {
+  const apiKey = process.env[model.apiKeyEnv];
+  return new ChatCompletionsClient({ baseUrl: model.url, timeoutMs: model.timeoutMs, maxRetries: model.maxRetries, ...(apiKey ? { apiKey } : {}) });
+}
+
+/** A model client's counts over a run. */
+export interface ChatCallSummary {
+  /** Calls that returned a completion. */
+  completed: number;
+  /** Calls that needed at least one retry. */
+  retriedCalls: number;
+  /** Retries sent in all. */
+  retries: number;
+  /** Calls that gave up (retries exhausted or not retryable): each is a `model` infra failure. */
+  failed: number;
+  /** Wall time of completed calls, retries included, ms. */
+  latencyP50Ms: number;
+  latencyP99Ms: number;
 }
 
 function isRetryable(err: ChatRequestError | ChatResponseError): boolean {

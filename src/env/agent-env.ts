@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import pLimit from "p-limit";
 import type { z } from "zod";
 import { runAgentLoop, type AgentResult } from "../agent/agent-loop.js";
-import { ChatCompletionsClient } from "../agent/chat-client.js";
+import { chatClientFor, type ChatCallSummary, type ChatCompletionsClient } from "../agent/chat-client.js";
 import { checkModelServer } from "../agent/model-check.js";
 import { loadChatTokenizer, type ChatTokenizer } from "../agent/chat-template.js";
 import { probeTokenBackend, type TokenBackend } from "../agent/completions-backends.js";
@@ -24,14 +24,12 @@ import { metricMeans } from "./metrics.js";
 import type { EvalResult, EvalSample, EvaluateOptions } from "./evaluation.js";
 import { scoreRollout, type ScoreResult } from "./rollout-score.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
-import type { ModelCallStats } from "./run-stats.js";
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { ToolContext } from "./tool-context.js";
 import { linkedSignal } from "./linked-signal.js";
-import { recordingExecutor } from "./reward-calls.js";
-import type { RewardCallExtras } from "../report/rollout-extras.js";
+import { rewardContext } from "./reward-calls.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
@@ -353,13 +351,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     });
   }
 
-  /** The model client's figures so far (retried, failed calls, latency); undefined until a model call was made through it. */
-  modelCallStats(): ModelCallStats | undefined {
-    const c = this.modelClient;
-    if (!c) return undefined;
-    const latency = c.latency.summary();
-    return { completed: c.counters.completed, retriedCalls: c.counters.retriedCalls, retries: c.counters.retries, failed: c.counters.failures, latencyP50Ms: latency.p50, latencyP99Ms: latency.p99 };
-  }
+  /** The model client's figures so far (retried, failed calls, latency); undefined before the first model call. */
+  modelCallStats = (): ChatCallSummary | undefined => this.modelClient?.summary();
 
   /** The policy for one item: the runtime's, the model at `model.url`, or the env's oracle. */
   policyFor(item: Item): AgentPolicy {
@@ -377,12 +370,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     }
     if (model.url) {
       if (!model.name) throw new NoPolicyError(`model.url is set but model.name is not: pass --model NAME (the model as the server knows it)`);
-      this.modelClient ??= new ChatCompletionsClient({
-        baseUrl: model.url,
-        timeoutMs: model.timeoutMs,
-        maxRetries: model.maxRetries,
-        ...(process.env[model.apiKeyEnv] ? { apiKey: process.env[model.apiKeyEnv]! } : {}),
-      });
+      this.modelClient ??= chatClientFor({ ...model, url: model.url });
       return new ChatModelPolicy({
         baseUrl: model.url,
         client: this.modelClient,
@@ -414,21 +402,13 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError.
    */
   async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal } = {}): Promise<TrajectoryOutcome> {
-    // The trajectory's calls listen on its own signal, linked to the run's by one listener in all.
-    const link = options.signal ? linkedSignal(options.signal) : undefined;
-    try {
-      return await this.collectTrajectoryLinked(item, groupTools, link?.signal);
-    } finally {
-      link?.release();
-    }
-  }
-
-  private async collectTrajectoryLinked(item: Item, groupTools: GroupTools, signal: AbortSignal | undefined): Promise<TrajectoryOutcome> {
     const backend = this.tools;
     const losses: string[] = [];
     const maxAttempts = this.config.slotLossRetries + 1;
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {
-      signal?.throwIfAborted();
+      options.signal?.throwIfAborted();
+      const link = options.signal ? linkedSignal(options.signal) : undefined; // one listener on the run's signal in all
+      const signal = link?.signal;
       const trajectoryId = randomUUID();
       const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.executor.defaultTimeoutS });
       const started = performance.now();
@@ -457,9 +437,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
               backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) }),
             ),
         });
-        // The reward's commands get their own timeout and are recorded (output, exit code) with the trajectory.
-        const rewardCalls: RewardCallExtras[] = [];
-        const rewardCtx = new ToolContext(trajectoryId, recordingExecutor(backend.executor, rewardCalls), { timeoutS: this.config.rewardTimeoutS });
+        const { ctx: rewardCtx, calls: rewardCalls } = rewardContext(trajectoryId, backend.executor, this.config.rewardTimeoutS); // own timeout, calls recorded
         const { score, rewardError, scoreMetadata, metrics, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, rewardCtx), this.log);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);
         const outcome: TrajectoryOutcome = {
@@ -485,6 +463,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         losses.push(err.message);
         this.log.warn({ trajectoryId, attempt, maxAttempts, reason: err.message }, "slot lost; restarting the trajectory on a new slot");
       } finally {
+        link?.release();
         await backend.executor.release(trajectoryId, { reset: true }).catch((err: unknown) => {
           this.log.warn({ trajectoryId, err: String(err) }, "releasing the slot failed");
         });

@@ -1,5 +1,6 @@
 import type { ToolExecutorLike } from "../executor/types.js";
 import type { RewardCallExtras } from "../report/rollout-extras.js";
+import { ToolContext } from "./tool-context.js";
 
 /** How much of a reward call's arguments, output and error is kept with the trajectory (the JSONL, the report). */
 export const REWARD_ARGUMENTS_KEPT = 500;
@@ -39,6 +40,12 @@ export function recordingExecutor(inner: ToolExecutorLike, into: RewardCallExtra
       return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
     },
   });
+}
+
+/** The reward's ToolContext: its own timeout, every call recorded into `calls`. */
+export function rewardContext(trajectoryId: string, executor: ToolExecutorLike, timeoutS: number): { ctx: ToolContext; calls: RewardCallExtras[] } {
+  const calls: RewardCallExtras[] = [];
+  return { ctx: new ToolContext(trajectoryId, recordingExecutor(executor, calls), { timeoutS }), calls };
 }
 
 /** Head and tail of a long text, saying how much was cut. */

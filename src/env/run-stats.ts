@@ -1,26 +1,15 @@
 import { percentile } from "../observability/latency-window.js";
 import type { MetricsRegistry } from "../observability/metrics.js";
 import type { ToolErrorRecord } from "../agent/agent-loop.js";
+import type { ChatCallSummary } from "../agent/chat-client.js";
 import { toolLatencyTable, type ToolLatencyRow } from "../report/tool-stats.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
 import { INFRA_CAUSES, countByCause, type InfraCause, type InfraFailure } from "./infra-failure.js";
 import type { IsolationSummary } from "./isolation.js";
 import { formatTally, tallyMetrics, type MetricTally } from "./metrics.js";
 
-/** The model client's counts over a run (see ChatCompletionsClient.counters). */
-export interface ModelCallStats {
-  /** Calls that returned a completion. */
-  completed: number;
-  /** Calls that needed at least one retry. */
-  retriedCalls: number;
-  /** Retries sent in all. */
-  retries: number;
-  /** Calls that gave up (retries exhausted or not retryable): each is a `model` infra failure. */
-  failed: number;
-  /** Wall time of completed calls, retries included, ms. */
-  latencyP50Ms: number;
-  latencyP99Ms: number;
-}
+/** The model client's counts over a run (ChatCompletionsClient.summary()). */
+export type ModelCallStats = ChatCallSummary;
 
 /** Tool errors kept for the summary (the count goes on past it). */
 const TOOL_ERRORS_KEPT = 1000;
