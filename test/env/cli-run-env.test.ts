@@ -38,7 +38,7 @@ describe("slotpool process / evaluate on the example env (oracle policy, local p
     const r = await runCli(["process", "examples/shell-tasks/env.ts", "--out", out, "--groups", "4", "--group-size", "2", "--no-progress"]);
     expect(r.stderr).not.toMatch(/error/i);
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/groups\s+4 \(0 failed, 0 filtered\)/);
+    expect(r.stdout).toMatch(/groups\s+4 made: 4 written, 0 failed, 0 filtered/);
     expect(r.stdout).toMatch(/success rate\s+100\.0%/);
     expect(r.stdout).toMatch(/mean score\s+1\.000/);
     expect(r.stdout).toMatch(/tool latency p99\s+[\d.]+ m?s/);
