@@ -307,12 +307,13 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
   let started = false;
   try {
     process.stderr.write(`slotpool ${mode}: starting ${env.name} on the ${env.config.pool.provisioner} provisioner…\n`);
-    const noIds = noTokenIdsWarning(env);
-    if (noIds) process.stderr.write(`slotpool ${mode}: warning: ${noIds}\n`);
     const starting = env.start();
     starting.catch(() => {}); // a start abandoned on a signal may fail later; it was reported by then
     await Promise.race([starting, aborted(signal)]);
     started = true;
+    // Said once the run is on (a model server that does not answer is the one error before that).
+    const noIds = noTokenIdsWarning(env);
+    if (noIds) process.stderr.write(`slotpool ${mode}: warning: ${noIds}\n`);
     stats.isolation = await env.isolation().catch(() => undefined);
     if (stats.isolation && stats.isolation.sandboxed < stats.isolation.containers - stats.isolation.unanswered) {
       logger.warn({ isolation: stats.isolation.sandbox }, "slots run WITHOUT a sandbox");

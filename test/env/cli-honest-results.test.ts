@@ -374,6 +374,9 @@ describe("exit codes", () => {
     expect(f.code).toBe(1);
     expect(f.stderr).toContain("1 of 2 eval items failed");
     expect(f.stdout).toMatch(/infra failures\s+1 trajectories not scored \(reward 1\)/);
+    // The summary's items agree with eval_failed: the infra-failed item is a failed one.
+    expect(f.stdout).toMatch(/groups\s+2 made: 1 evaluated, 1 failed/);
+    expect(f.stdout).toMatch(/eval_failed\s+1/);
     expect((await readFile(join(dir, "eval-fails", "samples.jsonl"), "utf8")).trim().split("\n")).toHaveLength(1);
   }, 90_000);
 

@@ -101,7 +101,7 @@ describe("slotpool process with --server-type vllm --tokenizer (scripted token s
       const out = join(dir, "token-exact.jsonl");
       const r = await runCli(["process", "examples/shell-tasks/env.js", "--out", out, "--groups", "1", "--group-size", "2", "--no-progress", "--model-url", server.url, "--model", "qwen3", "--server-type", "vllm", "--tokenizer", tokenizerPath, "--tool-call-parser", "qwen3"]);
       expect(r.code, r.stderr).toBe(0);
-      expect(r.stdout).toMatch(/token-exact\s+2 of 2 trajectories/);
+      expect(r.stdout).toMatch(/token-exact\s+2 of 2 written trajectories/);
       expect(r.stdout).toMatch(/prefix breaks\s+0 of 2 turns \(0\.0%\)/);
       const row = JSON.parse((await readFile(out, "utf8")).trim()) as { tokens: number[][]; masks: number[][]; inference_logprobs: number[][] };
       expect(row.tokens).toHaveLength(2);
