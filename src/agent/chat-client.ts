@@ -2,6 +2,7 @@ import { Agent, request, type Dispatcher } from "undici";
 import { z } from "zod";
 import type { ChatMessage, OpenAIFunctionTool, TokenUsage } from "./messages.js";
 import { ChatRequestError, ChatResponseError } from "./errors.js";
+import { LatencyWindow } from "../observability/latency-window.js";
 
 export interface ChatClientOptions {
   /** Base URL of the OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1 (a trailing /chat/completions is accepted). */
@@ -82,9 +83,16 @@ export interface ChatCallOptions {
 
 /** Aggregate counts for the run summary. */
 export interface ChatClientStats {
+  /** HTTP requests sent (first tries and retries). */
   requests: number;
+  /** Requests that were a retry of a failed one. */
   retries: number;
+  /** Calls (`complete`) that needed at least one retry, whether they then succeeded or not. */
+  retriedCalls: number;
+  /** Calls that gave up (retries exhausted, or an error not worth retrying). */
   failures: number;
+  /** Calls that returned a completion. */
+  completed: number;
   usage: TokenUsage;
 }
 
@@ -116,7 +124,9 @@ export class ChatCompletionsClient {
   private readonly maxRetries: number;
   private readonly initialBackoffMs: number;
   private readonly maxBackoffMs: number;
-  readonly counters: ChatClientStats = { requests: 0, retries: 0, failures: 0, usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } };
+  readonly counters: ChatClientStats = { requests: 0, retries: 0, retriedCalls: 0, failures: 0, completed: 0, usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } };
+  /** Wall time of each completed call, retries and back-off included (what a trajectory waited). */
+  readonly latency = new LatencyWindow();
 
   constructor(private readonly options: ChatClientOptions) {
     let base: URL;
@@ -146,9 +156,11 @@ export class ChatCompletionsClient {
     for (const k of Object.keys(body)) if (body[k] === undefined) delete body[k];
     const payload = JSON.stringify(body);
 
-    let lastError: ChatRequestError | undefined;
+    let lastError: ChatRequestError | ChatResponseError | undefined;
+    const started = performance.now();
     for (let attempt = 0; attempt <= this.maxRetries; attempt++) {
       this.counters.requests++;
+      if (attempt === 1) this.counters.retriedCalls++;
       let retryAfterMs: number | undefined;
       try {
         const completion = await this.once(payload, callOptions.signal);
@@ -158,12 +170,17 @@ export class ChatCompletionsClient {
           this.counters.usage.completion_tokens += u.completion_tokens ?? 0;
           this.counters.usage.total_tokens += u.total_tokens ?? 0;
         }
+        this.counters.completed++;
+        this.latency.record(performance.now() - started);
         return completion;
       } catch (err) {
         if (callOptions.signal?.aborted) throw err;
-        if (!(err instanceof ChatRequestError)) throw err;
+        if (!(err instanceof ChatRequestError) && !(err instanceof ChatResponseError)) {
+          this.counters.failures++;
+          throw err;
+        }
         lastError = err;
-        if (!err.retryable || attempt === this.maxRetries) break;
+        if (!isRetryable(err) || attempt === this.maxRetries) break;
         retryAfterMs = (err as ChatRequestError & { retryAfterMs?: number }).retryAfterMs;
       }
       this.counters.retries++;
@@ -173,11 +190,12 @@ export class ChatCompletionsClient {
     }
     this.counters.failures++;
     const attempts = this.maxRetries + 1;
+    if (lastError instanceof ChatResponseError && !isRetryable(lastError)) throw lastError;
     throw new ChatRequestError(
-      lastError!.retryable
+      isRetryable(lastError!)
         ? `${lastError!.message} (gave up after ${attempts} attempts; check that the model server at ${this.url} is up and not overloaded)`
         : lastError!.message,
-      lastError!.status,
+      lastError instanceof ChatRequestError ? lastError.status : undefined,
       attempts,
       { cause: lastError },
     );
@@ -220,7 +238,8 @@ export class ChatCompletionsClient {
     try {
       json = JSON.parse(text);
     } catch {
-      throw new ChatResponseError(`the model server at ${this.url} answered 200 with a body that is not JSON: ${text.slice(0, 200)}`);
+      // A proxy or load balancer's error page (HTML) sent with 200: as passing as a 5xx, so retried like one.
+      throw new ChatResponseError(`the model server at ${this.url} answered 200 with a body that is not JSON: ${text.slice(0, 200)}`, { retryable: true });
     }
     const parsed = ChatCompletionSchema.safeParse(json);
     if (!parsed.success) {
@@ -231,7 +250,38 @@ export class ChatCompletionsClient {
     return parsed.data;
   }
 
+  /** The run summary's figures: calls completed, retried and failed, and completed calls' latency. */
+  summary(): ChatCallSummary {
+    const latency = this.latency.summary();
+    return { completed: this.counters.completed, retriedCalls: this.counters.retriedCalls, retries: this.counters.retries, failed: this.counters.failures, latencyP50Ms: latency.p50, latencyP99Ms: latency.p99 };
+  }
+
   async close(): Promise<void> {
     if (this.ownsDispatcher) await this.dispatcher.close();
   }
+}
+
+/** The client of an env's model config: its endpoint, timeout, retries, and the API key from the variable `apiKeyEnv` names. */
+export function chatClientFor(model: { url: string; timeoutMs: number; maxRetries: number; apiKeyEnv: string }): ChatCompletionsClient {
+  const apiKey = process.env[model.apiKeyEnv];
+  return new ChatCompletionsClient({ baseUrl: model.url, timeoutMs: model.timeoutMs, maxRetries: model.maxRetries, ...(apiKey ? { apiKey } : {}) });
+}
+
+/** A model client's counts over a run. */
+export interface ChatCallSummary {
+  /** Calls that returned a completion. */
+  completed: number;
+  /** Calls that needed at least one retry. */
+  retriedCalls: number;
+  /** Retries sent in all. */
+  retries: number;
+  /** Calls that gave up (retries exhausted or not retryable): each is a `model` infra failure. */
+  failed: number;
+  /** Wall time of completed calls, retries included, ms. */
+  latencyP50Ms: number;
+  latencyP99Ms: number;
+}
+
+function isRetryable(err: ChatRequestError | ChatResponseError): boolean {
+  return err.retryable;
 }

@@ -27,6 +27,12 @@ export class ChatRequestError extends AgentError {
 /** The server answered 200 but the body is not a chat completion we can read. */
 export class ChatResponseError extends AgentError {
   override name = "ChatResponseError";
+  /** A body that is not JSON at all (a proxy's HTML error page) is worth another try; a JSON body of the wrong shape is not. */
+  readonly retryable: boolean;
+  constructor(message: string, options: { retryable?: boolean; cause?: unknown } = {}) {
+    super(message, options.cause !== undefined ? { cause: options.cause } : undefined);
+    this.retryable = options.retryable ?? false;
+  }
 }
 
 /**

@@ -16,7 +16,7 @@ import { formatCauses, INFRA_FAILURE_POLICIES } from "../env/infra-failure.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { serveRunMetrics } from "./metrics-endpoint.js";
 import { runServeMode } from "../env/run-modes/serve.js";
-import { formatSummary } from "../env/run-modes/summary.js";
+import { formatSummary, NO_TOKEN_IDS_HINT } from "../env/run-modes/summary.js";
 import { RunStats } from "../env/run-stats.js";
 import { createLogger, LOG_FORMATS, type LogFormat } from "../observability/logger.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
@@ -108,7 +108,18 @@ export function resolveEnvModule(spec: string, cwd = process.cwd()): string {
 
 export async function loadEnvClass(spec: string): Promise<EnvConstructor> {
   const path = resolveEnvModule(spec);
-  const mod = (await import(pathToFileURL(path).href)) as { default?: unknown };
+  let mod: { default?: unknown };
+  try {
+    mod = (await import(pathToFileURL(path).href)) as { default?: unknown };
+  } catch (err) {
+    // Node does not run TypeScript: a usage error with the two ways out, not "Unknown file extension".
+    if ((err as { code?: string }).code === "ERR_UNKNOWN_FILE_EXTENSION" && /\.[cm]?tsx?$/.test(path)) {
+      throw new CliUsageError(
+        `${spec} is TypeScript, which node cannot load: compile it first (npx tsc, then pass the .js file it writes), or run slotpool under tsx (npx tsx node_modules/slotpool/dist/src/cli/main.js process ${spec})`,
+      );
+    }
+    throw err;
+  }
   const cls = mod.default;
   const isEnv =
     typeof cls === "function" &&
@@ -300,6 +311,9 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
     starting.catch(() => {}); // a start abandoned on a signal may fail later; it was reported by then
     await Promise.race([starting, aborted(signal)]);
     started = true;
+    // Said once the run is on (a model server that does not answer is the one error before that).
+    const noIds = noTokenIdsWarning(env);
+    if (noIds) process.stderr.write(`slotpool ${mode}: warning: ${noIds}\n`);
     stats.isolation = await env.isolation().catch(() => undefined);
     if (stats.isolation && stats.isolation.sandboxed < stats.isolation.containers - stats.isolation.unanswered) {
       logger.warn({ isolation: stats.isolation.sandbox }, "slots run WITHOUT a sandbox");
@@ -337,8 +351,13 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
       stats,
       signal,
       onTrajectory: (t) => {
+        // An item whose trajectory had an infra failure is in eval_failed: the summary says so too.
         stats.addTrajectory(t);
         stats.groups++;
+        if (t.infraFailure) {
+          stats.failedGroups++;
+          stats.failures.push(`${t.infraFailure.cause}: ${t.infraFailure.message}`);
+        } else stats.sentGroups++;
         bar?.update(stats);
       },
       onFailure: (reason, infra) => {
@@ -380,6 +399,18 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
     // An output prepared for a run that never started holds nothing: do not leave it behind.
     if (!started && out) await rm(out, { force: true });
   }
+}
+
+/**
+ * Said at the start when the run cannot have token ids: no tokenizer and a chat server that
+ * is not token-exact (an openai server may still return ids through extraBody; the summary
+ * then tells), or the oracle policy.
+ */
+function noTokenIdsWarning(env: AgentEnv<unknown>): string | undefined {
+  const model = env.config.model;
+  if (model.tokenizerPath || (model.serverType && model.serverType !== "openai")) return undefined;
+  if (model.url && model.extraBody && Object.keys(model.extraBody).some((k) => /token_ids|logprobs/.test(k))) return undefined;
+  return `no --tokenizer: unless the model server returns token ids, ${NO_TOKEN_IDS_HINT}`;
 }
 
 /** Why a process/serve run did not do what was asked, or undefined when it did. */

@@ -41,6 +41,14 @@ export async function run(argv: string[]): Promise<number> {
   const out = stringFlag(flags, "out");
   if (!boolFlag(flags, "serve")) {
     if (stringFlag(flags, "port") !== undefined) throw new CliUsageError("--port goes with --serve");
+    // A file with lines and not one group or sample in them is not a rollout file: say so, write nothing.
+    const model = await readReportModel(file);
+    if (model.groups.length === 0 && model.skipped.length > 0) {
+      const first = model.skipped[0]!;
+      throw new ReportInputError(
+        `${file} is not a slotpool or Atropos JSONL: none of its ${model.skipped.length} lines is a scored group or an evaluation sample (line ${first.line}: ${first.reason}); give the file 'slotpool process' wrote (data/<env>.jsonl) or 'slotpool evaluate' wrote (eval/<env>/samples.jsonl)`,
+      );
+    }
     const r = await writeReport(file, out ? { out } : {});
     process.stdout.write(`${r.path}: ${r.summary.trajectories} trajectories in ${r.summary.groups} groups, ${(r.bytes / 1e6).toFixed(2)} MB\n`);
     return 0;

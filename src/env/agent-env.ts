@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import pLimit from "p-limit";
 import type { z } from "zod";
 import { runAgentLoop, type AgentResult } from "../agent/agent-loop.js";
-import { ChatCompletionsClient } from "../agent/chat-client.js";
+import { chatClientFor, type ChatCallSummary, type ChatCompletionsClient } from "../agent/chat-client.js";
 import { checkModelServer } from "../agent/model-check.js";
 import { loadChatTokenizer, type ChatTokenizer } from "../agent/chat-template.js";
 import { probeTokenBackend, type TokenBackend } from "../agent/completions-backends.js";
@@ -29,6 +29,8 @@ import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { ToolContext } from "./tool-context.js";
 import { throwIfInfraFailure, TrajectoryInfraError, type InfraStage } from "./infra-failure.js";
+import { linkedSignal } from "./linked-signal.js";
+import { rewardContext } from "./reward-calls.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
@@ -349,6 +351,9 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     });
   }
 
+  /** The model client's figures so far (retried, failed calls, latency); undefined before the first model call. */
+  modelCallStats = (): ChatCallSummary | undefined => this.modelClient?.summary();
+
   /** The policy for one item: the runtime's, the model at `model.url`, or the env's oracle. */
   policyFor(item: Item): AgentPolicy {
     if (this.runtime.policy) return this.runtime.policy;
@@ -365,12 +370,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     }
     if (model.url) {
       if (!model.name) throw new NoPolicyError(`model.url is set but model.name is not: pass --model NAME (the model as the server knows it)`);
-      this.modelClient ??= new ChatCompletionsClient({
-        baseUrl: model.url,
-        timeoutMs: model.timeoutMs,
-        maxRetries: model.maxRetries,
-        ...(process.env[model.apiKeyEnv] ? { apiKey: process.env[model.apiKeyEnv]! } : {}),
-      });
+      this.modelClient ??= chatClientFor({ ...model, url: model.url });
       return new ChatModelPolicy({
         baseUrl: model.url,
         client: this.modelClient,
@@ -404,11 +404,12 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    */
   async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal; policy?: AgentPolicy } = {}): Promise<TrajectoryOutcome> {
     const backend = this.tools;
-    const signal = options.signal;
     const losses: string[] = [];
     const maxAttempts = this.config.slotLossRetries + 1;
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {
-      signal?.throwIfAborted();
+      options.signal?.throwIfAborted();
+      const link = options.signal ? linkedSignal(options.signal) : undefined; // one listener on the run's signal in all
+      const signal = link?.signal;
       const trajectoryId = randomUUID();
       const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.executor.defaultTimeoutS });
       const started = performance.now();
@@ -440,7 +441,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
               backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) }),
             ),
         });
-        const { score, rewardError, scoreMetadata, metrics, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, ctx), this.log);
+        const { ctx: rewardCtx, calls: rewardCalls } = rewardContext(trajectoryId, backend.executor, this.config.rewardTimeoutS); // own timeout, calls recorded
+        const { score, rewardError, scoreMetadata, metrics, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, rewardCtx), this.log);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);
         const outcome: TrajectoryOutcome = {
           trajectoryId,
@@ -458,6 +460,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         if (metrics) outcome.metrics = metrics;
         if (rewardError) outcome.rewardError = rewardError;
         if (infraFailure) outcome.infraFailure = infraFailure;
+        if (rewardCalls.length > 0) outcome.rewardCalls = rewardCalls;
         return outcome;
       } catch (err) {
         throwIfInfraFailure(err, stage, trajectoryId); // logged where its group is dropped
@@ -465,6 +468,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         losses.push(err.message);
         this.log.warn({ trajectoryId, attempt, maxAttempts, reason: err.message }, "slot lost; restarting the trajectory on a new slot");
       } finally {
+        link?.release();
         await backend.executor.release(trajectoryId, { reset: true }).catch((err: unknown) => {
           this.log.warn({ trajectoryId, err: String(err) }, "releasing the slot failed");
         });

@@ -10,7 +10,8 @@ import type { ToolBackend } from "./backend.js";
 import type { AgentEnvConfig } from "./config.js";
 import { EnvError } from "./errors.js";
 import { scoreRollout, type RolloutScore } from "./rollout-score.js";
-import { infraFailureOf, type InfraFailure } from "./infra-failure.js";
+import { infraFailureOf, type InfraCause, type InfraFailure } from "./infra-failure.js";
+import { linkedSignal } from "./linked-signal.js";
 import type { Metrics } from "./metrics.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
@@ -61,14 +62,21 @@ export async function collectBranchingGroup<Item>(
   const groupTools = env.resolveTools();
   const { infraFailurePolicy: policy, infraRetries, groupSize } = env.config;
   const infraFailures: InfraFailure[] = [];
-  const common = { item, toolsets: groupTools.toolsets, infraFailures };
+  const droppedAttemptCauses: InfraCause[] = [];
+  const common = { item, toolsets: groupTools.toolsets, infraFailures, droppedAttemptCauses };
   const unfinished = { slotLosses: 0, retries: 0 };
   // The same rules as a plain group (group-collector.ts): a branch with an infra failure is
   // never scored; the tree is dropped and its item tried again, masked, or the run stops.
   for (let attempt = 0; ; attempt++) {
     let leaves: TrajectoryOutcome[];
     try {
-      leaves = await branchOnce(env, item, point, groupTools, parts, options.signal);
+      // One listener on the run's signal per tree; its branches (up to groupSize, each a few calls) listen on the tree's.
+      const link = options.signal ? linkedSignal(options.signal, groupSize * 3) : undefined;
+      try {
+        leaves = await branchOnce(env, item, point, groupTools, parts, link?.signal);
+      } finally {
+        link?.release();
+      }
     } catch (err) {
       options.signal?.throwIfAborted();
       const message = `branching group failed: ${err instanceof Error ? err.message : String(err)}`;
@@ -82,6 +90,7 @@ export async function collectBranchingGroup<Item>(
       if (!infra) unfinished.slotLosses++;
       leaves = [];
       infraFailures.push(infra ? { ...infra, message } : { cause: "slot_lost", message });
+      droppedAttemptCauses.push(infra ? infra.cause : "slot_lost");
       if (policy === "drop" && attempt < infraRetries) {
         unfinished.retries++;
         parts.log.warn({ attempt: attempt + 1, infraRetries }, `${message}; the tree is dropped and its item tried again`);
@@ -112,6 +121,7 @@ export async function collectBranchingGroup<Item>(
       });
       return { ok: true, group, trajectories: scored, masked: failed.length, droppedAttempts: attempt, ...(metrics ? { metrics } : {}), ...common };
     }
+    droppedAttemptCauses.push(failed[0]!.infraFailure!.cause);
     const what = `${failed.length} of ${groupSize} branches had an infrastructure failure: ${[...new Set(failed.map((l) => `${l.infraFailure!.cause}: ${l.infraFailure!.message}`))].join(" | ")}`;
     if (policy === "drop" && attempt < infraRetries) {
       parts.log.warn({ attempt: attempt + 1, infraRetries }, `${what}; the tree is dropped and its item tried again`);

@@ -43,6 +43,13 @@ export const AgentEnvConfigSchema = z.object({
   infraRetries: z.number().int().min(0).max(20).default(2),
   /** A trajectory counts as solved (success rate) when its score is at least this. */
   successThreshold: z.number().default(1.0),
+  /**
+   * Timeout of the reward's own commands (its ToolContext: hidden tests, `cat`, …) that name
+   * none, seconds (clamped to 1..600). Apart from the agent's tool timeout
+   * (`executor.defaultTimeoutS`, 30): a test suite may need longer than an agent's `ls`,
+   * and code the agent made hang then costs one bounded wait, not the agent's timeout twice.
+   */
+  rewardTimeoutS: z.number().positive().max(600).default(60),
 
   /** The model client (unset `model.url`: the env's oracle policy plays the model). */
   model: ModelConfigSchema.prefault({}),

@@ -2,7 +2,7 @@ import type { Logger } from "../observability/logger.js";
 import type { GroupTools } from "../tools/distributions.js";
 import type { AgentEnvConfig } from "./config.js";
 import { TrajectoryFailedError } from "./errors.js";
-import { TrajectoryInfraError, type InfraFailure } from "./infra-failure.js";
+import { TrajectoryInfraError, type InfraCause, type InfraFailure } from "./infra-failure.js";
 import type { Metrics } from "./metrics.js";
 import { buildScoredGroup, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 
@@ -37,7 +37,8 @@ interface GroupRound {
 export async function collectGroup<Item>(item: Item, groupTools: GroupTools, host: GroupCollectorHost): Promise<GroupOutcome<Item>> {
   const { infraFailurePolicy: policy, infraRetries, groupSize } = host.config;
   const infraFailures: InfraFailure[] = [];
-  const common = { item, toolsets: groupTools.toolsets, infraFailures };
+  const droppedAttemptCauses: InfraCause[] = [];
+  const common = { item, toolsets: groupTools.toolsets, infraFailures, droppedAttemptCauses };
   for (let attempt = 0; ; attempt++) {
     const round = await collectRound(host);
     let scored = round.done.filter((t) => !t.infraFailure);
@@ -63,6 +64,7 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
       });
       return { ok: true, group, trajectories: scored, masked: round.infra.length, droppedAttempts: attempt, ...(metrics ? { metrics } : {}), ...common };
     }
+    droppedAttemptCauses.push(round.infra[0]!.cause);
     const what = `${round.infra.length} of ${groupSize} trajectories had an infrastructure failure: ${[...new Set(round.infra.map((f) => `${f.cause}: ${f.message}`))].join(" | ")}`;
     if (policy === "drop" && attempt < infraRetries) {
       host.log.warn({ attempt: attempt + 1, infraRetries }, `${what}; the group is dropped and its item tried again`);

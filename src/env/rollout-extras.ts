@@ -47,5 +47,6 @@ export function rolloutExtras(t: TrajectoryOutcome): RolloutExtras {
   if (Object.keys(t.scoreMetadata).length > 0) out.score_metadata = t.scoreMetadata;
   if (t.metrics) out.metrics = t.metrics;
   if (t.ownScore !== undefined) out.own_score = t.ownScore;
+  if (t.rewardCalls && t.rewardCalls.length > 0) out.reward_calls = t.rewardCalls;
   return out;
 }

@@ -1,11 +1,15 @@
 import { percentile } from "../observability/latency-window.js";
 import type { MetricsRegistry } from "../observability/metrics.js";
 import type { ToolErrorRecord } from "../agent/agent-loop.js";
+import type { ChatCallSummary } from "../agent/chat-client.js";
 import { toolLatencyTable, type ToolLatencyRow } from "../report/tool-stats.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
 import { INFRA_CAUSES, INFRA_STAGES, countByCause, countByStage, type InfraCause, type InfraFailure, type InfraStage } from "./infra-failure.js";
 import type { IsolationSummary } from "./isolation.js";
 import { formatTally, tallyMetrics, type MetricTally } from "./metrics.js";
+
+/** The model client's counts over a run (ChatCompletionsClient.summary()). */
+export type ModelCallStats = ChatCallSummary;
 
 /** Tool errors kept for the summary (the count goes on past it). */
 const TOOL_ERRORS_KEPT = 1000;
@@ -34,13 +38,24 @@ export class RunStats {
   filteredGroups = 0;
   /** Groups delivered: sent to the trainer (serve) or written (process). */
   sentGroups = 0;
+  /** Trajectories written (process), sent (serve) or evaluated (evaluate): the headline figures count these only. */
   trajectories = 0;
-  /** Scored trajectories with a score ≥ successThreshold. */
+  /** Trajectories that finished but were not written: in failed or filtered groups. */
+  unwrittenTrajectories = 0;
+  /** Tries of a group dropped for an infra failure (its item then tried again, or the group dropped), by the cause of its first failure. */
+  droppedAttempts = 0;
+  readonly droppedAttemptCauses: Record<InfraCause, number> = countByCause([]);
+  /** Written trajectories without token ids (empty tokens and masks: good for SFT, not for RL). */
+  trajectoriesWithoutTokens = 0;
+  /** Where the model client's figures come from (set by the run mode). */
+  modelSource: (() => ModelCallStats | undefined) | undefined;
+  /** Written trajectories with a score ≥ successThreshold. */
   solved = 0;
   scoreSum = 0;
   toolCalls = 0;
   toolErrors = 0;
   slotLosses = 0;
+  /** Trajectory restarts after a slot loss (not model call retries: see modelCalls). */
   retries = 0;
   /** Model turns that came with token ids, and those whose prompt could not extend the sequence. */
   tokenTurns = 0;
@@ -61,24 +76,50 @@ export class RunStats {
   readonly trajectoryMetrics = new Map<string, MetricTally>();
   readonly groupMetrics = new Map<string, MetricTally>();
 
+  /** What a delivered trajectory is called in the summary: written (process), sent (serve), evaluated. */
+  delivered: "written" | "sent" | "evaluated" = "written";
+
   constructor(options: { successThreshold?: number } = {}) {
     this.successThreshold = options.successThreshold ?? 1.0;
   }
 
+  /**
+   * A group as it came back: made, failed or not, with its infra failures, dropped attempts
+   * and the work its trajectories did (tool calls, slot losses). Its scores are not counted
+   * here: only what is written or sent is (addDelivered), so the headline figures match the
+   * JSONL.
+   */
   addGroup(outcome: GroupOutcome): void {
     this.groups++;
     for (const f of outcome.infraFailures) this.addInfraFailure(f);
+    const dropped = outcome.droppedAttemptCauses ?? [];
+    this.droppedAttempts += dropped.length;
+    for (const c of dropped) this.droppedAttemptCauses[c]++;
     if (!outcome.ok) {
       this.failedGroups++;
       if (outcome.kind === "infra") this.droppedGroups++;
       this.failures.push(outcome.reason);
       this.slotLosses += outcome.unfinished.slotLosses;
       this.retries += outcome.unfinished.retries;
+      this.unwrittenTrajectories += outcome.trajectories.length;
     } else {
       this.maskedTrajectories += outcome.masked;
-      tallyMetrics(this.groupMetrics, outcome.metrics);
     }
-    for (const t of outcome.trajectories) this.addTrajectory(t);
+    for (const t of outcome.trajectories) this.addRun(t);
+  }
+
+  /** A made group that is not delivered (same scores, size, token length, refused by the trainer). */
+  addFiltered(outcome: GroupOutcome): void {
+    this.filteredGroups++;
+    this.unwrittenTrajectories += outcome.trajectories.length;
+  }
+
+  /** A group written (process) or sent (serve): its trajectories' scores and metrics count. */
+  addDelivered(outcome: GroupOutcome): void {
+    if (!outcome.ok) return;
+    this.sentGroups++;
+    tallyMetrics(this.groupMetrics, outcome.metrics);
+    for (const t of outcome.trajectories) if (!t.infraFailure) this.addScored(t);
   }
 
   /** One infrastructure failure (a trajectory with no score). */
@@ -92,18 +133,21 @@ export class RunStats {
   }
 
   /**
-   * One trajectory outside a group (evaluation). An infra failure counts by its cause only:
-   * it has no score, so it is neither a low score nor a success.
+   * One trajectory outside a group (evaluation, where every scored sample is written). An
+   * infra failure counts by its cause only: it has no score, so it is neither a low score
+   * nor a success.
    */
   addTrajectory(t: TrajectoryOutcome): void {
     if (t.infraFailure) {
       this.addInfraFailure(t.infraFailure);
       return;
     }
-    this.trajectories++;
-    this.scoreSum += t.score;
-    this.scores.push(t.score);
-    if (t.score >= this.successThreshold) this.solved++;
+    this.addRun(t);
+    this.addScored(t);
+  }
+
+  /** The work a finished trajectory did, written or not: tool calls, latency, slot losses, restarts, token turns. */
+  private addRun(t: TrajectoryOutcome): void {
     this.toolCalls += t.result.toolCalls.length;
     this.toolErrors += t.result.toolErrors.length;
     this.slotLosses += t.slotLosses.length;
@@ -114,11 +158,25 @@ export class RunStats {
     }
     for (const e of t.result.toolErrors) if (this.toolErrorLog.length < TOOL_ERRORS_KEPT) this.toolErrorLog.push(e);
     if (t.workspaceSetupMs !== undefined) this.workspaceSetupMs.push(t.workspaceSetupMs);
-    tallyMetrics(this.trajectoryMetrics, t.metrics);
     const withIds = t.result.turns.filter((r) => r.tokens?.promptTokenIds);
     this.tokenTurns += withIds.length;
     this.prefixBreaks += t.brokenSegments?.length ?? 0;
+  }
+
+  /** A written (or sent) trajectory's score: the headline figures. */
+  private addScored(t: TrajectoryOutcome): void {
+    this.trajectories++;
+    this.scoreSum += t.score;
+    this.scores.push(t.score);
+    if (t.score >= this.successThreshold) this.solved++;
+    tallyMetrics(this.trajectoryMetrics, t.metrics);
+    if (t.tokens === null) this.trajectoriesWithoutTokens++;
     if (t.tokens?.tokenExact && (t.brokenSegments ?? []).every((s) => s.tokenExact)) this.tokenExactTrajectories++;
+  }
+
+  /** The model client's figures (retried and failed calls, latency), when the run has a model. */
+  get modelCalls(): ModelCallStats | undefined {
+    return this.modelSource?.();
   }
 
   /** Breaks per model turn with token ids (0 when no turn had ids). */
@@ -159,9 +217,22 @@ export class RunStats {
       { labels: { outcome: "dropped" }, value: this.droppedGroups },
       { labels: { outcome: "failed" }, value: this.failedGroups - this.droppedGroups },
     ]);
-    registry.gauge("slotpool_env_scored_trajectories", "Trajectories scored (infra failures excluded)", () => [{ value: this.trajectories }]);
-    registry.gauge("slotpool_env_solved_trajectories", "Scored trajectories with a score at or above successThreshold", () => [{ value: this.solved }]);
-    registry.gauge("slotpool_env_mean_score", "Mean score of the scored trajectories", () => [{ value: this.meanScore }]);
+    registry.gauge("slotpool_env_scored_trajectories", "Trajectories written (process) or sent (serve) with their score; failed and filtered groups' trajectories excluded", () => [{ value: this.trajectories }]);
+    registry.gauge("slotpool_env_unwritten_trajectories", "Trajectories that finished in a failed or filtered group, so were not written or sent", () => [{ value: this.unwrittenTrajectories }]);
+    registry.gauge("slotpool_env_solved_trajectories", "Written or sent trajectories with a score at or above successThreshold", () => [{ value: this.solved }]);
+    registry.gauge("slotpool_env_mean_score", "Mean score of the written or sent trajectories", () => [{ value: this.meanScore }]);
+    registry.gauge("slotpool_env_dropped_group_attempts", "Tries of a group dropped for an infrastructure failure, by the cause of its first failure", () =>
+      INFRA_CAUSES.map((cause) => ({ labels: { cause }, value: this.droppedAttemptCauses[cause] })),
+    );
+    registry.gauge("slotpool_env_trajectory_restarts", "Trajectories restarted on a new slot after a slot loss", () => [{ value: this.retries }]);
+    registry.gauge("slotpool_env_model_calls", "Model calls by outcome: completed, retried (needed at least one retry), failed (gave up)", () => {
+      const m = this.modelCalls;
+      return m ? [{ labels: { outcome: "completed" }, value: m.completed }, { labels: { outcome: "retried" }, value: m.retriedCalls }, { labels: { outcome: "failed" }, value: m.failed }] : [];
+    });
+    registry.gauge("slotpool_env_model_latency_ms", "Latency of completed model calls, retries included (quantile 0.5 and 0.99 of the last 4096), ms", () => {
+      const m = this.modelCalls;
+      return m ? [{ labels: { quantile: "0.5" }, value: m.latencyP50Ms }, { labels: { quantile: "0.99" }, value: m.latencyP99Ms }] : [];
+    });
     registry.gauge("slotpool_env_token_turns", "Model turns that came with token ids", () => [{ value: this.tokenTurns }]);
     registry.gauge("slotpool_env_prefix_breaks", "Turns whose prompt could not extend the trajectory's token sequence (a new segment started)", () => [{ value: this.prefixBreaks }]);
     registry.gauge("slotpool_env_prefix_break_rate", "Prefix breaks per model turn with token ids", () => [{ value: this.prefixBreakRate }]);
@@ -218,8 +289,13 @@ export class RunStats {
       tool_latency_p99_ms: this.latencyPercentile(99),
       workspace_setup_p50_ms: this.latencyPercentile(50, this.workspaceSetupMs),
       workspace_setup_p99_ms: this.latencyPercentile(99, this.workspaceSetupMs),
+      unwritten_trajectories: this.unwrittenTrajectories,
+      dropped_attempts: this.droppedAttempts,
+      dropped_attempt_causes: { ...this.droppedAttemptCauses },
+      trajectories_without_tokens: this.trajectoriesWithoutTokens,
+      model_calls: this.modelCalls ?? null,
       slot_losses: this.slotLosses,
-      retries: this.retries,
+      trajectory_restarts: this.retries,
       token_turns: this.tokenTurns,
       prefix_breaks: this.prefixBreaks,
       prefix_break_rate: this.prefixBreakRate,

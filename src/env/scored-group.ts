@@ -1,8 +1,9 @@
 import type { AgentResult } from "../agent/agent-loop.js";
 import type { ChatMessage } from "../agent/messages.js";
-import type { InfraFailure } from "./infra-failure.js";
+import type { InfraCause, InfraFailure } from "./infra-failure.js";
 import type { Metrics } from "./metrics.js";
 import type { BranchTree } from "../report/branch-tree.js";
+import type { RewardCallExtras } from "../report/rollout-extras.js";
 import { tokenSegmentsFromServer, tokensFromTokenizer, type SequenceTokens, type TextTokenizer } from "./tokens.js";
 
 /**
@@ -58,6 +59,8 @@ export interface TrajectoryOutcome {
   durationMs?: number;
   /** Time to prepare the workspace (reset into the item's template + setupWorkspace), ms. */
   workspaceSetupMs?: number;
+  /** The reward's own tool calls (output and exit codes cut), for debugging a reward. */
+  rewardCalls?: RewardCallExtras[];
   /** In a branching group (src/env/branching.ts): the group's tree, the same object on every branch. */
   branchTree?: BranchTree;
 }
@@ -76,6 +79,8 @@ export type GroupOutcome<Item = unknown> =
       masked: number;
       /** Earlier tries of the item dropped for an infra failure. */
       droppedAttempts: number;
+      /** The cause of each dropped try's first infra failure (one entry per dropped try). */
+      droppedAttemptCauses?: InfraCause[];
       /** The env's metrics of the whole group (`scoreGroup` returning `{scores, metrics}`). */
       metrics?: Metrics;
     }
@@ -96,6 +101,8 @@ export type GroupOutcome<Item = unknown> =
       infraFailures: InfraFailure[];
       /** Slot losses and restarts of the trajectories that did not finish. */
       unfinished: { slotLosses: number; retries: number };
+      /** `infra`: the cause of each dropped try's first infra failure, the last try included. */
+      droppedAttemptCauses?: InfraCause[];
     };
 
 /** The ids of a trajectory: the server's when it returned them, else the tokenizer's, else none. */

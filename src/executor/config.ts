@@ -21,8 +21,13 @@ export const ToolExecutorConfigSchema = z.object({
    * count; a lower value makes trajectories of one container wait for each other.
    */
   maxInFlightPerContainer: z.number().int().positive().default(256),
-  /** Timeout of a call whose arguments name none (seconds, clamped to 1..600). */
-  defaultTimeoutS: z.number().positive().default(120),
+  /**
+   * Timeout of a call whose arguments name none (seconds, clamped to 1..600). 30, as the
+   * sandbox server's own default: an agent's commands (ls, grep, an edit, one test file)
+   * take seconds, and a `sleep 1000` or `while true` then holds its whole group 30 s, not
+   * 120. Raise it for envs whose agents build or test for longer.
+   */
+  defaultTimeoutS: z.number().positive().default(30),
   /** How long a trajectory's first sandbox call may wait for a slot (ms); pool default when unset. */
   acquireTimeoutMs: z.number().int().positive().optional(),
   /** Sandbox commands may reach the network (off by default: fail closed; the model cannot turn it on). */

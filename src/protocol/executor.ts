@@ -1,10 +1,30 @@
 import { z } from "zod";
 import { ToolCallSchema } from "./tool.js";
 
+/**
+ * A tool call as clients send it: `arguments` an object, or, as in OpenAI's `tool_calls`,
+ * the JSON text of one (parsed here; text that is not a JSON object is a 400 naming it).
+ */
+const ExecutorToolCallSchema = ToolCallSchema.extend({
+  arguments: z
+    .preprocess((v, ctx) => {
+      if (typeof v !== "string") return v;
+      try {
+        const parsed: unknown = JSON.parse(v);
+        if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return parsed;
+      } catch {
+        // said below
+      }
+      ctx.addIssue({ code: "custom", message: `arguments is text that is not a JSON object (OpenAI-style arguments must be the JSON text of an object, e.g. '{"command": "ls"}'): ${v.slice(0, 80)}` });
+      return {};
+    }, z.record(z.string(), z.unknown()))
+    .default({}),
+});
+
 /** Executor HTTP service (compatible with the original's executor API). */
 export const ExecutorExecuteRequestSchema = z.object({
   trajectory_id: z.string().min(1, "trajectory_id must not be empty"),
-  tool: ToolCallSchema,
+  tool: ExecutorToolCallSchema,
   timeout_s: z.number().positive().optional(),
 });
 export const ExecutorReleaseRequestSchema = z.object({

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { REPORT_CSS, REPORT_SCRIPT } from "./assets.js";
 import type { Entry, GroupView, ReportModel, TrajectoryView } from "./model.js";
+import type { RewardCallExtras } from "./rollout-extras.js";
 import { fmtScore, summarize, type ReportSummary } from "./run-summary.js";
 import { textCap, textLengths } from "./text-budget.js";
 import { formatMs, formatToolErrorLine } from "./tool-stats.js";
@@ -97,8 +98,14 @@ class Renderer {
       card(String(s.toolErrors), `tool errors (${s.trajectoriesWithErrors} trajectories)`, s.toolErrors ? "bad" : ""),
       card(lat, "tool latency p50 / p90 / p99"),
       card(String(s.slotLosses), "slot losses", s.slotLosses ? "bad" : ""),
-      card(String(s.retries), "restarts"),
+      card(String(s.retries), "slot-loss restarts"),
     ];
+    const nw = m.run?.notWritten;
+    if (nw) {
+      cards.push(card(String(nw.failedGroups), "failed groups (not in the file)", nw.failedGroups ? "bad" : ""));
+      cards.push(card(String(nw.infraFailures), "infra failures (not scored)", nw.infraFailures ? "bad" : ""));
+      if (nw.filteredGroups) cards.push(card(String(nw.filteredGroups), "filtered groups (not in the file)"));
+    }
     if (m.skipped.length) cards.push(card(String(m.skipped.length), "lines skipped", "bad"));
     const panels = [this.histogram(), this.toolTable(), this.errorPanel(), this.slowestPanel(), this.metricsPanel(), this.runPanel(), this.skippedPanel()].filter(Boolean);
     return `<header class="top"><h1>${escapeHtml(m.title)}</h1><div class="sub">${escapeHtml(m.source)} · generated ${escapeHtml(when)}${
@@ -223,8 +230,22 @@ class Renderer {
     if (t.error !== undefined) extra += `<div class="bad">model server: ${escapeHtml(oneLine(t.error, 1000))}</div>`;
     if (t.ownScore !== undefined) parts.push(`own score ${escapeHtml(fmtScore(t.ownScore))} (the group's scoring changed it)`);
     if (t.metrics !== undefined) extra += `<div>metrics: ${escapeHtml(formatMetrics(t.metrics))}</div>`;
+    if (t.rewardCalls?.length) extra += this.rewardCalls(t.rewardCalls);
     if (t.scoreMetadata !== undefined) extra += `<details class="fold"><summary>score metadata</summary><pre>${escapeHtml(cut(JSON.stringify(t.scoreMetadata, null, 2), 2000))}</pre></details>`;
     return `<div class="meta">${parts.join(" · ")}${extra}</div>`;
+  }
+
+  /** What the reward ran and what came back (folded; opened when a call failed). */
+  private rewardCalls(calls: RewardCallExtras[]): string {
+    const failed = calls.filter((c) => !c.success).length;
+    const items = calls
+      .map((c) => {
+        const exit = c.timed_out ? "timed out" : c.exit_code !== undefined ? `exit ${c.exit_code}` : c.success ? "ok" : "failed";
+        const text = [c.output, c.error].filter((x) => x).join("\n");
+        return `<li class="${c.success ? "" : "bad"}"><code>${escapeHtml(c.tool)} ${escapeHtml(oneLine(c.arguments, 300))}</code> → ${escapeHtml(exit)} · ${escapeHtml(formatMs(c.duration_ms))}${text ? `<pre>${escapeHtml(cut(text, 4000))}</pre>` : ""}</li>`;
+      })
+      .join("");
+    return `<details class="fold reward-calls"${failed ? " open" : ""}><summary>reward's tool calls: ${calls.length}${failed ? `, ${failed} failed` : ""}</summary><ul>${items}</ul></details>`;
   }
 
   /**

@@ -1,3 +1,5 @@
+import type { RewardCallExtras } from "./rollout-extras.js";
+
 /** The report's data: what was read from a JSONL file, before any HTML. */
 
 /** One piece of a conversation, in order. `turn` is the model turn it belongs to (0: before the first). */
@@ -48,6 +50,8 @@ export interface TrajectoryView {
   ownScore?: number;
   toolCalls: ToolCallView[];
   toolErrors: ToolErrorView[];
+  /** The reward's own tool calls, with their (cut) output and exit codes. */
+  rewardCalls?: RewardCallExtras[];
 }
 
 export interface GroupView {
@@ -75,6 +79,8 @@ export interface RunInfo {
   failures: string[];
   /** A trajectory counts as solved at this score or above (the run's successThreshold; default 1). */
   successThreshold?: number;
+  /** What the run made but did not write, for the tiles beside the file's own figures. */
+  notWritten?: { failedGroups: number; infraFailures: number; filteredGroups: number };
 }
 
 export interface ReportModel {

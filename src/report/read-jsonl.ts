@@ -132,6 +132,7 @@ function trajectoryView(input: {
   if (x?.score_metadata !== undefined) view.scoreMetadata = x.score_metadata;
   if (x?.metrics !== undefined) view.metrics = x.metrics;
   if (x?.own_score !== undefined) view.ownScore = x.own_score;
+  if (x?.reward_calls !== undefined) view.rewardCalls = x.reward_calls;
   return view;
 }
 

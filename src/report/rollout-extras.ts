@@ -28,6 +28,20 @@ export interface ToolErrorExtras {
   error: string;
 }
 
+/** A tool call the env's own code made (setupWorkspace, the reward): what it ran and what came back, cut. */
+export interface RewardCallExtras {
+  tool: string;
+  /** JSON of the arguments (cut to 500 characters). */
+  arguments: string;
+  duration_ms: number;
+  success: boolean;
+  exit_code?: number | null;
+  timed_out?: boolean;
+  /** Output and error text, head and tail kept (4000 characters each). */
+  output?: string;
+  error?: string;
+}
+
 /** One trajectory's extras, in the order of `scores`. */
 export interface RolloutExtras {
   trajectory_id?: string;
@@ -49,6 +63,8 @@ export interface RolloutExtras {
   metrics?: Record<string, number>;
   /** The trajectory's own score, when the env's group-level scoring gave it another. */
   own_score?: number;
+  /** The reward's own tool calls (through its ToolContext), in order: what it ran and what came back. */
+  reward_calls?: RewardCallExtras[];
 }
 
 export interface LineExtras {
@@ -120,6 +136,18 @@ function readRollout(t: Record<string, unknown>): RolloutExtras {
       const id = str(c["call_id"]);
       if (id !== undefined) call.call_id = id;
       if (num(c["exit_code"]) !== undefined || c["exit_code"] === null) call.exit_code = c["exit_code"] as number | null;
+      return call;
+    });
+  }
+  if (Array.isArray(t["reward_calls"])) {
+    out.reward_calls = t["reward_calls"].filter(isObject).map((c) => {
+      const call: RewardCallExtras = { tool: str(c["tool"]) ?? "?", arguments: str(c["arguments"]) ?? "", duration_ms: num(c["duration_ms"]) ?? 0, success: c["success"] === true };
+      if (num(c["exit_code"]) !== undefined || c["exit_code"] === null) call.exit_code = c["exit_code"] as number | null;
+      if (c["timed_out"] === true) call.timed_out = true;
+      const output = str(c["output"]);
+      if (output !== undefined) call.output = output;
+      const error = str(c["error"]);
+      if (error !== undefined) call.error = error;
       return call;
     });
   }

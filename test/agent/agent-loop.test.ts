@@ -126,6 +126,23 @@ describe("agent loop over a chat completions endpoint", () => {
     await Promise.all([client.close(), impatient.close()]);
   });
 
+  it("retries a 200 whose body is an HTML error page like a 5xx, and counts retried calls, failed calls and the latency of completed ones", async () => {
+    const html = "<html><body><h1>502 Bad Gateway</h1></body></html>";
+    // Call 1: HTML twice, then a completion. Call 2: HTML every time (gives up after 3 tries).
+    server = await startLlmServer({ respond: (_b, i) => (i < 2 || i >= 3 ? { status: 200, body: html } : { text: "ok" }) });
+    const client = new ChatCompletionsClient({ baseUrl: server.url, maxRetries: 2, initialBackoffMs: 5 });
+    const c = await client.complete({ model: "m", messages: [{ role: "user", content: "x" }] });
+    expect(c.choices[0]!.message.content).toBe("ok");
+    const err = await client.complete({ model: "m", messages: [{ role: "user", content: "y" }] }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ChatRequestError);
+    expect((err as Error).message).toMatch(/not JSON: <html>.*gave up after 3 attempts/s);
+    expect(server.requests).toHaveLength(6);
+    expect(client.counters).toMatchObject({ requests: 6, retries: 4, retriedCalls: 2, failures: 1, completed: 1 });
+    expect(client.latency.summary().count).toBe(1);
+    expect(client.latency.summary().p50).toBeGreaterThan(0);
+    await client.close();
+  });
+
   it("keeps token ids and logprobs when the server returns them", async () => {
     server = await startLlmServer({ tokenIds: true, respond: (b) => (turnOf(b) === 1 ? { toolCalls: [{ name: "terminal", arguments: { command: "echo a" } }] } : { text: "bye" }) });
     const exec = fakeExecutor();

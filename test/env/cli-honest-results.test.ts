@@ -107,7 +107,7 @@ describe("infra failures are not rewards", () => {
     const r = await runCli(["process", env, "--out", out, "--groups", "2", "--concurrency", "1", "--no-progress"]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/infra failures\s+2 trajectories not scored \(reward 2\)/);
-    expect(r.stdout).toMatch(/success rate\s+100\.0% \(4 of 4 with score ≥ 1\)/);
+    expect(r.stdout).toMatch(/success rate\s+100\.0% \(4 of 4 written with score ≥ 1\)/);
     const lines = await jsonl(out);
     expect(lines).toHaveLength(2);
     for (const l of lines) {
@@ -141,9 +141,9 @@ describe("infra failures are not rewards", () => {
     const r = await cli.done;
     expect(r.code).toBe(1);
     expect(await jsonl(out)).toEqual([]); // never written as training data
-    expect(r.stdout).toMatch(/groups\s+2 \(2 failed, 2 of them dropped for infra failures, 0 filtered\)/);
+    expect(r.stdout).toMatch(/groups\s+2 made: 0 written, 2 failed, 2 of them dropped for infra failures, 0 filtered/);
     expect(r.stdout).toMatch(/infra failures\s+12 trajectories not scored \(reward 12\)/);
-    expect(r.stdout).toMatch(/trajectories\s+0 scored/);
+    expect(r.stdout).toMatch(/trajectories\s+0 written/);
     expect(r.stdout).toContain("KeyError: 'expected'");
     expect(r.stderr.trim().split("\n").pop()).toBe("slotpool process: 2 of 2 groups failed (2 dropped for infra failures: reward 12)");
     // The report's run panel says the same.
@@ -169,7 +169,7 @@ describe("infra failures are not rewards", () => {
     const f = await runCli(["process", env, "--out", failOut, "--groups", "4", "--concurrency", "1", "--no-progress", "--infra-failure-policy", "fail"]);
     expect(f.code).toBe(1);
     expect(await jsonl(failOut)).toEqual([]);
-    expect(f.stdout).toMatch(/groups\s+1 \(1 failed, 1 of them dropped/);
+    expect(f.stdout).toMatch(/groups\s+1 made: 0 written, 1 failed, 1 of them dropped/);
     expect(f.stdout).toMatch(/stopped early\s+infraFailurePolicy "fail"/);
   }, 120_000);
 
@@ -201,7 +201,7 @@ describe("infra failures are not rewards", () => {
       expect(r.code).toBe(1);
       expect(await jsonl(out)).toEqual([]);
       expect(r.stdout).toMatch(/infra failures\s+2 trajectories not scored \(model 2\)/);
-      expect(r.stdout).toMatch(/success rate\s+0\.0% \(0 of 0 with score ≥ 1\)/);
+      expect(r.stdout).toMatch(/success rate\s+0\.0% \(0 of 0 written with score ≥ 1\)/);
     } finally {
       await llm.close();
     }
@@ -247,7 +247,7 @@ describe("serve: a run that sends nothing is not a success", () => {
       const env = await fixtureEnv("serve-same", "return 1;", "async getNextItem() { return this.next < 2 ? { n: this.next++ } : null; }");
       const r = await runCli(["serve", env, "--atropos-url", api.url, "--group-size", "2", "--no-progress", "--tokenizer", tokenizer, "--allow-inexact-tokens"]);
       expect(r.code).toBe(1);
-      expect(r.stdout).toMatch(/groups\s+2 \(0 failed, 2 filtered\)/);
+      expect(r.stdout).toMatch(/groups\s+2 made: 0 sent, 0 failed, 2 filtered/);
       expect(r.stderr.trim().split("\n").pop()).toBe("slotpool serve: all 2 groups were filtered out (equal scores, size or token length): none sent");
       expect(api.requests.filter((q) => q.path === "/scored_data")).toHaveLength(0);
     } finally {
@@ -320,11 +320,11 @@ describe("success means solved", () => {
     const env = await fixtureEnv("partial", `return item.n === 0 ? 0.75 : 1;`);
     const r = await runCli(["process", env, "--out", join(dir, "partial.jsonl"), "--groups", "2", "--no-progress"]);
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/^ {2}success rate\s+50\.0% \(2 of 4 with score ≥ 1\)$/m);
+    expect(r.stdout).toMatch(/^ {2}success rate\s+50\.0% \(2 of 4 written with score ≥ 1\)$/m);
     expect(r.stdout).toMatch(/mean score\s+0\.875/);
     expect(r.stdout).toMatch(/score distribution\s+0\.75: 2 · 1: 2/);
     const t = await runCli(["process", env, "--out", join(dir, "partial-t.jsonl"), "--groups", "2", "--no-progress", "--success-threshold", "0.7"]);
-    expect(t.stdout).toMatch(/success rate\s+100\.0% \(4 of 4 with score ≥ 0\.7\)/);
+    expect(t.stdout).toMatch(/success rate\s+100\.0% \(4 of 4 written with score ≥ 0\.7\)/);
   }, 60_000);
 });
 
@@ -374,6 +374,9 @@ describe("exit codes", () => {
     expect(f.code).toBe(1);
     expect(f.stderr).toContain("1 of 2 eval items failed");
     expect(f.stdout).toMatch(/infra failures\s+1 trajectories not scored \(reward 1\)/);
+    // The summary's items agree with eval_failed: the infra-failed item is a failed one.
+    expect(f.stdout).toMatch(/groups\s+2 made: 1 evaluated, 1 failed/);
+    expect(f.stdout).toMatch(/eval_failed\s+1/);
     expect((await readFile(join(dir, "eval-fails", "samples.jsonl"), "utf8")).trim().split("\n")).toHaveLength(1);
   }, 90_000);
 

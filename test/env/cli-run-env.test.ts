@@ -38,7 +38,7 @@ describe("slotpool process / evaluate on the example env (oracle policy, local p
     const r = await runCli(["process", "examples/shell-tasks/env.ts", "--out", out, "--groups", "4", "--group-size", "2", "--no-progress"]);
     expect(r.stderr).not.toMatch(/error/i);
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/groups\s+4 \(0 failed, 0 filtered\)/);
+    expect(r.stdout).toMatch(/groups\s+4 made: 4 written, 0 failed, 0 filtered/);
     expect(r.stdout).toMatch(/success rate\s+100\.0%/);
     expect(r.stdout).toMatch(/mean score\s+1\.000/);
     expect(r.stdout).toMatch(/tool latency p99\s+[\d.]+ m?s/);
@@ -101,7 +101,7 @@ describe("slotpool process with --server-type vllm --tokenizer (scripted token s
       const out = join(dir, "token-exact.jsonl");
       const r = await runCli(["process", "examples/shell-tasks/env.js", "--out", out, "--groups", "1", "--group-size", "2", "--no-progress", "--model-url", server.url, "--model", "qwen3", "--server-type", "vllm", "--tokenizer", tokenizerPath, "--tool-call-parser", "qwen3"]);
       expect(r.code, r.stderr).toBe(0);
-      expect(r.stdout).toMatch(/token-exact\s+2 of 2 trajectories/);
+      expect(r.stdout).toMatch(/token-exact\s+2 of 2 written trajectories/);
       expect(r.stdout).toMatch(/prefix breaks\s+0 of 2 turns \(0\.0%\)/);
       const row = JSON.parse((await readFile(out, "utf8")).trim()) as { tokens: number[][]; masks: number[][]; inference_logprobs: number[][] };
       expect(row.tokens).toHaveLength(2);

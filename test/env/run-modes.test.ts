@@ -81,7 +81,7 @@ describe("process mode", () => {
     expect(report.stats.slotLosses).toBe(4);
     expect(report.stats.retries).toBe(2);
     const table = formatSummary("t", report.stats);
-    expect(table).toMatch(/groups\s+1 \(1 failed, 1 of them dropped for infra failures, 0 filtered\)/);
+    expect(table).toMatch(/groups\s+1 made: 0 written, 1 failed, 1 of them dropped for infra failures, 0 filtered/);
     expect(table).toMatch(/infra failures\s+2 trajectories not scored \(slot_lost 2\)/);
     expect(table).toMatch(/slot losses\s+4/);
     expect(table).toContain("trajectory lost its slot 2 times (slotLossRetries = 1)");

@@ -149,6 +149,7 @@ describe("token-exact trajectories through AgentEnv on real slots", () => {
 
         const stats = new RunStats();
         stats.addGroup(outcome);
+        stats.addDelivered(outcome);
         expect(stats.tokenTurns).toBe(7);
         expect(stats.prefixBreaks).toBe(1);
         expect(stats.tokenExactTrajectories).toBe(3);

@@ -115,6 +115,17 @@ describe("executor service routes", () => {
     await send(url, "POST", "/release", JSON.stringify({ trajectory_id: "to-1", reset_workspace: true }));
   });
 
+  it("accepts OpenAI-style string arguments (the JSON text of an object) as well as objects; text that is not a JSON object is a 400 naming arguments", async () => {
+    const r = await send(url, "POST", "/execute", JSON.stringify({ trajectory_id: "oa-1", tool: { name: "bash", arguments: JSON.stringify({ command: "echo from-openai" }) } }));
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ success: true, output: "from-openai" });
+    const bad = await send(url, "POST", "/execute", JSON.stringify({ trajectory_id: "oa-1", tool: { name: "bash", arguments: "command: ls" } }));
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toMatch(/arguments is text that is not a JSON object/);
+    expect(String(bad.body.field)).toContain("arguments");
+    await send(url, "POST", "/release", JSON.stringify({ trajectory_id: "oa-1" }));
+  });
+
   it("returns tool-level failures as results, and bad bodies as 400 naming the field", async () => {
     const unknown = await send(url, "POST", "/execute", JSON.stringify({ trajectory_id: "e-1", tool: { name: "nope", arguments: {} } }));
     expect(unknown.status).toBe(200);

@@ -123,7 +123,7 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
       includeMessages: trainer.includeMessages,
     });
     if (!filtered.send) {
-      options.stats.filteredGroups++;
+      options.stats.addFiltered(outcome);
       log.info({ reason: filtered.reason }, "group not sent");
       warnIfAllFiltered(streak.observe(filtered));
       options.onGroup?.(outcome, "filtered");
@@ -145,12 +145,12 @@ export async function runEnvManager(env: AgentEnv<unknown>, client: AtroposClien
     const r = await client.sendScoredData(filtered.group, options.signal);
     if (r.sent) {
       sent++;
-      options.stats.sentGroups++;
+      options.stats.addDelivered(outcome);
       failedInARow = 0;
       streak.observe(filtered);
       options.onGroup?.(outcome, "sent");
     } else {
-      options.stats.filteredGroups++;
+      options.stats.addFiltered(outcome);
       warnIfAllFiltered(streak.observe({ send: false, reason: "the trainer refused the group", fix: "see the trainer's log for why it refuses groups" }));
       options.onGroup?.(outcome, "rejected");
     }

@@ -5,7 +5,7 @@ import type { TrajectoryOutcome } from "../scored-group.js";
 import { pythonJsonDumps } from "../atropos/python-json.js";
 import { writeReport } from "../../report/index.js";
 import type { RunStats } from "../run-stats.js";
-import { runRows } from "./summary.js";
+import { notWritten, runRows } from "./summary.js";
 import { makeDirectories } from "./output-path.js";
 import type { InfraFailure } from "../infra-failure.js";
 
@@ -36,6 +36,10 @@ export interface EvaluateModeReport {
  */
 export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateModeOptions): Promise<EvaluateModeReport> {
   const started = Date.now();
+  if (options.stats) {
+    options.stats.modelSource ??= () => env.modelCallStats();
+    options.stats.delivered = "evaluated";
+  }
   const result = await env.evaluate({
     ...(options.onTrajectory ? { onTrajectory: options.onTrajectory } : {}),
     ...(options.onFailure ? { onFailure: options.onFailure } : {}),
@@ -63,7 +67,7 @@ export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateM
     const metricRows = Object.entries(result.metrics).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
     const r = await writeReport(samplesPath, {
       title: `slotpool evaluate · ${env.name}`,
-      run: { rows: options.stats ? runRows(options.stats, metricRows) : metricRows, failures: options.stats?.failures ?? [], successThreshold: options.stats?.successThreshold ?? env.config.successThreshold },
+      run: { rows: options.stats ? runRows(options.stats, metricRows) : metricRows, failures: options.stats?.failures ?? [], successThreshold: options.stats?.successThreshold ?? env.config.successThreshold, ...(options.stats ? { notWritten: notWritten(options.stats) } : {}) },
     });
     out.report = { path: r.path, bytes: r.bytes };
   }

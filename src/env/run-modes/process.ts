@@ -8,7 +8,7 @@ import { writeReport } from "../../report/index.js";
 import { lineExtras } from "../rollout-extras.js";
 import { RunStats } from "../run-stats.js";
 import type { GroupOutcome } from "../scored-group.js";
-import { runRows } from "./summary.js";
+import { notWritten, runRows } from "./summary.js";
 import { prepareOutputFile } from "./output-path.js";
 
 export interface ProcessModeOptions {
@@ -47,6 +47,7 @@ export interface ProcessModeReport {
 export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessModeOptions): Promise<ProcessModeReport> {
   const total = options.groups ?? env.config.totalGroups;
   const stats = options.stats ?? new RunStats({ successThreshold: env.config.successThreshold });
+  stats.modelSource ??= () => env.modelCallStats();
   const signal = options.signal;
   const outPath = options.prepared ? options.out : await prepareOutputFile(options.out);
   const file = await open(outPath, "w");
@@ -79,8 +80,8 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
         const filtered = outcome.ok
           ? filterGroupForSend(outcome.group, { groupSize: env.config.groupSize, ensureScoresAreNotSame: false, dropOverLength: false, includeMessages: true })
           : undefined;
-        if (filtered && !filtered.send) stats.filteredGroups++;
-        if (filtered?.send) stats.sentGroups++;
+        if (filtered && !filtered.send) stats.addFiltered(outcome);
+        if (filtered?.send) stats.addDelivered(outcome);
         const warning = filtered ? streak.observe(filtered) : undefined;
         if (warning) options.logger?.warn({ written: stats.sentGroups, filtered: stats.filteredGroups }, warning);
         options.onGroup?.(outcome, stats);
@@ -104,7 +105,7 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
   if (options.report !== false) {
     const r = await writeReport(outPath, {
       title: `slotpool process · ${env.name}`,
-      run: { rows: runRows(stats, [["model", env.config.model.name ?? "oracle policy"], ["written", `${written} groups`]]), failures: stats.failures, successThreshold: stats.successThreshold },
+      run: { rows: runRows(stats, [["model", env.config.model.name ?? "oracle policy"], ["written", `${written} groups`]]), failures: stats.failures, successThreshold: stats.successThreshold, notWritten: notWritten(stats) },
     });
     result.report = { path: r.path, bytes: r.bytes };
   }

@@ -20,6 +20,8 @@ export interface ServeModeOptions {
 /** Atropos's `serve` mode: feed a trainer through its trajectory API until it has enough. */
 export async function runServeMode(env: AgentEnv<unknown>, options: ServeModeOptions): Promise<{ stats: RunStats; report: EnvManagerReport }> {
   const stats = options.stats ?? new RunStats({ successThreshold: env.config.successThreshold });
+  stats.modelSource ??= () => env.modelCallStats();
+  stats.delivered = "sent";
   const client = new AtroposClient({ url: options.atroposUrl, logger: options.logger });
   try {
     const report = await runEnvManager(env, client, {

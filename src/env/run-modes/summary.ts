@@ -7,16 +7,22 @@ const TOOL_ERROR_LINES = 10;
 const SLOWEST_TOOLS = 5;
 
 /**
- * What the report's run panel adds to the figures it computes from the JSONL itself: failed,
- * dropped and filtered groups and infra failures (not in the file), success by threshold,
- * the slots' isolation, elapsed time.
+ * What the report's run panel adds to the figures it computes from the JSONL itself: what
+ * was not written (failed, dropped and filtered groups, infra failures, dropped attempts,
+ * model retries), the slots' isolation, elapsed time. Its headline figures are the summary's,
+ * which count the written trajectories only, so they equal the report's tiles.
  */
 export function runRows(stats: RunStats, extra: Array<[string, string]> = []): Array<[string, string]> {
   return [
     ["groups", groupsText(stats)],
+    ["trajectories", trajectoriesText(stats)],
     ["success rate", successText(stats)],
     ["score distribution", stats.scoreDistribution()],
     ["infra failures", infraText(stats)],
+    ["group attempts dropped", droppedText(stats)],
+    ...modelRows(stats),
+    ["slot-loss restarts", String(stats.retries)],
+    ...tokenRows(stats),
     ...stats.metricRows(),
     ...(stats.stoppedEarly ? ([["stopped early", stats.stoppedEarly]] as Array<[string, string]>) : []),
     ...(stats.isolation ? isolationRows(stats.isolation) : []),
@@ -25,31 +31,33 @@ export function runRows(stats: RunStats, extra: Array<[string, string]> = []): A
   ];
 }
 
-/** The summary's key/value rows: groups, success rate, mean score, scores, infra failures, tools, latency, slot losses, isolation. */
+/**
+ * The summary's key/value rows. The headline (trajectories, success rate, mean score, score
+ * distribution) counts exactly what was written or sent; what was not has its own rows:
+ * groups failed, dropped or filtered, infra failures, dropped group attempts, model calls
+ * retried or failed, slot-loss restarts.
+ */
 export function summaryRows(stats: RunStats, extra: Array<[string, string]> = []): Array<[string, string]> {
   return [
     ["groups", groupsText(stats)],
-    ["trajectories", `${stats.trajectories} scored`],
+    ["trajectories", trajectoriesText(stats)],
     // `.ci/run` reads this line as "success rate  NN.N%": keep the figure first.
     ["success rate", successText(stats)],
-    ["mean score", stats.meanScore.toFixed(3)],
+    ["mean score", `${stats.meanScore.toFixed(3)} (of the ${stats.trajectories} ${stats.delivered})`],
     ["score distribution", stats.scoreDistribution()],
     ["infra failures", infraText(stats)],
     ...infraStageRow(stats),
+    ["group attempts dropped", droppedText(stats)],
+    ...modelRows(stats),
     ...stats.metricRows(),
-    ["tool calls", String(stats.toolCalls)],
+    ["tool calls", `${stats.toolCalls} (every finished trajectory, ${stats.delivered} or not)`],
     ["tool errors", String(stats.toolErrors)],
     ["tool latency p50", formatMs(stats.latencyPercentile(50))],
     ["tool latency p99", formatMs(stats.latencyPercentile(99))],
     ["workspace setup p50/p99", `${formatMs(stats.latencyPercentile(50, stats.workspaceSetupMs))} / ${formatMs(stats.latencyPercentile(99, stats.workspaceSetupMs))}`],
     ["slot losses", String(stats.slotLosses)],
-    ["retries", String(stats.retries)],
-    ...(stats.tokenTurns
-      ? ([
-          ["token-exact", `${stats.tokenExactTrajectories} of ${stats.trajectories} trajectories`],
-          ["prefix breaks", `${stats.prefixBreaks} of ${stats.tokenTurns} turns (${(stats.prefixBreakRate * 100).toFixed(1)}%)${stats.unsentSegments ? `, ${stats.unsentSegments} broken-off segments not sent` : ""}`],
-        ] as Array<[string, string]>)
-      : []),
+    ["slot-loss restarts", `${stats.retries} trajectories restarted on a new slot`],
+    ...tokenRows(stats),
     ...(stats.isolation ? isolationRows(stats.isolation) : []),
     ...(stats.stoppedEarly ? ([["stopped early", stats.stoppedEarly]] as Array<[string, string]>) : []),
     ...extra,
@@ -57,13 +65,53 @@ export function summaryRows(stats: RunStats, extra: Array<[string, string]> = []
   ];
 }
 
+/** The report's tiles for what the run made and did not write (its other tiles count the file). */
+export function notWritten(stats: RunStats): { failedGroups: number; infraFailures: number; filteredGroups: number } {
+  return { failedGroups: stats.failedGroups, infraFailures: stats.infraFailureCount, filteredGroups: stats.filteredGroups };
+}
+
+/** What `--tokenizer` would change: said whenever a written trajectory has no token ids. */
+export const NO_TOKEN_IDS_HINT =
+  "tokens and masks are empty: the data is good for supervised fine-tuning, not for RL training; pass --tokenizer path/to/tokenizer.json (or a server that returns token ids: --server-type vllm|sglang)";
+
+function tokenRows(stats: RunStats): Array<[string, string]> {
+  const rows: Array<[string, string]> = [];
+  if (stats.trajectoriesWithoutTokens > 0) rows.push(["token ids", `none for ${stats.trajectoriesWithoutTokens} of ${stats.trajectories} ${stats.delivered} trajectories: ${NO_TOKEN_IDS_HINT}`]);
+  if (stats.tokenTurns) {
+    rows.push(["token-exact", `${stats.tokenExactTrajectories} of ${stats.trajectories} ${stats.delivered} trajectories`]);
+    rows.push(["prefix breaks", `${stats.prefixBreaks} of ${stats.tokenTurns} turns (${(stats.prefixBreakRate * 100).toFixed(1)}%)${stats.unsentSegments ? `, ${stats.unsentSegments} broken-off segments not sent` : ""}`]);
+  }
+  return rows;
+}
+
+/** Model calls: how many completed, were retried or failed, and their latency (none for an oracle policy). */
+function modelRows(stats: RunStats): Array<[string, string]> {
+  const m = stats.modelCalls;
+  if (!m) return [];
+  return [
+    ["model calls", `${m.completed} completed · ${m.retriedCalls} retried (${m.retries} retries in all) · ${m.failed} failed after retries`],
+    ["model latency p50/p99", `${formatMs(m.latencyP50Ms)} / ${formatMs(m.latencyP99Ms)} (completed calls, retries included)`],
+  ];
+}
+
 function groupsText(stats: RunStats): string {
   const dropped = stats.droppedGroups ? `, ${stats.droppedGroups} of them dropped for infra failures` : "";
-  return `${stats.groups} (${stats.failedGroups} failed${dropped}, ${stats.filteredGroups} filtered)`;
+  return `${stats.groups} made: ${stats.sentGroups} ${stats.delivered}, ${stats.failedGroups} failed${dropped}, ${stats.filteredGroups} filtered`;
+}
+
+function trajectoriesText(stats: RunStats): string {
+  const unwritten = stats.unwrittenTrajectories ? ` · ${stats.unwrittenTrajectories} more finished in failed or filtered groups, not ${stats.delivered} nor counted below` : "";
+  return `${stats.trajectories} ${stats.delivered}${unwritten}`;
 }
 
 function successText(stats: RunStats): string {
-  return `${(stats.successRate * 100).toFixed(1)}% (${stats.solved} of ${stats.trajectories} with score ≥ ${stats.successThreshold})`;
+  return `${(stats.successRate * 100).toFixed(1)}% (${stats.solved} of ${stats.trajectories} ${stats.delivered} with score ≥ ${stats.successThreshold})`;
+}
+
+/** Tries of a group dropped for an infra failure, by the cause of the first failure in each. */
+function droppedText(stats: RunStats): string {
+  if (stats.droppedAttempts === 0) return "0";
+  return `${stats.droppedAttempts} (${formatCauses(stats.droppedAttemptCauses)}): their items were tried again or their groups dropped`;
 }
 
 /** Trajectories that were not scored, by cause; never mixed into the scores. */

@@ -11,7 +11,7 @@ import { SlotLostError } from "../../../src/pool/errors.js";
 export class FakeExecutor implements ToolExecutorLike {
   readonly files = new Map<string, Map<string, string>>();
   readonly released: string[] = [];
-  readonly calls: Array<{ trajectoryId: string; call: ToolCall }> = [];
+  readonly calls: Array<{ trajectoryId: string; call: ToolCall; timeoutMs?: number }> = [];
   /** Trajectory ids whose next call fails with SlotLostError, as the ToolExecutor does (once each). */
   readonly loseNext = new Set<string>();
   loseAllCalls = false;
@@ -19,7 +19,7 @@ export class FakeExecutor implements ToolExecutorLike {
   async start(): Promise<void> {}
   async execute(trajectoryId: string, call: ToolCall, options?: ExecuteOptions): Promise<ToolResult> {
     options?.signal?.throwIfAborted();
-    this.calls.push({ trajectoryId, call });
+    this.calls.push({ trajectoryId, call, ...(options?.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) });
     if (this.loseAllCalls || this.loseNext.delete(trajectoryId)) {
       throw new SlotLostError("slot_0", "alloc-1", "killed", trajectoryId);
     }
