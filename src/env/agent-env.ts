@@ -18,10 +18,8 @@ import type { ToolBackend, ToolBackendFactory } from "./backend.js";
 import { AgentEnvConfigSchema, unknownConfigKeys, type AgentEnvConfig } from "./config.js";
 import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
 import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
-import { lineExtras } from "./rollout-extras.js";
 import { applyGroupScore, type GroupMember, type GroupScore } from "./group-score.js";
-import { metricMeans } from "./metrics.js";
-import type { EvalResult, EvalSample, EvaluateOptions } from "./evaluation.js";
+import { evalResult, type EvalResult, type EvaluateOptions } from "./evaluation.js";
 import { scoreRollout, type ScoreResult } from "./rollout-score.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { collectGroup } from "./group-collector.js";
@@ -195,7 +193,6 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    */
   async evaluate(options: EvaluateOptions = {}): Promise<EvalResult> {
     const items = await this.getEvalItems();
-    const samples: EvalSample[] = [];
     const limit = pLimit(this.config.groupConcurrency * this.config.groupSize);
     const signal = options.signal;
     const results = await Promise.all(
@@ -214,27 +211,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         ),
       ),
     );
-    let failed = 0;
-    for (const r of results) {
-      if ("skipped" in r) continue;
-      if ("err" in r || r.t.infraFailure) {
-        failed++;
-        continue;
-      }
-      const t = r.t;
-      samples.push({ item: r.item, score: t.score, finishReason: t.result.finishReason, turnsUsed: t.result.turnsUsed, toolCalls: t.result.toolCalls.length, toolErrors: t.result.toolErrors.length, messages: t.result.messages, slotpool: lineExtras([t]) });
-    }
-    const n = samples.length;
-    return {
-      metrics: {
-        eval_items: items.length,
-        eval_failed: failed,
-        mean_score: n ? samples.reduce((a, s) => a + s.score, 0) / n : 0,
-        solve_rate: n ? samples.filter((s) => s.score >= this.config.successThreshold).length / n : 0,
-        ...metricMeans(samples.map((s) => s.slotpool?.trajectories[0]?.metrics)),
-      },
-      samples,
-    };
+    return evalResult(items.length, results, this.config.successThreshold);
   }
 
   /** Serve mode: called when the trainer's step crosses a multiple of its checkpoint interval. Default: nothing to save. */

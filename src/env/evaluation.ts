@@ -2,6 +2,8 @@ import type { ChatMessage } from "../agent/messages.js";
 import type { LineExtras } from "../report/rollout-extras.js";
 import type { InfraFailure } from "./infra-failure.js";
 import type { TrajectoryOutcome } from "./scored-group.js";
+import { lineExtras } from "./rollout-extras.js";
+import { metricMeans } from "./metrics.js";
 
 /** What `AgentEnv.evaluate()` takes and gives (`slotpool evaluate` writes it as metrics.json and samples.jsonl). */
 
@@ -30,4 +32,33 @@ export interface EvaluateOptions {
   onFailure?: (reason: string, infra?: InfraFailure) => void;
   /** Stops the evaluation: items not started are skipped, trajectories in flight abandoned (neither counted). */
   signal?: AbortSignal;
+}
+
+/** One evaluated item: its trajectory, or why there is none (failed, or skipped by an abort). */
+export type EvalItemResult<Item> = { item: Item; t: TrajectoryOutcome } | { item: Item; err: unknown } | { item: Item; skipped: true };
+
+/** `evaluate`'s answer: failed and infra-failed items count in `eval_failed`, never in the scores. */
+export function evalResult<Item>(itemCount: number, results: readonly EvalItemResult<Item>[], successThreshold: number): EvalResult {
+  const samples: EvalSample[] = [];
+  let failed = 0;
+  for (const r of results) {
+    if ("skipped" in r) continue;
+    if ("err" in r || r.t.infraFailure) {
+      failed++;
+      continue;
+    }
+    const t = r.t;
+    samples.push({ item: r.item, score: t.score, finishReason: t.result.finishReason, turnsUsed: t.result.turnsUsed, toolCalls: t.result.toolCalls.length, toolErrors: t.result.toolErrors.length, messages: t.result.messages, slotpool: lineExtras([t]) });
+  }
+  const n = samples.length;
+  return {
+    metrics: {
+      eval_items: itemCount,
+      eval_failed: failed,
+      mean_score: n ? samples.reduce((a, s) => a + s.score, 0) / n : 0,
+      solve_rate: n ? samples.filter((s) => s.score >= successThreshold).length / n : 0,
+      ...metricMeans(samples.map((s) => s.slotpool?.trajectories[0]?.metrics)),
+    },
+    samples,
+  };
 }

@@ -50,11 +50,7 @@ export interface SlotNamespaceOptions {
   workspaceDir: string;
   allowNetwork: boolean;
   identity?: { passwd: string; group: string } | undefined;
-  /**
-   * With `allowNetwork`: the slot's own network namespace linked to the internet by
-   * slirp4netns (see network.ts). Without it a network-on holder would share the host's
-   * network, so callers pass it whenever network is allowed.
-   */
+  /** With `allowNetwork`: the slot's own network namespace linked out by slirp4netns (network.ts); always passed then, or the holder would share the host's network. */
   internet?: InternetAccess | undefined;
   /** bubblewrap arguments for /tmp, /var/tmp and /dev/shm (the slot's bounded disk). */
   writableArgs?: string[] | undefined;
@@ -64,11 +60,7 @@ export interface SlotNamespaceOptions {
   gid?: number | undefined;
   /** Called with the bwrap pid once it is spawned (cgroup placement). */
   onSpawn?: ((pid: number) => void) | undefined;
-  /**
-   * Started ahead of use (pre-warm): when the server is root, the namespace starts at nice 10
-   * so it does not compete with commands running now; `boost()` (before its first real
-   * command) puts every process of it back to nice 0. Not root: no change (could not undo).
-   */
+  /** Pre-warm: a root server starts the namespace at nice 10 and `boost()` (before its first real command) puts it back to 0; not root: no change (could not undo). */
   background?: boolean | undefined;
 }
 

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
-import { ExecuteRequestSchema, type ExecuteResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
+import { ExecuteRequestSchema, type ExecuteResponse, type ForkResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
 import { INFRA_MARKER, type ToolInfraCause } from "../../protocol/infra.js";
 import { TOOL_TABLE, builtinTool, type BuiltinToolName, type ReadFileArgs, type WriteFileArgs } from "../../protocol/tool-table.js";
 import { blockedForOthers, octal } from "../../host/reachable.js";
@@ -27,7 +27,6 @@ import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote }
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "../templates/slot-templates.js";
 import { SlotForks } from "../fork/fork.js";
 import { forkHost } from "../fork/fork-host.js";
-import type { ForkResponse } from "../../protocol/sandbox.js";
 import { DEFAULT_DISK_BYTES, SlotDisks } from "../workspace/slot-disk.js";
 import { MountHelper, mountHelperBinary } from "../workspace/mount-helper.js";
 import { TreeRemoval } from "../workspace/tree-removal.js";
@@ -448,11 +447,7 @@ export class SandboxService implements SlotHost {
     else await this.removal.empty(slot.workspaceDir, slot.owner);
   }
 
-  /**
-   * POST /fork: `into` become copy-on-write copies of `parentId`'s workspace (fork.ts). Bad
-   * requests (unknown, busy or repeated children, the parent itself) are refused before
-   * anything happens.
-   */
+  /** POST /fork: `into` become copy-on-write copies of `parentId`'s workspace (fork.ts); bad requests are refused before anything happens. */
   fork(parentId: string, into: readonly string[]): Promise<ForkResponse> {
     if (this.closed) throw new HttpError(503, "sandbox server is shutting down");
     const parent = this.slotById(parentId);
@@ -461,10 +456,7 @@ export class SandboxService implements SlotHost {
     return this.processes.whileStopped([parent, ...children], () => this.forks.fork(parent, children));
   }
 
-  /**
-   * Starts every slot's namespace ahead of its first call (server start), in the background
-   * and a few at a time, so a 50-slot server does not spawn 50 sandboxes at once.
-   */
+  /** Starts every slot's namespace ahead of its first call, in the background, a few at a time (not 50 sandboxes at once). */
   prewarm(concurrency = 4): Promise<void> {
     if (this.closed) return Promise.resolve();
     return this.bash.warmAll(concurrency);
