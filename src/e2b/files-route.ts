@@ -40,6 +40,8 @@ const IS_DIR = 45;
 const NOT_REGULAR = 46;
 const TOO_LARGE = 47;
 const NOT_READABLE = 48;
+/** The commit helper's exit code: a destination the sandbox's user may not write (checked before any file moves). */
+const NOT_WRITABLE = 49;
 /** Stdin is sent to the slot in pieces of this size (each is one JSON request to the sandbox server). */
 const INPUT_CHUNK = 4 * 1024 * 1024;
 /** A download this small is answered with a Content-Length (and a clean error if it fails). */
@@ -205,6 +207,8 @@ for d in "$@"; do
   if [ -d "$d" ] && [ ! -L "$d" ]; then echo "'$d' is a directory" >&2; exit ${IS_DIR}; fi
   p=$(dirname -- "$d")
   while [ "$p" != / ]; do if [ -e "$p" ] && [ ! -d "$p" ]; then echo "'$p' is not a directory" >&2; exit ${IS_DIR}; fi; p=$(dirname -- "$p"); done
+  p=$(dirname -- "$d"); while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done
+  if [ ! -w "$p" ] || { [ -e "$d" ] && [ ! -w "$d" ]; }; then echo "'$d': permission denied" >&2; exit ${NOT_WRITABLE}; fi
 done
 i=0
 for d in "$@"; do
@@ -225,6 +229,7 @@ async function writeAll(s: E2bSandbox, dests: string[], data: Buffer[], timeoutM
     for (let i = 0; i < dests.length; i++) await stageOne(s, `${stage}/${i}`, dests[i]!, data[i]!, deadline);
     const r = await s.processes.run("/bin/sh", ["-c", COMMIT_SCRIPT, "sh", stage, ...dests.map(homePath)]);
     if (r.exitCode === IS_DIR) throw new E2bApiError(400, `cannot write the upload: ${r.stderr.trim()}; nothing was written`);
+    if (r.exitCode === NOT_WRITABLE) throw new E2bApiError(403, `cannot write the upload: ${r.stderr.trim()} for the sandbox's user; nothing was written`);
     if (r.exitCode !== 0) throw writeError(dests.join(", "), r.stderr.trim() || `exit ${r.exitCode}`);
   } catch (err) {
     await s.processes.run("/bin/rm", ["-rf", "--", stage]).catch(() => undefined);

@@ -35,7 +35,9 @@ export function nomadStack(nomad: NomadEmulator, pool: Partial<SlotPoolOptions> 
     minContainers: 1,
     maxContainers: 2,
     tickMs: 50,
-    healthIntervalMs: 300,
+    // Each check's timeout is min(5 s, this): 300 ms gave a healthy replacement up on a CI box
+    // loaded by the cluster suite's CPU burners; a lost allocation closes its socket and is seen at once anyway.
+    healthIntervalMs: 1_000,
     healthFailuresBeforeLost: 2,
     startTimeoutMs: 20_000,
     acquireTimeoutMs: 15_000,

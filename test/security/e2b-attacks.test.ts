@@ -302,7 +302,8 @@ describe("E2B server attacks: transfers", () => {
       return fetch(`${h.url}/files`, { method: "POST", headers: inSandbox(s), body: f });
     };
     const outside = await send([["first.txt", "1"], ["/etc/evil", "2"]]);
-    expect(outside.status).toBe(400);
+    expect(outside.status).toBe(403); // a place the sandbox's user cannot write (E2B: permission denied)
+    expect(await outside.text()).toMatch(/permission denied.*nothing was written/);
     const onDir = await send([["second.txt", "1"], ["adir", "2"]]);
     expect(onDir.status).toBe(400);
     expect(await onDir.text()).toMatch(/is a directory; nothing was written/);
