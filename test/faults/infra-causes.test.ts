@@ -139,7 +139,7 @@ describe("infra failures in setupWorkspace, tool calls and the reward", () => {
     expect(causes).toMatchObject({ sandbox_start: 3, server_shutdown: 3, command_killed: 1, reward_tool: 0, reward: 0, slot_lost: 0 });
     expect(stdout).toMatch(/infra failures\s+7 trajectories not scored \(sandbox_start 3, command_killed 1, server_shutdown 3\)/);
     expect(stdout).toMatch(/infra failures in\s+setup 2 · tool 3 · reward 2/);
-    expect(stdout).toMatch(/success rate\s+100\.0% \(7 of 7 with score ≥ 1\)/);
+    expect(stdout).toMatch(/success rate\s+100\.0% \(7 of 7 written with score ≥ 1\)/);
     // The policy was never shown a result the infrastructure decided.
     const shown = existsSync(join(dir, "shown.txt")) ? await readFile(join(dir, "shown.txt"), "utf8") : "";
     expect(shown).not.toMatch(/could not start the command|command killed|shutting down/);
