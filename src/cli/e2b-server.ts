@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
-import { firstStopSignal } from "./stop-signal.js";
+import { serveUntilStopped } from "./stop-signal.js";
 import { z } from "zod";
 import { E2bServer } from "../e2b/server.js";
 import { ToolBackendConfigSchema } from "../executor/backend-config.js";
@@ -147,18 +147,11 @@ export async function run(argv: string[]): Promise<number> {
   let stopping: Promise<void> | undefined;
   // Killing the server ends every sandbox: each slot is released (reset), then the pool stops.
   const shutdown = () => (stopping ??= server.close().then(() => backend.close()));
-  try {
-    const url = await server.listen(port, host);
-    logger.info({ url, provisioner: config.pool.provisioner, slotsPerContainer: config.pool.slotsPerContainer, templates: [...templates.keys()] }, "listening");
-    const signal = await firstStopSignal(logger);
-    logger.info({ signal }, "shutting down: ending every sandbox");
-    await shutdown();
-    logger.info("stopped");
-    return 0;
-  } catch (err) {
-    await shutdown().catch(() => undefined);
-    throw err;
-  } finally {
-    logger.flush();
-  }
+  return serveUntilStopped({
+    logger,
+    listen: () => server.listen(port, host),
+    listening: (url) => ({ url, provisioner: config.pool.provisioner, slotsPerContainer: config.pool.slotsPerContainer, templates: [...templates.keys()] }),
+    stopping: "ending every sandbox",
+    shutdown,
+  });
 }

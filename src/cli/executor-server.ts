@@ -1,6 +1,6 @@
 import { ToolBackendConfigSchema } from "../executor/backend-config.js";
 import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions, type BackendFlagTable } from "./backend-flags.js";
-import { firstStopSignal } from "./stop-signal.js";
+import { serveUntilStopped } from "./stop-signal.js";
 import { ExecutorServer } from "../executor/executor-server.js";
 import { createToolBackend } from "../executor/tool-backend.js";
 import { createLogger } from "../observability/logger.js";
@@ -112,18 +112,11 @@ export async function run(argv: string[]): Promise<number> {
       await pool.stop();
     })());
 
-  try {
-    const url = await server.listen(port, host);
-    logger.info({ url, provisioner: config.pool.provisioner, slotsPerContainer: config.pool.slotsPerContainer, minContainers: config.pool.minContainers, maxContainers: config.pool.maxContainers, auth: token !== undefined, toolServer: config.executor.toolServerUrl ?? null }, "listening");
-    const signal = await firstStopSignal(logger);
-    logger.info({ signal }, "shutting down: releasing every slot");
-    await shutdown();
-    logger.info("stopped");
-    return 0;
-  } catch (err) {
-    await shutdown().catch(() => undefined);
-    throw err;
-  } finally {
-    logger.flush();
-  }
+  return serveUntilStopped({
+    logger,
+    listen: () => server.listen(port, host),
+    listening: (url) => ({ url, provisioner: config.pool.provisioner, slotsPerContainer: config.pool.slotsPerContainer, minContainers: config.pool.minContainers, maxContainers: config.pool.maxContainers, auth: token !== undefined, toolServer: config.executor.toolServerUrl ?? null }),
+    stopping: "releasing every slot",
+    shutdown,
+  });
 }

@@ -11,7 +11,7 @@ import { OpenEnvServer } from "../openenv/server.js";
 import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
 import { loadEnvClass } from "./run-env.js";
-import { firstStopSignal } from "./stop-signal.js";
+import { serveUntilStopped } from "./stop-signal.js";
 import { CliUsageError, intFlag, parseFlags, stringFlag, type ParsedFlags } from "./usage.js";
 
 const HELP = `usage: slotpool openenv-server ENV [options]
@@ -102,18 +102,11 @@ export async function run(argv: string[]): Promise<number> {
   let stopping: Promise<void> | undefined;
   // Stopping ends every session: each episode's slot is released (reset), then the pool stops.
   const shutdown = () => (stopping ??= server.close().then(() => env.close()));
-  try {
-    const url = await server.listen(port, host);
-    logger.info({ url, env: env.name, provisioner: env.config.pool.provisioner, ws: `${url.replace(/^http/, "ws")}/ws`, mcp: `${url}/mcp` }, "listening");
-    const signal = await firstStopSignal(logger);
-    logger.info({ signal }, "shutting down: ending every episode");
-    await shutdown();
-    logger.info("stopped");
-    return 0;
-  } catch (err) {
-    await shutdown().catch(() => undefined);
-    throw err;
-  } finally {
-    logger.flush();
-  }
+  return serveUntilStopped({
+    logger,
+    listen: () => server.listen(port, host),
+    listening: (url) => ({ url, env: env.name, provisioner: env.config.pool.provisioner, ws: `${url.replace(/^http/, "ws")}/ws`, mcp: `${url}/mcp` }),
+    stopping: "ending every episode",
+    shutdown,
+  });
 }

@@ -19,3 +19,32 @@ export function firstStopSignal(logger: Logger): Promise<NodeJS.Signals> {
     process.on("SIGINT", onSignal);
   });
 }
+
+/**
+ * A server's life in the CLI: listen, say so, wait for the first SIGTERM/SIGINT, then run
+ * `shutdown` (which releases every slot) and exit 0. A failure anywhere still runs
+ * `shutdown`, so no pool is left behind, and is rethrown.
+ */
+export async function serveUntilStopped(s: {
+  logger: Logger;
+  listen: () => Promise<string>;
+  listening: (url: string) => Record<string, unknown>;
+  /** What the shutdown does, for the log ("ending every episode"). */
+  stopping: string;
+  shutdown: () => Promise<void>;
+}): Promise<number> {
+  try {
+    const url = await s.listen();
+    s.logger.info(s.listening(url), "listening");
+    const signal = await firstStopSignal(s.logger);
+    s.logger.info({ signal }, `shutting down: ${s.stopping}`);
+    await s.shutdown();
+    s.logger.info("stopped");
+    return 0;
+  } catch (err) {
+    await s.shutdown().catch(() => undefined);
+    throw err;
+  } finally {
+    s.logger.flush();
+  }
+}

@@ -31,8 +31,10 @@ describe("node failures (emulator, real sandbox servers)", () => {
     const { error, ms } = await running;
     expect(error).toBeInstanceOf(SlotLostError);
     expect((error as Error).message).toMatch(/health/);
-    // Defaults: 2 failed checks 2 s apart, each bounded by 2 s; Nomad itself would wait ~25 s.
-    expect(ms).toBeLessThan(12_000);
+    // Defaults: 2 failed checks 2 s apart, each bounded by 2 s (about 6 s); Nomad itself would
+    // wait ~25 s, and the emulator never declares the node down: the pool noticed it on its own.
+    // The bound leaves a loaded box room while staying short of Nomad's 25 s.
+    expect(ms).toBeLessThan(20_000);
     expect(pool.stats().containers.lost).toBe(1);
     // The pool asked Nomad for a replacement; a new trajectory runs there.
     const next = await pool.acquire({ trajectoryId: "after", timeoutMs: 30_000 });
