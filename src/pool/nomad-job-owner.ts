@@ -30,6 +30,7 @@ export class NomadJobOwner {
   lost: ProvisionerError | undefined;
   private timer: NodeJS.Timeout | undefined;
   private checking: Promise<void> | undefined;
+  private warnedUnmarked = false;
 
   constructor(private readonly o: NomadJobOwnerOptions) {}
 
@@ -75,7 +76,7 @@ export class NomadJobOwner {
     const job = await this.o.client.readJob(this.o.jobId);
     if (!job) return false;
     const owner = job.Meta?.[META_RUN];
-    if (owner === this.o.runId) return true;
+    if (owner === this.o.runId || owner === undefined) return true; // unmarked: re-registered by hand, no other owner
     this.o.logger.warn({ job: this.o.jobId, run: this.o.runId, owner }, "nomad provisioner: the job belongs to another run now; leaving it running");
     return false;
   }
@@ -120,8 +121,13 @@ export class NomadJobOwner {
       lost = new ProvisionerError(`Nomad job '${jobId}' of this run is gone (purged by someone else, or garbage-collected): the pool stops. Nothing recreates it; start the run again`, "job-gone");
     } else if (job.Stop) {
       lost = new ProvisionerError(`Nomad job '${jobId}' of this run was stopped from outside (e.g. 'nomad job stop'): the pool stops. Start the run again`, "job-gone");
-    } else if (job.Meta?.[META_RUN] !== this.o.runId) {
-      lost = new ProvisionerError(`Nomad job '${jobId}' was taken over by run ${job.Meta?.[META_RUN] ?? "?"} (this run's heartbeat was missed for too long): the pool stops and leaves the job to its new owner`, "job-taken");
+    } else if (job.Meta?.[META_RUN] === undefined) {
+      // Re-registered without the owner mark (an operator's 'nomad job run' of its own spec):
+      // no other run claims it, so it stays this run's; the heartbeat keeps naming the run.
+      if (!this.warnedUnmarked) this.o.logger.warn({ job: jobId, run: this.o.runId }, "nomad provisioner: the job was re-registered without slotpool's owner mark (Meta slotpool.run); still treating it as this run's");
+      this.warnedUnmarked = true;
+    } else if (job.Meta[META_RUN] !== this.o.runId) {
+      lost = new ProvisionerError(`Nomad job '${jobId}' was taken over by run ${job.Meta[META_RUN]} (this run's heartbeat was missed for too long): the pool stops and leaves the job to its new owner`, "job-taken");
     }
     if (!lost) return;
     this.lost = lost;

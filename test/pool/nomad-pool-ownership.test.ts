@@ -119,6 +119,24 @@ describe("runs sharing a Nomad cluster own their jobs", () => {
     expect(ownerLiveness(job?.Meta, scale, "sandbox", { staleMs: 2_000, now: Date.now() + 3_600_000 }).alive).toBe(false);
   });
 
+  it("a job re-registered by an operator without the owner mark stays this run's: no failure, slots still served", async () => {
+    const a = defaultPool({ minContainers: 1, maxContainers: 1, heartbeatMs: 100 });
+    await a.pool.start();
+    const jobId = a.provisioner.jobId;
+    const held = await a.pool.acquire({ trajectoryId: "held" });
+    let failure: unknown;
+    a.pool.on("failed", (e) => (failure = e));
+    const spec = sandboxJob({ jobId, slots: 2, count: 1, token: held.container.token! });
+    expect(spec.Meta?.[META_RUN]).toBeUndefined();
+    await h.client().registerJob(spec, { preserveCounts: true });
+    const beats = scaleRequests(jobId);
+    await until(() => scaleRequests(jobId) >= beats + 3, 5_000);
+    expect(failure).toBeUndefined();
+    expect((await bash(held, "echo still")).output.trim()).toBe("still");
+    await a.pool.stop({ purge: true });
+    expect(deletes(jobId)).toBe(1); // still its own: stopped at the end
+  });
+
   it("a job purged under a running pool: one clear error, at once, and no more scale calls", async () => {
     const a = defaultPool({ minContainers: 1, maxContainers: 2, heartbeatMs: 500 });
     await a.pool.start();
