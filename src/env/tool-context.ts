@@ -36,7 +36,8 @@ const REFUSED_TEXT = /outside the workspace|escapes the workspace|leads outside 
  * could mistake for the agent's result:
  *  - a lost slot throws the executor's `SlotLostError` as it is (the trajectory is restarted on a new slot);
  *  - a call the infrastructure could not run or cut off (a sandbox that did not start, a
- *    command killed by a shutdown or an outside reset: the result's infra marker) throws
+ *    command, file or artifact call cut off by a shutdown or an outside reset, a sandbox
+ *    server that could not be asked: the result's infra marker) throws
  *    `ToolContextInfraError`: the trajectory is an infra failure, never scored;
  *  - a refused path throws `PathRefusedError` naming the rule ("paths must be inside /workspace");
  *  - any other failure of the call throws `ToolContextError`.
