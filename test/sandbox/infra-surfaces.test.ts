@@ -133,12 +133,13 @@ describe("the server shutting down", () => {
     const [t, a, h, w] = await Promise.all([terminal, archive, holding, queuedWrite]);
     await session.done;
     await stopped;
-    expect(t.json, "terminal").toMatchObject({ success: false, metadata: { infra: "server_shutdown" } });
-    expect(t.json.error).toMatch(/shutting down/);
-    expect(session.events.at(-1), "process session").toMatchObject({ type: "end", infra: "server_shutdown" });
-    expect(a.json, "archive").toMatchObject({ success: false, metadata: { infra: "server_shutdown" } });
-    expect(h.json, "bash").toMatchObject({ success: false, metadata: { infra: "server_shutdown" } });
-    expect(w.json, "queued write_file").toMatchObject({ success: false, metadata: { infra: "server_shutdown" } });
+    // Soft: each surface is reported on its own.
+    expect.soft(t.json, "terminal").toMatchObject({ success: false, metadata: { infra: "server_shutdown" } });
+    expect.soft(t.json?.error, "terminal").toMatch(/shutting down/);
+    expect.soft(session.events.at(-1), "process session").toMatchObject({ type: "end", infra: "server_shutdown" });
+    expect.soft(a.json, "archive").toMatchObject({ success: false, metadata: { infra: "server_shutdown" } });
+    expect.soft(h.json, "bash").toMatchObject({ success: false, metadata: { infra: "server_shutdown" } });
+    expect.soft(w.json, "queued write_file").toMatchObject({ success: false, metadata: { infra: "server_shutdown" } });
   }, 120_000);
 });
 
