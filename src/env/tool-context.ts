@@ -36,7 +36,8 @@ const REFUSED_TEXT = /outside the workspace|escapes the workspace|leads outside 
  * could mistake for the agent's result:
  *  - a lost slot throws the executor's `SlotLostError` as it is (the trajectory is restarted on a new slot);
  *  - a call the infrastructure could not run or cut off (a sandbox that did not start, a
- *    command killed by a shutdown or an outside reset: the result's infra marker) throws
+ *    command, file or artifact call cut off by a shutdown or an outside reset, a sandbox
+ *    server that could not be asked: the result's infra marker) throws
  *    `ToolContextInfraError`: the trajectory is an infra failure, never scored;
  *  - a refused path throws `PathRefusedError` naming the rule ("paths must be inside /workspace");
  *  - any other failure of the call throws `ToolContextError`.
@@ -102,21 +103,21 @@ export class ToolContext {
   /** A file of the slot as bytes. Throws when it cannot be read (missing file included). */
   async downloadFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
     const r = await this.executor.readArtifact(this.trajectoryId, { path, encoding: "base64", ...(options.maxBytes ? { max_bytes: options.maxBytes } : {}) });
-    if (!r.success) throw this.artifactFailure("downloadFile", path, r.error);
+    if (!r.success) throw this.artifactFailure("downloadFile", path, r.error, r.metadata);
     return Buffer.from(r.content, r.encoding === "base64" ? "base64" : "utf8");
   }
 
   /** The entries under `path` (artifact list). Throws when it cannot be listed. */
   async listFiles(path = ".", options: { recursive?: boolean; maxEntries?: number } = {}) {
     const r = await this.executor.listArtifacts(this.trajectoryId, { path, recursive: options.recursive ?? false, ...(options.maxEntries ? { max_entries: options.maxEntries } : {}) });
-    if (!r.success) throw this.artifactFailure("listFiles", path, r.error);
+    if (!r.success) throw this.artifactFailure("listFiles", path, r.error, r.metadata);
     return r;
   }
 
   /** A tar.gz of a directory of the slot (base64 in the answer). Throws when it cannot be made. */
   async archive(path = ".", options: { maxBytes?: number } = {}) {
     const r = await this.executor.archiveArtifacts(this.trajectoryId, { path, ...(options.maxBytes ? { max_bytes: options.maxBytes } : {}) });
-    if (!r.success) throw this.artifactFailure("archive", path, r.error);
+    if (!r.success) throw this.artifactFailure("archive", path, r.error, r.metadata);
     return r;
   }
 
@@ -131,7 +132,10 @@ export class ToolContext {
     return new ToolContextError(`${method} ${JSON.stringify(path)} failed in trajectory ${this.trajectoryId}'s slot: ${error || "no reason given"}`, tool, path);
   }
 
-  private artifactFailure(method: string, path: string, error: string | undefined): Error {
+  /** A failed artifact call: an infra failure when the infrastructure cut it off or could not answer (its marker), as for tool calls. */
+  private artifactFailure(method: string, path: string, error: string | undefined, metadata: Record<string, unknown> | undefined): Error {
+    const infra = toolInfraCause(metadata);
+    if (infra) return new ToolContextInfraError(`${method} ${JSON.stringify(path)} could not run to its end in trajectory ${this.trajectoryId}'s slot (${infra}): ${error || "no reason given"}`, "artifacts", infra);
     return this.failure(method, "artifacts", path, error ?? "", undefined);
   }
 }

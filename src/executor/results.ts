@@ -1,6 +1,7 @@
 import type { ExecuteResponse } from "../protocol/sandbox.js";
 import type { ToolResult } from "../protocol/tool.js";
 import { INFRA_MARKER, type ToolInfraCause } from "../protocol/infra.js";
+import { SandboxRequestError } from "../pool/errors.js";
 
 /** Tool results the executor makes itself (errors before or around a sandbox call). */
 
@@ -18,4 +19,14 @@ export function fromExecuteResponse(res: ExecuteResponse, uniqId: string | undef
  */
 export function infraResult(message: string, uniqId: string | undefined | null, cause: ToolInfraCause, metadata: Record<string, unknown> = {}): ToolResult {
   return errorResult(message, uniqId, { ...metadata, [INFRA_MARKER]: cause });
+}
+
+/**
+ * The metadata of an artifact call that failed on its way to the sandbox server: the
+ * infrastructure's (`sandbox_error`), as a tool call's HTTP failure is, unless the server
+ * refused the request itself (4xx: the request's own fault, e.g. a bad path).
+ */
+export function artifactFailureMetadata(err: unknown): Record<string, unknown> {
+  const refused = err instanceof SandboxRequestError && err.status !== undefined && err.status >= 400 && err.status < 500;
+  return refused ? {} : { [INFRA_MARKER]: "sandbox_error" };
 }

@@ -15,7 +15,7 @@ import { ToolRegistry } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { callTimeoutS, parseToolExecutorConfig, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
 import { ExecutorMetrics } from "./executor-metrics.js";
-import { errorResult, fromExecuteResponse, infraResult } from "./results.js";
+import { artifactFailureMetadata, errorResult, fromExecuteResponse, infraResult } from "./results.js";
 import { isSlotLostError, PoolTemplateError, type SlotLostError } from "../pool/errors.js";
 import { ToolServerClient } from "./tool-server-client.js";
 import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
@@ -299,7 +299,7 @@ export class ToolExecutor implements ToolExecutorLike {
     try {
       return await slot.readArtifact(req);
     } catch (err) {
-      return failed(this.describeSlotError(trajectoryId, err));
+      return { ...failed(this.describeSlotError(trajectoryId, err)), metadata: artifactFailureMetadata(err) };
     }
   }
 
@@ -310,7 +310,7 @@ export class ToolExecutor implements ToolExecutorLike {
     try {
       return await slot.listArtifacts(req);
     } catch (err) {
-      return { success: false, error: this.describeSlotError(trajectoryId, err), entries: [], truncated: false, path };
+      return { success: false, error: this.describeSlotError(trajectoryId, err), entries: [], truncated: false, path, metadata: artifactFailureMetadata(err) };
     }
   }
 
@@ -322,7 +322,7 @@ export class ToolExecutor implements ToolExecutorLike {
     try {
       return await slot.archiveArtifacts(req);
     } catch (err) {
-      return { success: false, error: this.describeSlotError(trajectoryId, err), ...empty };
+      return { success: false, error: this.describeSlotError(trajectoryId, err), ...empty, metadata: artifactFailureMetadata(err) };
     }
   }
 

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { SlotIdSchema } from "./sandbox.js";
+import { TOOL_INFRA_CAUSES } from "./infra.js";
 
 /**
  * Process sessions (sandbox server routes `/processes/*`): a long-lived process in a slot,
@@ -70,6 +71,12 @@ export const ProcessEventSchema = z.discriminatedUnion("type", [
     /** The signal that ended it (e.g. "SIGKILL"), or null. */
     signal: z.string().nullable(),
     error: z.string().optional(),
+    /**
+     * Set when the infrastructure ended the process, not the program (protocol/infra.ts):
+     * `command_killed` (the slot was reset from outside), `server_shutdown`, `sandbox_start`
+     * (its sandbox could not start). Such an end is never the program's result.
+     */
+    infra: z.enum(TOOL_INFRA_CAUSES).optional(),
   }),
 ]);
 export type ProcessEvent = z.infer<typeof ProcessEventSchema>;

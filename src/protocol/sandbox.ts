@@ -224,6 +224,8 @@ export const ArtifactReadResponseSchema = z.object({
   mime: z.string(),
   sha256: z.string().nullable().optional(),
   error: z.string().optional(),
+  /** `metadata.infra`: the call was cut off or refused by the infrastructure (protocol/infra.ts), not the path's fault. */
+  metadata: z.record(z.string(), z.unknown()).optional(),
 });
 export type ArtifactReadResponse = z.infer<typeof ArtifactReadResponseSchema>;
 
@@ -245,6 +247,8 @@ export const ArtifactListResponseSchema = z.object({
   truncated: z.boolean(),
   path: z.string(),
   error: z.string().optional(),
+  /** `metadata.infra`: the call was cut off or refused by the infrastructure (protocol/infra.ts), not the path's fault. */
+  metadata: z.record(z.string(), z.unknown()).optional(),
 });
 export type ArtifactListResponse = z.infer<typeof ArtifactListResponseSchema>;
 
@@ -265,6 +269,8 @@ export const ArtifactArchiveResponseSchema = z.object({
   entries: z.number().int().nonnegative(),
   path: z.string(),
   error: z.string().optional(),
+  /** `metadata.infra`: the call was cut off or refused by the infrastructure (protocol/infra.ts), not the path's fault. */
+  metadata: z.record(z.string(), z.unknown()).optional(),
 });
 export type ArtifactArchiveResponse = z.infer<typeof ArtifactArchiveResponseSchema>;
 

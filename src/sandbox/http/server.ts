@@ -17,7 +17,7 @@ import {
   TemplateBuildRequestSchema,
   type ExecuteResponse,
 } from "../../protocol/sandbox.js";
-import { archiveArtifacts, listArtifacts, readArtifact } from "../tools/artifacts.js";
+import { artifactCall } from "../service/file-calls.js";
 import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "../service/service.js";
@@ -210,14 +210,8 @@ export class SandboxServer {
     const parsed = parseBody(schema as z.ZodType<{ slot_id: string } & Record<string, unknown>>, body);
     const slot = this.service.slotById(parsed.slot_id);
     const { slot_id: _omit, ...rest } = parsed;
-    // Artifact reads run in the slot's queue so they see the files of every earlier call.
-    const answer = await slot.enqueue<unknown>(() =>
-      kind === "read"
-        ? readArtifact(slot.workspaceDir, rest as Parameters<typeof readArtifact>[1])
-        : kind === "list"
-          ? listArtifacts(slot.workspaceDir, rest as Parameters<typeof listArtifacts>[1])
-          : archiveArtifacts(slot.workspaceDir, rest as Parameters<typeof archiveArtifacts>[1]),
-    );
+    // In the slot's queue (it sees the files of every earlier call); cut off by a reset or the shutdown: marked (file-calls.ts).
+    const answer = await artifactCall(slot, kind, rest, () => this.service.shuttingDown);
     sendJson(res, 200, answer);
   }
 

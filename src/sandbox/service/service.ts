@@ -4,13 +4,14 @@ import { join, resolve } from "node:path";
 import type { Logger } from "pino";
 import { ExecuteRequestSchema, type ExecuteResponse, type ForkResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
 import { INFRA_MARKER, type ToolInfraCause } from "../../protocol/infra.js";
-import { TOOL_TABLE, builtinTool, type BuiltinToolName, type ReadFileArgs, type WriteFileArgs } from "../../protocol/tool-table.js";
+import { TOOL_TABLE, builtinTool, type BuiltinToolName } from "../../protocol/tool-table.js";
 import { blockedForOthers, octal } from "../../host/reachable.js";
 import { HttpError, fieldName } from "../../http/errors.js";
 import { ResetFailedError, SandboxSetupError } from "../core/errors.js";
 import { identityFiles, type BwrapProbe } from "../isolation/isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "../isolation/limits.js";
 import { SandboxMetrics } from "./metrics.js";
+import { fileCall } from "./file-calls.js";
 import { Slot } from "../core/slot.js";
 import { BashRunner } from "../tools/bash.js";
 import type { SlotHost } from "../workspace/slot-host.js";
@@ -19,7 +20,6 @@ import { StatefulSessions } from "../tools/stateful.js";
 import { ProcessSessions } from "../tools/process-sessions.js";
 import type { CappedOutput } from "../run/output.js";
 import type { RunResult } from "../run/runner.js";
-import { readFileTool, writeFileTool } from "../tools/files.js";
 import { SlotCgroups } from "../isolation/cgroups.js";
 import { spawnerBinary, spawnerUnavailableReason } from "../isolation/spawner-binary.js";
 import { limitsInForce, type LimitsInForce } from "../isolation/limits-in-force.js";
@@ -298,6 +298,8 @@ export class SandboxService implements SlotHost {
     if (this.closed) return Promise.resolve(this.fail(call, "sandbox server is shutting down", "server_shutdown"));
     call.slot.pristine = false;
     return call.slot.enqueue(() => {
+      // Queued before the shutdown began: it must not run on a slot being taken down.
+      if (this.closed) return Promise.resolve(this.fail(call, "sandbox server is shutting down", "server_shutdown"));
       // Checked in the queue: a reset queued before this call decides.
       const broken = call.slot.outOfService;
       if (broken) return Promise.resolve(this.fail(call, `${call.slot.id} is out of service until a reset succeeds: ${broken}`, "sandbox_error"));
@@ -344,7 +346,8 @@ export class SandboxService implements SlotHost {
         return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutS, onChunk);
       case "read_file":
       case "write_file":
-        return this.fileTool(call);
+        // write_file chowns what it creates to the slot's uid/gid (base + slot index when root), so its commands can modify it.
+        return fileCall(call.slot, call.tool, call.args, { maxReadBytes: this.maxReadBytes, maxWriteBytes: this.maxWriteBytes, ...(call.slot.owner ? { owner: call.slot.owner } : {}) });
       case "bash_stateful":
         return this.stateful.bashStateful(call.slot, call.args as { command: string }, call.timeoutS);
       case "tmux":
@@ -352,21 +355,8 @@ export class SandboxService implements SlotHost {
     }
   }
 
-  private async fileTool(call: ParsedCall): Promise<ToolOutcome> {
-    // write_file chowns what it creates to the slot's uid/gid (base + slot index when the
-    // server is root), so the slot's commands can modify it.
-    const opts = {
-      maxReadBytes: this.maxReadBytes,
-      maxWriteBytes: this.maxWriteBytes,
-      ...(call.slot.owner ? { owner: call.slot.owner } : {}),
-    };
-    return call.tool === "read_file"
-      ? readFileTool(call.slot.workspaceDir, call.args as ReadFileArgs, opts)
-      : writeFileTool(call.slot.workspaceDir, call.args as WriteFileArgs, opts);
-  }
-
   /** A finished run → the tool's answer (shared by bash and the stateful terminal). */
-  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number }): ToolOutcome {
+  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number; abortReason?: unknown }): ToolOutcome {
     return this.bash.outcome(res, output, ctx);
   }
 
@@ -467,6 +457,8 @@ export class SandboxService implements SlotHost {
     return this.bash.isWarm(slot);
   }
   readyNetwork = (slot: Slot): boolean | undefined => this.bash.readyNetwork(slot); // GET /slots `warm` (BashRunner)
+  /** Whether close() has begun: calls still arriving or queued are refused as `server_shutdown`. */
+  get shuttingDown(): boolean { return this.closed; } // prettier-ignore
 
   /** Stops every slot's processes (shutdown). */
   async close(): Promise<void> {

@@ -13,6 +13,7 @@ import type {
 import { decodeText, readHead } from "./files.js";
 import { fdPath, joinRelative, openChild, resolveInWorkspace, WorkspacePathError } from "./path-guard.js";
 import { ArchiveTooLargeError, TarGzWriter } from "./tar-writer.js";
+import { throwIfCutOff } from "../core/cut-off.js";
 
 /**
  * The `/artifacts/read|list|archive` routes' work: reading results out of a slot's
@@ -97,6 +98,8 @@ export async function readArtifact(
   workspaceDir: string,
   req: ReadParams,
   limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
+  /** The slot's abort signal: a long call stops at its next step once it fires (core/cut-off.ts). */
+  signal?: AbortSignal,
 ): Promise<ArtifactReadResponse> {
   const encoding = req.encoding ?? "text";
   const fail = (error: string, extra: Partial<ArtifactReadResponse> = {}): ArtifactReadResponse => ({
@@ -179,6 +182,8 @@ export async function listArtifacts(
   workspaceDir: string,
   req: ListParams,
   limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
+  /** The slot's abort signal: a long call stops at its next step once it fires (core/cut-off.ts). */
+  signal?: AbortSignal,
 ): Promise<ArtifactListResponse> {
   const userPath = req.path ?? ".";
   const maxEntries = clampLimit(req.max_entries, limits.defaultListEntries, limits.maxListEntries);
@@ -193,6 +198,7 @@ export async function listArtifacts(
 
   const walk = async (dir: FileHandle, rel: string, depth: number): Promise<void> => {
     for (const dirent of await entriesOf(dir, maxEntries - entries.length + 1)) {
+      throwIfCutOff(signal);
       if (entries.length >= maxEntries) {
         truncated = true;
         return;
@@ -237,6 +243,8 @@ export async function archiveArtifacts(
   workspaceDir: string,
   req: ArchiveParams,
   limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
+  /** The slot's abort signal: a long call stops at its next step once it fires (core/cut-off.ts). */
+  signal?: AbortSignal,
 ): Promise<ArtifactArchiveResponse> {
   const userPath = req.path ?? ".";
   const maxBytes = clampLimit(req.max_bytes, limits.defaultArchiveBytes, limits.maxArchiveBytes);
@@ -269,6 +277,7 @@ export async function archiveArtifacts(
     // Exactly stat.size bytes, even if a command grows or shrinks the file meanwhile.
     let offset = 0;
     while (offset < stat.size) {
+      throwIfCutOff(signal);
       const buf = Buffer.allocUnsafe(Math.min(CHUNK_BYTES, stat.size - offset));
       const { bytesRead } = await handle.read(buf, 0, buf.length, offset);
       if (bytesRead === 0) {
@@ -288,6 +297,7 @@ export async function archiveArtifacts(
     }
     if (depth >= MAX_DEPTH) throw new TooDeepError();
     for (const dirent of await entriesOf(dir, maxEntries - seen + 1)) {
+      throwIfCutOff(signal);
       see();
       const childRel = joinRelative(rel, dirent.name);
       if (dirent.isSymbolicLink()) {

@@ -10,6 +10,7 @@ import { filterArgs, sendFilter } from "../isolation/seccomp.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
+import { cutOffCause, cutOffMessage } from "../core/cut-off.js";
 
 /**
  * Process sessions: long-lived processes in a slot, outside its call queue (the routes are
@@ -102,6 +103,8 @@ class Session {
     private readonly onEnd: () => void,
     stdinReady: Promise<void>,
     wantsStdin: boolean,
+    /** The slot's abort signal when the session started: fired, it says a reset or shutdown ended the process (cut-off.ts). */
+    private readonly slotSignal?: AbortSignal,
   ) {
     this.stdinChain = stdinReady.catch(() => undefined);
     this.stdinOpen = wantsStdin;
@@ -112,7 +115,7 @@ class Session {
       stream?.on("error", () => undefined);
     }
     child.stdin?.on("error", () => undefined);
-    child.once("error", (err) => this.finish({ type: "end", exit_code: -1, signal: null, error: `could not start the process: ${err.message}` }));
+    child.once("error", (err) => this.finish({ type: "end", exit_code: -1, signal: null, error: `could not start the process: ${err.message}`, infra: "sandbox_start" }));
     child.once("close", (code, signal) => {
       // bwrap reports a signal that ended the program as an exit status above 128.
       const sig = signal ?? (this.sentSignal === "SIGKILL" || (code !== null && code > 128 && this.sentSignal) ? this.sentSignal : null);
@@ -146,6 +149,9 @@ class Session {
 
   private finish(ev: ProcessEvent): void {
     if (this.ended) return;
+    // Killed by a reset from outside or the server's shutdown: the infrastructure's doing, marked so (protocol/infra.ts).
+    const cut = this.slotSignal ? cutOffCause(this.slotSignal) : undefined;
+    if (cut && ev.type === "end" && !ev.infra) ev = { ...ev, error: cutOffMessage("the process", cut), infra: cut };
     this.ended = ev;
     this.stdinWaiter?.();
     this.emit(ev);
@@ -419,7 +425,7 @@ export class ProcessSessions {
       ...(req.cwd ? { cwd: req.cwd } : {}),
       ...(req.tag ? { tag: req.tag } : {}),
     };
-    const session = new Session(pid, info, child, () => sessions.delete(pid), launched.stdinReady, req.stdin);
+    const session = new Session(pid, info, child, () => sessions.delete(pid), launched.stdinReady, req.stdin, slot.abortSignal);
     sessions.set(pid, session);
     this.used.set(slot.index, { alias: req.workspaceAlias, network });
     // The next command's sandbox starts now, after this one's spawn.

@@ -16,6 +16,7 @@ import { filterArgs } from "../isolation/seccomp.js";
 export const ATTACH_FILTER_FD = 4;
 import { ulimitPrologue } from "../isolation/limits.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
+import { takeInjectedFault } from "./test-faults.js";
 
 /**
  * `bash_stateful` and `tmux`: one persistent terminal per slot, a tmux session "main"
@@ -186,23 +187,23 @@ export class StatefulSessions {
     return dir;
   }
 
-  /** Runs a helper script in the session's namespace (keep mode: it may leave processes). */
-  private async exec(slot: Slot, session: Session, script: string, timeoutS: number, output: CappedOutput): Promise<RunResult> {
+  /**
+   * Runs a helper script in the session's namespace (keep mode: it may leave processes).
+   * `signal`: the slot's abort signal as the call found it (a reset replaces the slot's
+   * controller, and the answer must read why this one fired). A session whose sandbox
+   * cannot start answers with `spawnError` (the `sandbox_start` marker), as `bash` does.
+   */
+  private async exec(slot: Slot, session: Session, script: string, timeoutS: number, output: CappedOutput, signal = slot.abortSignal): Promise<RunResult> {
     const svc = this.service;
     if (session.holder) {
-      return session.holder.run({
-        command: script,
-        cpuSeconds: 0,
-        maxProcesses: svc.limits.maxProcesses,
-        maxFileBytes: svc.limits.maxFileBytes,
-        addressSpaceBytes: svc.addressSpaceBytes,
-        outputCap: svc.limits.outputCap,
-        outputFileName: output.fileName,
-        keep: true,
-        timeoutMs: timeoutS * 1000,
-        output,
-        signal: slot.abortSignal,
-      });
+      const holder = session.holder;
+      try {
+        return await this.runInHolder(holder, script, timeoutS, output, signal);
+      } catch (err) {
+        // A dead holder is replaced by the next call (session()); this one could not start.
+        holder.kill();
+        return { exitCode: null, signal: null, timedOut: false, aborted: signal.aborted, durationMs: 0, ...(signal.aborted ? {} : { spawnError: err instanceof Error ? err.message : String(err) }) };
+      }
     }
     return runProcess({
       file: "/bin/bash",
@@ -212,7 +213,24 @@ export class StatefulSessions {
       ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
       timeoutMs: timeoutS * 1000,
       output,
-      signal: slot.abortSignal,
+      signal,
+    });
+  }
+
+  private runInHolder(holder: SlotNamespace, script: string, timeoutS: number, output: CappedOutput, signal: AbortSignal): Promise<RunResult> {
+    const svc = this.service;
+    return holder.run({
+      command: script,
+      cpuSeconds: 0,
+      maxProcesses: svc.limits.maxProcesses,
+      maxFileBytes: svc.limits.maxFileBytes,
+      addressSpaceBytes: svc.addressSpaceBytes,
+      outputCap: svc.limits.outputCap,
+      outputFileName: output.fileName,
+      keep: true,
+      timeoutMs: timeoutS * 1000,
+      output,
+      signal,
     });
   }
 
@@ -259,8 +277,16 @@ export class StatefulSessions {
       `exit $rc`,
     ].join("\n");
     const output = this.newOutput(slot);
-    const res = await this.exec(slot, session, script, timeoutS, output);
-    const ctx = { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutS };
+    // Captured now: a reset replaces the slot's controller, and the answer must read why this one fired.
+    const signal = slot.abortSignal;
+    const fault = takeInjectedFault(args.command);
+    if (fault === "reset") setTimeout(() => slot.killRunning("reset"), 300).unref();
+    if (fault === "shutdown") setTimeout(() => process.kill(process.pid, "SIGINT"), 300).unref();
+    const res: RunResult =
+      fault === "sandbox_start"
+        ? { exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: "the terminal's sandbox did not start within 10 s (injected by SLOTPOOL_TEST_FAULTS_DIR)" }
+        : await this.exec(slot, session, script, timeoutS, output, signal);
+    const ctx = { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutS, abortReason: signal.reason };
     if (res.timedOut) {
       // Interrupt the command in the session and hand back what it printed so far.
       const partial = this.newOutput(slot);
@@ -299,8 +325,9 @@ export class StatefulSessions {
         break;
     }
     const output = this.newOutput(slot);
-    const res = await this.exec(slot, session, script, timeoutS, output);
-    return this.service.outcome(res, output, { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutS });
+    const signal = slot.abortSignal;
+    const res = await this.exec(slot, session, script, timeoutS, output, signal);
+    return this.service.outcome(res, output, { sandboxed: session.holder !== null, networkIsolated: session.holder !== null && !allowNetwork, timeoutS, abortReason: signal.reason });
   }
 
   /**

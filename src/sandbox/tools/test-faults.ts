@@ -4,7 +4,7 @@ import { join } from "node:path";
 /**
  * Test-only fault injection for the infra-failure tests (test/faults/infra-causes.test.ts,
  * the multi-node cluster tests): with `SLOTPOOL_TEST_FAULTS_DIR` set, each file in that
- * directory is one fault, its content `KIND MARKER`. The first `bash` command (of any server
+ * directory is one fault, its content `KIND MARKER`. The first `bash` or `bash_stateful` command (of any server
  * reading the directory) whose text contains MARKER takes the fault: the server that deletes
  * the file first fires it, so a fault fires once however many servers and restarts there are.
  *

@@ -45,5 +45,5 @@ export interface SlotHost {
   effectiveNetwork(requested: boolean): boolean;
   identity(slot: Slot, user?: { name: string; home: string }): { passwd: string; group: string };
   newOutputName(): string;
-  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number }): ToolOutcome;
+  outcome(res: RunResult, output: CappedOutput, ctx: { sandboxed: boolean; networkIsolated: boolean; timeoutS: number; abortReason?: unknown }): ToolOutcome;
 }

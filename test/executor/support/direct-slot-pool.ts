@@ -5,7 +5,7 @@
  * workspace. `markLost()` simulates a container dying: its slots raise SlotLostError.
  */
 import { Agent, request, type Dispatcher } from "undici";
-import { SlotAcquireTimeoutError, SlotLostError } from "../../../src/pool/errors.js";
+import { SandboxRequestError, SlotAcquireTimeoutError, SlotLostError } from "../../../src/pool/errors.js";
 import type {
   AcquireOptions,
   CallOptions,
@@ -194,7 +194,8 @@ class DirectSlot implements LeasedSlot {
         bodyTimeout: options?.timeoutMs ?? 60_000,
       });
       const text = await res.body.text();
-      if (res.statusCode !== 200) throw new Error(`sandbox ${path} answered HTTP ${res.statusCode}: ${text}`);
+      // As the real client does (SandboxClient): the status travels with the error.
+      if (res.statusCode !== 200) throw new SandboxRequestError(`sandbox ${path} answered HTTP ${res.statusCode}: ${text}`, this.container.id, res.statusCode);
       return JSON.parse(text);
     } catch (err) {
       this.checkLost();
