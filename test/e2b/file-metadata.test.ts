@@ -105,6 +105,34 @@ describe("E2B file metadata, watch entry info, refused writes", () => {
     }
   });
 
+  it("an uploaded new file is reported as create, write, chmod (E2B's inotify sequence); a command's chmod is a chmod, a plain write only a write", async () => {
+    await sbx.files.makeDir("seq/deep");
+    const events: Array<[string, string]> = [];
+    const handle = await sbx.files.watchDir("seq", (e) => void events.push([e.name, e.type]), { recursive: true });
+    try {
+      await sbx.files.write("seq/deep/new.txt", "content");
+      await until(() => events.length >= 3);
+      await new Promise((r) => setTimeout(r, 600)); // nothing more comes for it
+      expect(events).toEqual([
+        ["deep/new.txt", FilesystemEventType.CREATE],
+        ["deep/new.txt", FilesystemEventType.WRITE],
+        ["deep/new.txt", FilesystemEventType.CHMOD],
+      ]);
+      events.length = 0;
+      await sbx.commands.run("chmod +x seq/deep/new.txt");
+      await until(() => events.length >= 1);
+      await sbx.commands.run("sleep 0.3; echo more >> seq/deep/new.txt");
+      await until(() => events.length >= 2);
+      await new Promise((r) => setTimeout(r, 600));
+      expect(events).toEqual([
+        ["deep/new.txt", FilesystemEventType.CHMOD],
+        ["deep/new.txt", FilesystemEventType.WRITE],
+      ]);
+    } finally {
+      await handle.stop();
+    }
+  });
+
   it("a write where the slot may not write (the read-only root) fails naming the path, and writes none of the upload", async () => {
     const err = await sbx.files.writeFiles([{ path: "fine.txt", data: "x" }, { path: "/0/f.txt", data: "y" }]).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SandboxError);
