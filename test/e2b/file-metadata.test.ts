@@ -13,7 +13,7 @@ describe("E2B file metadata, watch entry info, refused writes", () => {
   let h: E2bHarness;
   let sbx: Sandbox;
   beforeAll(async () => {
-    h = await startE2b({ slots: 2 });
+    h = await startE2b({ slots: 3, templates: [{ name: "tpl", files: { "from-template.txt": "t\n" }, setup: ["setfattr -n user.e2b.origin -v template from-template.txt"] }] });
     sbx = await Sandbox.create(h.opts);
   }, 120_000);
   afterAll(async () => {
@@ -130,6 +130,21 @@ describe("E2B file metadata, watch entry info, refused writes", () => {
       ]);
     } finally {
       await handle.stop();
+    }
+  });
+
+  it("in a template's copy-on-write workspace (an overlay), the template's metadata shows and new metadata is kept", async () => {
+    const t = await Sandbox.create("tpl", h.opts);
+    try {
+      expect((await t.files.getInfo("from-template.txt")).metadata).toEqual({ origin: "template" });
+      await t.files.write("from-template.txt", "changed", { metadata: { origin: "sandbox" } });
+      await t.files.write("new.txt", "n", { metadata: { k: "v" } });
+      expect((await t.files.list(".")).filter((e) => e.name.endsWith(".txt")).map((e) => [e.name, e.metadata])).toEqual([
+        ["from-template.txt", { origin: "sandbox" }],
+        ["new.txt", { k: "v" }],
+      ]);
+    } finally {
+      await t.kill();
     }
   });
 
