@@ -45,9 +45,9 @@ export function setfattrPair(key: string, value: string): [string, string] {
 }
 
 /**
- * A shell fragment printing the `user.e2b.*` attributes of the paths in "$@" (or, with
- * FIND_ARGS set by the caller, of what `find` lists) as getfattr's hex dump; silent where the
- * tool is missing or a file vanished meanwhile (metadata is then absent, the entries stay).
+ * The command printing the `user.e2b.*` attributes of the paths after it as a hex dump (only
+ * files that have some; symlinks themselves, not their targets). Callers silence its errors:
+ * where the tool is missing or a file vanished meanwhile, metadata is absent, entries stay.
  */
 export const GETFATTR = `getfattr -h --absolute-names -d -m '^user\\.e2b\\.' -e hex`;
 
