@@ -123,11 +123,14 @@ type FsEvent = { name: string; type: WatchEvent["type"]; entry?: Entry };
 async function withEntries(s: E2bSandbox, root: string, events: WatchEvent[], includeEntry: boolean): Promise<FsEvent[]> {
   if (!includeEntry || events.length === 0) return events.map((e) => ({ name: e.name, type: e.type }));
   const paths = [...new Set(events.map((e) => posix.join(root, e.name)))];
-  let entries: Entry[] = [];
-  try {
-    entries = await runOp(s, "statMany", paths, root);
-  } catch {
-    // Best effort, as envd's: an event without its entry is still the event.
+  const entries: Entry[] = [];
+  // In batches, so a burst of events stays within the argument list's limit.
+  for (let i = 0; i < paths.length; i += 256) {
+    try {
+      entries.push(...(await runOp(s, "statMany", paths.slice(i, i + 256), root)));
+    } catch {
+      // Best effort, as envd's: an event without its entry is still the event.
+    }
   }
   const byPath = new Map(entries.map((e) => [e.path, e]));
   return events.map((e) => {
