@@ -24,6 +24,9 @@ command -v strace >/dev/null 2>&1 || need+=(strace)
 command -v gdb >/dev/null 2>&1 || need+=(gdb)
 command -v git >/dev/null 2>&1 || need+=(git)
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+# getfattr/setfattr (attr): E2B file metadata is user xattrs the server reads and writes with
+# them inside the slot (src/e2b/file-metadata.ts); E2B code sets them with setfattr too.
+command -v setfattr >/dev/null 2>&1 || need+=(attr)
 # The security suite runs a small Python program inside a slot (test/security/fixtures).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 # The tests' virtualenv of real Python clients (scripts/setup-python.sh) needs venv support in

@@ -13,8 +13,12 @@ import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
  * (read from the SDK's OpenAPI types, e2b 2.51.0).
  */
 
-/** The envd version announced: new enough for every SDK code path slotpool implements (stdin close 0.5.2, octet-stream uploads 0.5.7), below file metadata (0.6.2), which it does not. */
-export const ENVD_VERSION = "0.5.7";
+/**
+ * The envd version announced: the SDKs (JS 2.51, Python 2.63) gate features on it, and every
+ * gate up to it is served: stdin close 0.5.2, octet-stream uploads 0.5.7, file metadata 0.6.2,
+ * entry info in watch events 0.6.3, watching with allowNetworkMounts 0.6.4 (docs/e2b.md).
+ */
+export const ENVD_VERSION = "0.6.4";
 /** Nominal resources reported per sandbox (a slot's share is set by the sandbox server's flags). */
 const CPU_COUNT = 1;
 const CLIENT_ID = "slotpool";

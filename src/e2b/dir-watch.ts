@@ -7,7 +7,8 @@ import type { ProcessStream } from "./slot-processes.js";
  * Directory watching for envd's `WatchDir` and watcher RPCs, by polling: one process in the
  * sandbox's slot lists the directory (`find -printf`) every POLL_S seconds, and successive
  * listings are compared here. A new entry is a create, a changed size or mtime a write, a
- * vanished one a remove (a rename shows as remove + create). Polling, not inotify: slots
+ * ctime later than the mtime a chmod (an attribute change after the data's), a vanished one
+ * a remove (a rename shows as remove + create). Polling, not inotify: slots
  * have no inotify tool, and a listing sees exactly what the sandbox's commands see.
  */
 
@@ -21,7 +22,20 @@ export interface WatchEvent {
   type: EventType;
 }
 
-type Listing = Map<string, string>;
+interface Stat {
+  type: string;
+  mtime: string;
+  size: string;
+  ctime: string;
+}
+
+type Listing = Map<string, Stat>;
+
+/**
+ * An attribute change after the last write (chmod, chown, xattrs): the inode changed later than
+ * its data. `find` prints both times in one fixed format, so the strings compare as numbers.
+ */
+const attrChanged = (st: Stat): boolean => st.ctime > st.mtime;
 
 export class DirWatch {
   private buf = "";
@@ -39,7 +53,7 @@ export class DirWatch {
 
   /** Starts watching; resolves after the first listing (null when the path is not a directory). */
   static async start(s: E2bSandbox, path: string, recursive: boolean): Promise<DirWatch | null> {
-    const script = `[ -d "$1" ] || exit ${NOT_A_DIR}; while :; do find "$1" -mindepth 1 -maxdepth "$2" -printf '%y\\t%T@\\t%s\\t%P\\0'; printf '${SNAPSHOT_END}\\0'; sleep ${POLL_S}; done`;
+    const script = `[ -d "$1" ] || exit ${NOT_A_DIR}; while :; do find "$1" -mindepth 1 -maxdepth "$2" -printf '%y\\t%T@\\t%s\\t%C@\\t%P\\0'; printf '${SNAPSHOT_END}\\0'; sleep ${POLL_S}; done`;
     // A helper: hidden from the sandbox's commands.list by its pid, not by a tag.
     const stream = await s.processes.startHelper({
       cmd: "/bin/sh",
@@ -74,8 +88,9 @@ export class DirWatch {
           continue;
         }
         const parts = rec.split("\t");
-        if (parts.length < 4) continue;
-        this.cur.set(parts.slice(3).join("\t"), parts.slice(0, 3).join("\t"));
+        if (parts.length < 5) continue;
+        const [type, mtime, size, ctime] = parts as [string, string, string, string];
+        this.cur.set(parts.slice(4).join("\t"), { type, mtime, size, ctime });
       }
       if (events) return events;
     }
@@ -106,11 +121,20 @@ export class DirWatch {
     this.cur = new Map();
     if (!prev) return [];
     const out: WatchEvent[] = [];
-    for (const [name, meta] of cur) {
+    for (const [name, st] of cur) {
       const before = prev.get(name);
-      // A new file with content was created and written (inotify, which E2B uses, reports both).
-      if (before === undefined) out.push({ name, type: EventType.CREATE }, ...(!meta.startsWith("d") && !meta.endsWith("\t0") ? [{ name, type: EventType.WRITE }] : []));
-      else if (before !== meta && !meta.startsWith("d")) out.push({ name, type: EventType.WRITE });
+      const isDir = st.type === "d";
+      if (before === undefined) {
+        // What inotify (E2B's) reports for a new file: created, written if it has content, then
+        // CHMOD if its attributes changed after the write (envd's upload sets the owner; ours the mode).
+        out.push({ name, type: EventType.CREATE });
+        if (!isDir && st.size !== "0") out.push({ name, type: EventType.WRITE });
+        if (!isDir && attrChanged(st)) out.push({ name, type: EventType.CHMOD });
+        continue;
+      }
+      const written = !isDir && (before.type !== st.type || before.mtime !== st.mtime || before.size !== st.size);
+      if (written) out.push({ name, type: EventType.WRITE });
+      if (!isDir && st.ctime !== before.ctime && attrChanged(st)) out.push({ name, type: EventType.CHMOD });
     }
     for (const name of prev.keys()) if (!cur.has(name)) out.push({ name, type: EventType.REMOVE });
     return out;

@@ -6,6 +6,7 @@ import { requestTarget } from "../http/target.js";
 import type { ProcessEvent } from "../protocol/process-session.js";
 import type { BudgetLease, UploadBudget } from "./upload-budget.js";
 import { E2bApiError } from "./errors.js";
+import { metadataFromHeaders, setfattrPair, type FileMetadata } from "./file-metadata.js";
 import { nodeHeaders, sandboxForHeaders } from "./envd-auth.js";
 import { E2B_HOME, workspacePath } from "./paths.js";
 import type { E2bSandbox, SandboxRegistry } from "./sandboxes.js";
@@ -42,6 +43,8 @@ const TOO_LARGE = 47;
 const NOT_READABLE = 48;
 /** The commit helper's exit code: a destination the sandbox's user may not write (checked before any file moves). */
 const NOT_WRITABLE = 49;
+/** The commit helper's exit code: the upload's metadata could not be stored as xattrs (no setfattr, or the filesystem refuses user xattrs). */
+const META_FAILED = 50;
 /** Stdin is sent to the slot in pieces of this size (each is one JSON request to the sandbox server). */
 const INPUT_CHUNK = 4 * 1024 * 1024;
 /** A download this small is answered with a Content-Length (and a clean error if it fails). */
@@ -53,13 +56,15 @@ export async function handleFiles(registry: SandboxRegistry, req: IncomingMessag
   if (!op) throw new E2bApiError(405, `method ${req.method} not allowed on /files`);
   const { sandbox: s, signed } = authorize(registry, req, query, op);
   if (op === "read") return download(s, req, res, workspacePath(query.get("path") ?? undefined), limits);
+  // Checked before the body is read: a bad key refuses the upload, nothing is written.
+  const metadata = metadataFromHeaders(req.headers);
   const lease = limits.uploads.open(s.id);
   try {
     const files = await readUpload(req, query.get("path") ?? undefined, limits.maxUploadBytes, lease, signed);
     // Every path is checked before anything is written.
     const dests = files.map((f) => workspacePath(f.path));
-    await writeAll(s, dests, files.map((f) => f.data), limits.timeoutMs);
-    const body = JSON.stringify(dests.map((dest) => ({ name: dest.slice(dest.lastIndexOf("/") + 1), type: "file", path: dest })));
+    await writeAll(s, dests, files.map((f) => f.data), metadata, limits.timeoutMs);
+    const body = JSON.stringify(dests.map((dest) => ({ name: dest.slice(dest.lastIndexOf("/") + 1), type: "file", path: dest, ...(metadata ? { metadata } : {}) })));
     res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
     res.end(body);
   } finally {
@@ -202,7 +207,11 @@ async function relayFile(p: ProcessStream, res: ServerResponse, path: string, ca
  * the staging directory and leaves the workspace as it was.
  */
 const STAGE_SCRIPT = `mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"`;
-const COMMIT_SCRIPT = `stage=$1; shift
+const COMMIT_SCRIPT = `stage=$1; n=$2; shift 2
+while [ "$n" -gt 0 ]; do
+  for f in "$stage"/*; do setfattr -h -n "$1" -v "$2" -- "$f" || exit ${META_FAILED}; done
+  shift 2; n=$((n - 1))
+done
 for d in "$@"; do
   if [ -d "$d" ] && [ ! -L "$d" ]; then echo "'$d' is a directory" >&2; exit ${IS_DIR}; fi
   p=$(dirname -- "$d")
@@ -222,12 +231,18 @@ rm -rf -- "$stage"`;
 /** /workspace and /home/user are the same directory: one spelling, so every rename stays on one mount. */
 const homePath = (p: string): string => (p === "/workspace" || p.startsWith("/workspace/") ? E2B_HOME + p.slice("/workspace".length) : p);
 
-async function writeAll(s: E2bSandbox, dests: string[], data: Buffer[], timeoutMs: number): Promise<void> {
+async function writeAll(s: E2bSandbox, dests: string[], data: Buffer[], metadata: FileMetadata | undefined, timeoutMs: number): Promise<void> {
   const stage = `${E2B_HOME}/.slotpool-upload-${randomBytes(6).toString("hex")}`;
   const deadline = AbortSignal.timeout(timeoutMs);
   try {
     for (let i = 0; i < dests.length; i++) await stageOne(s, `${stage}/${i}`, dests[i]!, data[i]!, deadline);
-    const r = await s.processes.run("/bin/sh", ["-c", COMMIT_SCRIPT, "sh", stage, ...dests.map(homePath)]);
+    // Set on the staged files: each destination gets a new inode, so an overwrite leaves no stale metadata.
+    const pairs = Object.entries(metadata ?? {}).flatMap(([k, v]) => setfattrPair(k, v));
+    const r = await s.processes.run("/bin/sh", ["-c", COMMIT_SCRIPT, "sh", stage, String(pairs.length / 2), ...pairs, ...dests.map(homePath)]);
+    if (r.exitCode === META_FAILED) {
+      const why = r.stderr.trim();
+      throw new E2bApiError(500, `storing the upload's metadata as user xattrs failed: ${/not found/i.test(why) ? "setfattr is not installed in the sandbox (Debian package attr)" : why}; nothing was written`);
+    }
     if (r.exitCode === IS_DIR) throw new E2bApiError(400, `cannot write the upload: ${r.stderr.trim()}; nothing was written`);
     if (r.exitCode === NOT_WRITABLE) throw new E2bApiError(403, `cannot write the upload: ${r.stderr.trim()} for the sandbox's user; nothing was written`);
     if (r.exitCode !== 0) throw writeError(dests.join(", "), r.stderr.trim() || `exit ${r.exitCode}`);

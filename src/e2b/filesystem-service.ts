@@ -4,6 +4,7 @@ import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { FileType, Filesystem, type EntryInfoSchema, type WatchDirResponseSchema } from "./gen/filesystem/filesystem_pb.js";
 import { DirWatch, type WatchEvent } from "./dir-watch.js";
+import { GETFATTR, parseXattrDump, type FileMetadata } from "./file-metadata.js";
 import { sandboxForRpc, toConnectError } from "./envd-auth.js";
 import { workspacePath } from "./paths.js";
 import type { E2bSandbox, SandboxRegistry } from "./sandboxes.js";
@@ -25,23 +26,45 @@ const NOT_FOUND = 44;
 const WRONG_TYPE = 45;
 const EXISTS = 47;
 
+/** Ends an operation's entries; getfattr's dump of their `user.e2b.*` attributes follows (file-metadata.ts). */
+const META_MARK = "\\1\\0";
+/** The metadata of "$@" after the marker; none where getfattr is missing (the entries still answer). */
+const metaOf = (paths: string) => `printf '${META_MARK}'; command -v getfattr >/dev/null 2>&1 && ${GETFATTR} -- ${paths} 2>/dev/null; exit 0`;
+
 const SCRIPTS = {
-  stat: `[ -e "$1" ] || [ -L "$1" ] || exit ${NOT_FOUND}; exec find "$1" -maxdepth 0 -printf '${FMT}'`,
-  list: `[ -e "$1" ] || exit ${NOT_FOUND}; [ -d "$1" ] || exit ${WRONG_TYPE}; exec find "$1" -mindepth 1 -maxdepth "$2" -printf '${FMT}'`,
+  stat: `[ -e "$1" ] || [ -L "$1" ] || exit ${NOT_FOUND}; find "$1" -maxdepth 0 -printf '${FMT}' || exit $?; ${metaOf(`"$1"`)}`,
+  list: `[ -e "$1" ] || exit ${NOT_FOUND}; [ -d "$1" ] || exit ${WRONG_TYPE}; find "$1" -mindepth 1 -maxdepth "$2" -printf '${FMT}' || exit $?
+printf '${META_MARK}'; command -v getfattr >/dev/null 2>&1 && find "$1" -mindepth 1 -maxdepth "$2" -exec ${GETFATTR} -- {} + 2>/dev/null; exit 0`,
   makeDir: `[ -e "$1" ] && exit ${EXISTS}; mkdir -p -- "$1" && exec find "$1" -maxdepth 0 -printf '${FMT}'`,
-  move: `[ -e "$1" ] || [ -L "$1" ] || exit ${NOT_FOUND}; mkdir -p -- "$(dirname -- "$2")" && mv -T -- "$1" "$2" && exec find "$2" -maxdepth 0 -printf '${FMT}'`,
+  move: `[ -e "$1" ] || [ -L "$1" ] || exit ${NOT_FOUND}; mkdir -p -- "$(dirname -- "$2")" && mv -T -- "$1" "$2" && find "$2" -maxdepth 0 -printf '${FMT}' || exit $?; ${metaOf(`"$2"`)}`,
   // Removing what is not there succeeds, as in E2B.
   remove: `exec rm -rf -- "$1"`,
+  // The entries of watch events: those still there (a removed one has none, as in envd).
+  statMany: `for p; do if [ -e "$p" ] || [ -L "$p" ]; then find "$p" -maxdepth 0 -printf '${FMT}'; fi; done; ${metaOf(`"$@"`)}`,
 };
 
 const TYPES: Record<string, FileType> = { f: FileType.FILE, d: FileType.DIRECTORY, l: FileType.SYMLINK };
 
+/** The entries before META_MARK and the metadata dump after it (found by counting fields: a name may hold \\1). */
+function splitMeta(out: Buffer): [Buffer, Map<string, FileMetadata>] {
+  let pos = 0;
+  for (;;) {
+    if (out[pos] === 1 && out[pos + 1] === 0) return [out.subarray(0, pos), parseXattrDump(out.subarray(pos + 2))];
+    for (let j = 0; j < FIELDS; j++) {
+      pos = out.indexOf(0, pos) + 1;
+      if (pos === 0) return [out, new Map()];
+    }
+  }
+}
+
 function parseEntries(out: Buffer): Entry[] {
-  const fields = out.toString("utf8").split("\0");
+  const [listing, metadata] = splitMeta(out);
+  const fields = listing.toString("utf8").split("\0");
   const entries: Entry[] = [];
   for (let i = 0; i + FIELDS <= fields.length; i += FIELDS) {
     const [type, target, size, mode, perms, owner, group, mtime, link, path] = fields.slice(i, i + FIELDS) as [string, string, string, string, string, string, string, string, string, string];
     const [sec, frac = "0"] = mtime.split(".");
+    const meta = metadata.get(path);
     entries.push({
       name: path.slice(path.lastIndexOf("/") + 1),
       // As envd: a symlink has the type of what it points to (a dangling one stays a symlink),
@@ -55,6 +78,7 @@ function parseEntries(out: Buffer): Entry[] {
       group,
       modifiedTime: { seconds: BigInt(sec || "0"), nanos: Number(frac.padEnd(9, "0").slice(0, 9)) },
       ...(type === "l" ? { symlinkTarget: posix.resolve(posix.dirname(path), link) } : {}),
+      ...(meta && Object.keys(meta).length > 0 ? { metadata: meta } : {}),
     });
   }
   return entries;
@@ -93,11 +117,36 @@ function path(p: string, field = "path"): string {
   }
 }
 
+type FsEvent = { name: string; type: WatchEvent["type"]; entry?: Entry };
+
+/** A watch's events, each with its entry when `includeEntry` (envd ≥ 0.6.3) asked for it: one listing of the changed paths in the slot. */
+async function withEntries(s: E2bSandbox, root: string, events: WatchEvent[], includeEntry: boolean): Promise<FsEvent[]> {
+  if (!includeEntry || events.length === 0) return events.map((e) => ({ name: e.name, type: e.type }));
+  const paths = [...new Set(events.map((e) => posix.join(root, e.name)))];
+  const entries: Entry[] = [];
+  // In batches, so a burst of events stays within the argument list's limit.
+  for (let i = 0; i < paths.length; i += 256) {
+    try {
+      entries.push(...(await runOp(s, "statMany", paths.slice(i, i + 256), root)));
+    } catch {
+      // Best effort, as envd's: an event without its entry is still the event.
+    }
+  }
+  const byPath = new Map(entries.map((e) => [e.path, e]));
+  return events.map((e) => {
+    const entry = byPath.get(posix.join(root, e.name));
+    return { name: e.name, type: e.type, ...(entry ? { entry } : {}) };
+  });
+}
+
 /** Watchers made by CreateWatcher, polled by GetWatcherEvents. */
 interface Watcher {
   sandboxId: string;
   /** Undefined while it starts. */
   watch: DirWatch | undefined;
+  /** The watched directory and whether events carry their entry. */
+  root: string;
+  includeEntry: boolean;
   pending: WatchEvent[];
   ended: boolean;
 }
@@ -165,7 +214,9 @@ export function filesystemService(registry: SandboxRegistry, options: { maxWatch
     },
     async *watchDir(req, ctx): AsyncGenerator<MessageInitShape<typeof WatchDirResponseSchema>> {
       const s = sandboxForRpc(registry, ctx);
-      const w = await startWatch(s, path(req.path), req.recursive);
+      // allowNetworkMounts (envd ≥ 0.6.4) is accepted and changes nothing: the watch lists what the sandbox sees, whatever its filesystem.
+      const root = path(req.path);
+      const w = await startWatch(s, root, req.recursive);
       const stop = () => w.close();
       ctx.signal.addEventListener("abort", stop, { once: true });
       const keepaliveS = Number(ctx.requestHeader.get("keepalive-ping-interval")) || 50;
@@ -183,7 +234,7 @@ export function filesystemService(registry: SandboxRegistry, options: { maxWatch
           }
           if (got === null) break;
           next = w.next();
-          for (const ev of got) yield { event: { case: "filesystem", value: { name: ev.name, type: ev.type } } };
+          for (const ev of await withEntries(s, root, got, req.includeEntry)) yield { event: { case: "filesystem", value: ev } };
         }
       } finally {
         ctx.signal.removeEventListener("abort", stop);
@@ -195,10 +246,11 @@ export function filesystemService(registry: SandboxRegistry, options: { maxWatch
       reserve(s);
       const id = randomUUID();
       // Counted from now: concurrent CreateWatcher calls cannot all pass the check above.
-      const entry: Watcher = { sandboxId: s.id, watch: undefined, pending: [], ended: false };
+      const root = path(req.path);
+      const entry: Watcher = { sandboxId: s.id, watch: undefined, root, includeEntry: req.includeEntry, pending: [], ended: false };
       watchers.set(id, entry);
       try {
-        entry.watch = await startWatch(s, path(req.path), req.recursive);
+        entry.watch = await startWatch(s, root, req.recursive);
       } catch (err) {
         watchers.delete(id);
         throw err;
@@ -221,7 +273,7 @@ export function filesystemService(registry: SandboxRegistry, options: { maxWatch
         watchers.delete(req.watcherId);
         throw new ConnectError(`watcher '${req.watcherId}' has ended (its directory or sandbox is gone)`, Code.NotFound);
       }
-      return { events: events.map((e) => ({ name: e.name, type: e.type })) };
+      return { events: await withEntries(s, w.root, events, w.includeEntry) };
     },
     async removeWatcher(req, ctx) {
       const s = sandboxForRpc(registry, ctx);

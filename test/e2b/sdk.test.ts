@@ -12,6 +12,7 @@ import {
 } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startE2b, type E2bHarness } from "./helpers.js";
+import { ENVD_VERSION } from "../../src/e2b/index.js";
 
 /**
  * The E2B-compatible API driven by the real `e2b` SDK (pinned in package.json), against a
@@ -191,7 +192,7 @@ describe("E2B SDK against slotpool", () => {
     try {
       const all = await Sandbox.list({ ...h.opts, query: { metadata: { suite: "list" } } }).nextItems();
       expect(all.map((s) => s.sandboxId).sort()).toEqual(extra.map((s) => s.sandboxId).sort());
-      expect(all[0]).toMatchObject({ state: "running", templateId: "base", envdVersion: "0.5.7" });
+      expect(all[0]).toMatchObject({ state: "running", templateId: "base", envdVersion: ENVD_VERSION });
       const one = await Sandbox.list({ ...h.opts, query: { metadata: { suite: "list", n: "2" } } }).nextItems();
       expect(one.map((s) => s.sandboxId)).toEqual([extra[1]!.sandboxId]);
       const pager = Sandbox.list({ ...h.opts, limit: 1, query: { metadata: { suite: "list" } } });
