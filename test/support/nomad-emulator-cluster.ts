@@ -24,6 +24,8 @@ export interface ClusterOptions {
   rescheduleDelayMs: number;
   /** How long a deployment stays active (jobs whose update block does create deployments). */
   deploymentMs: number;
+  /** SIGTERM to SIGKILL when an allocation is stopped (Nomad: kill_timeout). */
+  killTimeoutMs: number;
   processStartTimeoutMs: number;
   /**
    * Whether a job's datacenters may be glob patterns ("*", Nomad >= 1.6). false: like Nomad
@@ -669,9 +671,10 @@ export class EmulatedCluster {
       return;
     }
     alloc.ending = true;
-    addEvent(alloc, "Killing", { DisplayMessage: "Sent interrupt. Waiting 2s before force killing", KillReason: description });
+    const grace = this.options.killTimeoutMs;
+    addEvent(alloc, "Killing", { DisplayMessage: `Sent interrupt. Waiting ${grace / 1000}s before force killing`, KillReason: description });
     this.allocChanged(alloc, "AllocationUpdated");
-    void proc.stop(2_000).then(finish, finish);
+    void proc.stop(grace).then(finish, finish);
   }
 
   /**

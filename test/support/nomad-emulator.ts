@@ -49,6 +49,8 @@ export interface NomadEmulatorOptions {
   rescheduleDelayMs?: number;
   /** How long a deployment blocks scaling, for jobs whose update block creates deployments (default 3000 ms). */
   deploymentMs?: number;
+  /** How long a stopped allocation's server gets after SIGTERM before SIGKILL (default 2000 ms; Nomad: the task's kill_timeout). */
+  killTimeoutMs?: number;
   /** List jobs with their Meta on `?meta=true` (default true; false: like Nomad 1.1, which ignores it). */
   listMeta?: boolean;
   /** Datacenters may be glob patterns such as "*" (default true, Nomad >= 1.6; false: like Nomad 1.1). The node is in "dc1". */
@@ -134,6 +136,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     serverArgs: options.serverArgs ?? [],
     rescheduleDelayMs: options.rescheduleDelayMs ?? 500,
     deploymentMs: options.deploymentMs ?? 3_000,
+    killTimeoutMs: options.killTimeoutMs ?? 2_000,
     processStartTimeoutMs: options.processStartTimeoutMs ?? 20_000,
     datacenterGlobs: options.datacenterGlobs ?? true,
   });
