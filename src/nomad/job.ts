@@ -326,6 +326,23 @@ export function sandboxServerArgs(s: SandboxJobSettings): string[] {
  */
 export const HOST_MODE_DATA_DIR = "/tmp/slotpool-nomad/${NOMAD_ALLOC_ID}";
 
+/**
+ * raw_exec without an image: a poststop task removes the allocation's workspaces dir (HOST_MODE_DATA_DIR)
+ * once the server has stopped, on the node that ran it: nothing else ever would (Nomad's GC
+ * removes only its own allocation dirs). Exit 0 whatever happens: a failed cleanup must not
+ * make the allocation "failed" (the pool would count it as a crash).
+ */
+export const CLEANUP_TASK = "workspace-cleanup";
+
+export function hostModeCleanupTask(): { name: string; command: string; args: string[]; cpu: number; memoryMb: number } {
+  return { name: CLEANUP_TASK, command: "/bin/sh", args: ["-c", 'rm -rf -- "$1"; exit 0', "workspace-cleanup", HOST_MODE_DATA_DIR], cpu: 20, memoryMb: 16 };
+}
+
+/** The poststop cleanup runs when the server's data dir is the host-mode default one. */
+export function hasCleanupTask(s: Pick<SandboxJobSettings, "driver" | "image" | "serverArgs">): boolean {
+  return isHostMode(s) && !s.serverArgs.includes("--data-dir");
+}
+
 /** raw_exec running the host's own slotpool (no image). */
 export function isHostMode(s: Pick<SandboxJobSettings, "driver" | "image">): boolean {
   return s.driver === "raw_exec" && !s.image;
@@ -428,7 +445,7 @@ export function sandboxJobFromSettings(s: SandboxJobSettings): Record<string, un
         Networks: [{ DynamicPorts: [httpPort(s)] }],
         RestartPolicy: { ...RESTART_POLICY },
         ReschedulePolicy: { ...RESCHEDULE_POLICY },
-        Tasks: [task],
+        Tasks: hasCleanupTask(s) ? [task, cleanupTaskJson()] : [task],
       },
     ],
   };
@@ -436,6 +453,17 @@ export function sandboxJobFromSettings(s: SandboxJobSettings): Record<string, un
   if (s.region) job["Region"] = s.region;
   if (s.nodePool) job["NodePool"] = s.nodePool;
   return job;
+}
+
+function cleanupTaskJson(): Record<string, unknown> {
+  const c = hostModeCleanupTask();
+  return {
+    Name: c.name,
+    Driver: "raw_exec",
+    Lifecycle: { Hook: "poststop", Sidecar: false },
+    Config: { command: c.command, args: c.args },
+    Resources: { CPU: c.cpu, MemoryMB: c.memoryMb },
+  };
 }
 
 function constraintJson(c: { attribute: string; operator: string; value: string | undefined }): Record<string, string> {

@@ -403,7 +403,7 @@ export class NomadProvisioner implements Provisioner {
       this.events.containerStarting(t.id, t.index);
     }
     this.inspectTaskEvents(a);
-    if (t.state === "starting" && !t.reading && isAllocationRunning(a)) void this.announce(t, a);
+    if (t.state === "starting" && !t.reading && isAllocationRunning(a, SANDBOX_TASK)) void this.announce(t, a);
   }
 
   /** Reads a running allocation for its address (list stubs carry no ports) and reports it up. */

@@ -127,7 +127,7 @@ describe("runs sharing a Nomad cluster own their jobs", () => {
     let failure: unknown;
     a.pool.on("failed", (e) => (failure = e));
     const spec = sandboxJob({ jobId, slots: 2, count: 1, token: held.container.token! });
-    expect(spec.Meta?.[META_RUN]).toBeUndefined();
+    expect((spec["Meta"] as Record<string, string> | undefined)?.[META_RUN]).toBeUndefined();
     await h.client().registerJob(spec, { preserveCounts: true });
     const beats = scaleRequests(jobId);
     await until(() => scaleRequests(jobId) >= beats + 3, 5_000);
