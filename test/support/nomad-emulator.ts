@@ -82,6 +82,8 @@ export interface NomadEmulator {
   freezeAllocation(allocId: string): void;
   /** A second node joins and new allocations are placed there from now on; its NodeID. */
   placeOnNewNode(): string;
+  /** New placements go back to a node seen before (its NodeID). */
+  placeOnNode(nodeId: string): void;
   /** The node goes down: its allocations become `lost`, replacements start on a fresh node. */
   loseNode(): Promise<void>;
   /**
@@ -585,6 +587,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     killAllocation: (id, signal) => cluster.killAllocation(id, signal),
     freezeAllocation: (id) => cluster.freezeAllocation(id),
     placeOnNewNode: () => cluster.placeOnNewNode(),
+    placeOnNode: (nodeId) => cluster.placeOnNode(nodeId),
     loseNode: () => cluster.loseNode(),
     failNext(endpoint, status, times = 1, message = "emulated failure") {
       injections.push({ match: endpoint, status, remaining: times, message });
