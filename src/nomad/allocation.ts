@@ -64,9 +64,12 @@ export function allocationNameIndex(name: string | undefined): number {
   return m ? Number(m[1]) : -1;
 }
 
-/** Wanted running and reported running, with every task running (README "Up and reachable"). */
-export function isAllocationRunning(alloc: AllocListStub | Allocation): boolean {
+/** Wanted running and reported running, with every task (or `task`, when it reports) running (README "Up and reachable"). */
+export function isAllocationRunning(alloc: AllocListStub | Allocation, task?: string): boolean {
   if (alloc.DesiredStatus !== "run" || alloc.ClientStatus !== "running") return false;
+  // A poststop task stays pending while the main task runs: look at the named task when it reports.
+  const named = task !== undefined ? alloc.TaskStates?.[task] : undefined;
+  if (named) return named.State === "running";
   return Object.values(alloc.TaskStates ?? {}).every((t) => t.State === "running");
 }
 

@@ -9,6 +9,8 @@ import {
   RESTART_POLICY,
   SANDBOX_GROUP,
   SANDBOX_TASK,
+  hasCleanupTask,
+  hostModeCleanupTask,
   httpPort,
   resolveSandboxJobOptions,
   taskConfig,
@@ -102,6 +104,26 @@ export function sandboxJobHclFromSettings(s: SandboxJobSettings): string {
   out.attrs([["cpu", String(s.cpu)], ["memory", String(s.memoryMb)]]);
   out.close();
   out.close(); // task
+  if (hasCleanupTask(s)) {
+    const c = hostModeCleanupTask();
+    out.blank();
+    out.line("# Removes the allocation's workspaces once the server has stopped (raw_exec without an image).");
+    out.open(`task ${str(c.name)}`);
+    out.attrs([["driver", str("raw_exec")]]);
+    out.blank();
+    out.open("lifecycle");
+    out.attrs([["hook", str("poststop")], ["sidecar", "false"]]);
+    out.close();
+    out.blank();
+    out.open("config");
+    out.attrs([["command", value(c.command)], ["args", value(c.args)]]);
+    out.close();
+    out.blank();
+    out.open("resources");
+    out.attrs([["cpu", String(c.cpu)], ["memory", String(c.memoryMb)]]);
+    out.close();
+    out.close(); // task
+  }
   out.close(); // group
   out.close(); // job
   return out.text();

@@ -9,6 +9,9 @@ import { existsSync } from "node:fs";
 import { hostname, userInfo } from "node:os";
 import { fileURLToPath } from "node:url";
 import { SlotpoolError } from "../protocol/errors.js";
+import { HOST_MODE_DATA_DIR, cleanupTaskJson, hasCleanupTask, isHostMode } from "./host-mode.js";
+
+export { CLEANUP_TASK, HOST_MODE_DATA_DIR, hasCleanupTask, hostModeCleanupTask, isHostMode } from "./host-mode.js";
 
 export const SANDBOX_GROUP = "sandbox";
 export const SANDBOX_TASK = "sandbox-server";
@@ -321,17 +324,6 @@ export function sandboxServerArgs(s: SandboxJobSettings): string[] {
 }
 
 /**
- * raw_exec without an image: workspaces outside the allocation dir, which Nomad keeps under
- * its data dir (mode 0700: out of the slot uids' reach, so the server would refuse it).
- */
-export const HOST_MODE_DATA_DIR = "/tmp/slotpool-nomad/${NOMAD_ALLOC_ID}";
-
-/** raw_exec running the host's own slotpool (no image). */
-export function isHostMode(s: Pick<SandboxJobSettings, "driver" | "image">): boolean {
-  return s.driver === "raw_exec" && !s.image;
-}
-
-/**
  * Each slot's memory and disk bound from the allocation: the allocation less the server's
  * reserve, split evenly; a slot's disk (tmpfs, counted as its memory) is half its share. So
  * slots × share + reserve ≤ the allocation: slots filling their bounds stay inside it.
@@ -428,7 +420,7 @@ export function sandboxJobFromSettings(s: SandboxJobSettings): Record<string, un
         Networks: [{ DynamicPorts: [httpPort(s)] }],
         RestartPolicy: { ...RESTART_POLICY },
         ReschedulePolicy: { ...RESCHEDULE_POLICY },
-        Tasks: [task],
+        Tasks: hasCleanupTask(s) ? [task, cleanupTaskJson()] : [task],
       },
     ],
   };

@@ -29,8 +29,8 @@ export const SlotPoolConfigSchema = z
     /**
      * Interval of the /health check of every container (the second loss signal; each check's
      * timeout is min(5 s, this)). It is what notices a node that vanished without closing its
-     * sockets (power loss, a cut link, a frozen machine): with the defaults within about
-     * 2 × 2 s + 2 s, long before Nomad declares the node down (about 25 s after it stopped
+     * sockets (power loss, a cut link, a frozen machine): with the defaults after two failed
+     * checks, about 6-8 s from the loss (docs/pool.md), long before Nomad declares the node down (about 25 s after it stopped
      * heartbeating).
      */
     healthIntervalMs: z.number().int().positive().default(2_000),

@@ -1,11 +1,35 @@
 /**
  * What keeps the sandbox job's allocations from their count: placement failures (an
- * evaluation's FailedTGAllocs) and deployments, during which Nomad refuses scale calls.
+ * evaluation's FailedTGAllocs) and deployments, during which Nomad refuses scale calls; and
+ * where they may go: nodes kept out of placements.
  */
 import type { Logger } from "pino";
 import type { NomadClient } from "../nomad/client.js";
 import { sleep } from "../nomad/retry.js";
+import { SANDBOX_GROUP } from "../nomad/job.js";
 import type { Evaluation } from "../nomad/schemas.js";
+
+/** The node attribute a constraint names to keep one node out. */
+export const NODE_ID_ATTRIBUTE = "${node.unique.id}";
+
+/**
+ * The job with one `${node.unique.id} != N` constraint per node added to the sandbox group's
+ * own constraints (the job-level ones, the operator's, stay as they are). Everything else,
+ * Meta included, is unchanged: a Meta change would replace every allocation.
+ */
+export function withAvoidedNodes<J extends Record<string, unknown>>(job: J, nodes: readonly string[]): J {
+  const groups = (job["TaskGroups"] as Array<Record<string, unknown>> | undefined) ?? [];
+  return {
+    ...job,
+    TaskGroups: groups.map((g) => {
+      if (g["Name"] !== SANDBOX_GROUP) return g;
+      const own = (g["Constraints"] as Array<Record<string, unknown>> | undefined) ?? [];
+      const avoid = nodes.map((n) => ({ LTarget: NODE_ID_ATTRIBUTE, Operand: "!=", RTarget: n }));
+      const { Constraints: _dropped, ...rest } = g;
+      return own.length + avoid.length ? { ...rest, Constraints: [...own, ...avoid] } : rest;
+    }),
+  };
+}
 
 /** Deployment states in which Nomad refuses scale calls (structs.Deployment.Active()). */
 const ACTIVE_DEPLOYMENT = new Set(["running", "paused", "blocked", "unblocking", "pending", "initializing"]);

@@ -17,7 +17,7 @@ import { DEFAULT_JOB_ID, META_CREATED, META_SLOTPOOL, SANDBOX_GROUP, SANDBOX_TAS
 import { META_RUN } from "../nomad/ownership.js";
 import { NomadJobOwner } from "./nomad-job-owner.js";
 import type { AllocListStub, Evaluation, Job } from "../nomad/schemas.js";
-import { describePlacementFailure, placementAdvice, waitForDeploymentEnd } from "./nomad-placement.js";
+import { describePlacementFailure, placementAdvice, waitForDeploymentEnd, withAvoidedNodes } from "./nomad-placement.js";
 import { ProvisionerError, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 
 export { describePlacementFailure } from "./nomad-placement.js";
@@ -115,6 +115,8 @@ export class NomadProvisioner implements Provisioner {
   private failedAllocations = 0;
   /** Ownership of the job: refusal of others' jobs, the heartbeat, noticing the job is lost. */
   private readonly owner: NomadJobOwner;
+  /** The job as submitted: re-registered unchanged but for the avoided nodes (nomad-placement.ts). */
+  private spec: ReturnType<typeof sandboxJob> | undefined;
 
   constructor(options: NomadProvisionerOptions) {
     if (!Number.isInteger(options.slotsPerContainer) || options.slotsPerContainer < 1) {
@@ -177,6 +179,7 @@ export class NomadProvisioner implements Provisioner {
         ...(running?.Meta?.[META_CREATED] ? { created: running.Meta[META_CREATED] } : {}),
       });
       this.submitted = true;
+      this.spec = spec;
       if (running) {
         // Keep the running count (PreserveCounts), then set ours with the scale endpoint.
         await this.client.registerJob(spec, { preserveCounts: true, signal: this.abort.signal });
@@ -230,6 +233,22 @@ export class NomadProvisioner implements Provisioner {
     }
     this.target = count;
     this.lastPlacementCheck = 0;
+  }
+
+  /**
+   * Keeps placements off `nodes`: the job re-registered (counts preserved) with a
+   * `${node.unique.id} != N` constraint per node, nothing else changed. Nomad 1.1.2 updates
+   * allocations on other nodes in place (same allocation, no restart) and replaces only those
+   * on the avoided nodes (`nomad job plan`: "1 create/destroy update, 2 in-place update").
+   */
+  async avoidNodes(nodes: readonly string[]): Promise<void> {
+    if (this.stopping || !this.spec || this.owner.lost) return;
+    try {
+      await this.client.registerJob(withAvoidedNodes(this.spec, nodes), { preserveCounts: true, signal: this.abort.signal });
+      this.logger.info({ job: this.jobId, avoid: nodes }, "nomad provisioner: placements kept off nodes");
+    } catch (err) {
+      throw toProvisionerError(err, `keeping the job '${this.jobId}' off nodes ${nodes.join(", ")}`);
+    }
   }
 
   /**
@@ -403,7 +422,7 @@ export class NomadProvisioner implements Provisioner {
       this.events.containerStarting(t.id, t.index);
     }
     this.inspectTaskEvents(a);
-    if (t.state === "starting" && !t.reading && isAllocationRunning(a)) void this.announce(t, a);
+    if (t.state === "starting" && !t.reading && isAllocationRunning(a, SANDBOX_TASK)) void this.announce(t, a);
   }
 
   /** Reads a running allocation for its address (list stubs carry no ports) and reports it up. */

@@ -24,6 +24,11 @@ export interface Provisioner {
    * pool stops using the container either way.
    */
   replaceContainer?(id: string, reason: string): Promise<void>;
+  /**
+   * Keeps new placements off these nodes (all others allowed again): the pool lost its
+   * containers there. Optional; it must not replace containers on other nodes.
+   */
+  avoidNodes?(nodes: readonly string[]): Promise<void>;
   /** A human-readable account of what is starting and why not, for start-up errors. */
   describe?(): Promise<string>;
   /** Stops every container; `purge` also removes the job / data for good. */

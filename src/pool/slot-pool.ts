@@ -11,6 +11,7 @@ import { ProvisionerError, type ContainerGone, type Provisioner, type Provisione
 import { HealthMonitor } from "./health-monitor.js";
 import { ContainerAdmission, insertByIndex } from "./container-admission.js";
 import { ForkLeases } from "./fork-leases.js";
+import { NodeAvoidance } from "./node-avoidance.js";
 import { PoolStatistics } from "./pool-statistics.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
 import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
@@ -100,6 +101,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private readonly statistics: PoolStatistics;
   private readonly forks: ForkLeases;
   private readonly admission: ContainerAdmission;
+  /** Nodes that lost the pool's containers, kept out of new placements for a while. */
+  private readonly avoidance: NodeAvoidance;
 
   private freeCount = 0;
   private busyCount = 0;
@@ -171,6 +174,10 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
         this.onContainerUp(info);
       },
     });
+    this.avoidance = new NodeAvoidance(
+      { provisioner, logger: this.logger, liveNodes: () => this.containers.filter((c) => c.live && c.info.node !== undefined).map((c) => c.info.node!) },
+      SUSPECT_NODE_MS,
+    );
     this.forks = new ForkLeases({
       config: this.config,
       state: () => this.state,
@@ -261,6 +268,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     this.state = "stopping";
     clearInterval(this.tickTimer);
     clearInterval(this.healthTimer);
+    this.avoidance.stop();
     if (wasStarting) this.startWaiter?.reject(new PoolNotRunningError("the pool was stopped while starting"));
     this.closeAll("the pool was stopped");
     await this.scaler.stop();
@@ -557,6 +565,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     this.state = "failed";
     clearInterval(this.tickTimer);
     clearInterval(this.healthTimer);
+    this.avoidance.stop();
     this.waiters.failAll(error);
     this.logger.error({ kind: error.kind, err: error.message }, "slot pool failed: no more slots can be handed out");
     this.emit("failed", error);
@@ -613,6 +622,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     if (node === undefined || this.state !== "running") return;
     this.suspectNodes.set(node, performance.now() + SUSPECT_NODE_MS);
     for (const c of this.containers) if (c.info.node === node && c.live) this.health.suspectSibling(c, node);
+    this.avoidance.containerLost(node);
   }
 
   private nodeSuspect(c: ContainerRecord): boolean {

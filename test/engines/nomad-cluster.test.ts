@@ -139,6 +139,17 @@ describe.skipIf(skip !== undefined)(`a real three-node Nomad cluster (${skip ? `
     const node = await busiestNode(jobId);
     const hit = cluster.interruptServers(node);
     expect(hit.length).toBeGreaterThan(0);
+    // Every container of that node lost: the pool keeps new placements off it (before Nomad
+    // would notice anything: the node itself is fine).
+    const avoided = await until(
+      "the job keeps placements off the node",
+      async () => {
+        const job = (await (await fetch(`${cluster.address}/v1/job/${jobId}`)).json()) as { TaskGroups?: Array<{ Constraints?: Array<{ LTarget: string; Operand: string; RTarget: string }> | null }> };
+        return job.TaskGroups?.[0]?.Constraints?.some((c) => c.LTarget === "${node.unique.id}" && c.Operand === "!=" && c.RTarget === node.id);
+      },
+      30_000,
+    );
+    expect(avoided).toBe(true);
     const honest = await expectHonest(run, 32);
     console.log(`SIGINT of ${hit.length} servers on ${node.name}: infra failures ${JSON.stringify(honest.infra)}`);
     await expectNoJobLeft();

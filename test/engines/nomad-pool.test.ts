@@ -7,7 +7,7 @@
  * allocations, purge, and the CLI's status and jobs prune.
  */
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -192,15 +192,21 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
     expect(await bash(next, "echo again")).toBe("again");
   }, 180_000);
 
-  it("purges the job at shutdown: no job, no server left", async () => {
+  it("purges the job at shutdown: no job, no server left, no workspace files left under /tmp/slotpool-nomad", async () => {
     const { pool, jobId } = realPool({ slotsPerContainer: 1, maxContainers: 1 });
     await pool.start();
     const s = await pool.acquire({ trajectoryId: "t" });
     const alloc = s.container.id;
     expect(serverPids(alloc).length).toBeGreaterThanOrEqual(1);
+    // Files in the workspace, as a trajectory leaves them.
+    expect(await bash(s, "head -c 200000 /dev/urandom > left.bin && echo written")).toBe("written");
+    const dir = `/tmp/slotpool-nomad/${alloc}`;
+    expect(existsSync(dir)).toBe(true);
     await pool.stop({ purge: true });
     expect(await agent.client.readJob(jobId)).toBeNull();
     await until("server gone", () => (serverPids(alloc).length === 0 ? true : undefined), 40_000);
+    // The job's poststop task removed the allocation's dir once the server had stopped.
+    await until(`${dir} removed`, () => (existsSync(dir) ? undefined : true), 40_000);
   }, 120_000);
 
   it("slotpool status and slotpool jobs prune against it", async () => {

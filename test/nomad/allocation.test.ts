@@ -54,6 +54,16 @@ describe("allocation names, states and events", () => {
     expect(isAllocationTerminal(alloc({ DesiredStatus: "run", ClientStatus: "lost" }))).toBe(true);
   });
 
+  it("running, named task: a poststop task pending while the server runs does not hide it", () => {
+    const a = alloc({ DesiredStatus: "run", ClientStatus: "running", TaskStates: { "sandbox-server": { State: "running" }, "workspace-cleanup": { State: "pending" } } });
+    expect(isAllocationRunning(a, "sandbox-server")).toBe(true);
+    expect(isAllocationRunning(a)).toBe(false);
+    const starting = alloc({ DesiredStatus: "run", ClientStatus: "running", TaskStates: { "sandbox-server": { State: "pending" }, other: { State: "running" } } });
+    expect(isAllocationRunning(starting, "sandbox-server")).toBe(false);
+    // A task that reports no state yet: every task decides.
+    expect(isAllocationRunning(alloc({ DesiredStatus: "run", ClientStatus: "running", TaskStates: { t: { State: "running" } } }), "sandbox-server")).toBe(true);
+  });
+
   it("latestTaskEvents orders by exact nanosecond time across tasks and names the message", () => {
     const a = alloc({
       TaskStates: {

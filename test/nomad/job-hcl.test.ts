@@ -36,7 +36,8 @@ function ns(d: string): number {
 function hclJobToApi(parsed: Json): Json {
   const [[jobId, [job]]] = Object.entries(parsed["job"]) as [[string, Json[]]];
   const [[groupName, [group]]] = Object.entries(job!["group"]) as [[string, Json[]]];
-  const [[taskName, [task]]] = Object.entries(group!["task"]) as [[string, Json[]]];
+  const [main, ...lifecycleTasks] = Object.entries(group!["task"]) as Array<[string, Json[]]>;
+  const [taskName, [task]] = main!;
   const restart = group!["restart"][0];
   const reschedule = group!["reschedule"][0];
   const out: Json = {
@@ -70,6 +71,14 @@ function hclJobToApi(parsed: Json): Json {
             KillTimeout: ns(task!["kill_timeout"]),
             ...(task!["env"] !== undefined ? { Env: task!["env"] } : {}),
           },
+          // The host-mode cleanup (a poststop task).
+          ...lifecycleTasks.map(([name, [t]]) => ({
+            Name: name,
+            Driver: t!["driver"],
+            Lifecycle: { Hook: t!["lifecycle"][0]["hook"], Sidecar: t!["lifecycle"][0]["sidecar"] },
+            Config: t!["config"][0],
+            Resources: { CPU: t!["resources"][0]["cpu"], MemoryMB: t!["resources"][0]["memory"] },
+          })),
         ],
       },
     ],

@@ -10,6 +10,8 @@ import {
   SANDBOX_SERVER_PORT,
   SERVER_RESERVE_MB,
   SandboxJobOptionError,
+  CLEANUP_TASK,
+  HOST_MODE_DATA_DIR,
   hostSlotpoolMain,
   resolveSandboxJobOptions,
   sandboxJob,
@@ -232,6 +234,25 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     const execTask = ((exec["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!;
     expect(execTask["Driver"]).toBe("exec");
     expect(execTask["Config"]).toMatchObject({ command: "/usr/local/bin/slotpool", args: ["sandbox-server", "--slots", "4", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112"] });
+  });
+
+  it("raw_exec with the host's own slotpool: a poststop task removes the allocation's workspaces dir, never failing the allocation", () => {
+    const tasks = (j: Json) => (j["TaskGroups"] as Json[])[0]!["Tasks"] as Json[];
+    const host = tasks(sandboxJob({ driver: "raw_exec" }));
+    expect(host.map((t) => t["Name"])).toEqual(["sandbox-server", CLEANUP_TASK]);
+    expect(host[0]!["Config"]).toMatchObject({ args: expect.arrayContaining(["--data-dir", HOST_MODE_DATA_DIR]) });
+    expect(host[1]).toEqual({
+      Name: CLEANUP_TASK,
+      Driver: "raw_exec",
+      Lifecycle: { Hook: "poststop", Sidecar: false },
+      Config: { command: "/bin/sh", args: ["-c", 'rm -rf -- "$1"; exit 0', "workspace-cleanup", HOST_MODE_DATA_DIR] },
+      Resources: { CPU: 20, MemoryMB: 16 },
+    });
+    // Other drivers keep their data in the allocation dir (Nomad's GC removes it); a data dir
+    // of the operator's own is the operator's.
+    for (const options of [{}, { driver: "exec" as const }, { driver: "raw_exec" as const, image: "/srv/sbx.sif" }, { driver: "raw_exec" as const, serverArgs: ["--data-dir", "/srv/slots"] }]) {
+      expect(tasks(sandboxJob(options)).map((t) => t["Name"])).toEqual(["sandbox-server"]);
+    }
   });
 
   it("rejects bad options with a message naming the problem", () => {

@@ -43,7 +43,8 @@ describe("slotpool status from Nomad", () => {
   let pool: SlotPool;
   const jobId = `status-${process.pid}`;
   beforeAll(async () => {
-    nomad = await startNomadEmulator({ rescheduleDelayMs: -1, token: "status-acl-token" });
+    // A stopped allocation's server gets long to exit: one frozen stays "stopping" while looked at.
+    nomad = await startNomadEmulator({ rescheduleDelayMs: -1, token: "status-acl-token", killTimeoutMs: 120_000 });
     const client = new NomadClient({ address: nomad.address, token: "status-acl-token" });
     const provisioner = new NomadProvisioner({ slotsPerContainer: 2, client, job: { jobId }, blockingWaitMs: 2_000 });
     pool = new SlotPool({ slotsPerContainer: 2, minContainers: 2, maxContainers: 2, provisioner });
@@ -88,6 +89,25 @@ describe("slotpool status from Nomad", () => {
     const report = JSON.parse((await status(["--json"], { NOMAD_ADDR: nomad.address, NOMAD_TOKEN: "status-acl-token" })).stdout);
     expect(report.nomad.jobs.find((j: { id: string }) => j.id === jobId).scale.lastEvent).toBe("newest scale (count 2 → 2)");
   }, 60_000);
+
+  it("an allocation told to stop whose task still runs is shown as stopping, not running", async () => {
+    const client = new NomadClient({ address: nomad.address, token: "status-acl-token" });
+    const stoppingJob = `stopping-${process.pid}`;
+    await client.registerJob(sandboxJob({ jobId: stoppingJob, slots: 1, count: 2 }) as Parameters<NomadClient["registerJob"]>[0]);
+    const running = await nomad.waitForAllocations(stoppingJob, (as) => as.filter((a) => a["ClientStatus"] === "running").length === 2, 30_000);
+    // Its server frozen, the one scaled away ignores SIGTERM: Nomad shows DesiredStatus stop
+    // with ClientStatus running until the kill timeout, as a slow task does.
+    const highest = running.find((a) => String(a["Name"]).endsWith("[1]"))!;
+    nomad.freezeAllocation(String(highest["ID"]));
+    await client.scaleTaskGroup(stoppingJob, "sandbox", 1, { message: "scale down while a task is slow to stop" });
+    await nomad.waitForAllocations(stoppingJob, (as) => as.some((a) => a["DesiredStatus"] === "stop" && a["ClientStatus"] === "running"), 10_000);
+    const env = { NOMAD_ADDR: nomad.address, NOMAD_TOKEN: "status-acl-token" };
+    const report = JSON.parse((await status(["--json"], env)).stdout);
+    expect(report.nomad.jobs.find((j: { id: string }) => j.id === stoppingJob).allocations).toEqual({ running: 1, stopping: 1 });
+    const text = await status([], env);
+    expect(text.stdout).toMatch(/stopping 1/);
+    await client.deregisterJob(stoppingJob, { purge: true });
+  }, 90_000);
 
   it("a token Nomad denies: exit 1 with an error naming NOMAD_TOKEN, not the token", async () => {
     const r = await status([], { NOMAD_ADDR: nomad.address, NOMAD_TOKEN: "not-the-token" });

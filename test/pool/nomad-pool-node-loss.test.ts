@@ -12,6 +12,17 @@ import { bash, until, useNomadHarness } from "./support/nomad-harness.js";
 
 const h = useNomadHarness("node-test");
 
+/** The first value `probe` gives, re-asked every 100 ms. */
+async function found<T>(probe: () => T | undefined, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = probe();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`not found within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** The call's outcome and how long it took to settle. */
 async function settle(p: Promise<unknown>): Promise<{ error: unknown; ms: number }> {
   const t0 = Date.now();
@@ -78,5 +89,43 @@ describe("node failures (emulator, real sandbox servers)", () => {
     expect(retried.container.node).toBe(newNode);
     expect(retried.container.node).not.toBe(oldNode);
     expect((await bash(retried, "echo elsewhere")).output.trim()).toBe("elsewhere");
+  });
+
+  it("a node that lost all the pool's containers is kept out of placements: the replacement goes elsewhere, containers on other nodes are not replaced", async () => {
+    const { pool, jobId } = h.nomadPool({ slotsPerContainer: 1, minContainers: 2, maxContainers: 2, idleTimeoutMs: 60_000, healthIntervalMs: 60_000 });
+    await pool.start();
+    const first = await pool.acquire({ trajectoryId: "a" });
+    const nodeA = first.container.node!;
+    // The second container on node B: the pool has two failure domains.
+    await pool.release(first);
+    const nodeB = h.nomad.placeOnNewNode();
+    const onA = h.nomad.allocations(jobId).find((a) => a["NodeID"] === nodeA && a["DesiredStatus"] === "run")!;
+    const other = h.nomad.allocations(jobId).find((a) => a["ID"] !== onA["ID"] && a["DesiredStatus"] === "run")!;
+    if (other["NodeID"] === nodeA) {
+      // Both landed on A at start: move the second one to B.
+      await h.client().stopAllocation(String(other["ID"]));
+      await until(() => h.nomad.allocations(jobId).some((a) => a["NodeID"] === nodeB && a["ClientStatus"] === "running"), 20_000);
+    }
+    const onB = await found(() => h.nomad.allocations(jobId).find((a) => a["NodeID"] === nodeB && a["ClientStatus"] === "running" && a["DesiredStatus"] === "run"), 20_000);
+    await until(() => pool.stats().containers.ready === 2, 20_000);
+    // Nomad would place the replacement back on A (it does not know A is in trouble yet).
+    h.nomad.placeOnNode(nodeA);
+    await h.nomad.killAllocation(String(onA["ID"]));
+    const replacement = await found(
+      () => h.nomad.allocations(jobId).find((a) => a["ID"] !== onA["ID"] && a["ID"] !== onB["ID"] && a["DesiredStatus"] === "run" && a["ClientStatus"] === "running"),
+      30_000,
+    );
+    expect(replacement["NodeID"]).not.toBe(nodeA);
+    expect(replacement["NodeID"]).not.toBe(nodeB); // B was not where placements went: a fresh node
+    // The container on B is the same allocation, still running: updated in place, not replaced.
+    const b = h.nomad.allocations(jobId).find((a) => a["ID"] === onB["ID"])!;
+    expect([b["DesiredStatus"], b["ClientStatus"]]).toEqual(["run", "running"]);
+    // The job asks Nomad to keep off A.
+    const job = await h.client().readJob(jobId);
+    expect((job?.TaskGroups?.[0] as { Constraints?: unknown } | undefined)?.Constraints).toEqual([{ LTarget: "${node.unique.id}", Operand: "!=", RTarget: nodeA }]);
+    // Capacity is made up: two containers serve again.
+    await until(() => pool.stats().containers.ready === 2, 30_000);
+    const [x, y] = await Promise.all([pool.acquire({ trajectoryId: "x" }), pool.acquire({ trajectoryId: "y" })]);
+    expect([x!.container.node, y!.container.node]).not.toContain(nodeA);
   });
 });

@@ -24,6 +24,8 @@ export interface ClusterOptions {
   rescheduleDelayMs: number;
   /** How long a deployment stays active (jobs whose update block does create deployments). */
   deploymentMs: number;
+  /** SIGTERM to SIGKILL when an allocation is stopped (Nomad: kill_timeout). */
+  killTimeoutMs: number;
   processStartTimeoutMs: number;
   /**
    * Whether a job's datacenters may be glob patterns ("*", Nomad >= 1.6). false: like Nomad
@@ -160,7 +162,7 @@ export class EmulatedCluster {
   readonly eventLog: Array<{ Index: number; Events: EmittedEvent[] }> = [];
   delayAllocationStartMs = 0;
   imagePullFailures: ImagePullFailure[] = [];
-  nodeId = randomUUID();
+  nodeId: string = randomUUID();
   nodeName = "emulator-node-1";
   closed = false;
 
@@ -311,6 +313,16 @@ export class EmulatedCluster {
     }
     job.modifyIndex = index;
     job.jobModifyIndex = index;
+    if (existing) {
+      // Nomad: an allocation whose node no longer meets the job's constraints cannot be
+      // updated in place; it is stopped and replaced on a feasible node. The others are
+      // updated in place (same allocation, no restart).
+      for (const alloc of this.jobAllocs(job)) {
+        const g = groups.find((x) => x["Name"] === alloc.taskGroup);
+        if (isLive(alloc) && g && nodeExcluded(canonical, g, alloc.nodeId)) this.stopAllocation(alloc, "alloc is being updated due to job update");
+        else if (isLive(alloc)) alloc.jobVersion = job.version;
+      }
+    }
     job.deploymentsEnabled = createsDeployments(canonical);
     if (job.deploymentsEnabled) this.startDeployment(job, index);
     this.jobs.set(key(namespace, id), job);
@@ -472,6 +484,9 @@ export class EmulatedCluster {
   // ------------------------------------------------------------------ allocation lifecycle
 
   private place(job: EmulatedJob, group: Json, nameIndex: number, evalId: string, previous: EmulatedAllocation | undefined): EmulatedAllocation {
+    // The node placements go to is ruled out by a `${node.unique.id}` constraint: a fresh node
+    // (the emulator has room everywhere) takes them.
+    if (nodeExcluded(job.spec, group, this.nodeId)) this.placeOnNewNode();
     const tasks = (group["Tasks"] as Json[] | undefined) ?? [];
     const task = tasks[0] ?? {};
     const groupName = String(group["Name"]);
@@ -669,9 +684,10 @@ export class EmulatedCluster {
       return;
     }
     alloc.ending = true;
-    addEvent(alloc, "Killing", { DisplayMessage: "Sent interrupt. Waiting 2s before force killing", KillReason: description });
+    const grace = this.options.killTimeoutMs;
+    addEvent(alloc, "Killing", { DisplayMessage: `Sent interrupt. Waiting ${grace / 1000}s before force killing`, KillReason: description });
     this.allocChanged(alloc, "AllocationUpdated");
-    void proc.stop(2_000).then(finish, finish);
+    void proc.stop(grace).then(finish, finish);
   }
 
   /**
@@ -713,6 +729,14 @@ export class EmulatedCluster {
     this.nodeId = randomUUID();
     this.nodeName = `emulator-node-${this.nodeGeneration}`;
     return this.nodeId;
+  }
+
+  /** New placements go back to a node seen before (its NodeID), e.g. the first one. */
+  placeOnNode(nodeId: string): void {
+    const seen = [...this.allocs.values()].find((a) => a.nodeId === nodeId);
+    if (!seen) throw new Error(`emulator: no allocation was ever placed on node ${nodeId}`);
+    this.nodeId = nodeId;
+    this.nodeName = seen.nodeName;
   }
 
   /** SIGSTOP to the allocation's server: alive to the kernel (connections accepted), silent to clients. */
@@ -819,6 +843,17 @@ export function jobKey(namespace: string, id: string): string {
 }
 
 /** Neither stopped by the server nor terminal on the client. */
+/**
+ * A job's or group's `${node.unique.id}` constraints (operators "!=" and "=") rule out this
+ * node. The emulator's nodes have no other attributes: other constraints always hold.
+ */
+function nodeExcluded(job: Json, group: Json, nodeId: string): boolean {
+  const constraints = [...((job["Constraints"] as Json[] | undefined) ?? []), ...((group["Constraints"] as Json[] | undefined) ?? [])];
+  return constraints.some(
+    (c) => c["LTarget"] === "${node.unique.id}" && ((c["Operand"] === "!=" && c["RTarget"] === nodeId) || (c["Operand"] === "=" && c["RTarget"] !== nodeId)),
+  );
+}
+
 export function isLive(a: EmulatedAllocation): boolean {
   return a.desiredStatus === "run" && (a.clientStatus === "pending" || a.clientStatus === "running");
 }

@@ -49,6 +49,8 @@ export interface NomadEmulatorOptions {
   rescheduleDelayMs?: number;
   /** How long a deployment blocks scaling, for jobs whose update block creates deployments (default 3000 ms). */
   deploymentMs?: number;
+  /** How long a stopped allocation's server gets after SIGTERM before SIGKILL (default 2000 ms; Nomad: the task's kill_timeout). */
+  killTimeoutMs?: number;
   /** List jobs with their Meta on `?meta=true` (default true; false: like Nomad 1.1, which ignores it). */
   listMeta?: boolean;
   /** Datacenters may be glob patterns such as "*" (default true, Nomad >= 1.6; false: like Nomad 1.1). The node is in "dc1". */
@@ -80,6 +82,8 @@ export interface NomadEmulator {
   freezeAllocation(allocId: string): void;
   /** A second node joins and new allocations are placed there from now on; its NodeID. */
   placeOnNewNode(): string;
+  /** New placements go back to a node seen before (its NodeID). */
+  placeOnNode(nodeId: string): void;
   /** The node goes down: its allocations become `lost`, replacements start on a fresh node. */
   loseNode(): Promise<void>;
   /**
@@ -134,6 +138,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     serverArgs: options.serverArgs ?? [],
     rescheduleDelayMs: options.rescheduleDelayMs ?? 500,
     deploymentMs: options.deploymentMs ?? 3_000,
+    killTimeoutMs: options.killTimeoutMs ?? 2_000,
     processStartTimeoutMs: options.processStartTimeoutMs ?? 20_000,
     datacenterGlobs: options.datacenterGlobs ?? true,
   });
@@ -582,6 +587,7 @@ export async function startNomadEmulator(options: NomadEmulatorOptions = {}): Pr
     killAllocation: (id, signal) => cluster.killAllocation(id, signal),
     freezeAllocation: (id) => cluster.freezeAllocation(id),
     placeOnNewNode: () => cluster.placeOnNewNode(),
+    placeOnNode: (nodeId) => cluster.placeOnNode(nodeId),
     loseNode: () => cluster.loseNode(),
     failNext(endpoint, status, times = 1, message = "emulated failure") {
       injections.push({ match: endpoint, status, remaining: times, message });
