@@ -429,9 +429,15 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     return c.free.pop()!;
   }
 
+  private get stopping(): boolean {
+    return this.state === "stopping" || this.state === "stopped";
+  }
+
   private async returnSlot(record: SlotRecord, reset: boolean, trajectoryId: string): Promise<void> {
     const container = record.container;
     if (slotGone(record)) return;
+    // The pool is going away with its containers: a reset would only race their shutdown.
+    if (this.stopping) reset = false;
     if (reset) {
       record.state = "resetting";
       let failure: string | undefined;
@@ -451,8 +457,10 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       }
       if (slotGone(record)) return;
       if (failure !== undefined) {
-        // A workspace we could not clean must not reach another trajectory.
-        this.logger.warn({ slot: record.key, trajectoryId, error: failure }, "slot reset failed; taking the slot out of service");
+        // A workspace we could not clean must not reach another trajectory. A reset cut by a
+        // shutdown (the pool's, or the server's own) is expected: said, not warned about.
+        if (this.stopping || /shutting down/.test(failure)) this.logger.info({ slot: record.key, trajectoryId, reason: failure }, "slot not reset: its sandbox server is shutting down");
+        else this.logger.warn({ slot: record.key, trajectoryId, error: failure }, "slot reset failed; taking the slot out of service");
         record.state = "lost";
         record.lostReason = `reset failed: ${failure}`;
         container.busy--;
