@@ -28,6 +28,7 @@ import { isSlotLostError } from "../pool/errors.js";
 import { ToolContext } from "./tool-context.js";
 import { throwIfInfraFailure, TrajectoryInfraError, type InfraStage } from "./infra-failure.js";
 import { linkedSignal } from "./linked-signal.js";
+import { CallTally, TrajectoryInterruptedError } from "./interruption.js";
 import { rewardContext } from "./reward-calls.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
@@ -383,6 +384,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     const backend = this.tools;
     const losses: string[] = [];
     const maxAttempts = this.config.slotLossRetries + 1;
+    const calls = new CallTally(); // what an interrupted trajectory had done (all its attempts)
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {
       options.signal?.throwIfAborted();
       const link = options.signal ? linkedSignal(options.signal) : undefined; // one listener on the run's signal in all
@@ -414,8 +416,12 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           },
           // A lost slot rejects with SlotLostError, which restarts the trajectory below.
           executeTool: (call) =>
-            routeToolCall(backend.registry, call, ctx, (call) =>
-              backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) }),
+            calls.count(
+              () =>
+                routeToolCall(backend.registry, call, ctx, (call) =>
+                  backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) }),
+                ),
+              options.signal,
             ),
         });
         const { ctx: rewardCtx, calls: rewardCalls } = rewardContext(trajectoryId, backend.executor, this.config.rewardTimeoutS); // own timeout, calls recorded
@@ -440,6 +446,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         if (rewardCalls.length > 0) outcome.rewardCalls = rewardCalls;
         return outcome;
       } catch (err) {
+        if (options.signal?.aborted) throw new TrajectoryInterruptedError(calls.ran, calls.cut, { cause: err });
         throwIfInfraFailure(err, stage, trajectoryId); // logged where its group is dropped
         if (!isSlotLostError(err)) throw err;
         losses.push(err.message);

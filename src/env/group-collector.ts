@@ -3,6 +3,7 @@ import type { GroupTools } from "../tools/distributions.js";
 import type { AgentEnvConfig } from "./config.js";
 import { TrajectoryFailedError } from "./errors.js";
 import { TrajectoryInfraError, type InfraCause, type InfraFailure } from "./infra-failure.js";
+import { GroupInterruptedError, TrajectoryInterruptedError } from "./interruption.js";
 import type { Metrics } from "./metrics.js";
 import { buildScoredGroup, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 
@@ -25,6 +26,8 @@ interface GroupRound {
   infra: InfraFailure[];
   errors: string[];
   unfinished: { slotLosses: number; retries: number };
+  /** Trajectories cut by the run's signal, and their tool calls. */
+  cut: { trajectories: number; toolCallsRan: number; toolCallsCut: number };
 }
 
 /**
@@ -41,6 +44,12 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
   const common = { item, toolsets: groupTools.toolsets, infraFailures, droppedAttemptCauses };
   for (let attempt = 0; ; attempt++) {
     const round = await collectRound(host);
+    if (host.signal?.aborted) {
+      // Stopped by the run's signal: nothing is scored or written, but what ran is told.
+      infraFailures.push(...round.infra);
+      const { trajectories: cut, toolCallsRan, toolCallsCut } = round.cut;
+      throw new GroupInterruptedError({ finished: round.done, cut, toolCallsRan, toolCallsCut, infraFailures, droppedAttemptCauses }, { cause: host.signal.reason });
+    }
     let scored = round.done.filter((t) => !t.infraFailure);
     // Group scoring only for a group that would be delivered: its own scores all stand.
     let metrics: Metrics | undefined;
@@ -78,8 +87,7 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
 
 async function collectRound(host: GroupCollectorHost): Promise<GroupRound> {
   const settled = await Promise.allSettled(Array.from({ length: host.config.groupSize }, () => host.runTrajectory()));
-  host.signal?.throwIfAborted();
-  const round: GroupRound = { done: [], infra: [], errors: [], unfinished: { slotLosses: 0, retries: 0 } };
+  const round: GroupRound = { done: [], infra: [], errors: [], unfinished: { slotLosses: 0, retries: 0 }, cut: { trajectories: 0, toolCallsRan: 0, toolCallsCut: 0 } };
   for (const s of settled) {
     if (s.status === "fulfilled") {
       round.done.push(s.value);
@@ -87,6 +95,14 @@ async function collectRound(host: GroupCollectorHost): Promise<GroupRound> {
       continue;
     }
     const err = s.reason as unknown;
+    if (host.signal?.aborted && !(err instanceof TrajectoryInfraError)) {
+      round.cut.trajectories++;
+      if (err instanceof TrajectoryInterruptedError) {
+        round.cut.toolCallsRan += err.toolCallsRan;
+        round.cut.toolCallsCut += err.toolCallsCut;
+      }
+      continue;
+    }
     const message = err instanceof Error ? err.message : String(err);
     if (err instanceof TrajectoryFailedError) {
       round.unfinished.slotLosses += err.attempts;

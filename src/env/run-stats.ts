@@ -4,6 +4,7 @@ import type { ToolErrorRecord } from "../agent/agent-loop.js";
 import type { ChatCallSummary } from "../agent/chat-client.js";
 import { toolLatencyTable, type ToolLatencyRow } from "../report/tool-stats.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
+import type { GroupInterruption } from "./interruption.js";
 import { INFRA_CAUSES, INFRA_STAGES, countByCause, countByStage, type InfraCause, type InfraFailure, type InfraStage } from "./infra-failure.js";
 import type { IsolationSummary } from "./isolation.js";
 import { formatTally, tallyMetrics, type MetricTally } from "./metrics.js";
@@ -53,6 +54,11 @@ export class RunStats {
   solved = 0;
   scoreSum = 0;
   toolCalls = 0;
+  /** Tool calls the run's signal ended (or left running) in the trajectories it cut. */
+  toolCallsCut = 0;
+  /** Groups and trajectories the run's signal cut before they finished (never written). */
+  interruptedGroups = 0;
+  interruptedTrajectories = 0;
   toolErrors = 0;
   slotLosses = 0;
   /** Trajectory restarts after a slot loss (not model call retries: see modelCalls). */
@@ -106,6 +112,22 @@ export class RunStats {
       this.maskedTrajectories += outcome.masked;
     }
     for (const t of outcome.trajectories) this.addRun(t);
+  }
+
+  /**
+   * A group the run's signal cut: its infra failures and dropped tries count, and so does the
+   * work of its trajectories, finished or cut (nothing of it is written).
+   */
+  addInterrupted(i: GroupInterruption): void {
+    this.interruptedGroups++;
+    for (const f of i.infraFailures) this.addInfraFailure(f);
+    this.droppedAttempts += i.droppedAttemptCauses.length;
+    for (const c of i.droppedAttemptCauses) this.droppedAttemptCauses[c]++;
+    for (const t of i.finished) this.addRun(t);
+    this.unwrittenTrajectories += i.finished.length;
+    this.interruptedTrajectories += i.cut;
+    this.toolCalls += i.toolCallsRan;
+    this.toolCallsCut += i.toolCallsCut;
   }
 
   /** A made group that is not delivered (same scores, size, token length, refused by the trainer). */

@@ -35,7 +35,7 @@ export async function createToolBackend(config: ToolBackendConfig, options: Tool
   const logger = options.logger ?? silentLogger();
   // The pool's own fields; where its containers run is the provisioner's business.
   const { provisioner: _where, dataDir: _dataDir, nomad: _nomad, ...poolConfig } = config.pool;
-  const provisioner = options.provisioner ?? (await createProvisioner(config.pool, serverNetworkArgs(config), logger));
+  const provisioner = options.provisioner ?? (await createProvisioner(config.pool, config.executor.allowNetwork, logger));
   const pool = new SlotPool({
     parsedConfig: poolConfig,
     provisioner,
@@ -68,21 +68,8 @@ export async function createToolBackend(config: ToolBackendConfig, options: Tool
   };
 }
 
-/**
- * The local sandbox servers pre-warm each slot's namespace for the executor's network
- * setting (the one its calls send), not for the servers' default (network on, which also
- * applies to template builds and stays as it is). Before, with the executor's default (off),
- * every fresh slot's first call built a no-network namespace from scratch (perf, issue 22:
- * first call of a fresh trajectory 19 ms p50 instead of ≈ 7), and each slot kept a
- * network-on namespace and its slirp4netns that no call used. Not passed to Nomad jobs: an
- * image built before this flag would refuse it (add it to the job's serverArgs there).
- */
-function serverNetworkArgs(config: ToolBackendConfig): string[] {
-  return ["--prewarm-network", config.executor.allowNetwork ? "on" : "off"];
-}
-
 /** Loaded on demand so the local path never loads the Nomad client, and vice versa. */
-async function createProvisioner(config: PoolSettings, serverArgs: string[], logger: Logger): Promise<Provisioner> {
+async function createProvisioner(config: PoolSettings, allowNetwork: boolean, logger: Logger): Promise<Provisioner> {
   if (config.provisioner === "nomad") {
     const { NomadProvisioner } = await import("../pool/nomad-provisioner.js");
     const { shareJob, ...job } = config.nomad;
@@ -100,7 +87,10 @@ async function createProvisioner(config: PoolSettings, serverArgs: string[], log
     // The launcher waits for the server's info-level "listening" line: a quieter
     // SLOTPOOL_LOG_LEVEL inherited from the user's shell would hide it.
     env: { SLOTPOOL_LOG_LEVEL: "info" },
-    extraArgs: serverArgs,
+    // The executor's network setting: the servers pre-warm each slot's namespace for it
+    // (issue 22: else every fresh slot's first call built one from scratch) and the pool's
+    // calls default to it. Not for Nomad jobs: an image built before --prewarm-network would refuse it.
+    allowNetwork,
     ...(config.dataDir ? { baseDir: config.dataDir } : {}),
   });
 }

@@ -28,6 +28,13 @@ export interface LocalProvisionerOptions {
   baseDir?: string;
   /** Loopback address the servers bind (default 127.0.0.1). */
   host?: string;
+  /**
+   * Slots' commands may reach the network (default false: loopback only, as the executor's
+   * `allowNetwork`). The pool's calls that do not set `allow_network` get this, and the
+   * servers pre-warm each slot's namespace for it. Template builds keep the servers' own
+   * default (network where the host offers it): their setup commands are the env's, not a model's.
+   */
+  allowNetwork?: boolean;
   /** Extra `slotpool sandbox-server` flags. */
   extraArgs?: string[];
   env?: NodeJS.ProcessEnv;
@@ -63,6 +70,9 @@ export class LocalProvisioner implements Provisioner {
   get slotsPerContainer(): number {
     return this.options.slotsPerContainer;
   }
+  get allowNetwork(): boolean {
+    return this.options.allowNetwork ?? false;
+  }
   private readonly options: LocalProvisionerOptions;
   private readonly logger: Logger;
   private readonly containers = new Map<number, LocalContainer>();
@@ -84,6 +94,9 @@ export class LocalProvisioner implements Provisioner {
     const host = options.host ?? "127.0.0.1";
     if (!/^127\.\d+\.\d+\.\d+$/.test(host) && host !== "localhost" && host !== "::1") {
       throw new ProvisionerError(`LocalProvisioner: host must be a loopback address, got '${host}'`, "config");
+    }
+    if (options.allowNetwork !== undefined && typeof options.allowNetwork !== "boolean") {
+      throw new ProvisionerError(`LocalProvisioner: allowNetwork must be true or false, got ${JSON.stringify(options.allowNetwork)}`, "config");
     }
     this.options = options;
     this.logger = options.logger ?? silentLogger();
@@ -209,6 +222,15 @@ export class LocalProvisioner implements Provisioner {
     this.exiting.add(done);
   }
 
+  /**
+   * Each slot's namespace is started ahead for the network the pool's calls use (else every
+   * fresh slot's first call would build it from scratch); extraArgs naming it win.
+   */
+  private prewarmArgs(): string[] {
+    if (this.options.extraArgs?.some((a) => a === "--prewarm-network" || a.startsWith("--prewarm-network="))) return [];
+    return ["--prewarm-network", this.allowNetwork ? "on" : "off"];
+  }
+
   private async run(c: LocalContainer): Promise<void> {
     const slots = this.options.slotsPerContainer;
     let proc: SandboxProcess;
@@ -223,7 +245,7 @@ export class LocalProvisioner implements Provisioner {
         startTimeoutMs: this.options.startTimeoutMs ?? 20_000,
         // A crashed (SIGKILLed) owner must not leave its sandbox servers running.
         dieWithParent: true,
-        extraArgs: [...(c.slotUidBase !== undefined ? ["--slot-uid-base", String(c.slotUidBase)] : []), ...(this.options.extraArgs ?? [])],
+        extraArgs: [...(c.slotUidBase !== undefined ? ["--slot-uid-base", String(c.slotUidBase)] : []), ...this.prewarmArgs(), ...(this.options.extraArgs ?? [])],
         ...(this.options.env ? { env: this.options.env } : {}),
         onLog: (line) => {
           if (c.head.length < 2 && line.trim()) c.head.push(line.length > 400 ? `${line.slice(0, 400)}…` : line);

@@ -15,6 +15,11 @@ export interface Provisioner {
    * here, so it is given once; a pool told a different number refuses to be built.
    */
   readonly slotsPerContainer?: number;
+  /**
+   * The network setting its servers are prepared for (local: pre-warmed namespaces), when it
+   * has one: the pool's calls default to it, so it is given once, like the slot count.
+   */
+  readonly allowNetwork?: boolean;
   /** Starts watching / launching with `initialCount` containers; reports through `events`. */
   start(events: ProvisionerEvents, initialCount: number): Promise<void>;
   /** Sets the number of containers. One call per change; the provisioner converges to it. */

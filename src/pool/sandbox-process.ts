@@ -82,7 +82,9 @@ export async function startSandboxProcess(options: SandboxProcessOptions): Promi
     command,
     ...argv,
   ] as [string, ...string[]];
-  const child = spawn(file, rest, { env, stdio: ["ignore", "ignore", "pipe"] });
+  // Its own process group: a terminal's Ctrl-C goes to the CLI, which releases its slots and
+  // then stops its servers; reaching the servers too, it cut those releases short.
+  const child = spawn(file, rest, { env, stdio: ["ignore", "ignore", "pipe"], detached: true });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.once("exit", (code, signal) => resolve({ code, signal }));
   });

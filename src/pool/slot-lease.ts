@@ -16,6 +16,8 @@ import type { CallOptions, ContainerInfo, ForkableSlot, ForkOptions, SlotCall } 
 
 /** What a lease needs from its pool. */
 export interface LeaseHost {
+  /** What a call that does not set `allow_network` gets (the pool's default: loopback only unless asked). */
+  readonly allowNetwork: boolean;
   /** After a call failed to connect: decides (quickly) whether the container is gone. */
   confirmContainerLoss(record: SlotRecord, error: unknown): Promise<void>;
   /** Holds n free sibling slots, forks `lease` into them, hands them out (see `SlotLease.fork`). */
@@ -63,8 +65,20 @@ export class SlotLease implements ForkableSlot {
     this.lastUsed = performance.now();
   }
 
+  /**
+   * A call the server refuses (400: unknown tool, invalid arguments such as a path outside the
+   * workspace) resolves to an error result, as the executor's; a failed transport, a lost slot
+   * or any other server error still raises.
+   */
   execute(call: SlotCall, options: CallOptions = {}): Promise<ExecuteResponse> {
-    return this.use((client) => client.execute(this.request(call), options));
+    return this.use(async (client) => {
+      try {
+        return await client.execute(this.request(call), options);
+      } catch (err) {
+        if (isRefusal(err)) return refusedResult(err, call);
+        throw err;
+      }
+    });
   }
 
   executeBatch(
@@ -75,15 +89,33 @@ export class SlotLease implements ForkableSlot {
     return this.use(async (client) => {
       const requests = calls.map((c) => this.request(c));
       if (requests.length === 0) return [];
+      // The server refuses a whole batch for one bad call, before any runs: then they run one
+      // by one, in order, so each refused call gets its own error result and the others run.
+      const oneByOne = async (): Promise<ExecuteResponse[]> => {
+        const results: ExecuteResponse[] = [];
+        for (const [i, call] of calls.entries()) {
+          const r = await client.execute(requests[i]!, options).catch((e: unknown) => (isRefusal(e) ? refusedResult(e, call) : Promise.reject(e)));
+          results.push(r);
+          onResult?.(i, r);
+        }
+        return results;
+      };
       if (onResult && !SlotLease.streamUnsupported.has(client)) {
         try {
           return await client.batchStream(requests, onResult, options);
         } catch (err) {
+          if (isRefusal(err)) return oneByOne();
           if (!(err instanceof SandboxRequestError) || (err.status !== 404 && err.status !== 405)) throw err;
           SlotLease.streamUnsupported.add(client);
         }
       }
-      const results = await client.batch(requests, options);
+      let results: ExecuteResponse[];
+      try {
+        results = await client.batch(requests, options);
+      } catch (err) {
+        if (isRefusal(err)) return oneByOne();
+        throw err;
+      }
       if (onResult) results.forEach((r, i) => onResult(i, r));
       return results;
     });
@@ -139,7 +171,9 @@ export class SlotLease implements ForkableSlot {
   }
 
   private request(call: SlotCall): ExecuteRequest {
-    const req: ExecuteRequest = { slot_id: this.slotId, tool: call.tool, args: call.args };
+    // Every sandbox tool takes allow_network; without it the server's own default (network on) would apply.
+    const args = call.args["allow_network"] === undefined ? { ...call.args, allow_network: this.host.allowNetwork } : call.args;
+    const req: ExecuteRequest = { slot_id: this.slotId, tool: call.tool, args };
     if (call.execution_id !== undefined) req.execution_id = call.execution_id;
     if (call.timeout !== undefined) req.timeout = call.timeout;
     return req;
@@ -163,4 +197,25 @@ export class SlotLease implements ForkableSlot {
       this.lastUsed = performance.now();
     }
   }
+}
+
+/** The server refused the call itself (HTTP 400), as opposed to failing to run it. */
+function isRefusal(err: unknown): err is SandboxRequestError {
+  return err instanceof SandboxRequestError && err.status === 400;
+}
+
+/**
+ * A refused call as a result, in the executor's shape for the same refusal (success false,
+ * the reason in `error`, `metadata.tool_error` naming the kind, `refused` true).
+ */
+function refusedResult(err: SandboxRequestError, call: SlotCall): ExecuteResponse {
+  // The client's message is "sandbox <id> answered POST /execute with 400: <reason>"; the reason is what the caller can act on.
+  const reason = err.message.replace(/^sandbox \S+ answered \S+ \S+ with 400: /, "");
+  return {
+    success: false,
+    output: "",
+    error: reason,
+    execution_id: call.execution_id ?? null,
+    metadata: { tool_error: reason.startsWith("unknown tool") ? "UnknownToolError" : "ToolArgumentsError", refused: true },
+  };
 }

@@ -53,6 +53,12 @@ export interface SlotPoolOptions extends SlotPoolConfigInput {
    * they are, and the fields above are not given. Without it the fields are validated here.
    */
   parsedConfig?: SlotPoolConfig;
+  /**
+   * Calls that do not set `allow_network` get this (default: the provisioner's, else false:
+   * loopback only, as the executor's `allowNetwork`). Given once: a provisioner that has a
+   * setting (LocalProvisioner) and a different one here are refused.
+   */
+  allowNetwork?: boolean;
 }
 
 type PoolState = "new" | "starting" | "running" | "failed" | "stopping" | "stopped";
@@ -79,6 +85,8 @@ const FATAL_PROBLEMS = new Set(["job-gone", "job-taken"]);
  */
 export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLike, LeaseHost {
   readonly config: SlotPoolConfig;
+  /** The network setting of calls that do not name one (see `SlotPoolOptions.allowNetwork`). */
+  readonly allowNetwork: boolean;
   readonly metrics: MetricsRegistry;
   /** Which containers hold which workspace templates (affinity, one build per container). */
   readonly templates = new TemplateAffinity();
@@ -120,7 +128,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   constructor(options: SlotPoolOptions) {
     super();
-    const { provisioner, logger, metrics, createClient, parsedConfig, ...config } = options;
+    const { provisioner, logger, metrics, createClient, parsedConfig, allowNetwork, ...config } = options;
     if (!provisioner) throw new PoolError("SlotPool needs a provisioner (LocalProvisioner or NomadProvisioner)");
     // The slot count is the provisioner's (it starts the servers): taken from it when not given here.
     const provisionerSlots = provisioner.slotsPerContainer;
@@ -130,6 +138,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
         `slotsPerContainer disagrees: the ${provisioner.kind} provisioner starts containers of ${provisionerSlots} slots, the pool was told ${this.config.slotsPerContainer}; give it once, to the provisioner (the pool takes it from there)`,
       );
     }
+    this.allowNetwork = poolNetwork(provisioner, allowNetwork);
     this.provisioner = provisioner;
     this.logger = logger ?? silentLogger();
     this.on("container-lost", ({ container }) => this.templates.forget(container.id));
@@ -428,9 +437,15 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     return c.free.pop()!;
   }
 
+  private get stopping(): boolean {
+    return this.state === "stopping" || this.state === "stopped";
+  }
+
   private async returnSlot(record: SlotRecord, reset: boolean, trajectoryId: string): Promise<void> {
     const container = record.container;
     if (slotGone(record)) return;
+    // The pool is going away with its containers: a reset would only race their shutdown.
+    if (this.stopping) reset = false;
     if (reset) {
       record.state = "resetting";
       let failure: string | undefined;
@@ -450,8 +465,10 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       }
       if (slotGone(record)) return;
       if (failure !== undefined) {
-        // A workspace we could not clean must not reach another trajectory.
-        this.logger.warn({ slot: record.key, trajectoryId, error: failure }, "slot reset failed; taking the slot out of service");
+        // A workspace we could not clean must not reach another trajectory. A reset cut by a
+        // shutdown (the pool's, or the server's own) is expected: said, not warned about.
+        if (this.stopping || /shutting down/.test(failure)) this.logger.info({ slot: record.key, trajectoryId, reason: failure }, "slot not reset: its sandbox server is shutting down");
+        else this.logger.warn({ slot: record.key, trajectoryId, error: failure }, "slot reset failed; taking the slot out of service");
         record.state = "lost";
         record.lostReason = `reset failed: ${failure}`;
         container.busy--;
@@ -756,4 +773,16 @@ function slotGone(record: SlotRecord): boolean {
 
 function errorMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/** The pool's default network: given once, to the provisioner or the pool; loopback only unless asked. */
+function poolNetwork(provisioner: Provisioner, allowNetwork: unknown): boolean {
+  if (allowNetwork !== undefined && typeof allowNetwork !== "boolean") throw new SlotPoolConfigError(`allowNetwork must be true or false, got ${JSON.stringify(allowNetwork)}`);
+  const fromProvisioner = provisioner.allowNetwork;
+  if (allowNetwork !== undefined && fromProvisioner !== undefined && allowNetwork !== fromProvisioner) {
+    throw new SlotPoolConfigError(
+      `allowNetwork disagrees: the ${provisioner.kind} provisioner prepares its slots for network ${fromProvisioner ? "on" : "off"}, the pool was told ${allowNetwork ? "on" : "off"}; give it once, to the provisioner (the pool takes it from there)`,
+    );
+  }
+  return allowNetwork ?? fromProvisioner ?? false;
 }

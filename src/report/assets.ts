@@ -17,11 +17,14 @@ main{padding:0 24px 40px}
 .card{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:6px 12px;min-width:110px}
 .card b{display:block;font-size:18px}
 .card span{color:var(--muted);font-size:12px}
-.panels{display:grid;grid-template-columns:repeat(auto-fit,minmax(320px,1fr));gap:12px}
-.panel{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:8px 12px;overflow:auto;max-height:320px}
+.panels{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,480px),1fr));grid-auto-flow:dense;gap:12px}
+.panel{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:8px 12px;overflow:auto;min-width:0}
+.panel.wide{grid-column:1/-1}
+.panel .errlines{max-height:300px;overflow:auto}
 .panel h2{margin-top:4px}
 table{border-collapse:collapse;width:100%}
-td,th{padding:2px 8px;text-align:left;border-bottom:1px solid var(--line);white-space:nowrap}
+td,th{padding:2px 8px;text-align:left;border-bottom:1px solid var(--line);overflow-wrap:anywhere}
+th,td.num,td.key{white-space:nowrap}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .hist{display:flex;align-items:flex-end;gap:4px;height:120px;padding-top:14px}
 .bar{flex:1;display:flex;flex-direction:column;justify-content:flex-end;align-items:center;height:100%;cursor:pointer;border:0;background:none;padding:0;font:inherit}

@@ -156,7 +156,7 @@ class Renderer {
           `<tr><td class="num">${formatMs(c.durationMs!)}</td><td>${escapeHtml(c.tool)}</td><td><a href="#${c.trajectory}">${escapeHtml(c.trajectory)}</a> turn ${c.turn}</td><td>${escapeHtml(oneLine(c.arguments, 60))}</td></tr>`,
       )
       .join("");
-    return `<div class="panel"><h2>Slowest tool calls</h2><table><tbody>${rows}</tbody></table></div>`;
+    return `<div class="panel wide"><h2>Slowest tool calls</h2><table><tbody>${rows}</tbody></table></div>`;
   }
 
   /** The env's custom metrics (per trajectory and per group): mean, min, max over the file. */
@@ -171,11 +171,11 @@ class Renderer {
   private runPanel(): string {
     const run = this.model.run;
     if (!run) return "";
-    const rows = run.rows.map(([k, v]) => `<tr><td>${escapeHtml(k)}</td><td>${escapeHtml(v)}</td></tr>`).join("");
+    const rows = run.rows.map(([k, v]) => `<tr><td class="key">${escapeHtml(k)}</td><td>${escapeHtml(v)}</td></tr>`).join("");
     const failures = run.failures.length
       ? `<h2>Failed groups (not in the JSONL)</h2><ul class="errlines">${run.failures.map((f) => `<li>${escapeHtml(f)}</li>`).join("")}</ul>`
       : "";
-    return `<div class="panel"><h2>Run</h2><table><tbody>${rows}</tbody></table>${failures}</div>`;
+    return `<div class="panel wide"><h2>Run</h2><table><tbody>${rows}</tbody></table>${failures}</div>`;
   }
 
   private skippedPanel(): string {

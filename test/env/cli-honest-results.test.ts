@@ -349,7 +349,7 @@ describe("exit codes", () => {
       expect(r.code, `${cases[i]![0].join(" ")}: ${r.stderr}`).toBe(2);
       expect(r.stderr).toContain(cases[i]![1]);
       expect(r.stderr).not.toContain("provisioner…"); // no pool was started ("starting X on the local provisioner…")
-      expect(r.ms).toBeLessThan(15_000); // no spin (/proc/nope used to run for ten minutes)
+      expect(r.ms).toBeLessThan(60_000); // no spin (/proc/nope used to run for ten minutes); many CLIs at once on a loaded 2-core box took 20 s
     });
   }, 60_000);
 

@@ -21,6 +21,8 @@ afterAll(async () => {
 describe("createToolBackend and the servers' default network", () => {
   it("without allowNetwork every slot is pre-warmed with network off, the setting the executor's calls send", async () => {
     await waitForWarmPool(backend.pool, 30_000);
+    // The pool's own calls default to the same setting (one network default per layer).
+    expect(backend.pool.allowNetwork).toBe(false);
     for (const c of backend.pool.containerList()) {
       const slots = ((await (await fetch(`${c.url}/slots`, { headers: c.token ? { authorization: `Bearer ${c.token}` } : {} })).json()) as { slots: Array<{ warm_network?: string }> }).slots;
       expect(slots.map((s) => s.warm_network)).toEqual(slots.map(() => "off"));

@@ -129,6 +129,38 @@ describe("the HTML report in a real browser", () => {
     await page.close();
   }, 120_000);
 
+  it("at a 1400 px wide window no panel is clipped: every panel shows its whole content, none reaches past the window; tiles for failed groups and infra failures", async () => {
+    const out = join(dir, "wide.jsonl");
+    const r = await runCli(["process", "examples/shell-tasks/env.ts", "--out", out, "--groups", "4", "--group-size", "2", "--no-progress"]);
+    expect(r.code, r.stderr).toBe(0);
+    const { page, errors } = await openReport(pathToFileURL(join(dir, "wide.html")).href);
+    for (const width of [1400, 1280]) {
+      await page.setViewportSize({ width, height: 900 });
+      const layout = await page.evaluate(() => ({
+        page: document.documentElement.scrollWidth,
+        panels: Array.from(document.querySelectorAll<HTMLElement>(".panel")).map((p) => ({
+          title: p.querySelector("h2")?.textContent ?? "",
+          overflowX: p.scrollWidth - p.clientWidth,
+          overflowY: p.scrollHeight - p.clientHeight,
+          right: p.getBoundingClientRect().right,
+        })),
+      }));
+      expect(layout.page, `page wider than the ${width} px window`).toBeLessThanOrEqual(width);
+      expect(layout.panels.map((p) => p.title)).toEqual(["Scores (click a bar to filter)", "Tools, slowest first", "Slowest tool calls", "Run"]);
+      for (const p of layout.panels) {
+        expect(p.overflowX, `${p.title} at ${width} px: content cut horizontally`).toBeLessThanOrEqual(1);
+        expect(p.overflowY, `${p.title} at ${width} px: content cut vertically`).toBeLessThanOrEqual(1);
+        expect(p.right, `${p.title} at ${width} px`).toBeLessThanOrEqual(width);
+      }
+    }
+    await page.screenshot({ path: join(ARTIFACTS, "report-1400.png"), fullPage: true });
+    const tiles = await page.locator(".card span").allTextContents();
+    expect(tiles).toContain("failed groups (not in the file)");
+    expect(tiles).toContain("infra failures (not scored)");
+    expect(errors).toEqual([]);
+    await page.close();
+  }, 120_000);
+
   it("a model run with failing tool calls and hostile output: errors highlighted and filterable, no script runs, HTML shows as text", async () => {
     const provisioner = new LocalProvisioner({ slotsPerContainer: 4 });
     backend = await poolBackend(AgentEnvConfigSchema.parse({ pool: { slotsPerContainer: 4, minContainers: 1, maxContainers: 2, acquireTimeoutMs: 30_000 }, executor: { defaultTimeoutS: 30 } }), provisioner, silentLogger());

@@ -7,6 +7,7 @@ import { pythonJsonDumps } from "../atropos/python-json.js";
 import { writeReport } from "../../report/index.js";
 import { lineExtras } from "../rollout-extras.js";
 import { RunStats } from "../run-stats.js";
+import { GroupInterruptedError } from "../interruption.js";
 import type { GroupOutcome } from "../scored-group.js";
 import { notWritten, runRows } from "./summary.js";
 import { prepareOutputFile } from "./output-path.js";
@@ -71,8 +72,11 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
         try {
           outcome = await env.collectTrajectories(item, signal ? { signal } : {});
         } catch (err) {
-          // Interrupted: the group is abandoned, not counted; anything else is a real error.
-          if (signal?.aborted) return;
+          // Interrupted: the group is abandoned, but what it did is counted; anything else is a real error.
+          if (signal?.aborted) {
+            if (err instanceof GroupInterruptedError) stats.addInterrupted(err.interruption);
+            return;
+          }
           throw err;
         }
         stats.addGroup(outcome);
@@ -94,8 +98,10 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
         }
       }),
     );
-    // Interrupted: stop waiting for groups in flight (a hook may not heed the signal); keep what is written.
-    await (signal ? Promise.race([Promise.all(tasks), abortedSignal(signal)]) : Promise.all(tasks));
+    // Interrupted: groups in flight get a moment to stop and tell what they did (their calls end
+    // with the signal), but no more: a hook may not heed it. What is written stays.
+    const all = Promise.all(tasks);
+    await (signal ? Promise.race([all, abortedSignal(signal).then(() => Promise.race([all.catch(() => undefined), delay(INTERRUPT_SETTLE_MS)]))]) : all);
     await writes;
     if (signal?.aborted) stats.stoppedEarly ??= "interrupted";
   } finally {
@@ -110,6 +116,13 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
     result.report = { path: r.path, bytes: r.bytes };
   }
   return result;
+}
+
+/** How long groups cut by the run's signal may take to stop and be counted in the partial summary. */
+const INTERRUPT_SETTLE_MS = 5_000;
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /** Resolves when `signal` aborts (a race's way out, not an error). */

@@ -50,7 +50,7 @@ export function summaryRows(stats: RunStats, extra: Array<[string, string]> = []
     ["group attempts dropped", droppedText(stats)],
     ...modelRows(stats),
     ...stats.metricRows(),
-    ["tool calls", `${stats.toolCalls} (every finished trajectory, ${stats.delivered} or not)`],
+    ["tool calls", toolCallsText(stats)],
     ["tool errors", String(stats.toolErrors)],
     ["tool latency p50", formatMs(stats.latencyPercentile(50))],
     ["tool latency p99", formatMs(stats.latencyPercentile(99))],
@@ -96,12 +96,20 @@ function modelRows(stats: RunStats): Array<[string, string]> {
 
 function groupsText(stats: RunStats): string {
   const dropped = stats.droppedGroups ? `, ${stats.droppedGroups} of them dropped for infra failures` : "";
-  return `${stats.groups} made: ${stats.sentGroups} ${stats.delivered}, ${stats.failedGroups} failed${dropped}, ${stats.filteredGroups} filtered`;
+  const cut = stats.interruptedGroups ? `; ${stats.interruptedGroups} more cut by the interrupt` : "";
+  return `${stats.groups} made: ${stats.sentGroups} ${stats.delivered}, ${stats.failedGroups} failed${dropped}, ${stats.filteredGroups} filtered${cut}`;
 }
 
 function trajectoriesText(stats: RunStats): string {
-  const unwritten = stats.unwrittenTrajectories ? ` · ${stats.unwrittenTrajectories} more finished in failed or filtered groups, not ${stats.delivered} nor counted below` : "";
-  return `${stats.trajectories} ${stats.delivered}${unwritten}`;
+  const where = stats.interruptedGroups ? "failed, filtered or interrupted" : "failed or filtered";
+  const unwritten = stats.unwrittenTrajectories ? ` · ${stats.unwrittenTrajectories} more finished in ${where} groups, not ${stats.delivered} nor counted below` : "";
+  const cut = stats.interruptedTrajectories ? ` · ${stats.interruptedTrajectories} cut by the interrupt before they finished` : "";
+  return `${stats.trajectories} ${stats.delivered}${unwritten}${cut}`;
+}
+
+function toolCallsText(stats: RunStats): string {
+  if (!stats.interruptedGroups) return `${stats.toolCalls} (every finished trajectory, ${stats.delivered} or not)`;
+  return `${stats.toolCalls} ran (every trajectory, ${stats.delivered} or not, those cut by the interrupt included) · ${stats.toolCallsCut} cut by the interrupt while running`;
 }
 
 function successText(stats: RunStats): string {
