@@ -6,6 +6,7 @@ import type { ProcessEvent, ProcessInfo } from "../../protocol/process-session.j
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
 import { SHIMS_DIR, userShimArgs } from "../isolation/user-shims.js";
 import { networkWrapped, startSlirp } from "../isolation/session-network.js";
+import { NetnsHolder, probeSharedNetns, type SharedNetnsTools } from "../isolation/slot-netns.js";
 import { filterArgs, sendFilter } from "../isolation/seccomp.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
@@ -20,8 +21,10 @@ import type { Slot } from "../core/slot.js";
  * running while other commands run, take stdin and signals. So each session is a bubblewrap
  * sandbox of its own, with the slot's isolation (its uid and cgroups, the same read-only
  * system view, the slot's workspace at /workspace, the slot's /tmp where the slot has a
- * bounded disk) and the same hard rlimits, its network namespace loopback-only. A reset
- * of the slot kills every session first (`killSlot`, a barrier like the reset's own).
+ * bounded disk) and the same hard rlimits. All sessions of a slot share one network
+ * namespace (slot-netns.ts: loopback only, or the slot's internet with network on), so a
+ * server one of them starts on 127.0.0.1 answers the others. A reset of the slot kills
+ * every session first, then that namespace (`killSlot`, a barrier like the reset's own).
  */
 
 export interface SessionListener {
@@ -259,8 +262,10 @@ interface Launched {
   alias: string | undefined;
   network: boolean;
   spec: NodeJS.WritableStream;
-  /** Resolves once stdin belongs to the program (network on: after the namespace's "go"). */
+  /** Resolves once stdin belongs to the program (after the namespace's "go"). */
   stdinReady: Promise<void>;
+  /** The slot's shared network namespace it joins (none: a namespace of its own). */
+  holder: NetnsHolder | undefined;
 }
 
 export class ProcessSessions {
@@ -274,8 +279,37 @@ export class ProcessSessions {
   /** Slots whose mounts are changing (reset, fork): nothing is started ahead until afterReset. */
   private readonly held = new Map<number, { settled: Promise<void>; settle: () => void }>();
   private closed = false;
+  /** The slots' shared network namespaces, by `${slot index}:${network on}`. */
+  private readonly holders = new Map<string, NetnsHolder>();
+  /** How sessions share their slot's network namespace; undefined: each has its own (a tool is missing, `netnsReason` says which). */
+  readonly netnsTools: SharedNetnsTools | undefined;
+  readonly netnsReason: string | undefined;
 
-  constructor(private readonly host: SlotHost) {}
+  constructor(private readonly host: SlotHost) {
+    const probe = probeSharedNetns();
+    this.netnsTools = "tools" in probe ? probe.tools : undefined;
+    this.netnsReason = "reason" in probe ? probe.reason : undefined;
+    if (this.netnsReason) host.logger.warn({ reason: this.netnsReason }, "process sessions: each gets a network namespace of its own (a server one starts on 127.0.0.1 is not reachable from the others)");
+  }
+
+  /** The slot's shared network namespace for `network`, started when missing or dead. */
+  private holder(slot: Slot, network: boolean, tools: SharedNetnsTools): NetnsHolder {
+    const key = `${slot.index}:${network}`;
+    let h = this.holders.get(key);
+    if (!h || !h.alive) {
+      const internet = network ? this.host.internetAccess : undefined;
+      h = new NetnsHolder(tools, internet, slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : undefined, (pid) => this.host.cgroups.place(slot.index, pid));
+      this.holders.set(key, h);
+    }
+    return h;
+  }
+
+  /** Ends the slot's shared network namespaces (after its sessions: nothing is left listening). */
+  private async stopHolders(slot: Slot): Promise<void> {
+    const mine = [...this.holders.entries()].filter(([k]) => k.startsWith(`${slot.index}:`));
+    for (const [k] of mine) this.holders.delete(k);
+    await Promise.all(mine.map(([, h]) => h.stop()));
+  }
 
   private sessions(slot: Slot): Map<number, Session> {
     let m = this.bySlot.get(slot.index);
@@ -292,6 +326,8 @@ export class ProcessSessions {
   private launch(slot: Slot, alias: string | undefined, network: boolean): Launched {
     const host = this.host;
     const internet = network ? host.internetAccess : undefined;
+    const tools = this.netnsTools;
+    const holder = tools ? this.holder(slot, internet !== undefined, tools) : undefined;
     const uid = slot.owner?.uid ?? process.getuid?.() ?? 0;
     const gid = slot.owner?.gid ?? process.getgid?.() ?? 0;
     const limits = host.limits;
@@ -302,23 +338,26 @@ export class ProcessSessions {
       ` 2>/dev/null; mapfile -d '' -u 4 A; exec 4<&-; cd -- "\${A[0]}" || exit 126; n=\${A[1]}; for ((i = 2; i < n + 2; i++)); do export "\${A[i]}"; done; exec "\${A[@]:2+n}"`,
     ].join("");
     const args = [
-      // Network on: the namespace unshare made (bubblewrap must not unshare it again).
-      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: internet !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot) }),
+      // In the slot's shared namespace, or (network on) the one unshare made: bubblewrap must not unshare it again.
+      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: internet !== undefined || holder !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot) }),
       // The workspace at /home/NAME: the uid is NAME there, with that home (E2B's `user`).
       ...(user ? ["--setenv", "HOME", user.home, "--setenv", "USER", user.name, "--setenv", "LOGNAME", user.name, "--setenv", "PATH", `${SANDBOX_PATH}:${SHIMS_DIR}`, ...userShimArgs(host.stateDir)] : []),
-      // Inside unshare's user namespace (where it is root): back to the slot's uid, the slot's resolver.
-      ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
+      // Inside unshare's (or the holder's) user namespace, where it is root: back to the slot's uid, the slot's resolver.
+      ...(internet || holder ? ["--uid", String(uid), "--gid", String(gid)] : []),
+      ...(internet ? ["--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(alias ? ["--bind", slot.workspaceDir, alias] : []),
       // The slots' seccomp filter, on fd 5 (3: these arguments, 4: the session's spec).
       ...filterArgs(host.bwrap.filter, SESSION_FILTER_FD),
       ...READ_ONLY_ROOT,
     ];
     const bwrapCmd = [host.bwrap.path!, "--args", "3", "--", "/bin/bash", "--noprofile", "--norc", "-c", launcher];
-    const wrapped = internet ? networkWrapped(internet, bwrapCmd) : { file: bwrapCmd[0]!, args: bwrapCmd.slice(1) };
+    const wrapped = holder && tools ? holder.wrap(tools, bwrapCmd) : internet ? networkWrapped(internet, bwrapCmd) : { file: bwrapCmd[0]!, args: bwrapCmd.slice(1) };
     const start = withoutCapabilities(wrapped.file, wrapped.args);
     const child = spawn(start.file, start.args, {
       stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", "pipe"],
-      env: internet ? { PATH: SANDBOX_PATH } : {},
+      env: internet || holder ? { PATH: SANDBOX_PATH } : {},
+      // Not the server's cwd: a shell before bubblewrap would export it (PWD).
+      cwd: "/",
       ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
     });
     // In the slot's cgroups before bwrap reads its arguments (and forks anything).
@@ -328,7 +367,18 @@ export class ProcessSessions {
     (child.stdio[3] as NodeJS.WritableStream).end(Buffer.from(args.map((a) => a + "\0").join(""), "utf8"));
     sendFilter((child.stdio as unknown as NodeJS.WritableStream[])[SESSION_FILTER_FD], host.bwrap.filter);
     let stdinReady = Promise.resolve();
-    if (internet && child.pid !== undefined) {
+    if (holder) {
+      // The sandbox joins the namespace once its holder is ready.
+      stdinReady = holder.ready.then(
+        () => void child.stdin?.write("go\n"),
+        (err: unknown) => {
+          host.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "process session: the slot's network namespace failed, session killed");
+          child.kill("SIGKILL");
+          throw err;
+        },
+      );
+      stdinReady.catch(() => undefined);
+    } else if (internet && child.pid !== undefined) {
       const pid = child.pid;
       stdinReady = startSlirp(pid, internet, uid, gid, () => child.exitCode === null && child.signalCode === null).then(
         (slirp) => {
@@ -345,7 +395,7 @@ export class ProcessSessions {
       );
       stdinReady.catch(() => undefined);
     }
-    return { child, alias, network: internet !== undefined, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady };
+    return { child, alias, network: internet !== undefined, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady, holder };
   }
 
   /** Keeps one sandbox started ahead for the slot's next command. */
@@ -404,7 +454,8 @@ export class ProcessSessions {
     const network = req.allowNetwork === true && host.effectiveNetwork(true);
     let launched = this.warm.get(slot.index);
     this.warm.delete(slot.index);
-    if (!launched || launched.alias !== req.workspaceAlias || launched.network !== network || launched.child.exitCode !== null || launched.child.signalCode !== null) {
+    const stale = (l: Launched): boolean => l.alias !== req.workspaceAlias || l.network !== network || l.child.exitCode !== null || l.child.signalCode !== null || (l.holder !== undefined && !l.holder.alive);
+    if (!launched || stale(launched)) {
       if (launched) void killLaunched(launched);
       launched = this.launch(slot, req.workspaceAlias, network);
     }
@@ -453,9 +504,11 @@ export class ProcessSessions {
   async killSlot(slot: Slot, options: { hold?: boolean } = {}): Promise<void> {
     await this.dropWarm(slot, options.hold ?? false);
     const m = this.bySlot.get(slot.index);
-    if (!m) return;
-    await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
-    m.clear();
+    if (m) {
+      await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
+      m.clear();
+    }
+    await this.stopHolders(slot);
   }
 
   /**
