@@ -88,7 +88,7 @@ function authorize(registry: SandboxRegistry, req: IncomingMessage, query: URLSe
   const id = req.headers["e2b-sandbox-id"];
   if (typeof id === "string") {
     const s = registry.get(id);
-    if (!s) throw new E2bApiError(502, `sandbox '${id}' not found: it was killed, timed out, or never existed`);
+    if (!s) throw new E2bApiError(502, `sandbox '${id}' was not found: it was killed, timed out, or never existed`);
     if (!sameString(signatureFor(s, query, op), signature)) throw new E2bApiError(401, "invalid signature for this path and operation");
     return { sandbox: s, signed: true };
   }
