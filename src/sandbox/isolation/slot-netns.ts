@@ -61,7 +61,12 @@ export class NetnsHolder {
   private exited = false;
   private readonly exit: Promise<void>;
 
-  constructor(tools: SharedNetnsTools, internet: InternetAccess | undefined, owner: { uid: number; gid: number } | undefined, place: (pid: number) => void) {
+  constructor(
+    private readonly tools: SharedNetnsTools,
+    internet: InternetAccess | undefined,
+    owner: { uid: number; gid: number } | undefined,
+    place: (pid: number) => void,
+  ) {
     const args = internet
       ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, "/bin/sh", "-c", WAIT]
       : ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", `"$1" link set lo up || exit 97; ${WAIT}`, "slotpool-netns", tools.ip];
@@ -131,9 +136,22 @@ export class NetnsHolder {
    * namespace: a shell waits for "go" on stdin (written once the holder is ready, see
    * `ready`), then becomes nsenter, which becomes bubblewrap.
    */
-  wrap(tools: SharedNetnsTools, bwrapCmd: string[]): { file: string; args: string[] } {
+  wrap(bwrapCmd: string[]): { file: string; args: string[] } {
     const gate = `read -r go && [ "$go" = go ] || exit 96; unset PWD OLDPWD; exec "$@"`;
-    return { file: "/bin/sh", args: ["-c", gate, "slotpool-join", tools.nsenter, "--user", "--net", "--preserve-credentials", `--target=${this.child.pid}`, "--", ...bwrapCmd] };
+    return { file: "/bin/sh", args: ["-c", gate, "slotpool-join", this.tools.nsenter, "--user", "--net", "--preserve-credentials", `--target=${this.child.pid}`, "--", ...bwrapCmd] };
+  }
+
+  /** Lets `child` (started with `wrap`) join once the holder is ready ("go" on its stdin); kills it if the holder fails. */
+  join(child: ChildProcess): Promise<void> {
+    const joined = this.ready.then(
+      () => void child.stdin?.write("go\n"),
+      (err: unknown) => {
+        child.kill("SIGKILL");
+        throw err;
+      },
+    );
+    joined.catch(() => undefined);
+    return joined;
   }
 
   kill(): void {
@@ -160,5 +178,38 @@ export class NetnsHolder {
     } catch {
       /* gone */
     }
+  }
+}
+
+/** Each slot's shared network namespaces (one per network setting), started on first use. */
+export class SlotNetworks {
+  private readonly holders = new Map<string, NetnsHolder>();
+  /** undefined: each session keeps a namespace of its own (`reason` says which tool is missing). */
+  readonly tools: SharedNetnsTools | undefined;
+  readonly reason: string | undefined;
+
+  constructor() {
+    const probe = probeSharedNetns();
+    this.tools = "tools" in probe ? probe.tools : undefined;
+    this.reason = "reason" in probe ? probe.reason : undefined;
+  }
+
+  /** The slot's namespace for this setting (internet: network on), started when missing or dead; undefined without the tools. */
+  holder(slot: number, internet: InternetAccess | undefined, owner: { uid: number; gid: number } | undefined, place: (pid: number) => void): NetnsHolder | undefined {
+    if (!this.tools) return undefined;
+    const key = `${slot}:${internet !== undefined}`;
+    let h = this.holders.get(key);
+    if (!h || !h.alive) {
+      h = new NetnsHolder(this.tools, internet, owner, place);
+      this.holders.set(key, h);
+    }
+    return h;
+  }
+
+  /** Ends the slot's namespaces (after its sessions: nothing is left listening). */
+  async stop(slot: number): Promise<void> {
+    const mine = [...this.holders.entries()].filter(([k]) => k.startsWith(`${slot}:`));
+    for (const [k] of mine) this.holders.delete(k);
+    await Promise.all(mine.map(([, h]) => h.stop()));
   }
 }

@@ -5,8 +5,7 @@ import { withoutCapabilities } from "../../host/mount-namespace.js";
 import type { ProcessEvent, ProcessInfo } from "../../protocol/process-session.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
 import { SHIMS_DIR, userShimArgs } from "../isolation/user-shims.js";
-import { networkWrapped, startSlirp } from "../isolation/session-network.js";
-import { NetnsHolder, probeSharedNetns, type SharedNetnsTools } from "../isolation/slot-netns.js";
+import { SlotNetworks, type NetnsHolder } from "../isolation/slot-netns.js";
 import { filterArgs, sendFilter } from "../isolation/seccomp.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
@@ -279,36 +278,12 @@ export class ProcessSessions {
   /** Slots whose mounts are changing (reset, fork): nothing is started ahead until afterReset. */
   private readonly held = new Map<number, { settled: Promise<void>; settle: () => void }>();
   private closed = false;
-  /** The slots' shared network namespaces, by `${slot index}:${network on}`. */
-  private readonly holders = new Map<string, NetnsHolder>();
-  /** How sessions share their slot's network namespace; undefined: each has its own (a tool is missing, `netnsReason` says which). */
-  readonly netnsTools: SharedNetnsTools | undefined;
-  readonly netnsReason: string | undefined;
+  /** The slots' shared network namespaces (slot-netns.ts). */
+  private readonly networks = new SlotNetworks();
 
   constructor(private readonly host: SlotHost) {
-    const probe = probeSharedNetns();
-    this.netnsTools = "tools" in probe ? probe.tools : undefined;
-    this.netnsReason = "reason" in probe ? probe.reason : undefined;
-    if (this.netnsReason) host.logger.warn({ reason: this.netnsReason }, "process sessions: each gets a network namespace of its own (a server one starts on 127.0.0.1 is not reachable from the others)");
-  }
-
-  /** The slot's shared network namespace for `network`, started when missing or dead. */
-  private holder(slot: Slot, network: boolean, tools: SharedNetnsTools): NetnsHolder {
-    const key = `${slot.index}:${network}`;
-    let h = this.holders.get(key);
-    if (!h || !h.alive) {
-      const internet = network ? this.host.internetAccess : undefined;
-      h = new NetnsHolder(tools, internet, slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : undefined, (pid) => this.host.cgroups.place(slot.index, pid));
-      this.holders.set(key, h);
-    }
-    return h;
-  }
-
-  /** Ends the slot's shared network namespaces (after its sessions: nothing is left listening). */
-  private async stopHolders(slot: Slot): Promise<void> {
-    const mine = [...this.holders.entries()].filter(([k]) => k.startsWith(`${slot.index}:`));
-    for (const [k] of mine) this.holders.delete(k);
-    await Promise.all(mine.map(([, h]) => h.stop()));
+    const why = this.networks.reason;
+    if (why) host.logger.warn({ reason: why }, "process sessions: each gets a network namespace of its own (a server one starts on 127.0.0.1 is not reachable from the others)");
   }
 
   private sessions(slot: Slot): Map<number, Session> {
@@ -326,8 +301,7 @@ export class ProcessSessions {
   private launch(slot: Slot, alias: string | undefined, network: boolean): Launched {
     const host = this.host;
     const internet = network ? host.internetAccess : undefined;
-    const tools = this.netnsTools;
-    const holder = tools ? this.holder(slot, internet !== undefined, tools) : undefined;
+    const holder = this.networks.holder(slot.index, internet, slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : undefined, (pid) => host.cgroups.place(slot.index, pid));
     const uid = slot.owner?.uid ?? process.getuid?.() ?? 0;
     const gid = slot.owner?.gid ?? process.getgid?.() ?? 0;
     const limits = host.limits;
@@ -338,24 +312,24 @@ export class ProcessSessions {
       ` 2>/dev/null; mapfile -d '' -u 4 A; exec 4<&-; cd -- "\${A[0]}" || exit 126; n=\${A[1]}; for ((i = 2; i < n + 2; i++)); do export "\${A[i]}"; done; exec "\${A[@]:2+n}"`,
     ].join("");
     const args = [
-      // In the slot's shared namespace, or (network on) the one unshare made: bubblewrap must not unshare it again.
-      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: internet !== undefined || holder !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot) }),
+      // In the slot's shared namespace (bubblewrap must not unshare it again); without one (no nsenter), loopback only.
+      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot) }),
       // The workspace at /home/NAME: the uid is NAME there, with that home (E2B's `user`).
       ...(user ? ["--setenv", "HOME", user.home, "--setenv", "USER", user.name, "--setenv", "LOGNAME", user.name, "--setenv", "PATH", `${SANDBOX_PATH}:${SHIMS_DIR}`, ...userShimArgs(host.stateDir)] : []),
-      // Inside unshare's (or the holder's) user namespace, where it is root: back to the slot's uid, the slot's resolver.
-      ...(internet || holder ? ["--uid", String(uid), "--gid", String(gid)] : []),
-      ...(internet ? ["--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
+      // Inside the holder's user namespace, where it is root: back to the slot's uid, the slot's resolver.
+      ...(holder ? ["--uid", String(uid), "--gid", String(gid)] : []),
+      ...(holder && internet ? ["--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(alias ? ["--bind", slot.workspaceDir, alias] : []),
       // The slots' seccomp filter, on fd 5 (3: these arguments, 4: the session's spec).
       ...filterArgs(host.bwrap.filter, SESSION_FILTER_FD),
       ...READ_ONLY_ROOT,
     ];
     const bwrapCmd = [host.bwrap.path!, "--args", "3", "--", "/bin/bash", "--noprofile", "--norc", "-c", launcher];
-    const wrapped = holder && tools ? holder.wrap(tools, bwrapCmd) : internet ? networkWrapped(internet, bwrapCmd) : { file: bwrapCmd[0]!, args: bwrapCmd.slice(1) };
+    const wrapped = holder ? holder.wrap(bwrapCmd) : { file: bwrapCmd[0]!, args: bwrapCmd.slice(1) };
     const start = withoutCapabilities(wrapped.file, wrapped.args);
     const child = spawn(start.file, start.args, {
       stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", "pipe"],
-      env: internet || holder ? { PATH: SANDBOX_PATH } : {},
+      env: holder ? { PATH: SANDBOX_PATH } : {},
       // Not the server's cwd: a shell before bubblewrap would export it (PWD).
       cwd: "/",
       ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
@@ -368,32 +342,9 @@ export class ProcessSessions {
     sendFilter((child.stdio as unknown as NodeJS.WritableStream[])[SESSION_FILTER_FD], host.bwrap.filter);
     let stdinReady = Promise.resolve();
     if (holder) {
-      // The sandbox joins the namespace once its holder is ready.
-      stdinReady = holder.ready.then(
-        () => void child.stdin?.write("go\n"),
-        (err: unknown) => {
-          host.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "process session: the slot's network namespace failed, session killed");
-          child.kill("SIGKILL");
-          throw err;
-        },
-      );
-      stdinReady.catch(() => undefined);
-    } else if (internet && child.pid !== undefined) {
-      const pid = child.pid;
-      stdinReady = startSlirp(pid, internet, uid, gid, () => child.exitCode === null && child.signalCode === null).then(
-        (slirp) => {
-          // slirp4netns lives as long as the session's namespace.
-          if (child.exitCode !== null || child.signalCode !== null) slirp.kill("SIGKILL");
-          else child.once("exit", () => slirp.kill("SIGKILL"));
-          child.stdin?.write("go\n");
-        },
-        (err: unknown) => {
-          host.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "process session: no network namespace, session killed");
-          child.kill("SIGKILL");
-          throw err;
-        },
-      );
-      stdinReady.catch(() => undefined);
+      // The sandbox joins the namespace once its holder is ready (killed if it fails).
+      stdinReady = holder.join(child);
+      stdinReady.catch((err: unknown) => host.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "process session: the slot's network namespace failed, session killed"));
     }
     return { child, alias, network: internet !== undefined, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady, holder };
   }
@@ -508,7 +459,7 @@ export class ProcessSessions {
       await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
       m.clear();
     }
-    await this.stopHolders(slot);
+    await this.networks.stop(slot.index);
   }
 
   /**
