@@ -125,7 +125,7 @@ export class ControlPlane {
     if (body.autoPause) throw new E2bApiError(400, "autoPause is not supported by slotpool: slots are reset, not paused");
     if (body.network !== undefined) throw new E2bApiError(400, "network rules are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)");
     if (body.volumeMounts?.length) throw new E2bApiError(400, "volume mounts are not supported by slotpool");
-    if (body.mcp !== undefined && body.mcp !== null) throw new E2bApiError(400, "MCP gateways are not supported by slotpool");
+    // \`mcp\` is accepted: the SDK starts the gateway itself, and the sandbox's \`mcp-gateway\` says there is none (user-shims.ts).
     const s = await this.options.registry.create({
       templateID: body.templateID,
       envVars: body.envVars ?? undefined,

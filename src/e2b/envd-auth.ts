@@ -18,7 +18,7 @@ export function sandboxForHeaders(registry: SandboxRegistry, headers: { get(name
   const port = headers.get("e2b-sandbox-port");
   if (port && port !== ENVD_PORT) throw new E2bApiError(502, `port ${port} of sandbox '${id}' is not reachable: slotpool serves only the sandbox API (port ${ENVD_PORT})`);
   const s = registry.get(id);
-  if (!s) throw new E2bApiError(502, `sandbox '${id}' not found: it was killed, timed out, or never existed`);
+  if (!s) throw new E2bApiError(502, `sandbox '${id}' was not found: it was killed, timed out, or never existed`);
   if (!SandboxRegistry.tokenMatches(s, headers.get("x-access-token"))) throw new E2bApiError(401, `missing or wrong X-Access-Token for sandbox '${id}'`);
   return s;
 }

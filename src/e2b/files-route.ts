@@ -89,11 +89,11 @@ function authorize(registry: SandboxRegistry, req: IncomingMessage, query: URLSe
   // A signed URL: no token header, the signature proves it was made with the token, for this path and operation.
   const exp = query.get("signature_expiration");
   if (exp !== null && !/^\d{1,12}$/.test(exp)) throw new E2bApiError(400, "signature_expiration must be a Unix time in seconds", "signature_expiration");
-  if (exp !== null && Number(exp) * 1000 < Date.now()) throw new E2bApiError(401, "the signed URL has expired");
+  if (exp !== null && Number(exp) * 1000 < Date.now()) throw new E2bApiError(401, "signature is already expired"); // envd's words, which E2B code compares
   const id = req.headers["e2b-sandbox-id"];
   if (typeof id === "string") {
     const s = registry.get(id);
-    if (!s) throw new E2bApiError(502, `sandbox '${id}' not found: it was killed, timed out, or never existed`);
+    if (!s) throw new E2bApiError(502, `sandbox '${id}' was not found: it was killed, timed out, or never existed`);
     if (!sameString(signatureFor(s, query, op), signature)) throw new E2bApiError(401, "invalid signature for this path and operation");
     return { sandbox: s, signed: true };
   }

@@ -1,4 +1,5 @@
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { IncomingMessage } from "node:http";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ProcessEvent } from "../protocol/process-session.js";
 import { Process, Signal, type ProcessSelector, type ConnectResponseSchema, type StartResponseSchema } from "./gen/process/process_pb.js";
@@ -152,6 +153,12 @@ async function pidOf(s: E2bSandbox, selector: ProcessSelector | undefined): Prom
   throw new ConnectError("process selector (pid or tag) is required", Code.InvalidArgument);
 }
 
+/**
+ * The HTTP request a Connect call came in on (set by the server's adapter): a command stream
+ * whose sandbox is killed under it drops its connection, as E2B's does when the VM goes.
+ */
+export const RAW_REQUEST = createContextKey<IncomingMessage | undefined>(undefined, { description: "the call's HTTP request" });
+
 /** Process events → envd's, with keepalives on a quiet stream; kills a started command whose deadline passed. */
 async function* relay(s: E2bSandbox, stream: ProcessStream, ctx: HandlerContext, killOnDeadline: boolean, pty: boolean): AsyncGenerator<EventResponse> {
   const keepaliveS = Number(ctx.requestHeader.get("keepalive-ping-interval")) || DEFAULT_KEEPALIVE_S;
@@ -185,8 +192,15 @@ async function* relay(s: E2bSandbox, stream: ProcessStream, ctx: HandlerContext,
       yield ev;
       if (got.value.type === "end") return;
     }
-    // The stream broke off without an end: the client was cancelled, or the slot went away.
-    if (!ctx.signal.aborted) throw new ConnectError(`the process stream of pid ${stream.pid} ended early (the sandbox's slot went away?)`, Code.Unavailable);
+    // The stream broke off without an end: the client was cancelled, or the sandbox went
+    // away (killed, timed out, its slot lost). Then the connection is dropped, as E2B's is
+    // when the VM goes: the SDKs then probe /health (502, "was not found") and raise their
+    // TimeoutError "the sandbox was killed or reached its end of life" (an `unavailable`
+    // end would read as a timeout in the JS SDK, with no probe).
+    if (!ctx.signal.aborted) {
+      if (s.processes.closed) ctx.values.get(RAW_REQUEST)?.socket.destroy();
+      throw new ConnectError(`the process stream of pid ${stream.pid} ended early (the sandbox's slot went away?)`, Code.Unavailable);
+    }
   } finally {
     ctx.signal.removeEventListener("abort", onAbort);
     stream.close();

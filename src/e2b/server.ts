@@ -14,7 +14,8 @@ import { handleFiles, type FilesLimits } from "./files-route.js";
 import { filesystemService } from "./filesystem-service.js";
 import { Filesystem } from "./gen/filesystem/filesystem_pb.js";
 import { Process } from "./gen/process/process_pb.js";
-import { processService } from "./process-service.js";
+import { processService, RAW_REQUEST } from "./process-service.js";
+import { createContextValues } from "@connectrpc/connect";
 import { SandboxRegistry, type E2bPool } from "./sandboxes.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS } from "./slot-processes.js";
 
@@ -103,6 +104,7 @@ export class E2bServer {
       },
       // Uploads go through /files; Connect messages stay small.
       readMaxBytes: 16 * 1024 * 1024,
+      contextValues: (req) => createContextValues().set(RAW_REQUEST, req),
     });
     this.server = createServer((req, res) => {
       this.handle(req, res).catch((err: unknown) => this.fail(req, res, err));

@@ -66,6 +66,11 @@ export class SlotProcesses {
   private inputBytes = 0;
   private ended = false;
 
+  /** Whether the sandbox ended (closeAll ran): its streams were torn down, not finished. */
+  get closed(): boolean {
+    return this.ended;
+  }
+
   constructor(
     private readonly slot: LeasedSlot,
     private readonly limits: SlotProcessLimits = DEFAULT_SLOT_PROCESS_LIMITS,

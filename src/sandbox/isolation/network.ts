@@ -127,6 +127,8 @@ export function probeInternet(stateDir: string, allowRanges: string[]): Internet
   const unshare = findExecutable("unshare");
   if (!slirp4netns) return { available: false, reason: "slirp4netns is not installed (Debian: apt-get install slirp4netns)" };
   if (!unshare) return { available: false, reason: "unshare (util-linux) is not installed" };
+  // A slot's process sessions join its network namespace with nsenter (slot-netns.ts).
+  if (!findExecutable("nsenter")) return { available: false, reason: "nsenter (util-linux) is not installed" };
   if (!findExecutable("ip")) return { available: false, reason: "ip (iproute2) is not installed" };
   // slirp4netns makes its tap device through /dev/net/tun (a container needs it passed in).
   if (!existsSync("/dev/net/tun")) return { available: false, reason: "/dev/net/tun is missing (a container must be given the device)" };

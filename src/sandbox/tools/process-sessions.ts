@@ -5,7 +5,7 @@ import { withoutCapabilities } from "../../host/mount-namespace.js";
 import type { ProcessEvent, ProcessInfo } from "../../protocol/process-session.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
 import { SHIMS_DIR, userShimArgs } from "../isolation/user-shims.js";
-import { networkWrapped, startSlirp } from "../isolation/session-network.js";
+import { SlotNetworks, type NetnsHolder } from "../isolation/slot-netns.js";
 import { filterArgs, sendFilter } from "../isolation/seccomp.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
@@ -21,8 +21,10 @@ import { cutOffCause, cutOffMessage } from "../core/cut-off.js";
  * running while other commands run, take stdin and signals. So each session is a bubblewrap
  * sandbox of its own, with the slot's isolation (its uid and cgroups, the same read-only
  * system view, the slot's workspace at /workspace, the slot's /tmp where the slot has a
- * bounded disk) and the same hard rlimits, its network namespace loopback-only. A reset
- * of the slot kills every session first (`killSlot`, a barrier like the reset's own).
+ * bounded disk) and the same hard rlimits. All sessions of a slot share one network
+ * namespace (slot-netns.ts: loopback only, or the slot's internet with network on), so a
+ * server one of them starts on 127.0.0.1 answers the others. A reset of the slot kills
+ * every session first, then that namespace (`killSlot`, a barrier like the reset's own).
  */
 
 export interface SessionListener {
@@ -265,8 +267,10 @@ interface Launched {
   alias: string | undefined;
   network: boolean;
   spec: NodeJS.WritableStream;
-  /** Resolves once stdin belongs to the program (network on: after the namespace's "go"). */
+  /** Resolves once stdin belongs to the program (after the namespace's "go"). */
   stdinReady: Promise<void>;
+  /** The slot's shared network namespace it joins (none: a namespace of its own). */
+  holder: NetnsHolder | undefined;
 }
 
 export class ProcessSessions {
@@ -280,8 +284,13 @@ export class ProcessSessions {
   /** Slots whose mounts are changing (reset, fork): nothing is started ahead until afterReset. */
   private readonly held = new Map<number, { settled: Promise<void>; settle: () => void }>();
   private closed = false;
+  /** The slots' shared network namespaces (slot-netns.ts). */
+  private readonly networks = new SlotNetworks();
 
-  constructor(private readonly host: SlotHost) {}
+  constructor(private readonly host: SlotHost) {
+    const why = this.networks.reason;
+    if (why) host.logger.warn({ reason: why }, "process sessions: each gets a network namespace of its own (a server one starts on 127.0.0.1 is not reachable from the others)");
+  }
 
   private sessions(slot: Slot): Map<number, Session> {
     let m = this.bySlot.get(slot.index);
@@ -298,6 +307,7 @@ export class ProcessSessions {
   private launch(slot: Slot, alias: string | undefined, network: boolean): Launched {
     const host = this.host;
     const internet = network ? host.internetAccess : undefined;
+    const holder = this.networks.holder(slot.index, internet, slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : undefined, (pid) => host.cgroups.place(slot.index, pid));
     const uid = slot.owner?.uid ?? process.getuid?.() ?? 0;
     const gid = slot.owner?.gid ?? process.getgid?.() ?? 0;
     const limits = host.limits;
@@ -308,23 +318,26 @@ export class ProcessSessions {
       ` 2>/dev/null; mapfile -d '' -u 4 A; exec 4<&-; cd -- "\${A[0]}" || exit 126; n=\${A[1]}; for ((i = 2; i < n + 2; i++)); do export "\${A[i]}"; done; exec "\${A[@]:2+n}"`,
     ].join("");
     const args = [
-      // Network on: the namespace unshare made (bubblewrap must not unshare it again).
-      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: internet !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot) }),
+      // In the slot's shared namespace (bubblewrap must not unshare it again); without one (no nsenter), loopback only.
+      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot) }),
       // The workspace at /home/NAME: the uid is NAME there, with that home (E2B's `user`).
       ...(user ? ["--setenv", "HOME", user.home, "--setenv", "USER", user.name, "--setenv", "LOGNAME", user.name, "--setenv", "PATH", `${SANDBOX_PATH}:${SHIMS_DIR}`, ...userShimArgs(host.stateDir)] : []),
-      // Inside unshare's user namespace (where it is root): back to the slot's uid, the slot's resolver.
-      ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
+      // Inside the holder's user namespace, where it is root: back to the slot's uid, the slot's resolver.
+      ...(holder ? ["--uid", String(uid), "--gid", String(gid)] : []),
+      ...(holder && internet ? ["--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(alias ? ["--bind", slot.workspaceDir, alias] : []),
       // The slots' seccomp filter, on fd 5 (3: these arguments, 4: the session's spec).
       ...filterArgs(host.bwrap.filter, SESSION_FILTER_FD),
       ...READ_ONLY_ROOT,
     ];
     const bwrapCmd = [host.bwrap.path!, "--args", "3", "--", "/bin/bash", "--noprofile", "--norc", "-c", launcher];
-    const wrapped = internet ? networkWrapped(internet, bwrapCmd) : { file: bwrapCmd[0]!, args: bwrapCmd.slice(1) };
+    const wrapped = holder ? holder.wrap(bwrapCmd) : { file: bwrapCmd[0]!, args: bwrapCmd.slice(1) };
     const start = withoutCapabilities(wrapped.file, wrapped.args);
     const child = spawn(start.file, start.args, {
       stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", "pipe"],
-      env: internet ? { PATH: SANDBOX_PATH } : {},
+      env: holder ? { PATH: SANDBOX_PATH } : {},
+      // Not the server's cwd: a shell before bubblewrap would export it (PWD).
+      cwd: "/",
       ...(slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : {}),
     });
     // In the slot's cgroups before bwrap reads its arguments (and forks anything).
@@ -334,24 +347,12 @@ export class ProcessSessions {
     (child.stdio[3] as NodeJS.WritableStream).end(Buffer.from(args.map((a) => a + "\0").join(""), "utf8"));
     sendFilter((child.stdio as unknown as NodeJS.WritableStream[])[SESSION_FILTER_FD], host.bwrap.filter);
     let stdinReady = Promise.resolve();
-    if (internet && child.pid !== undefined) {
-      const pid = child.pid;
-      stdinReady = startSlirp(pid, internet, uid, gid, () => child.exitCode === null && child.signalCode === null).then(
-        (slirp) => {
-          // slirp4netns lives as long as the session's namespace.
-          if (child.exitCode !== null || child.signalCode !== null) slirp.kill("SIGKILL");
-          else child.once("exit", () => slirp.kill("SIGKILL"));
-          child.stdin?.write("go\n");
-        },
-        (err: unknown) => {
-          host.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "process session: no network namespace, session killed");
-          child.kill("SIGKILL");
-          throw err;
-        },
-      );
-      stdinReady.catch(() => undefined);
+    if (holder) {
+      // The sandbox joins the namespace once its holder is ready (killed if it fails).
+      stdinReady = holder.join(child);
+      stdinReady.catch((err: unknown) => host.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "process session: the slot's network namespace failed, session killed"));
     }
-    return { child, alias, network: internet !== undefined, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady };
+    return { child, alias, network: internet !== undefined, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady, holder };
   }
 
   /** Keeps one sandbox started ahead for the slot's next command. */
@@ -410,7 +411,8 @@ export class ProcessSessions {
     const network = req.allowNetwork === true && host.effectiveNetwork(true);
     let launched = this.warm.get(slot.index);
     this.warm.delete(slot.index);
-    if (!launched || launched.alias !== req.workspaceAlias || launched.network !== network || launched.child.exitCode !== null || launched.child.signalCode !== null) {
+    const stale = (l: Launched): boolean => l.alias !== req.workspaceAlias || l.network !== network || l.child.exitCode !== null || l.child.signalCode !== null || (l.holder !== undefined && !l.holder.alive);
+    if (!launched || stale(launched)) {
       if (launched) void killLaunched(launched);
       launched = this.launch(slot, req.workspaceAlias, network);
     }
@@ -459,9 +461,11 @@ export class ProcessSessions {
   async killSlot(slot: Slot, options: { hold?: boolean } = {}): Promise<void> {
     await this.dropWarm(slot, options.hold ?? false);
     const m = this.bySlot.get(slot.index);
-    if (!m) return;
-    await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
-    m.clear();
+    if (m) {
+      await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
+      m.clear();
+    }
+    await this.networks.stop(slot.index);
   }
 
   /**
