@@ -36,6 +36,12 @@ const SESSION_FILTER_FD = 5;
 
 /** How long a start waits for a reset or fork of its slot to finish. */
 const BARRIER_WAIT_MS = 30_000;
+/**
+ * How long after a fork its slots' sandboxes are started ahead again (whileStopped): after
+ * the answer has left, and long enough that a fork sent right after the answer (a tree
+ * search) finds none to kill. A command arriving first starts its own (as without a warm one).
+ */
+const REWARM_AFTER_FORK_MS = 40;
 
 /** Most sessions alive at once per slot: each one is a sandbox with its own processes. */
 export const MAX_SESSIONS_PER_SLOT = 64;
@@ -422,6 +428,8 @@ export class ProcessSessions {
     const session = new Session(pid, info, child, () => sessions.delete(pid), launched.stdinReady, req.stdin);
     sessions.set(pid, session);
     this.used.set(slot.index, { alias: req.workspaceAlias, network });
+    // Something ran in the slot since its reset or fork: a fork into it must drop its contents.
+    slot.pristine = false;
     // The next command's sandbox starts now, after this one's spawn.
     setImmediate(() => this.prewarm(slot, req.workspaceAlias, network));
     return session;
@@ -469,8 +477,30 @@ export class ProcessSessions {
     try {
       return await fn();
     } finally {
-      for (const s of slots) this.afterReset(s);
+      // Starts go ahead at once; the sandboxes started ahead come a moment after the answer
+      // (each spawn stands this event loop still for milliseconds, and a tree search forks
+      // again at once: the next fork would kill them unused). See rewarmSoon.
+      for (const s of slots) {
+        this.settle(s);
+        this.rewarmSoon(s);
+      }
     }
+  }
+
+  /**
+   * afterReset's sandbox started ahead, REWARM_AFTER_FORK_MS from now, unless the slot is
+   * held again (another fork or a reset: it re-warms itself) or has one by then (a command
+   * arrived first and started the next one itself).
+   */
+  private rewarmSoon(slot: Slot): void {
+    const last = this.used.get(slot.index);
+    if (!last || this.closed) return;
+    setTimeout(() => this.prewarm(slot, last.alias, last.network), REWARM_AFTER_FORK_MS).unref();
+  }
+
+  /** Whether the slot has a sandbox started ahead (tests: a fork's re-warm is off its answer's path). */
+  hasWarm(slot: Slot): boolean {
+    return this.warm.has(slot.index);
   }
 
   async close(): Promise<void> {
