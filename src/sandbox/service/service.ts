@@ -453,7 +453,7 @@ export class SandboxService implements SlotHost {
     const parent = this.slotById(parentId);
     const children = into.map((id, i) => this.slotById(id, `into.${i}`));
     SlotForks.check(parent, children);
-    return this.processes.whileStopped([parent, ...children], () => this.forks.fork(parent, children));
+    return this.processes.whileStopped(parent, children, () => this.forks.fork(parent, children));
   }
 
   /** Starts every slot's namespace ahead of its first call, in the background, a few at a time (not 50 sandboxes at once). */

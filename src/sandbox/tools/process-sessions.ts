@@ -447,7 +447,7 @@ export class ProcessSessions {
 
   /** Kills every session of the slot and resolves once all have exited (reset, shutdown). */
   /** Kills the slot's sandbox started ahead (its mounts are about to change: fork). */
-  async dropWarm(slot: Slot, hold = false): Promise<void> {
+  async dropWarm(slot: Slot, hold = false, wait = true): Promise<void> {
     if (hold && !this.held.has(slot.index)) {
       let settle!: () => void;
       const settled = new Promise<void>((r) => (settle = r));
@@ -455,11 +455,15 @@ export class ProcessSessions {
     }
     const w = this.warm.get(slot.index);
     this.warm.delete(slot.index);
-    if (w) await killLaunched(w);
+    if (!w) return;
+    const killed = killLaunched(w);
+    if (wait) await killed;
+    else killed.catch(() => undefined);
   }
 
-  async killSlot(slot: Slot, options: { hold?: boolean } = {}): Promise<void> {
-    await this.dropWarm(slot, options.hold ?? false);
+  /** `waitWarm: false`: the sandbox started ahead is killed but its exit not waited for (it never got a command: nothing of it runs). */
+  async killSlot(slot: Slot, options: { hold?: boolean; waitWarm?: boolean } = {}): Promise<void> {
+    await this.dropWarm(slot, options.hold ?? false, options.waitWarm ?? true);
     const m = this.bySlot.get(slot.index);
     if (!m) return;
     await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
@@ -467,13 +471,17 @@ export class ProcessSessions {
   }
 
   /**
-   * Runs `fn` (a fork) with every session of `slots` ended and new starts held. Sessions bind
-   * a workspace as it is mounted when they start: the parent's would keep writing into the
-   * layer its children share, a child's sandbox started ahead would keep its old empty view.
-   * Sandboxes are started ahead again after.
+   * Runs `fn` (a fork) with every session of the parent and the children ended and new
+   * starts held. Sessions bind a workspace as it is mounted when they start: the parent's
+   * would keep writing into the layer its children share, a child's sandbox started ahead
+   * would keep its old empty view. Every session's exit is waited for, and the parent's
+   * sandbox started ahead's; a child's started-ahead sandbox is only killed (it never got a
+   * command, so nothing in it can write, and its view is the one the fork replaces: its
+   * namespace's teardown need not hold the fork). Sandboxes are started ahead again after.
    */
-  async whileStopped<T>(slots: readonly Slot[], fn: () => Promise<T>): Promise<T> {
-    await Promise.all(slots.map((s) => this.killSlot(s, { hold: true })));
+  async whileStopped<T>(parent: Slot, children: readonly Slot[], fn: () => Promise<T>): Promise<T> {
+    const slots = [parent, ...children];
+    await Promise.all(slots.map((s) => this.killSlot(s, { hold: true, waitWarm: s === parent })));
     try {
       return await fn();
     } finally {
