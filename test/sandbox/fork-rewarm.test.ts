@@ -55,7 +55,7 @@ beforeAll(async () => {
   } as unknown as SlotHost;
   sessions = new ProcessSessions(host);
   // The slot runs a session: from then on it keeps a sandbox started ahead.
-  await sessions.startWhenSettled(slot, { cmd: "/bin/true", args: [], envs: {} });
+  await sessions.startWhenSettled(slot, { cmd: "/bin/true", args: [], envs: {}, stdin: false });
   await until("the slot's sandbox started ahead", () => sessions.hasWarm(slot));
 });
 

@@ -10,6 +10,9 @@ import { filterArgs, sendFilter } from "../isolation/seccomp.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
+import { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError } from "./session-stdin.js";
+
+export { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError };
 
 /**
  * Process sessions: long-lived processes in a slot, outside its call queue (the routes are
@@ -36,43 +39,11 @@ const SESSION_FILTER_FD = 5;
 
 /** How long a start waits for a reset or fork of its slot to finish. */
 const BARRIER_WAIT_MS = 30_000;
-/**
- * How long after a fork its slots' sandboxes are started ahead again (whileStopped): after
- * the answer has left, and long enough that a fork sent right after the answer (a tree
- * search) finds none to kill. A command arriving first starts its own (as without a warm one).
- */
+/** How long after a fork its slots' sandboxes are started ahead again: after its answer (whileStopped). */
 const REWARM_AFTER_FORK_MS = 40;
 
 /** Most sessions alive at once per slot: each one is a sandbox with its own processes. */
 export const MAX_SESSIONS_PER_SLOT = 64;
-
-/**
- * Stdin bytes a session holds for its program before the program reads them (issue 28: a
- * program that never reads made the server buffer without bound). A write past it waits for
- * room (backpressure on the client's request), at most STDIN_WAIT_MS, then is refused (429).
- */
-export const MAX_STDIN_PENDING_BYTES = 8 * 1024 * 1024;
-export const STDIN_WAIT_MS = 10_000;
-
-/** A write to a session's stdin found no room in time (429, code STDIN_FULL). */
-export class StdinFullError extends HttpError {
-  override name = "StdinFullError";
-  constructor(pid: number, pending: number, why: string) {
-    super(
-      429,
-      `process ${pid} is not reading its stdin: ${pending} bytes already wait for it (the bound is ${MAX_STDIN_PENDING_BYTES} bytes) and ${why}; send more once it reads, or close its stdin`,
-      "data",
-    );
-  }
-}
-
-/** One write larger than the whole stdin bound (413, code STDIN_TOO_LARGE). */
-export class StdinTooLargeError extends HttpError {
-  override name = "StdinTooLargeError";
-  constructor(pid: number, bytes: number) {
-    super(413, `${bytes} bytes for the stdin of process ${pid} in one write; at most ${MAX_STDIN_PENDING_BYTES} bytes per write: split the data`, "data");
-  }
-}
 
 export interface SessionStart {
   cmd: string;
@@ -485,9 +456,7 @@ export class ProcessSessions {
     try {
       return await fn();
     } finally {
-      // Starts go ahead at once; the sandboxes started ahead come a moment after the answer
-      // (each spawn stands this event loop still for milliseconds, and a tree search forks
-      // again at once: the next fork would kill them unused). See rewarmSoon.
+      // Starts go ahead at once; sandboxes started ahead only after the answer (rewarmSoon).
       for (const s of slots) {
         this.settle(s);
         this.rewarmSoon(s);
@@ -496,9 +465,9 @@ export class ProcessSessions {
   }
 
   /**
-   * afterReset's sandbox started ahead, REWARM_AFTER_FORK_MS from now, unless the slot is
-   * held again (another fork or a reset: it re-warms itself) or has one by then (a command
-   * arrived first and started the next one itself).
+   * afterReset's sandbox started ahead, a moment after a fork's answer: each spawn stands this
+   * event loop still for milliseconds, and a tree search forks again at once (that fork would
+   * kill it unused). Skipped if the slot is held again by then, or has one (a command came first).
    */
   private rewarmSoon(slot: Slot): void {
     const last = this.used.get(slot.index);
