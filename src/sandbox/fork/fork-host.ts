@@ -27,7 +27,7 @@ export function forkHost(
     bwrap: BwrapProbe;
     identity(slot: Slot): { passwd: string; group: string };
   },
-  parts: { bash: BashRunner; stateful: StatefulSessions; emptyWorkspace: (slot: Slot) => Promise<void>; discard: (path: string) => void },
+  parts: { bash: BashRunner; stateful: StatefulSessions; emptyWorkspace: (slot: Slot) => Promise<void>; discard: (path: string) => void; runsSessions: (slot: Slot) => boolean },
 ): ForkHost {
   const { bash, stateful } = parts;
   return {
@@ -62,7 +62,12 @@ export function forkHost(
     stopCommandNamespaces: (slot) => bash.stopNamespaces(slot),
     commandNamespacePids: (slot) => bash.namespacePids(slot),
     reanchorCommands: (slot) => bash.reanchor(slot),
-    warm: (slot) => setImmediate(() => void bash.warm(slot)),
+    // As after a reset: a moment after the answer (a spawn stands the event loop still for
+    // milliseconds; a fork sent right after would wait for it), and not for a slot that runs
+    // process sessions (E2B: its bash namespace goes unused; ProcessSessions re-warms its own).
+    warm: (slot) => {
+      if (!parts.runsSessions(slot)) bash.warmSoon(slot);
+    },
     terminalPid: (slot) => stateful.terminalPid(slot),
     terminalState: (slot) => stateful.terminalState(slot),
     seedTerminal: (slot, state) => stateful.seed(slot, state),

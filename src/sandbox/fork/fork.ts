@@ -1,7 +1,7 @@
 // Longer than 500 lines on purpose: the parent's step, each child's preparation, switch and undo share one table of views and layers, and their order is the argument that a failed fork changes nothing; read in one file, in order.
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chownSync, mkdirSync, renameSync, rmSync } from "node:fs";
+import { chownSync, mkdirSync, renameSync, rmdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { Logger } from "pino";
@@ -86,6 +86,8 @@ interface ForkView {
   work: string;
   /** Overlays stacked on the workspace by forks (unmounted at release): 1, unless the kernel cannot mount beneath. */
   stacked: number;
+  /** Layers of views replaced while stacked beneath this one (a kernel without MOVE_MOUNT_BENEATH): released with it. */
+  retired?: Layer[];
 }
 
 /** What the fork needs from the service (implemented by SandboxService). */
@@ -317,7 +319,7 @@ export class SlotForks {
       h.logger.warn({ slot: parent.id, err: err.message }, "fork: stopping every process of the parent");
       await h.stopSlot(parent);
     }
-    if (prev) h.discard(prev.work);
+    if (prev) this.dropDir(prev.work);
     this.views.set(parent.index, next);
     h.reanchorTerminal(parent);
     // Held until every child holds its own (a child's reset during the fork cannot delete them).
@@ -413,9 +415,16 @@ export class SlotForks {
     return prep;
   }
 
-  /** Fresh from a reset (empty disk, no terminal, namespaces that ran nothing, no view): needs no reset. */
+  /**
+   * Nothing ran in the child since its reset (empty disk, no view) or since a fork switched it
+   * (a fork view with an empty upper, a template only read through it): no terminal,
+   * namespaces that ran nothing, /tmp empty. It needs no reset: its new view goes over (or
+   * in place of) its workspace on its own disk, its idle namespaces get it sealed in.
+   */
   private isFresh(child: Slot): boolean {
-    return child.pristine && !this.views.has(child.index) && this.host.templates.views.templateOf(child) === undefined;
+    if (!child.pristine) return false;
+    const views = this.host.templates.views;
+    return views.upperOf(child) === undefined && (this.views.has(child.index) || views.templateOf(child) === undefined);
   }
 
   private async dropEarly(child: Slot, early: Promise<Settled<NextDisk>> | undefined): Promise<void> {
@@ -502,6 +511,7 @@ export class SlotForks {
   private async switchTo(child: Slot, snap: Snapshot, prep: Prepared, view: PreparedView, swaps: DiskSwaps): Promise<void> {
     const h = this.host;
     const m = this.mounter!;
+    let replaced: { prev: ForkView; stacked: boolean } | undefined;
     try {
       if (prep.disk) {
         try {
@@ -517,9 +527,18 @@ export class SlotForks {
         await m.attachTop(child.index, view.mount, child.workspaceDir);
       } else {
         // Fresh: idle command namespaces get the view the way the parent's do.
-        h.logger.debug({ slot: child.id }, "fork: the child is fresh from a reset: no reset");
+        const prev = this.views.get(child.index);
+        h.logger.debug({ slot: child.id, refork: prev !== undefined }, prev ? "fork: the child received a fork and ran nothing since: its view is replaced, no reset" : "fork: the child is fresh from a reset: no reset");
         const pids = await h.commandNamespacePids(child);
-        await m.attachTop(child.index, view.mount, child.workspaceDir);
+        if (prev) {
+          // In place of its previous fork view (beneath it, as a parent's next view): the
+          // workspace stays one view deep, nothing is stopped, its disk stays.
+          const stacked = await m.attach(child.index, view.mount, child.workspaceDir);
+          this.views.delete(child.index);
+          replaced = { prev, stacked };
+        } else {
+          await m.attachTop(child.index, view.mount, child.workspaceDir);
+        }
         try {
           await Promise.all(pids.map((p, i) => m.seal(child.index + i, p, child.workspaceDir)));
           h.reanchorCommands(child);
@@ -530,9 +549,12 @@ export class SlotForks {
       }
     } catch (err) {
       this.dropTemplate(child, prep);
+      if (replaced) this.views.set(child.index, { ...replaced.prev, stacked: replaced.prev.stacked + (replaced.stacked ? 1 : 0) });
       child.outOfService = `a fork into it failed after its processes were stopped (${err instanceof Error ? err.message : String(err)})`;
       throw err;
     }
+    // The template the replaced view read (if any) is handed back before the new one is adopted.
+    if (replaced) await h.templates.detach(child);
     if (prep.template) {
       const { t, lower, handle } = prep.template;
       prep.template = undefined;
@@ -542,8 +564,24 @@ export class SlotForks {
       h.templates.adopt(child, t, lower, drop);
     }
     for (const l of snap.layers) l.refs++;
-    this.views.set(child.index, { layers: snap.layers, lowers: prep.lowers, upper: view.upper, work: view.work, stacked: 1 });
+    const next: ForkView = { layers: snap.layers, lowers: prep.lowers, upper: view.upper, work: view.work, stacked: 1 };
+    if (replaced) {
+      const { prev, stacked } = replaced;
+      if (stacked) {
+        // Still mounted beneath the new view until the slot's reset: its layers stay with it.
+        next.stacked = prev.stacked + 1;
+        next.retired = [...(prev.retired ?? []), ...prev.layers];
+      } else {
+        for (const l of [...prev.layers, ...(prev.retired ?? [])]) this.unref(l);
+        // Empty (nothing ran in the child since), on the child's disk.
+        this.dropDir(prev.upper);
+        this.dropDir(prev.work);
+      }
+    }
+    this.views.set(child.index, next);
     h.seedTerminal(child, snap.terminal);
+    // Nothing of the slot has run on its new workspace yet: a fork right after needs no reset.
+    child.pristine = true;
   }
 
   private async attachChild(child: Slot, layers: Layer[], prep: Prepared): Promise<void> {
@@ -566,6 +604,26 @@ export class SlotForks {
     view.layers = layers;
     for (const l of layers) l.refs++;
     this.views.set(child.index, view);
+  }
+
+  /**
+   * Removes an overlay's old work dir, or an upper nothing wrote to, at once (a few rmdir):
+   * `discard` spawns a process per tree, milliseconds of blocked event loop each, which on
+   * a fork into 8 children lands on its answer. Anything more than empty dirs is discarded.
+   */
+  private dropDir(dir: string): void {
+    try {
+      for (const sub of ["work", "index"]) {
+        try {
+          rmdirSync(join(dir, sub));
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+        }
+      }
+      rmdirSync(dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") this.host.discard(dir);
+    }
   }
 
   /** The layer as `reader` sees it: its handle, or (as root, another slot's uid) its id-mapped handle, made once. */
@@ -593,7 +651,7 @@ export class SlotForks {
     this.views.delete(slot.index);
     const m = this.mounter!;
     if (unmount) for (let i = 0; i < v.stacked; i++) await m.umount(slot.index, slot.workspaceDir);
-    for (const l of v.layers) this.unref(l);
+    for (const l of [...v.layers, ...(v.retired ?? [])]) this.unref(l);
     // Upper and work lie on the slot's disk, which the reset that follows replaces whole.
   }
 

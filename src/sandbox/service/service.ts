@@ -233,7 +233,7 @@ export class SandboxService implements SlotHost {
     this.disks.attachAll(this.slots);
     // After the disks: forks need each slot's disk (else they copy).
     this.forks = new SlotForks(
-      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: (slot) => this.emptyWorkspace(slot), discard: (path) => this.removal.discard(path) }),
+      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: (slot) => this.emptyWorkspace(slot), discard: (path) => this.removal.discard(path), runsSessions: (slot) => this.processes.runsSessions(slot) }),
     );
     if (this.disks.reason && unbounded === undefined) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
     // After attaching: a refused mount makes the disk bound /tmp-only, and /health says so.
@@ -443,7 +443,7 @@ export class SandboxService implements SlotHost {
     const parent = this.slotById(parentId);
     const children = into.map((id, i) => this.slotById(id, `into.${i}`));
     SlotForks.check(parent, children);
-    return this.processes.whileStopped([parent, ...children], () => this.forks.fork(parent, children));
+    return this.processes.whileStopped(parent, children, () => this.forks.fork(parent, children));
   }
 
   /** Starts every slot's namespace ahead of its first call, in the background, a few at a time (not 50 sandboxes at once). */

@@ -11,6 +11,9 @@ import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
 import { cutOffCause, cutOffMessage } from "../core/cut-off.js";
+import { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError } from "./session-stdin.js";
+
+export { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError };
 
 /**
  * Process sessions: long-lived processes in a slot, outside its call queue (the routes are
@@ -39,37 +42,11 @@ const SESSION_FILTER_FD = 5;
 
 /** How long a start waits for a reset or fork of its slot to finish. */
 const BARRIER_WAIT_MS = 30_000;
+/** How long after a fork its slots' sandboxes are started ahead again: after its answer (whileStopped). */
+const REWARM_AFTER_FORK_MS = 40;
 
 /** Most sessions alive at once per slot: each one is a sandbox with its own processes. */
 export const MAX_SESSIONS_PER_SLOT = 64;
-
-/**
- * Stdin bytes a session holds for its program before the program reads them (issue 28: a
- * program that never reads made the server buffer without bound). A write past it waits for
- * room (backpressure on the client's request), at most STDIN_WAIT_MS, then is refused (429).
- */
-export const MAX_STDIN_PENDING_BYTES = 8 * 1024 * 1024;
-export const STDIN_WAIT_MS = 10_000;
-
-/** A write to a session's stdin found no room in time (429, code STDIN_FULL). */
-export class StdinFullError extends HttpError {
-  override name = "StdinFullError";
-  constructor(pid: number, pending: number, why: string) {
-    super(
-      429,
-      `process ${pid} is not reading its stdin: ${pending} bytes already wait for it (the bound is ${MAX_STDIN_PENDING_BYTES} bytes) and ${why}; send more once it reads, or close its stdin`,
-      "data",
-    );
-  }
-}
-
-/** One write larger than the whole stdin bound (413, code STDIN_TOO_LARGE). */
-export class StdinTooLargeError extends HttpError {
-  override name = "StdinTooLargeError";
-  constructor(pid: number, bytes: number) {
-    super(413, `${bytes} bytes for the stdin of process ${pid} in one write; at most ${MAX_STDIN_PENDING_BYTES} bytes per write: split the data`, "data");
-  }
-}
 
 export interface SessionStart {
   cmd: string;
@@ -430,6 +407,8 @@ export class ProcessSessions {
     const session = new Session(pid, info, child, () => sessions.delete(pid), launched.stdinReady, req.stdin, slot.abortSignal);
     sessions.set(pid, session);
     this.used.set(slot.index, { alias: req.workspaceAlias, network });
+    // Something ran in the slot since its reset or fork: a fork into it must drop its contents.
+    slot.pristine = false;
     // The next command's sandbox starts now, after this one's spawn.
     setImmediate(() => this.prewarm(slot, req.workspaceAlias, network));
     return session;
@@ -447,7 +426,7 @@ export class ProcessSessions {
 
   /** Kills every session of the slot and resolves once all have exited (reset, shutdown). */
   /** Kills the slot's sandbox started ahead (its mounts are about to change: fork). */
-  async dropWarm(slot: Slot, hold = false): Promise<void> {
+  async dropWarm(slot: Slot, hold = false, wait = true): Promise<void> {
     if (hold && !this.held.has(slot.index)) {
       let settle!: () => void;
       const settled = new Promise<void>((r) => (settle = r));
@@ -455,11 +434,15 @@ export class ProcessSessions {
     }
     const w = this.warm.get(slot.index);
     this.warm.delete(slot.index);
-    if (w) await killLaunched(w);
+    if (!w) return;
+    const killed = killLaunched(w);
+    if (wait) await killed;
+    else killed.catch(() => undefined);
   }
 
-  async killSlot(slot: Slot, options: { hold?: boolean } = {}): Promise<void> {
-    await this.dropWarm(slot, options.hold ?? false);
+  /** `waitWarm: false`: the sandbox started ahead is killed but its exit not waited for (it never got a command: nothing of it runs). */
+  async killSlot(slot: Slot, options: { hold?: boolean; waitWarm?: boolean } = {}): Promise<void> {
+    await this.dropWarm(slot, options.hold ?? false, options.waitWarm ?? true);
     const m = this.bySlot.get(slot.index);
     if (m) {
       await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
@@ -469,18 +452,42 @@ export class ProcessSessions {
   }
 
   /**
-   * Runs `fn` (a fork) with every session of `slots` ended and new starts held. Sessions bind
-   * a workspace as it is mounted when they start: the parent's would keep writing into the
-   * layer its children share, a child's sandbox started ahead would keep its old empty view.
-   * Sandboxes are started ahead again after.
+   * Runs `fn` (a fork) with every session of the parent and the children ended and new
+   * starts held. Sessions bind a workspace as it is mounted when they start: the parent's
+   * would keep writing into the layer its children share, a child's sandbox started ahead
+   * would keep its old empty view. Every session's exit is waited for, and the parent's
+   * sandbox started ahead's; a child's started-ahead sandbox is only killed (it never got a
+   * command, so nothing in it can write, and its view is the one the fork replaces: its
+   * namespace's teardown need not hold the fork). Sandboxes are started ahead again after.
    */
-  async whileStopped<T>(slots: readonly Slot[], fn: () => Promise<T>): Promise<T> {
-    await Promise.all(slots.map((s) => this.killSlot(s, { hold: true })));
+  async whileStopped<T>(parent: Slot, children: readonly Slot[], fn: () => Promise<T>): Promise<T> {
+    const slots = [parent, ...children];
+    await Promise.all(slots.map((s) => this.killSlot(s, { hold: true, waitWarm: s === parent })));
     try {
       return await fn();
     } finally {
-      for (const s of slots) this.afterReset(s);
+      // Starts go ahead at once; sandboxes started ahead only after the answer (rewarmSoon).
+      for (const s of slots) {
+        this.settle(s);
+        this.rewarmSoon(s);
+      }
     }
+  }
+
+  /**
+   * afterReset's sandbox started ahead, a moment after a fork's answer: each spawn stands this
+   * event loop still for milliseconds, and a tree search forks again at once (that fork would
+   * kill it unused). Skipped if the slot is held again by then, or has one (a command came first).
+   */
+  private rewarmSoon(slot: Slot): void {
+    const last = this.used.get(slot.index);
+    if (!last || this.closed) return;
+    setTimeout(() => this.prewarm(slot, last.alias, last.network), REWARM_AFTER_FORK_MS).unref();
+  }
+
+  /** Whether the slot has a sandbox started ahead (tests: a fork's re-warm is off its answer's path). */
+  hasWarm(slot: Slot): boolean {
+    return this.warm.has(slot.index);
   }
 
   async close(): Promise<void> {
