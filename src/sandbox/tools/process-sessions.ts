@@ -7,6 +7,7 @@ import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.
 import { SHIMS_DIR, userShimArgs } from "../isolation/user-shims.js";
 import { networkWrapped, startSlirp } from "../isolation/session-network.js";
 import { filterArgs, sendFilter } from "../isolation/seccomp.js";
+import { SlotFreezer } from "../isolation/slot-freezer.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
@@ -274,8 +275,12 @@ export class ProcessSessions {
   /** Slots whose mounts are changing (reset, fork): nothing is started ahead until afterReset. */
   private readonly held = new Map<number, { settled: Promise<void>; settle: () => void }>();
   private closed = false;
+  /** Pause/resume of the slot's processes: the trees of its sessions and of the one started ahead. */
+  readonly freezer: SlotFreezer;
 
-  constructor(private readonly host: SlotHost) {}
+  constructor(private readonly host: SlotHost) {
+    this.freezer = new SlotFreezer(host.cgroups, (i) => [...(this.bySlot.get(i)?.values() ?? []), this.warm.get(i)].flatMap((s) => (s?.child.pid ? [s.child.pid] : [])));
+  }
 
   private sessions(slot: Slot): Map<number, Session> {
     let m = this.bySlot.get(slot.index);
@@ -397,6 +402,7 @@ export class ProcessSessions {
     const host = this.host;
     if (!host.bwrap.available || !host.bwrap.path) throw new HttpError(503, `process sessions need bubblewrap, which is unavailable here: ${host.bwrap.reason ?? "unknown reason"}`);
     if (req.workspaceAlias !== undefined && !/^\/home\/[A-Za-z0-9._-]+$/.test(req.workspaceAlias)) throw new HttpError(400, "workspace_alias must be /home/<name>", "workspace_alias");
+    if (this.freezer.isFrozen(slot.index)) throw new HttpError(409, `${slot.id} is paused: resume it (POST /processes/thaw) before starting a process`);
     const sessions = this.sessions(slot);
     if (sessions.size >= MAX_SESSIONS_PER_SLOT) throw new HttpError(429, `${slot.id} already runs ${MAX_SESSIONS_PER_SLOT} processes; wait for one to end or kill one`);
     const pid = this.nextPid.get(slot.index) ?? 1000;
@@ -437,7 +443,6 @@ export class ProcessSessions {
     return [...(this.bySlot.get(slot.index)?.values() ?? [])].map((s) => s.info);
   }
 
-  /** Kills every session of the slot and resolves once all have exited (reset, shutdown). */
   /** Kills the slot's sandbox started ahead (its mounts are about to change: fork). */
   async dropWarm(slot: Slot, hold = false): Promise<void> {
     if (hold && !this.held.has(slot.index)) {
@@ -450,7 +455,9 @@ export class ProcessSessions {
     if (w) await killLaunched(w);
   }
 
+  /** Kills every session of the slot and resolves once all have exited (reset, shutdown); a paused slot is thawed first. */
   async killSlot(slot: Slot, options: { hold?: boolean } = {}): Promise<void> {
+    await this.freezer.thaw(slot.index);
     await this.dropWarm(slot, options.hold ?? false);
     const m = this.bySlot.get(slot.index);
     if (!m) return;
