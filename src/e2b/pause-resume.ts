@@ -1,5 +1,14 @@
 import type { Logger } from "../observability/logger.js";
-import type { E2bSandbox } from "./sandboxes.js";
+import type { SlotProcesses } from "./slot-processes.js";
+
+/** What a pause or resume reads and changes of a sandbox (the registry's E2bSandbox). */
+export interface PausableSandbox {
+  readonly id: string;
+  readonly processes: Pick<SlotProcesses, "freeze" | "thaw" | "killAll">;
+  state: "running" | "paused";
+  endAt: Date;
+  timer: NodeJS.Timeout | undefined;
+}
 
 /**
  * E2B's pause and resume of one sandbox, as the registry calls them (one at a time per
@@ -10,14 +19,14 @@ import type { E2bSandbox } from "./sandboxes.js";
  * `keepMemory: false`) ends the processes instead and keeps the files. While paused the
  * sandbox's timeout does not run; a resume sets a new one from now, as E2B's does.
  */
-export class PauseResume {
+export class PauseResume<S extends PausableSandbox> {
   constructor(
     private readonly logger: Logger,
     /** (Re)starts the sandbox's timeout from its `endAt`. */
-    private readonly arm: (s: E2bSandbox) => void,
+    private readonly arm: (s: S) => void,
   ) {}
 
-  async pause(s: E2bSandbox, keepMemory: boolean): Promise<void> {
+  async pause(s: S, keepMemory: boolean): Promise<void> {
     clearTimeout(s.timer);
     // Paused before the freeze: API requests arriving meanwhile are refused, not started in a freezing slot.
     s.state = "paused";
@@ -36,7 +45,7 @@ export class PauseResume {
     }
   }
 
-  async resume(s: E2bSandbox, timeoutS: number): Promise<void> {
+  async resume(s: S, timeoutS: number): Promise<void> {
     await s.processes.thaw();
     s.state = "running";
     s.endAt = new Date(Date.now() + timeoutS * 1000);

@@ -80,7 +80,7 @@ export const BASE_TEMPLATE = "base";
 export class SandboxRegistry {
   private readonly live = new Map<string, E2bSandbox>();
   private readonly keepAlive: NodeJS.Timeout;
-  private readonly lifecycleOps: PauseResume;
+  private readonly lifecycleOps: PauseResume<E2bSandbox>;
   private closed = false;
 
   constructor(private readonly options: SandboxRegistryOptions) {
