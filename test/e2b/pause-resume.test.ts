@@ -111,6 +111,34 @@ describe.each([
     await sbx.kill();
   });
 
+  it("lifecycle onTimeout 'pause': the timeout pauses instead of killing; with autoResume a request to the sandbox's API resumes it, without it connect must", { timeout: 60_000 }, async () => {
+    const woken = await Sandbox.create({ ...h.opts, timeoutMs: 2_000, lifecycle: { onTimeout: "pause", autoResume: true } });
+    const asleep = await Sandbox.create({ ...h.opts, timeoutMs: 2_000, lifecycle: { onTimeout: "pause" } });
+    await woken.files.write("/home/user/note.txt", "still here");
+    await until(async () => (await Sandbox.getInfo(woken.sandboxId, h.opts)).state === "paused" && (await Sandbox.getInfo(asleep.sandboxId, h.opts)).state === "paused");
+    // A request to the API of the auto-resuming one wakes it (as E2B's traffic does).
+    expect(await woken.files.read("/home/user/note.txt")).toBe("still here");
+    expect((await Sandbox.getInfo(woken.sandboxId, h.opts)).state).toBe("running");
+    // The other stays paused until connect.
+    expect(await asleep.isRunning()).toBe(false);
+    expect((await Sandbox.getInfo(asleep.sandboxId, h.opts)).state).toBe("paused");
+    await asleep.connect();
+    expect(await asleep.isRunning()).toBe(true);
+    await Promise.all([woken.kill(), asleep.kill()]);
+  });
+
+  it("pause with keepMemory: false is filesystem-only: the processes end, the files stay", async () => {
+    const sbx = await Sandbox.create(h.opts);
+    await sbx.files.write("/home/user/kept.txt", "kept");
+    await sbx.commands.run("sleep 600", { background: true });
+    expect(await sbx.pause({ keepMemory: false })).toBe(true);
+    expect((await Sandbox.getInfo(sbx.sandboxId, h.opts)).state).toBe("paused");
+    await sbx.connect();
+    expect(await sbx.files.read("/home/user/kept.txt")).toBe("kept");
+    expect(await sbx.commands.list()).toEqual([]);
+    await sbx.kill();
+  });
+
   it("kill of a paused sandbox releases its slot: the next sandbox gets it, reset (no files, no processes)", { timeout: 60_000 }, async () => {
     const a = await Sandbox.create(h.opts);
     const b = await Sandbox.create(h.opts);
