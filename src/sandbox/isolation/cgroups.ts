@@ -213,7 +213,11 @@ function sweepStale(logger: Logger): void {
       const dir = join(root, name);
       try {
         for (const child of readdirSync(dir, { withFileTypes: true })) {
-          if (child.isDirectory() && procsEmpty(join(dir, child.name))) tryRmdir(join(dir, child.name));
+          if (!child.isDirectory()) continue;
+          // A slot left frozen by a dead server: its processes can only die once thawed.
+          const state = join(dir, child.name, "freezer.state");
+          if (existsSync(state)) writeFileSync(state, "THAWED");
+          if (procsEmpty(join(dir, child.name))) tryRmdir(join(dir, child.name));
         }
         if (tryRmdir(dir)) removed++;
       } catch {
