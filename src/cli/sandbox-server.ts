@@ -53,6 +53,8 @@ options:
   --no-seccomp             benchmarks only: slot processes run without the seccomp filter (docs/security-model.md);
                            /health (seccomp: "off") and the start-up line say UNFILTERED. Without it a server
                            that cannot build or install the filter refuses to start, naming why
+  --no-cgroups             no per-slot cgroups (as a non-root server runs): limits by rlimits only, pause by
+                           SIGSTOP/SIGCONT of the slot's processes instead of the freezer cgroup (testing)
   --template-budget-mb N   disk budget of workspace templates, MB; unused ones are evicted LRU above it (default 4096)
 `;
 
@@ -83,6 +85,7 @@ export async function run(argv: string[]): Promise<number> {
       "slot-uid-base": { type: "string" },
       "no-sandbox": { type: "boolean" },
       "no-seccomp": { type: "boolean" },
+      "no-cgroups": { type: "boolean" },
       "no-ptrace": { type: "boolean" },
       "allow-unsandboxed": { type: "boolean" },
       "template-budget-mb": { type: "string" },
@@ -140,6 +143,7 @@ export async function run(argv: string[]): Promise<number> {
     disableSandbox: boolFlag(flags, "no-sandbox"),
     allowUnsandboxed: boolFlag(flags, "allow-unsandboxed"),
     seccomp: boolFlag(flags, "no-seccomp") ? false : { ptrace: !boolFlag(flags, "no-ptrace") },
+    disableCgroups: boolFlag(flags, "no-cgroups"),
     templateBudgetBytes: intFlag("template-budget-mb", stringFlag(flags, "template-budget-mb"), 4096, 1) * MB,
     diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), DEFAULT_DISK_BYTES / MB, 1) * MB,
     boundWorkspace: !boolFlag(flags, "no-disk-workspace"),

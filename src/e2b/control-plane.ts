@@ -29,7 +29,9 @@ const CreateBodySchema = z.object({
   timeout: z.number().int().min(0).optional(),
   metadata: StringMap.nullish(),
   envVars: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are letters, digits and _, not starting with a digit"), z.string()).nullish(),
-  autoPause: z.boolean().optional(),
+  autoPause: z.boolean().nullish(),
+  autoPauseMemory: z.boolean().nullish(),
+  autoResume: z.object({ enabled: z.boolean() }).nullish(),
   allow_internet_access: z.boolean().nullish(),
   secure: z.boolean().optional(),
   network: z.unknown().optional(),
@@ -37,7 +39,9 @@ const CreateBodySchema = z.object({
   mcp: z.unknown().optional(),
 });
 const TimeoutBodySchema = z.object({ timeout: z.number().int().min(0) });
-const ConnectBodySchema = z.object({ timeout: z.number().int().min(0).optional() });
+const ConnectBodySchema = z.object({ timeout: z.number().int().min(0).optional(), memory: z.boolean().nullish() });
+const PauseBodySchema = z.object({ memory: z.boolean().nullish() });
+const ResumeBodySchema = z.object({ timeout: z.number().int().min(0).optional(), autoPause: z.boolean().nullish() });
 const FORK_PATH = /^\/sandboxes\/([^/]+)\/fork$/;
 const ForkBodySchema = z.object({ timeout: z.number().int().min(0).optional(), count: z.number().int().min(1).max(64).optional() });
 
@@ -59,7 +63,7 @@ export class ControlPlane {
     const unsupported = (what: string, why: string): Handler => async () => {
       throw new E2bUnsupportedError(`${what} is not supported by slotpool: ${why}`);
     };
-    const noPause = "slots are reset, not paused; a sandbox lives until its timeout or kill (see docs/e2b.md)";
+    const noSnapshots = "a paused sandbox stays in memory on its sandbox server; there is no snapshot to disk (see docs/e2b.md)";
     this.route("POST", /^\/(?:v2\/)?sandboxes$/, (req, res) => this.create(req, res))
       .route("GET", /^\/(?:v2\/)?sandboxes$/, (req, res) => this.list(req, res))
       .route("GET", /^\/sandboxes\/([^/]+)$/, async (_req, res, id) => send(res, 200, this.detail(this.options.registry.require(id))))
@@ -73,18 +77,28 @@ export class ControlPlane {
       })
       .route("POST", /^\/sandboxes\/([^/]+)\/refreshes$/, async (req, res, id) => {
         const body = await parse(req, z.object({ duration: z.number().int().min(0).optional() }));
-        this.options.registry.connect(id, body.duration);
+        this.options.registry.extend(id, body.duration);
         send(res, 204);
       })
       .route("POST", /^\/(?:v2\/)?sandboxes\/([^/]+)\/connect$/, async (req, res, id) => {
-        const s = this.options.registry.connect(id, (await parse(req, ConnectBodySchema)).timeout);
-        send(res, 200, this.created(s));
+        const body = await parse(req, ConnectBodySchema);
+        // memory: false is E2B's cold boot: the processes end, the files stay.
+        const { sandbox, resumed } = await this.options.registry.connect(id, body.timeout, body.memory === false);
+        send(res, resumed ? 201 : 200, this.created(sandbox));
       })
       .route("POST", FORK_PATH, async (req, res, id) => this.fork(this.forkBodies.get(req) ?? {}, res, id))
-      .route("POST", /^\/sandboxes\/([^/]+)\/pause$/, unsupported("pause", noPause))
-      .route("POST", /^\/(?:v2\/)?sandboxes\/([^/]+)\/resume$/, unsupported("resume", noPause))
-      .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noPause))
-      .route("GET", /^\/snapshots$/, unsupported("snapshots", noPause))
+      .route("POST", /^\/sandboxes\/([^/]+)\/pause$/, async (req, res, id) => {
+        const body = await parse(req, PauseBodySchema);
+        if (!(await this.options.registry.pause(id, body.memory !== false))) throw new E2bApiError(409, `sandbox '${id}' is already paused`);
+        send(res, 204);
+      })
+      .route("POST", /^\/(?:v2\/)?sandboxes\/([^/]+)\/resume$/, async (req, res, id) => {
+        const body = await parse(req, ResumeBodySchema);
+        if (!(await this.options.registry.resume(id, body.timeout))) throw new E2bApiError(409, `sandbox '${id}' is already running`);
+        send(res, 201, this.created(this.options.registry.require(id)));
+      })
+      .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noSnapshots))
+      .route("GET", /^\/snapshots$/, unsupported("snapshots", noSnapshots))
       .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, unsupported("changing a sandbox's network", "a sandbox's internet access is set at create (allow_internet_access)"))
       .route("GET", /^\/(?:v2\/)?sandboxes\/([^/]+)\/(?:metrics|logs)$/, unsupported("sandbox metrics and logs", "see the sandbox server's /metrics and the server log"))
       .route("GET", /^\/sandboxes\/metrics$/, unsupported("sandbox metrics", "see the sandbox server's /metrics"));
@@ -122,7 +136,8 @@ export class ControlPlane {
 
   private async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = await parse(req, CreateBodySchema);
-    if (body.autoPause) throw new E2bApiError(400, "autoPause is not supported by slotpool: slots are reset, not paused");
+    if (body.autoResume?.enabled && !body.autoPause) throw new E2bApiError(400, "autoResume needs autoPause: only a sandbox paused at its timeout can be resumed by traffic", "autoResume");
+    if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new E2bApiError(400, "autoResume cannot be combined with autoPauseMemory: false (a filesystem-only pause is resumed with connect)", "autoResume");
     if (body.network !== undefined) throw new E2bApiError(400, "network rules are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)");
     if (body.volumeMounts?.length) throw new E2bApiError(400, "volume mounts are not supported by slotpool");
     // \`mcp\` is accepted: the SDK starts the gateway itself, and the sandbox's \`mcp-gateway\` says there is none (user-shims.ts).
@@ -132,6 +147,7 @@ export class ControlPlane {
       metadata: body.metadata ?? undefined,
       timeout: body.timeout,
       allowInternetAccess: body.allow_internet_access ?? undefined,
+      lifecycle: { onTimeout: body.autoPause ? "pause" : "kill", keepMemory: body.autoPauseMemory !== false, autoResume: body.autoResume?.enabled === true },
     });
     send(res, 201, this.created(s));
   }
@@ -146,8 +162,9 @@ export class ControlPlane {
     // E2B lists the newest sandboxes first, and pages in that order.
     const order = query.get("order") ?? "desc";
     if (order !== "asc" && order !== "desc") throw new E2bApiError(400, "order must be asc or desc", "order");
-    // Every sandbox here runs: a filter for other states only finds none.
-    let all = states.length > 0 && !states.includes("running") ? [] : this.options.registry.list();
+    const unknown = states.find((st) => st !== "running" && st !== "paused");
+    if (unknown !== undefined) throw new E2bApiError(400, `state must be running or paused, got '${unknown}'`, "state");
+    let all = this.options.registry.list().filter((s) => states.length === 0 || states.includes(s.state));
     const startedAfter = query.get("startedAfter");
     const after0 = startedAfter ? Date.parse(startedAfter) : Number.NEGATIVE_INFINITY;
     if (Number.isNaN(after0)) throw new E2bApiError(400, "startedAfter must be an ISO 8601 time", "startedAfter");
@@ -198,7 +215,7 @@ export class ControlPlane {
       memoryMB: this.options.memoryMB,
       diskSizeMB: 0,
       metadata: s.metadata,
-      state: "running",
+      state: s.state,
       envdVersion: ENVD_VERSION,
       volumeMounts: [],
     };

@@ -20,6 +20,8 @@ export function sandboxForHeaders(registry: SandboxRegistry, headers: { get(name
   const s = registry.get(id);
   if (!s) throw new E2bApiError(502, `sandbox '${id}' was not found: it was killed, timed out, or never existed`);
   if (!SandboxRegistry.tokenMatches(s, headers.get("x-access-token"))) throw new E2bApiError(401, `missing or wrong X-Access-Token for sandbox '${id}'`);
+  // As E2B's proxy answers for a paused sandbox: the SDK's isRunning() is false, commands fail as on a gone sandbox.
+  if (s.state === "paused") throw new E2bApiError(502, `sandbox '${id}' is paused: Sandbox.connect() resumes it`);
   return s;
 }
 

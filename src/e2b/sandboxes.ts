@@ -3,6 +3,7 @@ import type { Logger } from "../observability/logger.js";
 import type { AcquireOptions, LeasedSlot, TemplateSpec } from "../pool/types.js";
 import { SlotForkError } from "../pool/errors.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
+import { PauseResume } from "./pause-resume.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } from "./slot-processes.js";
 
 /** What the registry needs from a pool (SlotPool implements it). */
@@ -27,6 +28,20 @@ export interface E2bSandbox {
   readonly startedAt: Date;
   endAt: Date;
   timer: NodeJS.Timeout | undefined;
+  /** Paused: every process frozen (or, filesystem-only, ended), no timeout running (pause-resume.ts). */
+  state: "running" | "paused";
+  /** What its timeout does (E2B's lifecycle): kill, or pause; and whether traffic resumes it. */
+  readonly lifecycle: SandboxLifecycle;
+  /** Pause, resume and end of this sandbox, one after another (a freeze must not land on a released slot). */
+  ops: Promise<unknown>;
+}
+
+export interface SandboxLifecycle {
+  onTimeout: "kill" | "pause";
+  /** A timeout's pause keeps the processes (memory); false: filesystem-only, the processes end. */
+  keepMemory: boolean;
+  /** A request to the paused sandbox's API resumes it. */
+  autoResume: boolean;
 }
 
 export interface CreateSandbox {
@@ -37,6 +52,8 @@ export interface CreateSandbox {
   timeout?: number | undefined;
   /** E2B's allow_internet_access; default: the server's network setting. */
   allowInternetAccess?: boolean | undefined;
+  /** E2B's lifecycle: autoPause (pause instead of kill on timeout), autoPauseMemory, autoResume. */
+  lifecycle?: Partial<SandboxLifecycle> | undefined;
 }
 
 export interface SandboxRegistryOptions {
@@ -63,9 +80,11 @@ export const BASE_TEMPLATE = "base";
 export class SandboxRegistry {
   private readonly live = new Map<string, E2bSandbox>();
   private readonly keepAlive: NodeJS.Timeout;
+  private readonly lifecycleOps: PauseResume<E2bSandbox>;
   private closed = false;
 
   constructor(private readonly options: SandboxRegistryOptions) {
+    this.lifecycleOps = new PauseResume(options.logger, (s) => this.arm(s));
     // The pool reclaims leases unused for its lease timeout; a sandbox's own timeout is the
     // authority here, so every live lease is marked used now and then.
     this.keepAlive = setInterval(() => {
@@ -112,11 +131,12 @@ export class SandboxRegistry {
       await this.options.pool.release(slot).catch(() => undefined);
       throw err;
     }
-    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork });
+    const lifecycle = { onTimeout: "kill" as const, keepMemory: true, autoResume: false, ...req.lifecycle };
+    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle });
   }
 
   /** A held slot becomes a live sandbox (create, fork). */
-  private register(id: string, slot: LeasedSlot, o: { templateId: string; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number; allowNetwork: boolean }): E2bSandbox {
+  private register(id: string, slot: LeasedSlot, o: { templateId: string; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number; allowNetwork: boolean; lifecycle: SandboxLifecycle }): E2bSandbox {
     const now = new Date();
     const sandbox: E2bSandbox = {
       id,
@@ -130,6 +150,9 @@ export class SandboxRegistry {
       startedAt: now,
       endAt: new Date(now.getTime() + o.timeoutS * 1000),
       timer: undefined,
+      state: "running",
+      lifecycle: o.lifecycle,
+      ops: Promise.resolve(),
     };
     this.live.set(id, sandbox);
     this.arm(sandbox);
@@ -144,6 +167,8 @@ export class SandboxRegistry {
    */
   async fork(source: E2bSandbox, count: number, timeout: number | undefined): Promise<Array<E2bSandbox | Error>> {
     if (!source.slot.fork) throw new E2bUnsupportedError("fork is not supported by this pool (its slots cannot fork)");
+    // A fork ends the source's processes (docs/fork.md): a paused sandbox is resumed first, by the client.
+    if (source.state === "paused") throw new E2bApiError(409, `sandbox '${source.id}' is paused: resume it (Sandbox.connect) before forking it`);
     const timeoutS = this.timeoutSeconds(timeout);
     const ids = Array.from({ length: count }, () => "sp" + randomBytes(9).toString("hex"));
     let slots: LeasedSlot[];
@@ -155,7 +180,7 @@ export class SandboxRegistry {
       const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
       return ids.map(() => e);
     }
-    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork }));
+    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle } }));
   }
 
   /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */
@@ -196,10 +221,10 @@ export class SandboxRegistry {
     return s;
   }
 
-  /** connect: a running sandbox, its end moved later when `timeout` asks for more time. */
-  connect(id: string, timeout: number | undefined): E2bSandbox {
+  /** A running sandbox's end moved later when `timeout` asks for more time (never shorter: E2B's connect). */
+  extend(id: string, timeout: number | undefined): E2bSandbox {
     const s = this.require(id);
-    if (timeout !== undefined) {
+    if (timeout !== undefined && s.state === "running") {
       const end = Date.now() + this.timeoutSeconds(timeout) * 1000;
       if (end > s.endAt.getTime()) {
         s.endAt = new Date(end);
@@ -207,6 +232,59 @@ export class SandboxRegistry {
       }
     }
     return s;
+  }
+
+  /** connect: resumes a paused sandbox (`resumed`), else extends a running one's timeout. */
+  async connect(id: string, timeout: number | undefined, reboot = false): Promise<{ sandbox: E2bSandbox; resumed: boolean }> {
+    const s = this.require(id);
+    const t = timeout === undefined ? undefined : this.timeoutSeconds(timeout);
+    const resumed = await this.serial(s, async () => {
+      if (s.state !== "paused") return false;
+      // A cold boot (E2B's memory: false): the processes end, the files stay.
+      if (reboot) await s.processes.killAll();
+      await this.lifecycleOps.resume(s, t ?? DEFAULT_TIMEOUT_S);
+      return true;
+    });
+    if (!resumed) this.extend(id, timeout);
+    return { sandbox: s, resumed };
+  }
+
+  /** E2B's pause: false when the sandbox was paused already (E2B's 409). */
+  async pause(id: string, keepMemory = true): Promise<boolean> {
+    const s = this.require(id);
+    return this.serial(s, async () => {
+      if (s.state === "paused") return false;
+      await this.lifecycleOps.pause(s, keepMemory);
+      return true;
+    });
+  }
+
+  /** E2B's (deprecated) resume: false when the sandbox was running (E2B's 409). */
+  async resume(id: string, timeout: number | undefined): Promise<boolean> {
+    const s = this.require(id);
+    const t = this.timeoutSeconds(timeout);
+    return this.serial(s, async () => {
+      if (s.state === "running") return false;
+      await this.lifecycleOps.resume(s, t);
+      return true;
+    });
+  }
+
+  /** An API request for a paused sandbox with auto-resume, with its own token: resumes it first. */
+  async wake(id: string, token: string | undefined): Promise<void> {
+    const s = this.get(id);
+    if (!s || s.state !== "paused" || !s.lifecycle.autoResume || !SandboxRegistry.tokenMatches(s, token)) return;
+    await this.serial(s, () => (s.state === "paused" ? this.lifecycleOps.resume(s, DEFAULT_TIMEOUT_S) : undefined));
+  }
+
+  /** Runs `fn` after the sandbox's earlier pause/resume/end; refused once the sandbox has ended. */
+  private serial<T>(s: E2bSandbox, fn: () => T | Promise<T>): Promise<T> {
+    const run = s.ops.then(() => {
+      if (this.live.get(s.id) !== s) throw new E2bApiError(404, `sandbox '${s.id}' not found: it was killed or timed out`);
+      return fn();
+    });
+    s.ops = run.catch(() => undefined);
+    return run;
   }
 
   /** Whether `token` is this sandbox's access token (constant time). */
@@ -219,14 +297,25 @@ export class SandboxRegistry {
 
   private arm(s: E2bSandbox): void {
     clearTimeout(s.timer);
+    // A paused sandbox does not count against its timeout (E2B): resume sets a new one.
+    if (s.state === "paused") return;
     const ms = Math.max(0, s.endAt.getTime() - Date.now());
-    s.timer = setTimeout(() => void this.end(s, "timeout"), Math.min(ms, 2 ** 31 - 1));
+    const expire = (): void => {
+      if (s.lifecycle.onTimeout === "kill") return void this.end(s, "timeout");
+      this.serial(s, () => (s.state === "running" ? this.lifecycleOps.pause(s, s.lifecycle.keepMemory) : undefined)).catch((err: unknown) => {
+        this.options.logger.warn({ sandbox: s.id, err }, "pausing a sandbox at its timeout failed: it is killed instead");
+        void this.end(s, "timeout");
+      });
+    };
+    s.timer = setTimeout(expire, Math.min(ms, 2 ** 31 - 1));
     s.timer.unref();
   }
 
   private async end(s: E2bSandbox, why: "killed" | "timeout" | "lost" | "shutdown"): Promise<void> {
     if (this.live.get(s.id) !== s) return;
     this.live.delete(s.id);
+    // After a pause or resume under way: its freeze must not reach the slot once released.
+    await s.ops;
     clearTimeout(s.timer);
     // Its streams go first: they hold connections to the sandbox server, and nothing may use them now.
     s.processes.closeAll();

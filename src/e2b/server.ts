@@ -141,6 +141,8 @@ export class E2bServer {
       if (path === "/files" && /[?&]signature=/.test(req.url ?? "")) return handleFiles(this.registry, req, res, this.files);
       return this.control.handle(req, res);
     }
+    // A paused sandbox created with auto-resume wakes on its own API's traffic (E2B's autoResume).
+    await this.registry.wake(String(req.headers["e2b-sandbox-id"]), nodeHeaders(req.headers).get("x-access-token") ?? undefined);
     if (path.startsWith("/process.Process/") || path.startsWith("/filesystem.Filesystem/")) return this.rpc(req, res);
     if (path === "/files") return handleFiles(this.registry, req, res, this.files);
     if (path === "/health") {

@@ -184,6 +184,15 @@ export class SlotProcesses {
     await this.json("/processes/kill-all", {});
   }
 
+  /** Freezes every process of the slot (the sandbox server's freezer: cgroup or SIGSTOP); `thaw` resumes them. */
+  async freeze(): Promise<{ mechanism: string; processes: number }> {
+    return this.json("/processes/freeze", {});
+  }
+
+  async thaw(): Promise<void> {
+    await this.json("/processes/thaw", {});
+  }
+
   /** Runs a helper command to its end and collects its output (stdin written first when given). */
   async run(cmd: string, args: string[], stdin?: Uint8Array): Promise<CapturedRun> {
     const p = await this.startHelper({ cmd, args, stdin: stdin !== undefined, workspace_alias: "/home/user", cwd: "/home/user" });

@@ -82,7 +82,7 @@ export function unmaskProc(): string[] {
 }
 
 /** The cgroup v1 controllers the server uses (cgroups.ts); v2 is one mount. */
-const CONTROLLERS = ["memory", "pids", "cpu"];
+const CONTROLLERS = ["memory", "pids", "cpu", "freezer"];
 
 /**
  * Remounts the read-only cgroup mounts the server uses (v2, or v1's memory, pids and cpu)

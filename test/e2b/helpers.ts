@@ -20,11 +20,11 @@ export interface E2bHarness {
 /** Bounds of the server under test (the rest of E2bServerOptions is the harness's). */
 type Bounds = Pick<E2bServerOptions, "maxDownloadBytes" | "uploadBudgetBytes" | "sandboxUploadBudgetBytes" | "maxStreamsPerSandbox" | "maxWatchersPerSandbox" | "fileTimeoutMs" | "maxStdinBytesPerSandbox">;
 
-export async function startE2b(options: { slots?: number; templates?: TemplateSpec[]; maxUploadBytes?: number; allowNetwork?: boolean } & Bounds = {}): Promise<E2bHarness> {
+export async function startE2b(options: { slots?: number; templates?: TemplateSpec[]; maxUploadBytes?: number; allowNetwork?: boolean; sandboxServerArgs?: string[] } & Bounds = {}): Promise<E2bHarness> {
   const baseDir = mkdtempSync(join(tmpdir(), "slotpool-e2b-"));
   chmodSync(baseDir, 0o755); // the slot uids (root runs) must reach their workspaces
   const slots = options.slots ?? 4;
-  const pool = new SlotPool({ provisioner: new LocalProvisioner({ slotsPerContainer: slots, baseDir }), slotsPerContainer: slots, minContainers: 1, maxContainers: 1 });
+  const pool = new SlotPool({ provisioner: new LocalProvisioner({ slotsPerContainer: slots, baseDir, ...(options.sandboxServerArgs ? { extraArgs: options.sandboxServerArgs } : {}) }), slotsPerContainer: slots, minContainers: 1, maxContainers: 1 });
   await pool.start();
   const apiKey = "e2b_test_key_" + Math.random().toString(36).slice(2);
   const server = new E2bServer({

@@ -288,7 +288,7 @@ describe("E2B SDK against slotpool", () => {
   });
 
   it("answers what it does not support with a clear error", async () => {
-    await expect(sbx.pause()).rejects.toThrow(/pause is not supported by slotpool/);
+    await expect(sbx.createSnapshot()).rejects.toThrow(/snapshots is not supported by slotpool/);
     await expect(sbx.commands.run("true", { background: false, timeoutMs: 5000, user: "root" }).then((r) => r.exitCode)).resolves.toBe(0);
   });
 

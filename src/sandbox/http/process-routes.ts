@@ -67,6 +67,16 @@ export function addProcessRoutes(table: RouteTable, host: ProcessRouteHost, body
       const r = await read<{ slot_id: string }>(req, ProcessSlotRequestSchema);
       sendJson(res, 200, { processes: host.processes.list(host.slotById(r.slot_id)) });
     })
+    // Pause/resume of every process of the slot (isolation/slot-freezer.ts); both idempotent.
+    .add("POST", "/processes/freeze", async (req, res) => {
+      const slot = host.slotById((await read<{ slot_id: string }>(req, ProcessSlotRequestSchema)).slot_id);
+      sendJson(res, 200, await host.processes.freezer.freeze(slot.index, slot.id));
+    })
+    .add("POST", "/processes/thaw", async (req, res) => {
+      const slot = host.slotById((await read<{ slot_id: string }>(req, ProcessSlotRequestSchema)).slot_id);
+      await host.processes.freezer.thaw(slot.index);
+      sendJson(res, 200, { mechanism: host.processes.freezer.mechanism(slot.index) });
+    })
     .add("POST", "/processes/kill-all", async (req, res) => {
       const r = await read<{ slot_id: string }>(req, ProcessSlotRequestSchema);
       await host.processes.killSlot(host.slotById(r.slot_id));

@@ -56,7 +56,8 @@ export class SlotCgroups {
         return;
       }
       const made: string[] = [];
-      for (const ctrl of ["memory", "pids", "cpu"]) {
+      // freezer: pause/resume of a slot (slot-freezer.ts); it sets no limit.
+      for (const ctrl of ["memory", "pids", "cpu", "freezer"]) {
         const root = join(ROOT, ctrl);
         if (!existsSync(join(root, "cgroup.procs"))) continue;
         const dir = join(root, name);
@@ -126,6 +127,17 @@ export class SlotCgroups {
     }
   }
 
+  /**
+   * The slot's cgroup that can freeze it, if any: v1's freezer hierarchy (`freezer.state`)
+   * or v2's slot cgroup (`cgroup.freeze`). Undefined before the slot's first process.
+   */
+  freezerDir(index: number): { dir: string; version: "v1" | "v2" } | undefined {
+    const dirs = this.slots.get(index)?.dirs ?? [];
+    if (this.mode === "v2") return dirs[0] && existsSync(join(dirs[0], "cgroup.freeze")) ? { dir: dirs[0], version: "v2" } : undefined;
+    const dir = dirs.find((d) => d.includes("/freezer/"));
+    return dir ? { dir, version: "v1" } : undefined;
+  }
+
   /** Processes currently in the slot's cgroup (first hierarchy). */
   pids(index: number): number[] {
     const p = this.slots.get(index);
@@ -186,7 +198,7 @@ function procsEmpty(dir: string): boolean {
 
 /** Removes empty cgroups left by servers that died without cleaning up. */
 function sweepStale(logger: Logger): void {
-  const roots = existsSync(join(ROOT, "cgroup.controllers")) ? [ROOT] : ["memory", "pids", "cpu"].map((c) => join(ROOT, c));
+  const roots = existsSync(join(ROOT, "cgroup.controllers")) ? [ROOT] : ["memory", "pids", "cpu", "freezer"].map((c) => join(ROOT, c));
   let removed = 0;
   for (const root of roots) {
     let names: string[];
@@ -201,7 +213,11 @@ function sweepStale(logger: Logger): void {
       const dir = join(root, name);
       try {
         for (const child of readdirSync(dir, { withFileTypes: true })) {
-          if (child.isDirectory() && procsEmpty(join(dir, child.name))) tryRmdir(join(dir, child.name));
+          if (!child.isDirectory()) continue;
+          // A slot left frozen by a dead server: its processes can only die once thawed.
+          const state = join(dir, child.name, "freezer.state");
+          if (existsSync(state)) writeFileSync(state, "THAWED");
+          if (procsEmpty(join(dir, child.name))) tryRmdir(join(dir, child.name));
         }
         if (tryRmdir(dir)) removed++;
       } catch {

@@ -1,17 +1,17 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
 import { HttpError } from "../../http/errors.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
-import type { ProcessEvent, ProcessInfo } from "../../protocol/process-session.js";
+import type { ProcessInfo } from "../../protocol/process-session.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
 import { SHIMS_DIR, userShimArgs } from "../isolation/user-shims.js";
 import { SlotNetworks, type NetnsHolder } from "../isolation/slot-netns.js";
 import { filterArgs, sendFilter } from "../isolation/seccomp.js";
+import { SlotFreezer } from "../isolation/slot-freezer.js";
 import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
-import { cutOffCause, cutOffMessage } from "../core/cut-off.js";
 import { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError } from "./session-stdin.js";
+import { ProcessSession as Session, type SessionListener } from "./process-session.js";
 
 export { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError };
 
@@ -30,12 +30,6 @@ export { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeEr
  * every session first, then that namespace (`killSlot`, a barrier like the reset's own).
  */
 
-export interface SessionListener {
-  /** An event; returns true when the listener cannot take more output now (backpressure). */
-  event(ev: ProcessEvent): boolean;
-  /** Called when a listener that was full can take output again. */
-  onDrain(resume: () => void): void;
-}
 
 /** The fd a session's bubblewrap reads the seccomp program from. */
 const SESSION_FILTER_FD = 5;
@@ -61,182 +55,6 @@ export interface SessionStart {
   allowNetwork?: boolean | undefined;
 }
 
-class Session {
-  readonly listeners = new Set<SessionListener>();
-  ended: ProcessEvent | null = null;
-  private readonly exited: Promise<void>;
-  private paused = 0;
-  private sentSignal: NodeJS.Signals | null = null;
-  /** Writes to stdin, in order, once the sandbox may read them (network on: after its "go"). */
-  private stdinChain: Promise<void>;
-  private stdinOpen: boolean;
-  /** Stdin bytes accepted but not yet handed to the pipe (the program has not read them). */
-  private stdinPending = 0;
-  /** The one write waiting for room, woken whenever bytes reach the pipe. */
-  private stdinWaiter: (() => void) | null = null;
-
-  constructor(
-    readonly pid: number,
-    readonly info: ProcessInfo,
-    readonly child: ChildProcess,
-    private readonly onEnd: () => void,
-    stdinReady: Promise<void>,
-    wantsStdin: boolean,
-    /** The slot's abort signal when the session started: fired, it says a reset or shutdown ended the process (cut-off.ts). */
-    private readonly slotSignal?: AbortSignal,
-  ) {
-    this.stdinChain = stdinReady.catch(() => undefined);
-    this.stdinOpen = wantsStdin;
-    if (!wantsStdin) void this.stdinChain.then(() => child.stdin?.end());
-    this.exited = new Promise((resolve) => child.once("close", () => resolve()));
-    for (const [stream, type] of [[child.stdout, "stdout"], [child.stderr, "stderr"]] as const) {
-      stream?.on("data", (chunk: Buffer) => this.emit({ type, data: chunk.toString("base64") }));
-      stream?.on("error", () => undefined);
-    }
-    child.stdin?.on("error", () => undefined);
-    child.once("error", (err) => this.finish({ type: "end", exit_code: -1, signal: null, error: `could not start the process: ${err.message}`, infra: "sandbox_start" }));
-    child.once("close", (code, signal) => {
-      // bwrap reports a signal that ended the program as an exit status above 128.
-      const sig = signal ?? (this.sentSignal === "SIGKILL" || (code !== null && code > 128 && this.sentSignal) ? this.sentSignal : null);
-      this.finish(sig ? { type: "end", exit_code: -1, signal: sig, error: `signal: ${sig === "SIGKILL" ? "killed" : sig}` } : { type: "end", exit_code: code ?? -1, signal: null });
-    });
-  }
-
-  private emit(ev: ProcessEvent): void {
-    for (const l of this.listeners) {
-      if (l.event(ev)) {
-        // A slow reader makes the process wait (its pipe fills), not the server buffer.
-        this.pause();
-        l.onDrain(() => this.resume());
-      }
-    }
-  }
-
-  private pause(): void {
-    if (this.paused++ === 0) {
-      this.child.stdout?.pause();
-      this.child.stderr?.pause();
-    }
-  }
-
-  private resume(): void {
-    if (--this.paused === 0) {
-      this.child.stdout?.resume();
-      this.child.stderr?.resume();
-    }
-  }
-
-  private finish(ev: ProcessEvent): void {
-    if (this.ended) return;
-    // Killed by a reset from outside or the server's shutdown: the infrastructure's doing, marked so (protocol/infra.ts).
-    const cut = this.slotSignal ? cutOffCause(this.slotSignal) : undefined;
-    if (cut && ev.type === "end" && !ev.infra) ev = { ...ev, error: cutOffMessage("the process", cut), infra: cut };
-    this.ended = ev;
-    this.stdinWaiter?.();
-    this.emit(ev);
-    this.listeners.clear();
-    this.onEnd();
-  }
-
-  /** Resolves once `data` is accepted (at most MAX_STDIN_PENDING_BYTES wait for the program); see StdinFullError. */
-  async write(data: Buffer): Promise<void> {
-    const stdin = this.openStdin();
-    if (data.length > MAX_STDIN_PENDING_BYTES) throw new StdinTooLargeError(this.pid, data.length);
-    if (this.stdinPending + data.length > MAX_STDIN_PENDING_BYTES) {
-      // One waiter at a time: the bytes held by waiting requests stay bounded too.
-      if (this.stdinWaiter) throw new StdinFullError(this.pid, this.stdinPending, "another write already waits for room");
-      await this.roomFor(data.length);
-      this.openStdin();
-    }
-    this.stdinPending += data.length;
-    this.stdinChain = this.stdinChain.then(() => {
-      // Called once the bytes are in the pipe, or with an error when the program is gone.
-      stdin.write(data, () => {
-        this.stdinPending -= data.length;
-        this.stdinWaiter?.();
-      });
-    });
-  }
-
-  private openStdin(): NodeJS.WritableStream & { destroyed: boolean } {
-    const stdin = this.child.stdin;
-    if (!this.stdinOpen || !stdin || stdin.destroyed) throw new HttpError(400, `process ${this.pid} has no open stdin (start it with stdin: true)`, "pid");
-    return stdin;
-  }
-
-  private roomFor(bytes: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const done = (err?: Error): void => {
-        clearTimeout(timer);
-        this.stdinWaiter = null;
-        if (err) reject(err);
-        else resolve();
-      };
-      const timer = setTimeout(() => done(new StdinFullError(this.pid, this.stdinPending, `it read none of them for ${STDIN_WAIT_MS / 1000} s`)), STDIN_WAIT_MS);
-      this.stdinWaiter = () => {
-        if (this.stdinPending + bytes <= MAX_STDIN_PENDING_BYTES) done();
-        else if (this.ended) done(new HttpError(400, `process ${this.pid} has ended; its stdin is closed`, "pid"));
-      };
-    });
-  }
-
-  closeStdin(): void {
-    this.stdinOpen = false;
-    this.stdinChain = this.stdinChain.then(() => {
-      this.child.stdin?.end();
-    });
-  }
-
-  /** SIGKILL ends the sandbox's PID namespace (every process of the session); other signals go to each of its processes. */
-  async signal(sig: NodeJS.Signals): Promise<void> {
-    const bwrap = this.child.pid;
-    if (bwrap === undefined || this.ended) return;
-    const init = firstChild(bwrap);
-    if (sig === "SIGKILL") {
-      this.sentSignal = "SIGKILL";
-      if (init) await killNamespaceInit(init).catch(() => undefined);
-      this.child.kill("SIGKILL");
-      await this.exited;
-      return;
-    }
-    if (!init) return;
-    this.sentSignal = sig;
-    for (const pid of [init.pid, ...descendants(init.pid)]) {
-      try {
-        process.kill(pid, sig);
-      } catch {
-        /* exited meanwhile */
-      }
-    }
-  }
-}
-
-/** Every descendant of `pid` (children of all its threads, recursively). */
-function descendants(pid: number): number[] {
-  const out: number[] = [];
-  const walk = (p: number) => {
-    let tasks: string[];
-    try {
-      tasks = readdirSync(`/proc/${p}/task`);
-    } catch {
-      return;
-    }
-    for (const t of tasks) {
-      let kids: string;
-      try {
-        kids = readFileSync(`/proc/${p}/task/${t}/children`, "utf8");
-      } catch {
-        continue;
-      }
-      for (const k of kids.trim().split(" ").filter(Boolean)) {
-        out.push(Number(k));
-        walk(Number(k));
-      }
-    }
-  };
-  walk(pid);
-  return out;
-}
 
 /** A sandbox started ahead of use, its launcher waiting for the command on fd 4. */
 interface Launched {
@@ -263,8 +81,11 @@ export class ProcessSessions {
   private closed = false;
   /** The slots' shared network namespaces (slot-netns.ts). */
   private readonly networks = new SlotNetworks();
+  /** Pause/resume of the slot's processes: the trees of its sessions and of the one started ahead. */
+  readonly freezer: SlotFreezer;
 
   constructor(private readonly host: SlotHost) {
+    this.freezer = new SlotFreezer(host.cgroups, (i) => [...(this.bySlot.get(i)?.values() ?? []), this.warm.get(i)].flatMap((s) => (s?.child.pid ? [s.child.pid] : [])));
     const why = this.networks.reason;
     if (why) host.logger.warn({ reason: why }, "process sessions: each gets a network namespace of its own (a server one starts on 127.0.0.1 is not reachable from the others)");
   }
@@ -381,6 +202,7 @@ export class ProcessSessions {
     const host = this.host;
     if (!host.bwrap.available || !host.bwrap.path) throw new HttpError(503, `process sessions need bubblewrap, which is unavailable here: ${host.bwrap.reason ?? "unknown reason"}`);
     if (req.workspaceAlias !== undefined && !/^\/home\/[A-Za-z0-9._-]+$/.test(req.workspaceAlias)) throw new HttpError(400, "workspace_alias must be /home/<name>", "workspace_alias");
+    if (this.freezer.isFrozen(slot.index)) throw new HttpError(409, `${slot.id} is paused: resume it (POST /processes/thaw) before starting a process`);
     const sessions = this.sessions(slot);
     if (sessions.size >= MAX_SESSIONS_PER_SLOT) throw new HttpError(429, `${slot.id} already runs ${MAX_SESSIONS_PER_SLOT} processes; wait for one to end or kill one`);
     const pid = this.nextPid.get(slot.index) ?? 1000;
@@ -424,7 +246,6 @@ export class ProcessSessions {
     return [...(this.bySlot.get(slot.index)?.values() ?? [])].map((s) => s.info);
   }
 
-  /** Kills every session of the slot and resolves once all have exited (reset, shutdown). */
   /** Kills the slot's sandbox started ahead (its mounts are about to change: fork). */
   async dropWarm(slot: Slot, hold = false, wait = true): Promise<void> {
     if (hold && !this.held.has(slot.index)) {
@@ -440,8 +261,13 @@ export class ProcessSessions {
     else killed.catch(() => undefined);
   }
 
-  /** `waitWarm: false`: the sandbox started ahead is killed but its exit not waited for (it never got a command: nothing of it runs). */
+  /**
+   * Kills every session of the slot and resolves once all have exited (reset, shutdown); a
+   * paused slot is thawed first. `waitWarm: false`: the sandbox started ahead is killed but
+   * its exit not waited for (it never got a command: nothing of it runs).
+   */
   async killSlot(slot: Slot, options: { hold?: boolean; waitWarm?: boolean } = {}): Promise<void> {
+    await this.freezer.thaw(slot.index);
     await this.dropWarm(slot, options.hold ?? false, options.waitWarm ?? true);
     const m = this.bySlot.get(slot.index);
     if (m) {
@@ -506,4 +332,4 @@ async function killLaunched(w: Launched): Promise<void> {
   await exited;
 }
 
-export type { Session as ProcessSession };
+export type { Session as ProcessSession, SessionListener };
