@@ -1,5 +1,6 @@
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { SlotpoolError } from "../../protocol/errors.js";
+import { descendants } from "../run/process-barrier.js";
 
 /**
  * The fork seal for mount namespaces below a slot's own (issue 28). The seal makes the old
@@ -72,37 +73,6 @@ function namespaceOf(pid: number): string | undefined {
   }
 }
 
-/** Every process below `root` (not `root` itself), through /proc/<pid>/task/<tid>/children. */
-function descendants(root: number): number[] {
-  const out: number[] = [];
-  const queue = [root];
-  const seen = new Set<number>([root]);
-  while (queue.length > 0) {
-    const pid = queue.shift()!;
-    let tids: string[];
-    try {
-      tids = readdirSync(`/proc/${pid}/task`);
-    } catch {
-      continue;
-    }
-    for (const tid of tids) {
-      let text: string;
-      try {
-        text = readFileSync(`/proc/${pid}/task/${tid}/children`, "utf8");
-      } catch {
-        continue;
-      }
-      for (const c of text.split(" ")) {
-        const child = Number(c);
-        if (!child || seen.has(child)) continue;
-        seen.add(child);
-        out.push(child);
-        queue.push(child);
-      }
-    }
-  }
-  return out;
-}
 
 /** Whether `pid` is in a mount namespace other than `allowed`, or holds an fd of one. */
 function writesOutside(pid: number, allowed: string): boolean {

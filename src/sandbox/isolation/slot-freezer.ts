@@ -1,6 +1,7 @@
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { HttpError } from "../../http/errors.js";
+import { childrenOf } from "../run/process-barrier.js";
 import type { SlotCgroups } from "./cgroups.js";
 
 /**
@@ -132,29 +133,11 @@ function tree(roots: number[]): number[] {
     const pid = todo.pop()!;
     if (seen.has(pid)) continue;
     seen.add(pid);
-    todo.push(...children(pid));
+    todo.push(...childrenOf(pid));
   }
   return [...seen];
 }
 
-/** Children of every thread of `pid` (each thread has its own list). */
-function children(pid: number): number[] {
-  let tids: string[];
-  try {
-    tids = readdirSync(`/proc/${pid}/task`);
-  } catch {
-    return [];
-  }
-  const out: number[] = [];
-  for (const tid of tids) {
-    try {
-      for (const c of readFileSync(`/proc/${pid}/task/${tid}/children`, "utf8").trim().split(" ")) if (c) out.push(Number(c));
-    } catch {
-      /* thread or process gone */
-    }
-  }
-  return out;
-}
 
 /** State T (stopped) or t (traced), or the process is gone / a zombie: nothing more will run. */
 function isStoppedOrGone(pid: number): boolean {

@@ -39,6 +39,41 @@ export function isRunning(ref: ProcessRef): boolean {
   return f[0] !== "Z" && f[0] !== "X";
 }
 
+/** The children of every thread of `pid` (each thread has its own list); none once it is gone. */
+export function childrenOf(pid: number): number[] {
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return [];
+  }
+  const out: number[] = [];
+  for (const tid of tids) {
+    try {
+      for (const c of readFileSync(`/proc/${pid}/task/${tid}/children`, "utf8").trim().split(" ")) if (c) out.push(Number(c));
+    } catch {
+      /* thread or process gone */
+    }
+  }
+  return out;
+}
+
+/** Every process below `root` (not `root` itself), parents before their children. */
+export function descendants(root: number): number[] {
+  const out: number[] = [];
+  const seen = new Set<number>([root]);
+  const queue = [root];
+  while (queue.length > 0) {
+    for (const child of childrenOf(queue.shift()!)) {
+      if (seen.has(child)) continue;
+      seen.add(child);
+      out.push(child);
+      queue.push(child);
+    }
+  }
+  return out;
+}
+
 /** The first child of `pid` (bwrap's child: the init of the sandbox's PID namespace). */
 export function firstChild(pid: number): ProcessRef | null {
   try {

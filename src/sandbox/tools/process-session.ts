@@ -1,8 +1,7 @@
 import type { ChildProcess } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
 import { HttpError } from "../../http/errors.js";
 import type { ProcessEvent, ProcessInfo } from "../../protocol/process-session.js";
-import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
+import { descendants, firstChild, killNamespaceInit } from "../run/process-barrier.js";
 import { cutOffCause, cutOffMessage } from "../core/cut-off.js";
 import { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError } from "./session-stdin.js";
 
@@ -168,29 +167,3 @@ export class ProcessSession {
   }
 }
 
-/** Every descendant of `pid` (children of all its threads, recursively). */
-function descendants(pid: number): number[] {
-  const out: number[] = [];
-  const walk = (p: number) => {
-    let tasks: string[];
-    try {
-      tasks = readdirSync(`/proc/${p}/task`);
-    } catch {
-      return;
-    }
-    for (const t of tasks) {
-      let kids: string;
-      try {
-        kids = readFileSync(`/proc/${p}/task/${t}/children`, "utf8");
-      } catch {
-        continue;
-      }
-      for (const k of kids.trim().split(" ").filter(Boolean)) {
-        out.push(Number(k));
-        walk(Number(k));
-      }
-    }
-  };
-  walk(pid);
-  return out;
-}
