@@ -1,7 +1,7 @@
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestServer } from "./helpers.js";
+import { logLinesSince, startServer, type TestServer } from "./helpers.js";
 
 /**
  * A failed fork changes nothing (issue 23): each child's new workspace is prepared beside its
@@ -75,7 +75,7 @@ describe.each(["slot_3", "slot_3@disk", "slot_3@view"])("a fork that fails for o
     const logged = s.logs.length;
     const ok = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2", "slot_4"] });
     expect(ok.status, ok.text).toBe(200);
-    expect(s.logs.slice(logged).filter((l) => l.includes("fresh from a reset") && l.includes("slot_4")).length).toBe(1);
+    expect((await logLinesSince(s, logged, (l) => l.includes("fresh from a reset") && l.includes("slot_4"))).length).toBe(1);
     for (const c of [1, 2, 4]) expect(await exec(c, TREE_SUM)).toBe(before);
     expect(await exec(3, TREE_SUM)).toBe(sums[3]);
   }, 120_000);

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serversMayMount } from "../support/server-view.js";
-import { startServer, type TestServer } from "./helpers.js";
+import { logLinesSince, startServer, type TestServer } from "./helpers.js";
 
 /**
  * POST /fork (issue 23): children get a copy-on-write copy of the parent's workspace as it
@@ -147,7 +147,7 @@ describe("POST /fork", () => {
     const logged = s.logs.length;
     expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2"] })).status).toBe(200);
     // The fast path ran for both (else this test would only repeat the first one).
-    expect(s.logs.slice(logged).filter((l) => l.includes("fresh from a reset")).length).toBe(2);
+    expect((await logLinesSince(s, logged, (l) => l.includes("fresh from a reset"), 2)).length).toBe(2);
     for (const c of [1, 2]) {
       expect(await ok(s, c, TREE_SUM)).toBe(before);
       expect(await ok(s, c, `pwd; echo mine-${c} > own.txt; cat own.txt; ls /tmp | wc -l`)).toBe(`/workspace\nmine-${c}\n0`);

@@ -69,3 +69,17 @@ export async function startServer(opts: { slots?: number; token?: string; extraA
 /** Host uid of a slot's processes when the tests run as root (see `--slot-uid-base`). */
 export const SLOT_UID_BASE = 20_000;
 export const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
+
+/**
+ * The server's log lines since `from` that match, once at least `atLeast` have arrived (or
+ * after `timeoutMs`): a line logged before an answer may still be in the server's stdout
+ * pipe when the answer reaches the test.
+ */
+export async function logLinesSince(s: TestServer, from: number, match: (line: string) => boolean, atLeast = 1, timeoutMs = 10_000): Promise<string[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const lines = s.logs.slice(from).filter(match);
+    if (lines.length >= atLeast || Date.now() >= deadline) return lines;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
