@@ -83,3 +83,16 @@ export async function logLinesSince(s: TestServer, from: number, match: (line: s
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+/** Reads a streaming route's newline-delimited JSON events into `events` as they come; resolves at the stream's end. */
+export async function readEvents<T>(res: Response, events: T[]): Promise<void> {
+  let buf = "";
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    buf += Buffer.from(chunk).toString("utf8");
+    let nl: number;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      events.push(JSON.parse(buf.slice(0, nl)) as T);
+      buf = buf.slice(nl + 1);
+    }
+  }
+}

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestServer } from "./helpers.js";
+import { startServer, type TestServer, readEvents } from "./helpers.js";
 
 interface Ev {
   type: string;
@@ -25,17 +25,7 @@ async function openSession(s: TestServer, body: unknown): Promise<{ events: Ev[]
   const res = await fetch(s.url + "/processes/start", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
   expect(res.status).toBe(200);
   const events: Ev[] = [];
-  const done = (async () => {
-    let buf = "";
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      buf += Buffer.from(chunk).toString("utf8");
-      let nl: number;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        events.push(JSON.parse(buf.slice(0, nl)) as Ev);
-        buf = buf.slice(nl + 1);
-      }
-    }
-  })();
+  const done = readEvents(res, events);
   return { events, done };
 }
 

@@ -1,7 +1,7 @@
 import { createServer, type Server } from "node:net";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestServer } from "./helpers.js";
+import { startServer, type TestServer, readEvents } from "./helpers.js";
 
 /** Process sessions (`/processes/*`): long-lived processes a slot runs outside its queue. */
 interface Ev {
@@ -17,17 +17,7 @@ async function open(s: TestServer, path: string, body: unknown) {
   const res = await fetch(s.url + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
   const events: Ev[] = [];
   if (res.status !== 200) return { status: res.status, events, text: await res.text(), done: Promise.resolve(), out: () => "" };
-  const done = (async () => {
-    let buf = "";
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      buf += Buffer.from(chunk).toString("utf8");
-      let nl: number;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        events.push(JSON.parse(buf.slice(0, nl)) as Ev);
-        buf = buf.slice(nl + 1);
-      }
-    }
-  })();
+  const done = readEvents(res, events);
   const out = (type = "stdout") =>
     events
       .filter((e) => e.type === type)

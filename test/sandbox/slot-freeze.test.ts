@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isRoot, startServer, type TestServer } from "./helpers.js";
+import { isRoot, startServer, type TestServer, readEvents } from "./helpers.js";
 
 /**
  * Pause/resume of a slot on the sandbox server (`POST /processes/freeze`, `/processes/thaw`;
@@ -18,17 +18,7 @@ async function open(s: TestServer, body: unknown) {
   const res = await fetch(s.url + "/processes/start", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
   expect(res.status).toBe(200);
   const events: Ev[] = [];
-  const done = (async () => {
-    let buf = "";
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      buf += Buffer.from(chunk).toString("utf8");
-      let nl: number;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        events.push(JSON.parse(buf.slice(0, nl)) as Ev);
-        buf = buf.slice(nl + 1);
-      }
-    }
-  })();
+  const done = readEvents(res, events);
   const lines = () => events.filter((e) => e.type === "stdout").map((e) => Buffer.from(e.data!, "base64").toString("utf8")).join("").split("\n").filter(Boolean);
   return { events, done, lines };
 }

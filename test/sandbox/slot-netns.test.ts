@@ -1,6 +1,6 @@
 import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestServer } from "./helpers.js";
+import { startServer, type TestServer, readEvents } from "./helpers.js";
 
 /**
  * One network namespace per slot, shared by its process sessions (issue 30): a server one
@@ -24,17 +24,7 @@ async function start(s: TestServer, slot: string, script: string, allowNetwork =
   });
   expect(res.status).toBe(200);
   const events: Ev[] = [];
-  const done = (async () => {
-    let buf = "";
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      buf += Buffer.from(chunk).toString("utf8");
-      let nl: number;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        events.push(JSON.parse(buf.slice(0, nl)) as Ev);
-        buf = buf.slice(nl + 1);
-      }
-    }
-  })();
+  const done = readEvents(res, events);
   const out = () =>
     events
       .filter((e) => e.type === "stdout" || e.type === "stderr")
