@@ -16,7 +16,7 @@ export interface AdmissionHost {
   /** A new record, still being checked: the pool files it (by id, in packing order). */
   register(record: ContainerRecord): void;
   /** Its first /health answered with `slots` slots: the pool opens them. */
-  opened(record: ContainerRecord, slots: number): void;
+  opened(record: ContainerRecord, slots: number, generations?: readonly number[]): void;
 }
 
 /**
@@ -45,9 +45,9 @@ export class ContainerAdmission {
 
   /** Health-checks a new container until it answers, then opens its slots. */
   private async admit(record: ContainerRecord): Promise<void> {
-    const slots = await this.host.health.admit(record);
-    if (slots === undefined || record.state !== "checking" || !this.host.accepting()) return;
-    this.host.opened(record, slots);
+    const found = await this.host.health.admit(record);
+    if (found === undefined || record.state !== "checking" || !this.host.accepting()) return;
+    this.host.opened(record, found.slots, found.generations);
   }
 }
 

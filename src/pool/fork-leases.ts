@@ -60,10 +60,11 @@ export class ForkLeases {
     const records = await this.takeFromContainer(container, n, timeoutMs, options.signal, parent.key);
     const leases = records.map((r, i) => this.host.lease(r, ids[i]!, startedAt));
     try {
-      await parent.forkInto(
+      const res = await parent.forkInto(
         records.map((r) => r.slotId),
         { ...(options.signal ? { signal: options.signal } : {}), ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) },
       );
+      records.forEach((r, i) => (r.generation = res.generations?.[i]));
     } catch (err) {
       // A refusal (4xx) changed nothing on the server; anything else may have touched the children.
       const untouched = err instanceof SandboxRequestError && err.status !== undefined && err.status >= 400 && err.status < 500;

@@ -46,7 +46,8 @@ export class HealthMonitor {
    * Polls a new container's /health until it answers: its slot count, or undefined when the
    * container stopped being checked meanwhile or did not answer in time (then given up).
    */
-  async admit(record: ContainerRecord): Promise<number | undefined> {
+  /** The container's slot count and, from servers that report them, its slots' generations. */
+  async admit(record: ContainerRecord): Promise<{ slots: number; generations?: number[] } | undefined> {
     const timeoutMs = this.host.config.containerHealthTimeoutMs;
     const deadline = this.now() + timeoutMs;
     let delay = 100;
@@ -60,7 +61,7 @@ export class HealthMonitor {
           this.host.logger.warn({ container: record.info.id, expected: record.info.slots, reported: slots }, "container reports a different slot count; using its own");
         }
         if (slots === 0) throw new Error("the sandbox server reports 0 slots");
-        return slots;
+        return health.slot_generations?.length === slots ? { slots, generations: health.slot_generations } : { slots };
       } catch (err) {
         lastError = err;
       }

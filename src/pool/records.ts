@@ -37,8 +37,12 @@ export class ContainerRecord {
   }
 
   /** Creates the slot records once the container's health says how many it has. */
-  initSlots(count: number): void {
-    for (let i = 0; i < count; i++) this.slots.push(new SlotRecord(this, `slot_${i}`));
+  initSlots(count: number, generations?: readonly number[]): void {
+    for (let i = 0; i < count; i++) {
+      const slot = new SlotRecord(this, `slot_${i}`);
+      slot.generation = generations?.[i];
+      this.slots.push(slot);
+    }
     for (let i = count - 1; i >= 0; i--) this.free.push(this.slots[i]!);
   }
 }
@@ -48,6 +52,12 @@ export class SlotRecord {
   readonly key: string;
   /** Why the slot was taken out of service (container lost, reset failed). */
   lostReason: string | undefined;
+  /**
+   * The slot's generation as of its last reset or fork (from the server's answers): sent with
+   * every call of its lease, so a reset from outside makes them infra failures, not results on
+   * an emptied workspace. Undefined with a server that does not report it (then not sent).
+   */
+  generation: number | undefined;
 
   constructor(
     readonly container: ContainerRecord,

@@ -122,7 +122,11 @@ export class SlotLease implements ForkableSlot {
   }
 
   reset(options: CallOptions & { template?: string } = {}): Promise<ResetResponse> {
-    return this.use((client) => client.reset(this.slotId, options));
+    return this.use(async (client) => {
+      const res = await client.reset(this.slotId, options);
+      this.record.generation = res.generation;
+      return res;
+    });
   }
 
   /** See `LeasedSlot.fork`: n sibling leases holding copy-on-write copies of this slot's workspace. */
@@ -151,15 +155,15 @@ export class SlotLease implements ForkableSlot {
     req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean },
     options: CallOptions = {},
   ): Promise<ArtifactReadResponse> {
-    return this.use((client) => client.readArtifact({ ...req, slot_id: this.slotId }, options));
+    return this.use((client) => client.readArtifact({ ...req, ...this.slotRef() }, options));
   }
 
   listArtifacts(req: { path?: string; recursive?: boolean; max_entries?: number }, options: CallOptions = {}): Promise<ArtifactListResponse> {
-    return this.use((client) => client.listArtifacts({ ...req, slot_id: this.slotId }, options));
+    return this.use((client) => client.listArtifacts({ ...req, ...this.slotRef() }, options));
   }
 
   archiveArtifacts(req: { path?: string; max_bytes?: number; max_entries?: number }, options: CallOptions = {}): Promise<ArtifactArchiveResponse> {
-    return this.use((client) => client.archiveArtifacts({ ...req, slot_id: this.slotId }, options));
+    return this.use((client) => client.archiveArtifacts({ ...req, ...this.slotRef() }, options));
   }
 
   /** Raises if the lease has ended. */
@@ -173,10 +177,16 @@ export class SlotLease implements ForkableSlot {
   private request(call: SlotCall): ExecuteRequest {
     // Every sandbox tool takes allow_network; without it the server's own default (network on) would apply.
     const args = call.args["allow_network"] === undefined ? { ...call.args, allow_network: this.host.allowNetwork } : call.args;
-    const req: ExecuteRequest = { slot_id: this.slotId, tool: call.tool, args };
+    const req: ExecuteRequest = { ...this.slotRef(), tool: call.tool, args };
     if (call.execution_id !== undefined) req.execution_id = call.execution_id;
     if (call.timeout !== undefined) req.timeout = call.timeout;
     return req;
+  }
+
+  /** The slot, with the generation this lease holds when the server reports one (records.ts). */
+  private slotRef(): { slot_id: string; generation?: number } {
+    const generation = this.record.generation;
+    return generation === undefined ? { slot_id: this.slotId } : { slot_id: this.slotId, generation };
   }
 
   private async use<T>(fn: (client: SlotRecord["container"]["client"]) => Promise<T>): Promise<T> {

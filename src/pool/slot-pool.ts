@@ -206,7 +206,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
         this.byId.set(record.info.id, record);
         insertByIndex(this.containers, record);
       },
-      opened: (record, slots) => this.openContainer(record, slots),
+      opened: (record, slots, generations) => this.openContainer(record, slots, generations),
     });
     this.statistics = new PoolStatistics(this.metrics, () => ({
       containers: this.containers,
@@ -452,6 +452,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       for (let attempt = 0; attempt < 2; attempt++) {
         try {
           const res = await container.client.reset(record.slotId);
+          record.generation = res.generation;
           if (res.success) {
             failure = undefined;
             break;
@@ -533,8 +534,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   }
 
   /** A new container answered /health: its slots open (drained if the autoscaler is retiring it). */
-  private openContainer(record: ContainerRecord, slots: number): void {
-    record.initSlots(slots);
+  private openContainer(record: ContainerRecord, slots: number, generations?: readonly number[]): void {
+    record.initSlots(slots, generations);
     record.state = this.scaler.opensDrained(record) ? "draining" : "ready";
     this.freeCount += slots;
     this.logger.info({ container: record.info.id, index: record.index, url: record.info.url, slots }, "container ready");

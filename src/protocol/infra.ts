@@ -7,7 +7,9 @@
  *
  * - `sandbox_start`: the command could not start (its sandbox did not come up in time, the
  *   process could not be spawned);
- * - `command_killed`: the command was killed by a reset of its slot from outside the call;
+ * - `command_killed`: the command was killed by a reset of its slot from outside the call, or
+ *   was refused unrun because the slot was reset (or forked into) since the generation its
+ *   caller holds (`generation` on the request, `Slot.generation`);
  * - `server_shutdown`: the sandbox server (or the executor) is shutting down: the command was
  *   killed, or refused before it ran;
  * - `sandbox_error`: the sandbox server could not be asked or could not run the call (an HTTP

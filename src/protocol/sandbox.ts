@@ -57,6 +57,13 @@ export const WorkspacePathSchema = z
 // The per-tool argument schemas (and the isolation arguments) live in the tool table,
 // tool-table.ts: one entry per built-in tool, read by the server, the executor and the model.
 
+/**
+ * Which reset of a slot a caller holds (from /reset, /fork or /health). A call (or artifact
+ * request) that names it runs only if the slot has not been reset or forked into since; else
+ * it is refused as an infra failure (`command_killed`), never run on an emptied workspace.
+ */
+export const SlotGenerationSchema = z.number().int().nonnegative();
+
 export const ExecuteRequestSchema = z.object({
   slot_id: SlotIdSchema,
   tool: z.string().min(1, "tool must not be empty"),
@@ -64,6 +71,7 @@ export const ExecuteRequestSchema = z.object({
   execution_id: z.string().nullable().optional(),
   /** Seconds. */
   timeout: z.number().positive().optional(),
+  generation: SlotGenerationSchema.optional(),
 });
 export type ExecuteRequest = z.input<typeof ExecuteRequestSchema>;
 
@@ -118,6 +126,8 @@ export const ResetResponseSchema = z.object({
   success: z.boolean(),
   output: z.string(),
   error: z.string(),
+  /** The slot's generation after this reset (older servers do not send it). */
+  generation: SlotGenerationSchema.optional(),
 });
 export type ResetResponse = z.infer<typeof ResetResponseSchema>;
 
@@ -165,6 +175,8 @@ export const ForkResponseSchema = z.object({
   mode: z.enum(["overlay", "copy"]),
   /** Server-side time from the parent's turn in its queue to the last child ready. */
   duration_ms: z.number(),
+  /** Each child's generation after the fork, in `into`'s order (older servers do not send it). */
+  generations: z.array(SlotGenerationSchema).optional(),
 });
 export type ForkResponse = z.infer<typeof ForkResponseSchema>;
 
@@ -176,6 +188,8 @@ export const HealthResponseSchema = z
     // Optional: older servers do not send them, and a client must still talk to those.
     sandbox_unavailable_reason: z.string().optional(),
     fast_path: z.boolean().optional(),
+    /** Each slot's generation, in slot order (older servers do not send it). */
+    slot_generations: z.array(SlotGenerationSchema).optional(),
     /** "filter": every slot process runs under the slots' seccomp filter; "off": --no-seccomp, or unsandboxed. */
     seccomp: z.enum(["filter", "off"]).optional(),
     /** With the filter: whether slots may use ptrace (strace, gdb). */
@@ -211,6 +225,7 @@ export const ArtifactReadRequestSchema = z.object({
   encoding: z.enum(["text", "base64"]).default("text"),
   max_bytes: z.number().int().positive().optional(),
   include_sha256: z.boolean().optional(),
+  generation: SlotGenerationSchema.optional(),
 });
 export type ArtifactReadRequest = z.input<typeof ArtifactReadRequestSchema>;
 export const ArtifactReadResponseSchema = z.object({
@@ -234,6 +249,7 @@ export const ArtifactListRequestSchema = z.object({
   path: WorkspacePathSchema.default("."),
   recursive: z.boolean().default(false),
   max_entries: z.number().int().positive().optional(),
+  generation: SlotGenerationSchema.optional(),
 });
 export type ArtifactListRequest = z.input<typeof ArtifactListRequestSchema>;
 export const ArtifactEntrySchema = z.object({
@@ -258,6 +274,7 @@ export const ArtifactArchiveRequestSchema = z.object({
   format: z.literal("tar.gz").default("tar.gz"),
   max_bytes: z.number().int().positive().optional(),
   max_entries: z.number().int().positive().optional(),
+  generation: SlotGenerationSchema.optional(),
 });
 export type ArtifactArchiveRequest = z.input<typeof ArtifactArchiveRequestSchema>;
 export const ArtifactArchiveResponseSchema = z.object({

@@ -15,11 +15,11 @@ function info(index: number, slots = 2): ContainerInfo {
 }
 
 /** A client whose /health answers as `healthy()` says. */
-function fakeClient(healthy: () => boolean, slots = 2): SandboxClientLike {
+function fakeClient(healthy: () => boolean, slots = 2, generations?: number[]): SandboxClientLike {
   return {
     health: async () => {
       if (!healthy()) throw Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" });
-      return { slots };
+      return generations ? { slots, slot_generations: generations } : { slots };
     },
     reset: async () => ({ success: true, output: "", error: "" }),
     close: async () => undefined,
@@ -211,7 +211,21 @@ describe("HealthMonitor", () => {
     up = true;
     now = 300;
     await vi.advanceTimersByTimeAsync(500);
-    expect(await admitted).toBe(3);
+    expect(await admitted).toEqual({ slots: 3 });
+  });
+
+  it("takes the slots' generations from /health when the server reports one per slot (a pool joining a running container)", async () => {
+    const m = new HealthMonitor(host(true, () => true), () => now);
+    const reported = m.admit(new ContainerRecord(info(0, 3), fakeClient(() => true, 3, [4, 0, 7])));
+    await vi.advanceTimersByTimeAsync(10);
+    expect(await reported).toEqual({ slots: 3, generations: [4, 0, 7] });
+    const c = new ContainerRecord(info(1, 3), fakeClient(() => true, 3));
+    c.initSlots(3, [4, 0, 7]);
+    expect(c.slots.map((s) => s.generation)).toEqual([4, 0, 7]);
+    // A count that does not match the slots is not trusted: no generation is sent then.
+    const odd = m.admit(new ContainerRecord(info(2, 3), fakeClient(() => true, 3, [1])));
+    await vi.advanceTimersByTimeAsync(10);
+    expect(await odd).toEqual({ slots: 3 });
   });
 
   it("gives up a container that never answers within containerHealthTimeoutMs and asks for a replacement", async () => {

@@ -22,6 +22,13 @@ export class Slot {
    * disk, namespaces that ran nothing. A fork into it skips the child's reset (fork.ts).
    */
   pristine = false;
+  /**
+   * Which reset of the slot this is: bumped when a reset begins and when a fork replaces the
+   * slot's contents. A call that names the generation its trajectory got (the pool sends it)
+   * runs only in that generation: after a reset from outside it is refused as an infra
+   * failure (`command_killed`) instead of running on an emptied workspace (protocol/infra.ts).
+   */
+  generation = 0;
   /** Aborted by reset/shutdown: every running command of the slot watches it. */
   private abort = new AbortController();
 
@@ -76,6 +83,15 @@ export class Slot {
   killRunning(why: "reset" | "shutdown" = "reset"): void {
     this.abort.abort(why);
     this.abort = new AbortController();
+  }
+
+  /**
+   * Why a call made for `generation` must not run now (the slot was reset or forked into
+   * since), or undefined when it may (or names no generation).
+   */
+  staleFor(generation: number | undefined): string | undefined {
+    if (generation === undefined || generation === this.generation) return undefined;
+    return `${this.id} was reset from outside since this call's trajectory got it (generation ${this.generation}, the call's ${generation}); the call did not run`;
   }
 
   async withResetting<T>(fn: () => Promise<T>): Promise<T> {

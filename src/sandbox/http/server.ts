@@ -122,6 +122,7 @@ export class SandboxServer {
             bwrap_available: svc.bwrap.available,
             ...(svc.bwrap.available ? {} : { sandbox_unavailable_reason: svc.bwrap.reason }),
             fast_path: svc.spawnerPath !== null,
+            slot_generations: svc.slots.map((s) => s.generation),
             // "filter": every slot process runs under the slots' seccomp filter; "off": --no-seccomp (or unsandboxed).
             seccomp: svc.bwrap.available && svc.bwrap.filter ? "filter" : "off",
             ...(svc.bwrap.available && svc.bwrap.filter ? { ptrace: svc.bwrap.filter.ptrace } : {}),
@@ -142,7 +143,7 @@ export class SandboxServer {
         sendJson(res, 200, {
           // out_of_service: why the slot refuses calls (its last reset failed) until a reset succeeds.
           // warm: its next call finds its namespace up (pre-warm done), for warm_network (on/off).
-          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, ...warmth(svc.readyNetwork(s)), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
+          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, generation: s.generation, ...warmth(svc.readyNetwork(s)), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
         }),
       )
       .add("GET", "/metrics", (_req, res) => {

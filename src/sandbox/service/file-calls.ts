@@ -58,6 +58,8 @@ export function artifactCall(slot: Slot, kind: ArtifactKind, req: Record<string,
   if (shuttingDown()) return Promise.resolve(artifactInfraAnswer(kind, path, "server_shutdown", "sandbox server is shutting down"));
   return slot.enqueue<unknown>(async () => {
     if (shuttingDown()) return artifactInfraAnswer(kind, path, "server_shutdown", "sandbox server is shutting down");
+    const stale = slot.staleFor(typeof req["generation"] === "number" ? req["generation"] : undefined);
+    if (stale) return artifactInfraAnswer(kind, path, "command_killed", stale);
     const signal = slot.abortSignal;
     try {
       const answer =

@@ -93,6 +93,8 @@ export interface ParsedCall {
   args: Record<string, unknown>;
   executionId: string | null;
   timeoutS: number | undefined;
+  /** The slot generation the caller holds, if it named one (Slot.generation). */
+  generation: number | undefined;
 }
 
 export class SandboxService implements SlotHost {
@@ -290,6 +292,7 @@ export class SandboxService implements SlotHost {
       args: args.data as Record<string, unknown>,
       executionId: req.execution_id ?? null,
       timeoutS: req.timeout,
+      generation: req.generation,
     };
   }
 
@@ -303,6 +306,9 @@ export class SandboxService implements SlotHost {
       // Checked in the queue: a reset queued before this call decides.
       const broken = call.slot.outOfService;
       if (broken) return Promise.resolve(this.fail(call, `${call.slot.id} is out of service until a reset succeeds: ${broken}`, "sandbox_error"));
+      // Checked in the queue too: a reset from outside that began after this call arrived decides.
+      const stale = call.slot.staleFor(call.generation);
+      if (stale) return Promise.resolve(this.fail(call, stale, "command_killed"));
       return this.runCall(call, onChunk);
     });
   }
@@ -380,6 +386,8 @@ export class SandboxService implements SlotHost {
    */
   async reset(slot: Slot, template?: string): Promise<ResetResponse> {
     const next = template === undefined ? undefined : this.templates.take(template);
+    // A new generation from here: calls of the old one still queued or arriving are refused.
+    const generation = ++slot.generation;
     slot.killRunning();
     return slot.enqueue(() =>
       slot.withResetting(async () => {
@@ -412,7 +420,7 @@ export class SandboxService implements SlotHost {
             });
             setImmediate(() => void this.bash.warm(slot));
             setImmediate(() => this.processes.afterReset(slot));
-            return { success: false, output: "", error: `${slot.id} reset to an empty workspace, but its view of template '${next.name}' failed: ${err instanceof Error ? err.message : String(err)}` };
+            return { success: false, output: "", error: `${slot.id} reset to an empty workspace, but its view of template '${next.name}' failed: ${err instanceof Error ? err.message : String(err)}`, generation };
           }
         }
         // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
@@ -426,7 +434,7 @@ export class SandboxService implements SlotHost {
         // namespace would go unused, and each spawn blocks this event loop.
         if (!this.processes.runsSessions(slot)) this.bash.warmSoon(slot);
         setImmediate(() => this.processes.afterReset(slot));
-        return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "" };
+        return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "", generation };
       }),
     );
   }
@@ -443,7 +451,9 @@ export class SandboxService implements SlotHost {
     const parent = this.slotById(parentId);
     const children = into.map((id, i) => this.slotById(id, `into.${i}`));
     SlotForks.check(parent, children);
-    return this.processes.whileStopped(parent, children, () => this.forks.fork(parent, children));
+    // The children's contents are replaced: calls made for what they held before are refused.
+    for (const c of children) c.generation++;
+    return this.processes.whileStopped(parent, children, async () => ({ ...(await this.forks.fork(parent, children)), generations: children.map((c) => c.generation) }));
   }
 
   /** Starts every slot's namespace ahead of its first call, in the background, a few at a time (not 50 sandboxes at once). */
