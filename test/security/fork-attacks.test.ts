@@ -150,6 +150,8 @@ describe("copy-mode fork attacks (no per-slot disk)", () => {
         `printf '%s\\n' 'import ctypes, os' 'libc = ctypes.CDLL(None, use_errno=True)' 'os.chdir("/workspace")' 'pairs = [(b"d%d" % i, b"s%d" % i) for i in range(1, 65)]' 'while True:' '  for d, s in pairs: libc.renameat2(-100, d, -100, s, 2)' > /workspace/swap.py; echo ready`,
     );
     expect(setup.output).toBe("ready");
+    // The child holds a file of its own: a refused fork must leave it there.
+    expect((await server.bash(1, "echo mine > /workspace/child-own; echo ok")).output).toBe("ok");
     expect((await stateful(server, 0, "python3 /workspace/swap.py >/dev/null 2>&1 & sleep 0.3; echo swapping")).output).toBe("swapping");
     let leaked = 0;
     let forks = 0;
@@ -157,9 +159,13 @@ describe("copy-mode fork attacks (no per-slot disk)", () => {
     const deadline = Date.now() + 40_000;
     for (let i = 0; i < 30 && Date.now() < deadline; i++) {
       const f = await server.request("POST", "/fork", { slot_id: "slot_0", into: ["slot_1"] });
-      // A copy that meets a tree changing under it fails and changes no child (copy mode is not atomic).
+      // A copy that meets a tree changing under it is refused (409, the client's to retry:
+      // the parent's own processes changed it) and changes no child.
       if (f.status !== 200) {
-        expect(f.text).toMatch(/copying the parent.s workspace/);
+        expect(f.status, f.text).toBe(409);
+        expect(f.json.field).toBe("slot_id");
+        expect(f.json.error).toMatch(/^fork of slot_0 refused: the parent's workspace changed while it was being copied \(copy mode, no per-slot disk: [^)]*'\/workspace\/\.\/[ds]\d+[^']*'[^)]*\)\. Nothing changed in the parent or any child/);
+        if (forks === 0) expect((await server.bash(1, "cat /workspace/child-own")).output).toBe("mine");
         refused++;
         continue;
       }
@@ -172,6 +178,7 @@ describe("copy-mode fork attacks (no per-slot disk)", () => {
     // Inside the parent's sandbox the symlink leads nowhere, so most copies meet a dangling
     // name and fail (no child changes); before the fix every fork copied the host file.
     expect(forks + refused).toBeGreaterThanOrEqual(10);
+    expect(refused, "no fork met the tree changing under its copy: the attack did not run").toBeGreaterThan(0);
     expect(leaked, `${leaked} of ${forks} forks copied the host file into the child`).toBe(0);
     await server.reset(0);
   }, 120_000);
