@@ -44,13 +44,15 @@ describe("E2B server attacks: streams and connections", () => {
     await h?.stop();
   });
 
-  it("66 CreateWatcher calls from two sandboxes are capped per sandbox; a third sandbox's commands and kill answer promptly", async () => {
+  it("66 CreateWatcher calls from two sandboxes are capped per sandbox; a third sandbox's commands, a timeout change and kill answer promptly", async () => {
     const [a, b, c] = await Promise.all([Sandbox.create(h.opts), Sandbox.create(h.opts), Sandbox.create(h.opts)]);
     const calls = [a, b].flatMap((s) => Array.from({ length: 33 }, () => connectUnary(h, s, "filesystem.Filesystem/CreateWatcher", { path: "/home/user", recursive: false })));
     const all = Promise.all(calls);
     await Promise.race([all, new Promise((r) => setTimeout(r, 20_000))]);
     // The other sandbox of the same container is not held up, nor is a kill.
     expect((await within(20_000, c.commands.run("echo still here"), "c's command")).stdout).toBe("still here\n");
+    // The control calls that could not get a connection before: a timeout change and a kill.
+    await within(20_000, b.setTimeout(120_000), "b's new timeout");
     expect(await within(20_000, a.kill(), "killing a")).toBe(true);
     expect(await within(20_000, b.kill(), "killing b")).toBe(true);
     const results = await within(30_000, all, "66 CreateWatcher calls");
