@@ -12,6 +12,7 @@ import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, wr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ForkTreeChangedError, treeChangedDetail } from "../../src/sandbox/fork/sandboxed-copy.js";
 import { startAttackServer, type AttackServer } from "./support.js";
 
 /** A host dir the slots cannot see (their /tmp is their own), holding a 0600 file with a token. */
@@ -187,4 +188,33 @@ describe("copy-mode fork attacks (no per-slot disk)", () => {
     }
     await server.reset(0);
   }, 120_000);
+});
+
+describe("what a copy-mode fork calls a changed tree (a 409) and what stays a server failure", () => {
+  const src = "/workspace/.";
+  it("every complaint about a source name gone, no longer a dir, a loop or a symlink turned dir: the first one is the detail", () => {
+    const err = [
+      "cp: cannot access '/workspace/./s1': No such file or directory",
+      "cp: '/workspace/./d1': No such file or directory",
+      "cp: cannot stat '/workspace/./s30/secret': Not a directory",
+      "cp: cannot read symbolic link '/workspace/./s12': Invalid argument",
+      "cp: cannot overwrite non-directory '/proc/self/fd/3/./s5' with directory '/workspace/./s5'",
+      "cp: cannot open '/workspace/./l' for reading: Too many levels of symbolic links",
+      "",
+    ].join("\n");
+    expect(treeChangedDetail(err, src)).toBe("cannot access '/workspace/./s1': No such file or directory");
+    const e = new ForkTreeChangedError("'/workspace/./d1': No such file or directory", "slot_0");
+    expect([e.status, e.code, e.field]).toEqual([409, "FORK_TREE_CHANGED", "slot_id"]);
+    expect(e.message).toMatch(/^fork of slot_0 refused: the parent's workspace changed while it was being copied/);
+  });
+  it("anything else is not: no space, permissions, a destination path, another program, a cut-off line", () => {
+    expect(treeChangedDetail("cp: error writing '/proc/self/fd/3/./big': No space left on device\n", src)).toBeUndefined();
+    expect(treeChangedDetail("cp: cannot open '/workspace/./secret' for reading: Permission denied\n", src)).toBeUndefined();
+    expect(treeChangedDetail("cp: cannot create directory '/proc/self/fd/3/./d': No such file or directory\n", src)).toBeUndefined();
+    expect(treeChangedDetail("bwrap: Can't find source path /x: No such file or directory\n", src)).toBeUndefined();
+    // One change and one real failure: the failure wins (a 500).
+    expect(treeChangedDetail("cp: '/workspace/./d1': No such file or directory\ncp: error writing '/proc/self/fd/3/./f': No space left on device\n", src)).toBeUndefined();
+    expect(treeChangedDetail("cp: '/workspace/./d1': No such file or dir", src)).toBeUndefined();
+    expect(treeChangedDetail("", src)).toBeUndefined();
+  });
 });
