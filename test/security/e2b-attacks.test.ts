@@ -44,13 +44,15 @@ describe("E2B server attacks: streams and connections", () => {
     await h?.stop();
   });
 
-  it("66 CreateWatcher calls from two sandboxes are capped per sandbox; a third sandbox's commands and kill answer promptly", async () => {
+  it("66 CreateWatcher calls from two sandboxes are capped per sandbox; a third sandbox's commands, a timeout change and kill answer promptly", async () => {
     const [a, b, c] = await Promise.all([Sandbox.create(h.opts), Sandbox.create(h.opts), Sandbox.create(h.opts)]);
     const calls = [a, b].flatMap((s) => Array.from({ length: 33 }, () => connectUnary(h, s, "filesystem.Filesystem/CreateWatcher", { path: "/home/user", recursive: false })));
     const all = Promise.all(calls);
     await Promise.race([all, new Promise((r) => setTimeout(r, 20_000))]);
     // The other sandbox of the same container is not held up, nor is a kill.
     expect((await within(20_000, c.commands.run("echo still here"), "c's command")).stdout).toBe("still here\n");
+    // The control calls that could not get a connection before: a timeout change and a kill.
+    await within(20_000, b.setTimeout(120_000), "b's new timeout");
     expect(await within(20_000, a.kill(), "killing a")).toBe(true);
     expect(await within(20_000, b.kill(), "killing b")).toBe(true);
     const results = await within(30_000, all, "66 CreateWatcher calls");
@@ -252,12 +254,18 @@ describe("E2B server attacks: transfers", () => {
     const s = await Sandbox.create(h.opts);
     const other = await Sandbox.create(h.opts);
     const url = await s.uploadUrl("notes.txt");
-    expect(url).not.toMatch(/sandbox/i);
     const form = (parts: Array<[string, string]>) => {
       const f = new FormData();
       for (const [name, text] of parts) f.append("file", new Blob([text]), name);
       return f;
     };
+    // The attack as first found (the sandbox named, as the SDK sends it): a body of several
+    // parts wrote every part, ~/.bashrc included, which later commands source.
+    const named = await fetch(url, { method: "POST", headers: { "e2b-sandbox-id": s.sandboxId }, body: form([["notes.txt", "again\n"], [".bashrc", "echo pwned\n"]]) });
+    expect(await s.files.exists(".bashrc")).toBe(false);
+    expect(await s.files.exists("notes.txt")).toBe(false);
+    expect(named.status).toBe(400);
+    expect(url).not.toMatch(/sandbox/i);
     // No E2b-Sandbox-Id header: the signature finds the sandbox.
     const one = await fetch(url, { method: "POST", body: form([["notes.txt", "signed write\n"]]) });
     expect(one.status).toBe(200);
@@ -267,9 +275,6 @@ describe("E2B server attacks: transfers", () => {
     const many = await fetch(url, { method: "POST", body: form([["notes.txt", "again\n"], [".bashrc", "echo pwned\n"]]) });
     expect(many.status).toBe(400);
     expect(await many.text()).toMatch(/exactly one file/);
-    // The same with the sandbox named (the attack as first found: every part was written).
-    const named = await fetch(url, { method: "POST", headers: { "e2b-sandbox-id": s.sandboxId }, body: form([["notes.txt", "again\n"], [".bashrc", "echo pwned\n"]]) });
-    expect(named.status).toBe(400);
     expect(await s.files.read("notes.txt")).toBe("signed write\n");
     expect(await s.files.exists(".bashrc")).toBe(false);
     // Another path with the same signature, or the other operation: 401.
@@ -303,14 +308,15 @@ describe("E2B server attacks: transfers", () => {
       return fetch(`${h.url}/files`, { method: "POST", headers: inSandbox(s), body: f });
     };
     const outside = await send([["first.txt", "1"], ["/etc/evil", "2"]]);
+    const onDir = await send([["second.txt", "1"], ["adir", "2"]]);
+    const under = await send([["third.txt", "1"], ["kept.txt/x", "2"]]);
+    // First what the attack is after: the good parts before a bad one were not written.
+    expect((await s.commands.run("ls -A")).stdout.split("\n").filter(Boolean).sort()).toEqual(["adir", "kept.txt"]);
     expect(outside.status).toBe(403); // a place the sandbox's user cannot write (E2B: permission denied)
     expect(await outside.text()).toMatch(/permission denied.*nothing was written/);
-    const onDir = await send([["second.txt", "1"], ["adir", "2"]]);
     expect(onDir.status).toBe(400);
     expect(await onDir.text()).toMatch(/is a directory; nothing was written/);
-    const under = await send([["third.txt", "1"], ["kept.txt/x", "2"]]);
     expect(under.status).toBe(400);
-    expect((await s.commands.run("ls -A")).stdout.split("\n").filter(Boolean).sort()).toEqual(["adir", "kept.txt"]);
     // All good: every part lands, an existing file keeps its mode.
     const good = await send([["kept.txt", "new\n"], ["deep/er/two.txt", "two\n"]]);
     expect(good.status).toBe(200);

@@ -12,6 +12,7 @@ import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, wr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ForkTreeChangedError, treeChangedDetail } from "../../src/sandbox/fork/sandboxed-copy.js";
 import { startAttackServer, type AttackServer } from "./support.js";
 
 /** A host dir the slots cannot see (their /tmp is their own), holding a 0600 file with a token. */
@@ -77,10 +78,11 @@ describe("fork attacks (overlay or copy, whichever the host allows)", () => {
     const r = await server.bash(2, `rm -rf /tmp/.slotpool; ln -s ${victimDir} /tmp/.slotpool && echo planted`);
     expect(r.output).toBe("planted");
     const t = await stateful(server, 2, "echo terminal-ok");
-    expect(t.output, JSON.stringify(t)).toBe("terminal-ok");
+    // The host dir first (what the attack is after), then the terminal still works.
     const after = statSync(victimDir);
     expect([after.uid, after.gid, after.mode]).toEqual([before.uid, before.gid, before.mode]);
     expect(readdirSync(victimDir)).toEqual([]);
+    expect(t.output, JSON.stringify(t)).toBe("terminal-ok");
     await server.reset(2);
   }, 60_000);
 
@@ -119,12 +121,13 @@ describe("fork attacks without the seccomp filter (the seal alone)", () => {
     const f = await server.request("POST", "/fork", { slot_id: "slot_0", into: ["slot_3"] });
     expect(f.status, f.text).toBe(200);
     const lines = async (): Promise<number> => Number((await server.bash(3, "wc -l < /workspace/leak")).output);
-    // The writer was stopped by the fork (the seal below the slot's namespaces), not by chance.
-    expect(server.logs.join("\n")).toContain("mount namespaces of their own");
+    // First what the attack is after: the writer's lines keep reaching the child.
     const first = await lines();
     expect(first).toBeGreaterThan(0);
     await new Promise((r) => setTimeout(r, 2_000));
-    expect(await lines()).toBe(first);
+    expect(await lines(), "the nested writer's appends still reach the child after the fork").toBe(first);
+    // And it was stopped by the fork (the seal below the slot's namespaces), not by chance.
+    expect(server.logs.join("\n")).toContain("mount namespaces of their own");
     await server.reset(0);
     await server.reset(3);
   }, 90_000);
@@ -150,17 +153,19 @@ describe("copy-mode fork attacks (no per-slot disk)", () => {
         `printf '%s\\n' 'import ctypes, os' 'libc = ctypes.CDLL(None, use_errno=True)' 'os.chdir("/workspace")' 'pairs = [(b"d%d" % i, b"s%d" % i) for i in range(1, 65)]' 'while True:' '  for d, s in pairs: libc.renameat2(-100, d, -100, s, 2)' > /workspace/swap.py; echo ready`,
     );
     expect(setup.output).toBe("ready");
+    // The child holds a file of its own: a refused fork must leave it there.
+    expect((await server.bash(1, "echo mine > /workspace/child-own; echo ok")).output).toBe("ok");
     expect((await stateful(server, 0, "python3 /workspace/swap.py >/dev/null 2>&1 & sleep 0.3; echo swapping")).output).toBe("swapping");
     let leaked = 0;
     let forks = 0;
-    let refused = 0;
+    const refused: Array<{ status: number; error: string; childKept: boolean | undefined }> = [];
     const deadline = Date.now() + 40_000;
     for (let i = 0; i < 30 && Date.now() < deadline; i++) {
       const f = await server.request("POST", "/fork", { slot_id: "slot_0", into: ["slot_1"] });
-      // A copy that meets a tree changing under it fails and changes no child (copy mode is not atomic).
       if (f.status !== 200) {
-        expect(f.text).toMatch(/copying the parent.s workspace/);
-        refused++;
+        // Until a fork succeeds, the child still holds its own file.
+        const childKept = forks === 0 ? (await server.bash(1, "cat /workspace/child-own")).output === "mine" : undefined;
+        refused.push({ status: f.status, error: String(f.json?.error ?? f.text), childKept });
         continue;
       }
       expect(f.json.mode).toBe("copy");
@@ -169,10 +174,47 @@ describe("copy-mode fork attacks (no per-slot disk)", () => {
       expect(found.output).toContain("scanned");
       if (found.output.includes("/workspace/")) leaked++;
     }
-    // Inside the parent's sandbox the symlink leads nowhere, so most copies meet a dangling
-    // name and fail (no child changes); before the fix every fork copied the host file.
-    expect(forks + refused).toBeGreaterThanOrEqual(10);
+    // First what matters: nothing of the host in any child (before the fix every fork copied the host file).
     expect(leaked, `${leaked} of ${forks} forks copied the host file into the child`).toBe(0);
+    expect(forks + refused.length).toBeGreaterThanOrEqual(10);
+    // Inside the parent's sandbox the symlink leads nowhere, so most copies meet a name that
+    // changed under them: refused with 409 (the client's to retry: the parent's own processes
+    // changed its tree), naming cp's complaint, and no child changed.
+    expect(refused.length, "no fork met the tree changing under its copy: the attack did not run").toBeGreaterThan(0);
+    for (const r of refused) {
+      expect(r.status, r.error).toBe(409);
+      expect(r.error).toMatch(/^fork of slot_0 refused: the parent's workspace changed while it was being copied \(copy mode, no per-slot disk: [^)]*'\/workspace\/\.\/[ds]\d+[^']*'[^)]*\)\. Nothing changed in the parent or any child/);
+      if (r.childKept !== undefined) expect(r.childKept, "a refused fork changed the child").toBe(true);
+    }
     await server.reset(0);
   }, 120_000);
+});
+
+describe("what a copy-mode fork calls a changed tree (a 409) and what stays a server failure", () => {
+  const src = "/workspace/.";
+  it("every complaint about a source name gone, no longer a dir, a loop or a symlink turned dir: the first one is the detail", () => {
+    const err = [
+      "cp: cannot access '/workspace/./s1': No such file or directory",
+      "cp: '/workspace/./d1': No such file or directory",
+      "cp: cannot stat '/workspace/./s30/secret': Not a directory",
+      "cp: cannot read symbolic link '/workspace/./s12': Invalid argument",
+      "cp: cannot overwrite non-directory '/proc/self/fd/3/./s5' with directory '/workspace/./s5'",
+      "cp: cannot open '/workspace/./l' for reading: Too many levels of symbolic links",
+      "",
+    ].join("\n");
+    expect(treeChangedDetail(err, src)).toBe("cannot access '/workspace/./s1': No such file or directory");
+    const e = new ForkTreeChangedError("'/workspace/./d1': No such file or directory", "slot_0");
+    expect([e.status, e.code, e.field]).toEqual([409, "FORK_TREE_CHANGED", "slot_id"]);
+    expect(e.message).toMatch(/^fork of slot_0 refused: the parent's workspace changed while it was being copied/);
+  });
+  it("anything else is not: no space, permissions, a destination path, another program, a cut-off line", () => {
+    expect(treeChangedDetail("cp: error writing '/proc/self/fd/3/./big': No space left on device\n", src)).toBeUndefined();
+    expect(treeChangedDetail("cp: cannot open '/workspace/./secret' for reading: Permission denied\n", src)).toBeUndefined();
+    expect(treeChangedDetail("cp: cannot create directory '/proc/self/fd/3/./d': No such file or directory\n", src)).toBeUndefined();
+    expect(treeChangedDetail("bwrap: Can't find source path /x: No such file or directory\n", src)).toBeUndefined();
+    // One change and one real failure: the failure wins (a 500).
+    expect(treeChangedDetail("cp: '/workspace/./d1': No such file or directory\ncp: error writing '/proc/self/fd/3/./f': No space left on device\n", src)).toBeUndefined();
+    expect(treeChangedDetail("cp: '/workspace/./d1': No such file or dir", src)).toBeUndefined();
+    expect(treeChangedDetail("", src)).toBeUndefined();
+  });
 });

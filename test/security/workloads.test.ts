@@ -100,15 +100,18 @@ C`,
     expect(out).toBe("c 7\nc++ 6");
   });
 
-  it("node and npm (npm init, a script; libuv falls back when io_uring is refused)", async () => {
+  it("node and npm (npm init, a local package installed without network, a script; libuv falls back when io_uring is refused)", async () => {
     const out = await run(["node", "npm"], [
-      "npm --version >/dev/null && mkdir p && cd p && npm init -y >/dev/null && node -p 'require(\"./package.json\").name'",
+      "npm --version >/dev/null && mkdir lib && cd lib && npm init -y >/dev/null && echo 'module.exports = 42;' > index.js && npm pack -s >/dev/null && cd ..",
+      "mkdir p && cd p && npm init -y >/dev/null && node -p 'require(\"./package.json\").name'",
+      // Unpacked into node_modules (a tarball, not a link) and recorded as a dependency.
+      "npm install --offline --no-audit --no-fund -s ../lib/lib-1.0.0.tgz && test -f node_modules/lib/index.js && node -p 'require(\"lib\") + \" \" + Object.keys(require(\"./package.json\").dependencies)'",
       "npm pkg set scripts.hi='echo hi-from-npm' && npm run -s hi",
       // UV_USE_IO_URING=1 asks libuv for io_uring, which the filter refuses: it must fall back.
       "UV_USE_IO_URING=1 node -e 'const fs=require(\"fs\");fs.promises.writeFile(\"x\",\"y\").then(()=>fs.promises.readFile(\"x\",\"utf8\")).then(console.log)'",
       "node -e 'const {execFileSync}=require(\"child_process\");const {Worker}=require(\"worker_threads\");console.log(execFileSync(\"echo\",[\"child\"]).toString().trim());new Worker(\"require(`worker_threads`).parentPort.postMessage(5)\",{eval:true}).on(\"message\",m=>console.log(m))'",
     ].join("\n"));
-    expect(out).toBe("p\nhi-from-npm\ny\nchild\n5");
+    expect(out).toBe("p\n42 lib\nhi-from-npm\ny\nchild\n5");
   });
 
   it("curl to a loopback server in the slot", async () => {

@@ -4,6 +4,7 @@ import { chmodSync, chownSync, mkdirSync, readdirSync, renameSync, rmSync, statS
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { Ids } from "./fork-mount.js";
+import { ForkTreeChangedError } from "./sandboxed-copy.js";
 
 const run = promisify(execFile);
 
@@ -34,6 +35,8 @@ export async function stageCopy(copyInto: (dir: string) => Promise<void>, beside
     if (owner) await run("chown", ["-R", "--no-dereference", `${owner.uid}:${owner.gid}`, dir]);
   } catch (err) {
     await removeNow(dir);
+    // Not the server's failure: the fork answers 409 with it (fork.ts).
+    if (err instanceof ForkTreeChangedError) throw err;
     const why = (err as { stderr?: string }).stderr?.trim().split("\n")[0] || (err instanceof Error ? err.message : String(err));
     throw new Error(`copying the parent's workspace for the child failed: ${why}`, { cause: err });
   }

@@ -13,6 +13,7 @@ import { ForkBusyError, ForkMounter, type Ids } from "./fork-mount.js";
 import { dropStage, stageCopy, swapIn, type CopyStage } from "./copy-stage.js";
 import { deferred, DiskSwaps, settle, type Settled } from "./disk-swaps.js";
 import { NestedWritersError, stopNestedWriters } from "./nested-writers.js";
+import { ForkTreeChangedError } from "./sandboxed-copy.js";
 import type { NextDisk, SlotDisks } from "../workspace/slot-disk.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
 import type { Template } from "../templates/templates.js";
@@ -230,6 +231,7 @@ export class SlotForks {
     if (failed >= 0) {
       const err = (results[failed] as PromiseRejectedResult).reason;
       if (err instanceof ForkPrepareError) {
+        if (err.cause instanceof ForkTreeChangedError) throw new ForkTreeChangedError(err.cause.detail, parent.id);
         throw new Error(`fork of ${parent.id} failed before any child changed: ${err.message}. The parent and every child are as they were`);
       }
       throw new Error(`fork of ${parent.id} into ${children[failed]!.id} failed after every child was prepared (that child's processes were stopped; it is out of service until a reset): ${err instanceof Error ? err.message : String(err)}`);
@@ -493,7 +495,10 @@ export class SlotForks {
     await h.resetWorkspace(child, snap.mode === "copy" ? undefined : snap.template);
     if (snap.mode === "copy") {
       // The child's processes are dead: nothing else writes its fresh workspace while the copy fills it.
-      await h.copyWorkspace(parent, child.workspaceDir);
+      // Past the child's reset a changed tree is no longer "nothing changed" (ForkTreeChangedError's 409).
+      await h.copyWorkspace(parent, child.workspaceDir).catch((err: unknown) => {
+        throw err instanceof ForkTreeChangedError ? new Error(`the parent's workspace changed while it was being copied: ${err.detail}`, { cause: err }) : err;
+      });
       if (child.owner) await run("chown", ["-R", "--no-dereference", `${child.owner.uid}:${child.owner.gid}`, child.workspaceDir]);
     } else {
       await this.attachChild(child, snap.layers, prep);
