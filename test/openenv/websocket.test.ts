@@ -159,6 +159,25 @@ describe("OpenEnv over WebSocket /ws", () => {
     await Promise.all([b.close(), c.close()]);
   });
 
+  it("a reset beyond capacity waits: a slot freed within the bound serves it, no error", async () => {
+    await eventually(() => h.free() === 2, "a quiet pool");
+    const [a, b, c] = await Promise.all([WsClient.connect(h.wsUrl), WsClient.connect(h.wsUrl), WsClient.connect(h.wsUrl)]);
+    await a.reset();
+    await b.reset();
+    const started = Date.now();
+    const waiting = c.reset({ seed: 1 });
+    await new Promise((r) => setTimeout(r, 400));
+    await a.close();
+    const served = await waiting;
+    expect(served.type).toBe("observation");
+    expect(served.data.observation.item_index).toBe(1);
+    // It was served by the freed slot, not refused at the 1500 ms bound.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(350);
+    expect(h.free()).toBe(0);
+    await Promise.all([b.close(), c.close()]);
+    await eventually(() => h.free() === 2, "both slots back");
+  });
+
   it("closing, dropping the connection and idling out each release the slot (the pool's free count returns)", async () => {
     await eventually(() => h.free() === 2, "a quiet pool");
     const a = await WsClient.connect(h.wsUrl);
@@ -191,6 +210,21 @@ describe("OpenEnv sessions that idle out, and a lost slot", () => {
     const frame = await c.next();
     expect(frame).toEqual({ type: "error", data: expect.objectContaining({ code: "SESSION_ERROR", message: expect.stringMatching(/idle for 400 ms/) }) });
     await eventually(() => c.closed && q.free() === 2, "the idle session closed and its slot back");
+  });
+
+  it("a seed selects the same item on another server of the same env (reproducible across servers)", async () => {
+    const here = await WsClient.connect(q.wsUrl);
+    const there = await WsClient.connect(h.wsUrl);
+    for (const seed of [3, 1]) {
+      const [a, b] = await Promise.all([here.reset({ seed }), there.reset({ seed })]);
+      expect(a.data.observation.item_index).toBe(seed);
+      expect(a.data.observation.task).toBe(b.data.observation.task);
+      expect(a.data.observation.messages).toEqual(b.data.observation.messages);
+    }
+    const distinct = new Set<string>();
+    for (const seed of [0, 1, 2, 3]) distinct.add((await here.reset({ seed })).data.observation.task);
+    expect(distinct.size).toBe(4);
+    await Promise.all([here.close(), there.close()]);
   });
 
   it("a lost slot is an EXECUTION_ERROR that says it is an infrastructure failure, never a reward; the session lives on", async () => {
