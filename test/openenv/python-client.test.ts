@@ -67,6 +67,38 @@ describe.skipIf(py.python === null)(`the real OpenEnv Python client${py.reason ?
   });
 });
 
+describe.skipIf(py.python === null)(`the real OpenEnv Python client and a lost slot${py.reason ? ` (skipped: ${py.reason})` : ""}`, () => {
+  let h: OpenEnvHarness;
+  beforeAll(async () => {
+    h = await startOpenEnv({ slots: 2 });
+  }, 120_000);
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it("a slot lost mid-episode raises the server's EXECUTION_ERROR saying infrastructure failure, no reward; the session lives on", async () => {
+    const child = spawn(py.python!, [CHECKS, h.url, "lost_slot"], { stdio: ["pipe", "pipe", "pipe"] });
+    let stderr = "";
+    child.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
+    const lines = createInterface({ input: child.stdout! });
+    const results: Array<Record<string, any>> = [];
+    const finished = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+    for await (const line of lines) {
+      const r = JSON.parse(line) as Record<string, any>;
+      results.push(r);
+      if (r["phase"] === "ready") {
+        // The episode is running in its slot: crash every sandbox server, as lost containers.
+        h.killContainers();
+        child.stdin!.write("go\n");
+      }
+    }
+    await finished;
+    const r = results.find((x) => x["phase"] === undefined);
+    expect(r, stderr).toEqual(expect.objectContaining({ ok: true, done: true, reward: null, after_reset: true }));
+    expect(r!["error"]).toMatch(/infrastructure failure \(slot_lost\).*no reward.*code: EXECUTION_ERROR/);
+  }, 400_000);
+});
+
 describe.skipIf(py.python === null)(`examples/openenv-client against \`slotpool openenv-server\`${py.reason ? ` (skipped: ${py.reason})` : ""}`, () => {
   let server: ChildProcess | undefined;
   let url = "";

@@ -87,7 +87,26 @@ async def capacity():
             await c.close()
 
 
-CHECKS = {"generic_solved": generic_solved, "generic_wrong": generic_wrong, "bad_message": bad_message, "mcp_tool_client": mcp_tool_client, "isolated": isolated, "capacity": capacity}
+def lost_slot():
+    # The test kills the pool's sandbox servers between "ready" and our next step.
+    with GenericEnvClient(base_url=URL).sync() as env:
+        env.reset(seed=0)
+        env.step(call("bash", command=SOLVE))
+        print(json.dumps({"check": "lost_slot", "phase": "ready"}), flush=True)
+        sys.stdin.readline()
+        try:
+            env.step(call("bash", command="true"))
+            error = None
+        except Exception as e:  # the client raises the server's error frame
+            error = str(e)
+        state = env.state()
+        # The session lives on: a new episode runs on the container the pool put in place.
+        again = env.reset(seed=0)
+        ran = env.step(call("bash", command="echo back"))
+        return {"error": error, "done": state["done"], "reward": state["reward"], "after_reset": again.done is False and ran.observation["result"]["data"] == "back"}
+
+
+CHECKS = {"generic_solved": generic_solved, "generic_wrong": generic_wrong, "bad_message": bad_message, "mcp_tool_client": mcp_tool_client, "isolated": isolated, "capacity": capacity, "lost_slot": lost_slot}
 
 for name in sys.argv[2:]:
     fn = CHECKS[name]
