@@ -85,6 +85,29 @@ describe("MCP at /mcp (streamable HTTP, the SDK's client)", () => {
     await eventually(() => h.free() === 2, "both slots back");
   });
 
+  it("one MCP session beyond capacity waits up to the acquire timeout, then its call is a CAPACITY_REACHED tool error; the session lives on", async () => {
+    const a = await mcpClient();
+    const b = await mcpClient();
+    const c = await mcpClient();
+    await a.client.callTool({ name: "bash", arguments: { command: "true" } });
+    await b.client.callTool({ name: "bash", arguments: { command: "true" } });
+    expect(h.free()).toBe(0);
+    const started = Date.now();
+    const refused = await c.client.callTool({ name: "bash", arguments: { command: "true" } });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_400);
+    expect(refused.isError).toBe(true);
+    expect(refused.structuredContent).toEqual({ code: "CAPACITY_REACHED", reward: null });
+    expect((refused.content as Array<{ text: string }>)[0]!.text).toMatch(/no slot became free within 1500 ms/);
+    await a.transport.terminateSession();
+    const served = await c.client.callTool({ name: "bash", arguments: { command: "echo served" } });
+    expect(served.structuredContent).toEqual(expect.objectContaining({ output: "served", done: false }));
+    for (const x of [a, b, c]) {
+      if (x !== a) await x.transport.terminateSession();
+      await x.client.close();
+    }
+    await eventually(() => h.free() === 2, "every slot back");
+  });
+
   it("a call with an unknown MCP session id gets 404, as the transport specifies", async () => {
     const res = await fetch(`${h.url}/mcp`, {
       method: "POST",
@@ -142,4 +165,28 @@ describe("the stateless HTTP routes", () => {
     expect(bad.body).toEqual(expect.objectContaining({ code: "VALIDATION_ERROR", error: expect.stringContaining("tool_name") }));
     await eventually(() => h.free() === 2, "no slot kept by stateless requests");
   });
+});
+
+describe("MCP and a lost slot", () => {
+  let q: OpenEnvHarness;
+  beforeAll(async () => {
+    q = await startOpenEnv({ slots: 2 });
+  }, 120_000);
+  afterAll(async () => {
+    await q?.stop();
+  });
+
+  it("a slot lost under an MCP session is a tool error marked as an infrastructure failure, with no reward", async () => {
+    const client = new Client({ name: "openenv-test", version: "1" });
+    const transport = new StreamableHTTPClientTransport(new URL(`${q.url}/mcp`));
+    await client.connect(transport);
+    await client.callTool({ name: "bash", arguments: { command: SOLVE_SEED_0 } });
+    q.killContainers();
+    const lost = await client.callTool({ name: "bash", arguments: { command: "true" } });
+    expect(lost.isError).toBe(true);
+    expect(lost.structuredContent).toEqual({ code: "EXECUTION_ERROR", infra_failure: true, cause: "slot_lost", reward: null });
+    expect((lost.content as Array<{ text: string }>)[0]!.text).toMatch(/^infrastructure failure \(slot_lost\)/);
+    await transport.terminateSession();
+    await client.close();
+  }, 60_000);
 });
