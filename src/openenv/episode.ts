@@ -167,7 +167,7 @@ export class Episode<Item = unknown> {
         await executor.claimSlot(this.trajectoryId);
       }
     } catch (err) {
-      if (err instanceof SlotAcquireTimeoutError) throw new CapacityReachedError(err.timeoutMs, err.message);
+      if (err instanceof SlotAcquireTimeoutError) throw new CapacityReachedError(err.timeoutMs, err.message, err.counts.held, err.counts.slots);
       throw this.infra(err, "setup", "the episode's slot could not be prepared");
     }
     try {

@@ -17,7 +17,7 @@ import { ActionValidationError, CapacityReachedError, EpisodeInfraError, NoItemE
 import { createMcpServer } from "./mcp.js";
 import { parseRunRequest, runRollout } from "./rollout.js";
 import { errorFrame, frameOf, Session } from "./session.js";
-import { ActionSchema, callToolAnswer, firstProblem, ResetDataSchema, schemas } from "./wire.js";
+import { ActionSchema, callToolAnswer, firstProblem, ResetDataSchema, schemas, validationIssues } from "./wire.js";
 import { formatToolResultForModel } from "../agent/agent-loop.js";
 
 export interface OpenEnvServerOptions<Item> {
@@ -229,10 +229,10 @@ export class OpenEnvServer<Item = unknown> {
     const { action, seed, episode_id } = body as Record<string, unknown>;
     if (action === undefined) throw new ActionValidationError(`Invalid step: action is required ({"action": {"type": "call_tool", "tool_name": NAME, "arguments": {...}}})`);
     const parsed = ActionSchema.safeParse(action);
-    if (!parsed.success) throw new ActionValidationError(`Invalid step: action.${firstProblem(parsed.error)}`);
+    if (!parsed.success) throw new ActionValidationError(`Invalid step: action.${firstProblem(parsed.error)}`, validationIssues(parsed.error).map((i) => ({ ...i, loc: ["action", ...i.loc] })));
     if (parsed.data.type === "list_tools") return { observation: { tools: this.host.listTools(), metadata: {} }, reward: null, done: false };
     const reset = ResetDataSchema.safeParse({ ...(seed !== undefined ? { seed } : {}), ...(episode_id !== undefined ? { episode_id } : {}) });
-    if (!reset.success) throw new ActionValidationError(`Invalid step: ${firstProblem(reset.error)}`);
+    if (!reset.success) throw new ActionValidationError(`Invalid step: ${firstProblem(reset.error)}`, validationIssues(reset.error));
     const session = new Session(this.host);
     try {
       await session.reset(reset.data);

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { ToolStep } from "./episode.js";
+import type { ValidationIssue } from "./errors.js";
 
 /**
  * OpenEnv's wire format (huggingface/OpenEnv, `src/openenv/core/env_server/types.py` and
@@ -66,6 +67,11 @@ export function callToolAnswer(step: ToolStep, text: string): StepAnswer {
     done: step.done,
     metadata,
   };
+}
+
+/** Every problem of a refused message, as OpenEnv's VALIDATION_ERROR frames list them (pydantic's errors() layout). */
+export function validationIssues(error: z.ZodError): ValidationIssue[] {
+  return error.issues.map((i) => ({ type: i.code, loc: i.path.map((p) => (typeof p === "number" ? p : String(p))), msg: i.message }));
 }
 
 /** One line naming what is wrong with a message (zod's first issue, with its field). */

@@ -113,7 +113,11 @@ describe("OpenEnv over WebSocket /ws", () => {
     const c = await WsClient.connect(h.wsUrl);
     expect(await c.send("{not json")).toEqual({ type: "error", data: expect.objectContaining({ code: "INVALID_JSON" }) });
     expect(await c.send({ type: "dance" })).toEqual({ type: "error", data: expect.objectContaining({ code: "UNKNOWN_TYPE", message: expect.stringContaining("dance") }) });
-    expect(await c.send({ type: "step", data: { type: "call_tool" } })).toEqual({ type: "error", data: expect.objectContaining({ code: "VALIDATION_ERROR", message: expect.stringContaining("tool_name") }) });
+    // As OpenEnv's frames, a VALIDATION_ERROR lists every problem (pydantic's errors() layout) beside the message.
+    expect(await c.send({ type: "step", data: { type: "call_tool" } })).toEqual({
+      type: "error",
+      data: expect.objectContaining({ code: "VALIDATION_ERROR", message: expect.stringContaining("tool_name"), errors: [expect.objectContaining({ loc: ["tool_name"], msg: expect.any(String) })] }),
+    });
     expect(await c.send({ type: "reset", data: { seed: -1 } })).toEqual({ type: "error", data: expect.objectContaining({ code: "VALIDATION_ERROR", message: expect.stringContaining("seed") }) });
     expect(await c.call("bash", { command: "true" })).toEqual({ type: "error", data: expect.objectContaining({ code: "SESSION_ERROR", message: expect.stringContaining("send reset first") }) });
     // Still alive: a reset and a step work, an unknown tool is an observation naming the tools, a bad argument too.
@@ -151,7 +155,7 @@ describe("OpenEnv over WebSocket /ws", () => {
     await b.reset();
     const started = Date.now();
     const refused = await c.reset();
-    expect(refused).toEqual({ type: "error", data: expect.objectContaining({ code: "CAPACITY_REACHED", message: expect.stringMatching(/no slot became free within 1500 ms/) }) });
+    expect(refused).toEqual({ type: "error", data: expect.objectContaining({ code: "CAPACITY_REACHED", message: expect.stringMatching(/no slot became free within 1500 ms/), waited_ms: 1500, active_sessions: 2, max_sessions: 2 }) });
     expect(Date.now() - started).toBeGreaterThanOrEqual(1_400);
     await a.close();
     const served = await c.reset();
