@@ -146,9 +146,14 @@ describe("the stateless HTTP routes", () => {
     expect(meta).toEqual(expect.objectContaining({ name: "shell-tasks", description: expect.stringContaining("bash") }));
     expect(Object.keys(meta).sort()).toEqual(["author", "description", "documentation_url", "name", "readme_content", "version"]);
     const schema = (await (await fetch(`${h.url}/schema`)).json()) as Record<string, any>;
-    expect(Object.keys(schema).sort()).toEqual(["action", "observation", "state"]);
+    expect(Object.keys(schema).sort()).toEqual(["action", "observation", "reset_observation", "state"]);
     expect(JSON.stringify(schema["action"])).toContain("call_tool");
     expect(schema["state"].properties.step_count.type).toBe("integer");
+    // The schemas describe what the server really answers: a reset's observation has every field reset_observation requires.
+    const reset = await post("/reset", { seed: 1 });
+    for (const field of schema["reset_observation"].required as string[]) expect(reset.body.observation).toHaveProperty(field);
+    const step = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: "echo hi" } }, seed: 1 });
+    for (const field of Object.keys(step.body.observation)) expect(schema["observation"].properties).toHaveProperty(field);
     expect(await (await fetch(`${h.url}/state`)).json()).toEqual(expect.objectContaining({ episode_id: null, step_count: 0 }));
   });
 
@@ -156,7 +161,8 @@ describe("the stateless HTTP routes", () => {
     const reset = await post("/reset", { seed: 0 });
     expect(reset.status).toBe(200);
     expect(reset.body.observation.task).toContain("notes/day-0.txt");
-    const right = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: SOLVE_SEED_0 } }, seed: 0 });
+    // OpenEnv's StepRequest fields beside the action (timeout_s, request_id) are accepted.
+    const right = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: SOLVE_SEED_0 } }, seed: 0, timeout_s: 30, request_id: "req-1" });
     expect(right.body).toEqual(expect.objectContaining({ done: true, reward: 1 }));
     const wrong = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: WRONG_SEED_0 } }, seed: 0 });
     expect(wrong.body).toEqual(expect.objectContaining({ done: true, reward: 0 }));
