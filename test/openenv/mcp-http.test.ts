@@ -173,13 +173,29 @@ describe("the stateless HTTP routes", () => {
   });
 });
 
-describe("MCP and a lost slot", () => {
+describe("MCP sessions that idle out, and a lost slot", () => {
   let q: OpenEnvHarness;
   beforeAll(async () => {
-    q = await startOpenEnv({ slots: 2 });
+    q = await startOpenEnv({ slots: 2, idleTimeoutMs: 400 });
   }, 120_000);
   afterAll(async () => {
     await q?.stop();
+  });
+
+  it("an idle MCP session ends: its slot is released and its session id is gone (404)", async () => {
+    const client = new Client({ name: "openenv-test", version: "1" });
+    const transport = new StreamableHTTPClientTransport(new URL(`${q.url}/mcp`));
+    await client.connect(transport);
+    await client.callTool({ name: "bash", arguments: { command: "true" } });
+    expect(q.free()).toBe(1);
+    await eventually(() => q.free() === 2, "the idle session's slot back");
+    const res = await fetch(`${q.url}/mcp`, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-session-id": transport.sessionId! },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 9, method: "tools/list" }),
+    });
+    expect(res.status).toBe(404);
+    await client.close();
   });
 
   it("a slot lost under an MCP session is a tool error marked as an infrastructure failure, with no reward", async () => {
