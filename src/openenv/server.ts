@@ -15,6 +15,7 @@ import { createLogger, type Logger } from "../observability/logger.js";
 import { EpisodeHost } from "./episode-host.js";
 import { ActionValidationError, CapacityReachedError, EpisodeInfraError, NoItemError, OpenEnvError } from "./errors.js";
 import { createMcpServer } from "./mcp.js";
+import { openApiDocument } from "./openapi.js";
 import { parseRunRequest, runRollout } from "./rollout.js";
 import { errorFrame, frameOf, Session } from "./session.js";
 import { ActionSchema, callToolAnswer, firstProblem, ResetDataSchema, schemas, validationIssues } from "./wire.js";
@@ -40,7 +41,7 @@ interface McpHttpSession<Item> {
 /**
  * Serves an AgentEnv as an OpenEnv environment (huggingface/OpenEnv's wire protocol):
  * WebSocket `/ws` (one episode per connection, in a slot of its own), HTTP `/reset`,
- * `/step`, `/state`, `/schema`, `/metadata`, `/health`, MCP at `/mcp` (the streamable HTTP
+ * `/step`, `/state`, `/schema`, `/metadata`, `/health`, `/openapi.json`, MCP at `/mcp` (the streamable HTTP
  * transport, and OpenEnv's plain JSON-RPC with `openenv/session/*`), and `POST /run`, one
  * rollout of the env's own agent loop on the trainer's model endpoint. See docs/trainers.md.
  */
@@ -174,6 +175,8 @@ export class OpenEnvServer<Item = unknown> {
           return sendJson(res, 200, this.metadata());
         case "GET /schema":
           return sendJson(res, 200, schemas());
+        case "GET /openapi.json":
+          return sendJson(res, 200, openApiDocument(this.host.env.name));
         case "GET /state":
           // Stateless HTTP has no episode (as OpenEnv's /state over HTTP): the server's counts beside the empty state.
           return sendJson(res, 200, { episode_id: null, step_count: 0, active_episodes: this.host.activeEpisodes, sessions: this.sessions });
@@ -184,7 +187,7 @@ export class OpenEnvServer<Item = unknown> {
         case "POST /run":
           return sendJson(res, 200, await runRollout(this.host, parseRunRequest(await this.body(req))));
       }
-      const known = ["/metadata", "/schema", "/state", "/reset", "/step", "/run", "/health"];
+      const known = ["/metadata", "/schema", "/openapi.json", "/state", "/reset", "/step", "/run", "/health"];
       throw new HttpError(known.includes(path) ? 405 : 404, known.includes(path) ? `method ${method} not allowed on ${path}` : `no route ${method} ${path}`);
     } catch (err) {
       sendHttpError(res, err);

@@ -36,7 +36,7 @@ describe.skipIf(py.python === null)(`the real OpenEnv Python client${py.reason ?
   let r: Record<string, Record<string, any>>;
   beforeAll(async () => {
     h = await startOpenEnv({ slots: 2, acquireTimeoutMs: 1_500 });
-    r = await checks(h.url, "generic_solved", "generic_wrong", "bad_message", "mcp_tool_client", "isolated", "capacity");
+    r = await checks(h.url, "generic_solved", "generic_wrong", "bad_message", "mcp_tool_client", "isolated", "capacity", "validate");
   }, 500_000);
   afterAll(async () => {
     await h?.stop();
@@ -58,6 +58,11 @@ describe.skipIf(py.python === null)(`the real OpenEnv Python client${py.reason ?
     expect(m).toEqual(expect.objectContaining({ ok: true, output: "written", done: true, reward: 1, step_count: 2 }));
     expect(m["tools"]).toEqual(expect.arrayContaining(["bash", "read_file", "write_file", "submit"]));
     expect(m["bash_schema"].properties.command.type).toBe("string");
+  });
+
+  it("OpenEnv's own runtime checks (`openenv validate URL`) pass: health, metadata, schema, MCP, OpenAPI version and the simulation mode's routes", async () => {
+    expect(r["validate"]).toEqual(expect.objectContaining({ ok: true, exit_code: 0, passed: true, failed: [], mode: "simulation", profile: "openenv-http/1.x" }));
+    expect(r["validate"]!["criteria"]).toEqual(expect.arrayContaining(["health_endpoint", "metadata_endpoint", "schema_endpoint", "mcp_endpoint", "openapi_version_available", "mode_endpoint_consistency"]));
   });
 
   it("two concurrent episodes are isolated; a third beyond capacity gets CAPACITY_REACHED, and is served once a session closes", async () => {

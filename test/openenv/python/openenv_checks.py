@@ -4,6 +4,8 @@ to assert on. Usage: openenv_checks.py BASE_URL CHECK..."""
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 
 from openenv.core import GenericEnvClient, MCPToolClient
@@ -106,7 +108,15 @@ def lost_slot():
         return {"error": error, "done": state["done"], "reward": state["reward"], "after_reset": again.done is False and ran.observation["result"]["data"] == "back"}
 
 
-CHECKS = {"generic_solved": generic_solved, "generic_wrong": generic_wrong, "bad_message": bad_message, "mcp_tool_client": mcp_tool_client, "isolated": isolated, "capacity": capacity, "lost_slot": lost_slot}
+def validate():
+    # OpenEnv's own runtime conformance checks, as its users run them: `openenv validate URL --json`.
+    cli = os.path.join(os.path.dirname(sys.executable), "openenv")
+    run = subprocess.run([cli, "validate", URL, "--json"], capture_output=True, text=True, timeout=120)
+    report = json.loads(run.stdout)
+    return {"exit_code": run.returncode, "passed": report["passed"], "mode": report["mode"], "profile": report["standard_profile"], "failed": [c["id"] for c in report["criteria"] if not c["passed"]], "criteria": sorted(c["id"] for c in report["criteria"])}
+
+
+CHECKS = {"generic_solved": generic_solved, "generic_wrong": generic_wrong, "bad_message": bad_message, "mcp_tool_client": mcp_tool_client, "isolated": isolated, "capacity": capacity, "lost_slot": lost_slot, "validate": validate}
 
 for name in sys.argv[2:]:
     fn = CHECKS[name]
