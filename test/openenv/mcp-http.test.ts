@@ -176,7 +176,8 @@ describe("the stateless HTTP routes", () => {
 describe("MCP sessions that idle out, and a lost slot", () => {
   let q: OpenEnvHarness;
   beforeAll(async () => {
-    q = await startOpenEnv({ slots: 2, idleTimeoutMs: 400 });
+    // Long enough that connecting and the first call never idle out on a loaded box, short enough to wait for.
+    q = await startOpenEnv({ slots: 2, idleTimeoutMs: 1_500 });
   }, 120_000);
   afterAll(async () => {
     await q?.stop();
