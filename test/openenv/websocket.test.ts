@@ -183,7 +183,7 @@ describe("OpenEnv over WebSocket /ws", () => {
     await eventually(() => h.free() === 2, "both slots back");
   });
 
-  it("closing, dropping the connection and idling out each release the slot (the pool's free count returns)", async () => {
+  it("closing and dropping the connection each release the slot (the pool's free count returns; idling out: below)", async () => {
     await eventually(() => h.free() === 2, "a quiet pool");
     const a = await WsClient.connect(h.wsUrl);
     await a.reset();
