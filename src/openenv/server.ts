@@ -54,6 +54,8 @@ export class OpenEnvServer<Item = unknown> {
   private readonly idleTimeoutMs: number;
   private readonly maxBytes: number;
   private readonly sockets = new Map<WebSocket, Session<Item>>();
+  /** The sockets of `sockets` that speak bare JSON-RPC (WebSocket /mcp), not OpenEnv's frames. */
+  private readonly rpcSockets = new WeakSet<WebSocket>();
   private readonly mcpSessions = new Map<string, McpHttpSession<Item>>();
   private sweeper: NodeJS.Timeout | undefined;
   private closing = false;
@@ -100,12 +102,16 @@ export class OpenEnvServer<Item = unknown> {
 
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     try {
-      if (requestPath(req.url) !== "/ws") throw new HttpError(404, `no WebSocket endpoint at ${requestPath(req.url)}; OpenEnv sessions are at /ws`);
+      if (requestPath(req.url) !== "/ws" && requestPath(req.url) !== "/mcp") throw new HttpError(404, `no WebSocket endpoint at ${requestPath(req.url)}; OpenEnv sessions are at /ws (MCP JSON-RPC at /mcp)`);
       if (this.closing) throw new HttpError(503, "the server is shutting down");
       this.auth.check(req);
     } catch (err) {
       const status = err instanceof HttpError ? err.status : 500;
       socket.end(`HTTP/1.1 ${status} ${status === 404 ? "Not Found" : status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Service Unavailable"}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+      return;
+    }
+    if (requestPath(req.url) === "/mcp") {
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.onRpcSocket(ws));
       return;
     }
     // OpenEnv's MCP client opens an HTTP MCP session first and joins it here (?session_id=),
@@ -142,6 +148,39 @@ export class OpenEnvServer<Item = unknown> {
     ws.on("error", end);
   }
 
+  /**
+   * WebSocket /mcp, as OpenEnv's servers have it: every message is a JSON-RPC 2.0 request
+   * (tools/list, tools/call) answered by the same MCP server as every session; the connection
+   * is one session, so one episode in one slot (its first tools/call takes it), released when
+   * the connection ends.
+   */
+  private onRpcSocket(ws: WebSocket): void {
+    const session = new Session(this.host, { autoBegin: true });
+    this.sockets.set(ws, session);
+    this.rpcSockets.add(ws);
+    const end = () => {
+      if (!this.sockets.delete(ws)) return;
+      void session.close().catch((err: unknown) => this.log.warn({ err: String(err) }, "closing a session failed"));
+    };
+    ws.on("message", (data, isBinary) => {
+      const raw = isBinary ? Buffer.from(data as Buffer).toString("utf8") : data.toString();
+      let message: unknown;
+      try {
+        message = JSON.parse(raw);
+      } catch (err) {
+        ws.send(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32700, message: `Parse error: ${(err as Error).message}` } }));
+        return;
+      }
+      const request = message && typeof message === "object" && !Array.isArray(message) ? (message as Record<string, unknown>) : {};
+      void session.mcpMessage(request).then(
+        (answer) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(answer)),
+        (err: unknown) => ws.readyState === ws.OPEN && ws.send(JSON.stringify({ jsonrpc: "2.0", id: request["id"] ?? null, error: { code: -32603, message: String((err as Error).message ?? err) } })),
+      );
+    });
+    ws.on("close", end);
+    ws.on("error", end);
+  }
+
   private async sweepIdle(): Promise<void> {
     const now = Date.now();
     for (const [ws, session] of this.sockets) {
@@ -150,7 +189,9 @@ export class OpenEnvServer<Item = unknown> {
       this.sockets.delete(ws);
       await session.close().catch(() => undefined);
       if (ws.readyState === ws.OPEN) {
-        ws.send(JSON.stringify(errorFrame("SESSION_ERROR", `the session was idle for ${this.idleTimeoutMs} ms: its episode ended and its slot was released; connect again`)));
+        const why = `the session was idle for ${this.idleTimeoutMs} ms: its episode ended and its slot was released; connect again`;
+        // A JSON-RPC socket gets JSON-RPC's server error, an OpenEnv one its SESSION_ERROR frame.
+        ws.send(JSON.stringify(this.rpcSockets.has(ws) ? { jsonrpc: "2.0", id: null, error: { code: -32000, message: why } } : errorFrame("SESSION_ERROR", why)));
         ws.close(1000, "idle timeout");
       }
     }

@@ -4,6 +4,7 @@
  * connection in a slot of its own, scored by the env's computeReward in that slot.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import { eventually, SOLVE_SEED_0, startOpenEnv, WRONG_SEED_0, WsClient, type OpenEnvHarness } from "./support.js";
 
 let h: OpenEnvHarness;
@@ -147,6 +148,40 @@ describe("OpenEnv over WebSocket /ws", () => {
     const bad = await c.send({ type: "mcp", data: { id: 4, method: "tools/list" } });
     expect(bad.data.error.code).toBe(-32600);
     await c.close();
+  });
+
+  it("WebSocket /mcp (as OpenEnv's servers have it): bare JSON-RPC, one connection = one episode in one slot, released when it closes", async () => {
+    await eventually(() => h.free() === 2, "a quiet pool");
+    const ws = new WebSocket(`${h.url.replace(/^http/, "ws")}/mcp`);
+    await new Promise<void>((resolve, reject) => {
+      ws.once("open", () => resolve());
+      ws.once("error", reject);
+    });
+    const answers: Array<Record<string, any>> = [];
+    const waiting: Array<(a: Record<string, any>) => void> = [];
+    ws.on("message", (d) => {
+      const a = JSON.parse(d.toString()) as Record<string, any>;
+      const w = waiting.shift();
+      if (w) w(a);
+      else answers.push(a);
+    });
+    const rpc = (m: unknown) => {
+      ws.send(typeof m === "string" ? m : JSON.stringify(m));
+      return answers.length ? Promise.resolve(answers.shift()!) : new Promise<Record<string, any>>((r) => waiting.push(r));
+    };
+    const listed = await rpc({ jsonrpc: "2.0", id: 1, method: "tools/list", params: {} });
+    expect(listed.result.tools.map((t: { name: string }) => t.name)).toEqual(expect.arrayContaining(["bash", "submit"]));
+    expect(h.free()).toBe(2);
+    const ran = await rpc({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "bash", arguments: { command: SOLVE_SEED_0 + " && echo ok" } } });
+    expect(ran).toEqual(expect.objectContaining({ id: 2, result: expect.objectContaining({ isError: false, structuredContent: expect.objectContaining({ output: "ok" }) }) }));
+    expect(h.free()).toBe(1);
+    expect((await rpc("{nope")).error.code).toBe(-32700);
+    // The same episode: the file written by the first call is there.
+    const seen = await rpc({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "bash", arguments: { command: "cat notes/day-0.txt" } } });
+    expect(seen.result.structuredContent.output).toBe("release 0 approved");
+    // Closing with the episode running (no submit) releases its slot.
+    ws.close();
+    await eventually(() => h.free() === 2, "the slot back once the connection closed");
   });
 
   it("beyond capacity a reset waits up to the acquire timeout, then gets CAPACITY_REACHED; a freed slot serves the next reset", async () => {
