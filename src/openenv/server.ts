@@ -42,7 +42,8 @@ interface McpHttpSession<Item> {
  * Serves an AgentEnv as an OpenEnv environment (huggingface/OpenEnv's wire protocol):
  * WebSocket `/ws` (one episode per connection, in a slot of its own), HTTP `/reset`,
  * `/step`, `/state`, `/schema`, `/metadata`, `/health`, `/openapi.json`, MCP at `/mcp` (the streamable HTTP
- * transport, and OpenEnv's plain JSON-RPC with `openenv/session/*`), and `POST /run`, one
+ * transport, and OpenEnv's plain JSON-RPC with `openenv/session/*`; and a WebSocket of bare
+ * JSON-RPC at `/mcp`), and `POST /run`, one
  * rollout of the env's own agent loop on the trainer's model endpoint. See docs/trainers.md.
  */
 export class OpenEnvServer<Item = unknown> {
