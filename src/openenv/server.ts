@@ -271,7 +271,9 @@ export class OpenEnvServer<Item = unknown> {
    */
   private async httpStep(body: unknown): Promise<unknown> {
     if (!body || typeof body !== "object" || Array.isArray(body)) throw new ActionValidationError(`Invalid step: the body must be {"action": {...}}`);
-    const { action, seed, episode_id } = body as Record<string, unknown>;
+    const { action, seed, episode_id, timeout_s } = body as Record<string, unknown>;
+    // OpenEnv's StepRequest.timeout_s: this action's own bound (a positive number of seconds).
+    if (timeout_s !== undefined && timeout_s !== null && (typeof timeout_s !== "number" || !(timeout_s > 0))) throw new ActionValidationError(`Invalid step: timeout_s must be a positive number of seconds, got ${JSON.stringify(timeout_s)}`, [{ type: "greater_than", loc: ["timeout_s"], msg: "must be > 0" }]);
     if (action === undefined) throw new ActionValidationError(`Invalid step: action is required ({"action": {"type": "call_tool", "tool_name": NAME, "arguments": {...}}})`);
     const parsed = ActionSchema.safeParse(action);
     if (!parsed.success) throw new ActionValidationError(`Invalid step: action.${firstProblem(parsed.error)}`, validationIssues(parsed.error).map((i) => ({ ...i, loc: ["action", ...i.loc] })));
@@ -281,7 +283,7 @@ export class OpenEnvServer<Item = unknown> {
     const session = new Session(this.host);
     try {
       await session.reset(reset.data);
-      const step = await session.callTool(parsed.data.tool_name, parsed.data.arguments);
+      const step = await session.callTool(parsed.data.tool_name, parsed.data.arguments, typeof timeout_s === "number" ? Math.ceil(timeout_s * 1000) : undefined);
       const final = step.done ? step : { ...step, done: true, metadata: await session.currentEpisode!.finishNow(), reward: session.currentEpisode!.reward };
       return callToolAnswer(final, final.error ? final.error.message : formatToolResultForModel(final.result));
     } finally {

@@ -143,12 +143,12 @@ export class Session<Item = unknown> {
     return callToolAnswer(step, step.error ? step.error.message : formatToolResultForModel(step.result));
   }
 
-  /** A tool call in the session's episode (also what MCP's tools/call runs). */
-  callTool(name: string, args: Record<string, unknown>): Promise<ToolStep> {
-    return this.active(() => this.runTool(name, args));
+  /** A tool call in the session's episode (also what MCP's tools/call runs); `timeoutMs` bounds this call (else the env's timeout). */
+  callTool(name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<ToolStep> {
+    return this.active(() => this.runTool(name, args, timeoutMs));
   }
 
-  private async runTool(name: string, args: Record<string, unknown>): Promise<ToolStep> {
+  private async runTool(name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<ToolStep> {
     if (!this.episode && this.options.autoBegin && !this.closed) {
       this.beginning ??= this.host.begin({}).finally(() => (this.beginning = undefined));
       this.episode = await this.beginning;
@@ -163,7 +163,7 @@ export class Session<Item = unknown> {
     const episode = this.episode;
     if (!episode) throw new NoEpisodeError("no episode is running in this session: send reset first");
     try {
-      const step = await episode.callTool(name, args);
+      const step = await episode.callTool(name, args, timeoutMs);
       if (step.done) this.host.forget(episode);
       return step;
     } catch (err) {

@@ -171,6 +171,20 @@ describe("the stateless HTTP routes", () => {
     expect(bad.body).toEqual(expect.objectContaining({ code: "VALIDATION_ERROR", error: expect.stringContaining("tool_name") }));
     await eventually(() => h.free() === 2, "no slot kept by stateless requests");
   });
+
+  it("POST /step honours OpenEnv's timeout_s: the action is cut off at that bound (the env's own is 30 s); a bad one is a 422", async () => {
+    const started = Date.now();
+    const slow = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: "sleep 20; echo late" } }, seed: 0, timeout_s: 1 });
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(slow.status).toBe(200);
+    expect(slow.body.observation.result.is_error).toBe(true);
+    expect(slow.body.observation.result.data).not.toContain("late");
+    expect(JSON.stringify(slow.body.observation.result.content)).toMatch(/tim(ed out|eout)/i);
+    const bad = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: "true" } }, timeout_s: -1 });
+    expect(bad.status).toBe(422);
+    expect(bad.body).toEqual(expect.objectContaining({ code: "VALIDATION_ERROR", error: expect.stringContaining("timeout_s") }));
+    await eventually(() => h.free() === 2, "no slot kept");
+  }, 60_000);
 });
 
 describe("MCP sessions that idle out, and a lost slot", () => {
