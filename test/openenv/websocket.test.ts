@@ -79,8 +79,11 @@ describe("OpenEnv over WebSocket /ws", () => {
     await c.close();
   });
 
-  it("the same seed or episode_id gives the same item; resets without one walk the items in order", async () => {
+  it("the same seed or episode_id gives the same item (set up by setupWorkspace); resets without one walk the items in order", async () => {
     const c = await WsClient.connect(h.wsUrl);
+    // Reset runs the env's setupWorkspace for the item: item 1 (fix-script) finds its broken calc.sh.
+    await c.reset({ seed: 1 });
+    expect((await c.call("bash", { command: "test -s calc.sh && echo present" })).data.observation.result.data).toBe("present");
     const a = (await c.reset({ seed: 2 })).data.observation;
     const b = (await c.reset({ seed: 2 })).data.observation;
     expect(b.task).toBe(a.task);
