@@ -132,9 +132,9 @@ export class Episode<Item = unknown> {
     };
   }
 
-  /** Runs one tool call in the episode's slot; calls of one episode run one at a time, in order. */
-  callTool(name: string, args: Record<string, unknown>): Promise<ToolStep> {
-    const run = this.queue.then(() => this.runCall(name, args));
+  /** Runs one tool call in the episode's slot; calls of one episode run one at a time, in order. `timeoutMs`: this call's own bound (OpenEnv's `timeout_s`), else the env's. */
+  callTool(name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<ToolStep> {
+    const run = this.queue.then(() => this.runCall(name, args, timeoutMs ?? this.options.timeoutMs));
     this.queue = run.catch(() => undefined);
     return run;
   }
@@ -167,7 +167,7 @@ export class Episode<Item = unknown> {
         await executor.claimSlot(this.trajectoryId);
       }
     } catch (err) {
-      if (err instanceof SlotAcquireTimeoutError) throw new CapacityReachedError(err.timeoutMs, err.message);
+      if (err instanceof SlotAcquireTimeoutError) throw new CapacityReachedError(err.timeoutMs, err.message, err.counts.held, err.counts.slots);
       throw this.infra(err, "setup", "the episode's slot could not be prepared");
     }
     try {
@@ -177,7 +177,7 @@ export class Episode<Item = unknown> {
     }
   }
 
-  private async runCall(name: string, args: Record<string, unknown>): Promise<ToolStep> {
+  private async runCall(name: string, args: Record<string, unknown>, timeoutMs: number): Promise<ToolStep> {
     if (this.done) throw new NoEpisodeError(`episode ${this.episodeId} is over (done): send reset to start a new one`);
     const turn = ++this.stepCount;
     const callId = `call_${turn}`;
@@ -203,7 +203,7 @@ export class Episode<Item = unknown> {
       if (!checked.ok) error = { error_type: "invalid_args", message: checked.error.message };
       try {
         result = await routeToolCall(registry, { name: def.name, arguments: args, uniq_id: callId }, this.ctx, (call) =>
-          this.env.tools.executor.execute(this.trajectoryId, call, { timeoutMs: this.options.timeoutMs }),
+          this.env.tools.executor.execute(this.trajectoryId, call, { timeoutMs }),
         );
       } catch (err) {
         this.done = true;

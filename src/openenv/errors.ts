@@ -19,10 +19,21 @@ export class OpenEnvError extends SlotpoolError {
   }
 }
 
+/** One problem of a refused message, laid out as pydantic's `errors()` entries (OpenEnv's VALIDATION_ERROR frames carry them). */
+export interface ValidationIssue {
+  type: string;
+  loc: Array<string | number>;
+  msg: string;
+}
+
 /** A message that is not what the protocol allows (bad shape, missing field, wrong type). */
 export class ActionValidationError extends OpenEnvError {
   override name = "ActionValidationError";
-  constructor(message: string) {
+  constructor(
+    message: string,
+    /** Every problem found, for programs (the message names the first). */
+    readonly issues: ValidationIssue[] = [],
+  ) {
     super("VALIDATION_ERROR", message);
   }
 }
@@ -41,6 +52,9 @@ export class CapacityReachedError extends OpenEnvError {
   constructor(
     readonly waitedMs: number,
     detail: string,
+    /** Slots held by episodes when the reset gave up, and the slots the pool had (OpenEnv's active_sessions / max_sessions). */
+    readonly activeSessions?: number,
+    readonly maxSessions?: number,
   ) {
     super("CAPACITY_REACHED", `no slot became free within ${waitedMs} ms: every slot of the pool is held by another episode. Retry the reset later, close idle sessions, or start the server with more slots (--slots-per-container, --max-containers). (${detail})`);
   }

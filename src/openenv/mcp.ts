@@ -3,6 +3,7 @@ import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, type JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js";
 import { formatToolResultForModel } from "../agent/agent-loop.js";
 import type { ListedTool, ToolStep } from "./episode.js";
+import { EpisodeInfraError, OpenEnvError } from "./errors.js";
 
 /** What an MCP server of a slot answers from: the tool list and a call in the session's episode. */
 export interface McpBinding {
@@ -27,8 +28,10 @@ export function createMcpServer(name: string, binding: McpBinding): Server {
     try {
       step = await binding.callTool(request.params.name, (request.params.arguments ?? {}) as Record<string, unknown>);
     } catch (err) {
-      // An MCP tool error the client's model can read; the session lives on.
-      return { content: [{ type: "text", text: (err as Error).message }], isError: true };
+      // An MCP tool error the client's model can read; the session lives on. The structured
+      // content carries OpenEnv's error code (and the infra failure's cause) for programs.
+      const facts = err instanceof OpenEnvError ? { code: err.wireCode, ...(err instanceof EpisodeInfraError ? { infra_failure: true, cause: err.failure } : {}) } : { code: "EXECUTION_ERROR" };
+      return { content: [{ type: "text", text: (err as Error).message }], structuredContent: { ...facts, reward: null }, isError: true };
     }
     return mcpToolResult(step);
   });

@@ -5,7 +5,7 @@ import type { TrajectoryOutcome } from "../env/scored-group.js";
 import { TrajectoryFailedError } from "../env/errors.js";
 import type { EpisodeHost } from "./episode-host.js";
 import { ActionValidationError } from "./errors.js";
-import { firstProblem } from "./wire.js";
+import { firstProblem, validationIssues } from "./wire.js";
 
 /** Sampling fields of `model` that become chat request fields of their own; every other extra field goes into the request body as it is. */
 const ModelSchema = z.looseObject({
@@ -63,7 +63,7 @@ export interface RunAnswer {
 
 export function parseRunRequest(body: unknown): RunRequest {
   const parsed = RunRequestSchema.safeParse(body);
-  if (!parsed.success) throw new ActionValidationError(`Invalid /run request: ${firstProblem(parsed.error)}`);
+  if (!parsed.success) throw new ActionValidationError(`Invalid /run request: ${firstProblem(parsed.error)}`, validationIssues(parsed.error));
   return parsed.data;
 }
 

@@ -15,9 +15,10 @@ import { createLogger, type Logger } from "../observability/logger.js";
 import { EpisodeHost } from "./episode-host.js";
 import { ActionValidationError, CapacityReachedError, EpisodeInfraError, NoItemError, OpenEnvError } from "./errors.js";
 import { createMcpServer } from "./mcp.js";
+import { openApiDocument } from "./openapi.js";
 import { parseRunRequest, runRollout } from "./rollout.js";
 import { errorFrame, frameOf, Session } from "./session.js";
-import { ActionSchema, callToolAnswer, firstProblem, ResetDataSchema, schemas } from "./wire.js";
+import { ActionSchema, callToolAnswer, firstProblem, ResetDataSchema, schemas, validationIssues } from "./wire.js";
 import { formatToolResultForModel } from "../agent/agent-loop.js";
 
 export interface OpenEnvServerOptions<Item> {
@@ -40,8 +41,9 @@ interface McpHttpSession<Item> {
 /**
  * Serves an AgentEnv as an OpenEnv environment (huggingface/OpenEnv's wire protocol):
  * WebSocket `/ws` (one episode per connection, in a slot of its own), HTTP `/reset`,
- * `/step`, `/state`, `/schema`, `/metadata`, `/health`, MCP at `/mcp` (the streamable HTTP
- * transport, and OpenEnv's plain JSON-RPC with `openenv/session/*`), and `POST /run`, one
+ * `/step`, `/state`, `/schema`, `/metadata`, `/health`, `/openapi.json`, MCP at `/mcp` (the streamable HTTP
+ * transport, and OpenEnv's plain JSON-RPC with `openenv/session/*`; and a WebSocket of bare
+ * JSON-RPC at `/mcp`), and `POST /run`, one
  * rollout of the env's own agent loop on the trainer's model endpoint. See docs/trainers.md.
  */
 export class OpenEnvServer<Item = unknown> {
@@ -53,6 +55,8 @@ export class OpenEnvServer<Item = unknown> {
   private readonly idleTimeoutMs: number;
   private readonly maxBytes: number;
   private readonly sockets = new Map<WebSocket, Session<Item>>();
+  /** The sockets of `sockets` that speak bare JSON-RPC (WebSocket /mcp), not OpenEnv's frames. */
+  private readonly rpcSockets = new WeakSet<WebSocket>();
   private readonly mcpSessions = new Map<string, McpHttpSession<Item>>();
   private sweeper: NodeJS.Timeout | undefined;
   private closing = false;
@@ -99,12 +103,16 @@ export class OpenEnvServer<Item = unknown> {
 
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     try {
-      if (requestPath(req.url) !== "/ws") throw new HttpError(404, `no WebSocket endpoint at ${requestPath(req.url)}; OpenEnv sessions are at /ws`);
+      if (requestPath(req.url) !== "/ws" && requestPath(req.url) !== "/mcp") throw new HttpError(404, `no WebSocket endpoint at ${requestPath(req.url)}; OpenEnv sessions are at /ws (MCP JSON-RPC at /mcp)`);
       if (this.closing) throw new HttpError(503, "the server is shutting down");
       this.auth.check(req);
     } catch (err) {
       const status = err instanceof HttpError ? err.status : 500;
       socket.end(`HTTP/1.1 ${status} ${status === 404 ? "Not Found" : status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Service Unavailable"}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+      return;
+    }
+    if (requestPath(req.url) === "/mcp") {
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.onRpcSocket(ws));
       return;
     }
     // OpenEnv's MCP client opens an HTTP MCP session first and joins it here (?session_id=),
@@ -141,6 +149,39 @@ export class OpenEnvServer<Item = unknown> {
     ws.on("error", end);
   }
 
+  /**
+   * WebSocket /mcp, as OpenEnv's servers have it: every message is a JSON-RPC 2.0 request
+   * (tools/list, tools/call) answered by the same MCP server as every session; the connection
+   * is one session, so one episode in one slot (its first tools/call takes it), released when
+   * the connection ends.
+   */
+  private onRpcSocket(ws: WebSocket): void {
+    const session = new Session(this.host, { autoBegin: true });
+    this.sockets.set(ws, session);
+    this.rpcSockets.add(ws);
+    const end = () => {
+      if (!this.sockets.delete(ws)) return;
+      void session.close().catch((err: unknown) => this.log.warn({ err: String(err) }, "closing a session failed"));
+    };
+    ws.on("message", (data, isBinary) => {
+      const raw = isBinary ? Buffer.from(data as Buffer).toString("utf8") : data.toString();
+      let message: unknown;
+      try {
+        message = JSON.parse(raw);
+      } catch (err) {
+        ws.send(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32700, message: `Parse error: ${(err as Error).message}` } }));
+        return;
+      }
+      const request = message && typeof message === "object" && !Array.isArray(message) ? (message as Record<string, unknown>) : {};
+      void session.mcpMessage(request).then(
+        (answer) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(answer)),
+        (err: unknown) => ws.readyState === ws.OPEN && ws.send(JSON.stringify({ jsonrpc: "2.0", id: request["id"] ?? null, error: { code: -32603, message: String((err as Error).message ?? err) } })),
+      );
+    });
+    ws.on("close", end);
+    ws.on("error", end);
+  }
+
   private async sweepIdle(): Promise<void> {
     const now = Date.now();
     for (const [ws, session] of this.sockets) {
@@ -149,7 +190,9 @@ export class OpenEnvServer<Item = unknown> {
       this.sockets.delete(ws);
       await session.close().catch(() => undefined);
       if (ws.readyState === ws.OPEN) {
-        ws.send(JSON.stringify(errorFrame("SESSION_ERROR", `the session was idle for ${this.idleTimeoutMs} ms: its episode ended and its slot was released; connect again`)));
+        const why = `the session was idle for ${this.idleTimeoutMs} ms: its episode ended and its slot was released; connect again`;
+        // A JSON-RPC socket gets JSON-RPC's server error, an OpenEnv one its SESSION_ERROR frame.
+        ws.send(JSON.stringify(this.rpcSockets.has(ws) ? { jsonrpc: "2.0", id: null, error: { code: -32000, message: why } } : errorFrame("SESSION_ERROR", why)));
         ws.close(1000, "idle timeout");
       }
     }
@@ -174,6 +217,8 @@ export class OpenEnvServer<Item = unknown> {
           return sendJson(res, 200, this.metadata());
         case "GET /schema":
           return sendJson(res, 200, schemas());
+        case "GET /openapi.json":
+          return sendJson(res, 200, openApiDocument(this.host.env.name));
         case "GET /state":
           // Stateless HTTP has no episode (as OpenEnv's /state over HTTP): the server's counts beside the empty state.
           return sendJson(res, 200, { episode_id: null, step_count: 0, active_episodes: this.host.activeEpisodes, sessions: this.sessions });
@@ -184,7 +229,7 @@ export class OpenEnvServer<Item = unknown> {
         case "POST /run":
           return sendJson(res, 200, await runRollout(this.host, parseRunRequest(await this.body(req))));
       }
-      const known = ["/metadata", "/schema", "/state", "/reset", "/step", "/run", "/health"];
+      const known = ["/metadata", "/schema", "/openapi.json", "/state", "/reset", "/step", "/run", "/health"];
       throw new HttpError(known.includes(path) ? 405 : 404, known.includes(path) ? `method ${method} not allowed on ${path}` : `no route ${method} ${path}`);
     } catch (err) {
       sendHttpError(res, err);
@@ -226,17 +271,19 @@ export class OpenEnvServer<Item = unknown> {
    */
   private async httpStep(body: unknown): Promise<unknown> {
     if (!body || typeof body !== "object" || Array.isArray(body)) throw new ActionValidationError(`Invalid step: the body must be {"action": {...}}`);
-    const { action, seed, episode_id } = body as Record<string, unknown>;
+    const { action, seed, episode_id, timeout_s } = body as Record<string, unknown>;
+    // OpenEnv's StepRequest.timeout_s: this action's own bound (a positive number of seconds).
+    if (timeout_s !== undefined && timeout_s !== null && (typeof timeout_s !== "number" || !(timeout_s > 0))) throw new ActionValidationError(`Invalid step: timeout_s must be a positive number of seconds, got ${JSON.stringify(timeout_s)}`, [{ type: "greater_than", loc: ["timeout_s"], msg: "must be > 0" }]);
     if (action === undefined) throw new ActionValidationError(`Invalid step: action is required ({"action": {"type": "call_tool", "tool_name": NAME, "arguments": {...}}})`);
     const parsed = ActionSchema.safeParse(action);
-    if (!parsed.success) throw new ActionValidationError(`Invalid step: action.${firstProblem(parsed.error)}`);
+    if (!parsed.success) throw new ActionValidationError(`Invalid step: action.${firstProblem(parsed.error)}`, validationIssues(parsed.error).map((i) => ({ ...i, loc: ["action", ...i.loc] })));
     if (parsed.data.type === "list_tools") return { observation: { tools: this.host.listTools(), metadata: {} }, reward: null, done: false };
     const reset = ResetDataSchema.safeParse({ ...(seed !== undefined ? { seed } : {}), ...(episode_id !== undefined ? { episode_id } : {}) });
-    if (!reset.success) throw new ActionValidationError(`Invalid step: ${firstProblem(reset.error)}`);
+    if (!reset.success) throw new ActionValidationError(`Invalid step: ${firstProblem(reset.error)}`, validationIssues(reset.error));
     const session = new Session(this.host);
     try {
       await session.reset(reset.data);
-      const step = await session.callTool(parsed.data.tool_name, parsed.data.arguments);
+      const step = await session.callTool(parsed.data.tool_name, parsed.data.arguments, typeof timeout_s === "number" ? Math.ceil(timeout_s * 1000) : undefined);
       const final = step.done ? step : { ...step, done: true, metadata: await session.currentEpisode!.finishNow(), reward: session.currentEpisode!.reward };
       return callToolAnswer(final, final.error ? final.error.message : formatToolResultForModel(final.result));
     } finally {

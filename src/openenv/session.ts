@@ -3,9 +3,9 @@ import { JSONRPCMessageSchema, type JSONRPCMessage } from "@modelcontextprotocol
 import { formatToolResultForModel } from "../agent/agent-loop.js";
 import type { Episode, ToolStep } from "./episode.js";
 import type { EpisodeHost } from "./episode-host.js";
-import { ActionValidationError, EpisodeInfraError, NoEpisodeError, OpenEnvError, type WsErrorCode } from "./errors.js";
+import { ActionValidationError, CapacityReachedError, EpisodeInfraError, NoEpisodeError, OpenEnvError, type WsErrorCode } from "./errors.js";
 import { createMcpServer, DirectTransport } from "./mcp.js";
-import { ActionSchema, callToolAnswer, firstProblem, ResetDataSchema, WS_MESSAGE_TYPES, WsMessageSchema, type StepAnswer } from "./wire.js";
+import { ActionSchema, callToolAnswer, firstProblem, ResetDataSchema, validationIssues, WS_MESSAGE_TYPES, WsMessageSchema, type StepAnswer } from "./wire.js";
 
 export type Frame =
   | { type: "observation"; data: StepAnswer }
@@ -19,8 +19,16 @@ export function errorFrame(code: WsErrorCode, message: string, extra: Record<str
 
 /** The frame an error becomes: its own code for the room's errors, EXECUTION_ERROR for anything else. */
 export function frameOf(err: unknown): Frame {
-  if (err instanceof OpenEnvError) return errorFrame(err.wireCode, err.message, err instanceof EpisodeInfraError ? { infra_failure: true, cause: err.failure } : {});
+  if (err instanceof OpenEnvError) return errorFrame(err.wireCode, err.message, frameFacts(err));
   return errorFrame("EXECUTION_ERROR", `internal error of the OpenEnv server: ${err instanceof Error ? err.message : String(err)}`);
+}
+
+/** The fields beside message and code an error frame carries, as OpenEnv's frames do (and whether it was the infrastructure). */
+function frameFacts(err: OpenEnvError): Record<string, unknown> {
+  if (err instanceof EpisodeInfraError) return { infra_failure: true, cause: err.failure };
+  if (err instanceof ActionValidationError) return { errors: err.issues };
+  if (err instanceof CapacityReachedError) return { waited_ms: err.waitedMs, ...(err.activeSessions !== undefined ? { active_sessions: err.activeSessions } : {}), ...(err.maxSessions !== undefined ? { max_sessions: err.maxSessions } : {}) };
+  return {};
 }
 
 /**
@@ -99,7 +107,7 @@ export class Session<Item = unknown> {
       return errorFrame("UNKNOWN_TYPE", `Unknown message type: ${JSON.stringify(type ?? null)}; a message is {"type": one of ${WS_MESSAGE_TYPES.join(", ")}, ...}`);
     }
     const parsed = WsMessageSchema.safeParse(message);
-    if (!parsed.success) return errorFrame("VALIDATION_ERROR", `Invalid ${type} message: ${firstProblem(parsed.error)}`);
+    if (!parsed.success) return errorFrame("VALIDATION_ERROR", `Invalid ${type} message: ${firstProblem(parsed.error)}`, { errors: validationIssues(parsed.error) });
     const msg = parsed.data;
     switch (msg.type) {
       case "reset":
@@ -117,7 +125,7 @@ export class Session<Item = unknown> {
 
   async reset(data: unknown): Promise<StepAnswer> {
     const parsed = ResetDataSchema.safeParse(data ?? {});
-    if (!parsed.success) throw new ActionValidationError(`Invalid reset: ${firstProblem(parsed.error)}`);
+    if (!parsed.success) throw new ActionValidationError(`Invalid reset: ${firstProblem(parsed.error)}`, validationIssues(parsed.error));
     const previous = this.episode;
     this.episode = undefined;
     await this.host.abandon(previous);
@@ -128,19 +136,19 @@ export class Session<Item = unknown> {
 
   async step(action: unknown): Promise<StepAnswer> {
     const parsed = ActionSchema.safeParse(action);
-    if (!parsed.success) throw new ActionValidationError(`Invalid action: ${firstProblem(parsed.error)}; an action is {"type": "list_tools"} or {"type": "call_tool", "tool_name": NAME, "arguments": {...}}`);
+    if (!parsed.success) throw new ActionValidationError(`Invalid action: ${firstProblem(parsed.error)}; an action is {"type": "list_tools"} or {"type": "call_tool", "tool_name": NAME, "arguments": {...}}`, validationIssues(parsed.error));
     const a = parsed.data;
     if (a.type === "list_tools") return { observation: { tools: this.host.listTools(), metadata: {} }, reward: null, done: false };
     const step = await this.callTool(a.tool_name, a.arguments);
     return callToolAnswer(step, step.error ? step.error.message : formatToolResultForModel(step.result));
   }
 
-  /** A tool call in the session's episode (also what MCP's tools/call runs). */
-  callTool(name: string, args: Record<string, unknown>): Promise<ToolStep> {
-    return this.active(() => this.runTool(name, args));
+  /** A tool call in the session's episode (also what MCP's tools/call runs); `timeoutMs` bounds this call (else the env's timeout). */
+  callTool(name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<ToolStep> {
+    return this.active(() => this.runTool(name, args, timeoutMs));
   }
 
-  private async runTool(name: string, args: Record<string, unknown>): Promise<ToolStep> {
+  private async runTool(name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<ToolStep> {
     if (!this.episode && this.options.autoBegin && !this.closed) {
       this.beginning ??= this.host.begin({}).finally(() => (this.beginning = undefined));
       this.episode = await this.beginning;
@@ -155,7 +163,7 @@ export class Session<Item = unknown> {
     const episode = this.episode;
     if (!episode) throw new NoEpisodeError("no episode is running in this session: send reset first");
     try {
-      const step = await episode.callTool(name, args);
+      const step = await episode.callTool(name, args, timeoutMs);
       if (step.done) this.host.forget(episode);
       return step;
     } catch (err) {

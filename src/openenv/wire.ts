@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { ToolStep } from "./episode.js";
+import type { ValidationIssue } from "./errors.js";
 
 /**
  * OpenEnv's wire format (huggingface/OpenEnv, `src/openenv/core/env_server/types.py` and
@@ -68,6 +69,11 @@ export function callToolAnswer(step: ToolStep, text: string): StepAnswer {
   };
 }
 
+/** Every problem of a refused message, as OpenEnv's VALIDATION_ERROR frames list them (pydantic's errors() layout). */
+export function validationIssues(error: z.ZodError): ValidationIssue[] {
+  return error.issues.map((i) => ({ type: i.code, loc: i.path.map((p) => (typeof p === "number" ? p : String(p))), msg: i.message }));
+}
+
 /** One line naming what is wrong with a message (zod's first issue, with its field). */
 export function firstProblem(error: z.ZodError): string {
   const issue = error.issues[0]!;
@@ -75,9 +81,23 @@ export function firstProblem(error: z.ZodError): string {
   return where ? `${where}: ${issue.message}` : issue.message;
 }
 
-/** The JSON Schemas of /schema: actions, observations and state of a slotpool env served over OpenEnv. */
-export function schemas(): { action: unknown; observation: unknown; state: unknown } {
+/** The JSON Schemas of /schema: actions, observations (and, as OpenEnv >= 0.10 publishes it, reset's own), and state of a slotpool env served over OpenEnv. */
+export function schemas(): { action: unknown; observation: unknown; reset_observation: unknown; state: unknown } {
+  const tool = { type: "object", properties: { name: { type: "string" }, description: { type: "string" }, input_schema: { type: "object" } }, required: ["name", "description", "input_schema"] };
   return {
+    reset_observation: {
+      type: "object",
+      description: "what reset answers: the task of the episode's item, its chat messages and the tools",
+      properties: {
+        episode_id: { type: "string" },
+        task: { type: "string" },
+        messages: { type: "array", items: { type: "object", properties: { role: { type: "string" }, content: { anyOf: [{ type: "string" }, { type: "null" }] } }, required: ["role"] } },
+        available_tools: { type: "array", items: tool },
+        max_turns: { type: "integer", minimum: 1 },
+        item_index: { type: "integer", minimum: 0 },
+      },
+      required: ["episode_id", "task", "messages", "available_tools", "max_turns", "item_index"],
+    },
     action: z.toJSONSchema(ActionSchema, { io: "input" }),
     observation: {
       type: "object",
@@ -93,7 +113,7 @@ export function schemas(): { action: unknown; observation: unknown; state: unkno
         error: { anyOf: [{ type: "null" }, { type: "object", properties: { error_type: { enum: ["tool_not_found", "invalid_args"] }, message: { type: "string" } } }] },
         metadata: { type: "object" },
       },
-      $defs: { tool: { type: "object", properties: { name: { type: "string" }, description: { type: "string" }, input_schema: { type: "object" } }, required: ["name", "description", "input_schema"] } },
+      $defs: { tool },
     },
     state: {
       type: "object",

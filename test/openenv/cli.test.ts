@@ -1,16 +1,19 @@
 /**
  * `slotpool openenv-server ENV` as a user runs it: the pool flags reach the env's pool, a token
- * guards every route but /health (the WebSocket too), SIGTERM ends every episode; mistakes in
- * the command line are usage errors naming the problem.
+ * guards every route but /health (the WebSocket too), the Nomad provisioner works as in the
+ * other servers (here on the repository's Nomad API emulator), SIGTERM ends every episode;
+ * mistakes in the command line are usage errors naming the problem.
  */
 import { spawn, spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
+import { startNomadEmulator } from "../support/nomad-emulator.js";
+import { SOLVE_SEED_0 } from "./support.js";
 
-function startCli(extra: string[]) {
+function startCli(extra: string[], env: NodeJS.ProcessEnv = {}) {
   const { command, args } = slotpoolCommand();
-  const child = spawn(command, [...args, "openenv-server", "examples/shell-tasks/env.js", "--port", "0", ...extra], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(command, [...args, "openenv-server", "examples/shell-tasks/env.js", "--port", "0", ...extra], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   const state = { logs: "" };
   const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
   const url = new Promise<string>((resolve, reject) => {
@@ -83,4 +86,37 @@ describe("slotpool openenv-server (CLI, local provisioner)", () => {
     expect(help.status).toBe(0);
     expect(help.stdout).toContain("usage: slotpool openenv-server ENV");
   }, 120_000);
+});
+
+describe("slotpool openenv-server (CLI, Nomad provisioner on the Nomad API emulator)", () => {
+  it("runs episodes in allocations of the sandbox job: solved gets reward 1, wrong 0; SIGTERM ends them and purges the job", async () => {
+    const nomad = await startNomadEmulator();
+    const jobId = `openenv-test-${process.pid}`;
+    const srv = startCli(["--provisioner", "nomad", "--job-id", jobId, "--slots-per-container", "2", "--min-containers", "1", "--max-containers", "1", "--acquire-timeout-ms", "60000"], { NOMAD_ADDR: nomad.address });
+    try {
+      const url = await srv.url;
+      expect(srv.state.logs).toMatch(/"provisioner":"nomad".*"msg":"listening"/);
+      const wsUrl = `${url.replace(/^http/, "ws")}/ws`;
+      const step = (tool: string, args: Record<string, unknown> = {}) => ({ type: "step", data: { type: "call_tool", tool_name: tool, arguments: args } });
+      const solved = await wsFrames(wsUrl, {}, [{ type: "reset", data: { seed: 0 } }, step("bash", { command: `${SOLVE_SEED_0} && hostname` }), { type: "state" }, step("submit")]);
+      expect(solved[0]!["data"].observation.task).toContain("notes/day-0.txt");
+      expect(solved[1]!["data"].observation.result.structured_content.exit_code).toBe(0);
+      expect(solved[2]!["data"]).toEqual(expect.objectContaining({ step_count: 1, done: false }));
+      expect(solved[3]!["data"]).toEqual(expect.objectContaining({ done: true, reward: 1 }));
+      const wrong = await wsFrames(wsUrl, {}, [{ type: "reset", data: { seed: 0 } }, step("submit")]);
+      expect(wrong[1]!["data"]).toEqual(expect.objectContaining({ done: true, reward: 0 }));
+      // The slots were the job's: its allocation runs the sandbox server the episodes used.
+      const allocs = nomad.allocations(jobId);
+      expect(allocs.length).toBeGreaterThanOrEqual(1);
+      const state = (await (await fetch(`${url}/state`)).json()) as Record<string, unknown>;
+      expect(state).toEqual(expect.objectContaining({ active_episodes: 0, sessions: 0 }));
+      srv.child.kill("SIGTERM");
+      expect(await srv.exited).toBe(0);
+      expect(srv.state.logs).toContain('"msg":"stopped"');
+      expect(nomad.requests.some((q) => q.method === "DELETE" && q.path.startsWith(`/v1/job/${jobId}`))).toBe(true);
+    } finally {
+      if (srv.child.exitCode === null) srv.child.kill("SIGKILL");
+      await nomad.stop();
+    }
+  }, 180_000);
 });

@@ -1,11 +1,14 @@
 /**
  * An env with a workspace template and tools of its own (`defineEnvTool`: one in-process, one
  * run in the slot, and its own `submit`) served over OpenEnv: reset puts the episode's slot into
- * the template, the env's tools run as in `process`, and the env's `submit` ends the episode.
+ * the template, the env's tools run as in `process`, the env's `submit` ends the episode, and the
+ * final observation carries the reward's metadata and metrics; a reward that cannot be computed
+ * is an infrastructure failure, never a score.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import type { AgentResult } from "../../src/agent/agent-loop.js";
+import type { ScoreResult } from "../../src/env/rollout-score.js";
 import { AgentEnv } from "../../src/env/agent-env.js";
 import type { ToolBackend } from "../../src/env/backend.js";
 import { AgentEnvConfigSchema } from "../../src/env/config.js";
@@ -55,8 +58,13 @@ class PoemEnv extends AgentEnv<{ id: number }> {
       }),
     ];
   }
-  async computeReward(_item: { id: number }, _result: AgentResult, ctx: ToolContext): Promise<number> {
-    return this.answers.get(ctx.trajectoryId) === 3 ? 1 : 0;
+  async computeReward(_item: { id: number }, _result: AgentResult, ctx: ToolContext): Promise<ScoreResult> {
+    const answer = this.answers.get(ctx.trajectoryId);
+    // A negative answer stands for a reward that cannot be computed (its checker is down).
+    if (answer !== undefined && answer < 0) throw new Error("the line-count checker is unreachable");
+    // Recount in the slot: the metadata says what the reward saw.
+    const lines = Number((await ctx.terminal("wc -l < poem.txt")).output.trim());
+    return { score: answer === lines ? 1 : 0, metadata: { answer: answer ?? null, lines }, metrics: { off_by: Math.abs((answer ?? 0) - lines) } };
   }
 }
 
@@ -92,10 +100,28 @@ describe("an env's template and own tools over OpenEnv", () => {
     const done = await c.call("submit", { answer: 3 });
     expect(done.data).toEqual(expect.objectContaining({ done: true, reward: 1 }));
     expect(done.data.observation.result.data).toBe("submitted 3");
+    // The final observation carries what computeReward returned beside the score.
+    const meta = { finish_reason: "stop", steps: 2, reward_metadata: { answer: 3, lines: 3 }, metrics: { off_by: 0 } };
+    expect(done.data.metadata).toEqual(meta);
+    expect(done.data.observation.metadata).toEqual(meta);
 
     await c.reset();
     const wrong = await c.call("submit", { answer: 2 });
     expect(wrong.data).toEqual(expect.objectContaining({ done: true, reward: 0 }));
+    expect(wrong.data.metadata).toEqual(expect.objectContaining({ reward_metadata: { answer: 2, lines: 3 }, metrics: { off_by: 1 } }));
+    await c.close();
+  });
+
+  it("a reward that cannot be computed is an EXECUTION_ERROR saying it is an infrastructure failure, with no reward; the slot is released", async () => {
+    const c = await WsClient.connect(wsUrl);
+    await c.reset();
+    const failed = await c.call("submit", { answer: -1 });
+    expect(failed).toEqual({
+      type: "error",
+      data: expect.objectContaining({ code: "EXECUTION_ERROR", infra_failure: true, cause: "reward", message: expect.stringMatching(/^infrastructure failure \(reward\).*checker is unreachable.*no reward/) }),
+    });
+    expect((await c.send({ type: "state" })).data).toEqual(expect.objectContaining({ done: true, reward: null }));
+    expect(backend.poolStats!().slots.free).toBe(2);
     await c.close();
   });
 });

@@ -85,6 +85,29 @@ describe("MCP at /mcp (streamable HTTP, the SDK's client)", () => {
     await eventually(() => h.free() === 2, "both slots back");
   });
 
+  it("one MCP session beyond capacity waits up to the acquire timeout, then its call is a CAPACITY_REACHED tool error; the session lives on", async () => {
+    const a = await mcpClient();
+    const b = await mcpClient();
+    const c = await mcpClient();
+    await a.client.callTool({ name: "bash", arguments: { command: "true" } });
+    await b.client.callTool({ name: "bash", arguments: { command: "true" } });
+    expect(h.free()).toBe(0);
+    const started = Date.now();
+    const refused = await c.client.callTool({ name: "bash", arguments: { command: "true" } });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_400);
+    expect(refused.isError).toBe(true);
+    expect(refused.structuredContent).toEqual({ code: "CAPACITY_REACHED", reward: null });
+    expect((refused.content as Array<{ text: string }>)[0]!.text).toMatch(/no slot became free within 1500 ms/);
+    await a.transport.terminateSession();
+    const served = await c.client.callTool({ name: "bash", arguments: { command: "echo served" } });
+    expect(served.structuredContent).toEqual(expect.objectContaining({ output: "served", done: false }));
+    for (const x of [a, b, c]) {
+      if (x !== a) await x.transport.terminateSession();
+      await x.client.close();
+    }
+    await eventually(() => h.free() === 2, "every slot back");
+  });
+
   it("a call with an unknown MCP session id gets 404, as the transport specifies", async () => {
     const res = await fetch(`${h.url}/mcp`, {
       method: "POST",
@@ -123,9 +146,14 @@ describe("the stateless HTTP routes", () => {
     expect(meta).toEqual(expect.objectContaining({ name: "shell-tasks", description: expect.stringContaining("bash") }));
     expect(Object.keys(meta).sort()).toEqual(["author", "description", "documentation_url", "name", "readme_content", "version"]);
     const schema = (await (await fetch(`${h.url}/schema`)).json()) as Record<string, any>;
-    expect(Object.keys(schema).sort()).toEqual(["action", "observation", "state"]);
+    expect(Object.keys(schema).sort()).toEqual(["action", "observation", "reset_observation", "state"]);
     expect(JSON.stringify(schema["action"])).toContain("call_tool");
     expect(schema["state"].properties.step_count.type).toBe("integer");
+    // The schemas describe what the server really answers: a reset's observation has every field reset_observation requires.
+    const reset = await post("/reset", { seed: 1 });
+    for (const field of schema["reset_observation"].required as string[]) expect(reset.body.observation).toHaveProperty(field);
+    const step = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: "echo hi" } }, seed: 1 });
+    for (const field of Object.keys(step.body.observation)) expect(schema["observation"].properties).toHaveProperty(field);
     expect(await (await fetch(`${h.url}/state`)).json()).toEqual(expect.objectContaining({ episode_id: null, step_count: 0 }));
   });
 
@@ -133,7 +161,8 @@ describe("the stateless HTTP routes", () => {
     const reset = await post("/reset", { seed: 0 });
     expect(reset.status).toBe(200);
     expect(reset.body.observation.task).toContain("notes/day-0.txt");
-    const right = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: SOLVE_SEED_0 } }, seed: 0 });
+    // OpenEnv's StepRequest fields beside the action (timeout_s, request_id) are accepted.
+    const right = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: SOLVE_SEED_0 } }, seed: 0, timeout_s: 30, request_id: "req-1" });
     expect(right.body).toEqual(expect.objectContaining({ done: true, reward: 1 }));
     const wrong = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: WRONG_SEED_0 } }, seed: 0 });
     expect(wrong.body).toEqual(expect.objectContaining({ done: true, reward: 0 }));
@@ -142,4 +171,59 @@ describe("the stateless HTTP routes", () => {
     expect(bad.body).toEqual(expect.objectContaining({ code: "VALIDATION_ERROR", error: expect.stringContaining("tool_name") }));
     await eventually(() => h.free() === 2, "no slot kept by stateless requests");
   });
+
+  it("POST /step honours OpenEnv's timeout_s: the action is cut off at that bound (the env's own is 30 s); a bad one is a 422", async () => {
+    const started = Date.now();
+    const slow = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: "sleep 20; echo late" } }, seed: 0, timeout_s: 1 });
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(slow.status).toBe(200);
+    expect(slow.body.observation.result.is_error).toBe(true);
+    expect(slow.body.observation.result.data).not.toContain("late");
+    expect(JSON.stringify(slow.body.observation.result.content)).toMatch(/tim(ed out|eout)/i);
+    const bad = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: "true" } }, timeout_s: -1 });
+    expect(bad.status).toBe(422);
+    expect(bad.body).toEqual(expect.objectContaining({ code: "VALIDATION_ERROR", error: expect.stringContaining("timeout_s") }));
+    await eventually(() => h.free() === 2, "no slot kept");
+  }, 60_000);
+});
+
+describe("MCP sessions that idle out, and a lost slot", () => {
+  let q: OpenEnvHarness;
+  beforeAll(async () => {
+    // Long enough that connecting and the first call never idle out on a loaded box, short enough to wait for.
+    q = await startOpenEnv({ slots: 2, idleTimeoutMs: 1_500 });
+  }, 120_000);
+  afterAll(async () => {
+    await q?.stop();
+  });
+
+  it("an idle MCP session ends: its slot is released and its session id is gone (404)", async () => {
+    const client = new Client({ name: "openenv-test", version: "1" });
+    const transport = new StreamableHTTPClientTransport(new URL(`${q.url}/mcp`));
+    await client.connect(transport);
+    await client.callTool({ name: "bash", arguments: { command: "true" } });
+    expect(q.free()).toBe(1);
+    await eventually(() => q.free() === 2, "the idle session's slot back");
+    const res = await fetch(`${q.url}/mcp`, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-session-id": transport.sessionId! },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 9, method: "tools/list" }),
+    });
+    expect(res.status).toBe(404);
+    await client.close();
+  });
+
+  it("a slot lost under an MCP session is a tool error marked as an infrastructure failure, with no reward", async () => {
+    const client = new Client({ name: "openenv-test", version: "1" });
+    const transport = new StreamableHTTPClientTransport(new URL(`${q.url}/mcp`));
+    await client.connect(transport);
+    await client.callTool({ name: "bash", arguments: { command: SOLVE_SEED_0 } });
+    q.killContainers();
+    const lost = await client.callTool({ name: "bash", arguments: { command: "true" } });
+    expect(lost.isError).toBe(true);
+    expect(lost.structuredContent).toEqual({ code: "EXECUTION_ERROR", infra_failure: true, cause: "slot_lost", reward: null });
+    expect((lost.content as Array<{ text: string }>)[0]!.text).toMatch(/^infrastructure failure \(slot_lost\)/);
+    await transport.terminateSession();
+    await client.close();
+  }, 60_000);
 });

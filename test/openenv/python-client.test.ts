@@ -36,7 +36,7 @@ describe.skipIf(py.python === null)(`the real OpenEnv Python client${py.reason ?
   let r: Record<string, Record<string, any>>;
   beforeAll(async () => {
     h = await startOpenEnv({ slots: 2, acquireTimeoutMs: 1_500 });
-    r = await checks(h.url, "generic_solved", "generic_wrong", "bad_message", "mcp_tool_client", "isolated", "capacity");
+    r = await checks(h.url, "generic_solved", "generic_wrong", "bad_message", "mcp_tool_client", "isolated", "capacity", "validate");
   }, 500_000);
   afterAll(async () => {
     await h?.stop();
@@ -60,11 +60,48 @@ describe.skipIf(py.python === null)(`the real OpenEnv Python client${py.reason ?
     expect(m["bash_schema"].properties.command.type).toBe("string");
   });
 
+  it("OpenEnv's own runtime checks (`openenv validate URL`) pass: health, metadata, schema, MCP, OpenAPI version and the simulation mode's routes", async () => {
+    expect(r["validate"]).toEqual(expect.objectContaining({ ok: true, exit_code: 0, passed: true, failed: [], mode: "simulation", profile: "openenv-http/1.x" }));
+    expect(r["validate"]!["criteria"]).toEqual(expect.arrayContaining(["health_endpoint", "metadata_endpoint", "schema_endpoint", "mcp_endpoint", "openapi_version_available", "mode_endpoint_consistency"]));
+  });
+
   it("two concurrent episodes are isolated; a third beyond capacity gets CAPACITY_REACHED, and is served once a session closes", async () => {
     expect(r["isolated"]).toEqual(expect.objectContaining({ ok: true, b_sees: expect.stringMatching(/No such file/) }));
     expect(r["capacity"]).toEqual(expect.objectContaining({ ok: true, served_after_close: true }));
     expect(r["capacity"]!["error"]).toMatch(/CAPACITY_REACHED/);
   });
+});
+
+describe.skipIf(py.python === null)(`the real OpenEnv Python client and a lost slot${py.reason ? ` (skipped: ${py.reason})` : ""}`, () => {
+  let h: OpenEnvHarness;
+  beforeAll(async () => {
+    h = await startOpenEnv({ slots: 2 });
+  }, 120_000);
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it("a slot lost mid-episode raises the server's EXECUTION_ERROR saying infrastructure failure, no reward; the session lives on", async () => {
+    const child = spawn(py.python!, [CHECKS, h.url, "lost_slot"], { stdio: ["pipe", "pipe", "pipe"] });
+    let stderr = "";
+    child.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
+    const lines = createInterface({ input: child.stdout! });
+    const results: Array<Record<string, any>> = [];
+    const finished = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+    for await (const line of lines) {
+      const r = JSON.parse(line) as Record<string, any>;
+      results.push(r);
+      if (r["phase"] === "ready") {
+        // The episode is running in its slot: crash every sandbox server, as lost containers.
+        h.killContainers();
+        child.stdin!.write("go\n");
+      }
+    }
+    await finished;
+    const r = results.find((x) => x["phase"] === undefined);
+    expect(r, stderr).toEqual(expect.objectContaining({ ok: true, done: true, reward: null, after_reset: true }));
+    expect(r!["error"]).toMatch(/infrastructure failure \(slot_lost\).*no reward.*code: EXECUTION_ERROR/);
+  }, 400_000);
 });
 
 describe.skipIf(py.python === null)(`examples/openenv-client against \`slotpool openenv-server\`${py.reason ? ` (skipped: ${py.reason})` : ""}`, () => {

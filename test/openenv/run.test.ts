@@ -1,7 +1,8 @@
 /**
  * POST /run: one rollout of the env's own agent loop against the OpenAI-compatible endpoint
  * the request names (a scripted server here), answered as the scored trajectory with the
- * token ids and logprobs the server sent; a failing endpoint is an infra failure, not a score.
+ * token ids and logprobs the server sent; a failing endpoint or a slot lost on every attempt is an
+ * infra failure, not a score; a slot lost once restarts the rollout.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { renderPrompt, startLlmServer, taskOf, testTokenize, turnOf, type ChatRequestBody, type LlmServer } from "../support/llm-server.js";
@@ -72,6 +73,37 @@ describe("POST /run", () => {
     expect(r.body.infra_failure).toEqual({ cause: "model", message: expect.stringMatching(/the model server failed on turn 1/) });
     await eventually(() => h.free() === 2, "the slot back after the failed rollout");
   });
+
+  it("a slot lost mid-rollout restarts the rollout (slot_losses, attempts); lost every time, it is an infra failure (slot_lost) with no reward", async () => {
+    await llm?.close();
+    // The first attempt's turn 2 finds its sandbox servers crashed; the restarted rollout runs on the replacement.
+    let kills = 0;
+    llm = await startLlmServer({
+      respond: (body) => {
+        if (turnOf(body) === 2 && kills < 1) {
+          kills++;
+          h.killContainers();
+        }
+        return scripted(SOLVE_SEED_0)(body);
+      },
+    });
+    const restarted = await run({ seed: 0, model: { base_url: llm.url, model: "scripted" } });
+    expect(restarted.body).toEqual(expect.objectContaining({ status: "scored", reward: 1, infra_failure: null, attempts: 2 }));
+    expect(restarted.body.slot_losses).toHaveLength(1);
+
+    await llm.close();
+    llm = await startLlmServer({
+      respond: (body) => {
+        if (turnOf(body) === 2) h.killContainers();
+        return scripted(SOLVE_SEED_0)(body);
+      },
+    });
+    const lost = await run({ seed: 0, model: { base_url: llm.url, model: "scripted" } });
+    expect(lost.status).toBe(200);
+    expect(lost.body).toEqual(expect.objectContaining({ status: "infra_failure", reward: null }));
+    expect(lost.body.infra_failure).toEqual({ cause: "slot_lost", message: expect.any(String) });
+    await eventually(() => h.free() === 2, "the pool whole again", 60_000);
+  }, 120_000);
 
   it("a bad request is a 422 naming the field", async () => {
     const r = await run({ seed: 0, model: { base_url: "not a url", model: "m" } });

@@ -4,6 +4,7 @@
  * connection in a slot of its own, scored by the env's computeReward in that slot.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import { eventually, SOLVE_SEED_0, startOpenEnv, WRONG_SEED_0, WsClient, type OpenEnvHarness } from "./support.js";
 
 let h: OpenEnvHarness;
@@ -78,8 +79,11 @@ describe("OpenEnv over WebSocket /ws", () => {
     await c.close();
   });
 
-  it("the same seed or episode_id gives the same item; resets without one walk the items in order", async () => {
+  it("the same seed or episode_id gives the same item (set up by setupWorkspace); resets without one walk the items in order", async () => {
     const c = await WsClient.connect(h.wsUrl);
+    // Reset runs the env's setupWorkspace for the item: item 1 (fix-script) finds its broken calc.sh.
+    await c.reset({ seed: 1 });
+    expect((await c.call("bash", { command: "test -s calc.sh && echo present" })).data.observation.result.data).toBe("present");
     const a = (await c.reset({ seed: 2 })).data.observation;
     const b = (await c.reset({ seed: 2 })).data.observation;
     expect(b.task).toBe(a.task);
@@ -113,7 +117,11 @@ describe("OpenEnv over WebSocket /ws", () => {
     const c = await WsClient.connect(h.wsUrl);
     expect(await c.send("{not json")).toEqual({ type: "error", data: expect.objectContaining({ code: "INVALID_JSON" }) });
     expect(await c.send({ type: "dance" })).toEqual({ type: "error", data: expect.objectContaining({ code: "UNKNOWN_TYPE", message: expect.stringContaining("dance") }) });
-    expect(await c.send({ type: "step", data: { type: "call_tool" } })).toEqual({ type: "error", data: expect.objectContaining({ code: "VALIDATION_ERROR", message: expect.stringContaining("tool_name") }) });
+    // As OpenEnv's frames, a VALIDATION_ERROR lists every problem (pydantic's errors() layout) beside the message.
+    expect(await c.send({ type: "step", data: { type: "call_tool" } })).toEqual({
+      type: "error",
+      data: expect.objectContaining({ code: "VALIDATION_ERROR", message: expect.stringContaining("tool_name"), errors: [expect.objectContaining({ loc: ["tool_name"], msg: expect.any(String) })] }),
+    });
     expect(await c.send({ type: "reset", data: { seed: -1 } })).toEqual({ type: "error", data: expect.objectContaining({ code: "VALIDATION_ERROR", message: expect.stringContaining("seed") }) });
     expect(await c.call("bash", { command: "true" })).toEqual({ type: "error", data: expect.objectContaining({ code: "SESSION_ERROR", message: expect.stringContaining("send reset first") }) });
     // Still alive: a reset and a step work, an unknown tool is an observation naming the tools, a bad argument too.
@@ -145,13 +153,47 @@ describe("OpenEnv over WebSocket /ws", () => {
     await c.close();
   });
 
+  it("WebSocket /mcp (as OpenEnv's servers have it): bare JSON-RPC, one connection = one episode in one slot, released when it closes", async () => {
+    await eventually(() => h.free() === 2, "a quiet pool");
+    const ws = new WebSocket(`${h.url.replace(/^http/, "ws")}/mcp`);
+    await new Promise<void>((resolve, reject) => {
+      ws.once("open", () => resolve());
+      ws.once("error", reject);
+    });
+    const answers: Array<Record<string, any>> = [];
+    const waiting: Array<(a: Record<string, any>) => void> = [];
+    ws.on("message", (d) => {
+      const a = JSON.parse(d.toString()) as Record<string, any>;
+      const w = waiting.shift();
+      if (w) w(a);
+      else answers.push(a);
+    });
+    const rpc = (m: unknown) => {
+      ws.send(typeof m === "string" ? m : JSON.stringify(m));
+      return answers.length ? Promise.resolve(answers.shift()!) : new Promise<Record<string, any>>((r) => waiting.push(r));
+    };
+    const listed = await rpc({ jsonrpc: "2.0", id: 1, method: "tools/list", params: {} });
+    expect(listed.result.tools.map((t: { name: string }) => t.name)).toEqual(expect.arrayContaining(["bash", "submit"]));
+    expect(h.free()).toBe(2);
+    const ran = await rpc({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "bash", arguments: { command: SOLVE_SEED_0 + " && echo ok" } } });
+    expect(ran).toEqual(expect.objectContaining({ id: 2, result: expect.objectContaining({ isError: false, structuredContent: expect.objectContaining({ output: "ok" }) }) }));
+    expect(h.free()).toBe(1);
+    expect((await rpc("{nope")).error.code).toBe(-32700);
+    // The same episode: the file written by the first call is there.
+    const seen = await rpc({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "bash", arguments: { command: "cat notes/day-0.txt" } } });
+    expect(seen.result.structuredContent.output).toBe("release 0 approved");
+    // Closing with the episode running (no submit) releases its slot.
+    ws.close();
+    await eventually(() => h.free() === 2, "the slot back once the connection closed");
+  });
+
   it("beyond capacity a reset waits up to the acquire timeout, then gets CAPACITY_REACHED; a freed slot serves the next reset", async () => {
     const [a, b, c] = await Promise.all([WsClient.connect(h.wsUrl), WsClient.connect(h.wsUrl), WsClient.connect(h.wsUrl)]);
     await a.reset();
     await b.reset();
     const started = Date.now();
     const refused = await c.reset();
-    expect(refused).toEqual({ type: "error", data: expect.objectContaining({ code: "CAPACITY_REACHED", message: expect.stringMatching(/no slot became free within 1500 ms/) }) });
+    expect(refused).toEqual({ type: "error", data: expect.objectContaining({ code: "CAPACITY_REACHED", message: expect.stringMatching(/no slot became free within 1500 ms/), waited_ms: 1500, active_sessions: 2, max_sessions: 2 }) });
     expect(Date.now() - started).toBeGreaterThanOrEqual(1_400);
     await a.close();
     const served = await c.reset();
@@ -159,7 +201,27 @@ describe("OpenEnv over WebSocket /ws", () => {
     await Promise.all([b.close(), c.close()]);
   });
 
-  it("closing, dropping the connection and idling out each release the slot (the pool's free count returns)", async () => {
+  it("a reset beyond capacity waits: a slot freed within the bound serves it, no error", async () => {
+    await eventually(() => h.free() === 2, "a quiet pool");
+    const [a, b, c] = await Promise.all([WsClient.connect(h.wsUrl), WsClient.connect(h.wsUrl), WsClient.connect(h.wsUrl)]);
+    await a.reset();
+    await b.reset();
+    const started = Date.now();
+    const waiting = c.reset({ seed: 1 });
+    // Short of the 1500 ms bound, leaving the close (its slot's reset) time on a loaded box.
+    await new Promise((r) => setTimeout(r, 200));
+    await a.close();
+    const served = await waiting;
+    expect(served.type).toBe("observation");
+    expect(served.data.observation.item_index).toBe(1);
+    // It was served by the freed slot, not refused at the 1500 ms bound.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(150);
+    expect(h.free()).toBe(0);
+    await Promise.all([b.close(), c.close()]);
+    await eventually(() => h.free() === 2, "both slots back");
+  });
+
+  it("closing and dropping the connection each release the slot (the pool's free count returns; idling out: below)", async () => {
     await eventually(() => h.free() === 2, "a quiet pool");
     const a = await WsClient.connect(h.wsUrl);
     await a.reset();
@@ -191,6 +253,21 @@ describe("OpenEnv sessions that idle out, and a lost slot", () => {
     const frame = await c.next();
     expect(frame).toEqual({ type: "error", data: expect.objectContaining({ code: "SESSION_ERROR", message: expect.stringMatching(/idle for 400 ms/) }) });
     await eventually(() => c.closed && q.free() === 2, "the idle session closed and its slot back");
+  });
+
+  it("a seed selects the same item on another server of the same env (reproducible across servers)", async () => {
+    const here = await WsClient.connect(q.wsUrl);
+    const there = await WsClient.connect(h.wsUrl);
+    for (const seed of [3, 1]) {
+      const [a, b] = await Promise.all([here.reset({ seed }), there.reset({ seed })]);
+      expect(a.data.observation.item_index).toBe(seed);
+      expect(a.data.observation.task).toBe(b.data.observation.task);
+      expect(a.data.observation.messages).toEqual(b.data.observation.messages);
+    }
+    const distinct = new Set<string>();
+    for (const seed of [0, 1, 2, 3]) distinct.add((await here.reset({ seed })).data.observation.task);
+    expect(distinct.size).toBe(4);
+    await Promise.all([here.close(), there.close()]);
   });
 
   it("a lost slot is an EXECUTION_ERROR that says it is an infrastructure failure, never a reward; the session lives on", async () => {

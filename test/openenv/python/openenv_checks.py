@@ -4,6 +4,8 @@ to assert on. Usage: openenv_checks.py BASE_URL CHECK..."""
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 
 from openenv.core import GenericEnvClient, MCPToolClient
@@ -87,7 +89,34 @@ async def capacity():
             await c.close()
 
 
-CHECKS = {"generic_solved": generic_solved, "generic_wrong": generic_wrong, "bad_message": bad_message, "mcp_tool_client": mcp_tool_client, "isolated": isolated, "capacity": capacity}
+def lost_slot():
+    # The test kills the pool's sandbox servers between "ready" and our next step.
+    with GenericEnvClient(base_url=URL).sync() as env:
+        env.reset(seed=0)
+        env.step(call("bash", command=SOLVE))
+        print(json.dumps({"check": "lost_slot", "phase": "ready"}), flush=True)
+        sys.stdin.readline()
+        try:
+            env.step(call("bash", command="true"))
+            error = None
+        except Exception as e:  # the client raises the server's error frame
+            error = str(e)
+        state = env.state()
+        # The session lives on: a new episode runs on the container the pool put in place.
+        again = env.reset(seed=0)
+        ran = env.step(call("bash", command="echo back"))
+        return {"error": error, "done": state["done"], "reward": state["reward"], "after_reset": again.done is False and ran.observation["result"]["data"] == "back"}
+
+
+def validate():
+    # OpenEnv's own runtime conformance checks, as its users run them: `openenv validate URL --json`.
+    cli = os.path.join(os.path.dirname(sys.executable), "openenv")
+    run = subprocess.run([cli, "validate", URL, "--json"], capture_output=True, text=True, timeout=120)
+    report = json.loads(run.stdout)
+    return {"exit_code": run.returncode, "passed": report["passed"], "mode": report["mode"], "profile": report["standard_profile"], "failed": [c["id"] for c in report["criteria"] if not c["passed"]], "criteria": sorted(c["id"] for c in report["criteria"])}
+
+
+CHECKS = {"generic_solved": generic_solved, "generic_wrong": generic_wrong, "bad_message": bad_message, "mcp_tool_client": mcp_tool_client, "isolated": isolated, "capacity": capacity, "lost_slot": lost_slot, "validate": validate}
 
 for name in sys.argv[2:]:
     fn = CHECKS[name]
