@@ -7,9 +7,10 @@
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { connect } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestServer, readEvents } from "./helpers.js";
+import { logLinesSince, startServer, type TestServer, readEvents } from "./helpers.js";
 
 interface Ev {
   type: string;
@@ -152,5 +153,38 @@ describe("a terminal whose sandbox does not start", () => {
     expect(r.json.error).toMatch(/could not start the command/);
     const again = await s.post("/execute", { slot_id: "slot_0", tool: "bash_stateful", args: { command: "echo hi # term-start-0" } });
     expect(again.json).toMatchObject({ success: true, output: "hi" });
+  }, 60_000);
+});
+
+describe("a process start still arriving when the server shuts down", () => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startServer({ slots: 2 });
+  }, 90_000);
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  it("is refused with 503 naming the shutdown, not started in a slot being taken down", async () => {
+    // A long call keeps the shutdown busy for a moment; the start's body arrives after SIGTERM.
+    const holding = s.post("/execute", { slot_id: "slot_0", tool: "bash", args: { command: "sleep 60", timeout: 120 } });
+    await sleep(300);
+    const body = JSON.stringify({ slot_id: "slot_1", cmd: "/bin/sh", args: ["-c", "touch started; sleep 600"] });
+    const { port } = new URL(s.url);
+    const socket = connect(Number(port), "127.0.0.1");
+    await new Promise<void>((resolve, reject) => socket.once("connect", resolve).once("error", reject));
+    let answer = "";
+    socket.on("data", (d) => (answer += d.toString("utf8")));
+    const ended = new Promise<void>((resolve) => socket.once("close", () => resolve()));
+    socket.write(`POST /processes/start HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`);
+    await sleep(200);
+    const from = s.logs.length;
+    s.proc.child.kill("SIGTERM");
+    await logLinesSince(s, from, (l) => l.includes("shutting down"));
+    socket.write(body);
+    await ended;
+    await holding;
+    expect(answer).toMatch(/^HTTP\/1\.1 503/);
+    expect(answer).toContain("shutting down: the process was not started");
   }, 60_000);
 });

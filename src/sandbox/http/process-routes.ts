@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { JsonBodyReader } from "../../http/body.js";
 import { parseBody } from "../../http/body.js";
+import { HttpError } from "../../http/errors.js";
 import { sendJson } from "../../http/respond.js";
 import type { RouteTable } from "../../http/routes.js";
 import {
@@ -17,6 +18,8 @@ import type { Slot } from "../core/slot.js";
 /** What the routes need from the sandbox service. */
 export interface ProcessRouteHost {
   readonly processes: ProcessSessions;
+  /** Whether the server's shutdown has begun: no process starts then. */
+  readonly shuttingDown: boolean;
   slotById(id: string): Slot;
 }
 
@@ -32,6 +35,8 @@ export function addProcessRoutes(table: RouteTable, host: ProcessRouteHost, body
   return table
     .add("POST", "/processes/start", async (req, res) => {
       const r = parseBody(ProcessStartRequestSchema, await body.read(req));
+      // A request still arriving when the shutdown began: its process would be killed at once, or outlive the slot's teardown.
+      if (host.shuttingDown) throw new HttpError(503, "sandbox server is shutting down: the process was not started");
       const session = await host.processes.startWhenSettled(host.slotById(r.slot_id), {
         cmd: r.cmd,
         args: r.args,

@@ -200,6 +200,8 @@ export class ProcessSessions {
 
   private start(slot: Slot, req: SessionStart): Session {
     const host = this.host;
+    // Reached after waiting out a reset while the server closed: nothing may start past close().
+    if (this.closed) throw new HttpError(503, "sandbox server is shutting down: the process was not started");
     if (!host.bwrap.available || !host.bwrap.path) throw new HttpError(503, `process sessions need bubblewrap, which is unavailable here: ${host.bwrap.reason ?? "unknown reason"}`);
     if (req.workspaceAlias !== undefined && !/^\/home\/[A-Za-z0-9._-]+$/.test(req.workspaceAlias)) throw new HttpError(400, "workspace_alias must be /home/<name>", "workspace_alias");
     if (this.freezer.isFrozen(slot.index)) throw new HttpError(409, `${slot.id} is paused: resume it (POST /processes/thaw) before starting a process`);
