@@ -18,6 +18,7 @@ import {
   type ExecuteResponse,
 } from "../../protocol/sandbox.js";
 import { artifactCall } from "../service/file-calls.js";
+import { ImagePullRequestSchema } from "../../protocol/images.js";
 import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "../service/service.js";
@@ -136,6 +137,7 @@ export class SandboxServer {
             limits: svc.limitsInForce,
             slots_busy: svc.slots.filter((s) => s.state !== "idle").length,
             isolation: svc.isolation(),
+            ...imageHealth(svc),
           }),
         { public: true },
       )
@@ -163,7 +165,13 @@ export class SandboxServer {
       })
       .add("POST", "/reset", async (req, res) => {
         const body = parseBody(ResetRequestSchema, await this.body.read(req));
-        sendJson(res, 200, await svc.reset(svc.slotById(body.slot_id), body.template));
+        if (body.template !== undefined && body.image !== undefined) throw new HttpError(400, "a reset takes a template or an image, not both (a template names its own image: POST /templates with \"image\")", "image");
+        sendJson(res, 200, await svc.reset(svc.slotById(body.slot_id), body.template, body.image));
+      })
+      .add("GET", "/images", (_req, res) => sendJson(res, 200, svc.images.list()))
+      .add("POST", "/images", async (req, res) => {
+        const body = parseBody(ImagePullRequestSchema, await this.body.read(req));
+        sendJson(res, 200, await svc.images.pull(body.image));
       })
       .add("POST", "/fork", async (req, res) => {
         const body = parseBody(ForkRequestSchema, await this.body.read(req));
@@ -210,9 +218,10 @@ export class SandboxServer {
     const schema = kind === "read" ? ArtifactReadRequestSchema : kind === "list" ? ArtifactListRequestSchema : ArtifactArchiveRequestSchema;
     const parsed = parseBody(schema as z.ZodType<{ slot_id: string } & Record<string, unknown>>, body);
     const slot = this.service.slotById(parsed.slot_id);
+    if (typeof parsed["path"] === "string") this.service.checkPath(slot, parsed["path"], "invalid request: path: ", "path");
     const { slot_id: _omit, ...rest } = parsed;
     // In the slot's queue (it sees the files of every earlier call); cut off by a reset or the shutdown: marked (file-calls.ts).
-    const answer = await artifactCall(slot, kind, rest, () => this.service.shuttingDown);
+    const answer = await artifactCall(slot, kind, rest, () => this.service.shuttingDown, () => this.service.pathScope(slot));
     sendJson(res, 200, answer);
   }
 
@@ -230,6 +239,24 @@ export class SandboxServer {
     sendError(res, err);
   }
 
+}
+
+/** GET /health: task images here (cached, and which image each slot's root is). */
+function imageHealth(svc: SandboxService): Record<string, unknown> {
+  const list = svc.images.list();
+  return {
+    images: {
+      available: list.available,
+      ...(list.unavailable_reason ? { unavailable_reason: list.unavailable_reason } : {}),
+      cached: list.images.map((i) => ({ reference: i.reference, digest: i.digest, size_bytes: i.size_bytes, in_use: i.in_use })),
+      used_bytes: list.used_bytes,
+      budget_bytes: list.budget_bytes,
+    },
+    slot_images: svc.slots.map((s) => {
+      const img = svc.images.imageOf(s);
+      return img ? { reference: img.reference, digest: img.digest } : null;
+    }),
+  };
 }
 
 /** GET /slots: whether a slot's namespace is ready for its next call, and for which network setting. */

@@ -199,8 +199,10 @@ export class SlotDisks {
    * and /dev/shm, all on the slot's disk or (fallback) tmpfs whose sizes add up to the bound.
    * Every other place in the namespace is read-only (`bwrapArgs` remounts /dev read-only).
    */
-  writableArgs(slot: Slot): string[] {
+  writableArgs(slot: Slot, imageRoot = false): string[] {
     const m = this.mounted.get(slot.index);
+    // An image root has /tmp and /var/tmp of its own (in its upper layer, on this disk too): only /dev/shm is mounted.
+    if (imageRoot) return m ? ["--bind", m.shm, "/dev/shm"] : ["--size", String(Math.max(64 * 1024, Math.floor(this.bytes / 4))), "--tmpfs", "/dev/shm"];
     if (m) return ["--bind", m.tmp, "/tmp", "--bind", m.varTmp, "/var/tmp", "--bind", m.shm, "/dev/shm"];
     return fallbackWritableArgs(this.bytes);
   }

@@ -1,0 +1,209 @@
+import { randomBytes } from "node:crypto";
+import { chownSync, closeSync, mkdirSync, openSync } from "node:fs";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import { imageHostUid, imageUidMap } from "../../host/slot-uid-blocks.js";
+import { claimImageUidBlock, type ImageUidClaim } from "../../host/image-uid-claim.js";
+import type { Slot } from "../core/slot.js";
+import type { SlotDisks } from "../workspace/slot-disk.js";
+import type { TreeRemoval } from "../workspace/tree-removal.js";
+import type { ImageMounter } from "./image-mounter.js";
+import type { StoredImage } from "./image-store.js";
+
+/**
+ * Each slot's root when it is an image: overlayfs at the slot's workspace dir (in the
+ * server's mount namespace, where every namespace the slot starts after its reset finds it),
+ * lower = the image's layers, upper and work on the slot's own disk (slot-disk.ts: counted in
+ * its disk bound, gone with the disk at reset). Attaching costs one request to the mount
+ * helper, whatever the image's size.
+ *
+ * As root, each slot has a user namespace of its own (made once, kept while the server runs):
+ * inside uid 0 is the slot's host uid and 1-65535 its block of image uids
+ * (host/slot-uid-blocks.ts). The image's layers (owned on disk as the image has them) are
+ * read through id-mapped handles of that namespace, one per slot and layer, made at the
+ * slot's first use of the image and kept across its resets: on-disk uid N is, to the slot,
+ * uid N of its namespace, and to the host one of the slot's own uids. A reset is then only a
+ * new overlay. Not root, the server has one uid: the layers are its files, used as they are,
+ * and the slot's namespace (bubblewrap's) maps that uid to 0: the whole image is root's.
+ */
+
+interface SlotRootState {
+  /** The mount helper's generation the descriptors below belong to. */
+  generation: number;
+  userns?: { helperFd: string; nodeFd: number };
+  /** Layer dir → its id-mapped handle (a descriptor of the helper). */
+  handles: Map<string, string>;
+  attached?: { image: StoredImage; upper: string; work: string; bounded: boolean };
+}
+
+export interface SlotRootsHost {
+  readonly slots: readonly Slot[];
+  readonly disks: SlotDisks;
+  readonly stateDir: string;
+  readonly removal: TreeRemoval;
+  readonly logger: Logger;
+}
+
+export class SlotRoots {
+  private readonly states = new Map<number, SlotRootState>();
+  private claim: Promise<ImageUidClaim> | undefined;
+  private readonly uppersDir: string;
+
+  constructor(
+    private readonly host: SlotRootsHost,
+    private readonly mounter: ImageMounter,
+    /** Root with per-slot uids: id-mapped layers and a user namespace per slot. */
+    private readonly idmapped: boolean,
+  ) {
+    this.uppersDir = join(host.stateDir, "image-uppers");
+    host.removal.discard(this.uppersDir);
+    mkdirSync(this.uppersDir, { recursive: true, mode: 0o700 });
+  }
+
+  /** The image the slot's root is, if it is one. */
+  imageOf(slot: Slot): StoredImage | undefined {
+    return this.states.get(slot.index)?.attached?.image;
+  }
+
+  /** The upper layer of the slot's root (what the slot changed), if its root is an image (fork.ts). */
+  upperOf(slot: Slot): string | undefined {
+    return this.states.get(slot.index)?.attached?.upper;
+  }
+
+  /** The host ids of the image user `inside` in the slot (root server, once its block is claimed), else undefined (the server's own). */
+  ownerOf(slot: Slot, inside: { uid: number; gid: number }): { uid: number; gid: number } | undefined {
+    if (!this.idmapped || !slot.owner || this.base === undefined) return undefined;
+    return { uid: imageHostUid(slot.owner.uid, this.base, slot.index, inside.uid), gid: imageHostUid(slot.owner.gid, this.base, slot.index, inside.gid) };
+  }
+
+  /** The claimed block's base, once known. */
+  private base: number | undefined;
+
+  /** This server's image uid block (claimed at the first image, host/image-uid-claim.ts). */
+  blockBase(): Promise<number> {
+    const owner = this.host.slots[0]?.owner;
+    if (!this.idmapped || !owner) return Promise.resolve(0);
+    this.claim ??= claimImageUidBlock(owner.uid, this.host.slots.length);
+    return this.claim.then((c) => (this.base = c.base));
+  }
+
+  private state(slot: Slot): SlotRootState {
+    let st = this.states.get(slot.index);
+    if (!st || st.generation !== this.mounter.generation) {
+      // The helper was restarted: its descriptors (namespaces, handles) are gone with it.
+      if (st?.userns) closeQuietly(st.userns.nodeFd);
+      st = { generation: this.mounter.generation, handles: new Map(), ...(st?.attached ? { attached: st.attached } : {}) };
+      this.states.set(slot.index, st);
+    }
+    return st;
+  }
+
+  /**
+   * The slot's user namespace as a descriptor of this process (bubblewrap's --userns takes it
+   * as one of its own fds), made at the slot's first image; undefined when not root.
+   */
+  async usernsFd(slot: Slot): Promise<number | undefined> {
+    if (!this.idmapped || !slot.owner) return undefined;
+    const st = this.state(slot);
+    if (!st.userns) {
+      const base = await this.blockBase();
+      const o = slot.owner;
+      const fd = await this.mounter.call(["userns", String(o.uid), String(o.gid), imageUidMap(o.uid, base, slot.index), imageUidMap(o.gid, base, slot.index)]);
+      const nodeFd = openSync(this.mounter.handlePath(fd), "r");
+      st.userns = { helperFd: fd, nodeFd };
+    }
+    return st.userns.nodeFd;
+  }
+
+  /** The slot's user namespace descriptor if made (attach makes it), else undefined. */
+  currentUsernsFd(slot: Slot): number | undefined {
+    const st = this.states.get(slot.index);
+    return st && st.generation === this.mounter.generation ? st.userns?.nodeFd : undefined;
+  }
+
+  /** The slot's lower layers for `image`: id-mapped handles (made once per slot and layer) as root, the layer dirs otherwise. */
+  private async lowers(slot: Slot, image: StoredImage): Promise<string[]> {
+    if (!this.idmapped || !slot.owner) return image.lowers;
+    await this.usernsFd(slot);
+    const st = this.state(slot);
+    const ns = st.userns!.helperFd;
+    const out: string[] = [];
+    for (const dir of image.lowers) {
+      let h = st.handles.get(dir);
+      if (!h) {
+        h = await this.mounter.call(["keep", dir, ns]);
+        st.handles.set(dir, h);
+      }
+      out.push(this.mounter.ownPath(h));
+    }
+    return out;
+  }
+
+  /**
+   * Makes the slot's root `image` (its workspace dir fresh and empty, its processes dead: the
+   * reset's last step). Upper and work go on the slot's disk where it has one.
+   */
+  async attach(slot: Slot, image: StoredImage): Promise<void> {
+    const lowers = await this.lowers(slot, image);
+    const bounded = this.host.disks.viewsDir(slot);
+    const base = bounded ?? this.uppersDir;
+    const tag = `${slot.id}-${randomBytes(4).toString("hex")}`;
+    const upper = join(base, `root-${tag}`);
+    const work = join(base, `root-work-${tag}`);
+    mkdirSync(upper, { mode: 0o755 });
+    mkdirSync(work, { mode: 0o700 });
+    // The upper's top directory is the root's: root's own, as in any image.
+    if (this.idmapped && slot.owner) chownSync(upper, slot.owner.uid, slot.owner.gid);
+    try {
+      await this.mounter.call(["overlay", slot.workspaceDir, upper, work, ...lowers]);
+    } catch (err) {
+      this.host.removal.discard(upper);
+      this.host.removal.discard(work);
+      throw err;
+    }
+    this.state(slot).attached = { image, upper, work, bounded: bounded !== undefined };
+  }
+
+  /** Ends the slot's image root (its processes are dead) and returns the image it was. */
+  async detach(slot: Slot): Promise<StoredImage | undefined> {
+    const st = this.states.get(slot.index);
+    const a = st?.attached;
+    if (!st || !a) return undefined;
+    st.attached = undefined;
+    await this.mounter.call(["umount", slot.workspaceDir]);
+    if (!a.bounded) {
+      this.host.removal.discard(a.upper);
+      this.host.removal.discard(a.work);
+    }
+    return a.image;
+  }
+
+  /** An image leaves the store: every slot's handles of its layers go (no slot's root is that image). */
+  forget(image: StoredImage): void {
+    for (const st of this.states.values()) {
+      if (st.generation !== this.mounter.generation) continue;
+      for (const dir of image.lowers) {
+        const h = st.handles.get(dir);
+        if (h === undefined) continue;
+        st.handles.delete(dir);
+        void this.mounter.call(["drop", h]).catch((err: unknown) => this.host.logger.warn({ err }, "could not drop an image layer handle"));
+      }
+    }
+  }
+
+  /** Unmounts every image root (shutdown); the helper's descriptors die with it. */
+  async close(): Promise<void> {
+    for (const slot of this.host.slots) await this.detach(slot).catch(() => undefined);
+    for (const st of this.states.values()) if (st.userns) closeQuietly(st.userns.nodeFd);
+    this.states.clear();
+    (await this.claim?.catch(() => undefined))?.release();
+  }
+}
+
+function closeQuietly(fd: number): void {
+  try {
+    closeSync(fd);
+  } catch {
+    /* closed */
+  }
+}
