@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, openSync, readSync, closeSync, readFileSync, realpathSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, openSync, readSync, closeSync, readFileSync, realpathSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { findExecutable } from "../../host/executables.js";
 import { IMAGE_BASH, IMAGE_TOOLS_MOUNT } from "../isolation/isolation.js";
@@ -25,7 +25,9 @@ export const IMAGE_SPAWNER = `${IMAGE_TOOLS_MOUNT}/spawner`;
 export const IMAGE_TMUX = `${IMAGE_TOOLS_BIN}/tmux`;
 
 /** busybox applets the tools' scripts call (the terminal's helper script, the session launcher). */
-const APPLETS = ["cat", "chmod", "grep", "mkdir", "rm", "sleep", "timeout", "printf", "ls", "id", "env", "true", "false"];
+const APPLETS = ["cat", "chmod", "chown", "clear", "grep", "mkdir", "rm", "sleep", "timeout", "printf", "ls", "id", "env", "true", "false"];
+/** The host's C.UTF-8 locale (Debian: libc-bin), which tmux needs. */
+const LOCALE = "/usr/lib/locale/C.utf8";
 /** terminfo entries tmux may look up (its default-terminal, and what clients claim). */
 const TERMINFO = ["x/xterm", "x/xterm-256color", "s/screen", "s/screen-256color", "t/tmux", "t/tmux-256color", "d/dumb", "v/vt100"];
 
@@ -93,7 +95,7 @@ export function imageTools(stateDir: string): { dir: string } | { error: string 
     const busybox = staticBinary(["/bin/busybox", "/usr/bin/busybox"], "busybox");
     const spawner = staticSpawner(stateDir);
     const t = tmuxBundle();
-    const sources = [bash, busybox, spawner, t.tmux, t.loader, ...t.libs.map((l) => l.file)];
+    const sources = [bash, busybox, spawner, t.tmux, t.loader, ...t.libs.map((l) => l.file), "applets-v3"];
     const hash = createHash("sha256").update(sources.join("\n")).update(readFileSync(spawner)).digest("hex").slice(0, 12);
     const dir = join(stateDir, `image-tools-${hash}`);
     if (!existsSync(join(dir, ".ready"))) {
@@ -118,10 +120,12 @@ export function imageTools(stateDir: string): { dir: string } | { error: string 
           break;
         }
       }
+      // tmux wants a UTF-8 locale: the host's C.UTF-8 (glibc does not build it in), found through LOCPATH.
+      if (existsSync(LOCALE)) cpSync(LOCALE, join(tmp, "tmux", "locale", "C.utf8"), { recursive: true, dereference: true });
       const T = `${IMAGE_TOOLS_MOUNT}/tmux`;
       writeFileSync(
         join(tmp, "bin", "tmux"),
-        `#!${IMAGE_BASH}\n# slotpool: the host's tmux with its own loader and libraries (the image's are never used).\nexport TERMINFO=${T}/terminfo\nexec ${T}/ld.so --library-path ${T}/lib ${T}/tmux "$@"\n`,
+        `#!${IMAGE_BASH}\n# slotpool: the host's tmux with its own loader, libraries and locale (the image's are never used).\nexport TERMINFO=${T}/terminfo LOCPATH=${T}/locale LC_ALL=C.UTF-8\nexec ${T}/ld.so --library-path ${T}/lib ${T}/tmux "$@"\n`,
         { mode: 0o755 },
       );
       for (const f of ["spawner", "bash", "bin/busybox", "bin/tmux", "tmux/tmux", "tmux/ld.so"]) chmodSync(join(tmp, f), 0o755);

@@ -178,7 +178,7 @@ export class SlotImages {
     const r = image.runtime;
     const parentFd = this.roots.currentUsernsFd(slot);
     return {
-      root: { dir: slot.workspaceDir, env: r.env, workingDir: r.working_dir, uid: r.uid, gid: r.gid, toolsDir: this.toolsDir, ...(parentFd !== undefined ? { usernsFd: usernsChildFd } : {}) },
+      root: { dir: slot.workspaceDir, env: r.env, workingDir: r.working_dir, uid: r.uid, gid: r.gid, toolsDir: this.toolsDir, ...(parentFd !== undefined ? { userns: { fd: usernsChildFd } } : {}) },
       parentFd,
       owner: this.roots.ownerOf(slot, r),
     };

@@ -79,8 +79,13 @@ export interface ImageRoot {
   /** The image's user inside: runners switch to it (0: root keeps its capabilities; any other runs with none). */
   uid: number;
   gid: number;
-  /** The slot's user namespace as an fd of the child about to be spawned (--userns); undefined: bubblewrap's own (not root). */
-  usernsFd?: number | undefined;
+  /**
+   * Which user namespace: the slot's own as an fd of the child about to be spawned (--userns);
+   * "joined" when the child is already in it (nsenter into the slot's network namespace
+   * holder, slot-netns.ts: bubblewrap then runs as its root and keeps only the capabilities
+   * below); undefined: bubblewrap's own, mapping the server's one uid to 0 (not root).
+   */
+  userns?: { fd: number } | "joined" | undefined;
   /** Host dir of the static tools, bound read-only at IMAGE_TOOLS_MOUNT. */
   toolsDir: string;
 }
@@ -120,7 +125,7 @@ function imageArgs(opts: NamespaceOptions, image: ImageRoot): string[] {
   return [
     "--die-with-parent",
     "--new-session",
-    ...(image.usernsFd !== undefined ? ["--userns", String(image.usernsFd)] : ["--unshare-user", "--uid", "0", "--gid", "0"]),
+    ...(image.userns === "joined" ? [] : image.userns ? ["--userns", String(image.userns.fd)] : ["--unshare-user", "--uid", "0", "--gid", "0"]),
     "--unshare-pid",
     "--unshare-ipc",
     "--unshare-uts",
@@ -139,6 +144,7 @@ function imageArgs(opts: NamespaceOptions, image: ImageRoot): string[] {
     // Root of the slot's own namespace: a container's root (bubblewrap drops every capability
     // otherwise). The sandbox starts as uid 0 in any case (bubblewrap cannot switch users in a
     // namespace it joins): a runner switches to the image's User itself, which drops them.
+    ...(image.userns === "joined" ? ["--cap-drop", "ALL"] : []),
     ...IMAGE_ROOT_CAPS.flatMap((c) => ["--cap-add", c]),
   ];
 }
