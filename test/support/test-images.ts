@@ -51,7 +51,8 @@ export function busyboxImage(): string {
         { path: "usr/local", type: "dir" },
         { path: "usr/local/bin", type: "dir" },
         // A setuid-root copy of busybox: run by app, `id -u` through it shows whether the bit gave anything.
-        { path: "usr/local/bin/suid-busybox", fromHost: BUSYBOX!, mode: 0o4755 },
+        { path: "usr/local/suid", type: "dir" },
+        { path: "usr/local/suid/busybox", fromHost: BUSYBOX!, mode: 0o4755 },
         { path: "data", type: "dir" },
         { path: "data/a.txt", content: "linked\n", mode: 0o640, uid: 1000, gid: 1000 },
         { path: "data/b.txt", type: "hardlink", target: "data/a.txt" },

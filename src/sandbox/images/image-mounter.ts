@@ -33,7 +33,8 @@ export class ImageMounter {
     // Layer handles are detached mounts: overlayfs takes them as layers from Linux 6.15 on.
     const probe = spawnSync(binary, ["serve"], { input: `probe\t${join(cacheDir, `image-probe-${randomBytes(4).toString("hex")}`)}\n`, encoding: "utf8", timeout: 10_000 });
     const answer = (probe.stdout ?? "").trim();
-    if (answer !== "ok") return { error: `overlayfs here does not take a detached mount as a layer (Linux 6.15 or newer does): ${answer.replace(/^err /, "") || probe.error?.message || "no answer"}` };
+    if (probe.error) return { error: `the image mount helper ${binary} could not run: ${probe.error.message}` };
+    if (answer !== "ok") return { error: `overlayfs here does not take a detached mount as a layer (Linux 6.15 or newer does): ${answer.replace(/^err /, "") || "no answer"}` };
     return new ImageMounter(binary);
   }
 
@@ -75,12 +76,17 @@ export class ImageMounter {
     child.once("error", () => undefined);
     child.stdin!.on("error", () => undefined);
     this.server = started;
-    this.generation++;
+    this.started++;
     return started;
   }
 
-  /** Bumped each time the helper (re)starts: descriptors of an older generation are gone. */
-  generation = 0;
+  private started = 0;
+
+  /** Which run of the helper is the current one (starting it if none runs): descriptors of an older one are gone. */
+  get generation(): number {
+    this.start();
+    return this.started;
+  }
 
   close(): void {
     this.server?.child.kill();
