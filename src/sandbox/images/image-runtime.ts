@@ -67,15 +67,15 @@ export function imageRuntime(rootDir: string, config: ImageConfig, root: boolean
   const home = entry?.home ?? (uid === 0 ? "/root" : "/");
   const env = [...config.env];
   if (!env.some((e) => e.startsWith("PATH="))) env.unshift(`PATH=${DEFAULT_IMAGE_PATH}`);
-  if (!env.some((e) => e.startsWith("HOME="))) env.push(`HOME=${root ? home : uid === 0 ? home : "/root"}`);
+  if (!env.some((e) => e.startsWith("HOME="))) env.push(`HOME=${home}`);
   return {
     env,
     working_dir: config.workingDir || "/",
     user: config.user,
-    // Not root: one uid, uid 0 inside.
+    // Not root: one uid, uid 0 inside (the user's HOME and name stay the image's).
     uid: root ? uid : 0,
     gid: root ? gid : 0,
-    home: root || uid === 0 ? home : "/root",
+    home,
   };
 }
 

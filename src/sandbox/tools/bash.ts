@@ -200,7 +200,9 @@ export class BashRunner {
    */
   warm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.prewarmNetwork)): Promise<void> {
     const svc = this.service;
-    if (this.closed || !svc.bwrap.available || !svc.spawnerPath) return Promise.resolve();
+    // A later reset of the slot is under way (this warm-up is an earlier one's): its own warm-up
+    // follows it; one started now would bind the slot's root as it is being replaced.
+    if (this.closed || !svc.bwrap.available || !svc.spawnerPath || slot.state === "resetting") return Promise.resolve();
     const existing = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
     if (existing?.alive) return this.warming.get(existing) ?? Promise.resolve();
     const holder = this.holder(slot, allowNetwork, true);
