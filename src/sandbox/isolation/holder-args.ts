@@ -2,6 +2,7 @@ import { bwrapArgs, IMAGE_BASH, IMAGE_TOOLS_MOUNT, READ_ONLY_ROOT } from "./isol
 import { filterArgs } from "./seccomp.js";
 import type { InternetAccess } from "./network.js";
 import type { SlotFilter } from "./seccomp.js";
+import type { NetnsHolder } from "./slot-netns.js";
 import type { ImageRoot } from "./isolation.js";
 
 export interface SlotNamespaceOptions {
@@ -30,6 +31,8 @@ export interface SlotNamespaceOptions {
    * commands in the image's WorkingDir as its User. Network on is not offered there yet.
    */
   image?: { root: ImageRoot; parentFd: number | undefined } | undefined;
+  /** An image root with network on: the slot's network namespace (slot-netns.ts) the sandbox joins, with its user namespace. */
+  netns?: NetnsHolder | undefined;
 }
 
 /** The fd bubblewrap reads the seccomp program from (3 carries its arguments). */
@@ -49,9 +52,12 @@ const SPAWNER_MOUNT = "/run/slotpool/spawner";
 export function holderArgs(o: SlotNamespaceOptions, internet: InternetAccess | undefined, uid: number, gid: number): { args: string[]; spawnerArgs: string[] } {
   const image = o.image?.root;
   if (image) {
+    // Joining the slot's network namespace holder puts it in the slot's user namespace already.
+    const root = o.netns ? { ...image, userns: "joined" as const } : image;
     return {
       args: [
-        ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: false, writableArgs: o.writableArgs, image }),
+        ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.netns !== undefined, writableArgs: o.writableArgs, image: root }),
+        ...(o.netns && o.internet ? ["--ro-bind", o.internet.resolvConf, "/etc/resolv.conf"] : []),
         ...(o.extraBinds ?? []).flatMap(([src, dest]) => ["--bind", src, dest]),
         ...filterArgs(o.filter, FILTER_FD),
       ],

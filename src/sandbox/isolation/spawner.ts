@@ -115,19 +115,24 @@ export class SlotNamespace {
     const bwrapCmd = [o.bwrapPath, "--args", "3", "--", ...spawnerArgs];
     // (Network on, bubblewrap runs as root of unshare's new user namespace, where the
     // capabilities it holds are that namespace's own: only the first exec drops ours.)
-    const { file, args: argv } = withoutCapabilities(
-      internet ? internet.unshare : o.bwrapPath,
-      internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, ...bwrapCmd] : bwrapCmd.slice(1),
-    );
+    // An image root with network on joins the slot's network namespace (made inside its own user namespace, slot-netns.ts).
+    const { file, args: argv } = o.netns
+      ? withoutCapabilities(...splitCmd(o.netns.wrap(bwrapCmd)))
+      : withoutCapabilities(
+          internet ? internet.unshare : o.bwrapPath,
+          internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, ...bwrapCmd] : bwrapCmd.slice(1),
+        );
     const child = spawn(file, argv, {
-      stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", ...(o.image?.parentFd !== undefined ? [o.image.parentFd] : [])],
-      env: internet ? { PATH: SANDBOX_PATH } : {},
+      stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", ...(o.image?.parentFd !== undefined && !o.netns ? [o.image.parentFd] : [])],
+      env: internet || o.netns ? { PATH: SANDBOX_PATH } : {},
       // Not the server's cwd: the network-on shell would export it (PWD) into the slot's /proc/1/environ.
       cwd: "/",
       detached: true,
       ...(o.uid !== undefined ? { uid: o.uid, gid: o.gid ?? o.uid } : {}),
     });
     this.child = child;
+    // Joins the slot's network namespace once its holder is up ("go" on stdin, before any request).
+    if (o.netns) o.netns.join(child).catch((err: unknown) => this.readyReject?.(err instanceof Error ? err : new Error(String(err))));
     // bwrap blocks reading its arguments until we write them: placing it in the slot's
     // cgroups now, before the write, means everything it forks starts inside them.
     if (child.pid !== undefined) o.onSpawn?.(child.pid);
@@ -451,6 +456,10 @@ export class SlotNamespace {
       /* gone */
     }
   }
+}
+
+function splitCmd(c: { file: string; args: string[] }): [string, string[]] {
+  return [c.file, c.args];
 }
 
 const SIGNAL_NAMES: Record<number, NodeJS.Signals> = { 1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ" };

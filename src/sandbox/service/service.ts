@@ -28,6 +28,7 @@ import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote }
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "../templates/slot-templates.js";
 import { SlotImages, type ImageOptions } from "../images/slot-images.js";
 import { SlotResets, type ResetHost } from "./slot-reset.js";
+import { SlotNetworks } from "../isolation/slot-netns.js";
 import { SlotForks } from "../fork/fork.js";
 import { forkHost } from "../fork/fork-host.js";
 import { DEFAULT_DISK_BYTES, SlotDisks } from "../workspace/slot-disk.js";
@@ -138,6 +139,8 @@ export class SandboxService implements SlotHost {
   readonly forks: SlotForks;
   /** Task images: the store, and each slot's root when it is one (src/sandbox/images/). */
   readonly images: SlotImages;
+  /** Each slot's shared network namespaces (slot-netns.ts). */
+  readonly slotNetworks = new SlotNetworks();
   private readonly bash: BashRunner;
   private readonly resets: SlotResets;
   private closed = false;

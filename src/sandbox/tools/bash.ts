@@ -67,6 +67,8 @@ export class BashRunner {
         onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
         background,
         image,
+        // An image root with network on joins the slot's network namespace, made inside its user namespace.
+        netns: image && allowNetwork ? svc.slotNetworks.holder(slot.index, svc.internetAccess, slot.owner, (pid) => svc.cgroups.place(slot.index, pid), image.parentFd) : undefined,
       });
       h[key] = holder;
     }
@@ -77,8 +79,8 @@ export class BashRunner {
     const svc = this.service;
     const timeoutS = this.timeoutS(args, envelopeTimeout);
     const image = svc.imageRoots.rootFor(slot, RUN_EXTRA_FD);
-    // Network on in an image root is not offered yet: loopback only, and the answer says so.
-    const allowNetwork = image ? false : svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
+    // The per-call fallback (no spawner) has no network-on in an image root: loopback only, and the answer says so.
+    const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork) && !(image && !svc.spawnerPath);
     this.lastNetwork.set(slot.index, allowNetwork);
     const sandboxed = svc.bwrap.available;
     if (!sandboxed && args.require_sandbox) {
@@ -150,7 +152,7 @@ export class BashRunner {
     const outcome = this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutS, abortReason: abortSignal.reason });
     // Asked for network where there is none (e.g. a container without /dev/net/tun): it ran
     // loopback-only at once, and the result says why.
-    if (args.allow_network === true && sandboxed && !allowNetwork) outcome.metadata["network_unavailable"] = image ? "network on is not offered in an image root yet: it ran loopback-only" : (svc.internetReason ?? "network on is unavailable here");
+    if (args.allow_network === true && sandboxed && !allowNetwork) outcome.metadata["network_unavailable"] = svc.internetReason ?? (image ? "network on in an image root needs the per-slot spawner: it ran loopback-only" : "network on is unavailable here");
     return outcome;
   }
 

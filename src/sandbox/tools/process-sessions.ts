@@ -85,11 +85,12 @@ export class ProcessSessions {
   private readonly held = new Map<number, { settled: Promise<void>; settle: () => void }>();
   private closed = false;
   /** The slots' shared network namespaces (slot-netns.ts). */
-  private readonly networks = new SlotNetworks();
+  private readonly networks: SlotNetworks;
   /** Pause/resume of the slot's processes: the trees of its sessions and of the one started ahead. */
   readonly freezer: SlotFreezer;
 
   constructor(private readonly host: SlotHost) {
+    this.networks = host.slotNetworks;
     this.freezer = new SlotFreezer(host.cgroups, (i) => [...(this.bySlot.get(i)?.values() ?? []), this.warm.get(i)].flatMap((s) => (s?.child.pid ? [s.child.pid] : [])));
     const why = this.networks.reason;
     if (why) host.logger.warn({ reason: why }, "process sessions: each gets a network namespace of its own (a server one starts on 127.0.0.1 is not reachable from the others)");

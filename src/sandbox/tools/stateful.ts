@@ -160,6 +160,7 @@ export class StatefulSessions {
           gid: slot.owner?.gid,
           onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
           image,
+          netns: image && allowNetwork ? svc.slotNetworks.holder(slot.index, svc.internetAccess, slot.owner, (pid) => svc.cgroups.place(slot.index, pid), image.parentFd) : undefined,
         });
         const imagePath = image ? (image.root.env.find((e) => e.startsWith("PATH="))?.slice(5) ?? "") : undefined;
         s = { holder, allowNetwork, hostDir, seq: 0, imagePath, owner };
