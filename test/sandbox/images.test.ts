@@ -167,4 +167,34 @@ describe.skipIf(imagesMissing !== undefined)(`a slot whose root is an image${ima
     const list = (await f.server.get("/images")).json;
     expect(list.images.find((i: { reference: string }) => i.reference === f.refs.busybox)).toMatchObject({ in_use: 1, layers: 2 });
   });
+
+  it("a fork of an image slot gives each child the image with the parent's changes, owners mapped to the child, while the parent keeps running", async () => {
+    await resetInto(f.server, 0, f.refs.busybox!);
+    await sh(f.server, 0, "echo parent > /etc/forked; rm /data/b.txt; mkdir -p /solution && echo s > /solution/s; su -s /bin/sh app -c 'echo mine > /home/app/by-app'");
+    await call(f.server, 0, "bash_stateful", { command: "cd /solution && export FROM_PARENT=yes" });
+    const started = await fetch(`${f.server.url}/processes/start`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", cmd: "/bin/sh", args: ["-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/tick; sleep 0.05; done"], envs: {}, stdin: false, tag: "bg" }) });
+    const reader = started.body!.getReader();
+    await reader.read();
+    const fork = await f.server.post("/fork", { slot_id: "slot_0", into: ["slot_1", "slot_2"] });
+    expect(fork.status).toBe(200);
+    expect(fork.json).toMatchObject({ success: true, mode: "copy", into: ["slot_1", "slot_2"] });
+    for (const c of [1, 2]) {
+      expect(await sh(f.server, c, "cat /etc/forked /solution/s; test -e /data/b.txt && echo b-back || echo b-gone; cat /data/a.txt; stat -c '%u' /home/app/by-app")).toBe(`parent\ns\nb-gone\nlinked\n${isRoot ? 1000 : 0}`);
+      expect((await call(f.server, c, "bash_stateful", { command: "pwd; echo $FROM_PARENT" })).output).toBe("/solution\nyes");
+    }
+    const h = (await f.server.get("/health")).json;
+    expect(h.slot_images[1]).toEqual(h.slot_images[0]);
+    await sh(f.server, 1, "echo child > /etc/forked");
+    expect(await sh(f.server, 0, "cat /etc/forked")).toBe("parent");
+    expect(await sh(f.server, 2, "cat /etc/forked")).toBe("parent");
+    // The parent was thawed: its background process still runs (its counter moves; bounded by tries, not time).
+    const list = await f.server.post("/processes/list", { slot_id: "slot_0" });
+    expect(list.json.processes.map((p: { tag?: string }) => p.tag)).toContain("bg");
+    const first = await sh(f.server, 0, "cat /tmp/tick");
+    let moved = false;
+    for (let i = 0; i < 200 && !moved; i++) moved = (await sh(f.server, 0, "sleep 0.02; cat /tmp/tick")) !== first;
+    expect(moved).toBe(true);
+    await f.server.post("/processes/kill-all", { slot_id: "slot_0" });
+    await reader.cancel().catch(() => undefined);
+  });
 });

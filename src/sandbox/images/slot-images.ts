@@ -142,10 +142,10 @@ export class SlotImages {
     this.store?.release(image);
   }
 
-  /** The reset's last step: the slot's root becomes `image` (referenced by `take`; handed back if attaching fails). */
-  async attach(slot: Slot, image: StoredImage): Promise<void> {
+  /** The reset's last step: the slot's root becomes `image` (referenced by `take`; handed back if attaching fails); `seed`: a frozen fork parent whose changes it starts with. */
+  async attach(slot: Slot, image: StoredImage, seed?: Slot): Promise<void> {
     try {
-      await this.roots!.attach(slot, image);
+      await this.roots!.attach(slot, image, seed);
     } catch (err) {
       this.give(image);
       throw err;

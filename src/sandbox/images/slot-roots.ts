@@ -2,7 +2,9 @@ import { randomBytes } from "node:crypto";
 import { chownSync, closeSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { imageHostUid, imageUidMap } from "../../host/slot-uid-blocks.js";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { IMAGE_UID_SPAN, imageHostUid, imageUidMap } from "../../host/slot-uid-blocks.js";
 import { claimImageUidBlock, type ImageUidClaim } from "../../host/image-uid-claim.js";
 import type { Slot } from "../core/slot.js";
 import type { SlotDisks } from "../workspace/slot-disk.js";
@@ -26,6 +28,8 @@ import type { StoredImage } from "./image-store.js";
  * new overlay. Not root, the server has one uid: the layers are its files, used as they are,
  * and the slot's namespace (bubblewrap's) maps that uid to 0: the whole image is root's.
  */
+
+const run = promisify(execFile);
 
 interface SlotRootState {
   /** The mount helper's generation the descriptors below belong to. */
@@ -141,9 +145,11 @@ export class SlotRoots {
 
   /**
    * Makes the slot's root `image` (its workspace dir fresh and empty, its processes dead: the
-   * reset's last step). Upper and work go on the slot's disk where it has one.
+   * reset's last step). Upper and work go on the slot's disk where it has one. `seed`: a fork's
+   * parent on the same image, frozen: its upper layer (what it changed) is copied into this
+   * slot's first, its owners the parent's uids mapped to this slot's (an id-mapped view of it).
    */
-  async attach(slot: Slot, image: StoredImage): Promise<void> {
+  async attach(slot: Slot, image: StoredImage, seed?: Slot): Promise<void> {
     const lowers = await this.lowers(slot, image);
     const bounded = this.host.disks.viewsDir(slot);
     const base = bounded ?? this.uppersDir;
@@ -155,6 +161,7 @@ export class SlotRoots {
     // The upper's top directory is the root's: root's own, as in any image.
     if (this.idmapped && slot.owner) chownSync(upper, slot.owner.uid, slot.owner.gid);
     try {
+      if (seed) await this.copyUpper(seed, slot, upper);
       await this.mounter.call(["overlay", slot.workspaceDir, upper, work, ...lowers]);
     } catch (err) {
       this.host.removal.discard(upper);
@@ -162,6 +169,35 @@ export class SlotRoots {
       throw err;
     }
     this.state(slot).attached = { image, upper, work, bounded: bounded !== undefined };
+  }
+
+  /**
+   * `from`'s upper layer into `upper` (cp -a: modes, links, whiteouts, xattrs such as an opaque
+   * directory's). `from` is frozen, so nothing changes under the copy (no path it walks can be
+   * swapped for a symlink); as root it reads an id-mapped view whose owners are this slot's.
+   */
+  private async copyUpper(from: Slot, to: Slot, upper: string): Promise<void> {
+    const src = this.upperOf(from);
+    if (!src) throw new Error(`${from.id}'s root is no image`);
+    let view = src;
+    let drops: string[] = [];
+    if (this.idmapped && from.owner && to.owner) {
+      const base = await this.blockBase();
+      const map = (h: { uid: number; gid: number }, idx: number, key: "uid" | "gid") => imageHostUid(h[key], base, idx, 1) - 1;
+      const uidMap = `${from.owner.uid}:${to.owner.uid}:1,${map(from.owner, from.index, "uid") + 1}:${map(to.owner, to.index, "uid") + 1}:${IMAGE_UID_SPAN - 1}`;
+      const gidMap = `${from.owner.gid}:${to.owner.gid}:1,${map(from.owner, from.index, "gid") + 1}:${map(to.owner, to.index, "gid") + 1}:${IMAGE_UID_SPAN - 1}`;
+      const ns = await this.mounter.call(["userns", String(to.owner.uid), String(to.owner.gid), uidMap, gidMap]);
+      const h = await this.mounter.call(["keep", src, ns]);
+      drops = [h, ns];
+      view = this.mounter.handlePath(h);
+    }
+    try {
+      await run("cp", ["-a", "--preserve=all", "--", `${view}/.`, upper], { maxBuffer: 1 << 20, timeout: 10 * 60_000 });
+    } catch (err) {
+      throw new Error(`copying ${from.id}'s changes: ${((err as { stderr?: string }).stderr ?? String(err)).trim().split("\n").slice(-2).join(" ")}`);
+    } finally {
+      for (const d of drops) await this.mounter.call(["drop", d]).catch(() => undefined);
+    }
   }
 
   /** Ends the slot's image root (its processes are dead) and returns the image it was. */

@@ -28,6 +28,7 @@ import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote }
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "../templates/slot-templates.js";
 import { SlotImages, type ImageOptions } from "../images/slot-images.js";
 import { SlotResets, type ResetHost } from "./slot-reset.js";
+import { forkImageSlot } from "../fork/image-fork.js";
 import { SlotNetworks } from "../isolation/slot-netns.js";
 import { SlotForks } from "../fork/fork.js";
 import { forkHost } from "../fork/fork-host.js";
@@ -422,9 +423,28 @@ export class SandboxService implements SlotHost {
     const parent = this.slotById(parentId);
     const children = into.map((id, i) => this.slotById(id, `into.${i}`));
     SlotForks.check(parent, children);
+    // An image root: the children reset into the image with a copy of the parent's changes (image-fork.ts).
+    if (this.images.imageOf(parent)) return this.forkImage(parent, children);
     // The children's contents are replaced: calls made for what they held before are refused.
     for (const c of children) c.generation++;
     return this.processes.whileStopped(parent, children, async () => ({ ...(await this.forks.fork(parent, children)), generations: children.map((c) => c.generation) }));
+  }
+
+  private async forkImage(parent: Slot, children: Slot[]): Promise<ForkResponse> {
+    const answer = await forkImageSlot(
+      {
+        logger: this.logger,
+        cgroups: this.cgroups,
+        imageOf: (s) => this.images.imageOf(s),
+        processRoots: async (s) => [...this.processes.processRoots(s.index), ...optionalPid(this.stateful.terminalPid(s)), ...(await this.bash.namespacePids(s))],
+        terminalState: (s) => this.stateful.terminalState(s),
+        seedTerminal: (s, t) => this.stateful.seed(s, t),
+        resetFrom: (child, image, from) => this.resets.reset(child, undefined, image, from),
+      },
+      parent,
+      children,
+    );
+    return { ...answer, generations: children.map((c) => c.generation) };
   }
 
   /** Starts every slot's namespace ahead of its first call, in the background, a few at a time (not 50 sandboxes at once). */
@@ -473,4 +493,8 @@ export class SandboxService implements SlotHost {
   newOutputName(): string {
     return `.slotpool-output-${Date.now()}-${randomBytes(4).toString("hex")}.txt`;
   }
+}
+
+function optionalPid(pid: number | undefined): number[] {
+  return pid === undefined ? [] : [pid];
 }

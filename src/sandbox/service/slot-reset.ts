@@ -44,19 +44,19 @@ export class SlotResets {
    * reset rejects with ResetFailedError (HTTP 500) and the slot is out of service (its
    * calls are refused) until a reset succeeds: never an answer with the old files left.
    */
-  async reset(slot: Slot, template?: string, image?: string): Promise<ResetResponse> {
+  async reset(slot: Slot, template?: string, image?: string, seed?: Slot): Promise<ResetResponse> {
     const h = this.h;
     // Fetched before anything of the slot changes: a pull that fails leaves the slot as it was.
     const taken = image === undefined ? undefined : await h.images.take(image);
     try {
-      return await this.resetInto(slot, template, taken);
+      return await this.resetInto(slot, template, taken, seed);
     } catch (err) {
       if (taken && !h.images.imageOf(slot)) h.images.give(taken.image);
       throw err;
     }
   }
 
-  private async resetInto(slot: Slot, template: string | undefined, taken: { image: StoredImage; fetched?: ImageFetch } | undefined): Promise<ResetResponse> {
+  private async resetInto(slot: Slot, template: string | undefined, taken: { image: StoredImage; fetched?: ImageFetch } | undefined, seed?: Slot): Promise<ResetResponse> {
     const h = this.h;
     const next = template === undefined ? undefined : h.templates.take(template);
     // A new generation from here: calls of the old one still queued or arriving are refused.
@@ -86,7 +86,7 @@ export class SlotResets {
         h.metrics.resets.inc();
         if (taken) {
           try {
-            await this.attachImage(slot, taken.image);
+            await this.attachImage(slot, taken.image, seed);
           } catch (err) {
             // Reset, without its image: usable as a workspace slot, and the answer says the image could not be had.
             h.bash.warmSoon(slot);
@@ -125,10 +125,10 @@ export class SlotResets {
   }
 
   /** The slot's root becomes `image` (on its fresh disk); a failure leaves it an empty workspace slot and answers image_unavailable. */
-  private async attachImage(slot: Slot, image: StoredImage): Promise<void> {
+  private async attachImage(slot: Slot, image: StoredImage, seed?: Slot): Promise<void> {
     const h = this.h;
     try {
-      await h.images.attach(slot, image);
+      await h.images.attach(slot, image, seed);
     } catch (err) {
       h.logger.error({ err, slot: slot.id, image: image.reference }, "mounting an image root failed");
       throw new ImageUnavailableError("unsupported", image.reference, `${slot.id} was reset, but mounting image ${image.reference} as its root failed: ${err instanceof Error ? err.message : String(err)}`);

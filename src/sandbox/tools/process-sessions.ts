@@ -91,7 +91,7 @@ export class ProcessSessions {
 
   constructor(private readonly host: SlotHost) {
     this.networks = host.slotNetworks;
-    this.freezer = new SlotFreezer(host.cgroups, (i) => [...(this.bySlot.get(i)?.values() ?? []), this.warm.get(i)].flatMap((s) => (s?.child.pid ? [s.child.pid] : [])));
+    this.freezer = new SlotFreezer(host.cgroups, (i) => this.processRoots(i));
     const why = this.networks.reason;
     if (why) host.logger.warn({ reason: why }, "process sessions: each gets a network namespace of its own (a server one starts on 127.0.0.1 is not reachable from the others)");
   }
@@ -210,6 +210,11 @@ export class ProcessSessions {
     w.child.once("exit", () => {
       if (this.warm.get(slot.index) === w) this.warm.delete(slot.index);
     });
+  }
+
+  /** The pids whose process trees are the slot's sessions (and the one started ahead): what a freeze by signals stops. */
+  processRoots(index: number): number[] {
+    return [...(this.bySlot.get(index)?.values() ?? []), this.warm.get(index)].flatMap((s) => (s?.child.pid ? [s.child.pid] : []));
   }
 
   /** Whether the slot has run process sessions (an E2B slot: its bash namespace is not used, no need to warm it). */
