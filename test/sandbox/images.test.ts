@@ -170,7 +170,9 @@ describe.skipIf(imagesMissing !== undefined)(`a slot whose root is an image${ima
 
   it("a fork of an image slot gives each child the image with the parent's changes, owners mapped to the child, while the parent keeps running", async () => {
     await resetInto(f.server, 0, f.refs.busybox!);
-    await sh(f.server, 0, "echo parent > /etc/forked; rm /data/b.txt; mkdir -p /solution && echo s > /solution/s; su -s /bin/sh app -c 'echo mine > /home/app/by-app'");
+    // Not root, a slot has one uid: no su to app (the file is root's inside, as every file).
+    const asApp = isRoot ? "su -s /bin/sh app -c 'echo mine > /home/app/by-app'" : "echo mine > /home/app/by-app";
+    await sh(f.server, 0, `echo parent > /etc/forked; rm /data/b.txt; mkdir -p /solution && echo s > /solution/s; ${asApp}`);
     await call(f.server, 0, "bash_stateful", { command: "cd /solution && export FROM_PARENT=yes" });
     const started = await fetch(`${f.server.url}/processes/start`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_0", cmd: "/bin/sh", args: ["-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/tick; sleep 0.05; done"], envs: {}, stdin: false, tag: "bg" }) });
     const reader = started.body!.getReader();
