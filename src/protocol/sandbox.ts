@@ -352,6 +352,13 @@ export const TemplateBuildRequestSchema = z.object({
   files: z.record(z.string(), z.string()).optional(),
   /** Wall-clock limit of the whole build, seconds (capped by the server's --max-timeout). */
   timeout: z.number().positive().optional(),
+  /**
+   * A template on an image (protocol/images.ts): `files` are written relative to the image's
+   * WorkingDir, `setup` runs in the image's root as its User (without network), and a reset
+   * into the template gives the slot that root: the image with the template's changes on top,
+   * every path writable. Without it a template is a workspace tree (the host's system around it).
+   */
+  image: ImageReferenceSchema.optional(),
 });
 export type TemplateBuildRequest = z.infer<typeof TemplateBuildRequestSchema>;
 
@@ -365,6 +372,8 @@ export const TemplateInfoSchema = z.object({
   /** Slots whose workspace is a view of this template now (it is not evicted while > 0). */
   in_use: z.number().int().nonnegative(),
   last_used: z.string(),
+  /** A template on an image: which image (and digest) it was built on. */
+  image: z.object({ reference: z.string(), digest: z.string() }).optional(),
 });
 export type TemplateInfo = z.infer<typeof TemplateInfoSchema>;
 

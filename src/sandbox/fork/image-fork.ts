@@ -4,7 +4,11 @@ import type { Slot } from "../core/slot.js";
 import type { SlotCgroups } from "../isolation/cgroups.js";
 import { SlotFreezer } from "../isolation/slot-freezer.js";
 import type { StoredImage } from "../images/image-store.js";
-import type { TerminalState } from "../tools/stateful.js";
+import type { StatefulSessions, TerminalState } from "../tools/stateful.js";
+import type { SlotImages } from "../images/slot-images.js";
+import type { ProcessSessions } from "../tools/process-sessions.js";
+import type { BashRunner } from "../tools/bash.js";
+import type { SlotTemplates } from "../templates/slot-templates.js";
 
 /**
  * POST /fork of a slot whose root is an image: each child's root becomes the same image with a
@@ -52,4 +56,28 @@ export async function forkImageSlot(h: ImageForkHost, parent: Slot, children: re
     }
   });
   return { success: true, slot_id: parent.id, into: children.map((c) => c.id), mode: "copy", duration_ms: Math.round((performance.now() - started) * 100) / 100 };
+}
+
+/** The host a fork of an image slot needs, from the service's parts; `reset` is the service's reset (template, or image, seeded from a slot). */
+export function imageForkHost(
+  parts: { logger: Logger; cgroups: SlotCgroups; images: SlotImages; processes: ProcessSessions; stateful: StatefulSessions; bash: BashRunner; templates: SlotTemplates },
+  reset: (child: Slot, template: string | undefined, image: string | undefined, from: Slot) => Promise<ResetResponse>,
+): ImageForkHost {
+  const { images, processes, stateful, bash, templates } = parts;
+  return {
+    logger: parts.logger,
+    cgroups: parts.cgroups,
+    imageOf: (s) => images.imageOf(s),
+    processRoots: async (s) => {
+      const terminal = stateful.terminalPid(s);
+      return [...processes.processRoots(s.index), ...(terminal === undefined ? [] : [terminal]), ...(await bash.namespacePids(s))];
+    },
+    terminalState: (s) => stateful.terminalState(s),
+    seedTerminal: (s, t) => stateful.seed(s, t),
+    // A template on an image: the children get the template (its layer) and the parent's changes on it.
+    resetFrom: (child, image, from) => {
+      const t = templates.imageTemplateOf(from);
+      return t ? reset(child, t.name, undefined, from) : reset(child, undefined, image, from);
+    },
+  };
 }

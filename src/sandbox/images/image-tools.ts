@@ -25,7 +25,7 @@ export const IMAGE_SPAWNER = `${IMAGE_TOOLS_MOUNT}/spawner`;
 export const IMAGE_TMUX = `${IMAGE_TOOLS_BIN}/tmux`;
 
 /** busybox applets the tools' scripts call (the terminal's helper script, the session launcher). */
-const APPLETS = ["cat", "chmod", "chown", "clear", "grep", "mkdir", "rm", "sleep", "timeout", "printf", "ls", "id", "env", "true", "false"];
+const APPLETS = ["cat", "chmod", "chown", "clear", "cp", "grep", "mkdir", "rm", "sleep", "timeout", "printf", "ls", "id", "env", "true", "false"];
 /** The host's C.UTF-8 locale (Debian: libc-bin), which tmux needs. */
 const LOCALE = "/usr/lib/locale/C.utf8";
 /** terminfo entries tmux may look up (its default-terminal, and what clients claim). */
@@ -95,7 +95,7 @@ export function imageTools(stateDir: string): { dir: string } | { error: string 
     const busybox = staticBinary(["/bin/busybox", "/usr/bin/busybox"], "busybox");
     const spawner = staticSpawner(stateDir);
     const t = tmuxBundle();
-    const sources = [bash, busybox, spawner, t.tmux, t.loader, ...t.libs.map((l) => l.file), "applets-v3"];
+    const sources = [bash, busybox, spawner, t.tmux, t.loader, ...t.libs.map((l) => l.file), "applets-v4"];
     const hash = createHash("sha256").update(sources.join("\n")).update(readFileSync(spawner)).digest("hex").slice(0, 12);
     const dir = join(stateDir, `image-tools-${hash}`);
     if (!existsSync(join(dir, ".ready"))) {

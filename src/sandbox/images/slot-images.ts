@@ -13,7 +13,7 @@ import { ImageMounter } from "./image-mounter.js";
 import { ImageStore, type StoredImage } from "./image-store.js";
 import { imageTools } from "./image-tools.js";
 import { authFileFromEnvironment } from "./skopeo.js";
-import { SlotRoots } from "./slot-roots.js";
+import { SlotRoots, type TemplateLayer } from "./slot-roots.js";
 
 /** Default `--image-budget-mb`: 20 GiB of images per container. */
 export const DEFAULT_IMAGE_BUDGET_BYTES = 20 * 1024 * 1024 * 1024;
@@ -137,15 +137,20 @@ export class SlotImages {
     return got;
   }
 
+  /** One more reference on a stored image (a reset into a template on it). */
+  acquire(image: StoredImage): void {
+    this.store?.acquire(image);
+  }
+
   /** Hands back a reference `take` took that no slot used (the reset failed before attaching). */
   give(image: StoredImage): void {
     this.store?.release(image);
   }
 
   /** The reset's last step: the slot's root becomes `image` (referenced by `take`; handed back if attaching fails); `seed`: a frozen fork parent whose changes it starts with. */
-  async attach(slot: Slot, image: StoredImage, seed?: Slot): Promise<void> {
+  async attach(slot: Slot, image: StoredImage, seed?: Slot, templateLayer?: TemplateLayer): Promise<void> {
     try {
-      await this.roots!.attach(slot, image, seed);
+      await this.roots!.attach(slot, image, seed, templateLayer);
     } catch (err) {
       this.give(image);
       throw err;
@@ -182,6 +187,12 @@ export class SlotImages {
       parentFd,
       owner: this.roots.ownerOf(slot, r),
     };
+  }
+
+  /** A template build's root (templates/image-template-build.ts): `slot`'s view of the image at `target`, with the build's own upper. */
+  mountBuildRoot(slot: Slot, image: StoredImage, target: string, upper: string, work: string): Promise<{ usernsFd: number | undefined; unmount: () => Promise<void> }> {
+    if (!this.roots) throw new Error(`images are unavailable here: ${this.reason ?? "unknown reason"}`);
+    return this.roots.mountAt(slot, image, target, upper, work);
   }
 
   /** The slot's upper layer (fork.ts). */

@@ -31,6 +31,12 @@ import type { StoredImage } from "./image-store.js";
 
 const run = promisify(execFile);
 
+/** An image template's layer (templates/): its tree, and the slot that built it (whose uids its files have). */
+export interface TemplateLayer {
+  dir: string;
+  builtBy: Slot;
+}
+
 interface SlotRootState {
   /** The mount helper's generation the descriptors below belong to. */
   generation: number;
@@ -149,8 +155,8 @@ export class SlotRoots {
    * parent on the same image, frozen: its upper layer (what it changed) is copied into this
    * slot's first, its owners the parent's uids mapped to this slot's (an id-mapped view of it).
    */
-  async attach(slot: Slot, image: StoredImage, seed?: Slot): Promise<void> {
-    const lowers = await this.lowers(slot, image);
+  async attach(slot: Slot, image: StoredImage, seed?: Slot, templateLayer?: TemplateLayer): Promise<void> {
+    const lowers = [...(templateLayer ? [await this.templateLower(slot, templateLayer)] : []), ...(await this.lowers(slot, image))];
     const bounded = this.host.disks.viewsDir(slot);
     const base = bounded ?? this.uppersDir;
     const tag = `${slot.id}-${randomBytes(4).toString("hex")}`;
@@ -172,6 +178,53 @@ export class SlotRoots {
   }
 
   /**
+   * An image template's layer as the slot reads it: built by the template's build slot (its
+   * uids on disk), seen through an id-mapped handle whose owners are this slot's (made once per
+   * slot and template), or the tree itself where the uids are the same (not root, slot_0).
+   */
+  private async templateLower(slot: Slot, t: TemplateLayer): Promise<string> {
+    if (!this.idmapped || !slot.owner || !t.builtBy.owner || t.builtBy.index === slot.index) return t.dir;
+    const st = this.state(slot);
+    const key = `template:${t.dir}`;
+    let h = st.handles.get(key);
+    if (!h) {
+      const ns = await this.mapping(t.builtBy, slot);
+      try {
+        h = await this.mounter.call(["keep", t.dir, ns]);
+      } finally {
+        await this.mounter.call(["drop", ns]).catch(() => undefined);
+      }
+      st.handles.set(key, h);
+    }
+    return this.mounter.ownPath(h);
+  }
+
+  /** A user namespace (a helper descriptor) mapping `from`'s image uids (its host uid and block) to `to`'s. */
+  private async mapping(from: Slot, to: Slot): Promise<string> {
+    const base = await this.blockBase();
+    const block = (s: Slot) => imageHostUid(0, base, s.index, 1);
+    const f = from.owner!;
+    const t = to.owner!;
+    const uidMap = `${f.uid}:${t.uid}:1,${block(from)}:${block(to)}:${IMAGE_UID_SPAN - 1}`;
+    const gidMap = `${f.gid}:${t.gid}:1,${block(from)}:${block(to)}:${IMAGE_UID_SPAN - 1}`;
+    return this.mounter.call(["userns", String(t.uid), String(t.gid), uidMap, gidMap]);
+  }
+
+  /**
+   * An image root for a template build at `target` (not a slot's workspace): `slot`'s view of
+   * the image's layers, `upper` and `work` (fresh dirs made here) the build's. Returns the
+   * slot's user namespace descriptor (root) and how to unmount it.
+   */
+  async mountAt(slot: Slot, image: StoredImage, target: string, upper: string, work: string): Promise<{ usernsFd: number | undefined; unmount: () => Promise<void> }> {
+    const lowers = await this.lowers(slot, image);
+    mkdirSync(upper, { mode: 0o755 });
+    mkdirSync(work, { mode: 0o700 });
+    if (this.idmapped && slot.owner) chownSync(upper, slot.owner.uid, slot.owner.gid);
+    await this.mounter.call(["overlay", target, upper, work, ...lowers]);
+    return { usernsFd: await this.usernsFd(slot), unmount: () => this.mounter.call(["umount", target]).then(() => undefined) };
+  }
+
+  /**
    * `from`'s upper layer into `upper` (cp -a: modes, links, whiteouts, xattrs such as an opaque
    * directory's). `from` is frozen, so nothing changes under the copy (no path it walks can be
    * swapped for a symlink); as root it reads an id-mapped view whose owners are this slot's.
@@ -182,11 +235,7 @@ export class SlotRoots {
     let view = src;
     let drops: string[] = [];
     if (this.idmapped && from.owner && to.owner) {
-      const base = await this.blockBase();
-      const map = (h: { uid: number; gid: number }, idx: number, key: "uid" | "gid") => imageHostUid(h[key], base, idx, 1) - 1;
-      const uidMap = `${from.owner.uid}:${to.owner.uid}:1,${map(from.owner, from.index, "uid") + 1}:${map(to.owner, to.index, "uid") + 1}:${IMAGE_UID_SPAN - 1}`;
-      const gidMap = `${from.owner.gid}:${to.owner.gid}:1,${map(from.owner, from.index, "gid") + 1}:${map(to.owner, to.index, "gid") + 1}:${IMAGE_UID_SPAN - 1}`;
-      const ns = await this.mounter.call(["userns", String(to.owner.uid), String(to.owner.gid), uidMap, gidMap]);
+      const ns = await this.mapping(from, to);
       const h = await this.mounter.call(["keep", src, ns]);
       drops = [h, ns];
       view = this.mounter.handlePath(h);

@@ -28,7 +28,7 @@ import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote }
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "../templates/slot-templates.js";
 import { SlotImages, type ImageOptions } from "../images/slot-images.js";
 import { SlotResets, type ResetHost } from "./slot-reset.js";
-import { forkImageSlot } from "../fork/image-fork.js";
+import { forkImageSlot, imageForkHost } from "../fork/image-fork.js";
 import { SlotNetworks } from "../isolation/slot-netns.js";
 import { SlotForks } from "../fork/fork.js";
 import { forkHost } from "../fork/fork-host.js";
@@ -242,7 +242,7 @@ export class SandboxService implements SlotHost {
     this.bash = new BashRunner(this);
     this.stateful = new StatefulSessions(this);
     this.processes = new ProcessSessions(this);
-    this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
+    this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES, this.images);
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
     this.disks.attachAll(this.slots);
@@ -431,19 +431,8 @@ export class SandboxService implements SlotHost {
   }
 
   private async forkImage(parent: Slot, children: Slot[]): Promise<ForkResponse> {
-    const answer = await forkImageSlot(
-      {
-        logger: this.logger,
-        cgroups: this.cgroups,
-        imageOf: (s) => this.images.imageOf(s),
-        processRoots: async (s) => [...this.processes.processRoots(s.index), ...optionalPid(this.stateful.terminalPid(s)), ...(await this.bash.namespacePids(s))],
-        terminalState: (s) => this.stateful.terminalState(s),
-        seedTerminal: (s, t) => this.stateful.seed(s, t),
-        resetFrom: (child, image, from) => this.resets.reset(child, undefined, image, from),
-      },
-      parent,
-      children,
-    );
+    const parts = { logger: this.logger, cgroups: this.cgroups, images: this.images, processes: this.processes, stateful: this.stateful, bash: this.bash, templates: this.templates };
+    const answer = await forkImageSlot(imageForkHost(parts, (child, template, image, from) => this.resets.reset(child, template, image, from)), parent, children);
     return { ...answer, generations: children.map((c) => c.generation) };
   }
 
@@ -493,8 +482,4 @@ export class SandboxService implements SlotHost {
   newOutputName(): string {
     return `.slotpool-output-${Date.now()}-${randomBytes(4).toString("hex")}.txt`;
   }
-}
-
-function optionalPid(pid: number | undefined): number[] {
-  return pid === undefined ? [] : [pid];
 }

@@ -7,6 +7,7 @@ import { ImageUnavailableError } from "../images/image-errors.js";
 import type { StoredImage } from "../images/image-store.js";
 import type { SlotImages } from "../images/slot-images.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
+import type { Template } from "../templates/templates.js";
 import type { BashRunner } from "../tools/bash.js";
 import type { StatefulSessions } from "../tools/stateful.js";
 import type { ProcessSessions } from "../tools/process-sessions.js";
@@ -84,6 +85,7 @@ export class SlotResets {
         }
         slot.outOfService = undefined;
         h.metrics.resets.inc();
+        if (next?.image) await this.attachTemplateOnImage(slot, next, seed);
         if (taken) {
           try {
             await this.attachImage(slot, taken.image, seed);
@@ -94,7 +96,7 @@ export class SlotResets {
             throw err;
           }
         }
-        if (next) {
+        if (next && !next.image) {
           try {
             await h.templates.attach(slot, next);
           } catch (err) {
@@ -118,10 +120,28 @@ export class SlotResets {
         // namespace would go unused, and each spawn blocks this event loop.
         if (!h.processes.runsSessions(slot)) h.bash.warmSoon(slot);
         setImmediate(() => h.processes.afterReset(slot));
-        const into = [taken ? `image ${taken.image.reference}` : "", next ? `template ${next.name}` : ""].filter(Boolean).join(" and ");
-        return { success: true, output: into ? `${slot.id} reset into ${into}` : `${slot.id} reset`, error: "", generation, ...(taken ? { image: h.images.describe(taken.image, taken.fetched) } : {}) };
+        const into = [taken ? `image ${taken.image.reference}` : "", next ? `template ${next.name}${next.image ? ` (on image ${next.image.reference})` : ""}` : ""].filter(Boolean).join(" and ");
+        const image = taken ? h.images.describe(taken.image, taken.fetched) : next?.image ? h.images.describe(next.image, undefined) : undefined;
+        return { success: true, output: into ? `${slot.id} reset into ${into}` : `${slot.id} reset`, error: "", generation, ...(image ? { image } : {}) };
       }),
     );
+  }
+
+  /** A template on an image: the slot's root is the image with the template's layer on top (its references held until the next reset). */
+  private async attachTemplateOnImage(slot: Slot, t: Template, seed?: Slot): Promise<void> {
+    const h = this.h;
+    const image = t.image!;
+    h.images.acquire(image);
+    try {
+      await h.images.attach(slot, image, seed, h.templates.layerOf(t));
+    } catch (err) {
+      h.templates.store.release(t);
+      h.bash.warmSoon(slot);
+      setImmediate(() => h.processes.afterReset(slot));
+      h.logger.error({ err, slot: slot.id, template: t.name }, "mounting a template's image root failed");
+      throw new ImageUnavailableError("unsupported", image.reference, `${slot.id} was reset, but mounting template '${t.name}' on image ${image.reference} as its root failed: ${err instanceof Error ? err.message : String(err)}`, "template");
+    }
+    h.templates.adoptOnImage(slot, t);
   }
 
   /** The slot's root becomes `image` (on its fresh disk); a failure leaves it an empty workspace slot and answers image_unavailable. */
