@@ -1,4 +1,5 @@
-import { join } from "node:path";
+import { statfsSync } from "node:fs";
+import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { findExecutable } from "../../host/executables.js";
 import { whyNoMounts } from "../../host/mount-namespace.js";
@@ -19,6 +20,27 @@ import { SlotRoots, type TemplateLayer } from "./slot-roots.js";
 export const DEFAULT_IMAGE_BUDGET_BYTES = 20 * 1024 * 1024 * 1024;
 /** Default bound on fetching one image (skopeo's copy) and on unpacking one layer. */
 export const DEFAULT_IMAGE_PULL_TIMEOUT_S = 1800;
+
+const OVERLAYFS_MAGIC = 0x794c7630;
+
+/**
+ * Layers are unpacked with overlayfs's whiteouts (character devices 0/0): on an overlayfs
+ * (a container's own root) each would be a whiteout of that overlay, and the file it marks
+ * would vanish. Such a store dir is refused, naming the fix.
+ */
+function overlayfsProblem(dir: string): string | undefined {
+  let probe = dir;
+  for (;;) {
+    try {
+      if (statfsSync(probe).type === OVERLAYFS_MAGIC) return `the image store ${dir} is on overlayfs (a container's own root): give it a volume or a host directory (--image-store DIR; Nomad: the job's image-store disk)`;
+      return undefined;
+    } catch {
+      const up = dirname(probe);
+      if (up === probe) return undefined;
+      probe = up;
+    }
+  }
+}
 
 export interface ImageOptions {
   /** The store's dir (default `<data dir>/.slotpool/images`). */
@@ -71,6 +93,8 @@ export class SlotImages {
     let mounter: ImageMounter | undefined;
     let tools: string | undefined;
     let authFile: string | undefined;
+    const storeDir = options.dir ?? join(host.stateDir, "images");
+    if (!reason) reason = overlayfsProblem(storeDir);
     if (!reason) {
       const m = ImageMounter.build(host.stateDir);
       if ("error" in m) reason = m.error;
@@ -100,7 +124,7 @@ export class SlotImages {
     this.roots = new SlotRoots(host, mounter, this.idmapped);
     const timeoutMs = (options.pullTimeoutS ?? DEFAULT_IMAGE_PULL_TIMEOUT_S) * 1000;
     this.store = new ImageStore({
-      dir: options.dir ?? join(host.stateDir, "images"),
+      dir: storeDir,
       budgetBytes: options.budgetBytes ?? DEFAULT_IMAGE_BUDGET_BYTES,
       skopeo: { skopeo: findExecutable("skopeo")!, insecureRegistries: options.insecureRegistries ?? [], authFile, timeoutMs },
       bwrap: host.bwrap.path!,
