@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { createWriteStream, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { createGzip } from "node:zlib";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
@@ -118,7 +119,7 @@ function sha256(b: Buffer | string): string {
 }
 
 /** Writes `spec` as an OCI image layout at `dir` (tag "latest"). */
-export function writeLayout(spec: ImageSpec, dir: string): void {
+export function writeLayout(spec: ImageSpec, dir: string, extraLayers: Array<{ diffId: string; blob: { digest: string; size: number } }> = []): void {
   const blobs = join(dir, "blobs", "sha256");
   mkdirSync(blobs, { recursive: true });
   const put = (data: Buffer): { digest: string; size: number } => {
@@ -127,7 +128,7 @@ export function writeLayout(spec: ImageSpec, dir: string): void {
     return { digest: `sha256:${hex}`, size: data.length };
   };
   const tars = [...(spec.baseTar ? [readFileSync(spec.baseTar)] : []), ...spec.layers.map(layerTar)];
-  const layers = tars.map((tar) => ({ diffId: `sha256:${sha256(tar)}`, blob: put(gzipSync(tar, { level: 6 })) }));
+  const layers = [...tars.map((tar) => ({ diffId: `sha256:${sha256(tar)}`, blob: put(gzipSync(tar, { level: 6 })) })), ...extraLayers];
   const config = Buffer.from(
     JSON.stringify({
       architecture: "amd64",
@@ -164,6 +165,58 @@ export function cachedLayout(name: string, spec: ImageSpec): string {
   mkdirSync(TEST_IMAGES_DIR, { recursive: true });
   const tmp = `${dir}.${process.pid}.${randomBytes(3).toString("hex")}`;
   writeLayout(spec, tmp);
+  try {
+    renameSync(tmp, dir);
+  } catch {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+  return dir;
+}
+
+/**
+ * An image with a layer of `mb` megabytes of incompressible files on top of `base` (the
+ * benchmark's big image), streamed to disk (never the whole layer in memory), cached by its
+ * parameters under .build/test-images.
+ */
+export async function cachedBigLayout(name: string, base: Entry[], mb: number, config: ImageSpec["config"]): Promise<string> {
+  const dir = join(TEST_IMAGES_DIR, `${name}-${mb}mb-v1`);
+  if (existsSync(join(dir, "index.json"))) return dir;
+  const tmp = `${dir}.${process.pid}.${randomBytes(3).toString("hex")}`;
+  const blobs = join(tmp, "blobs", "sha256");
+  mkdirSync(blobs, { recursive: true });
+  const gzPath = join(tmp, "layer.gz");
+  const tarHash = createHash("sha256");
+  const gzHash = createHash("sha256");
+  const gzip = createGzip({ level: 1 });
+  const out = createWriteStream(gzPath);
+  let gzSize = 0;
+  gzip.on("data", (c: Buffer) => {
+    gzHash.update(c);
+    gzSize += c.length;
+  });
+  gzip.pipe(out);
+  const write = async (b: Buffer): Promise<void> => {
+    tarHash.update(b);
+    if (!gzip.write(b)) await new Promise((r) => gzip.once("drain", r));
+  };
+  const chunk = 8 * 1024 * 1024;
+  let seed = 1;
+  await write(header("blob/", "5", 0, 0o755, 0, 0));
+  for (let i = 0; i * chunk < mb * 1024 * 1024; i++) {
+    const data = Buffer.alloc(chunk);
+    for (let j = 0; j < chunk; j += 4) data.writeUInt32LE((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0), j);
+    await write(header(`blob/part-${i}`, "0", chunk, 0o644, 0, 0));
+    await write(data);
+  }
+  await write(Buffer.alloc(BLOCK * 2));
+  await new Promise<void>((resolve) => {
+    out.once("finish", () => resolve());
+    gzip.end();
+  });
+  const gzDigest = gzHash.digest("hex");
+  renameSync(gzPath, join(blobs, gzDigest));
+  writeLayout({ layers: [base], ...(config ? { config } : {}) }, tmp, [{ diffId: `sha256:${tarHash.digest("hex")}`, blob: { digest: `sha256:${gzDigest}`, size: gzSize } }]);
+  mkdirSync(TEST_IMAGES_DIR, { recursive: true });
   try {
     renameSync(tmp, dir);
   } catch {

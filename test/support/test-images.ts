@@ -2,7 +2,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { findExecutable } from "../../src/host/executables.js";
-import { cachedLayout, TEST_IMAGES_DIR, type Entry, type ImageSpec } from "./oci-image.js";
+import { cachedBigLayout, cachedLayout, TEST_IMAGES_DIR, type Entry, type ImageSpec } from "./oci-image.js";
 
 /**
  * The images the image tests use, each built from local files (the host's static busybox and
@@ -105,17 +105,9 @@ export function noBashImage(): string {
   return cachedLayout("nobash", spec);
 }
 
-/** An image of roughly `mb` megabytes of incompressible files (the benchmark's big image). */
-export function bigImage(mb: number): string {
-  const files: Entry[] = [{ path: "blob", type: "dir" }];
-  const chunk = 8 * 1024 * 1024;
-  let seed = 1;
-  for (let i = 0; i * chunk < mb * 1024 * 1024; i++) {
-    const data = Buffer.alloc(chunk);
-    for (let j = 0; j < chunk; j += 4) data.writeUInt32LE((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0), j);
-    files.push({ path: `blob/part-${i}`, content: data });
-  }
-  return cachedLayout(`big${mb}`, { layers: [busyboxBase(true), files], config: { WorkingDir: "/" } });
+/** busybox and bash plus a layer of `mb` megabytes of incompressible files (the benchmark's images), streamed and cached. */
+export function bigImage(mb: number): Promise<string> {
+  return cachedBigLayout("big", busyboxBase(true), mb, { WorkingDir: "/" });
 }
 
 /**

@@ -250,11 +250,16 @@ export class SlotRoots {
   }
 
   /** Ends the slot's image root (its processes are dead) and returns the image it was. */
-  async detach(slot: Slot): Promise<StoredImage | undefined> {
+  async detach(slot: Slot, closing = false): Promise<StoredImage | undefined> {
     const st = this.states.get(slot.index);
     const a = st?.attached;
     if (!st || !a) return undefined;
     st.attached = undefined;
+    if (a.bounded && !closing) {
+      // On the slot's own disk: the reset's next step (a fresh disk) detaches every mount at
+      // the workspace, this one included, and frees upper and work with the old disk.
+      return a.image;
+    }
     await this.mounter.call(["umount", slot.workspaceDir]);
     if (!a.bounded) {
       this.host.removal.discard(a.upper);
@@ -278,7 +283,7 @@ export class SlotRoots {
 
   /** Unmounts every image root (shutdown); the helper's descriptors die with it. */
   async close(): Promise<void> {
-    for (const slot of this.host.slots) await this.detach(slot).catch(() => undefined);
+    for (const slot of this.host.slots) await this.detach(slot, true).catch(() => undefined);
     for (const st of this.states.values()) if (st.userns) closeQuietly(st.userns.nodeFd);
     this.states.clear();
     (await this.claim?.catch(() => undefined))?.release();
