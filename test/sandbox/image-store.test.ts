@@ -1,3 +1,4 @@
+import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,6 +16,9 @@ import { startServer, type TestServer } from "./helpers.js";
  * uses, credentials never logged, plain HTTP only for registries named, and the store kept
  * across a restart.
  */
+/** Whether a Docker engine answers here (the docker-daemon: source needs one). */
+const dockerAnswers = spawnSync("docker", ["info", "--format", "{{.ServerVersion}}"], { encoding: "utf8", timeout: 10_000 }).status === 0;
+
 describe.skipIf(imagesMissing !== undefined)(`the image store${imagesMissing ? ` (skipped without ${imagesMissing})` : ""}`, () => {
   let registry: TestRegistry;
   const refs: Record<string, string> = {};
@@ -79,6 +83,32 @@ describe.skipIf(imagesMissing !== undefined)(`the image store${imagesMissing ? `
       expect(fetched).toHaveLength(1);
       // Every one of them waited for that one fetch and says what it cost.
       expect(answers.every((a) => (a.json.fetched ?? a.json.image?.fetched) !== undefined)).toBe(true);
+    });
+
+    it("takes an OCI layout (oci:DIR:tag) and a docker-save archive (docker-archive:FILE) as sources, and a missing one is not_found", async () => {
+      const layout = whiteoutImage();
+      const fromLayout = await resetInto(s, 2, `oci:${layout}:latest`);
+      expect(fromLayout.image!.runtime.working_dir).toBe("/opt");
+      expect(await sh(s, 2, "cat /etc/replaced.txt")).toBe("new");
+      const dir = mkdtempSync(join(tmpdir(), "slotpool-archive-"));
+      try {
+        const archive = join(dir, "nobash.tar");
+        execFileSync("skopeo", ["--insecure-policy", "copy", "--quiet", `oci:${noBashImage()}:latest`, `docker-archive:${archive}:nobash:1`], { timeout: 120_000 });
+        const fromArchive = await resetInto(s, 2, `docker-archive:${archive}`);
+        expect(fromArchive.image!.runtime.user).toBe("app");
+        expect(await sh(s, 2, "pwd")).toBe("/home/app");
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+      const missing = await s.post("/reset", { slot_id: "slot_2", image: `oci:${join(tmpdir(), "no-such-layout")}:latest` });
+      expect(missing.json).toMatchObject({ code: "image_unavailable", reason: "not_found" });
+    });
+
+    it.skipIf(!dockerAnswers)("takes an image from the node's Docker engine (docker-daemon:name:tag) (skipped without a Docker engine that answers)", async () => {
+      execFileSync("skopeo", ["--insecure-policy", "copy", "--quiet", `oci:${noBashImage()}:latest`, "docker-daemon:slotpool-test-nobash:1"], { timeout: 120_000 });
+      const r = await resetInto(s, 2, "docker-daemon:slotpool-test-nobash:1");
+      expect(r.image!.runtime.user).toBe("app");
+      expect(await sh(s, 2, "cat secret.txt")).toBe("app's secret");
     });
   });
 
