@@ -28,6 +28,7 @@ import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote }
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "../templates/slot-templates.js";
 import { SlotImages, type ImageOptions } from "../images/slot-images.js";
 import { SlotResets, type ResetHost } from "./slot-reset.js";
+import type { MountedRoot, RootPlan } from "../images/slot-roots.js";
 import { forkImageSlot, imageForkHost } from "../fork/image-fork.js";
 import { SlotNetworks } from "../isolation/slot-netns.js";
 import { SlotForks } from "../fork/fork.js";
@@ -248,7 +249,7 @@ export class SandboxService implements SlotHost {
     this.disks.attachAll(this.slots);
     // After the disks: forks need each slot's disk (else they copy).
     this.forks = new SlotForks(
-      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: (slot) => this.emptyWorkspace(slot), discard: (path) => this.removal.discard(path), runsSessions: (slot) => this.processes.runsSessions(slot) }),
+      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: async (slot) => void (await this.emptyWorkspace(slot)), discard: (path) => this.removal.discard(path), runsSessions: (slot) => this.processes.runsSessions(slot) }),
     );
     this.resets = new SlotResets({ ...this.resetParts(), bash: this.bash });
     if (this.disks.reason && unbounded === undefined) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
@@ -412,9 +413,10 @@ export class SandboxService implements SlotHost {
   }
 
   /** A fresh empty workspace (and /tmp, /var/tmp, /dev/shm where they are on the slot's disk). */
-  async emptyWorkspace(slot: Slot): Promise<void> {
-    if (this.disks.bounded(slot)) await this.disks.renew(slot);
-    else await this.removal.empty(slot.workspaceDir, slot.owner);
+  async emptyWorkspace(slot: Slot, root?: RootPlan): Promise<MountedRoot | undefined> {
+    if (this.disks.bounded(slot)) return this.disks.renew(slot, root);
+    await this.removal.empty(slot.workspaceDir, slot.owner);
+    return undefined;
   }
 
   /** POST /fork: `into` become copy-on-write copies of `parentId`'s workspace (fork.ts); bad requests are refused before anything happens. */
