@@ -235,6 +235,8 @@ export class ChatCompletionsClient {
     try {
       text = await this.readBody(res);
     } catch (err) {
+      // Cut by the caller (a deadline, a client gone): that is no failure of the model server.
+      if (signal?.aborted) throw err;
       if (err instanceof ChatResponseError) throw err;
       throw new ChatRequestError(`reading the chat completion from ${this.url} failed: ${(err as Error).message}`, undefined, 1, { cause: err });
     }

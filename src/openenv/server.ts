@@ -98,6 +98,11 @@ export class OpenEnvServer<Item = unknown> {
     return new Set([...this.sockets.values(), ...[...this.mcpSessions.values()].map((s) => s.session)]).size;
   }
 
+  /** Bytes of WebSocket messages received and not yet handled, over all connections (the frame budget's use). */
+  get framesInFlight(): number {
+    return this.frames.inFlight;
+  }
+
   /** Ends every session (their slots reset and released) and stops listening. */
   async close(): Promise<void> {
     this.closing = true;

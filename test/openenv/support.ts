@@ -27,13 +27,13 @@ export interface OpenEnvHarness {
   stop(): Promise<void>;
 }
 
-export async function startOpenEnv(options: { slots?: number; acquireTimeoutMs?: number; idleTimeoutMs?: number; maxTurns?: number; token?: string; limits?: Partial<ServerLimits> } = {}): Promise<OpenEnvHarness> {
+export async function startOpenEnv(options: { slots?: number; acquireTimeoutMs?: number; idleTimeoutMs?: number; maxTurns?: number; token?: string; limits?: Partial<ServerLimits>; toolTimeoutS?: number } = {}): Promise<OpenEnvHarness> {
   const log = silentLogger();
   const slots = options.slots ?? 4;
   const provisioner = new LocalProvisioner({ slotsPerContainer: slots });
   const pool = { slotsPerContainer: slots, minContainers: 1, maxContainers: 1, acquireTimeoutMs: options.acquireTimeoutMs ?? 30_000 };
-  const backend = await poolBackend(AgentEnvConfigSchema.parse({ pool, executor: { defaultTimeoutS: 30 } }), provisioner, log);
-  const env = new ShellTasksEnv({ ...(options.maxTurns ? { maxTurns: options.maxTurns } : {}), executor: { defaultTimeoutS: 30 } }, { backend, logger: log });
+  const backend = await poolBackend(AgentEnvConfigSchema.parse({ pool, executor: { defaultTimeoutS: options.toolTimeoutS ?? 30 } }), provisioner, log);
+  const env = new ShellTasksEnv({ ...(options.maxTurns ? { maxTurns: options.maxTurns } : {}), executor: { defaultTimeoutS: options.toolTimeoutS ?? 30 } }, { backend, logger: log });
   await env.start();
   const server = new OpenEnvServer({ env, logger: log, ...(options.idleTimeoutMs ? { idleTimeoutMs: options.idleTimeoutMs } : {}), ...(options.token ? { token: options.token } : {}), ...(options.limits ? { limits: options.limits } : {}) });
   const url = await server.listen(0, "127.0.0.1");
