@@ -1,8 +1,5 @@
-import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
-import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
 import { WebSocketServer, type WebSocket } from "ws";
 import type { AgentEnv } from "../env/agent-env.js";
 import { BearerAuth } from "../http/auth.js";
@@ -16,7 +13,7 @@ import { EpisodeHost } from "./episode-host.js";
 import { ActionValidationError, CapacityReachedError, EpisodeInfraError, NoItemError, OpenEnvError } from "./errors.js";
 import { FrameBudget, type FrameAccount } from "./frame-budget.js";
 import { DEFAULT_LIMITS, type ServerLimits } from "./limits.js";
-import { createMcpServer } from "./mcp.js";
+import { McpHttp } from "./mcp-http.js";
 import { ModelUrlPolicy, ModelUrlRefusedError } from "./model-url.js";
 import { openApiDocument } from "./openapi.js";
 import { parseRunRequest, runRollout } from "./rollout.js";
@@ -38,10 +35,6 @@ export interface OpenEnvServerOptions<Item> {
   limits?: Partial<ServerLimits>;
 }
 
-interface McpHttpSession<Item> {
-  session: Session<Item>;
-  transport?: StreamableHTTPServerTransport;
-}
 
 /**
  * Serves an AgentEnv as an OpenEnv environment (huggingface/OpenEnv's wire protocol):
@@ -65,7 +58,7 @@ export class OpenEnvServer<Item = unknown> {
   private readonly sockets = new Map<WebSocket, Session<Item>>();
   /** The sockets of `sockets` that speak bare JSON-RPC (WebSocket /mcp), not OpenEnv's frames. */
   private readonly rpcSockets = new WeakSet<WebSocket>();
-  private readonly mcpSessions = new Map<string, McpHttpSession<Item>>();
+  private readonly mcp: McpHttp<Item>;
   private sweeper: NodeJS.Timeout | undefined;
   private closing = false;
 
@@ -81,6 +74,7 @@ export class OpenEnvServer<Item = unknown> {
     this.frames = new FrameBudget(this.limits.frameBudgetBytes);
     this.http = createServer((req, res) => void this.onRequest(req, res));
     this.wss = new WebSocketServer({ noServer: true, maxPayload: this.limits.maxMessageBytes });
+    this.mcp = new McpHttp({ host: this.host, body: (req) => this.body(req), full: () => (this.sessions >= this.limits.maxSessions ? this.tooManySessions().message : undefined) });
     this.http.on("upgrade", (req, socket, head) => this.onUpgrade(req, socket, head));
   }
 
@@ -95,7 +89,7 @@ export class OpenEnvServer<Item = unknown> {
   /** Sessions open now: WebSocket connections and MCP sessions. */
   get sessions(): number {
     // A WebSocket that joined an HTTP MCP session (OpenEnv's MCPToolClient) is one session, not two.
-    return new Set([...this.sockets.values(), ...[...this.mcpSessions.values()].map((s) => s.session)]).size;
+    return new Set([...this.sockets.values(), ...[...this.mcp.sessions.values()].map((s) => s.session)]).size;
   }
 
   /** Bytes of WebSocket messages received and not yet handled, over all connections (the frame budget's use). */
@@ -110,7 +104,7 @@ export class OpenEnvServer<Item = unknown> {
     for (const ws of this.sockets.keys()) ws.close(1001, "server shutting down");
     await Promise.all([...this.sockets.values()].map((s) => s.close()));
     this.sockets.clear();
-    await Promise.all([...this.mcpSessions.keys()].map((id) => this.endMcpSession(id)));
+    await Promise.all([...this.mcp.sessions.keys()].map((id) => this.mcp.end(id)));
     await this.host.closeAll();
     this.wss.close();
     await closeGracefully(this.http, 2_000);
@@ -137,7 +131,7 @@ export class OpenEnvServer<Item = unknown> {
     // OpenEnv's MCP client opens an HTTP MCP session first and joins it here (?session_id=),
     // so its WebSocket reset/step and its HTTP tools/call share one episode.
     const joined = requestTarget(req.url).query.get("session_id") ?? undefined;
-    if (joined !== undefined && !this.mcpSessions.has(joined)) {
+    if (joined !== undefined && !this.mcp.sessions.has(joined)) {
       socket.end("HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
       return;
     }
@@ -159,13 +153,13 @@ export class OpenEnvServer<Item = unknown> {
   }
 
   private onSocket(ws: WebSocket, joined: string | undefined, socket: Duplex): void {
-    const session = joined !== undefined ? this.mcpSessions.get(joined)!.session : new Session(this.host);
+    const session = joined !== undefined ? this.mcp.sessions.get(joined)!.session : new Session(this.host);
     this.sockets.set(ws, session);
     const account = this.account(ws, socket, false);
     const end = () => {
       account.close();
       if (!this.sockets.delete(ws)) return;
-      const closing = joined !== undefined ? this.endMcpSession(joined) : session.close();
+      const closing = joined !== undefined ? this.mcp.end(joined) : session.close();
       void closing.catch((err: unknown) => this.log.warn({ err: String(err) }, "closing a session failed"));
     };
     ws.on("message", (data, isBinary) => {
@@ -238,9 +232,9 @@ export class OpenEnvServer<Item = unknown> {
         ws.close(1000, "idle timeout");
       }
     }
-    for (const [id, s] of this.mcpSessions) {
+    for (const [id, s] of this.mcp.sessions) {
       const since = s.session.idleSince;
-      if (since !== undefined && now - since >= this.idleTimeoutMs) await this.endMcpSession(id);
+      if (since !== undefined && now - since >= this.idleTimeoutMs) await this.mcp.end(id);
     }
   }
 
@@ -252,7 +246,7 @@ export class OpenEnvServer<Item = unknown> {
     try {
       if (path === "/health" && method === "GET") return sendJson(res, 200, { status: "healthy" });
       this.auth.check(req);
-      if (path === "/mcp") return await this.onMcp(req, res, method);
+      if (path === "/mcp") return await this.mcp.handle(req, res, method);
       const route = `${method} ${path}`;
       switch (route) {
         case "GET /metadata":
@@ -352,98 +346,6 @@ export class OpenEnvServer<Item = unknown> {
     }
   }
 
-  // ---------------------------------------------------------------- MCP /mcp
-
-  private async onMcp(req: IncomingMessage, res: ServerResponse, method: string): Promise<void> {
-    const sessionId = req.headers["mcp-session-id"];
-    const id = Array.isArray(sessionId) ? sessionId[0] : sessionId;
-    if (method === "POST") {
-      const body = await this.body(req);
-      if (id !== undefined) {
-        const s = this.mcpSessions.get(id);
-        if (!s?.transport) return sendJson(res, 404, { jsonrpc: "2.0", id: null, error: { code: -32001, message: `no MCP session ${id} (it ended, or idled out): initialize a new one` } });
-        return s.transport.handleRequest(req, res, body);
-      }
-      if (isInitializeRequest(body)) {
-        if (this.sessions >= this.limits.maxSessions) return sendJson(res, 503, { jsonrpc: "2.0", id: (body as { id?: unknown }).id ?? null, error: { code: -32000, message: this.tooManySessions().message } });
-        return this.newMcpSession(req, res, body);
-      }
-      // No MCP session header and no initialize: OpenEnv's plain JSON-RPC (its MCP client's production mode).
-      return sendJson(res, 200, await this.openEnvRpc(body));
-    }
-    if ((method === "GET" || method === "DELETE") && id !== undefined) {
-      const s = this.mcpSessions.get(id);
-      if (!s?.transport) return sendJson(res, 404, { jsonrpc: "2.0", id: null, error: { code: -32001, message: `no MCP session ${id}` } });
-      return s.transport.handleRequest(req, res);
-    }
-    throw new HttpError(405, `${method} /mcp needs an Mcp-Session-Id header (start a session with a POST initialize)`);
-  }
-
-  /** A streamable-HTTP MCP session: one Session (its first tools/call takes a slot) behind the SDK's own transport and server. */
-  private async newMcpSession(req: IncomingMessage, res: ServerResponse, body: unknown): Promise<void> {
-    const session = new Session(this.host, { autoBegin: true });
-    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
-      sessionIdGenerator: () => randomUUID(),
-      enableJsonResponse: true,
-      onsessioninitialized: (sid) => {
-        this.mcpSessions.set(sid, { session, transport });
-      },
-    });
-    transport.onclose = () => {
-      const sid = transport.sessionId;
-      if (sid && this.mcpSessions.get(sid)?.transport === transport) void this.endMcpSession(sid);
-    };
-    const server = createMcpServer(this.host.env.name, { listTools: () => this.host.listTools(), callTool: (name, args) => session.callTool(name, args) });
-    await server.connect(transport);
-    await transport.handleRequest(req, res, body);
-  }
-
-  private async endMcpSession(id: string): Promise<void> {
-    const s = this.mcpSessions.get(id);
-    if (!s) return;
-    this.mcpSessions.delete(id);
-    await s.session.close().catch(() => undefined);
-    await s.transport?.close().catch(() => undefined);
-  }
-
-  /**
-   * OpenEnv's JSON-RPC at POST /mcp without MCP's session header: `openenv/session/create`
-   * and `openenv/session/close` hold a session across requests (by `params.session_id`),
-   * and `tools/list` / `tools/call` run in it through the same MCP server as every session.
-   */
-  private async openEnvRpc(body: unknown): Promise<Record<string, unknown>> {
-    const req = (body && typeof body === "object" && !Array.isArray(body) ? body : {}) as Record<string, unknown>;
-    const rpcId = typeof req["id"] === "string" || typeof req["id"] === "number" ? req["id"] : null;
-    const fail = (code: number, message: string) => ({ jsonrpc: "2.0", id: rpcId, error: { code, message } });
-    if (req["jsonrpc"] !== "2.0" || typeof req["method"] !== "string") return fail(-32600, "Invalid Request: a JSON-RPC 2.0 request has jsonrpc \"2.0\" and a method");
-    const params = (req["params"] ?? {}) as Record<string, unknown>;
-    if (typeof params !== "object" || Array.isArray(params)) return fail(-32602, "Invalid params: params must be an object");
-    const method = req["method"];
-    const sid = typeof params["session_id"] === "string" ? params["session_id"] : undefined;
-    if (method === "openenv/session/create") {
-      if (this.sessions >= this.limits.maxSessions) return fail(-32000, this.tooManySessions().message);
-      const id = randomUUID();
-      this.mcpSessions.set(id, { session: new Session(this.host, { autoBegin: true }) });
-      return { jsonrpc: "2.0", id: rpcId, result: { session_id: id } };
-    }
-    if (method === "openenv/session/close") {
-      if (!sid || !this.mcpSessions.has(sid)) return fail(-32602, `Invalid params: unknown session_id ${JSON.stringify(sid ?? null)}`);
-      await this.endMcpSession(sid);
-      return { jsonrpc: "2.0", id: rpcId, result: { session_id: sid, closed: true } };
-    }
-    const { session_id: _drop, ...rest } = params;
-    const forwarded = { ...req, params: rest };
-    if (method === "tools/list") return (await new Session(this.host).mcpMessage(forwarded)) as Record<string, unknown>;
-    if (method !== "tools/call") return fail(-32601, `Method not found: ${method} (this endpoint answers tools/list, tools/call, openenv/session/create, openenv/session/close, and MCP's streamable HTTP transport)`);
-    if (!sid) return fail(-32602, "Invalid params: tools/call needs params.session_id from openenv/session/create (an episode lives in a session), or use MCP's streamable HTTP transport");
-    const s = this.mcpSessions.get(sid);
-    if (!s) return fail(-32602, `Invalid params: unknown session_id ${sid}`);
-    const answer = (await s.session.mcpMessage(forwarded)) as Record<string, unknown>;
-    // OpenEnv's servers answer tools/call with FastMCP's result, whose `data` is what its MCPToolClient.call_tool returns: the output.
-    const result = answer["result"] as { structuredContent?: { output?: unknown } } | undefined;
-    if (result?.structuredContent && "output" in result.structuredContent) return { ...answer, result: { ...result, data: result.structuredContent.output } };
-    return answer;
-  }
 }
 
 /** HTTP answers of the room's errors: a status that says whose fault it was, and OpenEnv's code. */
