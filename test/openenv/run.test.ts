@@ -59,6 +59,19 @@ describe("POST /run", () => {
     await eventually(() => h.free() === 2, "the rollout's slot back");
   });
 
+  it("reads NeMo Gym's token fields (message.prompt_token_ids / generation_token_ids / generation_log_probs), which once were lost", async () => {
+    await llm?.close();
+    llm = await startLlm({ respond: scripted(SOLVE_SEED_0), tokenIds: "nemo-gym" });
+    const r = await run({ seed: 0, model: { base_url: llm.url, model: "scripted" } });
+    expect(r.body).toEqual(expect.objectContaining({ status: "scored", reward: 1 }));
+    for (const [i, turn] of (r.body.turns as Array<Record<string, number[]>>).entries()) {
+      expect(turn["prompt_token_ids"]).toEqual(testTokenize(renderPrompt(llm.requests[i]!.messages)));
+      expect(turn["completion_token_ids"]!.length).toBeGreaterThan(0);
+      expect(turn["logprobs"]).toEqual(turn["completion_token_ids"]!.map((_, k) => -0.01 * ((k % 7) + 1)));
+    }
+    await eventually(() => h.free() === 2, "the rollout's slot back");
+  });
+
   it("a wrong rollout scores 0; an item given in the request is rolled out as it is", async () => {
     await llm?.close();
     llm = await startLlm({ respond: scripted(WRONG_SEED_0) });
