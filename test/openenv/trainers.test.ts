@@ -20,12 +20,12 @@ async function checks(url: string, ...names: string[]): Promise<Record<string, R
   return Object.fromEntries(stdout.trim().split("\n").map((l) => JSON.parse(l) as Record<string, any>).map((r) => [r["check"], r]));
 }
 
-describe.skipIf(py.python === null)(`SkyRL-gym 0.4 with slotpool_adapters.skyrl${py.reason ? ` (skipped: ${py.reason})` : ""}`, () => {
+describe.skipIf(py.python === null)(`SkyRL-gym 0.4 (slotpool_adapters.skyrl) and verifiers 0.4 (the slotpool-verifiers taskset)${py.reason ? ` (skipped: ${py.reason})` : ""}`, () => {
   let h: OpenEnvHarness;
   let r: Record<string, Record<string, any>>;
   beforeAll(async () => {
     h = await startOpenEnv({ slots: 2 });
-    r = await checks(h.url, "skyrl_solved", "skyrl_wrong", "skyrl_plain_answer", "skyrl_bad_call", "skyrl_replay");
+    r = await checks(h.url, "skyrl_solved", "skyrl_wrong", "skyrl_plain_answer", "skyrl_bad_call", "skyrl_replay", "verifiers_solved", "verifiers_gave_up");
   }, 500_000);
   afterAll(async () => {
     await h?.stop();
@@ -52,5 +52,18 @@ describe.skipIf(py.python === null)(`SkyRL-gym 0.4 with slotpool_adapters.skyrl$
     const replay = r["skyrl_replay"]!;
     expect(replay, JSON.stringify(replay)).toEqual(expect.objectContaining({ ok: true }));
     expect(replay["again"]).toBe(replay["first"]);
+  });
+
+  it("verifiers 0.4: its loader finds the slotpool-verifiers taskset and its Env; a player's tool calls run in the slot, submit records slotpool_reward 1 on the trace", () => {
+    const v = r["verifiers_solved"]!;
+    expect(v, JSON.stringify(v)).toEqual(expect.objectContaining({ ok: true, taskset: "SlotpoolTaskset", env: "SlotpoolEnv", task: "item 0", opening_has_tools: true, error: null, stop: "episode_done" }));
+    expect(v["rewards"]).toEqual({ slotpool_reward: 1 });
+    expect(v["heard"][0]).toContain("<tool_response>");
+  });
+
+  it("verifiers 0.4: a player that stops before submitting has its workspace scored as it is (0 for a wrong answer)", () => {
+    const v = r["verifiers_gave_up"]!;
+    expect(v, JSON.stringify(v)).toEqual(expect.objectContaining({ ok: true, error: null }));
+    expect(v["rewards"]).toEqual({ slotpool_reward: 0 });
   });
 });

@@ -73,7 +73,107 @@ def skyrl_replay():
     return {"first": info["item_index"], "again": again["item_index"]}
 
 
-CHECKS = {f.__name__: f for f in [skyrl_solved, skyrl_wrong, skyrl_plain_answer, skyrl_bad_call, skyrl_replay]}
+class ScriptedPlayer:
+    """verifiers' `agents.player` with its replies scripted (no model here): `interaction(task)`
+    and `turn(message)` as verifiers' Interaction has them, on a real `vf.Trace`."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.heard = []
+
+    def interaction(self, task):
+        import contextlib
+
+        from verifiers.v1.configs.agent import AgentConfig
+        from verifiers.v1.trace import AgentInfo, Trace, TraceTask
+
+        player = self
+
+        class Interaction:
+            trace = Trace(task=TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash), agent=AgentInfo(config=AgentConfig(), name="player"))
+
+            async def turn(self, message):
+                from verifiers.v1.agent import Segment
+                from verifiers.v1.types import AssistantMessage
+
+                player.heard.append(message)
+                if not player.replies:
+                    return Segment(messages=[], terminated=True)
+                return Segment(messages=[AssistantMessage(content=player.replies.pop(0))])
+
+        @contextlib.asynccontextmanager
+        async def open_():
+            yield Interaction()
+
+        return open_()
+
+
+def verifiers_episode(replies, **taskset):
+    import asyncio
+    import types
+
+    from verifiers.v1.utils.loaders import environment_class, taskset_class
+
+    from slotpool_verifiers import SlotpoolConfig, SlotpoolEnvConfig
+
+    # verifiers' own loader finds the plugin by its id, and its Env base class takes the real config.
+    env_cls = environment_class("slotpool-verifiers")
+    env = env_cls(SlotpoolEnvConfig(taskset=SlotpoolConfig(id="slotpool-verifiers", base_url=SERVER, **taskset)))
+    task = next(iter(env.taskset))
+    player = ScriptedPlayer(replies)
+    error = None
+    trace = None
+
+    async def go():
+        nonlocal trace
+        agents = types.SimpleNamespace(player=player)
+        # Keep the trace the Interaction made, to read its rewards after run().
+        orig = player.interaction
+
+        def capture(t):
+            cm = orig(t)
+
+            class Wrap:
+                async def __aenter__(self_inner):
+                    nonlocal trace
+                    i = await cm.__aenter__()
+                    trace = i.trace
+                    return i
+
+                async def __aexit__(self_inner, *exc):
+                    return await cm.__aexit__(*exc)
+
+            return Wrap()
+
+        player.interaction = capture
+        await env.run(task, agents)
+
+    try:
+        asyncio.run(go())
+    except Exception as e:  # noqa: BLE001 - the infra failure case raises
+        error = f"{type(e).__name__}: {e}"
+    return {
+        "taskset": taskset_class("slotpool-verifiers").__name__,
+        "env": env_cls.__name__,
+        "task": task.data.name,
+        "rewards": {k: v.score for k, v in (trace.rewards if trace else {}).items()},
+        "stop": trace.stop_condition if trace else None,
+        "opening_has_tools": bool(player.heard) and "<tools>" in player.heard[0],
+        "heard": player.heard[1:],
+        "error": error,
+    }
+
+
+def verifiers_solved():
+    return verifiers_episode([call("bash", command=SOLVE), call("bash", command="cat notes/day-0.txt") + call("submit")], seeds=[0])
+
+
+def verifiers_gave_up():
+    # The player stops (its turn limit) before submitting: the workspace is scored as it is.
+    return verifiers_episode([call("bash", command=WRONG)], seeds=[0])
+
+
+CHECKS = {f.__name__: f for f in [skyrl_solved, skyrl_wrong, skyrl_plain_answer, skyrl_bad_call, skyrl_replay, verifiers_solved, verifiers_gave_up]}
 
 for name in sys.argv[2:]:
     try:
