@@ -16,10 +16,14 @@ training config) and `extras` (the dataset row's fields), calls `init(prompt)` o
   trajectories out (they say nothing about the policy).
 
 Register it with `register_env()` (id "slotpool"), then `skyrl_gym.make("slotpool", env_config=..., extras=...)`.
+In SkyRL 0.4's trainer (`skyrl_gym_generator.py`): dataset rows with `env_class: "slotpool"` and
+their `seed` (or `episode_id`) among the row's other fields (its extras); the server's URL in
+SLOTPOOL_OPENENV_URL (its generator passes a new env class an empty env_config).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
@@ -42,10 +46,13 @@ class SlotpoolEnv(BaseTextEnv):
     def __init__(self, env_config: Any, extras: dict[str, Any] | None = None) -> None:
         super().__init__()
         extras = extras or {}
-        self.url: str = _get(env_config, "url")
+        # SkyRL 0.4's trainer hands a new env class `getattr(skyrl_gym_cfg, "slotpool", {})`, and its
+        # SkyRLGymConfig has sections for its own envs only: so the URL may also come with the row
+        # (extras) or from the environment.
+        self.url: str = _get(env_config, "url") or extras.get("openenv_url") or os.environ.get("SLOTPOOL_OPENENV_URL", "")
         if not self.url:
-            raise ValueError("env_config.url is required: the URL of `slotpool openenv-server` (e.g. http://127.0.0.1:8000)")
-        self.token: str | None = _get(env_config, "token")
+            raise ValueError("no server URL: give env_config.url, the row's openenv_url, or SLOTPOOL_OPENENV_URL (the URL of `slotpool openenv-server`, e.g. http://127.0.0.1:8000)")
+        self.token: str | None = _get(env_config, "token") or os.environ.get("SLOTPOOL_OPENENV_TOKEN") or None
         self.seed: int | None = extras.get("seed")
         self.episode_id: str | None = extras.get("episode_id")
         self.client: EpisodeClient | None = None

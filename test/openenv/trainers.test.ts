@@ -25,7 +25,7 @@ describe.skipIf(py.python === null)(`SkyRL-gym 0.4 (slotpool_adapters.skyrl) and
   let r: Record<string, Record<string, any>>;
   beforeAll(async () => {
     h = await startOpenEnv({ slots: 2 });
-    r = await checks(h.url, "skyrl_solved", "skyrl_wrong", "skyrl_plain_answer", "skyrl_bad_call", "skyrl_replay", "verifiers_solved", "verifiers_gave_up");
+    r = await checks(h.url, "skyrl_solved", "skyrl_wrong", "skyrl_plain_answer", "skyrl_bad_call", "skyrl_replay", "skyrl_trainer_config", "verifiers_solved", "verifiers_gave_up");
   }, 500_000);
   afterAll(async () => {
     await h?.stop();
@@ -46,6 +46,10 @@ describe.skipIf(py.python === null)(`SkyRL-gym 0.4 (slotpool_adapters.skyrl) and
     const bad = r["skyrl_bad_call"]!;
     expect(bad, JSON.stringify(bad)).toEqual(expect.objectContaining({ ok: true, first_done: false, done: true }));
     expect(bad["first"]).toMatch(/not JSON/);
+  });
+
+  it("made as SkyRL 0.4's generator makes it (an empty env_config, the row's seed and max_turns in extras): the URL from SLOTPOOL_OPENENV_URL", () => {
+    expect(r["skyrl_trainer_config"]).toEqual(expect.objectContaining({ ok: true, item: 0, done: true }));
   });
 
   it("an episode id the server handed out replays its item", () => {

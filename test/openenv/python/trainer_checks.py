@@ -66,6 +66,25 @@ def skyrl_bad_call():
     return {"first": steps[0]["observations"][0]["content"], "first_done": steps[0]["done"], "done": steps[-1]["done"]}
 
 
+def skyrl_trainer_config():
+    # As SkyRL 0.4's generator makes it: env_config {} (no section for a new env class), the URL from the environment.
+    import os
+
+    import skyrl_gym
+    from slotpool_adapters.skyrl import register_env
+
+    register_env()
+    os.environ["SLOTPOOL_OPENENV_URL"] = SERVER
+    try:
+        env = skyrl_gym.make("slotpool", env_config={}, extras={"seed": 0, "max_turns": 5})
+        prompt, info = env.init([{"role": "user", "content": "row prompt"}])
+        out = env.step(call("submit"))
+        env.close()
+        return {"item": info["item_index"], "done": out["done"]}
+    finally:
+        del os.environ["SLOTPOOL_OPENENV_URL"]
+
+
 def skyrl_replay():
     # The same episode id replays the same item (the server's ids are signed).
     _, _, info, _ = skyrl_episode([call("submit")])
@@ -173,7 +192,7 @@ def verifiers_gave_up():
     return verifiers_episode([call("bash", command=WRONG)], seeds=[0])
 
 
-CHECKS = {f.__name__: f for f in [skyrl_solved, skyrl_wrong, skyrl_plain_answer, skyrl_bad_call, skyrl_replay, verifiers_solved, verifiers_gave_up]}
+CHECKS = {f.__name__: f for f in [skyrl_solved, skyrl_wrong, skyrl_plain_answer, skyrl_bad_call, skyrl_replay, skyrl_trainer_config, verifiers_solved, verifiers_gave_up]}
 
 for name in sys.argv[2:]:
     try:
