@@ -1,5 +1,5 @@
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -194,17 +194,29 @@ describe.skipIf(imagesMissing !== undefined)(`the image store${imagesMissing ? `
       } finally {
         await p2.stop(10_000);
       }
+      // Or a Docker-style auth file named by REGISTRY_AUTH_FILE, which skopeo reads itself (a second image, so it is fetched).
+      await pushImage(busyboxImage(), authRegistry.host, "private-2:1", { auth: true });
+      const authFile = join(dataDir, "docker-config.json");
+      writeFileSync(authFile, auth, { mode: 0o600 });
+      const p3 = await start({ REGISTRY_AUTH_FILE: authFile }, logs);
+      try {
+        const r = await post(p3, "/reset", { slot_id: "slot_0", image: `${authRegistry.host}/private-2:1` });
+        expect(r.status).toBe(200);
+        expect(r.json.image.fetched).toBeDefined();
+      } finally {
+        await p3.stop(10_000);
+      }
       const all = logs.join("\n");
       expect(all).not.toContain(REGISTRY_PASSWORD);
       expect(all).not.toContain(b64);
-    }, 120_000);
+    }, 180_000);
 
     it("a restarted server keeps the images it fetched (no second pull) and nothing half-made", async () => {
       const logs: string[] = [];
       const p = await start({}, logs);
       try {
         const list = (await (await fetch(p.url + "/images")).json()) as { images: Array<{ reference: string }> };
-        expect(list.images.map((i) => i.reference)).toEqual([ref]);
+        expect(list.images.map((i) => i.reference).sort()).toEqual([ref, `${authRegistry.host}/private-2:1`].sort());
         const r = await post(p, "/reset", { slot_id: "slot_0", image: ref });
         expect(r.status).toBe(200);
         expect(r.json.image.fetched).toBeUndefined();
