@@ -104,10 +104,14 @@ export class SlotDisks {
     const args = this.diskArgs(slot);
     if (this.helper && root) {
       // The fresh disk and a slot's image root over it, one request (template-mount.c `root`).
-      await this.helper.call(["root", ...args.slice(1), String(root.uid), String(root.gid), ...root.lowers]);
-      this.remember(slot);
-      const views = this.viewsDir(slot)!;
-      return { upper: join(views, "root-upper"), work: join(views, "root-work") };
+      try {
+        await this.helper.call(["root", ...args.slice(1), String(root.uid), String(root.gid), ...root.lowers]);
+        this.remember(slot);
+        const views = this.viewsDir(slot)!;
+        return { upper: join(views, "root-upper"), work: join(views, "root-work") };
+      } catch {
+        // Only a fresh disk, then: the image room mounts the root itself and says what failed.
+      }
     }
     if (this.helper) await this.helper.call(args);
     else {
