@@ -52,6 +52,9 @@ describe.skipIf(imagesMissing !== undefined)(`the image store${imagesMissing ? `
         const pull = await s.post("/images", { image: bad });
         expect(pull.status, bad).toBe(400);
       }
+      const both = await s.post("/reset", { slot_id: "slot_0", image: refs.busybox, template: "t" });
+      expect(both.status).toBe(400);
+      expect(both.json.field).toBe("image");
       expect((await s.get("/slots")).json.slots[0].generation).toBe(before);
     });
 
