@@ -22,6 +22,7 @@ import { ImagePullRequestSchema } from "../../protocol/images.js";
 import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "../service/service.js";
+import type { Slot } from "../core/slot.js";
 
 export interface SandboxServerOptions extends SandboxServiceOptions {
   host: string;
@@ -145,7 +146,8 @@ export class SandboxServer {
         sendJson(res, 200, {
           // out_of_service: why the slot refuses calls (its last reset failed) until a reset succeeds.
           // warm: its next call finds its namespace up (pre-warm done), for warm_network (on/off).
-          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, generation: s.generation, ...warmth(svc.readyNetwork(s)), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
+          // image: the slot's root is that image (its working directory is where relative paths start).
+          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, generation: s.generation, ...warmth(svc.readyNetwork(s)), ...slotImage(svc, s), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
         }),
       )
       .add("GET", "/metrics", (_req, res) => {
@@ -257,6 +259,12 @@ function imageHealth(svc: SandboxService): Record<string, unknown> {
       return img ? { reference: img.reference, digest: img.digest } : null;
     }),
   };
+}
+
+/** GET /slots: the image a slot's root is, if any. */
+function slotImage(svc: SandboxService, slot: Slot): { image?: { reference: string; digest: string; working_dir: string } } {
+  const img = svc.images.imageOf(slot);
+  return img ? { image: { reference: img.reference, digest: img.digest, working_dir: img.runtime.working_dir } } : {};
 }
 
 /** GET /slots: whether a slot's namespace is ready for its next call, and for which network setting. */
