@@ -3,6 +3,7 @@ import { setFlagsFromString } from "node:v8";
 import { createLogger } from "../observability/logger.js";
 import { DEFAULT_LIMITS } from "../sandbox/isolation/limits.js";
 import { SandboxServer } from "../sandbox/http/server.js";
+import { PORT_IDLE_TIMEOUT_MS } from "../sandbox/http/port-routes.js";
 import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../host/slot-uid-blocks.js";
 import { checkAllowRanges } from "../sandbox/isolation/network.js";
 import { DEFAULT_DISK_BYTES } from "../sandbox/workspace/slot-disk.js";
@@ -56,6 +57,8 @@ options:
   --no-cgroups             no per-slot cgroups (as a non-root server runs): limits by rlimits only, pause by
                            SIGSTOP/SIGCONT of the slot's processes instead of the freezer cgroup (testing)
   --template-budget-mb N   disk budget of workspace templates, MB; unused ones are evicted LRU above it (default 4096)
+  --port-idle-timeout-s S  a port tunnel (GET /ports/connect) with no byte either way for S seconds is
+                           closed (default 620, as E2B's sandbox proxy)
 `;
 
 export async function run(argv: string[]): Promise<number> {
@@ -89,6 +92,7 @@ export async function run(argv: string[]): Promise<number> {
       "no-ptrace": { type: "boolean" },
       "allow-unsandboxed": { type: "boolean" },
       "template-budget-mb": { type: "string" },
+      "port-idle-timeout-s": { type: "string" },
       "net-allow-ranges": { type: "string" },
       "disk-mb": { type: "string" },
       "disk-workspace": { type: "boolean" },
@@ -148,6 +152,7 @@ export async function run(argv: string[]): Promise<number> {
     diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), DEFAULT_DISK_BYTES / MB, 1) * MB,
     boundWorkspace: !boolFlag(flags, "no-disk-workspace"),
     netAllowRanges: allowRanges(stringFlag(flags, "net-allow-ranges")),
+    portIdleTimeoutMs: intFlag("port-idle-timeout-s", stringFlag(flags, "port-idle-timeout-s"), PORT_IDLE_TIMEOUT_MS / 1000, 1, 86_400) * 1000,
   });
   const url = await server.listen();
   // The launcher (src/pool/sandbox-process.ts) waits for this line: it is written whatever

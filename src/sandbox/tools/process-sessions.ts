@@ -12,6 +12,7 @@ import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
 import { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError } from "./session-stdin.js";
 import { ProcessSession as Session, type SessionListener } from "./process-session.js";
+import { PortTunnels } from "./port-tunnels.js";
 
 export { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError };
 
@@ -83,9 +84,17 @@ export class ProcessSessions {
   private readonly networks = new SlotNetworks();
   /** Pause/resume of the slot's processes: the trees of its sessions and of the one started ahead. */
   readonly freezer: SlotFreezer;
+  /** Connections to ports where the slot's sessions listen (`GET /ports/connect`): they end with the sessions. */
+  readonly ports: PortTunnels;
 
   constructor(private readonly host: SlotHost) {
     this.freezer = new SlotFreezer(host.cgroups, (i) => [...(this.bySlot.get(i)?.values() ?? []), this.warm.get(i)].flatMap((s) => (s?.child.pid ? [s.child.pid] : [])));
+    const networks = this.networks;
+    this.ports = new PortTunnels(host, {
+      sharedNetns: (slot, network) => networks.existing(slot.index, network),
+      sharedNetnsReason: networks.reason,
+      isFrozen: (slot) => this.freezer.isFrozen(slot.index),
+    });
     const why = this.networks.reason;
     if (why) host.logger.warn({ reason: why }, "process sessions: each gets a network namespace of its own (a server one starts on 127.0.0.1 is not reachable from the others)");
   }
@@ -276,6 +285,7 @@ export class ProcessSessions {
       await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
       m.clear();
     }
+    this.ports.killSlot(slot);
     await this.networks.stop(slot.index);
   }
 
@@ -320,6 +330,7 @@ export class ProcessSessions {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.ports.close();
     await Promise.all(this.host.slots.map((s) => this.killSlot(s)));
   }
 }
