@@ -34,7 +34,17 @@ const CreateBodySchema = z.object({
   autoResume: z.object({ enabled: z.boolean() }).nullish(),
   allow_internet_access: z.boolean().nullish(),
   secure: z.boolean().optional(),
-  network: z.unknown().optional(),
+  network: z
+    .object({
+      allowPublicTraffic: z.boolean().optional(),
+      maskRequestHost: z.string().max(512).optional(),
+      httpsPorts: z.array(z.number().int().min(1).max(65535).refine((p) => p !== 49983, "the sandbox API's port 49983 cannot be listed")).max(64).optional(),
+      allowOut: z.array(z.string()).optional(),
+      denyOut: z.array(z.string()).optional(),
+      rules: z.record(z.string(), z.unknown()).optional(),
+      egressProxy: z.unknown().optional(),
+    })
+    .nullish(),
   volumeMounts: z.array(z.unknown()).optional(),
   mcp: z.unknown().optional(),
 });
@@ -49,6 +59,8 @@ export interface ControlPlaneOptions {
   apiKey: string;
   registry: SandboxRegistry;
   memoryMB: number;
+  /** The domain sandboxes are handed (the SDKs' getHost: `<port>-<id>.<domain>`). */
+  domain: () => string | undefined;
 }
 
 type Handler = (req: IncomingMessage, res: ServerResponse, id: string) => Promise<void>;
@@ -138,7 +150,10 @@ export class ControlPlane {
     const body = await parse(req, CreateBodySchema);
     if (body.autoResume?.enabled && !body.autoPause) throw new E2bApiError(400, "autoResume needs autoPause: only a sandbox paused at its timeout can be resumed by traffic", "autoResume");
     if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new E2bApiError(400, "autoResume cannot be combined with autoPauseMemory: false (a filesystem-only pause is resumed with connect)", "autoResume");
-    if (body.network !== undefined) throw new E2bApiError(400, "network rules are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)");
+    const net = body.network ?? undefined;
+    if (net && ((net.allowOut?.length ?? 0) > 0 || (net.denyOut?.length ?? 0) > 0 || Object.keys(net.rules ?? {}).length > 0 || (net.egressProxy !== undefined && net.egressProxy !== null))) {
+      throw new E2bApiError(400, "egress rules (network.allowOut, denyOut, rules, egressProxy) are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)", "network");
+    }
     if (body.volumeMounts?.length) throw new E2bApiError(400, "volume mounts are not supported by slotpool");
     // \`mcp\` is accepted: the SDK starts the gateway itself, and the sandbox's \`mcp-gateway\` says there is none (user-shims.ts).
     const s = await this.options.registry.create({
@@ -148,6 +163,7 @@ export class ControlPlane {
       timeout: body.timeout,
       allowInternetAccess: body.allow_internet_access ?? undefined,
       lifecycle: { onTimeout: body.autoPause ? "pause" : "kill", keepMemory: body.autoPauseMemory !== false, autoResume: body.autoResume?.enabled === true },
+      network: net ? { allowPublicTraffic: net.allowPublicTraffic, maskRequestHost: net.maskRequestHost, httpsPorts: net.httpsPorts } : undefined,
     });
     send(res, 201, this.created(s));
   }
@@ -199,8 +215,8 @@ export class ControlPlane {
       clientID: CLIENT_ID,
       envdVersion: ENVD_VERSION,
       envdAccessToken: s.accessToken,
-      trafficAccessToken: null,
-      domain: null,
+      trafficAccessToken: s.trafficAccessToken ?? null,
+      domain: this.options.domain() ?? null,
     };
   }
 
@@ -222,7 +238,13 @@ export class ControlPlane {
   }
 
   private detail(s: E2bSandbox) {
-    return { ...this.listed(s), envdAccessToken: s.accessToken, domain: null, allowInternetAccess: s.allowNetwork };
+    return {
+      ...this.listed(s),
+      envdAccessToken: s.accessToken,
+      domain: this.options.domain() ?? null,
+      allowInternetAccess: s.allowNetwork,
+      ...(Object.keys(s.network).length > 0 ? { network: { allowPublicTraffic: s.network.allowPublicTraffic ?? true, ...(s.network.maskRequestHost ? { maskRequestHost: s.network.maskRequestHost } : {}) } } : {}),
+    };
   }
 }
 

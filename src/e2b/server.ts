@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { HttpError } from "../http/errors.js";
 import { listenOn } from "../http/lifecycle.js";
@@ -18,6 +19,9 @@ import { processService, RAW_REQUEST } from "./process-service.js";
 import { createContextValues } from "@connectrpc/connect";
 import { SandboxRegistry, type E2bPool } from "./sandboxes.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS } from "./slot-processes.js";
+import { DEFAULT_PORT_LIMITS, type PortLimits } from "./sandbox-ports.js";
+import { PortProxy } from "./port-proxy.js";
+import { ENVD_PORT, requestTarget, type RequestTarget } from "./sandbox-target.js";
 
 const MiB = 1024 * 1024;
 
@@ -49,6 +53,14 @@ export interface E2bServerOptions {
   maxWatchersPerSandbox?: number;
   /** Stdin bytes one sandbox may have on their way to its sandbox server at once (default 32 MiB). */
   maxStdinBytesPerSandbox?: number;
+  /**
+   * The domain sandboxes are handed (create's `domain`): the SDKs' `getHost(port)` is then
+   * `<port>-<sandboxId>.<domain>`, which must reach this server (wildcard DNS). Default
+   * `localhost:<port>` (docs/e2b.md, "Ports"). A function gets the URL the server listens on.
+   */
+  domain?: string | ((url: URL) => string);
+  /** Bounds on each sandbox's port traffic (idle time, bytes each way, connections). */
+  portLimits?: Partial<PortLimits>;
 }
 
 /**
@@ -64,6 +76,9 @@ export class E2bServer {
   private readonly rpc: ReturnType<typeof connectNodeAdapter>;
   private readonly logger: Logger;
   private readonly files: FilesLimits;
+  private readonly ports: PortProxy;
+  private domainOption: string | undefined;
+  private readonly domainOf: ((url: URL) => string) | undefined;
   url = "";
 
   constructor(options: E2bServerOptions) {
@@ -93,8 +108,12 @@ export class E2bServer {
       ...(options.templates ? { templates: options.templates } : {}),
       ...(options.maxTimeoutS !== undefined ? { maxTimeoutS: options.maxTimeoutS } : {}),
       allowNetwork: options.allowNetwork ?? false,
+      portLimits: { ...DEFAULT_PORT_LIMITS, ...options.portLimits },
     });
-    this.control = new ControlPlane({ apiKey: options.apiKey, registry: this.registry, memoryMB: options.memoryMB ?? 1024 });
+    if (typeof options.domain === "function") this.domainOf = options.domain;
+    else this.domainOption = options.domain;
+    this.control = new ControlPlane({ apiKey: options.apiKey, registry: this.registry, memoryMB: options.memoryMB ?? 1024, domain: () => this.domain });
+    this.ports = new PortProxy(this.registry, this.logger);
     const registry = this.registry;
     const maxWatchers = options.maxWatchersPerSandbox;
     this.rpc = connectNodeAdapter({
@@ -109,6 +128,20 @@ export class E2bServer {
     this.server = createServer((req, res) => {
       this.handle(req, res).catch((err: unknown) => this.fail(req, res, err));
     });
+    // WebSockets (any upgrade) for a sandbox's ports; nothing else here upgrades.
+    this.server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      let target: RequestTarget;
+      try {
+        target = requestTarget(req.headers, this.domainOption);
+      } catch (err) {
+        return refuseUpgrade(socket, err instanceof HttpError ? err.status : 400, err instanceof Error ? err.message : String(err));
+      }
+      if (target.kind !== "sandbox" || target.port === ENVD_PORT) return refuseUpgrade(socket, 404, `no WebSocket here: only a sandbox's own ports take them (<port>-<sandboxId>.<domain>, or E2b-Sandbox-Id with E2b-Sandbox-Port)`);
+      this.ports.upgrade(req, socket, head, target.sandboxId, target.port).catch((err: unknown) => {
+        this.logger.error({ err }, "port WebSocket failed");
+        socket.destroy();
+      });
+    });
     this.server.keepAliveTimeout = 65_000;
     this.server.headersTimeout = 15_000;
     // Long-running command streams: no overall request deadline (a command has its own timeout).
@@ -122,7 +155,13 @@ export class E2bServer {
 
   async listen(port: number, host: string): Promise<string> {
     this.url = await listenOn(this.server, port, host);
+    if (this.domainOf) this.domainOption = this.domainOf(new URL(this.url));
     return this.url;
+  }
+
+  /** The domain sandboxes are handed: `--domain`, else `localhost:<port>` (getHost's `<port>-<id>.localhost:<port>` resolves to loopback in browsers, curl and systemd-resolved). */
+  get domain(): string | undefined {
+    return this.domainOption ?? (this.url ? `localhost:${new URL(this.url).port}` : undefined);
   }
 
   /** Stops taking requests and ends every sandbox (each slot is released and reset). */
@@ -136,10 +175,18 @@ export class E2bServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = requestPath(req.url);
-    if (req.headers["e2b-sandbox-id"] === undefined) {
+    const target = requestTarget(req.headers, this.domainOption);
+    if (target.kind === "control") {
       // A signed /files URL used through E2B_SANDBOX_URL carries no sandbox id: its signature names the sandbox.
       if (path === "/files" && /[?&]signature=/.test(req.url ?? "")) return handleFiles(this.registry, req, res, this.files);
       return this.control.handle(req, res);
+    }
+    // A port of the sandbox's own: its server gets the request (port-proxy.ts).
+    if (target.port !== ENVD_PORT) return this.ports.http(req, res, target.sandboxId, target.port);
+    // The in-sandbox API named by its host (`49983-<id>.<domain>`, the SDKs' signed URLs): as if by its headers.
+    if (target.by === "host") {
+      req.headers["e2b-sandbox-id"] = target.sandboxId;
+      req.headers["e2b-sandbox-port"] = String(ENVD_PORT);
     }
     // A paused sandbox created with auto-resume wakes on its own API's traffic (E2B's autoResume).
     await this.registry.wake(String(req.headers["e2b-sandbox-id"]), nodeHeaders(req.headers).get("x-access-token") ?? undefined);
@@ -170,4 +217,9 @@ export class E2bServer {
     // An unread request body (a refused upload) must not be parsed as the next request.
     if (!req.complete) req.resume();
   }
+}
+
+function refuseUpgrade(socket: Duplex, status: number, message: string): void {
+  const body = JSON.stringify(e2bErrorBody(status, message));
+  socket.end(`HTTP/1.1 ${status} ${status === 404 ? "Not Found" : "Bad Request"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
 }
