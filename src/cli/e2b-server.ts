@@ -40,6 +40,10 @@ options:
   --domain D                 the domain sandboxes are handed: the SDKs' getHost(port) is then
                              <port>-<sandboxId>.D, which must reach this server (wildcard DNS; a
                              port may be part of D). Default localhost:<port> (docs/e2b.md, "Ports")
+  --tls-cert FILE --tls-key FILE  also serve HTTPS (same routes) with this certificate for
+                             *.<domain> (PEM): E2B code reaches ports as https://getHost(port)
+  --tls-port P               the HTTPS port (default: a free one; the listening line has it); the
+                             default domain is then localhost:<tls port>
   --port-idle-timeout-s S    a connection to a sandbox's port with no byte either way for S seconds
                              is closed (default 620, as E2B's proxy)
   --max-port-connections-per-sandbox N  connections to its ports one sandbox may have open (HTTP
@@ -100,6 +104,23 @@ export function loadTemplates(file: string): Map<string, TemplateSpec> {
 }
 
 
+/** --tls-cert/--tls-key (both or neither) and --tls-port, read once at start. */
+function tlsOptions(certFile: string | undefined, keyFile: string | undefined, port: string | undefined): { cert: Buffer; key: Buffer; port: number } | undefined {
+  if (!certFile && !keyFile) {
+    if (port !== undefined) throw new CliUsageError("--tls-port needs --tls-cert and --tls-key");
+    return undefined;
+  }
+  if (!certFile || !keyFile) throw new CliUsageError("--tls-cert and --tls-key go together (a certificate for *.<domain> and its key, PEM)");
+  const read = (flag: string, file: string): Buffer => {
+    try {
+      return readFileSync(file);
+    } catch (err) {
+      throw new CliUsageError(`${flag} ${file}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
+  return { cert: read("--tls-cert", certFile), key: read("--tls-key", keyFile), port: intFlag("tls-port", port, 0, 0, 65535) };
+}
+
 export async function run(argv: string[]): Promise<number> {
   const flags = parseFlags(
     argv,
@@ -117,6 +138,9 @@ export async function run(argv: string[]): Promise<number> {
       "max-watchers-per-sandbox": { type: "string" },
       "max-timeout-s": { type: "string" },
       domain: { type: "string" },
+      "tls-cert": { type: "string" },
+      "tls-key": { type: "string" },
+      "tls-port": { type: "string" },
       "port-idle-timeout-s": { type: "string" },
       "max-port-connections-per-sandbox": { type: "string" },
       "max-port-transfer-mb": { type: "string" },
@@ -151,6 +175,7 @@ export async function run(argv: string[]): Promise<number> {
       maxTransferBytes: intFlag("max-port-transfer-mb", stringFlag(flags, "max-port-transfer-mb"), 1024, 1, 1_000_000) * MiB,
     },
   };
+  const tls = tlsOptions(stringFlag(flags, "tls-cert"), stringFlag(flags, "tls-key"), stringFlag(flags, "tls-port"));
   const domain = stringFlag(flags, "domain");
   if (domain !== undefined && !/^[A-Za-z0-9.-]+(:\d{1,5})?$/.test(domain)) throw new CliUsageError(`--domain ${domain}: a host name, optionally with :port (sandboxes' hosts are <port>-<sandboxId>.${domain})`);
   const config = backendConfigFromFlags(flags, POOL_FLAGS);
@@ -162,14 +187,14 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     logger.flush();
   }
-  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network"), ...(domain ? { domain } : {}), ...bounds });
+  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network"), ...(domain ? { domain } : {}), ...(tls ? { tls } : {}), ...bounds });
   let stopping: Promise<void> | undefined;
   // Killing the server ends every sandbox: each slot is released (reset), then the pool stops.
   const shutdown = () => (stopping ??= server.close().then(() => backend.close()));
   return serveUntilStopped({
     logger,
     listen: () => server.listen(port, host),
-    listening: (url) => ({ url, domain: server.domain, provisioner: config.pool.provisioner, slotsPerContainer: config.pool.slotsPerContainer, templates: [...templates.keys()] }),
+    listening: (url) => ({ url, ...(server.tlsUrl ? { tls_url: server.tlsUrl } : {}), domain: server.domain, provisioner: config.pool.provisioner, slotsPerContainer: config.pool.slotsPerContainer, templates: [...templates.keys()] }),
     stopping: "ending every sandbox",
     shutdown,
   });

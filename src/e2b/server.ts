@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import type { Duplex } from "node:stream";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { HttpError } from "../http/errors.js";
@@ -61,6 +62,8 @@ export interface E2bServerOptions {
   domain?: string | ((url: URL) => string);
   /** Bounds on each sandbox's port traffic (idle time, bytes each way, connections). */
   portLimits?: Partial<PortLimits>;
+  /** HTTPS beside HTTP (same routes), for getHost's https:// URLs: a certificate for `*.<domain>` (PEM), on `port` (default: a free one). */
+  tls?: { cert: string | Buffer; key: string | Buffer; port?: number };
 }
 
 /**
@@ -72,6 +75,9 @@ export interface E2bServerOptions {
 export class E2bServer {
   readonly registry: SandboxRegistry;
   private readonly server: Server;
+  private readonly tlsServer: Server | undefined;
+  /** The HTTPS URL, when TLS is configured. */
+  tlsUrl = "";
   private readonly control: ControlPlane;
   private readonly rpc: ReturnType<typeof connectNodeAdapter>;
   private readonly logger: Logger;
@@ -81,7 +87,7 @@ export class E2bServer {
   private readonly domainOf: ((url: URL) => string) | undefined;
   url = "";
 
-  constructor(options: E2bServerOptions) {
+  constructor(private readonly options: E2bServerOptions) {
     if (!options.apiKey) throw new HttpError(500, "an E2B server needs an API key");
     this.logger = options.logger ?? silentLogger();
     const maxUploadBytes = options.maxUploadBytes ?? 100 * MiB;
@@ -125,11 +131,18 @@ export class E2bServer {
       readMaxBytes: 16 * 1024 * 1024,
       contextValues: (req) => createContextValues().set(RAW_REQUEST, req),
     });
-    this.server = createServer((req, res) => {
+    this.server = this.attach(createServer());
+    // HTTPS for getHost's https://<port>-<id>.<domain> (the URL E2B code writes): same routes.
+    if (options.tls) this.tlsServer = this.attach(createHttpsServer({ cert: options.tls.cert, key: options.tls.key }));
+  }
+
+  /** The request and upgrade handlers and the timeouts, on the HTTP server and on the HTTPS one. */
+  private attach<S extends Server>(server: S): S {
+    server.on("request", (req: IncomingMessage, res: ServerResponse) => {
       this.handle(req, res).catch((err: unknown) => this.fail(req, res, err));
     });
     // WebSockets (any upgrade) for a sandbox's ports; nothing else here upgrades.
-    this.server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       let target: RequestTarget;
       try {
         target = requestTarget(req.headers, this.domainOption);
@@ -142,10 +155,11 @@ export class E2bServer {
         socket.destroy();
       });
     });
-    this.server.keepAliveTimeout = 65_000;
-    this.server.headersTimeout = 15_000;
+    server.keepAliveTimeout = 65_000;
+    server.headersTimeout = 15_000;
     // Long-running command streams: no overall request deadline (a command has its own timeout).
-    this.server.requestTimeout = 0;
+    server.requestTimeout = 0;
+    return server;
   }
 
   /** Bytes uploads in flight hold now (the upload budget's use). */
@@ -153,23 +167,31 @@ export class E2bServer {
     return this.files.uploads.inFlight;
   }
 
+  /** Listens on `port` (HTTP), and with TLS configured on its port too (`tlsUrl`). */
   async listen(port: number, host: string): Promise<string> {
     this.url = await listenOn(this.server, port, host);
-    if (this.domainOf) this.domainOption = this.domainOf(new URL(this.url));
+    if (this.tlsServer) this.tlsUrl = (await listenOn(this.tlsServer, this.options.tls?.port ?? 0, host)).replace(/^http:/, "https:");
+    if (this.domainOf) this.domainOption = this.domainOf(new URL(this.tlsUrl || this.url));
     return this.url;
   }
 
-  /** The domain sandboxes are handed: `--domain`, else `localhost:<port>` (getHost's `<port>-<id>.localhost:<port>` resolves to loopback in browsers, curl and systemd-resolved). */
+  /**
+   * The domain sandboxes are handed: `--domain`, else `localhost:<port>` (of the HTTPS port
+   * when there is one: getHost's URLs are https in E2B code); `<port>-<id>.localhost` resolves
+   * to loopback in browsers, curl and systemd-resolved.
+   */
   get domain(): string | undefined {
-    return this.domainOption ?? (this.url ? `localhost:${new URL(this.url).port}` : undefined);
+    const own = this.tlsUrl || this.url;
+    return this.domainOption ?? (own ? `localhost:${new URL(own).port}` : undefined);
   }
 
   /** Stops taking requests and ends every sandbox (each slot is released and reset). */
   async close(): Promise<void> {
-    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    this.server.closeIdleConnections();
+    const servers = [this.server, ...(this.tlsServer ? [this.tlsServer] : [])];
+    const closed = Promise.all(servers.map((srv) => new Promise<void>((resolve) => srv.close(() => resolve()))));
+    for (const srv of servers) srv.closeIdleConnections();
     await this.registry.close();
-    this.server.closeAllConnections();
+    for (const srv of servers) srv.closeAllConnections();
     await closed;
   }
 

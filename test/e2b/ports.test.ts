@@ -1,11 +1,13 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { request, type IncomingHttpHeaders } from "node:http";
+import { request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WebSocket } from "ws";
 import { startE2b, type E2bHarness } from "./helpers.js";
+import { makeTestTls, opensslMissing, type TestTls } from "../support/test-tls.js";
 
 /**
  * A server started by a sandbox's command, reached from outside through the E2B server, in
@@ -31,10 +33,11 @@ interface Answer {
   body: Buffer;
 }
 
-/** One HTTP request (a fresh connection), its whole answer. */
-function http(url: string, options: { method?: string; headers?: Record<string, string>; body?: Buffer } = {}): Promise<Answer> {
+/** One HTTP(S) request (a fresh connection), its whole answer; `ca` trusts a test CA. */
+function http(url: string, options: { method?: string; headers?: Record<string, string>; body?: Buffer; ca?: Buffer } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: options.method ?? "GET", headers: options.headers ?? {}, lookup: toLoopback, agent: false }, (res) => {
+    const send = url.startsWith("https:") ? httpsRequest : request;
+    const req = send(url, { method: options.method ?? "GET", headers: options.headers ?? {}, lookup: toLoopback, agent: false, ...(options.ca ? { ca: options.ca } : {}) }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (d: Buffer) => chunks.push(d));
       res.once("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
@@ -46,9 +49,9 @@ function http(url: string, options: { method?: string; headers?: Record<string, 
 }
 
 /** A WebSocket to `url`; resolves once open. */
-function ws(url: string, headers: Record<string, string> = {}): Promise<WebSocket> {
+function ws(url: string, headers: Record<string, string> = {}, ca?: Buffer): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
-    const sock = new WebSocket(url, { headers, lookup: toLoopback, maxPayload: 64 * 1024 * 1024 });
+    const sock = new WebSocket(url, { headers, lookup: toLoopback, maxPayload: 64 * 1024 * 1024, ...(ca ? { ca } : {}) });
     sock.once("open", () => resolve(sock));
     sock.once("error", reject);
     sock.once("unexpected-response", (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
@@ -70,11 +73,12 @@ async function until(cond: () => boolean | Promise<boolean>, what: string, timeo
   }
 }
 
-/** Starts port-server.py in the background in `sbx` on `port`; resolves once it listens. */
-async function serve(sbx: Sandbox, port: number, tag: string): Promise<void> {
+/** Starts port-server.py in the background in `sbx` on `port` (HTTPS with `tls`); resolves once it listens. */
+async function serve(sbx: Sandbox, port: number, tag: string, tls?: TestTls): Promise<void> {
   await sbx.files.write("/home/user/port-server.py", SERVER_PY);
+  if (tls) await sbx.files.write([{ path: "/home/user/tls.pem", data: tls.cert.toString() }, { path: "/home/user/tls.key", data: tls.key.toString() }]);
   let out = "";
-  await sbx.commands.run(`python3 -u /home/user/port-server.py ${port} ${tag}`, { background: true, onStdout: (d) => void (out += d), onStderr: (d) => void (out += d) });
+  await sbx.commands.run(`python3 -u /home/user/port-server.py ${port} ${tag}${tls ? " /home/user/tls.pem /home/user/tls.key" : ""}`, { background: true, onStdout: (d) => void (out += d), onStderr: (d) => void (out += d) });
   await until(() => out.includes("listening"), `${tag}'s server on ${port}`);
 }
 
@@ -224,4 +228,49 @@ describe("E2B port traffic bounds", () => {
     const idle = await ws(`ws://${a.getHost(8000)}/ws`);
     await new Promise<void>((r) => idle.once("close", () => r()));
   }, 60_000);
+});
+
+describe.skipIf(opensslMissing)("E2B port traffic over HTTPS (skipped without openssl to make the test certificate)", () => {
+  let h: E2bHarness;
+  let tls: TestTls;
+  let a: Sandbox;
+  beforeAll(async () => {
+    tls = makeTestTls(DOMAIN);
+    h = await startE2b({ slots: 2, domain: (url) => `${DOMAIN}:${url.port}`, tls: { cert: tls.cert, key: tls.key } });
+    a = await Sandbox.create({ ...h.opts, network: { httpsPorts: [8443] } });
+    await serve(a, 8000, "A");
+    await serve(a, 8443, "S", tls);
+  }, 120_000);
+  afterAll(async () => {
+    await h?.stop();
+    tls?.remove();
+  });
+
+  it("https://getHost(port) (the URL E2B code writes) and wss:// reach the sandbox's server; the domain handed out is the HTTPS port's", async () => {
+    expect(h.server.tlsUrl).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+    expect(a.getHost(8000)).toBe(`8000-${a.sandboxId}.${DOMAIN}:${new URL(h.server.tlsUrl).port}`);
+    const r = await http(`https://${a.getHost(8000)}/hello`, { ca: tls.ca });
+    expect(r.status).toBe(200);
+    expect(r.body.toString()).toBe("hello A 8000");
+    const sock = await ws(`wss://${a.getHost(8000)}/ws`, {}, tls.ca);
+    expect((await echo(sock, "over tls")).toString()).toBe("over tls");
+    sock.close();
+    // The plain HTTP port keeps serving everything (E2B_API_URL / E2B_SANDBOX_URL point there).
+    expect((await a.commands.run("echo ok")).stdout).toBe("ok\n");
+  });
+
+  it("a port listed in network.httpsPorts is reached over TLS inside the sandbox (its certificate unchecked, as E2B's proxy)", async () => {
+    const r = await http(`https://${a.getHost(8443)}/hello`, { ca: tls.ca });
+    expect(r.status).toBe(200);
+    expect(r.body.toString()).toBe("hello S 8443");
+    // Without httpsPorts the same TLS server would get plain HTTP: E2B's rule, not a guess.
+    const plain = await Sandbox.create({ ...h.opts });
+    try {
+      await serve(plain, 8443, "T", tls);
+      const bad = await http(`http://${plain.getHost(8443).replace(/:\d+$/, `:${new URL(h.url).port}`)}/hello`).catch((e: unknown) => e);
+      expect(bad instanceof Error || (bad as Answer).status !== 200).toBe(true);
+    } finally {
+      await plain.kill();
+    }
+  });
 });
