@@ -39,11 +39,11 @@ options:
   --max-timeout-s S          longest sandbox timeout a client may ask for (default 86400)
   --domain D                 the domain sandboxes are handed: the SDKs' getHost(port) is then
                              <port>-<sandboxId>.D, which must reach this server (wildcard DNS; a
-                             port may be part of D). Default localhost:<port> (docs/e2b.md, "Ports")
+                             port may be part of D). Default e2b.localhost:<port> (docs/e2b.md, "Ports")
   --tls-cert FILE --tls-key FILE  also serve HTTPS (same routes) with this certificate for
                              *.<domain> (PEM): E2B code reaches ports as https://getHost(port)
   --tls-port P               the HTTPS port (default: a free one; the listening line has it); the
-                             default domain is then localhost:<tls port>
+                             default domain is then e2b.localhost:<tls port>
   --port-idle-timeout-s S    a connection to a sandbox's port with no byte either way for S seconds
                              is closed (default 620, as E2B's proxy)
   --max-port-connections-per-sandbox N  connections to its ports one sandbox may have open (HTTP

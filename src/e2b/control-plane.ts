@@ -109,6 +109,11 @@ export class ControlPlane {
         if (!(await this.options.registry.resume(id, body.timeout))) throw new E2bApiError(409, `sandbox '${id}' is already running`);
         send(res, 201, this.created(this.options.registry.require(id)));
       })
+      // Template.exists(name): 'base' and the workspace templates (--templates) exist.
+      .route("GET", /^\/templates\/aliases\/([^/]+)$/, async (_req, res, alias) => {
+        if (!this.options.registry.templateNames().includes(alias)) throw new E2bApiError(404, `template '${alias}' not found`);
+        send(res, 200, { templateID: alias, public: false });
+      })
       .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noSnapshots))
       .route("GET", /^\/snapshots$/, unsupported("snapshots", noSnapshots))
       .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, unsupported("changing a sandbox's network", "a sandbox's internet access is set at create (allow_internet_access)"))

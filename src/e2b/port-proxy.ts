@@ -165,11 +165,11 @@ export class PortProxy {
   private forwardHeaders(headers: IncomingHttpHeaders, raw: string[], s: E2bSandbox, port: number, client: string | undefined, upgrade = false): OutgoingHttpHeaders {
     const out = upgrade ? rawHeaders(raw) : withoutHopByHop(headers, raw);
     if (upgrade) {
-      out["connection"] = "Upgrade";
-      if (headers.upgrade) out["upgrade"] = headers.upgrade;
+      out["Connection"] = "Upgrade";
+      if (headers.upgrade) out["Upgrade"] = headers.upgrade;
     }
-    if (s.maskRequestHost) out["host"] = s.maskRequestHost.replaceAll("${PORT}", String(port));
-    if (client) out["x-forwarded-for"] = headers["x-forwarded-for"] ? `${String(headers["x-forwarded-for"])}, ${client}` : client;
+    if (s.maskRequestHost) out["Host"] = s.maskRequestHost.replaceAll("${PORT}", String(port));
+    if (client) out["X-Forwarded-For"] = headers["x-forwarded-for"] ? `${String(headers["x-forwarded-for"])}, ${client}` : client;
     return out;
   }
 
@@ -211,16 +211,24 @@ function countBytes(stream: NodeJS.ReadableStream, max: number, over: () => void
   });
 }
 
-/** Headers in their original spelling and order (duplicates kept as arrays). */
+/**
+ * Headers by name, each name in Go's canonical form (`Host`, `X-Forwarded-For`), as E2B's
+ * proxy (Go's net/http) writes them to the sandbox's server; duplicates kept as arrays.
+ */
 function rawHeaders(raw: string[]): OutgoingHttpHeaders {
   const out: Record<string, string | string[]> = {};
   for (let i = 0; i + 1 < raw.length; i += 2) {
-    const k = raw[i]!.toLowerCase();
+    const k = canonical(raw[i]!);
     const v = raw[i + 1]!;
     const prev = out[k];
     out[k] = prev === undefined ? v : Array.isArray(prev) ? [...prev, v] : [prev, v];
   }
   return out;
+}
+
+/** Go's CanonicalMIMEHeaderKey: each dash-separated word capitalized (`content-type` → `Content-Type`). */
+export function canonical(name: string): string {
+  return name.toLowerCase().replace(/(^|-)([a-z])/g, (_m, dash: string, c: string) => dash + c.toUpperCase());
 }
 
 function withoutHopByHop(headers: IncomingHttpHeaders, raw: string[]): OutgoingHttpHeaders {
@@ -231,7 +239,7 @@ function withoutHopByHop(headers: IncomingHttpHeaders, raw: string[]): OutgoingH
       .filter(Boolean),
   );
   const out = rawHeaders(raw);
-  for (const k of Object.keys(out)) if (HOP_BY_HOP.has(k) || named.has(k)) delete out[k];
+  for (const k of Object.keys(out)) if (HOP_BY_HOP.has(k.toLowerCase()) || named.has(k.toLowerCase())) delete out[k];
   return out;
 }
 

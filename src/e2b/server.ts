@@ -25,6 +25,8 @@ import { PortProxy } from "./port-proxy.js";
 import { ENVD_PORT, requestTarget, type RequestTarget } from "./sandbox-target.js";
 
 const MiB = 1024 * 1024;
+/** The domain handed out without --domain (with the server's port). */
+export const DEFAULT_DOMAIN = "e2b.localhost";
 
 export interface E2bServerOptions {
   pool: E2bPool;
@@ -57,7 +59,7 @@ export interface E2bServerOptions {
   /**
    * The domain sandboxes are handed (create's `domain`): the SDKs' `getHost(port)` is then
    * `<port>-<sandboxId>.<domain>`, which must reach this server (wildcard DNS). Default
-   * `localhost:<port>` (docs/e2b.md, "Ports"). A function gets the URL the server listens on.
+   * `e2b.localhost:<port>` (docs/e2b.md, "Ports"). A function gets the URL the server listens on.
    */
   domain?: string | ((url: URL) => string);
   /** Bounds on each sandbox's port traffic (idle time, bytes each way, connections). */
@@ -176,13 +178,15 @@ export class E2bServer {
   }
 
   /**
-   * The domain sandboxes are handed: `--domain`, else `localhost:<port>` (of the HTTPS port
-   * when there is one: getHost's URLs are https in E2B code); `<port>-<id>.localhost` resolves
-   * to loopback in browsers, curl and systemd-resolved.
+   * The domain sandboxes are handed: `--domain`, else `e2b.localhost:<port>` (of the HTTPS
+   * port when there is one: getHost's URLs are https in E2B code). Every `*.localhost` name is
+   * loopback in browsers, curl and systemd-resolved (RFC 6761); a label before `localhost`
+   * lets a certificate name them all (`*.e2b.localhost`: TLS takes no wildcard right under a
+   * top-level name).
    */
   get domain(): string | undefined {
     const own = this.tlsUrl || this.url;
-    return this.domainOption ?? (own ? `localhost:${new URL(own).port}` : undefined);
+    return this.domainOption ?? (own ? `${DEFAULT_DOMAIN}:${new URL(own).port}` : undefined);
   }
 
   /** Stops taking requests and ends every sandbox (each slot is released and reset). */

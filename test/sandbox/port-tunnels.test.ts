@@ -4,7 +4,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openSlotPort, SlotPortError } from "../../src/pool/slot-port.js";
 import type { LeasedSlot } from "../../src/pool/types.js";
-import { readEvents, startServer, type TestServer } from "./helpers.js";
+import { SLOT_UID_BASE, isRoot, readEvents, startServer, type TestServer } from "./helpers.js";
 
 /**
  * Port tunnels (`GET /ports/connect`, protocol/port-tunnel.ts), through the pool's client
@@ -131,6 +131,20 @@ function nodeRss(pid: number): number {
     }
   }
   return total;
+}
+
+/** Host uids of the port relays running now (their command line names the binary). */
+function relayUids(): number[] {
+  const uids: number[] = [];
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      if (!readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("slotpool-port-relay")) continue;
+      uids.push(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]));
+    } catch {
+      /* gone */
+    }
+  }
+  return uids;
 }
 
 /** Everything a socket sends until its end. */
@@ -300,6 +314,10 @@ sleep 600`;
     await until(() => srv.out().includes("listening"), "silent server");
     // Idle: the server says nothing, the client says nothing; the sandbox server closes it (2 s here).
     const idleSock = await open("slot_0", port);
+    // Meanwhile its relay runs as the slot's uid on the host, never as the server's root.
+    const relays = relayUids();
+    expect(relays.length).toBeGreaterThan(0);
+    if (isRoot) expect(relays).toEqual(relays.map(() => SLOT_UID_BASE));
     await new Promise<void>((r) => idleSock.once("close", () => r()));
 
     const held = await open("slot_0", port);

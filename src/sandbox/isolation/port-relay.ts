@@ -7,7 +7,7 @@ import type { NetnsHolder } from "./slot-netns.js";
 /**
  * A connection to a port inside a slot's network namespace (the one its process sessions
  * share, slot-netns.ts), through the port relay (`native/port-relay.c`): a small process that
- * enters the namespace as the slot's uid, connects to 127.0.0.1:<port> (else [::1]) there and
+ * enters the holder's user and network namespaces and becomes the slot's uid there, connects to 127.0.0.1:<port> (else [::1]) there and
  * copies bytes to and from fd 3, a socket whose other end is returned here. One process per
  * connection, ≈ 1 ms to start; it ends when both sides have ended, on an error, when killed,
  * and with the server.
@@ -59,16 +59,14 @@ export interface RelayedConnection {
 const DIAL_TIMEOUT_MS = 10_000;
 
 /**
- * Opens a connection to `port` in the namespace `holder` owns, as `owner` (the slot's uid;
- * undefined: the server's own, a non-root server). `place` puts the relay into the slot's
- * cgroups. Rejects with PortRefusedError when nothing listens there.
+ * Opens a connection to `port` in the namespace `holder` owns (the relay becomes the slot's
+ * uid there). `place` puts the relay into the slot's cgroups. Rejects with PortRefusedError
+ * when nothing listens there.
  */
-export function relayToPort(binary: string, holder: NetnsHolder, port: number, owner: { uid: number; gid: number } | undefined, place: (pid: number) => void): Promise<RelayedConnection> {
+export function relayToPort(binary: string, holder: NetnsHolder, port: number, place: (pid: number) => void): Promise<RelayedConnection> {
   const pid = holder.pid;
   if (pid === undefined || !holder.alive) return Promise.reject(new PortRefusedError(port, "no process of the slot runs"));
-  const uid = owner?.uid ?? process.getuid?.() ?? 0;
-  const gid = owner?.gid ?? process.getgid?.() ?? 0;
-  const child = spawn(binary, [String(pid), String(port), String(uid), String(gid)], { stdio: ["ignore", "pipe", "pipe", "pipe"], env: {}, cwd: "/" });
+  const child = spawn(binary, [String(pid), String(port)], { stdio: ["ignore", "pipe", "pipe", "pipe"], env: {}, cwd: "/" });
   if (child.pid !== undefined) place(child.pid);
   const socket = child.stdio[3] as Socket;
   // Each side's end is passed on by the relay: this end must not close itself at the peer's FIN.

@@ -208,8 +208,9 @@ export class SlotNetworks {
 
   /** The slot's live namespace for this setting (network on or off), if one was started; never starts one. */
   existing(slot: number, network: boolean): NetnsHolder | undefined {
-    const h = this.holders.get(`${slot}:${network}`);
-    return h?.alive ? h : undefined;
+    const key = `${slot}:${network}`;
+    for (const [k, h] of this.holders) if ((k === key || k.startsWith(`${key}:`)) && h.alive) return h;
+    return undefined;
   }
 
   /** Ends the slot's namespaces (after its sessions: nothing is left listening). */

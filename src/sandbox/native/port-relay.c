@@ -3,14 +3,16 @@
  * one its process sessions share, slot-netns.ts), relayed over fd 3, a socket whose other
  * end the sandbox server holds (isolation/port-relay.ts).
  *
- *   port-relay <holder-pid> <port> <uid> <gid>
+ *   port-relay <holder-pid> <port>
  *
- *   1. opens the holder's user and network namespaces (/proc/<pid>/ns/{user,net});
- *   2. becomes <uid>/<gid> (the slot's, when started as root), no new privileges;
- *   3. joins them (setns: the holder's user namespace belongs to that uid, as for nsenter);
- *   4. connects to 127.0.0.1:<port>, else [::1]:<port>, and prints one line on stdout:
+ *   1. joins the holder's user namespace, then its network namespace (setns through
+ *      /proc/<pid>/ns/{user,net}: the server is root, or the owner of that user namespace);
+ *   2. becomes uid/gid 0 of that user namespace, which is the slot's uid on the host (a plain
+ *      slot's holder maps the slot's uid to 0; an image slot's namespace maps 0 to it), no new
+ *      privileges: it holds nothing of the host's;
+ *   3. connects to 127.0.0.1:<port>, else [::1]:<port>, and prints one line on stdout:
  *      "ok" or "refused <reason>" (then exits 2);
- *   5. copies bytes both ways until both have ended, passing each side's end on
+ *   4. copies bytes both ways until both have ended, passing each side's end on
  *      (shutdown(SHUT_WR)); an error on either side ends it.
  *
  * Nothing of the host's network is reachable from inside that namespace: the relay reaches
@@ -114,14 +116,12 @@ static int push(struct way *w) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: port-relay <holder-pid> <port> <uid> <gid>\n");
+  if (argc != 3) {
+    fprintf(stderr, "usage: port-relay <holder-pid> <port>\n");
     return 64;
   }
   long pid = number(argv[1], 1L << 30);
   int port = (int)number(argv[2], 65535);
-  uid_t uid = (uid_t)number(argv[3], 1L << 31);
-  gid_t gid = (gid_t)number(argv[4], 1L << 31);
   signal(SIGPIPE, SIG_IGN);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
 
@@ -131,13 +131,14 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
   int netns = open(path, O_RDONLY | O_CLOEXEC);
   if (userns < 0 || netns < 0) refuse("the slot's network namespace is gone");
-  if (getuid() == 0 && uid != 0) {
-    if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0) refuse("cannot become the slot's user");
-  }
-  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
   if (setns(userns, CLONE_NEWUSER) < 0 || setns(netns, CLONE_NEWNET) < 0) refuse("cannot enter the slot's network namespace");
   close(userns);
   close(netns);
+  /* Root of the slot's user namespace = the slot's uid on the host. setgroups may be denied
+     there ("deny" in setgroups): the supplementary groups are then already none. */
+  setgroups(0, NULL);
+  if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) refuse("cannot become the slot's user");
+  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 
   int up = dial(AF_INET, port);
   if (up < 0 && (errno == ECONNREFUSED || errno == EADDRNOTAVAIL || errno == ENETUNREACH)) up = dial(AF_INET6, port);

@@ -76,7 +76,7 @@ export class PortTunnels {
     const generation = slot.generation;
     let conn: RelayedConnection;
     try {
-      conn = await relayToPort(portRelayBinary(this.host.stateDir)!, holder, port, slot.owner, (pid) => this.host.cgroups.place(slot.index, pid));
+      conn = await relayToPort(portRelayBinary(this.host.stateDir)!, holder, port, (pid) => this.host.cgroups.place(slot.index, pid));
     } catch (err) {
       if (err instanceof PortRefusedError) throw new PortClosedError(port, `nothing listens on port ${port} in ${slot.id} (${err.reason})`);
       throw err;

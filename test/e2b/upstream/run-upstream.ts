@@ -26,11 +26,13 @@ export async function runUpstreamJs(repo: string): Promise<{ outcomes: UpstreamO
       child.once("close", () => resolve(out));
     });
     const parsed = JSON.parse(readFileSync(report, "utf8")) as {
-      testResults: { name: string; assertionResults: { fullName: string; status: string; failureMessages: string[] }[] }[];
+      testResults: { name: string; status: string; message?: string; assertionResults: { fullName: string; status: string; failureMessages: string[] }[] }[];
     };
     const outcomes: UpstreamOutcome[] = [];
     for (const file of parsed.testResults) {
       const rel = file.name.split("/test/e2b/upstream/js/")[1] ?? file.name;
+      // A file that fails to load runs no test: counted as one failure, never silently dropped.
+      if (file.assertionResults.length === 0 && file.status === "failed") outcomes.push({ key: `${rel} :: (the file did not load)`, passed: false, message: (file.message ?? "").split("\n")[0]!.slice(0, 300) });
       for (const t of file.assertionResults) {
         outcomes.push({ key: `${rel} :: ${t.fullName}`, passed: t.status === "passed", message: (t.failureMessages[0] ?? "").split("\n")[0]!.slice(0, 300) });
       }
@@ -46,15 +48,26 @@ export async function runUpstreamJs(repo: string): Promise<{ outcomes: UpstreamO
  * venv of scripts/setup-python.sh) against `server`, and returns every outcome from pytest's
  * JUnit report (a skip counts as not passed).
  */
-export async function runUpstreamPython(repo: string, python: string, server: { url: string; apiKey: string }): Promise<{ outcomes: UpstreamOutcome[]; output: string }> {
+export async function runUpstreamPython(repo: string, python: string, server: { url: string; apiKey: string; tls?: { caFile: string } | undefined }): Promise<{ outcomes: UpstreamOutcome[]; output: string }> {
   const dir = mkdtempSync(join(tmpdir(), "slotpool-e2b-upstream-py-"));
   const report = join(dir, "junit.xml");
   const root = join(repo, "test/e2b/upstream/python");
   try {
     const output = await new Promise<string>((resolve) => {
-      const child = spawn(python, ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", `--junitxml=${report}`, "-o", "junit_family=xunit1", root], {
+      // -p slotpool_localhost: `*.localhost` is loopback, as with systemd-resolved (https://get_host(port)).
+      const child = spawn(python, ["-m", "pytest", "-p", "no:cacheprovider", "-p", "slotpool_localhost", "-q", "-n", "2", `--junitxml=${report}`, "-o", "junit_family=xunit1", root], {
         cwd: root,
-        env: { ...process.env, E2B_API_URL: server.url, E2B_SANDBOX_URL: server.url, E2B_API_KEY: server.apiKey, E2B_DOMAIN: new URL(server.url).host },
+        env: {
+          ...process.env,
+          E2B_API_URL: server.url,
+          E2B_SANDBOX_URL: server.url,
+          E2B_API_KEY: server.apiKey,
+          E2B_DOMAIN: new URL(server.url).host,
+          // The plugin lives beside the tests (pytest loads -p plugins before the ini's pythonpath).
+          PYTHONPATH: [root, process.env["PYTHONPATH"]].filter(Boolean).join(":"),
+          // httpx trusts the server's certificate (a throwaway CA's) for https://get_host(port).
+          ...(server.tls ? { SSL_CERT_FILE: server.tls.caFile } : {}),
+        },
         stdio: ["ignore", "pipe", "pipe"],
       });
       let out = "";
