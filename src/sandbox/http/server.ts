@@ -21,6 +21,7 @@ import { artifactCall } from "../service/file-calls.js";
 import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
 import { handlePortUpgrade } from "./port-routes.js";
+import { addVolumeRoutes } from "./volume-routes.js";
 import { PORT_TUNNEL_PATH } from "../../protocol/port-tunnel.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "../service/service.js";
 
@@ -123,7 +124,7 @@ export class SandboxServer {
   private routeTable(): RouteTable {
     const svc = this.service;
     const artifacts = (kind: "read" | "list" | "archive"): RouteHandler => (req, res) => this.artifacts(req, res, kind);
-    return addProcessRoutes(new RouteTable(), svc, this.body)
+    return addVolumeRoutes(addProcessRoutes(new RouteTable(), svc, this.body), svc, this.body)
       .add(
         "GET",
         "/health",
