@@ -32,7 +32,7 @@ describe("sandbox server volumes", () => {
 
   const post = (path: string, body: unknown) => s.post(path, body, auth);
   const put = async (id: string, path: string, data: Uint8Array | string, query = "") =>
-    fetch(`${s.url}/volumes/file?volume_id=${id}&path=${encodeURIComponent(path)}${query}`, { method: "PUT", headers: auth, body: typeof data === "string" ? data : new Blob([data]) });
+    fetch(`${s.url}/volumes/file?volume_id=${id}&path=${encodeURIComponent(path)}${query}`, { method: "PUT", headers: auth, body: typeof data === "string" ? data : new Uint8Array(data) });
   const get = async (id: string, path: string) => fetch(`${s.url}/volumes/file?volume_id=${id}&path=${encodeURIComponent(path)}`, { headers: auth });
 
   /** Runs `script` in a session of `slot` with `volumes` mounted; its output and exit code. */
