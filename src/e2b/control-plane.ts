@@ -5,6 +5,7 @@ import { readJsonBody } from "../http/body.js";
 import { requestTarget } from "../http/target.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
+import { VolumeMountPathSchema } from "../protocol/volumes.js";
 
 /**
  * The control plane of E2B's API (what `E2B_API_URL` points at), the subset the `e2b` SDK
@@ -45,7 +46,7 @@ const CreateBodySchema = z.object({
       egressProxy: z.unknown().optional(),
     })
     .nullish(),
-  volumeMounts: z.array(z.unknown()).optional(),
+  volumeMounts: z.array(z.object({ name: z.string().min(1).max(128), path: VolumeMountPathSchema })).max(16).nullish(),
   mcp: z.unknown().optional(),
 });
 const TimeoutBodySchema = z.object({ timeout: z.number().int().min(0) });
@@ -61,6 +62,8 @@ export interface ControlPlaneOptions {
   memoryMB: number;
   /** The domain sandboxes are handed (the SDKs' getHost: `<port>-<id>.<domain>`). */
   domain: () => string | undefined;
+  /** Volumes by name (create's volumeMounts); undefined: this server keeps none. */
+  volumeByName?: (name: string) => Promise<{ volume_id: string } | undefined>;
 }
 
 type Handler = (req: IncomingMessage, res: ServerResponse, id: string) => Promise<void>;
@@ -145,7 +148,8 @@ export class ControlPlane {
     throw new E2bApiError(404, `no route ${req.method} ${path} (slotpool serves the sandbox part of E2B's API, see docs/e2b.md)`);
   }
 
-  private checkKey(req: IncomingMessage): void {
+  /** The API key check of every control-plane route but /health (X-API-Key, constant time). */
+  checkKey(req: IncomingMessage): void {
     const key = req.headers["x-api-key"];
     if (typeof key !== "string" || key === "") throw new E2bApiError(401, "missing X-API-Key header");
     if (!timingSafeEqual(createHash("sha256").update(key).digest(), this.keyHash)) throw new E2bApiError(401, "invalid API key");
@@ -159,7 +163,7 @@ export class ControlPlane {
     if (net && ((net.allowOut?.length ?? 0) > 0 || (net.denyOut?.length ?? 0) > 0 || Object.keys(net.rules ?? {}).length > 0 || (net.egressProxy !== undefined && net.egressProxy !== null))) {
       throw new E2bApiError(400, "egress rules (network.allowOut, denyOut, rules, egressProxy) are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)", "network");
     }
-    if (body.volumeMounts?.length) throw new E2bApiError(400, "volume mounts are not supported by slotpool");
+    const volumeMounts = await this.resolveMounts(body.volumeMounts ?? []);
     // \`mcp\` is accepted: the SDK starts the gateway itself, and the sandbox's \`mcp-gateway\` says there is none (user-shims.ts).
     const s = await this.options.registry.create({
       templateID: body.templateID,
@@ -169,8 +173,24 @@ export class ControlPlane {
       allowInternetAccess: body.allow_internet_access ?? undefined,
       lifecycle: { onTimeout: body.autoPause ? "pause" : "kill", keepMemory: body.autoPauseMemory !== false, autoResume: body.autoResume?.enabled === true },
       network: net ? { allowPublicTraffic: net.allowPublicTraffic, maskRequestHost: net.maskRequestHost, httpsPorts: net.httpsPorts } : undefined,
+      volumeMounts,
     });
     send(res, 201, this.created(s));
+  }
+
+  /** E2B's volumeMounts (by volume name) as mounts by id; an unknown name is a 400 naming it. */
+  private async resolveMounts(mounts: Array<{ name: string; path: string }>): Promise<Array<{ volume_id: string; name: string; path: string }>> {
+    if (mounts.length === 0) return [];
+    const byName = this.options.volumeByName;
+    if (!byName) throw new E2bApiError(400, "this server keeps no volumes", "volumeMounts");
+    if (new Set(mounts.map((m) => m.path.replace(/\/+$/, ""))).size !== mounts.length) throw new E2bApiError(400, "two volumes are mounted at the same path", "volumeMounts");
+    return Promise.all(
+      mounts.map(async (m, i) => {
+        const v = await byName(m.name);
+        if (!v) throw new E2bApiError(400, `volumeMounts.${i}.name: no volume named '${m.name}' (Volume.create makes one)`, `volumeMounts.${i}.name`);
+        return { volume_id: v.volume_id, name: m.name, path: m.path };
+      }),
+    );
   }
 
   private async list(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -238,7 +258,7 @@ export class ControlPlane {
       metadata: s.metadata,
       state: s.state,
       envdVersion: ENVD_VERSION,
-      volumeMounts: [],
+      volumeMounts: s.volumeMounts.map((m) => ({ name: m.name, path: m.path })),
     };
   }
 

@@ -1,14 +1,17 @@
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
 import type { Logger } from "../observability/logger.js";
-import type { AcquireOptions, LeasedSlot, TemplateSpec } from "../pool/types.js";
+import type { AcquireOptions, ContainerInfo, LeasedSlot, TemplateSpec } from "../pool/types.js";
 import { SlotForkError } from "../pool/errors.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { PauseResume } from "./pause-resume.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } from "./slot-processes.js";
 import { DEFAULT_PORT_LIMITS, SandboxPorts, type PortLimits } from "./sandbox-ports.js";
+import type { VolumeMount } from "../protocol/volumes.js";
 
 /** What the registry needs from a pool (SlotPool implements it). */
 export interface E2bPool {
+  /** The pool's containers (SlotPool's): volumes are served through any ready one. */
+  containerList?(): Array<ContainerInfo & { state: string }>;
   acquire(options: AcquireOptions): Promise<LeasedSlot>;
   release(slot: LeasedSlot, options?: { reset?: boolean }): Promise<void>;
   useTemplate?(slot: LeasedSlot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
@@ -30,6 +33,8 @@ export interface E2bSandbox {
   readonly maskRequestHost: string | undefined;
   /** What create asked of its network (kept for forks). */
   readonly network: SandboxNetwork;
+  /** Volumes mounted into every process of the sandbox (E2B's volumeMounts, by name and id). */
+  readonly volumeMounts: ReadonlyArray<VolumeMount & { name: string }>;
   readonly envs: Record<string, string>;
   readonly metadata: Record<string, string>;
   /** Commands get internet (the slot's own network namespace); else loopback only. */
@@ -73,6 +78,8 @@ export interface CreateSandbox {
   /** E2B's lifecycle: autoPause (pause instead of kill on timeout), autoPauseMemory, autoResume. */
   lifecycle?: Partial<SandboxLifecycle> | undefined;
   network?: SandboxNetwork | undefined;
+  /** Volumes to mount (resolved from E2B's names to ids by the caller). */
+  volumeMounts?: Array<VolumeMount & { name: string }> | undefined;
 }
 
 export interface SandboxRegistryOptions {
@@ -153,26 +160,36 @@ export class SandboxRegistry {
       throw err;
     }
     const lifecycle = { onTimeout: "kill" as const, keepMemory: true, autoResume: false, ...req.lifecycle };
-    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {} });
+    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [] });
   }
 
   /** A held slot becomes a live sandbox (create, fork). */
   private register(
     id: string,
     slot: LeasedSlot,
-    o: { templateId: string; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number; allowNetwork: boolean; lifecycle: SandboxLifecycle; network: SandboxNetwork },
+    o: {
+      templateId: string;
+      envs: Record<string, string>;
+      metadata: Record<string, string>;
+      timeoutS: number;
+      allowNetwork: boolean;
+      lifecycle: SandboxLifecycle;
+      network: SandboxNetwork;
+      volumeMounts: ReadonlyArray<VolumeMount & { name: string }>;
+    },
   ): E2bSandbox {
     const now = new Date();
     const sandbox: E2bSandbox = {
       id,
       templateId: o.templateId,
       slot,
-      processes: new SlotProcesses(slot, this.options.processLimits ?? DEFAULT_SLOT_PROCESS_LIMITS),
+      processes: new SlotProcesses(slot, this.options.processLimits ?? DEFAULT_SLOT_PROCESS_LIMITS, o.volumeMounts.map((m) => ({ volume_id: m.volume_id, path: m.path }))),
       ports: new SandboxPorts(slot, o.allowNetwork, this.options.portLimits ?? DEFAULT_PORT_LIMITS, new Set(o.network.httpsPorts ?? [])),
       accessToken: randomBytes(24).toString("base64url"),
       trafficAccessToken: o.network.allowPublicTraffic === false ? randomBytes(24).toString("base64url") : undefined,
       maskRequestHost: o.network.maskRequestHost,
       network: o.network,
+      volumeMounts: o.volumeMounts,
       envs: o.envs,
       metadata: o.metadata,
       allowNetwork: o.allowNetwork,
@@ -209,7 +226,7 @@ export class SandboxRegistry {
       const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
       return ids.map(() => e);
     }
-    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network }));
+    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network, volumeMounts: source.volumeMounts }));
   }
 
   /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */

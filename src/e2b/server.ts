@@ -22,6 +22,8 @@ import { SandboxRegistry, type E2bPool } from "./sandboxes.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS } from "./slot-processes.js";
 import { DEFAULT_PORT_LIMITS, type PortLimits } from "./sandbox-ports.js";
 import { PortProxy } from "./port-proxy.js";
+import { VolumeApi } from "./volume-api.js";
+import { SandboxVolumes } from "./volume-backend.js";
 import { ENVD_PORT, requestTarget, type RequestTarget } from "./sandbox-target.js";
 
 const MiB = 1024 * 1024;
@@ -85,6 +87,8 @@ export class E2bServer {
   private readonly logger: Logger;
   private readonly files: FilesLimits;
   private readonly ports: PortProxy;
+  /** E2B's Volume APIs, where the pool can name its containers (volume-api.ts). */
+  private readonly volumes: VolumeApi | undefined;
   private domainOption: string | undefined;
   private readonly domainOf: ((url: URL) => string) | undefined;
   url = "";
@@ -120,7 +124,17 @@ export class E2bServer {
     });
     if (typeof options.domain === "function") this.domainOf = options.domain;
     else this.domainOption = options.domain;
-    this.control = new ControlPlane({ apiKey: options.apiKey, registry: this.registry, memoryMB: options.memoryMB ?? 1024, domain: () => this.domain });
+    const volumes = options.pool.containerList ? new SandboxVolumes(options.pool) : undefined;
+    this.volumes = volumes
+      ? new VolumeApi({ volumes, domain: () => this.domain, mounted: (id) => this.registry.list().find((s) => s.volumeMounts.some((m) => m.volume_id === id))?.id })
+      : undefined;
+    this.control = new ControlPlane({
+      apiKey: options.apiKey,
+      registry: this.registry,
+      memoryMB: options.memoryMB ?? 1024,
+      domain: () => this.domain,
+      ...(volumes ? { volumeByName: (name: string) => volumes.byName(name) } : {}),
+    });
     this.ports = new PortProxy(this.registry, this.logger);
     const registry = this.registry;
     const maxWatchers = options.maxWatchersPerSandbox;
@@ -205,6 +219,12 @@ export class E2bServer {
     if (target.kind === "control") {
       // A signed /files URL used through E2B_SANDBOX_URL carries no sandbox id: its signature names the sandbox.
       if (path === "/files" && /[?&]signature=/.test(req.url ?? "")) return handleFiles(this.registry, req, res, this.files);
+      // Volumes: the content API opens with the volume's token, the rest with the API key.
+      if (VolumeApi.isContent(path)) return this.need(this.volumes, "volumes").content(req, res);
+      if (path === "/volumes" || path.startsWith("/volumes/")) {
+        this.control.checkKey(req);
+        if (await this.need(this.volumes, "volumes").control(req, res, path)) return;
+      }
       return this.control.handle(req, res);
     }
     // A port of the sandbox's own: its server gets the request (port-proxy.ts).
@@ -225,6 +245,12 @@ export class E2bServer {
       return;
     }
     throw new HttpError(404, `no in-sandbox route ${req.method} ${path} (slotpool serves envd's process and filesystem services, /files and /health)`);
+  }
+
+  /** A part this server may lack (volumes need a pool that names its containers): 501 without it. */
+  private need<T>(part: T | undefined, what: string): T {
+    if (part === undefined) throw new E2bUnsupportedError(`${what} need a pool whose containers this server can reach (SlotPool's)`);
+    return part;
   }
 
   private fail(req: IncomingMessage, res: ServerResponse, err: unknown): void {
