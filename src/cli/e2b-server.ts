@@ -40,6 +40,8 @@ options:
   --domain D                 the domain sandboxes are handed: the SDKs' getHost(port) is then
                              <port>-<sandboxId>.D, which must reach this server (wildcard DNS; a
                              port may be part of D). Default e2b.localhost:<port> (docs/e2b.md, "Ports")
+  --secrets-file FILE        keep E2B secrets (Secret.create) in FILE (mode 0600) so they outlive the
+                             server; default: in memory only
   --tls-cert FILE --tls-key FILE  also serve HTTPS (same routes) with this certificate for
                              *.<domain> (PEM): E2B code reaches ports as https://getHost(port)
   --tls-port P               the HTTPS port (default: a free one; the listening line has it); the
@@ -139,6 +141,7 @@ export async function run(argv: string[]): Promise<number> {
       "max-timeout-s": { type: "string" },
       domain: { type: "string" },
       "tls-cert": { type: "string" },
+      "secrets-file": { type: "string" },
       "tls-key": { type: "string" },
       "tls-port": { type: "string" },
       "port-idle-timeout-s": { type: "string" },
@@ -187,7 +190,7 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     logger.flush();
   }
-  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network"), ...(domain ? { domain } : {}), ...(tls ? { tls } : {}), ...bounds });
+  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network"), ...(domain ? { domain } : {}), ...(tls ? { tls } : {}), ...(stringFlag(flags, "secrets-file") ? { secretsFile: stringFlag(flags, "secrets-file")! } : {}), ...bounds });
   let stopping: Promise<void> | undefined;
   // Killing the server ends every sandbox: each slot is released (reset), then the pool stops.
   const shutdown = () => (stopping ??= server.close().then(() => backend.close()));

@@ -62,6 +62,8 @@ export interface ControlPlaneOptions {
   memoryMB: number;
   /** The domain sandboxes are handed (the SDKs' getHost: `<port>-<id>.<domain>`). */
   domain: () => string | undefined;
+  /** Resolves `${e2b.secrets.<name>}` in create's envVars (secrets.ts); undefined: left as they are. */
+  resolveSecrets?: (envs: Record<string, string>) => { envs: Record<string, string>; secretKeys: string[] };
   /** Volumes by name (create's volumeMounts); undefined: this server keeps none. */
   volumeByName?: (name: string) => Promise<{ volume_id: string } | undefined>;
 }
@@ -164,10 +166,12 @@ export class ControlPlane {
       throw new E2bApiError(400, "egress rules (network.allowOut, denyOut, rules, egressProxy) are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)", "network");
     }
     const volumeMounts = await this.resolveMounts(body.volumeMounts ?? []);
+    const secrets = this.options.resolveSecrets?.(body.envVars ?? {}) ?? { envs: body.envVars ?? {}, secretKeys: [] };
     // \`mcp\` is accepted: the SDK starts the gateway itself, and the sandbox's \`mcp-gateway\` says there is none (user-shims.ts).
     const s = await this.options.registry.create({
       templateID: body.templateID,
-      envVars: body.envVars ?? undefined,
+      envVars: secrets.envs,
+      secretEnvKeys: secrets.secretKeys,
       metadata: body.metadata ?? undefined,
       timeout: body.timeout,
       allowInternetAccess: body.allow_internet_access ?? undefined,

@@ -36,6 +36,8 @@ export interface E2bSandbox {
   /** Volumes mounted into every process of the sandbox (E2B's volumeMounts, by name and id). */
   readonly volumeMounts: ReadonlyArray<VolumeMount & { name: string }>;
   readonly envs: Record<string, string>;
+  /** The envs whose values came from secrets (never listed with the commands: process-service.ts). */
+  readonly secretEnvKeys: readonly string[];
   readonly metadata: Record<string, string>;
   /** Commands get internet (the slot's own network namespace); else loopback only. */
   readonly allowNetwork: boolean;
@@ -78,6 +80,8 @@ export interface CreateSandbox {
   /** E2B's lifecycle: autoPause (pause instead of kill on timeout), autoPauseMemory, autoResume. */
   lifecycle?: Partial<SandboxLifecycle> | undefined;
   network?: SandboxNetwork | undefined;
+  /** Which of envVars hold secret values (the caller resolved their placeholders). */
+  secretEnvKeys?: string[] | undefined;
   /** Volumes to mount (resolved from E2B's names to ids by the caller). */
   volumeMounts?: Array<VolumeMount & { name: string }> | undefined;
 }
@@ -160,7 +164,7 @@ export class SandboxRegistry {
       throw err;
     }
     const lifecycle = { onTimeout: "kill" as const, keepMemory: true, autoResume: false, ...req.lifecycle };
-    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [] });
+    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [], secretEnvKeys: req.secretEnvKeys ?? [] });
   }
 
   /** A held slot becomes a live sandbox (create, fork). */
@@ -176,6 +180,7 @@ export class SandboxRegistry {
       lifecycle: SandboxLifecycle;
       network: SandboxNetwork;
       volumeMounts: ReadonlyArray<VolumeMount & { name: string }>;
+      secretEnvKeys: readonly string[];
     },
   ): E2bSandbox {
     const now = new Date();
@@ -191,6 +196,7 @@ export class SandboxRegistry {
       network: o.network,
       volumeMounts: o.volumeMounts,
       envs: o.envs,
+      secretEnvKeys: o.secretEnvKeys,
       metadata: o.metadata,
       allowNetwork: o.allowNetwork,
       startedAt: now,
@@ -226,7 +232,7 @@ export class SandboxRegistry {
       const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
       return ids.map(() => e);
     }
-    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network, volumeMounts: source.volumeMounts }));
+    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network, volumeMounts: source.volumeMounts, secretEnvKeys: source.secretEnvKeys }));
   }
 
   /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */

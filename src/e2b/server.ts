@@ -24,6 +24,7 @@ import { DEFAULT_PORT_LIMITS, type PortLimits } from "./sandbox-ports.js";
 import { PortProxy } from "./port-proxy.js";
 import { VolumeApi } from "./volume-api.js";
 import { SandboxVolumes } from "./volume-backend.js";
+import { SecretStore } from "./secrets.js";
 import { ENVD_PORT, requestTarget, type RequestTarget } from "./sandbox-target.js";
 
 const MiB = 1024 * 1024;
@@ -66,6 +67,8 @@ export interface E2bServerOptions {
   domain?: string | ((url: URL) => string);
   /** Bounds on each sandbox's port traffic (idle time, bytes each way, connections). */
   portLimits?: Partial<PortLimits>;
+  /** Where secrets are kept (mode 0600) to outlive the server; default: in memory only (secrets.ts). */
+  secretsFile?: string;
   /** HTTPS beside HTTP (same routes), for getHost's https:// URLs: a certificate for `*.<domain>` (PEM), on `port` (default: a free one). */
   tls?: { cert: string | Buffer; key: string | Buffer; port?: number };
 }
@@ -89,6 +92,8 @@ export class E2bServer {
   private readonly ports: PortProxy;
   /** E2B's Volume APIs, where the pool can name its containers (volume-api.ts). */
   private readonly volumes: VolumeApi | undefined;
+  /** E2B's secrets (secrets.ts): their values reach sandboxes' environments only. */
+  private readonly secrets: SecretStore;
   private domainOption: string | undefined;
   private readonly domainOf: ((url: URL) => string) | undefined;
   url = "";
@@ -124,6 +129,7 @@ export class E2bServer {
     });
     if (typeof options.domain === "function") this.domainOf = options.domain;
     else this.domainOption = options.domain;
+    this.secrets = new SecretStore(options.secretsFile);
     const volumes = options.pool.containerList ? new SandboxVolumes(options.pool) : undefined;
     this.volumes = volumes
       ? new VolumeApi({ volumes, domain: () => this.domain, mounted: (id) => this.registry.list().find((s) => s.volumeMounts.some((m) => m.volume_id === id))?.id })
@@ -134,6 +140,7 @@ export class E2bServer {
       memoryMB: options.memoryMB ?? 1024,
       domain: () => this.domain,
       ...(volumes ? { volumeByName: (name: string) => volumes.byName(name) } : {}),
+      resolveSecrets: (envs) => this.secrets.resolve(envs),
     });
     this.ports = new PortProxy(this.registry, this.logger);
     const registry = this.registry;
@@ -224,6 +231,10 @@ export class E2bServer {
       if (path === "/volumes" || path.startsWith("/volumes/")) {
         this.control.checkKey(req);
         if (await this.need(this.volumes, "volumes").control(req, res, path)) return;
+      }
+      if (path === "/secrets" || path.startsWith("/secrets/")) {
+        this.control.checkKey(req);
+        if (await this.secrets.handle(req, res, path)) return;
       }
       return this.control.handle(req, res);
     }
