@@ -6,6 +6,7 @@ import { requestTarget } from "../http/target.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
 import { VolumeMountPathSchema } from "../protocol/volumes.js";
+import { SandboxMetrics } from "./sandbox-metrics.js";
 
 /**
  * The control plane of E2B's API (what `E2B_API_URL` points at), the subset the `e2b` SDK
@@ -74,6 +75,7 @@ export class ControlPlane {
   private readonly keyHash: Buffer;
   private readonly routes: Array<{ method: string; pattern: RegExp; handler: Handler }> = [];
   private readonly forkBodies = new WeakMap<IncomingMessage, z.output<typeof ForkBodySchema>>();
+  private readonly metrics = new SandboxMetrics();
 
   constructor(private readonly options: ControlPlaneOptions) {
     this.keyHash = createHash("sha256").update(options.apiKey).digest();
@@ -122,7 +124,18 @@ export class ControlPlane {
       .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noSnapshots))
       .route("GET", /^\/snapshots$/, unsupported("snapshots", noSnapshots))
       .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, unsupported("changing a sandbox's network", "a sandbox's internet access is set at create (allow_internet_access)"))
-      .route("GET", /^\/(?:v2\/)?sandboxes\/([^/]+)\/(?:metrics|logs)$/, unsupported("sandbox metrics and logs", "see the sandbox server's /metrics and the server log"))
+      .route("GET", /^\/sandboxes\/([^/]+)\/metrics$/, async (req, res, id) => {
+        const s = this.options.registry.require(id);
+        const { query } = requestTarget(req.url);
+        const at = (k: string): number | undefined => {
+          const v = query.get(k);
+          if (v === null || v === "") return undefined;
+          if (!/^\d+$/.test(v)) throw new E2bApiError(400, `${k} must be a Unix time in seconds`, k);
+          return Number(v);
+        };
+        send(res, 200, await this.metrics.metrics(s, () => s.processes.usage(), at("start"), at("end")));
+      })
+      .route("GET", /^\/(?:v2\/)?sandboxes\/([^/]+)\/logs$/, unsupported("sandbox logs", "see the server log"))
       .route("GET", /^\/sandboxes\/metrics$/, unsupported("sandbox metrics", "see the sandbox server's /metrics"));
   }
 

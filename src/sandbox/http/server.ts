@@ -22,6 +22,7 @@ import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
 import { handlePortUpgrade } from "./port-routes.js";
 import { addVolumeRoutes } from "./volume-routes.js";
+import { addUsageRoutes } from "./usage-routes.js";
 import { PORT_TUNNEL_PATH } from "../../protocol/port-tunnel.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "../service/service.js";
 
@@ -124,7 +125,7 @@ export class SandboxServer {
   private routeTable(): RouteTable {
     const svc = this.service;
     const artifacts = (kind: "read" | "list" | "archive"): RouteHandler => (req, res) => this.artifacts(req, res, kind);
-    return addVolumeRoutes(addProcessRoutes(new RouteTable(), svc, this.body), svc, this.body)
+    return addUsageRoutes(addVolumeRoutes(addProcessRoutes(new RouteTable(), svc, this.body), svc, this.body), svc, this.body)
       .add(
         "GET",
         "/health",

@@ -186,6 +186,11 @@ export class ProcessSessions {
     });
   }
 
+  /** The pids of the slot's sessions (and the one started ahead): the roots of its process trees. */
+  sessionPids(slot: Slot): number[] {
+    return [...(this.bySlot.get(slot.index)?.values() ?? []), this.warm.get(slot.index)].flatMap((s) => (s?.child.pid ? [s.child.pid] : []));
+  }
+
   /** Whether the slot has run process sessions (an E2B slot: its bash namespace is not used, no need to warm it). */
   runsSessions(slot: Slot): boolean {
     return this.used.has(slot.index);
