@@ -1,13 +1,8 @@
-import type { E2bSandbox } from "./sandboxes.js";
+import type { SlotUsageSample } from "./slot-processes.js";
 
-/** One sample of a slot's use (the sandbox server's `POST /slots/usage`). */
-export interface SlotUsageSample {
-  timestamp: number;
-  cpu_seconds: number;
-  mem_used: number;
-  mem_total: number;
-  disk_used: number;
-  disk_total: number;
+/** What the metrics keep per sandbox: its start (the first sample's CPU share counts from it). */
+interface Measured {
+  readonly startedAt: Date;
 }
 
 /** E2B's SandboxMetric. */
@@ -37,10 +32,10 @@ const FRESH_MS = 1000;
  * reports. `memCache` is 0 (page cache is not counted per slot).
  */
 export class SandboxMetrics {
-  private readonly samples = new WeakMap<E2bSandbox, SandboxMetric[]>();
-  private readonly last = new WeakMap<E2bSandbox, SlotUsageSample>();
+  private readonly samples = new WeakMap<Measured, SandboxMetric[]>();
+  private readonly last = new WeakMap<Measured, SlotUsageSample>();
 
-  async metrics(s: E2bSandbox, sample: () => Promise<SlotUsageSample>, startS?: number, endS?: number): Promise<SandboxMetric[]> {
+  async metrics(s: Measured, sample: () => Promise<SlotUsageSample>, startS?: number, endS?: number): Promise<SandboxMetric[]> {
     const kept = this.samples.get(s) ?? [];
     const newest = kept.at(-1);
     if (!newest || Date.now() - newest.timestampUnix * 1000 >= FRESH_MS) {

@@ -2,7 +2,6 @@ import { Agent, request, type Dispatcher } from "undici";
 import type { ProcessEvent, ProcessInfo, ProcessStartRequest } from "../protocol/process-session.js";
 import type { LeasedSlot } from "../pool/types.js";
 import type { VolumeMount } from "../protocol/volumes.js";
-import type { SlotUsageSample } from "./sandbox-metrics.js";
 import { E2bApiError } from "./errors.js";
 
 /** The events of a started or re-attached process; `close()` stops listening (the process goes on). */
@@ -10,6 +9,16 @@ export interface ProcessStream {
   readonly pid: number;
   events: AsyncIterable<ProcessEvent>;
   close(): void;
+}
+
+/** One sample of a slot's use (the sandbox server's `POST /slots/usage`, sandbox/tools/slot-usage.ts). */
+export interface SlotUsageSample {
+  timestamp: number;
+  cpu_seconds: number;
+  mem_used: number;
+  mem_total: number;
+  disk_used: number;
+  disk_total: number;
 }
 
 /** What a finished helper command gave (filesystem operations, /files). */
