@@ -73,7 +73,8 @@ export class SandboxServer {
       const path = requestPath(req.url);
       try {
         if (path !== "/ws" && path !== PORT_TUNNEL_PATH) throw new HttpError(404, `no upgrade route ${path}`);
-        this.auth.check(req);
+        // ?token= only on the WebSocket (browsers cannot set headers); a port tunnel's client sends the header.
+        this.auth.check(req, path === "/ws" ? "upgrade" : "request");
       } catch (err) {
         const status = errorStatus(err);
         const body = JSON.stringify({ error: err instanceof Error ? err.message : String(err) });
