@@ -17,6 +17,7 @@ import { BashRunner } from "../tools/bash.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { OnChunk, ToolOutcome } from "../core/tool-outcome.js";
 import { StatefulSessions } from "../tools/stateful.js";
+import { VolumeStore } from "../workspace/volume-store.js";
 import { ProcessSessions } from "../tools/process-sessions.js";
 import type { CappedOutput } from "../run/output.js";
 import type { RunResult } from "../run/runner.js";
@@ -80,6 +81,8 @@ export interface SandboxServiceOptions {
   maxWriteBytes?: number;
   /** Size budget of workspace templates (LRU eviction of unused ones above it). */
   templateBudgetBytes?: number;
+  volumesDir?: string; // volumes (workspace/volume-store.ts): default <data dir>/volumes, shared by a pool's containers
+  volumeOwner?: number; // as root, the uid their files belong to on disk (default 19999)
   logger: Logger;
 }
 
@@ -228,7 +231,7 @@ export class SandboxService implements SlotHost {
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashRunner(this);
     this.stateful = new StatefulSessions(this);
-    this.processes = new ProcessSessions(this);
+    this.processes = new ProcessSessions(this, VolumeStore.forServer(options, dataDir, this.stateDir, perSlotUid && isRoot));
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
