@@ -29,6 +29,12 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v setfattr >/dev/null 2>&1 || need+=(attr)
 # The security suite runs a small Python program inside a slot (test/security/fixtures).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# `python` as well as `python3` in a slot (python-is-python3: the /usr/bin/python link): E2B
+# code and E2B's own tests run `python -m http.server` (test/e2b/upstream), agents do too.
+[ -e /usr/bin/python ] || need+=(python-is-python3)
+# openssl: the tests make a throwaway CA and certificate for the E2B server's HTTPS port
+# (test/support/test-tls.ts).
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # The tests' virtualenv of real Python clients (scripts/setup-python.sh) needs venv support in
 # the system's python3, which a non-root user runs (Debian splits it into python3-venv).
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1; then

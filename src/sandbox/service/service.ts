@@ -18,6 +18,7 @@ import { BashRunner } from "../tools/bash.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { OnChunk, ToolOutcome } from "../core/tool-outcome.js";
 import { StatefulSessions } from "../tools/stateful.js";
+import { VolumeStore } from "../workspace/volume-store.js";
 import { ProcessSessions } from "../tools/process-sessions.js";
 import type { CappedOutput } from "../run/output.js";
 import type { RunResult } from "../run/runner.js";
@@ -88,6 +89,8 @@ export interface SandboxServiceOptions {
   templateBudgetBytes?: number;
   /** Task images: the store's dir and budget, plain-HTTP registries allowed (src/sandbox/images/). */
   images?: ImageOptions;
+  volumesDir?: string; // volumes (workspace/volume-store.ts): default <data dir>/volumes, shared by a pool's containers
+  volumeOwner?: number; // as root, the uid their files belong to on disk (default 19999)
   logger: Logger;
 }
 
@@ -242,7 +245,7 @@ export class SandboxService implements SlotHost {
     this.images = new SlotImages(this, options.images ?? {});
     this.bash = new BashRunner(this);
     this.stateful = new StatefulSessions(this);
-    this.processes = new ProcessSessions(this);
+    this.processes = new ProcessSessions(this, VolumeStore.forServer(options, dataDir, this.stateDir, perSlotUid && isRoot));
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES, this.images);
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
