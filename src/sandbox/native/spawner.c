@@ -321,6 +321,11 @@ static void prefork_discard(void) {
 
 static void prefork(struct req *rq) {
   int out[2], err[2], ep[2], sp[2];
+  /* An image's user (--user): no bash started ahead. Its call's CPU limit is set with
+   * prlimit(), which another user's process refuses without CAP_SYS_RESOURCE (which no slot
+   * process gets); and it would open the script pipe (its creator's, 0600) by /dev/fd/3. Each
+   * call then starts its bash after its limits are set, as the user. */
+  if (run_uid >= 0) return;
   if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || pipe2(ep, O_CLOEXEC) || pipe2(sp, O_CLOEXEC)) return;
   struct req limits = *rq;
   limits.cpu = 0; /* set per call with prlimit() */
