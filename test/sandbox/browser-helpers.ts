@@ -28,7 +28,7 @@ export function siteFiles(tag: string): Record<string, string> {
     "page2.html": `<!doctype html><title>Second</title><h1>Second page</h1>`,
     "keys.html": `<!doctype html><title>Keys</title><input autofocus aria-label="Box"><p id="k">no key yet</p><script>addEventListener("keydown", (e) => { document.getElementById("k").textContent = "got key " + e.key; });</script>`,
     "store.html": `<!doctype html><title>Store</title><p id="c"></p><p id="s"></p><script>
-if (location.hash === "#set") { document.cookie = "who=${tag}; path=/"; localStorage.setItem("k", "${tag}"); }
+if (location.search === "?set") { document.cookie = "who=${tag}; path=/"; localStorage.setItem("k", "${tag}"); }
 document.getElementById("c").textContent = "cookie " + (document.cookie || "none");
 document.getElementById("s").textContent = "storage " + (localStorage.getItem("k") || "none");</script>`,
   };
@@ -82,7 +82,8 @@ function cmdline(pid: number): string {
 
 /** The processes of a slot's browser: its Chromium (marked `--slotpool-slot=<id>`) and everything below it, among the server's descendants. */
 export function browserProcesses(s: TestServer, slot: number): number[] {
-  const main = descendants(serverPid(s)).filter((p) => cmdline(p).includes(`--slotpool-slot=slot_${slot} `));
+  // Chromium itself, not the bubblewrap processes around it (their command lines hold its arguments too).
+  const main = descendants(serverPid(s)).filter((p) => /^\S*chrom[^ ]* /.test(cmdline(p)) && cmdline(p).includes(`--slotpool-slot=slot_${slot} `));
   return main.flatMap((p) => [p, ...descendants(p)]);
 }
 

@@ -74,6 +74,7 @@ export class SlotBrowsers {
       if (cut) return { success: false, output: "", error: cutOffMessage(tool, cut), metadata: infraMetadata(cut) };
       if (err instanceof BrowserStartError) return { success: false, output: "", error: `the browser could not start: ${err.message}`, metadata: infraMetadata("sandbox_start") };
       if (err instanceof BrowserToolError) return { success: false, output: "", error: err.message, metadata: { browser_error: err.kind } };
+      if (isGone(err)) return { success: false, output: "", error: `${tool} failed: the page crashed or was closed (its renderer may have run out of memory): call browser_navigate to load a page again`, metadata: { browser_error: "crashed" } };
       return { success: false, output: "", error: `${tool} failed: ${playwrightMessage(err)}`, metadata: { browser_error: "action" } };
     } finally {
       signal.removeEventListener("abort", onAbort);
@@ -151,23 +152,40 @@ export class SlotBrowsers {
 
   private async navigate(slot: Slot, rawUrl: string, allowNetwork: boolean, timeoutMs: number): Promise<{ output: string; metadata: Record<string, unknown> }> {
     const url = withScheme(rawUrl);
-    const b = await this.ensure(slot, this.host.effectiveNetwork(allowNetwork));
-    if (b.crashed) {
-      // A crashed page takes no more navigations: a fresh one replaces it.
-      const fresh = await b.context.newPage();
-      await b.page.close().catch(() => undefined);
-      b.page = fresh;
-      b.crashed = undefined;
+    const network = this.host.effectiveNetwork(allowNetwork);
+    let page = await this.livePage(slot, network);
+    try {
+      await page.goto(url, { timeout: timeoutMs, waitUntil: "domcontentloaded" });
+    } catch (err) {
+      // The page or the browser died under the navigation (a renderer killed for memory): once more, in a fresh one.
+      if (!isGone(err) || slot.abortSignal.aborted) throw navigationError(err, `navigating to ${url}`, timeoutMs);
+      await this.close(slot);
+      page = await this.livePage(slot, network);
+      await page.goto(url, { timeout: timeoutMs, waitUntil: "domcontentloaded" }).catch((again: unknown) => {
+        throw navigationError(again, `navigating to ${url}`, timeoutMs);
+      });
     }
-    const page = b.page;
-    await page.goto(url, { timeout: timeoutMs, waitUntil: "domcontentloaded" }).catch((err: unknown) => {
-      throw navigationError(err, `navigating to ${url}`, timeoutMs);
-    });
-    b.navigated = true;
+    this.browsers.get(slot.index)!.navigated = true;
     // Images and scripts may still be loading: a short wait for them, never an error.
     await page.waitForLoadState("load", { timeout: Math.min(SETTLE_MS, timeoutMs) }).catch(() => undefined);
     const { url: finalUrl, title } = await where(page);
     return { output: `url: ${finalUrl}\ntitle: ${title}`, metadata: { url: finalUrl, title } };
+  }
+
+  /** The slot's page to navigate: the browser started if needed, a crashed or closed page replaced, a browser that cannot open one restarted. */
+  private async livePage(slot: Slot, allowNetwork: boolean): Promise<Page> {
+    const b = await this.ensure(slot, allowNetwork);
+    if (!b.crashed && !b.page.isClosed()) return b.page;
+    try {
+      const fresh = await b.context.newPage();
+      await b.page.close().catch(() => undefined);
+      b.page = fresh;
+      b.crashed = undefined;
+      return fresh;
+    } catch {
+      await this.close(slot);
+      return (await this.ensure(slot, allowNetwork)).page;
+    }
   }
 
   /** The slot's browser for another tool than navigate: errors the model can act on when there is no page. */
@@ -177,7 +195,7 @@ export class SlotBrowsers {
       const why = b?.exited ? `${b.exited}; ` : "";
       throw new BrowserToolError("no_page", `no page is open: ${why}call browser_navigate first`);
     }
-    if (b.crashed) throw new BrowserToolError("crashed", `${b.crashed}: call browser_navigate to load a page again`);
+    if (b.crashed || b.page.isClosed()) throw new BrowserToolError("crashed", `${b.crashed ?? "the page was closed"}: call browser_navigate to load a page again`);
     if (!b.navigated) throw new BrowserToolError("no_page", "no page is open yet: call browser_navigate first");
     return b;
   }
@@ -265,6 +283,11 @@ async function where(page: Page): Promise<{ url: string; title: string }> {
 /** Lets a navigation started by a click or key reach its DOM; none started is fine. */
 async function settle(page: Page): Promise<void> {
   await page.waitForLoadState("domcontentloaded", { timeout: SETTLE_MS }).catch(() => undefined);
+}
+
+/** Playwright's word that the page, its renderer or the whole browser is gone. */
+function isGone(err: unknown): boolean {
+  return /Target crashed|Page crashed|crashed!|has been closed|Target closed|Browser closed/i.test(err instanceof Error ? err.message : String(err));
 }
 
 function navigationError(err: unknown, what: string, timeoutMs: number): BrowserToolError {

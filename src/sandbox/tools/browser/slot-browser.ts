@@ -100,7 +100,7 @@ export class SlotBrowser {
 
   /** Whether it can take a call (running, page not crashed). */
   get usable(): boolean {
-    return this.exited === undefined;
+    return this.exited === undefined && this.browser.isConnected();
   }
 
   /**
