@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ToolExecutor } from "../../src/executor/tool-executor.js";
+import { ExecutorServer } from "../../src/executor/executor-server.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
 import { chromium } from "../sandbox/browser-helpers.js";
@@ -96,6 +97,20 @@ describe.skipIf(!chromium)("the executor and the browser tools (skipped without 
     expect(r.error).toMatch(/vision-down could not analyse the screenshot: HTTP 500: vision backend down/);
     expect(r.metadata["screenshot"]).toBeUndefined();
     await brokenVision.release("broken");
+  });
+
+  it("the executor's HTTP service (the seed's Python clients' route) runs the browser tools by trajectory id", async () => {
+    const server = new ExecutorServer({ executor: noVision, pool });
+    const url = await server.listen(0, "127.0.0.1");
+    try {
+      const post = async (tool: string, args: Record<string, unknown>) =>
+        (await (await fetch(`${url}/execute`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ trajectory_id: "http", tool: { name: tool, arguments: args } }) })).json()) as { success: boolean; output: string; metadata: Record<string, unknown> };
+      expect(await post("browser_navigate", { url: HEADING_PAGE })).toMatchObject({ success: true, metadata: { title: "Vision" } });
+      expect((await post("browser_snapshot", {})).output).toMatch(/heading "Big red heading"/);
+      await fetch(`${url}/release`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ trajectory_id: "http", reset_workspace: true }) });
+    } finally {
+      await server.close();
+    }
   });
 
   it("a model cannot turn the browser's network on: allow_network in its call is dropped and the executor's setting stamped", async () => {
