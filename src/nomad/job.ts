@@ -100,6 +100,11 @@ export interface SandboxJobOptions {
    * of that as its disk (`--disk-mb`, a tmpfs whose pages count as the slot's memory).
    */
   memoryMb?: number;
+  /**
+   * The slots run a browser each (the env offers the browser tools): the default memory adds
+   * BROWSER_SLOT_MEMORY_MB to every slot's share. Ignored when `memoryMb` is given.
+   */
+  browser?: boolean;
   /** Bearer token the servers require; passed to the task as env SANDBOX_TOKEN. Default: a fresh random one (see `tokenGenerated`). */
   token?: string;
   datacenters?: string[];
@@ -182,6 +187,12 @@ export interface SandboxJobSettings {
 export const SERVER_RESERVE_MB = 128;
 /** Each slot's default share of the allocation, MB (4 slots: a 1024 MB allocation). */
 export const DEFAULT_SLOT_MEMORY_MB = 224;
+/**
+ * What a slot's browser adds to its default share, MB: a headless Chromium charges about 150 MB
+ * to its slot's cgroup on a small page (docs/browser.md, test/bench/browser-bench.ts), and an
+ * application's page a few hundred more.
+ */
+export const BROWSER_SLOT_MEMORY_MB = 384;
 /** The smallest share a slot may get, MB: below it a shell and its tools hardly start. */
 export const MIN_SLOT_MEMORY_MB = 64;
 
@@ -196,9 +207,9 @@ export const JOB_DEFAULTS = {
   driver: "docker" as SandboxDriver,
 };
 
-/** The allocation memory `slots` slots get by default, MB. */
-export function defaultMemoryMb(slots: number): number {
-  return SERVER_RESERVE_MB + slots * DEFAULT_SLOT_MEMORY_MB;
+/** The allocation memory `slots` slots get by default, MB (`browser`: each with a browser). */
+export function defaultMemoryMb(slots: number, browser = false): number {
+  return SERVER_RESERVE_MB + slots * (DEFAULT_SLOT_MEMORY_MB + (browser ? BROWSER_SLOT_MEMORY_MB : 0));
 }
 
 /**
@@ -235,7 +246,7 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
   const count = whole("count", options.count ?? JOB_DEFAULTS.count, 0);
   const slots = whole("slots", options.slots ?? JOB_DEFAULTS.slots, 1);
   const cpu = whole("cpu", options.cpu ?? JOB_DEFAULTS.cpu, 1);
-  const memoryMb = whole("memory", options.memoryMb ?? defaultMemoryMb(slots), 16);
+  const memoryMb = whole("memory", options.memoryMb ?? defaultMemoryMb(slots, options.browser === true), 16);
   const { slotMemoryMb, slotDiskMb } = slotShares(slots, memoryMb);
   // raw_exec runs a .sif with apptainer, or, given no image, the host's own slotpool.
   const hostMode = driver === "raw_exec" && options.image === undefined;

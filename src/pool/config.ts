@@ -83,6 +83,11 @@ export const NomadJobSettingsSchema = z
     cpu: z.number().int().min(1).optional(),
     /** Memory per container (allocation), MB; default 128 + 224 × slotsPerContainer. Each slot gets an equal share of it after 128 MB. */
     memoryMb: z.number().int().min(16).optional(),
+    /**
+     * Each slot runs a browser: the default memory is 128 + (224 + 384) × slotsPerContainer.
+     * An env whose toolsets offer the browser tools sets it unless it is given (env/pool-backend.ts).
+     */
+    browser: z.boolean().optional(),
     /** Placement constraints, e.g. [{"attribute": "${meta.sandbox}", "value": "yes"}] (operator default "="). */
     constraints: z.array(z.object({ attribute: z.string().min(1), operator: z.string().min(1).optional(), value: z.string().optional() }).strict()).optional(),
     /** Spread blocks, e.g. [{"attribute": "${node.unique.id}"}]: the containers on as many nodes as possible. */

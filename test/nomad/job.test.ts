@@ -137,6 +137,12 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     }
   });
 
+  it("a job whose slots run a browser each gets BROWSER_SLOT_MEMORY_MB more per slot by default (an explicit memory wins)", () => {
+    expect(resolveSandboxJobOptions({ slots: 4, browser: true })).toMatchObject({ memoryMb: 128 + 4 * (224 + 384), slotMemoryMb: 608, slotDiskMb: 304 });
+    expect(resolveSandboxJobOptions({ slots: 4, browser: true, memoryMb: 2048 })).toMatchObject({ memoryMb: 2048, slotMemoryMb: 480 });
+    expect(resolveSandboxJobOptions({ slots: 4, browser: false })).toMatchObject({ memoryMb: 1024, slotMemoryMb: 224 });
+  });
+
   it("derives each slot's memory and disk from the allocation, or refuses with the numbers", () => {
     // The default allocation fits the default share for any slot count.
     expect(resolveSandboxJobOptions({ slots: 4 })).toMatchObject({ memoryMb: 1024, slotMemoryMb: 224, slotDiskMb: 112 });
