@@ -15,6 +15,7 @@ import {
   DEFAULT_IMAGE,
   DEFAULT_SLOT_MEMORY_MB,
   BROWSER_SLOT_MEMORY_MB,
+  BROWSER_DRIVER_MB,
   MIN_SLOT_MEMORY_MB,
   SERVER_RESERVE_MB,
 } from "../nomad/job.js";
@@ -37,7 +38,7 @@ options:
                            ${SERVER_RESERVE_MB} MB; each slot gets an equal share of the rest as its memory bound and half
                            that share as its disk (min ${MIN_SLOT_MEMORY_MB} MB a slot, else rendering refuses)
   --browser                the slots run a browser each (an env with the browser tools): the default
-                           memory is ${SERVER_RESERVE_MB} + slots x (${DEFAULT_SLOT_MEMORY_MB} + ${BROWSER_SLOT_MEMORY_MB}) MB
+                           memory is ${SERVER_RESERVE_MB} + ${BROWSER_DRIVER_MB} (its browser driver) + slots x (${DEFAULT_SLOT_MEMORY_MB} + ${BROWSER_SLOT_MEMORY_MB}) MB
   --driver D               docker | raw_exec (a .sif, or this host's slotpool) | exec (default docker)
   --command CMD            docker: the entrypoint (default slotpool); raw_exec with a .sif: apptainer
                            (default) or singularity; raw_exec without an image: the program running

@@ -169,9 +169,12 @@ async function main(): Promise<void> {
     const ticks0 = cpuTicks(pids);
     await new Promise((res) => setTimeout(res, 10_000));
     const idleCpu = (cpuTicks(pids) - ticks0) / 100 / 10;
-    const serverRss = Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${serverPid}/status`, "utf8"))?.[1] ?? 0) * 1024;
+    const rss = (pid: number) => Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) * 1024;
+    const serverRss = rss(serverPid);
+    const driver = descendants(serverPid).find((p) => cmdline(p).includes("driver-main"));
+    const driverRss = driver ? rss(driver) : 0;
     console.log(
-      `density: ${SLOTS} warm slots with a browser each: ${cgTotal !== undefined ? `slot cgroups ${mb(cgTotal)} (${mb(cgTotal / SLOTS)} a slot), ` : ""}browsers' PSS ${mb(pss(pids))} (${mb(pss(pids) / SLOTS)} a slot), server RSS ${mb(serverRss)}; idle browsers use ${(idleCpu * 100).toFixed(1)} % of a CPU together`,
+      `density: ${SLOTS} warm slots with a browser each: ${cgTotal !== undefined ? `slot cgroups ${mb(cgTotal)} (${mb(cgTotal / SLOTS)} a slot), ` : ""}browsers' PSS ${mb(pss(pids))} (${mb(pss(pids) / SLOTS)} a slot), server RSS ${mb(serverRss)}, its browser driver (Playwright) RSS ${mb(driverRss)}; idle browsers use ${(idleCpu * 100).toFixed(1)} % of a CPU together`,
     );
   } finally {
     await proc.stop(10_000);

@@ -45,10 +45,14 @@ describe.skipIf(!chromium)("a slot's browser is a process of the slot (skipped w
       if (isRoot) expect(readFileSync(`/proc/${pid}/cgroup`, "utf8"), `cgroup of ${pid}`).toMatch(/\/slotpool-\d+\/slot_0$/m);
     }
     // The terminal's http.server (which the browser just reached on 127.0.0.1) is on the same network namespace; the server is not.
-    const terminalPython = descendants(serverPid(s)).find((p) => readFileSync(`/proc/${p}/cmdline`, "utf8").includes(`http.server\0${PORT}`));
-    expect(terminalPython).toBeDefined();
+    // (Slots 0 and 1 each serve on their own 127.0.0.1:PORT: the browser shares exactly one of the two servers' namespaces, slot 0's.)
     const net = (pid: number) => readlinkSync(`/proc/${pid}/ns/net`);
-    expect(net(pids[0]!)).toBe(net(terminalPython!));
+    const sites = descendants(serverPid(s)).filter((p) => readFileSync(`/proc/${p}/cmdline`, "utf8").includes(`http.server\0${PORT}`));
+    expect(sites).toHaveLength(2);
+    const terminalPython = sites.find((p) => net(p) === net(pids[0]!));
+    expect(terminalPython).toBeDefined();
+    expect(sites.filter((p) => net(p) === net(pids[0]!))).toHaveLength(1);
+    if (isRoot) expect(statusField(terminalPython!, "Uid")?.split(/\s+/)[0]).toBe(String(SLOT_UID_BASE));
     expect(net(pids[0]!)).not.toBe(net(serverPid(s)));
     // Its own PID namespace: not the terminal's, not the server's.
     expect(readlinkSync(`/proc/${pids[0]}/ns/pid`)).not.toBe(readlinkSync(`/proc/${terminalPython}/ns/pid`));
@@ -130,6 +134,36 @@ for i in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/${PORT + 3}) 2>/dev/null && 
     for (const slot of [0, 2]) expect((await tool(s, slot, "browser_snapshot")).metadata["browser_error"]).toBe("no_page");
     // The parent's terminal (and its site) survived the fork: a new browser reaches it.
     expect((await tool(s, 0, "browser_navigate", { url: `${SITE}/page2.html` })).metadata["title"]).toBe("Second");
+  });
+});
+
+describe.skipIf(!chromium)("the browser driver (skipped without Chromium)", () => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startServer({ slots: 2, extraArgs: ["--no-network"] });
+  });
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  it("runs Playwright apart from the server: when it ends, only the browsers go (an infra failure for their next call), the server serves on, and the next navigate starts a new one", async () => {
+    for (const slot of [0, 1]) expect((await tool(s, slot, "browser_navigate", { url: `data:text/html,<title>t${slot}</title>` })).success).toBe(true);
+    const browsers = [...browserProcesses(s, 0), ...browserProcesses(s, 1)];
+    const driver = descendants(serverPid(s)).find((p) => readFileSync(`/proc/${p}/cmdline`, "utf8").includes("driver-main"));
+    expect(driver).toBeDefined();
+    // Not in the server's process: a fault of Playwright's (or a browser feeding it what it cannot handle) ends this one.
+    expect(driver).not.toBe(serverPid(s));
+    process.kill(driver!, "SIGKILL");
+    // Their bubblewrap dies with its parent, the driver (time bound: the kernel's delivery on a loaded box).
+    await until(() => browsers.filter(running).length === 0, "the browsers ending with their driver");
+    const lost = await tool(s, 0, "browser_snapshot");
+    expect(lost.success).toBe(false);
+    expect(lost.metadata["infra"]).toBe("sandbox_error");
+    expect(lost.error).toMatch(/browser driver process ended/);
+    expect((await s.bash(1, "echo still here")).output).toBe("still here");
+    const again = await tool(s, 1, "browser_navigate", { url: "data:text/html,<title>again</title>" });
+    expect(again.success, again.error).toBe(true);
+    expect(again.metadata["title"]).toBe("again");
   });
 });
 

@@ -1,10 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { bwrapArgs, READ_ONLY_ROOT } from "../../isolation/isolation.js";
 import { filterArgs } from "../../isolation/seccomp.js";
 import { compileNative, NATIVE_DIR, nativeSource, prebuiltNative } from "../../native/native-build.js";
-import type { ProcessRef } from "../../run/process-barrier.js";
+import { firstChild, isRunning, killNamespaceInit, processRef, type ProcessRef } from "../../run/process-barrier.js";
 import type { Slot } from "../../core/slot.js";
 import type { SlotHost } from "../../workspace/slot-host.js";
 import { chromiumSwitches, PROFILE_DIR } from "./chromium.js";
@@ -127,4 +127,34 @@ export function planLaunch(host: SlotHost, input: LaunchInputs): LaunchPlan {
     ...chromiumSwitches({ v8HeapMb: noCgroup ? Math.max(128, Math.floor(limits.memoryBytes / 2 / 1024 / 1024)) : undefined }),
   ];
   return { executable: input.launcher, args, pidFile, argsFile };
+}
+
+/** The pid a launcher wrote (undefined before it ran, or when it could not). */
+export function readPid(file: string): number | undefined {
+  try {
+    const n = Number(readFileSync(file, "utf8").trim());
+    return Number.isInteger(n) && n > 0 ? n : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Ends a slot's browser and resolves once no process of its sandbox runs (the reset barrier):
+ * `pid` is the launcher's, which became bubblewrap; its first child is the init of the
+ * browser's PID namespace, SIGKILLed and waited for (the kernel ends every other process of
+ * the namespace first); then bubblewrap itself, outside it.
+ */
+export async function killBrowserTree(pid: number | undefined): Promise<void> {
+  if (pid === undefined) return;
+  const self = processRef(pid);
+  const init = firstChild(pid);
+  if (init) await killNamespaceInit(init).catch(() => undefined);
+  if (self && isRunning(self)) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      /* gone */
+    }
+  }
 }
