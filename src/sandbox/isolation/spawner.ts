@@ -122,9 +122,6 @@ export class SlotNamespace {
     return this.child?.pid;
   }
 
-  /** A process inside the namespace (its init, once the spawner said hello): the slot's browser joins its network namespace. */
-  get namespaceProcess(): ProcessRef | null { return this.dead ? null : this.nsInit; } // prettier-ignore
-
   start(): Promise<void> {
     this.ready ??= START_GATE.run(() => (this.dead ? Promise.reject(new Error("slot sandbox was stopped before it started")) : this.launch()));
     return this.ready;

@@ -172,7 +172,8 @@ export class StatefulSessions {
     const holder = this.session(slot, allowNetwork).holder;
     if (!holder) return undefined;
     await holder.start();
-    return holder.namespaceProcess ?? undefined;
+    // bubblewrap's first child: the init of the namespace (as the reset barrier finds it).
+    return holder.pid !== undefined ? (firstChild(holder.pid) ?? undefined) : undefined;
   }
 
   /**
