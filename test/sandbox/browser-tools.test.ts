@@ -2,7 +2,8 @@ import { createServer, type Server } from "node:net";
 import { networkInterfaces } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startServer, type TestServer } from "./helpers.js";
-import { chromium, refIn, serveSite, tool } from "./browser-helpers.js";
+import { browserProcesses, chromium, refIn, serveSite, tool } from "./browser-helpers.js";
+import { readFileSync } from "node:fs";
 
 /**
  * The seed's browser tools on a real sandbox server with Debian's Chromium: each tool, refs
@@ -230,6 +231,44 @@ describe.skipIf(!chromium)("a browser with the network off (skipped without Chro
     const r = await tool(s, 0, "browser_navigate", { url: `http://${hostAddress}:${port}/` }, { timeout: 10 });
     expect(r.success).toBe(false);
     expect(r.error).toMatch(/ERR_(ADDRESS_UNREACHABLE|NETWORK_UNREACHABLE|INTERNET_DISCONNECTED|CONNECTION_REFUSED|NAME_NOT_RESOLVED)/);
+    expect(connections).toBe(0);
+  });
+});
+
+describe.skipIf(!chromium)("a browser with the network on (skipped without Chromium)", () => {
+  let s: TestServer;
+  let listener: Server;
+  let connections = 0;
+  let port = 0;
+  let internet = false;
+
+  beforeAll(async () => {
+    s = await startServer({ slots: 1 });
+    internet = s.logs.some((l) => l.includes('"msg":"listening"') && l.includes('"internet":"slirp4netns"'));
+    listener = createServer((c) => {
+      connections++;
+      c.end("HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nhost");
+    });
+    await new Promise<void>((r) => listener.listen(0, "0.0.0.0", r));
+    port = (listener.address() as { port: number }).port;
+  });
+  afterAll(async () => {
+    listener?.close();
+    await s?.stop();
+  });
+
+  it("is the slot's own link (slirp4netns), which reaches neither the host's loopback nor its addresses (skipped where the server offers no network on)", async (ctx) => {
+    if (!internet) ctx.skip();
+    const opened = await tool(s, 0, "browser_navigate", { url: "data:text/html,<title>on</title>", allow_network: true });
+    expect(opened.success, opened.error).toBe(true);
+    // The browser's network namespace has the slot's tap device: the network is on.
+    expect(readFileSync(`/proc/${browserProcesses(s, 0)[0]}/net/dev`, "utf8")).toMatch(/tap0:/);
+    // 10.0.2.2 is slirp's way to the host's loopback (turned off); the host's own address is routed nowhere.
+    for (const host of ["10.0.2.2", ...(hostAddress ? [hostAddress] : [])]) {
+      const r = await tool(s, 0, "browser_navigate", { url: `http://${host}:${port}/`, allow_network: true }, { timeout: 10 });
+      expect(r.success, `${host}: ${r.output}`).toBe(false);
+      expect(r.metadata["infra"]).toBeUndefined();
+    }
     expect(connections).toBe(0);
   });
 });
