@@ -1,4 +1,5 @@
 import { rmSync } from "node:fs";
+import { join } from "node:path";
 import type { BrowserToolName } from "../../../protocol/browser-tools.js";
 import { cutOffCause, cutOffMessage, infraMetadata } from "../../core/cut-off.js";
 import type { Slot } from "../../core/slot.js";
@@ -68,7 +69,7 @@ export class SlotBrowsers {
     private readonly host: SlotHost,
     private readonly terminalNetwork: TerminalNetwork,
   ) {
-    this.driver = new DriverClient(host.logger, (why) => {
+    this.driver = new DriverClient(join(host.stateDir, "browser", "driver-tmp"), host.logger, (why) => {
       for (const b of this.open.values()) {
         b.lost = why;
         void killBrowserTree(b.pid);

@@ -1,4 +1,5 @@
 import { fork, type ChildProcess } from "node:child_process";
+import { mkdirSync, rmSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { Logger } from "pino";
 import type { DriverAnswer, DriverRequest } from "./driver-protocol.js";
@@ -31,6 +32,8 @@ export class DriverClient {
   private stderrTail = "";
 
   constructor(
+    /** The driver's temporary dir (Playwright makes a few empty ones per browser): emptied whenever a driver starts. */
+    private readonly tmpDir: string,
     private readonly logger: Logger,
     /** Called when a driver ends with `why`: every browser it drove is gone. */
     private readonly onGone: (why: string) => void,
@@ -60,8 +63,11 @@ export class DriverClient {
 
   private spawn(): ChildProcess {
     const { path, execArgv } = driverEntry();
+    // What a driver killed under its browsers left there goes now.
+    rmSync(this.tmpDir, { recursive: true, force: true });
+    mkdirSync(this.tmpDir, { recursive: true, mode: 0o700 });
     // Nothing of the server's environment (its token) reaches the driver: it needs a PATH and a temp dir.
-    const env: NodeJS.ProcessEnv = { PATH: process.env["PATH"] ?? "/usr/bin:/bin", ...(process.env["TMPDIR"] ? { TMPDIR: process.env["TMPDIR"] } : {}) };
+    const env: NodeJS.ProcessEnv = { PATH: process.env["PATH"] ?? "/usr/bin:/bin", TMPDIR: this.tmpDir };
     const child = fork(path, [], { execArgv, env, stdio: ["ignore", "ignore", "pipe", "ipc"], serialization: "json" });
     this.child = child;
     this.stderrTail = "";
