@@ -3,7 +3,7 @@ import { ToolExecutor } from "../../src/executor/tool-executor.js";
 import { ExecutorServer } from "../../src/executor/executor-server.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
-import { chromium } from "../sandbox/browser-helpers.js";
+import { BROWSER_TEST, chromium } from "../sandbox/browser-helpers.js";
 import { startLlmServer, type LlmServer } from "../support/llm-server.js";
 
 /**
@@ -15,7 +15,7 @@ import { startLlmServer, type LlmServer } from "../support/llm-server.js";
 const LIST_PAGE = `data:text/html,<title>List</title><ul>${Array.from({ length: 100 }, (_, i) => `<li>item number ${i}</li>`).join("")}</ul>`;
 const HEADING_PAGE = "data:text/html,<title>Vision</title><h1 style='font-size:80px'>Big red heading</h1>";
 
-describe.skipIf(!chromium)("the executor and the browser tools (skipped without Chromium)", () => {
+describe.skipIf(!chromium)("the executor and the browser tools (skipped without Chromium)", BROWSER_TEST, () => {
   let provisioner: LocalProvisioner;
   let pool: SlotPool;
   let withVision: ToolExecutor;

@@ -13,7 +13,7 @@ import { poolBackend } from "../../src/env/pool-backend.js";
 import { silentLogger } from "../../src/observability/logger.js";
 import { OpenEnvServer } from "../../src/openenv/server.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
-import { chromium } from "../sandbox/browser-helpers.js";
+import { BROWSER_TEST, chromium } from "../sandbox/browser-helpers.js";
 
 function refOf(snapshot: string, line: RegExp): string {
   const m = snapshot.split("\n").find((l) => line.test(l))?.match(/\[ref=([a-z0-9]+)\]/);
@@ -21,7 +21,7 @@ function refOf(snapshot: string, line: RegExp): string {
   return `@${m[1]}`;
 }
 
-describe.skipIf(!chromium)("the browser over MCP (skipped without Chromium)", () => {
+describe.skipIf(!chromium)("the browser over MCP (skipped without Chromium)", BROWSER_TEST, () => {
   let backend: ToolBackend;
   let env: WebFormEnv;
   let server: OpenEnvServer;

@@ -106,3 +106,10 @@ export function statusField(pid: number, field: string): string | undefined {
     return undefined;
   }
 }
+
+/**
+ * A browser test's time limit. A Chromium start costs about a CPU-second and a loaded 2-core
+ * box stretches it to several (first browser calls of 9–15 s were measured at load 16); the
+ * tests wait for events, this bound only ends a hang.
+ */
+export const BROWSER_TEST = { timeout: 120_000 };

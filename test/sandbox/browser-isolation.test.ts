@@ -2,7 +2,7 @@ import { readFileSync, readlinkSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { descendants } from "../../src/sandbox/run/process-barrier.js";
 import { isRoot, SLOT_UID_BASE, startServer, type TestServer } from "./helpers.js";
-import { browserProcesses, chromium, running, serverPid, serveSite, statusField, tool } from "./browser-helpers.js";
+import { BROWSER_TEST, browserProcesses, chromium, running, serverPid, serveSite, statusField, tool } from "./browser-helpers.js";
 
 /**
  * A slot's browser is one of the slot's processes (issue 40): it runs in the slot's sandbox
@@ -22,7 +22,7 @@ async function until(cond: () => boolean, what: string, timeoutMs = 20_000): Pro
   }
 }
 
-describe.skipIf(!chromium)("a slot's browser is a process of the slot (skipped without Chromium)", () => {
+describe.skipIf(!chromium)("a slot's browser is a process of the slot (skipped without Chromium)", BROWSER_TEST, () => {
   let s: TestServer;
   beforeAll(async () => {
     s = await startServer({ slots: 3, extraArgs: ["--no-network"] });
@@ -137,7 +137,7 @@ for i in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/${PORT + 3}) 2>/dev/null && 
   });
 });
 
-describe.skipIf(!chromium)("the browser driver (skipped without Chromium)", () => {
+describe.skipIf(!chromium)("the browser driver (skipped without Chromium)", BROWSER_TEST, () => {
   let s: TestServer;
   beforeAll(async () => {
     s = await startServer({ slots: 2, extraArgs: ["--no-network"] });
@@ -167,7 +167,7 @@ describe.skipIf(!chromium)("the browser driver (skipped without Chromium)", () =
   });
 });
 
-describe.skipIf(!chromium)("a lost slot takes its browser with it (skipped without Chromium)", () => {
+describe.skipIf(!chromium)("a lost slot takes its browser with it (skipped without Chromium)", BROWSER_TEST, () => {
   let s: TestServer;
   beforeAll(async () => {
     s = await startServer({ slots: 1, extraArgs: ["--no-network"] });

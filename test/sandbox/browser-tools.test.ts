@@ -2,7 +2,7 @@ import { createServer, type Server } from "node:net";
 import { networkInterfaces } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startServer, type TestServer } from "./helpers.js";
-import { browserProcesses, chromium, refIn, serveSite, tool } from "./browser-helpers.js";
+import { BROWSER_TEST, browserProcesses, chromium, refIn, serveSite, tool } from "./browser-helpers.js";
 import { readFileSync } from "node:fs";
 
 /**
@@ -18,7 +18,7 @@ const hostAddress = Object.values(networkInterfaces())
   .flat()
   .find((a) => a && a.family === "IPv4" && !a.internal)?.address;
 
-describe.skipIf(!chromium)("browser tools (skipped without Chromium: scripts/setup.sh installs it)", () => {
+describe.skipIf(!chromium)("browser tools (skipped without Chromium: scripts/setup.sh installs it)", BROWSER_TEST, () => {
   let s: TestServer;
   beforeAll(async () => {
     s = await startServer({ slots: 2, extraArgs: ["--no-network"] });
@@ -199,7 +199,7 @@ for i in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/${PORT + 2}) 2>/dev/null && 
   });
 });
 
-describe.skipIf(!chromium)("a browser with the network off (skipped without Chromium)", () => {
+describe.skipIf(!chromium)("a browser with the network off (skipped without Chromium)", BROWSER_TEST, () => {
   let s: TestServer;
   let listener: Server;
   let connections = 0;
@@ -235,7 +235,7 @@ describe.skipIf(!chromium)("a browser with the network off (skipped without Chro
   });
 });
 
-describe.skipIf(!chromium)("a browser with the network on (skipped without Chromium)", () => {
+describe.skipIf(!chromium)("a browser with the network on (skipped without Chromium)", BROWSER_TEST, () => {
   let s: TestServer;
   let listener: Server;
   let connections = 0;
