@@ -199,7 +199,8 @@ export class SlotBrowsers {
     this.open.delete(slot.index);
     if (!b) return;
     await killBrowserTree(b.pid);
-    if (!b.lost && this.driver.running) await this.driver.request({ op: "forget", slot: slot.index }, 10_000).catch(() => undefined);
+    // The barrier is the kill; the driver lets go of its Playwright objects on its own time.
+    if (!b.lost && this.driver.running) void this.driver.request({ op: "forget", slot: slot.index }, 10_000).catch(() => undefined);
   }
 
   async closeAll(): Promise<void> {
