@@ -118,9 +118,13 @@ async function main(): Promise<void> {
 
     const first: number[] = [];
     const warmNav: number[] = [];
+    const resets: number[] = [];
     for (let r = 0; r < ROUNDS; r++) {
       const slot = r % SLOTS;
+      const t0 = performance.now();
       await reset(slot);
+      // From the second lap on, the slot's browser of the lap before is running: the reset kills it (the barrier).
+      if (r >= SLOTS) resets.push(performance.now() - t0);
       // Let the reset's background re-warm settle, as a trajectory's first call would meet it.
       await new Promise((res) => setTimeout(res, 200));
       first.push((await call(slot, "browser_navigate", { url: SMALL })).ms);
@@ -129,6 +133,7 @@ async function main(): Promise<void> {
     console.log(`first browser call (browser start + page)   p50 ${ms(pct(first, 50))}  p99 ${ms(pct(first, 99))}  (n=${first.length})`);
     console.log(`browser_navigate, browser running          p50 ${ms(pct(warmNav, 50))}  p99 ${ms(pct(warmNav, 99))}`);
     console.log(`  ratio first / running (p50)              ${(pct(first, 50) / pct(warmNav, 50)).toFixed(1)}x`);
+    if (resets.length) console.log(`reset of a slot with its browser running   p50 ${ms(pct(resets, 50))}  p99 ${ms(pct(resets, 99))}  (n=${resets.length})`);
 
     // Memory of one slot: terminal only, + browser on a small page, + on the form page.
     await reset(0);
