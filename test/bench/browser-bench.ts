@@ -5,7 +5,7 @@
  *
  * - first browser call of a trajectory: `browser_navigate` on a slot just reset (the browser
  *   starts: its launcher, bubblewrap, Chromium, Playwright's connection, the page), p50/p99,
- *   beside a navigation in a browser already running;
+ *   beside a navigation in a browser already running, and the reset of a slot whose browser runs;
  * - warm `browser_snapshot` of a form page (about 40 elements), p50/p99, one slot at a time,
  *   then every slot at once (each its own browser);
  * - memory per slot with a browser: what the slot's memory cgroup holds (root) with only its
