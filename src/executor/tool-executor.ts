@@ -22,6 +22,7 @@ import { BrowserResults } from "./browser-results.js";
 import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
 import { SlotpoolError } from "../protocol/errors.js";
 import { ISOLATION_ARG_NAMES, builtinTool, type IsolationArgName } from "../protocol/tool-table.js";
+import { BROWSER_START_ALLOWANCE_MS } from "../protocol/browser-tools.js";
 
 /**
  * The ToolExecutor: every tool call of every trajectory passes here.
@@ -503,8 +504,8 @@ export class ToolExecutor implements ToolExecutorLike {
       }
     }
     const limit = this.containerLimit(slot.container.id);
-    // The HTTP deadline covers the whole run of this slot's calls, which execute one by one.
-    const timeoutMs = slotCalls.reduce((s, c) => s + (c.timeout ?? 0) * 1000, 0) + 10_000;
+    // The HTTP deadline covers the whole run of this slot's calls, which execute one by one (a navigation may start a browser first).
+    const timeoutMs = slotCalls.reduce((s, c) => s + (c.timeout ?? 0) * 1000 + (c.tool === "browser_navigate" ? BROWSER_START_ALLOWANCE_MS : 0), 0) + 10_000;
     // A browser tool's answer is finished here first (browser-results.ts); the next calls of the trajectory wait for it.
     const finishing = new Map<PendingCall, Promise<void>>();
     const settle = (pc: PendingCall, res: ExecuteResponse): void => {

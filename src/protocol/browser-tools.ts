@@ -105,5 +105,13 @@ export const BROWSER_TOOL_SPECS = {
   },
 } as const satisfies Record<BrowserToolName, { description: string; args: z.ZodObject }>;
 
+/**
+ * How much longer than its own timeout a `browser_navigate` may take on the wire: it may start
+ * the slot's browser first (the server gives a start 60 s, on top of the navigation's own
+ * timeout, so that a loaded node's slow start never eats the page's time). Callers' HTTP
+ * deadlines add it.
+ */
+export const BROWSER_START_ALLOWANCE_MS = 90_000;
+
 /** The metadata key a `browser_vision` answer of the sandbox server carries its screenshot in (a data: URL); the executor takes it out. */
 export const SCREENSHOT_METADATA_KEY = "screenshot";
