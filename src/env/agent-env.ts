@@ -25,7 +25,8 @@ import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./s
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
-import { ToolContext } from "./tool-context.js";
+import { envToolTimeouts, ToolContext } from "./tool-context.js";
+import { requestedTimeoutS, timeoutBoundsProblem } from "../executor/config.js";
 import { throwIfInfraFailure, TrajectoryInfraError, type InfraStage } from "./infra-failure.js";
 import { linkedSignal } from "./linked-signal.js";
 import { CallTally, TrajectoryInterruptedError } from "./interruption.js";
@@ -93,10 +94,11 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     const cls = this.constructor as unknown as EnvClass;
     const unknown = unknownConfigKeys(cls.configSchema, config);
     const parsed = cls.configSchema.safeParse(config);
-    if (unknown.length > 0 || !parsed.success) {
+    const bounds = parsed.success ? timeoutBoundsProblem((parsed.data as AgentEnvConfig).executor, "executor.") : undefined;
+    if (unknown.length > 0 || !parsed.success || bounds) {
       // zod's own "unrecognized key" issues say less than the list above (no new place, no near name).
       const issues = parsed.success ? [] : parsed.error.issues.filter((i) => unknown.length === 0 || i.code !== "unrecognized_keys");
-      const problems = [...unknown, ...(issues.length ? [configProblems(issues)] : [])].join("; ");
+      const problems = [...unknown, ...(issues.length ? [configProblems(issues)] : []), ...(bounds ? [bounds] : [])].join("; ");
       throw new EnvConfigError(`invalid config for env ${cls.envName ?? cls.name}: ${problems}`);
     }
     this.config = parsed.data as Config;
@@ -390,7 +392,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       const link = options.signal ? linkedSignal(options.signal) : undefined; // one listener on the run's signal in all
       const signal = link?.signal;
       const trajectoryId = randomUUID();
-      const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.executor.defaultTimeoutS });
+      const ctx = new ToolContext(trajectoryId, backend.executor, envToolTimeouts(this.config.executor));
       const started = performance.now();
       let stage: InfraStage = "setup";
       try {
@@ -419,12 +421,13 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
             calls.count(
               () =>
                 routeToolCall(backend.registry, call, ctx, (call) =>
-                  backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) }),
+                  // The model's own `timeout`, within the env's bounds (executor.minTimeoutS..maxTimeoutS), else executor.defaultTimeoutS.
+                  backend.executor.execute(trajectoryId, call, { timeoutMs: ctx.timeoutFor(requestedTimeoutS(call.arguments ?? {})) * 1000, ...(signal ? { signal } : {}) }),
                 ),
               options.signal,
             ),
         });
-        const { ctx: rewardCtx, calls: rewardCalls } = rewardContext(trajectoryId, backend.executor, this.config.rewardTimeoutS); // own timeout, calls recorded
+        const { ctx: rewardCtx, calls: rewardCalls } = rewardContext(trajectoryId, backend.executor, this.config.rewardTimeoutS, this.config.executor.minTimeoutS); // own timeout, calls recorded
         const { score, rewardError, scoreMetadata, metrics, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, rewardCtx), this.log);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);
         const outcome: TrajectoryOutcome = {

@@ -22,7 +22,7 @@ export class EpisodeHost<Item = unknown> {
   /** Starts an episode in a slot of its own (see Episode.begin for what can fail and how). */
   async begin(selector: ItemSelector = {}): Promise<Episode<Item>> {
     const selected = await this.items.select(selector);
-    const episode = await Episode.begin(this.env, selected, selector.episodeId, { log: this.log, timeoutMs: this.env.config.executor.defaultTimeoutS * 1000 });
+    const episode = await Episode.begin(this.env, selected, selector.episodeId, { log: this.log });
     this.running.add(episode);
     return episode;
   }
