@@ -18,7 +18,7 @@ import { serveRunMetrics } from "./metrics-endpoint.js";
 import { runServeMode } from "../env/run-modes/serve.js";
 import { formatSummary, NO_TOKEN_IDS_HINT } from "../env/run-modes/summary.js";
 import { RunStats } from "../env/run-stats.js";
-import { createLogger, LOG_FORMATS, type LogFormat } from "../observability/logger.js";
+import { createLogger, flushRepeats, LOG_FORMATS, type LogFormat } from "../observability/logger.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
 import { CliUsageError, intFlag, parseFlags, stringFlag, boolFlag, type ParsedFlags } from "./usage.js";
 
@@ -49,7 +49,7 @@ const OPTIONS: Array<{ flag: string; type: "string" | "boolean"; multiple?: true
   { flag: "config", type: "string", modes: ALL, help: "--config FILE            JSON file of the env config: its own fields and the sections model, tools, pool,\n                           executor, trainer (docs/env.md; flags win over it; an unknown key is an error)" },
   { flag: "set", type: "string", multiple: true, modes: ALL, help: "--set PATH=VALUE         one config field by its path, e.g. --set pool.maxContainers=4 --set model.temperature=0.7\n                           (VALUE is JSON when it parses as JSON, else a string; repeatable; over --config)" },
   { flag: "metrics-port", type: "string", modes: ["process", "serve"], help: "--metrics-port N         serve the run's GET /metrics on 127.0.0.1:N (0: any free port, printed)" },
-  { flag: "log-format", type: "string", modes: ALL, help: "--log-format F           pretty (default on a terminal) or json (default otherwise)" },
+  { flag: "log-format", type: "string", modes: ALL, help: "--log-format F           pretty (default: short lines, a repeated warning once with its count) or json (pino lines)" },
   { flag: "no-progress", type: "boolean", modes: ALL, help: "--no-progress            no progress bar" },
   { flag: "no-report", type: "boolean", modes: ["process", "evaluate"], help: "--no-report              no HTML report beside the output" },
 ];
@@ -272,7 +272,10 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
 
   const Env = await loadEnvClass(spec);
   const config = await envConfigFromFlags(flags);
-  const logger = createLogger({ name: "slotpool", level: process.env["SLOTPOOL_LOG_LEVEL"] ?? "warn", ...(logFormat ? { format: logFormat as LogFormat } : {}) });
+  // A person reads a run's log (beside its progress and summary, also in a file or a pipe):
+  // short lines unless --log-format json asks for pino's; a warning every trajectory repeats
+  // (one dead model server) is written once and counted ("× 48") before the summary.
+  const logger = createLogger({ name: "slotpool", level: process.env["SLOTPOOL_LOG_LEVEL"] ?? "warn", format: (logFormat as LogFormat | undefined) ?? "pretty", collapseRepeats: true });
   let env: AgentEnv<unknown>;
   try {
     env = new Env(config, { logger });
@@ -325,7 +328,8 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
       bar?.finish();
       const rows: Array<[string, string]> = [["written", `${done.written} groups → ${done.out}`]];
       if (done.report) rows.push(["report", `${done.report.path} (${megabytes(done.report.bytes)})`]);
-      process.stdout.write(formatSummary(title, stats, rows));
+      flushRepeats(logger);
+    process.stdout.write(formatSummary(title, stats, rows));
       return exitFor(runVerdict(stats, done.written, "written"));
     }
     if (mode === "serve") {
@@ -341,6 +345,7 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
       bar?.finish();
       if (sent.stopReason.startsWith("groups failed")) stats.stoppedEarly ??= sent.stopReason;
       if (signal.aborted) stats.stoppedEarly ??= "interrupted";
+      flushRepeats(logger);
       process.stdout.write(formatSummary(title, stats, [["sent", `${sent.sent} groups (env_id ${sent.registration.env_id}, ${sent.backoffs} back-offs)`], ["stopped", sent.stopReason]]));
       return exitFor(runVerdict(stats, sent.sent, "sent"));
     }
@@ -374,9 +379,11 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
     const metricRows = Object.entries(m).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
     const rows: Array<[string, string]> = [...metricRows, ["metrics", done.metricsPath], ["samples", done.samplesPath]];
     if (done.report) rows.push(["report", `${done.report.path} (${megabytes(done.report.bytes)})`]);
+    flushRepeats(logger);
     process.stdout.write(formatSummary(title, stats, rows));
-    const failed =
-      m["eval_items"] === 0
+    const failed = done.stoppedEarly
+      ? `stopped early: ${done.stoppedEarly}`
+      : m["eval_items"] === 0
         ? `the env has no eval items (getEvalItems() returned none): nothing was evaluated`
         : m["eval_failed"]
           ? `${m["eval_failed"]} of ${m["eval_items"]} eval items failed (see the summary); their scores are not in the metrics`
@@ -388,6 +395,7 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
       if (!started) process.stderr.write(`slotpool ${mode}: interrupted before the run started\n`);
       else {
         stats.stoppedEarly ??= "interrupted";
+        flushRepeats(logger);
         process.stdout.write(formatSummary(title, stats));
       }
       return exitFor(undefined);

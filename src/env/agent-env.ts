@@ -27,16 +27,26 @@ import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { envToolTimeouts, ToolContext } from "./tool-context.js";
 import { requestedTimeoutS, timeoutBoundsProblem } from "../executor/config.js";
-import { throwIfInfraFailure, TrajectoryInfraError, type InfraStage } from "./infra-failure.js";
+import { throwIfInfraFailure, TrajectoryInfraError, type InfraFailure, type InfraStage } from "./infra-failure.js";
 import { linkedSignal } from "./linked-signal.js";
 import { CallTally, TrajectoryInterruptedError } from "./interruption.js";
 import { rewardContext } from "./reward-calls.js";
+import { failedFromError } from "./failed-trajectories.js";
+import { ModelBreaker } from "./model-breaker.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
 import { configProblems } from "../protocol/errors.js";
 
 export type { ScoreResult } from "./rollout-score.js";
+
+/** How one trajectory (or group) is collected: the run's signal, a policy of the caller's, who is told of each finished trajectory (a run's model breaker). */
+export interface CollectOptions {
+  signal?: AbortSignal;
+  policy?: AgentPolicy;
+  /** Each finished trajectory's infra failure, if it had one (a branching group's, at the group's end). */
+  onTrajectoryEnd?: (outcome: { infraFailure?: InfraFailure | undefined }) => void;
+}
 export type { EvalSample, EvalResult, EvaluateOptions } from "./evaluation.js";
 
 /** How an env instance gets its tools backend, model and logger (all optional). */
@@ -208,7 +218,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
           (err: unknown) => {
             if (signal?.aborted) return { item, skipped: true as const };
             const reason = err instanceof Error ? err.message : String(err);
-            options.onFailure?.(reason, err instanceof TrajectoryInfraError ? err.failure : err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost", message: reason } : undefined);
+            options.onFailure?.(reason, err instanceof TrajectoryInfraError ? err.failure : err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost", message: reason } : undefined, failedFromError(err, 1));
             return { item, err };
           },
         ),
@@ -252,6 +262,16 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       ...(apiKey ? { apiKey } : {}),
     });
     if (!checked.served) this.log.warn({ url: checked.url }, `the model server has no model list (404); cannot check that it serves '${model.name}'`);
+  }
+
+  /**
+   * The run's breaker for a dead model server (see ModelBreaker), or undefined when no model
+   * server plays the policy (the oracle, a runtime policy) or `modelBreakerFailures` is 0.
+   */
+  modelBreaker(): ModelBreaker | undefined {
+    const { url, name } = this.config.model;
+    if (!url || !name || this.runtime.policy || this.config.modelBreakerFailures === 0) return undefined;
+    return new ModelBreaker({ failures: this.config.modelBreakerFailures, probe: () => this.checkModel(), url, log: this.log });
   }
 
   /** What the run's slots are isolated by, from each sandbox server's /health; undefined when the backend cannot say. */
@@ -382,7 +402,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError. A call
    * the infrastructure cut off in setupWorkspace or a turn: TrajectoryInfraError. `options.policy` replaces `policyFor(item)`.
    */
-  async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal; policy?: AgentPolicy } = {}): Promise<TrajectoryOutcome> {
+  async collectTrajectory(item: Item, groupTools: GroupTools, options: CollectOptions = {}): Promise<TrajectoryOutcome> {
     const backend = this.tools;
     const losses: string[] = [];
     const maxAttempts = this.config.slotLossRetries + 1;
@@ -447,6 +467,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         if (rewardError) outcome.rewardError = rewardError;
         if (infraFailure) outcome.infraFailure = infraFailure;
         if (rewardCalls.length > 0) outcome.rewardCalls = rewardCalls;
+        options.onTrajectoryEnd?.(outcome);
         return outcome;
       } catch (err) {
         if (options.signal?.aborted) throw new TrajectoryInterruptedError(calls.ran, calls.cut, { cause: err });
@@ -475,10 +496,17 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * `infraFailurePolicy` makes of it). Never drops one silently. Aborting `signal` (Atropos
    * back-off) stops the rollouts and rejects with the signal's reason.
    */
-  async collectTrajectories(item: Item, options: { signal?: AbortSignal } = {}): Promise<GroupOutcome<Item>> {
+  async collectTrajectories(item: Item, options: Omit<CollectOptions, "policy"> = {}): Promise<GroupOutcome<Item>> {
     const point = this.branchPoint(item);
     const scoreGroup = (trajectories: TrajectoryOutcome[]) => applyGroupScore(trajectories, (members) => this.scoreGroup(item, members), this.log);
-    if (point) return collectBranchingGroup(this, item, point, { tokenizer: this.tokenizer, log: this.log, scoreGroup }, options);
+    if (point) {
+      const { onTrajectoryEnd, ...rest } = options;
+      const outcome = await collectBranchingGroup(this, item, point, { tokenizer: this.tokenizer, log: this.log, scoreGroup }, rest);
+      // A branching group's trajectories are told at its end (its model failures are among its infra failures).
+      for (const f of outcome.infraFailures) onTrajectoryEnd?.({ infraFailure: f });
+      for (const t of outcome.trajectories) onTrajectoryEnd?.(t);
+      return outcome;
+    }
     const groupTools = this.resolveTools();
     return collectGroup(item, groupTools, {
       config: this.config,

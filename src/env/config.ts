@@ -50,6 +50,13 @@ export const AgentEnvConfigSchema = z.object({
    * and code the agent made hang then costs one bounded wait, not the agent's timeout twice.
    */
   rewardTimeoutS: z.number().positive().max(600).default(60),
+  /**
+   * The model breaker of `process` and `evaluate` (env/model-breaker.ts): after this many
+   * trajectories in a row failed their model calls (after the client's retries), the model
+   * server is re-probed, and the run stops (exit 1) if it does not answer, instead of failing
+   * every remaining group for hours. 0: never.
+   */
+  modelBreakerFailures: z.number().int().min(0).default(8),
 
   /** The model client (unset `model.url`: the env's oracle policy plays the model). */
   model: ModelConfigSchema.prefault({}),

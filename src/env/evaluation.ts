@@ -1,6 +1,6 @@
 import type { ChatMessage } from "../agent/messages.js";
 import type { LineExtras } from "../report/rollout-extras.js";
-import type { InfraFailure } from "./infra-failure.js";
+import type { FailedTrajectory, InfraFailure } from "./infra-failure.js";
 import type { TrajectoryOutcome } from "./scored-group.js";
 import { lineExtras } from "./rollout-extras.js";
 import { metricMeans } from "./metrics.js";
@@ -28,8 +28,8 @@ export interface EvalResult {
 export interface EvaluateOptions {
   /** Called as each evaluated trajectory finishes (progress, run statistics); infra failures included. */
   onTrajectory?: (outcome: TrajectoryOutcome) => void;
-  /** Called for each item whose trajectory could not finish: the reason, and the infra failure if it was one. */
-  onFailure?: (reason: string, infra?: InfraFailure) => void;
+  /** Called for each item whose trajectory could not finish: the reason, the infra failure if it was one, and its record for the run's sidecar. */
+  onFailure?: (reason: string, infra?: InfraFailure, failed?: FailedTrajectory) => void;
   /** Stops the evaluation: items not started are skipped, trajectories in flight abandoned (neither counted). */
   signal?: AbortSignal;
 }

@@ -6,6 +6,7 @@ import { TrajectoryInfraError, type InfraCause, type InfraFailure } from "./infr
 import { GroupInterruptedError, TrajectoryInterruptedError } from "./interruption.js";
 import type { Metrics } from "./metrics.js";
 import { buildScoredGroup, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
+import { failedFromError, failedFromOutcome, type FailedTrajectory } from "./failed-trajectories.js";
 
 export interface GroupCollectorHost {
   config: AgentEnvConfig;
@@ -28,6 +29,8 @@ interface GroupRound {
   unfinished: { slotLosses: number; retries: number };
   /** Trajectories cut by the run's signal, and their tool calls. */
   cut: { trajectories: number; toolCallsRan: number; toolCallsCut: number };
+  /** Trajectories of the round that ended in an error (thrown): their records for the sidecar. */
+  thrown: FailedTrajectory[];
 }
 
 /**
@@ -41,9 +44,10 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
   const { infraFailurePolicy: policy, infraRetries, groupSize } = host.config;
   const infraFailures: InfraFailure[] = [];
   const droppedAttemptCauses: InfraCause[] = [];
-  const common = { item, toolsets: groupTools.toolsets, infraFailures, droppedAttemptCauses };
+  const failed: FailedTrajectory[] = [];
+  const common = { item, toolsets: groupTools.toolsets, infraFailures, droppedAttemptCauses, failed };
   for (let attempt = 0; ; attempt++) {
-    const round = await collectRound(host);
+    const round = await collectRound(host, attempt + 1);
     if (host.signal?.aborted) {
       // Stopped by the run's signal: nothing is scored or written, but what ran is told.
       infraFailures.push(...round.infra);
@@ -60,9 +64,13 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
       scored = scored.filter((t) => !t.infraFailure);
     }
     infraFailures.push(...round.infra);
+    // Every unscored trajectory of this try, for the run's sidecar (never the training data).
+    failed.push(...round.thrown, ...round.done.flatMap((t) => failedFromOutcome(t, attempt + 1) ?? []));
     if (round.errors.length > 0) {
       const reason = `${round.errors.length} of ${groupSize} trajectories failed: ${[...new Set(round.errors)].join(" | ")}`;
-      host.log.error({ reason }, "group failed");
+      // Where the env's hook threw (setupWorkspace, buildTask, …), its own frames first.
+      const stack = round.thrown.find((t) => t.cause === "error" && t.stack)?.stack;
+      host.log.error({ reason, ...(stack ? { stack } : {}) }, "group failed");
       return { ok: false, kind: "error", fatal: false, reason, trajectories: scored, unfinished: round.unfinished, ...common };
     }
     if (round.infra.length === 0 || (policy === "mask" && scored.length > 0)) {
@@ -85,9 +93,9 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
   }
 }
 
-async function collectRound(host: GroupCollectorHost): Promise<GroupRound> {
+async function collectRound(host: GroupCollectorHost, groupTry: number): Promise<GroupRound> {
   const settled = await Promise.allSettled(Array.from({ length: host.config.groupSize }, () => host.runTrajectory()));
-  const round: GroupRound = { done: [], infra: [], errors: [], unfinished: { slotLosses: 0, retries: 0 }, cut: { trajectories: 0, toolCallsRan: 0, toolCallsCut: 0 } };
+  const round: GroupRound = { done: [], infra: [], errors: [], unfinished: { slotLosses: 0, retries: 0 }, cut: { trajectories: 0, toolCallsRan: 0, toolCallsCut: 0 }, thrown: [] };
   for (const s of settled) {
     if (s.status === "fulfilled") {
       round.done.push(s.value);
@@ -104,6 +112,7 @@ async function collectRound(host: GroupCollectorHost): Promise<GroupRound> {
       continue;
     }
     const message = err instanceof Error ? err.message : String(err);
+    round.thrown.push(failedFromError(err, groupTry));
     if (err instanceof TrajectoryFailedError) {
       round.unfinished.slotLosses += err.attempts;
       round.unfinished.retries += err.attempts - 1;

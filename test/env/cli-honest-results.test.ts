@@ -430,14 +430,15 @@ describe("a CLI people read", () => {
     }
   }, 60_000);
 
-  it("log lines: short and readable with --log-format pretty (and on a terminal), JSON when piped", async () => {
+  it("log lines: short and readable by default, also when piped (never pino JSON mixed into the summary); JSON with --log-format json", async () => {
     const env = await fixtureEnv("noisy", `if (call === 1) throw new Error("grader crashed"); return 1;`);
-    const pretty = await runCli(["process", env, "--out", join(dir, "noisy-p.jsonl"), "--groups", "1", "--no-progress", "--log-format", "pretty"]);
-    const line = pretty.stderr.split("\n").find((l) => l.includes("the reward failed"));
+    const piped = await runCli(["process", env, "--out", join(dir, "noisy-p.jsonl"), "--groups", "1", "--no-progress"]);
+    const line = piped.stderr.split("\n").find((l) => l.includes("the reward failed"));
     expect(line).toMatch(/^\d\d:\d\d:\d\d WARN {2}the reward failed; the trajectory is not scored {2}trajectoryId=\S+ cause=reward err="grader crashed"$/);
-    const piped = await runCli(["process", env, "--out", join(dir, "noisy-j.jsonl"), "--groups", "1", "--no-progress"]);
-    const json = piped.stderr.split("\n").find((l) => l.includes("the reward failed"));
-    expect(JSON.parse(json!)).toMatchObject({ level: 40, msg: "the reward failed; the trajectory is not scored", cause: "reward" });
+    expect(piped.stderr).not.toContain('"level":');
+    const json = await runCli(["process", env, "--out", join(dir, "noisy-j.jsonl"), "--groups", "1", "--no-progress", "--log-format", "json"]);
+    const jsonLine = json.stderr.split("\n").find((l) => l.includes("the reward failed"));
+    expect(JSON.parse(jsonLine!)).toMatchObject({ level: 40, msg: "the reward failed; the trajectory is not scored", cause: "reward" });
   }, 60_000);
 
   it.skipIf(!existsSync("/usr/bin/script"))("on a terminal (a pty from script(1)) the default is the readable form", async () => {
