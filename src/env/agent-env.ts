@@ -15,28 +15,26 @@ import { createLogger, type Logger } from "../observability/logger.js";
 import type { TemplateSpec } from "../pool/template-affinity.js";
 import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
-import { AgentEnvConfigSchema, unknownConfigKeys, type AgentEnvConfig } from "./config.js";
+import { AgentEnvConfigSchema, parseEnvConfig, type AgentEnvConfig } from "./config.js";
 import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
 import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
 import { applyGroupScore, type GroupMember, type GroupScore } from "./group-score.js";
-import { evalResult, type EvalResult, type EvaluateOptions } from "./evaluation.js";
+import { evalItemHandlers, evalResult, type EvalResult, type EvaluateOptions } from "./evaluation.js";
 import { scoreRollout, type ScoreResult } from "./rollout-score.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { envToolTimeouts, ToolContext } from "./tool-context.js";
-import { requestedTimeoutS, timeoutBoundsProblem } from "../executor/config.js";
-import { throwIfInfraFailure, TrajectoryInfraError, type InfraFailure, type InfraStage } from "./infra-failure.js";
+import { requestedTimeoutS } from "../executor/config.js";
+import { throwIfInfraFailure, type InfraFailure, type InfraStage } from "./infra-failure.js";
 import { linkedSignal } from "./linked-signal.js";
 import { CallTally, TrajectoryInterruptedError } from "./interruption.js";
 import { rewardContext } from "./reward-calls.js";
-import { failedFromError } from "./failed-trajectories.js";
 import { ModelBreaker } from "./model-breaker.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
-import { configProblems } from "../protocol/errors.js";
 
 export type { ScoreResult } from "./rollout-score.js";
 
@@ -102,16 +100,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
 
   constructor(config: Record<string, unknown> = {}, runtime: AgentEnvRuntime = {}) {
     const cls = this.constructor as unknown as EnvClass;
-    const unknown = unknownConfigKeys(cls.configSchema, config);
-    const parsed = cls.configSchema.safeParse(config);
-    const bounds = parsed.success ? timeoutBoundsProblem((parsed.data as AgentEnvConfig).executor, "executor.") : undefined;
-    if (unknown.length > 0 || !parsed.success || bounds) {
-      // zod's own "unrecognized key" issues say less than the list above (no new place, no near name).
-      const issues = parsed.success ? [] : parsed.error.issues.filter((i) => unknown.length === 0 || i.code !== "unrecognized_keys");
-      const problems = [...unknown, ...(issues.length ? [configProblems(issues)] : []), ...(bounds ? [bounds] : [])].join("; ");
-      throw new EnvConfigError(`invalid config for env ${cls.envName ?? cls.name}: ${problems}`);
-    }
-    this.config = parsed.data as Config;
+    this.config = parseEnvConfig(cls.configSchema, config, cls.envName ?? cls.name) as Config;
     this.runtime = runtime;
     this.log = runtime.logger ?? createLogger({ name: `env:${this.name}` });
   }
@@ -209,20 +198,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     const limit = pLimit(this.config.groupConcurrency * this.config.groupSize);
     const signal = options.signal;
     const results = await Promise.all(
-      items.map((item) =>
-        limit(async () => (signal?.aborted ? undefined : this.collectTrajectory(item, this.resolveTools(), signal ? { signal } : {}))).then(
-          (t) => {
-            if (t) options.onTrajectory?.(t);
-            return t ? { item, t } : { item, skipped: true as const };
-          },
-          (err: unknown) => {
-            if (signal?.aborted) return { item, skipped: true as const };
-            const reason = err instanceof Error ? err.message : String(err);
-            options.onFailure?.(reason, err instanceof TrajectoryInfraError ? err.failure : err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost", message: reason } : undefined, failedFromError(err, 1));
-            return { item, err };
-          },
-        ),
-      ),
+      items.map((item) => limit(async () => (signal?.aborted ? undefined : this.collectTrajectory(item, this.resolveTools(), signal ? { signal } : {}))).then(...evalItemHandlers(item, options))),
     );
     return evalResult(items.length, results, this.config.successThreshold);
   }
