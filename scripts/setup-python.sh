@@ -30,7 +30,12 @@ if [ ! -x "$venv/bin/python" ]; then
     fi
   fi
 fi
+# pip is quiet for a minute or more: say what is happening and how it ended, never a silent wait.
+count=$(grep -cvE '^\s*(#|$)' "$req")
+echo "setup-python: installing the tests' $count pinned Python clients ($req) into $venv with pip; this takes a minute or two (log: .build/python-pip.log)…" >&2
+started=$SECONDS
 if ! timeout 900 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >.build/python-pip.log 2>&1; then
-  unavailable "pip could not install $req from the package index (see .build/python-pip.log)"
+  unavailable "pip could not install $req from the package index after $((SECONDS - started)) s (see .build/python-pip.log)"
 fi
 echo "$want" >"$stamp"
+echo "setup-python: done in $((SECONDS - started)) s" >&2

@@ -8,6 +8,9 @@ import { EnvConfigError } from "../env/errors.js";
 import { exposureProblem } from "../http/exposure.js";
 import { createLogger } from "../observability/logger.js";
 import { OpenEnvServer } from "../openenv/server.js";
+import { registerOpenEnvMetrics } from "../openenv/status.js";
+import { MetricsRegistry } from "../observability/metrics.js";
+import { serveRunMetrics } from "./metrics-endpoint.js";
 import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
 import { loadEnvClass } from "./run-env.js";
@@ -31,6 +34,8 @@ options:
                                required when --host is not a loopback address
   --config FILE                JSON object of env config fields (maxTurns, tools, executor, ...)
   --session-idle-timeout-s S   a session idle this long loses its episode and slot (default 600)
+  --metrics-port N             serve GET /metrics (sessions, episodes by outcome, mean reward, slots) on
+                               127.0.0.1:N (0: any free port, printed); GET /status on the server says the same
   --provisioner local|nomad    where sandbox containers run (default local)
   --slots-per-container N      slots per container
   --min-containers N           containers kept running
@@ -72,7 +77,7 @@ async function envConfig(flags: ParsedFlags): Promise<Record<string, unknown>> {
 export async function run(argv: string[]): Promise<number> {
   const flags = parseFlags(
     argv,
-    { host: { type: "string" }, port: { type: "string" }, token: { type: "string" }, config: { type: "string" }, "session-idle-timeout-s": { type: "string" }, ...backendFlagOptions(POOL_FLAGS) },
+    { host: { type: "string" }, port: { type: "string" }, token: { type: "string" }, config: { type: "string" }, "session-idle-timeout-s": { type: "string" }, "metrics-port": { type: "string" }, ...backendFlagOptions(POOL_FLAGS) },
     HELP,
     true,
   );
@@ -86,6 +91,8 @@ export async function run(argv: string[]): Promise<number> {
   const exposed = exposureProblem(host, token, "--token T or the environment variable OPENENV_TOKEN");
   if (exposed) throw new CliUsageError(exposed);
   const idleTimeoutMs = intFlag("session-idle-timeout-s", stringFlag(flags, "session-idle-timeout-s"), 600, 1, 7 * 86_400) * 1000;
+  const metricsFlag = stringFlag(flags, "metrics-port");
+  const metricsPort = metricsFlag !== undefined ? intFlag("metrics-port", metricsFlag, 0, 0, 65535) : undefined;
   const config = await envConfig(flags);
   const Env = await loadEnvClass(spec);
 
@@ -99,13 +106,23 @@ export async function run(argv: string[]): Promise<number> {
   }
   await env.start();
   const server = new OpenEnvServer({ env, logger, idleTimeoutMs, ...(token ? { token } : {}) });
+  let metrics: Awaited<ReturnType<typeof serveRunMetrics>> | undefined;
+  if (metricsPort !== undefined) {
+    const registry = new MetricsRegistry();
+    registerOpenEnvMetrics(registry, server);
+    metrics = await serveRunMetrics(registry, metricsPort);
+    logger.info({ url: metrics.url }, "metrics");
+  }
   let stopping: Promise<void> | undefined;
   // Stopping ends every session: each episode's slot is released (reset), then the pool stops.
-  const shutdown = () => (stopping ??= server.close().then(() => env.close()));
+  const shutdown = () => (stopping ??= server.close().then(async () => {
+    await metrics?.close();
+    await env.close();
+  }));
   return serveUntilStopped({
     logger,
     listen: () => server.listen(port, host),
-    listening: (url) => ({ url, env: env.name, provisioner: env.config.pool.provisioner, ws: `${url.replace(/^http/, "ws")}/ws`, mcp: `${url}/mcp` }),
+    listening: (url) => ({ url, env: env.name, provisioner: env.config.pool.provisioner, ws: `${url.replace(/^http/, "ws")}/ws`, mcp: `${url}/mcp`, status: `${url}/status`, ...(metrics ? { metrics: metrics.url } : {}) }),
     stopping: "ending every episode",
     shutdown,
   });

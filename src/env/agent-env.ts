@@ -27,7 +27,8 @@ import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { envToolTimeouts, ToolContext } from "./tool-context.js";
 import { requestedTimeoutS } from "../executor/config.js";
-import { throwIfInfraFailure, type InfraFailure, type InfraStage } from "./infra-failure.js";
+import { throwIfInfraFailure, type InfraStage } from "./infra-failure.js";
+import type { CollectOptions } from "./collect-options.js";
 import { linkedSignal } from "./linked-signal.js";
 import { CallTally, TrajectoryInterruptedError } from "./interruption.js";
 import { rewardContext } from "./reward-calls.js";
@@ -37,14 +38,7 @@ import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
 
 export type { ScoreResult } from "./rollout-score.js";
-
-/** How one trajectory (or group) is collected: the run's signal, a policy of the caller's, who is told of each finished trajectory (a run's model breaker). */
-export interface CollectOptions {
-  signal?: AbortSignal;
-  policy?: AgentPolicy;
-  /** Each finished trajectory's infra failure, if it had one (a branching group's, at the group's end). */
-  onTrajectoryEnd?: (outcome: { infraFailure?: InfraFailure | undefined }) => void;
-}
+export type { CollectOptions } from "./collect-options.js";
 export type { EvalSample, EvalResult, EvaluateOptions } from "./evaluation.js";
 
 /** How an env instance gets its tools backend, model and logger (all optional). */
@@ -95,6 +89,8 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   private chatTokenizer: ChatTokenizer | undefined;
   private tokenBackend: TokenBackend | undefined;
   private started = false;
+  /** The model server answered checkModel() (start() then does not ask again). */
+  private modelChecked = false;
   private ownTools: readonly ToolDefinition[] = [];
   private removeOwnTools: (() => void) | undefined;
 
@@ -212,7 +208,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   async start(): Promise<void> {
     if (this.started) return;
     // Before the pool: a dead or wrong model server fails the run in seconds, not as empty rollouts.
-    if (this.config.model.url && this.config.model.name && !this.runtime.policy) await this.checkModel();
+    if (this.config.model.url && this.config.model.name && !this.runtime.policy && !this.modelChecked) await this.checkModel();
     const b = this.runtime.backend;
     if (b && typeof b !== "function") this.backend = b;
     else {
@@ -238,6 +234,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       ...(apiKey ? { apiKey } : {}),
     });
     if (!checked.served) this.log.warn({ url: checked.url }, `the model server has no model list (404); cannot check that it serves '${model.name}'`);
+    this.modelChecked = true;
   }
 
   /**
@@ -382,7 +379,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     const backend = this.tools;
     const losses: string[] = [];
     const maxAttempts = this.config.slotLossRetries + 1;
-    const calls = new CallTally(); // what an interrupted trajectory had done (all its attempts)
+    const calls = options.calls ?? new CallTally(); // the tool calls that ran (all its attempts): an interrupted or failed trajectory's are counted too
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {
       options.signal?.throwIfAborted();
       const link = options.signal ? linkedSignal(options.signal) : undefined; // one listener on the run's signal in all
@@ -472,7 +469,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * `infraFailurePolicy` makes of it). Never drops one silently. Aborting `signal` (Atropos
    * back-off) stops the rollouts and rejects with the signal's reason.
    */
-  async collectTrajectories(item: Item, options: Omit<CollectOptions, "policy"> = {}): Promise<GroupOutcome<Item>> {
+  async collectTrajectories(item: Item, options: Omit<CollectOptions, "policy" | "calls"> = {}): Promise<GroupOutcome<Item>> {
     const point = this.branchPoint(item);
     const scoreGroup = (trajectories: TrajectoryOutcome[]) => applyGroupScore(trajectories, (members) => this.scoreGroup(item, members), this.log);
     if (point) {
@@ -487,7 +484,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     return collectGroup(item, groupTools, {
       config: this.config,
       log: this.log,
-      runTrajectory: () => this.collectTrajectory(item, groupTools, options),
+      runTrajectory: (calls) => this.collectTrajectory(item, groupTools, { ...options, calls }),
       scoreGroup,
       ...(options.signal ? { signal: options.signal } : {}),
     });

@@ -74,8 +74,9 @@ export class RunStats {
   /** Unscored trajectories recorded in the run's sidecar (`<out>.failed.jsonl`), and its path. */
   failedTrajectories = 0;
   failedSidecar: string | undefined;
-  /** Where the env's code threw (a reward or hook): each distinct stack, with how often. */
+  /** Where the env's code threw (a reward or hook): each distinct stack, with how often (stacks that differ only below the env's frames are one). */
   readonly failureStacks = new Map<string, number>();
+  private readonly stackKeys = new Map<string, string>();
   /** The first tool errors, in the order their trajectories finished. */
   readonly toolErrorLog: ToolErrorRecord[] = [];
   private readonly latencies: number[] = [];
@@ -117,6 +118,8 @@ export class RunStats {
       this.maskedTrajectories += outcome.masked;
     }
     for (const t of outcome.trajectories) this.addRun(t);
+    // Every call that ran: also those of dropped tries and of trajectories that failed.
+    this.toolCalls += outcome.unscoredToolCalls ?? 0;
   }
 
   /**
@@ -140,9 +143,14 @@ export class RunStats {
     this.failedTrajectories += failed.length;
     for (const f of failed) {
       if (!f.stack) continue;
-      const n = this.failureStacks.get(f.stack);
-      if (n !== undefined) this.failureStacks.set(f.stack, n + 1);
-      else if (this.failureStacks.size < 20) this.failureStacks.set(f.stack, 1);
+      // The message and the env's own frames say where; slotpool's async frames below them vary.
+      const key = f.stack.split("\n    … then ")[0]!;
+      const shown = this.stackKeys.get(key);
+      if (shown !== undefined) this.failureStacks.set(shown, this.failureStacks.get(shown)! + 1);
+      else if (this.failureStacks.size < 20) {
+        this.stackKeys.set(key, f.stack);
+        this.failureStacks.set(f.stack, 1);
+      }
     }
   }
 

@@ -86,6 +86,8 @@ export type GroupOutcome<Item = unknown> =
       metrics?: Metrics;
       /** The trajectories of every try that were not scored (masked, or in dropped tries): for the sidecar, never the group. */
       failed?: FailedTrajectory[];
+      /** Tool calls that ran in trajectories not among `trajectories` (dropped tries, masked, thrown): the summary counts every call that ran. */
+      unscoredToolCalls?: number;
     }
   | {
       ok: false;
@@ -108,6 +110,8 @@ export type GroupOutcome<Item = unknown> =
       droppedAttemptCauses?: InfraCause[];
       /** The trajectories of every try that were not scored (failed, in dropped tries): for the sidecar. */
       failed?: FailedTrajectory[];
+      /** Tool calls that ran in trajectories not among `trajectories` (dropped tries, infra failures, thrown). */
+      unscoredToolCalls?: number;
     };
 
 /** The ids of a trajectory: the server's when it returned them, else the tokenizer's, else none. */

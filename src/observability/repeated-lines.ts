@@ -54,6 +54,8 @@ export class RepeatedLines {
 function occurrenceKey(entry: Record<string, unknown>): string {
   const facts = Object.entries(entry)
     .filter(([k]) => !OCCURRENCE_KEYS.has(k))
+    // A stack's frames below the env's own (env/env-stack.ts: "… then N frames of slotpool") vary from one occurrence to the next.
+    .map(([k, v]): [string, unknown] => (k === "stack" && typeof v === "string" ? [k, v.split("\n    … then ")[0]] : [k, v]))
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   return JSON.stringify(facts).replace(UUID, "<id>");
 }

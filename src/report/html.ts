@@ -95,7 +95,7 @@ class Renderer {
       card(String(s.trajectories), `trajectories in ${s.groups} ${m.groups.every((g) => g.kind === "sample") && s.groups ? "samples" : "groups"}`),
       card(`${(s.successRate * 100).toFixed(1)}%`, `success rate (score ≥ ${s.successThreshold})`),
       card(s.meanScore.toFixed(3), "mean score"),
-      card(String(s.toolCalls), "tool calls"),
+      card(String(s.toolCalls), m.run ? "tool calls in the file" : "tool calls"),
       card(String(s.toolErrors), `tool errors (${s.trajectoriesWithErrors} trajectories)`, s.toolErrors ? "bad" : ""),
       card(lat, "tool latency p50 / p90 / p99"),
       card(String(s.slotLosses), "slot losses", s.slotLosses ? "bad" : ""),

@@ -178,15 +178,18 @@ describe("infra failures are not rewards", () => {
     const r = await runCli(["process", "examples/shell-tasks/env.js", "--out", out, "--model-url", "http://127.0.0.1:9/v1", "--model", "m", "--no-progress"]);
     expect(r.code).toBe(1);
     expect(r.ms).toBeLessThan(10_000);
-    const errors = r.stderr.split("\n").filter((l) => l.startsWith("slotpool process: ") && !l.includes("starting"));
+    expect(r.stderr).not.toContain("starting"); // checked before the pool starts, and said once
+    const errors = r.stderr.split("\n").filter((l) => l.startsWith("slotpool process: "));
     expect(errors).toEqual(["slotpool process: model server http://127.0.0.1:9/v1/models did not answer: connection refused (nothing listening there?)"]);
     expect(existsSync(out)).toBe(false); // nothing written, not even an empty file
 
     const llm = await startLlmServer({ models: ["Qwen/Qwen3-8B"], respond: () => ({ text: "hi" }) });
     try {
       const w = await runCli(["process", "examples/shell-tasks/env.js", "--out", join(dir, "wrong-model.jsonl"), "--model-url", llm.url, "--model", "qwen3", "--no-progress"]);
-      expect(w.code).toBe(1);
+      // A name the server does not serve is the user's typo: a usage error, found before "starting…".
+      expect(w.code).toBe(2);
       expect(w.stderr).toContain(`slotpool process: model server ${llm.url}/models does not serve 'qwen3'; it serves: Qwen/Qwen3-8B`);
+      expect(w.stderr).not.toContain("starting");
       expect(llm.requests).toHaveLength(0); // no rollout ran
     } finally {
       await llm.close();
@@ -335,7 +338,10 @@ describe("exit codes", () => {
     await writeFile(badEnv, (await readFile(badEnv, "utf8")).replace("maxTurns: 3,", "maxTurns: 3, successTreshold: 0.5,"));
     const cases: Array<[string[], string]> = [
       [["process", "examples/shell-tasks/env.js", "--bogus"], "Unknown option '--bogus'"],
-      [["process", "examples/shell-tasks/env.js", "--out-dir", "x"], "Unknown option '--out-dir'"],
+      // A flag of a sibling command is named as such; a misspelt one gets the nearest (as config keys do).
+      [["process", "examples/shell-tasks/env.js", "--out-dir", "x"], "--out-dir is an option of 'slotpool evaluate', not of 'process'"],
+      [["process", "examples/shell-tasks/env.js", "--grups", "2"], "Unknown option '--grups' (did you mean '--groups'?)"],
+      [["evaluate", "examples/shell-tasks/env.js", "--concurency", "2"], "Unknown option '--concurency' (did you mean '--concurrency'?)"],
       [["process", "examples/shell-tasks/env.js", "--config", join(dir, "typo.json")], "unknown key 'groupSzie' (did you mean 'groupSize'?)"],
       [["process", badEnv], "unknown key 'successTreshold' (did you mean 'successThreshold'?)"],
       [["process", "examples/shell-tasks/env.js", "--model", "Qwen/Qwen3-8B"], "--model needs --model-url URL"],

@@ -23,6 +23,8 @@ export function runRows(stats: RunStats, extra: Array<[string, string]> = []): A
     ["infra failures", infraText(stats)],
     ["group attempts dropped", droppedText(stats)],
     ...modelRows(stats),
+    // The report's tile counts the calls in the file; this row every call that ran, as the summary.
+    ["tool calls", toolCallsText(stats)],
     ["slot-loss restarts", String(stats.retries)],
     ...tokenRows(stats),
     ...stats.metricRows(),
@@ -126,7 +128,7 @@ function trajectoriesText(stats: RunStats): string {
 }
 
 function toolCallsText(stats: RunStats): string {
-  if (!stats.interruptedGroups) return `${stats.toolCalls} (every finished trajectory, ${stats.delivered} or not)`;
+  if (!stats.interruptedGroups) return `${stats.toolCalls} (every call that ran: ${stats.delivered} or not, dropped tries included)`;
   return `${stats.toolCalls} ran (every trajectory, ${stats.delivered} or not, those cut by ${stopWord(stats)} included) · ${stats.toolCallsCut} cut by ${stopWord(stats)} while running`;
 }
 
