@@ -394,8 +394,10 @@ describe("exit codes", () => {
     cli.child.kill("SIGINT");
     const r = await cli.done;
     expect(r.code).toBe(130);
-    // Exits once the summary is out, though the env's hook still holds a 10-minute timer (not after the 15 s force).
-    expect(r.ms).toBeLessThan(12_000);
+    // Exits once the summary is out, though the env's hook still holds a 10-minute timer: not
+    // by the 15 s force, which would say so (the event, not the clock: the run's start-up
+    // counted in a bound measured from launch, 12.7 s > 12 s on a loaded box).
+    expect(r.stderr).not.toContain("did not stop within");
     expect(r.stdout).toMatch(/stopped early\s+interrupted/);
     expect(r.stdout).toMatch(/written\s+1 groups/);
     expect(await jsonl(out)).toHaveLength(1); // every line whole
@@ -403,15 +405,19 @@ describe("exit codes", () => {
   }, 90_000);
 
   it("SIGTERM ends a run within 5 s, even one whose hook does not return", async () => {
-    const env = await fixtureEnv("stuck", "await new Promise((r) => setTimeout(r, 600_000)); return 1;");
+    const reached = join(dir, "stuck-reward-reached");
+    const env = await fixtureEnv("stuck", `(await import("node:fs")).writeFileSync(${JSON.stringify(reached)}, "1"); await new Promise((r) => setTimeout(r, 600_000)); return 1;`);
     const cli = startCli(["process", env, "--out", join(dir, "stuck.jsonl"), "--groups", "1", "--no-progress"]);
-    await waitFor("the rollout to reach the reward", async () => (cli.output().stderr.includes("starting") ? true : undefined));
-    await new Promise((r) => setTimeout(r, 3_000));
+    await waitFor("the rollout to reach the reward", () => (existsSync(reached) ? true : undefined));
     const sent = performance.now();
     cli.child.kill("SIGTERM");
     const r = await cli.done;
-    expect(performance.now() - sent).toBeLessThan(5_000);
     expect(r.code).toBe(143);
+    // The CLI's own 4 s grace ended it (the hook never returns), and said so.
+    expect(r.stderr).toContain("did not stop within 4 s of SIGTERM; exiting");
+    // bound: the documented "within 5 s" is the CLI's 4 s timer; 15 s allows a loaded box's
+    // scheduling around it while still failing a run that waits for the hook (10 minutes).
+    expect(performance.now() - sent).toBeLessThan(15_000);
   }, 60_000);
 });
 
