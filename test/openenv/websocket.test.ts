@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { silentLogger } from "../../src/observability/logger.js";
 import { OpenEnvServer } from "../../src/openenv/server.js";
+import ShellTasksEnv from "../../examples/shell-tasks/env.js";
 import { eventually, SOLVE_SEED_0, startOpenEnv, WRONG_SEED_0, WsClient, type OpenEnvHarness } from "./support.js";
 
 let h: OpenEnvHarness;
@@ -241,16 +242,24 @@ describe("OpenEnv over WebSocket /ws", () => {
 
 describe("OpenEnv sessions that idle out, and a lost slot", () => {
   let q: OpenEnvHarness;
-  /** A second server over q's env with a short idle timeout, for the idle test only: the other tests' sessions must not idle out between two messages on a loaded box (a 400 ms timeout once fired in the middle of the lost-slot test). */
+  /**
+   * A second server with a short idle timeout, for the idle test only (its own env on q's
+   * pool, so q's items keep their order): the other tests' sessions must not idle out between
+   * two messages on a loaded box (a 400 ms timeout once fired in the middle of the lost-slot test).
+   */
   let idle: OpenEnvServer;
+  let idleEnv: ShellTasksEnv;
   let idleWsUrl: string;
   beforeAll(async () => {
     q = await startOpenEnv({ slots: 2 });
-    idle = new OpenEnvServer({ env: q.env, logger: silentLogger(), idleTimeoutMs: 1_500 });
+    idleEnv = new ShellTasksEnv({}, { backend: q.backend, logger: silentLogger() });
+    await idleEnv.start();
+    idle = new OpenEnvServer({ env: idleEnv, logger: silentLogger(), idleTimeoutMs: 1_500 });
     idleWsUrl = `${(await idle.listen(0, "127.0.0.1")).replace(/^http/, "ws")}/ws`;
   }, 120_000);
   afterAll(async () => {
     await idle?.close();
+    await idleEnv?.close();
     await q?.stop();
   });
 
