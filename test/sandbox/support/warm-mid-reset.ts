@@ -23,13 +23,13 @@ const bash = async (command: string) => (await svc.execute(svc.parseCall({ slot_
 
 // The reset's steps after the slot's processes are dead (service.ts reset): the old view
 // detached, the workspace emptied (a fresh disk), the new view attached.
-const steps = {
-  detach: [svc.templates, "detach"],
-  empty: [svc, "emptyWorkspace"],
-  attach: [svc.templates, "attach"],
-} as const;
+const steps: Record<"detach" | "empty" | "attach", readonly [Record<string, unknown>, string]> = {
+  detach: [svc.templates as unknown as Record<string, unknown>, "detach"],
+  empty: [svc as unknown as Record<string, unknown>, "emptyWorkspace"],
+  attach: [svc.templates as unknown as Record<string, unknown>, "attach"],
+};
 let armed: keyof typeof steps | undefined;
-for (const [point, [owner, method]] of Object.entries(steps) as Array<[keyof typeof steps, readonly [Record<string, unknown>, string]]>) {
+for (const [point, [owner, method]] of Object.entries(steps) as Array<[keyof typeof steps, (typeof steps)[keyof typeof steps]]>) {
   const original = (owner[method] as (...a: unknown[]) => Promise<unknown>).bind(owner);
   owner[method] = async (...args: unknown[]) => {
     if (armed === point) {
