@@ -76,5 +76,6 @@ export function suiteFiles(root: string): string[] {
 }
 
 export function suiteFindings(root: string): Finding[] {
-  return suiteFiles(root).flatMap((f) => wallClockFindings(f, readFileSync(join(root, f), "utf8")));
+  // Its own test holds made-up findings in a string.
+  return suiteFiles(root).filter((f) => f !== "test/architecture/wall-clock.test.ts").flatMap((f) => wallClockFindings(f, readFileSync(join(root, f), "utf8")));
 }

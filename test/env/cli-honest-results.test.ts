@@ -177,7 +177,8 @@ describe("infra failures are not rewards", () => {
     const out = join(dir, "dead-model.jsonl");
     const r = await runCli(["process", "examples/shell-tasks/env.js", "--out", out, "--model-url", "http://127.0.0.1:9/v1", "--model", "m", "--no-progress"]);
     expect(r.code).toBe(1);
-    expect(r.ms).toBeLessThan(10_000);
+    // bound: "within seconds": the 5 s check, not every trajectory's retries (minutes); 30 s includes the CLI's own start on a loaded box.
+    expect(r.ms).toBeLessThan(30_000);
     expect(r.stderr).not.toContain("starting"); // checked before the pool starts, and said once
     const errors = r.stderr.split("\n").filter((l) => l.startsWith("slotpool process: "));
     expect(errors).toEqual(["slotpool process: model server http://127.0.0.1:9/v1/models did not answer: connection refused (nothing listening there?)"]);
@@ -355,7 +356,8 @@ describe("exit codes", () => {
       expect(r.code, `${cases[i]![0].join(" ")}: ${r.stderr}`).toBe(2);
       expect(r.stderr).toContain(cases[i]![1]);
       expect(r.stderr).not.toContain("provisioner…"); // no pool was started ("starting X on the local provisioner…")
-      expect(r.ms).toBeLessThan(60_000); // no spin (/proc/nope used to run for ten minutes); many CLIs at once on a loaded 2-core box took 20 s
+      // bound: no spin (/proc/nope used to run for ten minutes); many CLIs at once on a loaded 2-core box took 20 s
+      expect(r.ms).toBeLessThan(60_000);
     });
   }, 60_000);
 

@@ -29,6 +29,7 @@ describe("local provisioner: a container killed mid-trajectory", () => {
       expect((await bash("victim", "echo hi > f; cat f")).output).toBe("hi");
       const [proc] = provisioner.processes();
       const inFlight = bash("victim", "sleep 20");
+      // wait: the call reaching its slot before the container dies; lost before it, the answer is the same loss
       await new Promise((r) => setTimeout(r, 500));
       const t0 = Date.now();
       process.kill(proc!.pid, "SIGKILL");

@@ -70,6 +70,7 @@ describe("an env process killed mid-run", () => {
     const alive = await cli(["jobs", "prune", "--dry-run", "--prefix", jobId], env2);
     expect(alive.stdout).toMatch(new RegExp(`${jobId} .*left alone: its run is alive`));
     expect(alive.stdout).toContain("0 slotpool job(s) would be stopped");
+    // wait: the run's last heartbeat growing older than the 2 s staleness asked for below (time is the event here)
     await new Promise((r) => setTimeout(r, 3_000));
     const dry = await cli(["jobs", "prune", "--dry-run", "--prefix", jobId, "--owner-stale-s", "2"], env2);
     expect(dry.status, dry.stderr).toBe(0);

@@ -211,7 +211,7 @@ describe("OpenEnv over WebSocket /ws", () => {
     await b.reset();
     const started = Date.now();
     const waiting = c.reset({ seed: 1 });
-    // Short of the 1500 ms bound, leaving the close (its slot's reset) time on a loaded box.
+    // wait: the waiting reset reaching the server (no event shows it waiting); short of the 1500 ms bound, leaving the close (its slot's reset) time on a loaded box.
     await new Promise((r) => setTimeout(r, 200));
     await a.close();
     const served = await waiting;

@@ -90,7 +90,8 @@ describe("NomadProvisioner start-up failures (documented shapes)", () => {
     expect((err as Error).message).toMatch(/could not place 1 of 1 sandbox allocations/);
     expect((err as Error).message).toMatch(/DimensionExhausted: memory \(3\)/);
     expect((err as Error).message).toMatch(/Add client capacity/);
-    expect(Date.now() - t0).toBeLessThan(5_000);
+    // bound: from the evaluation, not the pool's 10 s start timeout here: 8 s tells them apart on a loaded box.
+    expect(Date.now() - t0).toBeLessThan(8_000);
   });
 
   it("crash loop: start() fails with the failed allocations' task events", async () => {

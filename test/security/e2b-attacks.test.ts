@@ -168,6 +168,7 @@ describe("E2B server attacks: transfers", () => {
     let peak = before;
     const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 50);
     const err = await s.files.read("zero", { requestTimeoutMs: 8_000 }).catch((e: unknown) => e);
+    // wait: memory sampled a while after the refusal, in case a read went on behind it (a loaded box can only read less)
     await new Promise((r) => setTimeout(r, 3_000));
     clearInterval(sampler);
     expect(err).toBeInstanceOf(InvalidArgumentError);
@@ -297,6 +298,7 @@ describe("E2B server attacks: transfers", () => {
     // Expiry is honoured.
     const short = await s.downloadUrl("notes.txt", { useSignatureExpiration: 1 });
     expect((await fetch(short)).status).toBe(200);
+    // wait: past the signature's 1 s expiry (whole seconds: 2.1 s passes it whatever the rounding)
     await new Promise((r) => setTimeout(r, 2_100));
     const expired = await fetch(short);
     expect(expired.status).toBe(401);

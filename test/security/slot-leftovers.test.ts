@@ -166,7 +166,8 @@ describe("network helpers die with their slot", () => {
     const t0 = performance.now();
     server.proc.child.kill("SIGTERM");
     await server.proc.exited;
-    expect(performance.now() - t0).toBeLessThan(5_000);
+    // bound: the server kills its slots' helpers and exits instead of waiting for them: 10 s leaves a loaded box room.
+    expect(performance.now() - t0).toBeLessThan(10_000);
     expect(await eventually(() => left.every((p) => !running(p)), 1_000)).toBe(true);
   }, 120_000);
 });
