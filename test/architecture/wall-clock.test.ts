@@ -27,6 +27,8 @@ describe("wall-clock time in the suite", () => {
       .replace("  expect(Date.now()", "  // bound: at once, not after the 30 s timeout\n  expect(Date.now()")
       .replace("  await new Promise((r) => setTimeout(r, 300));", "  await new Promise((r) => setTimeout(r, 300)); // wait: a window in which nothing may happen");
     expect(wallClockFindings("t.ts", said)).toEqual([]);
+    // A wait for an event that gives up after 2 s is a bound in disguise; after a minute it is a hang guard.
+    expect(wallClockFindings("t.ts", `  await eventually(() => gone(), 2_000);\n  await within(60_000, "x", p);`).map((f) => [f.kind, f.line])).toEqual([["bound", 1]]);
   });
 
   it("no test of the suite has a bound or a fixed wait without its reason", () => {

@@ -7,7 +7,10 @@
  *   its margin on a loaded box>` on its line or in the comment lines just above it;
  * - a **fixed wait** — `await sleep(n)` / `await new Promise((r) => setTimeout(r, n))` as a
  *   statement of its own, not the pause of a polling loop — needs `wait: <what it lets happen
- *   that no event tells>` there.
+ *   that no event tells>` there;
+ * - a **short give-up** — `eventually(…, n)`, `until(…, n)`, `within(n, …)`, `waitFor(…, n)`
+ *   with n under 10 s — needs `bound:` too: a wait for an event costs nothing when the event
+ *   comes, so its give-up can be generous, and a short one is a bound in disguise.
  *
  * Kept apart from its test so a test can feed it made-up files and watch it find them.
  */
@@ -26,6 +29,9 @@ const DURATION = /Date\.now\(\)|performance\.now\(\)|\.ms\b|\bms\b|[a-z]Ms\b|ela
 const BOUND = /expect(?:\.soft)?\((.*)\)\.toBeLessThan(?:OrEqual)?\(/;
 const SLEEP = /^\s*await (?:new Promise(?:<void>)?\(\((?:r|resolve)\) => setTimeout\((?:r|resolve), [^)]+\)\)|sleep\([^)]*\)|delay\([^)]*\));?\s*(?:\/\/.*)?$/;
 const LOOP = /\b(?:while|for)\s*\(|\bdo\s*\{/;
+/** A helper that waits for an event with a give-up time: its figure (first argument of `within`, last of the others). */
+const GIVE_UP = /\b(?:within\(\s*([0-9][0-9_]*)\s*,|(?:eventually|until|waitFor)\(.*,\s*([0-9][0-9_]*)\)\)?[;,]?\s*(?:\/\/.*)?$)/;
+const SHORT_GIVE_UP_MS = 10_000;
 
 /** The comment lines right above line `i` (contiguous `//` lines) and the line's own comment. */
 function saidAt(lines: readonly string[], i: number): string {
@@ -50,6 +56,9 @@ export function wallClockFindings(file: string, text: string): Finding[] {
     if (/^\s*(\*|\/\/|\/\*)/.test(line)) return; // prose about a bound is not one
     const bound = BOUND.exec(line);
     if (bound && DURATION.test(bound[1]!) && !/\bbound:/.test(saidAt(lines, i))) out.push({ file, line: i + 1, kind: "bound", text: line.trim() });
+    const giveUp = GIVE_UP.exec(line);
+    const ms = giveUp ? Number((giveUp[1] ?? giveUp[2] ?? "").replace(/_/g, "")) : NaN;
+    if (ms < SHORT_GIVE_UP_MS && !/\bbound:/.test(saidAt(lines, i))) out.push({ file, line: i + 1, kind: "bound", text: line.trim() });
     if (SLEEP.test(line)) {
       // The pause of a polling loop (the block it sits in is a loop's) waits for an event.
       const inLoop = LOOP.test(line) || LOOP.test(enclosingLine(lines, i));

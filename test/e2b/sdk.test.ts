@@ -219,12 +219,12 @@ describe("E2B SDK against slotpool", () => {
     const end = (await short.getInfo()).endAt.getTime();
     // bound: endAt is the server's now + 1 s, read back after it: a slow round trip only makes this smaller; above 1.5 s means a later end was set.
     expect(end - Date.now()).toBeLessThan(1_500);
-    await until(async () => !(await short.isRunning()), 5_000);
+    await until(async () => !(await short.isRunning()), 30_000);
     // What the SDK says of a command sent to a sandbox that is gone (E2B's proxy answers the same way).
     await expect(short.commands.run("true")).rejects.toBeInstanceOf(SandboxNotFoundError);
     await expect(short.files.read("x")).rejects.toBeInstanceOf(TimeoutError);
     await expect(Sandbox.getInfo(short.sandboxId, h.opts)).rejects.toBeInstanceOf(SandboxNotFoundError);
-    await until(() => h.pool.stats().slots.held === held - 1, 5_000);
+    await until(() => h.pool.stats().slots.held === held - 1, 30_000);
   });
 
   it("Sandbox.fork with count 2: two new sandboxes holding the parent's workspace as it was, each on its own from then on", async () => {

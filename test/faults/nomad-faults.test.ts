@@ -64,9 +64,9 @@ describe("an allocation killed mid-trajectory", () => {
     expect((lost as SlotLostError).message).toMatch(/lost/);
     expect((lost as SlotLostError).containerId).toBe(allocId);
     // Later calls of the same trajectory never land silently on a fresh, empty slot.
-    const later = await within(5_000, "later call", outcome(s.bash("victim", "cat f")));
+    const later = await within(20_000, "later call", outcome(s.bash("victim", "cat f")));
     expect(later).toBeInstanceOf(SlotLostError);
-    await within(5_000, "release", s.executor.release("victim"));
+    await within(20_000, "release", s.executor.release("victim"));
     // Another trajectory runs on the replacement allocation.
     const other = await within(30_000, "call on the replacement", s.bash("other", "echo fresh"));
     expect(other.output.trim()).toBe("fresh");

@@ -60,7 +60,7 @@ describe("an env process killed mid-run", () => {
     env.child.kill("SIGKILL");
     await new Promise((r) => env.child.once("exit", r));
     // The env itself is gone (its job is the orphan, not a process).
-    expect(await eventually(() => processesWithMarker(`doomed-env.ts ${jobId}`).length === 0, 5_000), "doomed-env process after SIGKILL").toBe(true);
+    expect(await eventually(() => processesWithMarker(`doomed-env.ts ${jobId}`).length === 0, 30_000), "doomed-env process after SIGKILL").toBe(true);
     // The orphan: nobody will stop this job any more.
     expect(await liveJobs(nomad.address, jobId)).toHaveLength(1);
     expect(runningAllocations(nomad, jobId)).toHaveLength(1);

@@ -81,7 +81,7 @@ describe("SlotPool on the NomadProvisioner under faults (emulator, real sandbox 
     await pool.start();
     const held = [await pool.acquire({ trajectoryId: "x" }), await pool.acquire({ trajectoryId: "y" })];
     await h.nomad.loseNode();
-    await until(() => held.every((s) => s.lost), 2_000);
+    await until(() => held.every((s) => s.lost), 30_000);
     for (const s of held) {
       const err = await bash(s, "true").catch((e: unknown) => e);
       expect(err).toBeInstanceOf(SlotLostError);

@@ -108,7 +108,7 @@ describe("runs sharing a Nomad cluster own their jobs", () => {
     const a = defaultPool({ heartbeatMs: 100 });
     await a.pool.start();
     const jobId = a.provisioner.jobId;
-    await until(() => scaleRequests(jobId) >= 2, 5_000);
+    await until(() => scaleRequests(jobId) >= 2, 30_000);
     const job = await h.client().readJob(jobId);
     const scale = await h.client().scaleStatus(jobId);
     const events = scale?.TaskGroups?.["sandbox"]?.Events ?? [];
@@ -130,7 +130,7 @@ describe("runs sharing a Nomad cluster own their jobs", () => {
     expect((spec.Meta as Record<string, string> | undefined)?.[META_RUN]).toBeUndefined();
     await h.client().registerJob(spec, { preserveCounts: true });
     const beats = scaleRequests(jobId);
-    await until(() => scaleRequests(jobId) >= beats + 3, 5_000);
+    await until(() => scaleRequests(jobId) >= beats + 3, 30_000);
     expect(failure).toBeUndefined();
     expect((await bash(held, "echo still")).output.trim()).toBe("still");
     await a.pool.stop({ purge: true });

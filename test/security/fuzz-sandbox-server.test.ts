@@ -97,9 +97,9 @@ describe("sandbox server under bad input", () => {
     });
     garbage.write("GARBAGE / \x00\x01 HTTP/9.9\r\n\r\n");
     try {
-      const r = await within(5_000, "bash during a stalled upload", server.bash(0, "echo unblocked"));
+      const r = await within(20_000, "bash during a stalled upload", server.bash(0, "echo unblocked"));
       expect(r.output).toBe("unblocked");
-      expect(await within(5_000, "garbage request", garbageAnswer)).toMatch(/^HTTP\/1\.1 400/);
+      expect(await within(20_000, "garbage request", garbageAnswer)).toMatch(/^HTTP\/1\.1 400/);
     } finally {
       stalled.destroy();
       garbage.destroy();

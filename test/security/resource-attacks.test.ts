@@ -106,7 +106,7 @@ describe("reset ends everything a slot started", () => {
     const call = await within(15_000, "killed call", running);
     expect(call.success).toBe(false);
     expect(call.error).toMatch(/reset|killed/);
-    expect(await eventually(() => processesWithMarker(marker).length === 0, 3_000), JSON.stringify(processesWithMarker(marker))).toBe(true);
+    expect(await eventually(() => processesWithMarker(marker).length === 0, 30_000), JSON.stringify(processesWithMarker(marker))).toBe(true);
     await assertOnlyHolders(server, ATTACKER);
     // bound: the reset kills the 300 s processes instead of waiting: 10 s is far from both.
     expect(Date.now() - t0).toBeLessThan(10_000);
@@ -117,7 +117,7 @@ describe("reset ends everything a slot started", () => {
     const marker = `slotpool-timeout-${randomBytes(4).toString("hex")}`;
     const r = await server.bash(ATTACKER, `nohup bash -c 'exec -a ${marker}-bg sleep 300' >/dev/null 2>&1 & exec -a ${marker} sleep 300`, { timeout: 1 });
     expect(r.metadata.timeout).toBe(true);
-    expect(await eventually(() => processesWithMarker(marker).length === 0, 3_000), JSON.stringify(processesWithMarker(marker))).toBe(true);
+    expect(await eventually(() => processesWithMarker(marker).length === 0, 30_000), JSON.stringify(processesWithMarker(marker))).toBe(true);
     await assertOnlyHolders(server, ATTACKER);
   });
 });
