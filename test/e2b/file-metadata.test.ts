@@ -1,3 +1,4 @@
+// runs as each user: file metadata lives in user xattrs, written by the slot's uid as root and by the server's own uid in its user namespace otherwise
 import { FileType, FilesystemEventType, Sandbox, SandboxError, type FilesystemEvent } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENVD_VERSION } from "../../src/e2b/index.js";

@@ -1,3 +1,4 @@
+// runs as each user: E2B's users (`user`, `root`) map onto one slot uid per slot as root and onto the server's own uid otherwise
 import { randomBytes } from "node:crypto";
 import { createServer, type AddressInfo } from "node:net";
 import {

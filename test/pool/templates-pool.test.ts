@@ -1,3 +1,4 @@
+// runs as each user: a template view is an id-mapped overlay as root and the template's own tree as the lower layer otherwise
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
