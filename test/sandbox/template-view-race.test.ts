@@ -74,7 +74,7 @@ describe("a template evicted while a reset into it arrives", () => {
     // 40 files and a marker written last: a partial view would miss some.
     const A = { name: "a", setup: ["for i in $(seq 1 40); do head -c 20000 /dev/urandom > f$i; done; sha256sum f* | sha256sum | cut -c1-16 > sum"] };
     const outcomes: string[] = [];
-    for (let round = 0; round < 12; round++) {
+    for (let round = 0; round < 8; round++) {
       expect((await s.post("/templates", A)).json.success).toBe(true);
       // Back to a plain workspace: nothing refers to a, so the next build may evict it.
       expect((await s.post("/reset", { slot_id: "slot_0" })).json.success).toBe(true);

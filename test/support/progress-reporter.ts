@@ -99,8 +99,10 @@ export function skipReason(s: { name: string; note: string | undefined }): strin
       else if (s.name[i] === ")" && --depth === 0) return s.name.slice(open + "(skipped: ".length, i).trim();
     }
   }
-  const said = /\bskipped ((?:without|on|when|unless|where|as|for|with|if|here|because|outside)\b[^>]*)/.exec(s.name)?.[1];
-  return said ? said.trim() : "no reason given (name the precondition: it.skipIf(cond)(\"… skipped without X\"), or ctx.skip(reason))";
+  let said = /\bskipped ((?:without|on|when|unless|where|as|for|with|if|here|because|outside)\b[^>]*)/.exec(s.name)?.[1]?.trim();
+  // "(… skipped as root)": the closing parenthesis is the name's, not the reason's.
+  while (said && (said.match(/\)/g) ?? []).length > (said.match(/\(/g) ?? []).length) said = said.replace(/\)[^)]*$/, "").trim();
+  return said ? `skipped ${said}` : "no reason given (name the precondition: it.skipIf(cond)(\"… skipped without X\"), or ctx.skip(reason))";
 }
 
 function clock(ms: number): string {
