@@ -1,7 +1,9 @@
 import type { AgentEnv } from "../env/agent-env.js";
 import type { Logger } from "../observability/logger.js";
 import { Episode, episodeTools, listedTools, type ListedTool } from "./episode.js";
+import { EpisodeIds } from "./episode-ids.js";
 import { ItemSource, type ItemSelector } from "./item-source.js";
+import { DEFAULT_LIMITS, type ServerLimits } from "./limits.js";
 
 /**
  * What every transport of the OpenEnv server shares: the started env, its items in order,
@@ -18,14 +20,16 @@ export class EpisodeHost<Item = unknown> {
   constructor(
     readonly env: AgentEnv<Item>,
     readonly log: Logger,
+    limits: Pick<ServerLimits, "maxSeed" | "maxClientEpisodeIds" | "episodeSecret"> = DEFAULT_LIMITS,
   ) {
-    this.items = new ItemSource(() => env.getNextItem());
+    const ids = new EpisodeIds({ maxClientIds: limits.maxClientEpisodeIds, ...(limits.episodeSecret ? { secret: limits.episodeSecret } : {}) });
+    this.items = new ItemSource(() => env.getNextItem(), ids, limits.maxSeed);
   }
 
   /** Starts an episode in a slot of its own (see Episode.begin for what can fail and how). */
   async begin(selector: ItemSelector = {}): Promise<Episode<Item>> {
     const selected = await this.items.select(selector);
-    const episode = await Episode.begin(this.env, selected, selector.episodeId, { log: this.log });
+    const episode = await Episode.begin(this.env, selected, selected.episodeId, { log: this.log });
     this.running.add(episode);
     this.counts.begun++;
     return episode;

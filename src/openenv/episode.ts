@@ -88,6 +88,8 @@ export class Episode<Item = unknown> {
   private readonly result: AgentResult;
   private released = false;
   private queue: Promise<unknown> = Promise.resolve();
+  /** Aborted when the episode is abandoned: its running call is cancelled (the slot's reset then kills what it started). */
+  private readonly stop = new AbortController();
 
   private constructor(
     readonly env: AgentEnv<Item>,
@@ -158,8 +160,14 @@ export class Episode<Item = unknown> {
   /** Ends the episode without a reward (reset, close, idle timeout): the slot is reset and released. */
   async abandon(): Promise<void> {
     this.done = true;
+    this.interrupt();
     await this.queue;
     await this.release();
+  }
+
+  /** Cancels the running call, if any (the episode is being abandoned). */
+  interrupt(): void {
+    this.stop.abort();
   }
 
   private async prepare(): Promise<void> {
@@ -209,11 +217,13 @@ export class Episode<Item = unknown> {
       if (!checked.ok) error = { error_type: "invalid_args", message: checked.error.message };
       try {
         result = await routeToolCall(registry, { name: def.name, arguments: args, uniq_id: callId }, this.ctx, (call) =>
-          this.env.tools.executor.execute(this.trajectoryId, call, { timeoutMs }),
+          this.env.tools.executor.execute(this.trajectoryId, call, { timeoutMs, signal: this.stop.signal }),
         );
+        if (this.stop.signal.aborted) throw new NoEpisodeError(`episode ${this.episodeId} was ended while its call '${name}' ran (its session closed): the call was stopped`);
       } catch (err) {
         this.done = true;
         await this.release();
+        if (err instanceof NoEpisodeError) throw err;
         throw this.infra(err, "tool", `the tool call '${name}' could not run`);
       }
     }

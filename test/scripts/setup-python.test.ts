@@ -48,8 +48,8 @@ describe("scripts/setup-python.sh", () => {
       env: { ...process.env, PIP_INDEX_URL: "http://127.0.0.1:9/simple", PIP_RETRIES: "0", PIP_TIMEOUT: "2", PIP_NO_CACHE_DIR: "1" },
     });
     const lines = r.stderr.trim().split("\n");
-    expect(lines[0]).toMatch(/^setup-python: installing the tests' \d+ pinned Python clients \(test\/python\/requirements\.txt\) into \.build\/python with pip; this takes a minute or two \(log: \.build\/python-pip\.log\)…$/);
-    expect(lines.at(-1)).toMatch(/^setup-python: pip could not install test\/python\/requirements\.txt from the package index after \d+ s \(see \.build\/python-pip\.log\) \(the tests that need the Python clients will skip\)$/);
+    expect(lines[0]).toMatch(/^setup-python: python: installing 1 pinned packages \(test\/python\/requirements\.txt\) into \.build\/python with pip; this takes a minute or two \(log: \.build\/python-pip\.log\)…$/);
+    expect(lines.at(-1)).toMatch(/^setup-python: python: pip could not install test\/python\/requirements\.txt from the package index after \d+ s \(see \.build\/python-pip\.log\) \(the tests that need it will skip\)$/);
     expect(await readFile(join(dir, ".build", "python.unavailable"), "utf8")).toMatch(/pip could not install/);
   }, 120_000);
 });

@@ -67,7 +67,7 @@ export class SandboxServer {
       const path = requestPath(req.url);
       try {
         if (path !== "/ws") throw new HttpError(404, `no WebSocket route ${path}`);
-        this.auth.check(req);
+        this.auth.check(req, "upgrade");
       } catch (err) {
         const status = errorStatus(err);
         const body = JSON.stringify({ error: err instanceof Error ? err.message : String(err) });
