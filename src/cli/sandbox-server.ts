@@ -3,6 +3,7 @@ import { setFlagsFromString } from "node:v8";
 import { createLogger } from "../observability/logger.js";
 import { DEFAULT_LIMITS } from "../sandbox/isolation/limits.js";
 import { SandboxServer } from "../sandbox/http/server.js";
+import { PORT_IDLE_TIMEOUT_MS } from "../sandbox/http/port-routes.js";
 import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../host/slot-uid-blocks.js";
 import { checkAllowRanges } from "../sandbox/isolation/network.js";
 import { DEFAULT_DISK_BYTES } from "../sandbox/workspace/slot-disk.js";
@@ -56,6 +57,13 @@ options:
   --no-cgroups             no per-slot cgroups (as a non-root server runs): limits by rlimits only, pause by
                            SIGSTOP/SIGCONT of the slot's processes instead of the freezer cgroup (testing)
   --template-budget-mb N   disk budget of workspace templates, MB; unused ones are evicted LRU above it (default 4096)
+  --volumes-dir D          where volumes live (default <data dir>/volumes): every container of a pool
+                           must see the same directory (a Nomad host volume; the local provisioner
+                           passes one folder to all its containers)
+  --volume-owner UID       as root: the uid (and gid) a volume's files belong to on disk; each slot
+                           sees them as its own through an id-mapped view (default 19999)
+  --port-idle-timeout-s S  a port tunnel (GET /ports/connect) with no byte either way for S seconds is
+                           closed (default 620, as E2B's sandbox proxy)
 `;
 
 export async function run(argv: string[]): Promise<number> {
@@ -89,6 +97,9 @@ export async function run(argv: string[]): Promise<number> {
       "no-ptrace": { type: "boolean" },
       "allow-unsandboxed": { type: "boolean" },
       "template-budget-mb": { type: "string" },
+      "port-idle-timeout-s": { type: "string" },
+      "volumes-dir": { type: "string" },
+      "volume-owner": { type: "string" },
       "net-allow-ranges": { type: "string" },
       "disk-mb": { type: "string" },
       "disk-workspace": { type: "boolean" },
@@ -148,6 +159,9 @@ export async function run(argv: string[]): Promise<number> {
     diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), DEFAULT_DISK_BYTES / MB, 1) * MB,
     boundWorkspace: !boolFlag(flags, "no-disk-workspace"),
     netAllowRanges: allowRanges(stringFlag(flags, "net-allow-ranges")),
+    ...(stringFlag(flags, "volumes-dir") !== undefined ? { volumesDir: stringFlag(flags, "volumes-dir") } : {}),
+    ...(stringFlag(flags, "volume-owner") !== undefined ? { volumeOwner: intFlag("volume-owner", stringFlag(flags, "volume-owner"), 19_999, 1, 4_294_967_294) } : {}),
+    portIdleTimeoutMs: intFlag("port-idle-timeout-s", stringFlag(flags, "port-idle-timeout-s"), PORT_IDLE_TIMEOUT_MS / 1000, 1, 86_400) * 1000,
   });
   const url = await server.listen();
   // The launcher (src/pool/sandbox-process.ts) waits for this line: it is written whatever

@@ -16,7 +16,8 @@ import { EnvError, ToolContextInfraError } from "./errors.js";
  * - the tool-call causes of protocol/infra.ts, wherever the call was made (agent, setupWorkspace,
  *   reward): `sandbox_start` (the command could not start), `command_killed` (a reset from
  *   outside cut it off), `server_shutdown` (the sandbox server or executor was shutting
- *   down), `sandbox_error` (the sandbox could not be asked), `no_slot` (no slot to be had).
+ *   down), `sandbox_error` (the sandbox could not be asked), `no_slot` (no slot to be had),
+ *   `vision_model` (the env's vision model, which answers `browser_vision`, failed).
  */
 export const INFRA_CAUSES = ["model", "slot_lost", "reward", "reward_tool", ...TOOL_INFRA_CAUSES] as const;
 export type InfraCause = (typeof INFRA_CAUSES)[number];

@@ -3,6 +3,7 @@ import type { ToolExecutorLike } from "../executor/types.js";
 import type { ToolResult } from "../protocol/tool.js";
 import { toolInfraCause } from "../protocol/infra.js";
 import { PathRefusedError, ToolContextError, ToolContextInfraError } from "./errors.js";
+import { browserAct, browserGetImages, browserNavigate, browserSnapshot, browserVision, type BrowserImage, type BrowserPage, type BrowserSnapshot } from "./browser-context.js";
 
 /** The env's tool timeouts (its `executor` section) as a ToolContext takes them; `timeoutS` replaces the default (the reward's `rewardTimeoutS`). */
 export function envToolTimeouts(executor: { defaultTimeoutS: number; minTimeoutS: number; maxTimeoutS: number }, timeoutS = executor.defaultTimeoutS): { timeoutS: number; minTimeoutS: number; maxTimeoutS: number } {
@@ -143,6 +144,53 @@ export class ToolContext {
     if (!r.success) throw this.artifactFailure("archive", path, r.error, r.metadata);
     return r;
   }
+
+  // ---- The browser the model used in this slot (browser-context.ts; docs/browser.md) ----
+
+  /** Loads `url` in the trajectory's browser (started if the agent never opened one); its final url and title. */
+  browserNavigate(url: string): Promise<BrowserPage> {
+    return browserNavigate(this.browserCall, this.trajectoryId, url);
+  }
+
+  /** The page the agent left, as the model reads it (compact, or `full`); `ok: false` when no page is open. */
+  browserSnapshot(options: { full?: boolean } = {}): Promise<BrowserSnapshot> {
+    return browserSnapshot(this.browserCall, this.trajectoryId, options);
+  }
+
+  browserClick(ref: string): Promise<Record<string, unknown>> {
+    return browserAct(this.browserCall, this.trajectoryId, "browser_click", { ref });
+  }
+
+  browserType(ref: string, text: string): Promise<Record<string, unknown>> {
+    return browserAct(this.browserCall, this.trajectoryId, "browser_type", { ref, text });
+  }
+
+  browserScroll(direction: "up" | "down"): Promise<Record<string, unknown>> {
+    return browserAct(this.browserCall, this.trajectoryId, "browser_scroll", { direction });
+  }
+
+  browserBack(): Promise<Record<string, unknown>> {
+    return browserAct(this.browserCall, this.trajectoryId, "browser_back");
+  }
+
+  browserPress(key: string): Promise<Record<string, unknown>> {
+    return browserAct(this.browserCall, this.trajectoryId, "browser_press", { key });
+  }
+
+  browserClose(): Promise<Record<string, unknown>> {
+    return browserAct(this.browserCall, this.trajectoryId, "browser_close");
+  }
+
+  browserGetImages(): Promise<BrowserImage[]> {
+    return browserGetImages(this.browserCall, this.trajectoryId);
+  }
+
+  /** The env's vision model's answer about the page (throws when none is configured). */
+  browserVision(question: string): Promise<string> {
+    return browserVision(this.browserCall, this.trajectoryId, question);
+  }
+
+  private readonly browserCall = (name: string, args: Record<string, unknown> = {}): Promise<ToolResult> => this.callTool(name, args);
 
   private checked(method: string, tool: string, path: string, r: ToolResult): ToolResult {
     if (!r.success) throw this.failure(method, tool, path, r.error, r.metadata["path_problem"]);

@@ -2,6 +2,31 @@ import { z } from "zod";
 import { SlotpoolError, configProblems } from "../protocol/errors.js";
 
 /**
+ * The vision model `browser_vision` hands its screenshot to: an OpenAI-compatible chat
+ * completions endpoint that takes image content parts. Unset: `browser_vision` answers "no
+ * vision model configured". The API key itself is never part of a config, only the name of
+ * the environment variable that holds it (sent when that variable is set).
+ */
+export const VisionModelConfigSchema = z.object({
+  url: z.url({ protocol: /^https?$/, error: "must be an http(s) URL such as http://127.0.0.1:8000/v1" }),
+  name: z.string().min(1, "name the vision model as its server knows it"),
+  apiKeyEnv: z.string().min(1).default("OPENAI_API_KEY"),
+  /** Most tokens of the model's answer (the seed's 2000). */
+  maxTokens: z.number().int().positive().default(2000),
+  /** One request's timeout. */
+  timeoutMs: z.number().int().positive().default(60_000),
+});
+export type VisionModelConfig = z.output<typeof VisionModelConfigSchema>;
+
+/** The browser tools' settings (docs/browser.md). */
+export const BrowserToolsConfigSchema = z.object({
+  /** A snapshot longer than this is cut, with the seed's "[... content truncated ...]" (the seed's 8000). */
+  snapshotMaxChars: z.number().int().min(200, "snapshotMaxChars below 200 leaves no page to read").default(8000),
+  vision: VisionModelConfigSchema.optional(),
+});
+export type BrowserToolsConfig = z.output<typeof BrowserToolsConfigSchema>;
+
+/**
  * ToolExecutor settings. Policy fields (network, fail-closed sandboxing) come from the env
  * author here and are stamped onto every sandbox call; the model cannot change them.
  */
@@ -52,6 +77,8 @@ export const ToolExecutorConfigSchema = z.object({
   toolServerToken: z.string().min(1).optional(),
   /** At start, register the external tools the ToolServer lists (GET /tools). */
   discoverExternalTools: z.boolean().default(true),
+  /** The browser tools: how much of a snapshot the model reads, the vision model of `browser_vision`. */
+  browser: BrowserToolsConfigSchema.prefault({}),
 });
 export type ToolExecutorConfig = z.output<typeof ToolExecutorConfigSchema>;
 export type ToolExecutorConfigInput = z.input<typeof ToolExecutorConfigSchema>;

@@ -121,6 +121,12 @@ describe.skipIf(skip !== undefined)(title("the sandbox image in a real Docker en
       expect(await docker(["exec", name, "ps", "-e", "-o", "comm="])).toContain("node");
     });
 
+    it("a slot has python and python3 (the image's python-is-python3)", async () => {
+      const r = await bash(url, 2, "python -c 'import sys; print(sys.version_info[0])'; python3 -c 'print(2 + 2)'");
+      expect(r.output).toBe("3\n4");
+      await reset(url, 2);
+    });
+
     it("memory: a slot's 300 MB hog is killed at its 64 MB cgroup, 30 MB passes, the server lives on", async () => {
       const r = await bash(url, 1, "head -c 300M /dev/zero | tail > /dev/null; echo big=$?; head -c 30M /dev/zero | tail > /dev/null; echo small=$?");
       expect(r.output).toContain("big=137"); // SIGKILL by the OOM killer

@@ -269,6 +269,36 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
     }
   }, 300_000);
 
+  it("slotpool process examples/web-form/env.js --provisioner nomad (local-development driver): every booking made through the slots' browsers, sized for a browser each", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engines-web-form-"));
+    try {
+      const jobId = `engines-web-form-${process.pid}`;
+      // Two slots a container: the env's browser toolset sizes them (pool.nomad.browser): 128 + 192 + 2 × 608 MB.
+      writeFileSync(join(dir, "config.json"), JSON.stringify({ groupSize: 2, totalGroups: 2, pool: { slotsPerContainer: 2, nomad: { driver: "raw_exec", jobId, datacenters: ["dc1"] } }, executor: { requireSandbox: true } }));
+      let memoryMb: number | undefined;
+      const watcher = setInterval(() => {
+        void agent.client
+          .readJob(jobId)
+          .then((job) => (memoryMb ??= (job as { TaskGroups?: Array<{ Tasks?: Array<{ Resources?: { MemoryMB?: number } }> }> } | null)?.TaskGroups?.[0]?.Tasks?.[0]?.Resources?.MemoryMB))
+          .catch(() => undefined);
+      }, 300);
+      const out = join(dir, "out.jsonl");
+      const { stdout } = await run(
+        process.execPath,
+        [main, "process", "examples/web-form/env.js", "--provisioner", "nomad", "--config", join(dir, "config.json"), "--out", out, "--no-progress", "--no-report"],
+        { env: agent.env, cwd: repoRoot, timeout: 240_000 },
+      );
+      clearInterval(watcher);
+      expect(stdout).toMatch(/success rate\s+100\.0%/);
+      expect(stdout).not.toMatch(/unsandboxed|not sandboxed/i);
+      expect(memoryMb).toBe(128 + 192 + 2 * (224 + 384));
+      expect(readFileSync(out, "utf8").trim().split("\n")).toHaveLength(2);
+      expect(await agent.client.readJob(jobId)).toBeNull();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
+
   it("slotpool job render --format hcl: nomad job run of the rendered file serves on Nomad 1.1.2 (raw_exec), the docker one validates", async () => {
     const dir = mkdtempSync(join(tmpdir(), "engines-render-"));
     const jobId = `engines-render-${process.pid}`;

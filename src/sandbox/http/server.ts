@@ -20,6 +20,10 @@ import {
 import { artifactCall } from "../service/file-calls.js";
 import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
+import { handlePortUpgrade } from "./port-routes.js";
+import { addVolumeRoutes } from "./volume-routes.js";
+import { addUsageRoutes } from "./usage-routes.js";
+import { PORT_TUNNEL_PATH } from "../../protocol/port-tunnel.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "../service/service.js";
 
 export interface SandboxServerOptions extends SandboxServiceOptions {
@@ -33,6 +37,8 @@ export interface SandboxServerOptions extends SandboxServiceOptions {
   maxConnections?: number;
   /** Start every slot's namespace in the background once listening (default true). */
   prewarm?: boolean;
+  /** A port tunnel with no byte either way for this long is closed (default PORT_IDLE_TIMEOUT_MS). */
+  portIdleTimeoutMs?: number;
 }
 
 export class SandboxServer {
@@ -66,12 +72,21 @@ export class SandboxServer {
     this.server.on("upgrade", (req, socket, head) => {
       const path = requestPath(req.url);
       try {
-        if (path !== "/ws") throw new HttpError(404, `no WebSocket route ${path}`);
-        this.auth.check(req, "upgrade");
+        if (path !== "/ws" && path !== PORT_TUNNEL_PATH) throw new HttpError(404, `no upgrade route ${path}`);
+        // ?token= only on the WebSocket (browsers cannot set headers); a port tunnel's client sends the header.
+        this.auth.check(req, path === "/ws" ? "upgrade" : "request");
       } catch (err) {
         const status = errorStatus(err);
         const body = JSON.stringify({ error: err instanceof Error ? err.message : String(err) });
         socket.end(`HTTP/1.1 ${status} ${status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Not Found"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+        return;
+      }
+      // A port tunnel (port-routes.ts): the connection becomes a port's bytes in the slot.
+      if (path === PORT_TUNNEL_PATH) {
+        handlePortUpgrade(req, socket, head, this.service, this.options.portIdleTimeoutMs).catch((err: unknown) => {
+          this.service.logger.error({ err }, "port tunnel failed");
+          socket.destroy();
+        });
         return;
       }
       this.ws.handleUpgrade(req, socket, head);
@@ -111,7 +126,7 @@ export class SandboxServer {
   private routeTable(): RouteTable {
     const svc = this.service;
     const artifacts = (kind: "read" | "list" | "archive"): RouteHandler => (req, res) => this.artifacts(req, res, kind);
-    return addProcessRoutes(new RouteTable(), svc, this.body)
+    return addUsageRoutes(addVolumeRoutes(addProcessRoutes(new RouteTable(), svc, this.body), svc, this.body), svc, this.body)
       .add(
         "GET",
         "/health",

@@ -2,11 +2,10 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
-import { ExecuteRequestSchema, type ExecuteResponse, type ForkResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
+import { type ExecuteResponse, type ForkResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
 import { INFRA_MARKER, type ToolInfraCause } from "../../protocol/infra.js";
-import { TOOL_TABLE, builtinTool, type BuiltinToolName } from "../../protocol/tool-table.js";
 import { blockedForOthers, octal } from "../../host/reachable.js";
-import { HttpError, fieldName } from "../../http/errors.js";
+import { HttpError } from "../../http/errors.js";
 import { ResetFailedError, SandboxSetupError } from "../core/errors.js";
 import { identityFiles, type BwrapProbe } from "../isolation/isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "../isolation/limits.js";
@@ -17,7 +16,11 @@ import { BashRunner } from "../tools/bash.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { OnChunk, ToolOutcome } from "../core/tool-outcome.js";
 import { StatefulSessions } from "../tools/stateful.js";
+import { VolumeStore } from "../workspace/volume-store.js";
 import { ProcessSessions } from "../tools/process-sessions.js";
+import { SlotBrowsers } from "../tools/browser/browser-tools.js";
+import { parseCall, type ParsedCall } from "./parse-call.js";
+import { isBrowserTool } from "../../protocol/browser-tools.js";
 import type { CappedOutput } from "../run/output.js";
 import type { RunResult } from "../run/runner.js";
 import { SlotCgroups } from "../isolation/cgroups.js";
@@ -36,9 +39,6 @@ import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProb
 
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
-
-/** What an unknown tool's 400 lists: every name and alias of the tool table. */
-const KNOWN_TOOLS = TOOL_TABLE.map((t) => [t.name, ...t.aliases].join("/")).join(", ");
 
 export interface SandboxServiceOptions {
   slots: number;
@@ -80,22 +80,12 @@ export interface SandboxServiceOptions {
   maxWriteBytes?: number;
   /** Size budget of workspace templates (LRU eviction of unused ones above it). */
   templateBudgetBytes?: number;
+  volumesDir?: string; // volumes (workspace/volume-store.ts): default <data dir>/volumes, shared by a pool's containers
+  volumeOwner?: number; // as root, the uid their files belong to on disk (default 19999)
   logger: Logger;
 }
 
-export type { OnChunk, ToolOutcome };
-
-/** A validated call, ready to run on its slot. */
-export interface ParsedCall {
-  slot: Slot;
-  /** Canonical (the table's name, aliases resolved). */
-  tool: BuiltinToolName;
-  args: Record<string, unknown>;
-  executionId: string | null;
-  timeoutS: number | undefined;
-  /** The slot generation the caller holds, if it named one (Slot.generation). */
-  generation: number | undefined;
-}
+export type { OnChunk, ToolOutcome, ParsedCall };
 
 export class SandboxService implements SlotHost {
   readonly slots: Slot[];
@@ -120,6 +110,8 @@ export class SandboxService implements SlotHost {
   readonly stateful: StatefulSessions;
   /** Long-lived processes outside the slots' queues (routes /processes/*, used by src/e2b). */
   readonly processes: ProcessSessions;
+  /** Each slot's browser (docs/browser.md): in the slot's sandbox, on its terminal's network. */
+  readonly browsers: SlotBrowsers;
   /** Workspace templates: builds, and each slot's copy-on-write view (`slot-templates.ts`). */
   readonly templates: SlotTemplates;
   /** How a slot with network on reaches the internet (undefined: network on is refused, loopback only). */
@@ -228,7 +220,8 @@ export class SandboxService implements SlotHost {
     this.metrics = new SandboxMetrics(() => this.slots);
     this.bash = new BashRunner(this);
     this.stateful = new StatefulSessions(this);
-    this.processes = new ProcessSessions(this);
+    this.processes = new ProcessSessions(this, VolumeStore.forServer(options, dataDir, this.stateDir, perSlotUid && isRoot));
+    this.browsers = new SlotBrowsers(this, (slot, net) => this.stateful.networkProcess(slot, net));
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
@@ -268,32 +261,7 @@ export class SandboxService implements SlotHost {
 
   /** Validates one execute body; `prefix` names its position inside a batch. */
   parseCall(body: unknown, prefix?: string): ParsedCall {
-    const env = ExecuteRequestSchema.safeParse(body);
-    if (!env.success) {
-      const issue = env.error.issues[0]!;
-      throw new HttpError(400, `invalid request: ${issue.message}`, fieldName(issue.path, prefix));
-    }
-    const req = env.data;
-    // Old clients may still send an alias; the executor sends the canonical name.
-    const entry = builtinTool(req.tool);
-    if (!entry) {
-      throw new HttpError(400, `unknown tool '${req.tool}': expected one of ${KNOWN_TOOLS}`, fieldName(["tool"], prefix));
-    }
-    const tool = entry.name;
-    const args = entry.args.safeParse(req.args);
-    if (!args.success) {
-      const issue = args.error.issues[0]!;
-      throw new HttpError(400, `invalid args for ${tool}: ${issue.message}`, fieldName(["args", ...issue.path], prefix));
-    }
-    const slot = this.slotById(req.slot_id, fieldName(["slot_id"], prefix));
-    return {
-      slot,
-      tool,
-      args: args.data as Record<string, unknown>,
-      executionId: req.execution_id ?? null,
-      timeoutS: req.timeout,
-      generation: req.generation,
-    };
+    return parseCall(body, prefix, (id, field) => this.slotById(id, field));
   }
 
   /** Queues the call on its slot (arrival order) and resolves with its answer. */
@@ -347,6 +315,7 @@ export class SandboxService implements SlotHost {
 
   /** One case per tool of the table (BuiltinToolName): a table tool without a case does not compile. */
   private async dispatch(call: ParsedCall, onChunk?: OnChunk): Promise<ToolOutcome> {
+    if (isBrowserTool(call.tool)) return this.browsers.call(call.slot, call.tool, call.args, call.timeoutS);
     switch (call.tool) {
       case "bash":
         return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutS, onChunk);
@@ -395,6 +364,8 @@ export class SandboxService implements SlotHost {
         try {
           // Held until the reset is done: a process session started in between would outlive it.
           await this.processes.killSlot(slot, { hold: true });
+          // Before the terminal: the browser lives on its network namespace.
+          await this.browsers.close(slot);
           await this.stateful.stop(slot);
           await this.bash.resetSlot(slot);
           await this.forks.release(slot);
@@ -453,7 +424,11 @@ export class SandboxService implements SlotHost {
     SlotForks.check(parent, children);
     // The children's contents are replaced: calls made for what they held before are refused.
     for (const c of children) c.generation++;
-    return this.processes.whileStopped(parent, children, async () => ({ ...(await this.forks.fork(parent, children)), generations: children.map((c) => c.generation) }));
+    // No browser survives a fork: its sandbox binds the workspace the children now share (docs/browser.md).
+    return this.processes.whileStopped(parent, children, async () => {
+      await Promise.all([parent, ...children].map((s) => this.browsers.close(s)));
+      return { ...(await this.forks.fork(parent, children)), generations: children.map((c) => c.generation) };
+    });
   }
 
   /** Starts every slot's namespace ahead of its first call, in the background, a few at a time (not 50 sandboxes at once). */
@@ -474,6 +449,7 @@ export class SandboxService implements SlotHost {
   async close(): Promise<void> {
     this.closed = true;
     for (const slot of this.slots) slot.killRunning("shutdown");
+    await this.browsers.closeAll();
     await this.stateful.close();
     await this.processes.close();
     await this.bash.close();

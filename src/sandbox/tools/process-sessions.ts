@@ -12,6 +12,9 @@ import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
 import { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError } from "./session-stdin.js";
 import { ProcessSession as Session, type SessionListener } from "./process-session.js";
+import { PortTunnels } from "./port-tunnels.js";
+import type { VolumeMount } from "../../protocol/volumes.js";
+import type { VolumeStore } from "../workspace/volume-store.js";
 
 export { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError };
 
@@ -39,6 +42,8 @@ const BARRIER_WAIT_MS = 30_000;
 /** How long after a fork its slots' sandboxes are started ahead again: after its answer (whileStopped). */
 const REWARM_AFTER_FORK_MS = 40;
 
+const NO_VOLUMES = { key: "", binds: [] as string[] };
+
 /** Most sessions alive at once per slot: each one is a sandbox with its own processes. */
 export const MAX_SESSIONS_PER_SLOT = 64;
 
@@ -53,6 +58,8 @@ export interface SessionStart {
   workspaceAlias?: string | undefined;
   /** Internet through the slot's own network namespace (slirp4netns); else loopback only. */
   allowNetwork?: boolean | undefined;
+  /** Volumes bound read-write at their paths (workspace/volume-store.ts). */
+  volumes?: readonly VolumeMount[] | undefined;
 }
 
 
@@ -66,6 +73,8 @@ interface Launched {
   stdinReady: Promise<void>;
   /** The slot's shared network namespace it joins (none: a namespace of its own). */
   holder: NetnsHolder | undefined;
+  /** The volumes it binds, as a key (`id:path,...`): a session asking for others gets a sandbox of its own. */
+  volumes: string;
 }
 
 export class ProcessSessions {
@@ -83,9 +92,21 @@ export class ProcessSessions {
   private readonly networks = new SlotNetworks();
   /** Pause/resume of the slot's processes: the trees of its sessions and of the one started ahead. */
   readonly freezer: SlotFreezer;
+  /** Connections to ports where the slot's sessions listen (`GET /ports/connect`): they end with the sessions. */
+  readonly ports: PortTunnels;
 
-  constructor(private readonly host: SlotHost) {
+  constructor(
+    private readonly host: SlotHost,
+    /** The server's volumes, which sessions mount (workspace/volume-store.ts). */
+    readonly volumes?: VolumeStore,
+  ) {
     this.freezer = new SlotFreezer(host.cgroups, (i) => [...(this.bySlot.get(i)?.values() ?? []), this.warm.get(i)].flatMap((s) => (s?.child.pid ? [s.child.pid] : [])));
+    const networks = this.networks;
+    this.ports = new PortTunnels(host, {
+      sharedNetns: (slot, network) => networks.existing(slot.index, network),
+      sharedNetnsReason: networks.reason,
+      isFrozen: (slot) => this.freezer.isFrozen(slot.index),
+    });
     const why = this.networks.reason;
     if (why) host.logger.warn({ reason: why }, "process sessions: each gets a network namespace of its own (a server one starts on 127.0.0.1 is not reachable from the others)");
   }
@@ -102,7 +123,7 @@ export class ProcessSessions {
    * the sandbox (namespaces, mounts) is most of a command's start-up cost (≈ 8 ms quiet,
    * 20-50 ms on a loaded 2-core box), so a slot that runs sessions keeps one started ahead.
    */
-  private launch(slot: Slot, alias: string | undefined, network: boolean): Launched {
+  private launch(slot: Slot, alias: string | undefined, network: boolean, volumes: { key: string; binds: string[] } = NO_VOLUMES): Launched {
     const host = this.host;
     const internet = network ? host.internetAccess : undefined;
     const holder = this.networks.holder(slot.index, internet, slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : undefined, (pid) => host.cgroups.place(slot.index, pid));
@@ -124,6 +145,8 @@ export class ProcessSessions {
       ...(holder ? ["--uid", String(uid), "--gid", String(gid)] : []),
       ...(holder && internet ? ["--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(alias ? ["--bind", slot.workspaceDir, alias] : []),
+      // Volumes, after the workspace: a volume may be mounted inside /home/<name>.
+      ...volumes.binds,
       // The slots' seccomp filter, on fd 5 (3: these arguments, 4: the session's spec).
       ...filterArgs(host.bwrap.filter, SESSION_FILTER_FD),
       ...READ_ONLY_ROOT,
@@ -150,7 +173,7 @@ export class ProcessSessions {
       stdinReady = holder.join(child);
       stdinReady.catch((err: unknown) => host.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "process session: the slot's network namespace failed, session killed"));
     }
-    return { child, alias, network: internet !== undefined, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady, holder };
+    return { child, alias, network: internet !== undefined, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady, holder, volumes: volumes.key };
   }
 
   /** Keeps one sandbox started ahead for the slot's next command. */
@@ -161,6 +184,11 @@ export class ProcessSessions {
     w.child.once("exit", () => {
       if (this.warm.get(slot.index) === w) this.warm.delete(slot.index);
     });
+  }
+
+  /** The pids of the slot's sessions (and the one started ahead): the roots of its process trees. */
+  sessionPids(slot: Slot): number[] {
+    return [...(this.bySlot.get(slot.index)?.values() ?? []), this.warm.get(slot.index)].flatMap((s) => (s?.child.pid ? [s.child.pid] : []));
   }
 
   /** Whether the slot has run process sessions (an E2B slot: its bash namespace is not used, no need to warm it). */
@@ -195,10 +223,21 @@ export class ProcessSessions {
       if (timedOut) throw new HttpError(409, `${slot.id} is being reset or forked; try again`);
       return this.startWhenSettled(slot, req);
     }
-    return this.start(slot, req);
+    const volumes = await this.volumeBinds(slot, req.volumes ?? []);
+    return this.start(slot, req, volumes);
   }
 
-  private start(slot: Slot, req: SessionStart): Session {
+  /** The bubblewrap binds of a session's volumes (their views are made here, before the start). */
+  private async volumeBinds(slot: Slot, mounts: readonly VolumeMount[]): Promise<{ key: string; binds: string[] }> {
+    if (mounts.length === 0) return NO_VOLUMES;
+    const store = this.volumes;
+    if (!store) throw new HttpError(503, "this sandbox server keeps no volumes", "volumes");
+    const paths = new Set(mounts.map((m) => m.path.replace(/\/+$/, "")));
+    if (paths.size !== mounts.length) throw new HttpError(400, "two volumes are mounted at the same path", "volumes");
+    return { key: mounts.map((m) => `${m.volume_id}:${m.path}`).join(","), binds: await store.sessionBinds(slot, mounts) };
+  }
+
+  private start(slot: Slot, req: SessionStart, volumes: { key: string; binds: string[] } = NO_VOLUMES): Session {
     const host = this.host;
     // Reached after waiting out a reset while the server closed: nothing may start past close().
     if (this.closed) throw new HttpError(503, "sandbox server is shutting down: the process was not started");
@@ -212,10 +251,11 @@ export class ProcessSessions {
     const network = req.allowNetwork === true && host.effectiveNetwork(true);
     let launched = this.warm.get(slot.index);
     this.warm.delete(slot.index);
-    const stale = (l: Launched): boolean => l.alias !== req.workspaceAlias || l.network !== network || l.child.exitCode !== null || l.child.signalCode !== null || (l.holder !== undefined && !l.holder.alive);
+    const stale = (l: Launched): boolean =>
+      l.alias !== req.workspaceAlias || l.network !== network || l.volumes !== volumes.key || l.child.exitCode !== null || l.child.signalCode !== null || (l.holder !== undefined && !l.holder.alive);
     if (!launched || stale(launched)) {
       if (launched) void killLaunched(launched);
-      launched = this.launch(slot, req.workspaceAlias, network);
+      launched = this.launch(slot, req.workspaceAlias, network, volumes);
     }
     const { child } = launched;
     const envs = Object.entries(req.envs).map(([k, v]) => `${k}=${v}`);
@@ -276,7 +316,10 @@ export class ProcessSessions {
       await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
       m.clear();
     }
+    this.ports.killSlot(slot);
     await this.networks.stop(slot.index);
+    // Its volumes' views go with its sessions (no process of the slot uses them now).
+    await this.volumes?.releaseSlot(slot);
   }
 
   /**
@@ -320,6 +363,7 @@ export class ProcessSessions {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.ports.close();
     await Promise.all(this.host.slots.map((s) => this.killSlot(s)));
   }
 }

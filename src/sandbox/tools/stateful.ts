@@ -15,7 +15,7 @@ import { filterArgs } from "../isolation/seccomp.js";
 /** The fd a terminal attach's bubblewrap reads the seccomp program from (ws.ts writes it). */
 export const ATTACH_FILTER_FD = 4;
 import { ulimitPrologue } from "../isolation/limits.js";
-import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
+import { firstChild, killNamespaceInit, type ProcessRef } from "../run/process-barrier.js";
 import { takeInjectedFault } from "./test-faults.js";
 
 /**
@@ -160,6 +160,20 @@ export class StatefulSessions {
       }
     }
     return s;
+  }
+
+  /**
+   * A process inside the slot's terminal namespace, which is started for that network setting
+   * if it is not up: the slot's browser joins its network namespace, so a server the terminal
+   * runs (`python3 -m http.server &`) is on the browser's loopback. Undefined when the terminal
+   * is not sandboxed (no bubblewrap or spawner).
+   */
+  async networkProcess(slot: Slot, allowNetwork: boolean): Promise<ProcessRef | undefined> {
+    const holder = this.session(slot, allowNetwork).holder;
+    if (!holder) return undefined;
+    await holder.start();
+    // bubblewrap's first child: the init of the namespace (as the reset barrier finds it).
+    return holder.pid !== undefined ? (firstChild(holder.pid) ?? undefined) : undefined;
   }
 
   /**
