@@ -76,6 +76,7 @@ fi
 
 # Exactly the locked dependencies. The lock is complete for every platform: rollup is pinned
 # (package.json "overrides") to a release whose platform packages are all published.
+echo "setup: npm ci (the locked dependencies)…" >&2
 npm ci --no-audit --no-fund --loglevel=error
 
 # The real Python clients (E2B SDK, OpenEnv client) for the tests that use them; never fatal.

@@ -40,7 +40,7 @@ export interface ToolTableEntry<S extends z.ZodObject = z.ZodObject> {
   args: S;
   /** The isolation arguments this tool honours: stripped from the model's call, filled by the executor. */
   isolationArgs: readonly IsolationArgName[];
-  /** The argument holding the call's time limit in seconds (the executor clamps it to 1..600), if the tool has one. */
+  /** The argument holding the call's time limit in seconds (the executor clamps it to its bounds, at most 1..600), if the tool has one. */
   timeoutArg?: string;
 }
 
@@ -48,7 +48,7 @@ const timeoutSeconds = z
   .number()
   .positive()
   .optional()
-  .describe("Seconds before the command is killed (clamped to 1..600; default set by the environment).");
+  .describe("Seconds before the command is killed (clamped to the environment's limits, within 1..600; default set by the environment).");
 
 const command = NO_NUL("command").min(1, "command must not be empty").describe("The shell command to run.");
 

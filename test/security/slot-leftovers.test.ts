@@ -156,18 +156,19 @@ describe("network helpers die with their slot", () => {
     }
     expect(seen.size, "each holder had its slirp4netns (control)").toBeGreaterThanOrEqual(2);
     const leaked = () => helpers(server, "slirp4netns").filter((p) => seen.has(p));
-    expect(await eventually(() => leaked().length === 0, 2_000), `slirp4netns of dead namespaces: ${leaked().join(", ")}`).toBe(true);
+    expect(await eventually(() => leaked().length === 0, 30_000), `slirp4netns of dead namespaces: ${leaked().join(", ")}`).toBe(true);
     expect((await server.bash(0, "echo again", { allowNetwork: true })).output).toBe("again");
     const before = helpers(server, "slirp4netns");
     expect(before.length).toBe(1);
     expect((await server.reset(0)).status).toBe(200);
-    expect(await eventually(() => before.every((p) => !running(p)), 1_000), "the old slirp4netns after reset").toBe(true);
+    expect(await eventually(() => before.every((p) => !running(p)), 30_000), "the old slirp4netns after reset").toBe(true);
     const left = helpers(server, "slirp4netns");
     const t0 = performance.now();
     server.proc.child.kill("SIGTERM");
     await server.proc.exited;
-    expect(performance.now() - t0).toBeLessThan(5_000);
-    expect(await eventually(() => left.every((p) => !running(p)), 1_000)).toBe(true);
+    // bound: the server kills its slots' helpers and exits instead of waiting for them: 10 s leaves a loaded box room.
+    expect(performance.now() - t0).toBeLessThan(10_000);
+    expect(await eventually(() => left.every((p) => !running(p)), 30_000)).toBe(true);
   }, 120_000);
 });
 
