@@ -41,8 +41,10 @@ if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import ensurepip' >/dev/nul
   if [ "$(id -u)" = 0 ]; then need+=(python3-venv)
   else echo "setup: optional: python3-venv lets the tests run the real Python clients (sudo apt-get install -y python3-venv)" >&2; fi
 fi
-# Headless Chromium for the report's browser tests (test/report), driven by playwright-core,
-# which never downloads a browser of its own. Large (~300 MB with its libraries).
+# Chromium: the slots' browser tools (each slot's browser runs the host's /usr/lib/chromium
+# inside the slot's sandbox, docs/browser.md) and the report's browser tests (test/report),
+# driven by playwright-core, which never downloads a browser of its own. Large (~300 MB with
+# its libraries).
 [ -x /usr/bin/chromium ] || need+=(chromium)
 # Network on = the internet, never the host: slirp4netns links each network-on slot's own
 # namespace out; unshare (util-linux) and ip (iproute2) set it up; the tests curl from a slot.
@@ -83,6 +85,7 @@ fi
 
 # Exactly the locked dependencies. The lock is complete for every platform: rollup is pinned
 # (package.json "overrides") to a release whose platform packages are all published.
+echo "setup: npm ci (the locked dependencies)…" >&2
 npm ci --no-audit --no-fund --loglevel=error
 
 # The real Python clients (E2B SDK, OpenEnv client) for the tests that use them; never fatal.

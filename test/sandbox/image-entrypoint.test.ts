@@ -190,7 +190,7 @@ describe("the image's spawner (the server's fast path)", () => {
         .filter((f) => f.endsWith(".ts"))
         .flatMap((f) => [...readFileSync(join(sandboxDir, f), "utf8").matchAll(/prebuiltNative\("([^"]+)"\)/g)].map((m) => m[1]!)),
     );
-    expect([...wanted].sort()).toEqual(["slotpool-fork-mount", "slotpool-image-mount", "slotpool-port-relay", "slotpool-seccomp-filter", "slotpool-spawner", "slotpool-spawner-static", "slotpool-template-mount", "slotpool-volume-mount"]);
+    expect([...wanted].sort()).toEqual(["slotpool-browser-launch", "slotpool-fork-mount", "slotpool-image-mount", "slotpool-port-relay", "slotpool-seccomp-filter", "slotpool-spawner", "slotpool-spawner-static", "slotpool-template-mount", "slotpool-volume-mount"]);
     const built = afterBuild.filter((c) => /^(cc|gcc)\s/.test(c)).map((c) => {
       const words = c.split(/\s+/);
       return words[words.indexOf("-o") + 1]!.replace("dist/src/sandbox/native/", "");

@@ -115,6 +115,7 @@ describe.skipIf(imagesMissing !== undefined)(`the tools in an image without bash
     for (let i = 0; i < 100 && !got.includes("from-image-port"); i++) {
       const socket = await openSlotPort(lease, 8091, { allowNetwork: false }).catch(() => undefined);
       if (!socket) {
+        // wait: nc binds the port a moment after the session starts, and no event says when (bounded by the tries).
         await new Promise((r) => setTimeout(r, 50));
         continue;
       }

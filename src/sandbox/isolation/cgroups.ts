@@ -83,7 +83,22 @@ export class SlotCgroups {
 
   /** Puts `pid` (a holder's bwrap, before it forks) into slot `index`'s cgroups. */
   place(index: number, pid: number): void {
-    if (this.mode === "none") return;
+    for (const dir of this.dirsOf(index)) {
+      try {
+        writeFileSync(join(dir, "cgroup.procs"), String(pid));
+      } catch (err) {
+        this.logger.warn({ err, dir, pid }, "could not move process into slot cgroup");
+      }
+    }
+  }
+
+  /** The `cgroup.procs` files of slot `index` (made when missing): a process that cannot be placed from here writes its own pid (the slot's browser launcher). */
+  procsFiles(index: number): string[] {
+    return this.dirsOf(index).map((dir) => join(dir, "cgroup.procs"));
+  }
+
+  private dirsOf(index: number): string[] {
+    if (this.mode === "none") return [];
     let p = this.slots.get(index);
     if (!p) {
       p = { dirs: [] };
@@ -99,13 +114,7 @@ export class SlotCgroups {
       }
       this.slots.set(index, p);
     }
-    for (const dir of p.dirs) {
-      try {
-        writeFileSync(join(dir, "cgroup.procs"), String(pid));
-      } catch (err) {
-        this.logger.warn({ err, dir, pid }, "could not move process into slot cgroup");
-      }
-    }
+    return p.dirs;
   }
 
   private configure(dir: string): void {

@@ -100,6 +100,12 @@ export function relayToPort(binary: string, holder: NetnsHolder, port: number, p
     });
     child.stderr!.setEncoding("utf8");
     child.stderr!.on("data", (d: string) => (err = (err + d).slice(-1000)));
-    child.once("exit", (code, signal) => fail(new Error(`the port relay ended before connecting (code ${code}, signal ${signal})${err.trim() ? `: ${err.trim()}` : ""}`)));
+    // 'exit' may come before the relay's last stdout line ("refused …") is read: decide once
+    // stdout has ended, so a closed port is never mistaken for a relay failure (a 500, not the 502).
+    child.once("exit", (code, signal) => {
+      const ended = (): void => fail(new Error(`the port relay ended before connecting (code ${code}, signal ${signal})${err.trim() ? `: ${err.trim()}` : ""}`));
+      if (child.stdout!.readableEnded || child.stdout!.destroyed) ended();
+      else child.stdout!.once("close", ended);
+    });
   });
 }

@@ -2,10 +2,9 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
-import { ExecuteRequestSchema, workspacePathProblem, type ExecuteResponse, type ForkResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
+import { workspacePathProblem, type ExecuteResponse, type ForkResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
 import type { PathScope } from "../tools/path-guard.js";
 import { INFRA_MARKER, type ToolInfraCause } from "../../protocol/infra.js";
-import { TOOL_TABLE, builtinTool, type BuiltinToolName } from "../../protocol/tool-table.js";
 import { blockedForOthers, octal } from "../../host/reachable.js";
 import { HttpError, fieldName } from "../../http/errors.js";
 import { SandboxSetupError } from "../core/errors.js";
@@ -20,6 +19,9 @@ import type { OnChunk, ToolOutcome } from "../core/tool-outcome.js";
 import { StatefulSessions } from "../tools/stateful.js";
 import { VolumeStore } from "../workspace/volume-store.js";
 import { ProcessSessions } from "../tools/process-sessions.js";
+import { SlotBrowsers } from "../tools/browser/browser-tools.js";
+import { parseCall, type ParsedCall } from "./parse-call.js";
+import { isBrowserTool } from "../../protocol/browser-tools.js";
 import type { CappedOutput } from "../run/output.js";
 import type { RunResult } from "../run/runner.js";
 import { SlotCgroups } from "../isolation/cgroups.js";
@@ -43,9 +45,6 @@ import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProb
 
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
-
-/** What an unknown tool's 400 lists: every name and alias of the tool table. */
-const KNOWN_TOOLS = TOOL_TABLE.map((t) => [t.name, ...t.aliases].join("/")).join(", ");
 
 export interface SandboxServiceOptions {
   slots: number;
@@ -94,19 +93,7 @@ export interface SandboxServiceOptions {
   logger: Logger;
 }
 
-export type { OnChunk, ToolOutcome };
-
-/** A validated call, ready to run on its slot. */
-export interface ParsedCall {
-  slot: Slot;
-  /** Canonical (the table's name, aliases resolved). */
-  tool: BuiltinToolName;
-  args: Record<string, unknown>;
-  executionId: string | null;
-  timeoutS: number | undefined;
-  /** The slot generation the caller holds, if it named one (Slot.generation). */
-  generation: number | undefined;
-}
+export type { OnChunk, ToolOutcome, ParsedCall };
 
 export class SandboxService implements SlotHost {
   readonly slots: Slot[];
@@ -131,6 +118,8 @@ export class SandboxService implements SlotHost {
   readonly stateful: StatefulSessions;
   /** Long-lived processes outside the slots' queues (routes /processes/*, used by src/e2b). */
   readonly processes: ProcessSessions;
+  /** Each slot's browser (docs/browser.md): in the slot's sandbox, on its terminal's network. */
+  readonly browsers: SlotBrowsers;
   /** Workspace templates: builds, and each slot's copy-on-write view (`slot-templates.ts`). */
   readonly templates: SlotTemplates;
   /** How a slot with network on reaches the internet (undefined: network on is refused, loopback only). */
@@ -246,6 +235,7 @@ export class SandboxService implements SlotHost {
     this.bash = new BashRunner(this);
     this.stateful = new StatefulSessions(this);
     this.processes = new ProcessSessions(this, VolumeStore.forServer(options, dataDir, this.stateDir, perSlotUid && isRoot));
+    this.browsers = new SlotBrowsers(this, (slot, net) => this.stateful.networkProcess(slot, net));
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES, this.images);
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
@@ -286,33 +276,10 @@ export class SandboxService implements SlotHost {
 
   /** Validates one execute body; `prefix` names its position inside a batch. */
   parseCall(body: unknown, prefix?: string): ParsedCall {
-    const env = ExecuteRequestSchema.safeParse(body);
-    if (!env.success) {
-      const issue = env.error.issues[0]!;
-      throw new HttpError(400, `invalid request: ${issue.message}`, fieldName(issue.path, prefix));
-    }
-    const req = env.data;
-    // Old clients may still send an alias; the executor sends the canonical name.
-    const entry = builtinTool(req.tool);
-    if (!entry) {
-      throw new HttpError(400, `unknown tool '${req.tool}': expected one of ${KNOWN_TOOLS}`, fieldName(["tool"], prefix));
-    }
-    const tool = entry.name;
-    const args = entry.args.safeParse(req.args);
-    if (!args.success) {
-      const issue = args.error.issues[0]!;
-      throw new HttpError(400, `invalid args for ${tool}: ${issue.message}`, fieldName(["args", ...issue.path], prefix));
-    }
-    const slot = this.slotById(req.slot_id, fieldName(["slot_id"], prefix));
-    if ((tool === "read_file" || tool === "write_file") && typeof args.data.path === "string") this.checkPath(slot, args.data.path, `invalid args for ${tool}: `, fieldName(["args", "path"], prefix));
-    return {
-      slot,
-      tool,
-      args: args.data as Record<string, unknown>,
-      executionId: req.execution_id ?? null,
-      timeoutS: req.timeout,
-      generation: req.generation,
-    };
+    const call = parseCall(body, prefix, (id, field) => this.slotById(id, field));
+    const path = call.args["path"];
+    if ((call.tool === "read_file" || call.tool === "write_file") && typeof path === "string") this.checkPath(call.slot, path, `invalid args for ${call.tool}: `, fieldName(["args", "path"], prefix));
+    return call;
   }
 
   /**
@@ -382,6 +349,7 @@ export class SandboxService implements SlotHost {
 
   /** One case per tool of the table (BuiltinToolName): a table tool without a case does not compile. */
   private async dispatch(call: ParsedCall, onChunk?: OnChunk): Promise<ToolOutcome> {
+    if (isBrowserTool(call.tool)) return this.browsers.call(call.slot, call.tool, call.args, call.timeoutS);
     switch (call.tool) {
       case "bash":
         return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutS, onChunk);
@@ -432,10 +400,16 @@ export class SandboxService implements SlotHost {
     if (this.images.imageOf(parent)) return this.forkImage(parent, children);
     // The children's contents are replaced: calls made for what they held before are refused.
     for (const c of children) c.generation++;
-    return this.processes.whileStopped(parent, children, async () => ({ ...(await this.forks.fork(parent, children)), generations: children.map((c) => c.generation) }));
+    // No browser survives a fork: its sandbox binds the workspace the children now share (docs/browser.md).
+    return this.processes.whileStopped(parent, children, async () => {
+      await Promise.all([parent, ...children].map((s) => this.browsers.close(s)));
+      return { ...(await this.forks.fork(parent, children)), generations: children.map((c) => c.generation) };
+    });
   }
 
   private async forkImage(parent: Slot, children: Slot[]): Promise<ForkResponse> {
+    // No browser survives a fork (docs/browser.md): the children are reset, the parent's is closed as for any fork.
+    await Promise.all([parent, ...children].map((s) => this.browsers.close(s)));
     const parts = { logger: this.logger, cgroups: this.cgroups, images: this.images, processes: this.processes, stateful: this.stateful, bash: this.bash, templates: this.templates };
     const answer = await forkImageSlot(imageForkHost(parts, (child, template, image, from) => this.resets.reset(child, template, image, from)), parent, children);
     return { ...answer, generations: children.map((c) => c.generation) };
@@ -459,6 +433,7 @@ export class SandboxService implements SlotHost {
   async close(): Promise<void> {
     this.closed = true;
     for (const slot of this.slots) slot.killRunning("shutdown");
+    await this.browsers.closeAll();
     await this.stateful.close();
     await this.processes.close();
     await this.bash.close();
@@ -471,7 +446,7 @@ export class SandboxService implements SlotHost {
   }
 
   private resetParts(): Omit<ResetHost, "bash"> {
-    return { processes: this.processes, stateful: this.stateful, forks: this.forks, templates: this.templates, images: this.images, metrics: this.metrics, logger: this.logger, emptyWorkspace: (slot) => this.emptyWorkspace(slot) };
+    return { processes: this.processes, browsers: this.browsers, stateful: this.stateful, forks: this.forks, templates: this.templates, images: this.images, metrics: this.metrics, logger: this.logger, emptyWorkspace: (slot, root) => this.emptyWorkspace(slot, root) };
   }
 
   /** SlotHost: each slot's image root (the image room). */

@@ -12,12 +12,14 @@ import type { Template } from "../templates/templates.js";
 import type { BashRunner } from "../tools/bash.js";
 import type { StatefulSessions } from "../tools/stateful.js";
 import type { ProcessSessions } from "../tools/process-sessions.js";
+import type { SlotBrowsers } from "../tools/browser/browser-tools.js";
 import type { SlotForks } from "../fork/fork.js";
 import type { SandboxMetrics } from "./metrics.js";
 
 /** What a reset needs of the service (SandboxService wires it). */
 export interface ResetHost {
   processes: ProcessSessions;
+  browsers: SlotBrowsers;
   stateful: StatefulSessions;
   bash: BashRunner;
   forks: SlotForks;
@@ -71,6 +73,8 @@ export class SlotResets {
         try {
           // Held until the reset is done: a process session started in between would outlive it.
           await h.processes.killSlot(slot, { hold: true });
+          // Before the terminal: the browser lives on its network namespace.
+          await h.browsers.close(slot);
           await h.stateful.stop(slot);
           await h.bash.resetSlot(slot);
           await h.forks.release(slot);
