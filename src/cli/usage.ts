@@ -65,3 +65,10 @@ export function stringFlag(flags: ParsedFlags, name: string): string | undefined
 export function boolFlag(flags: ParsedFlags, name: string): boolean {
   return flags.values[name] === true;
 }
+
+/** Every value of a repeatable string flag (`multiple: true`), in order. */
+export function listFlag(flags: ParsedFlags, name: string): string[] {
+  const v = flags.values[name];
+  if (Array.isArray(v)) return v.map(String);
+  return typeof v === "string" ? [v] : [];
+}

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { NO_NUL, WorkspacePathSchema } from "./sandbox.js";
+import { NO_NUL, SlotPathSchema } from "./sandbox.js";
 import { BROWSER_TOOL_SPECS, type BrowserToolName } from "./browser-tools.js";
 
 /**
@@ -63,13 +63,13 @@ export const TmuxArgsSchema = IsolationArgsSchema.extend({
   lines: z.number().int().positive().optional().describe("capture: how many lines of scrollback to include."),
 });
 export const ReadFileArgsSchema = IsolationArgsSchema.extend({
-  path: WorkspacePathSchema.describe("The file to read."),
+  path: SlotPathSchema.describe("The file to read."),
   max_bytes: z.number().int().positive().optional().describe("Read at most this many bytes."),
   encoding: encoding("base64 for binary files; default text."),
 });
 export type ReadFileArgs = z.infer<typeof ReadFileArgsSchema>;
 export const WriteFileArgsSchema = IsolationArgsSchema.extend({
-  path: WorkspacePathSchema.describe("The file to write."),
+  path: SlotPathSchema.describe("The file to write."),
   content: z.string().describe("The file's new content."),
   encoding: encoding("base64 when content is base64-encoded bytes; default text."),
 });

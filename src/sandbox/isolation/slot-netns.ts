@@ -20,6 +20,13 @@ import { NET_READY_LINE, NET_SETUP, spawnSlirp4netns, type InternetAccess } from
  * exactly as under a network-on `unshare`. Nothing inside a slot can reach the holder (its
  * processes have their own PID namespace and no capability in the holder's namespaces).
  *
+ * A slot whose root is an image (as root: a user namespace of its own, src/sandbox/images/):
+ * the holder is made inside that namespace instead (`nsenter --user` into it, then `unshare
+ * --net`), so the network namespace belongs to the slot's own user namespace, which its
+ * sandboxes join with the holder's (`wrap`, the same nsenter): bubblewrap then runs as root of
+ * that namespace, keeps only the capabilities it is told to (isolation.ts), and the image's
+ * users stay who they are.
+ *
  * Slots stay apart: each slot has its own holder, so its loopback is its own (a sibling
  * slot's 127.0.0.1 is another namespace; the host's is never reachable). The holders are
  * killed with the slot's sessions (reset, fork, kill of all processes): the next trajectory
@@ -66,13 +73,18 @@ export class NetnsHolder {
     internet: InternetAccess | undefined,
     owner: { uid: number; gid: number } | undefined,
     place: (pid: number) => void,
+    /** The slot's image user namespace (a descriptor of this process): the holder's namespace is made inside it. */
+    usernsFd?: number,
   ) {
-    const args = internet
-      ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, "/bin/sh", "-c", WAIT]
-      : ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", `"$1" link set lo up || exit 97; ${WAIT}`, "slotpool-netns", tools.ip];
-    const start = withoutCapabilities(tools.unshare, args);
+    const shell = internet
+      ? ["/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, "/bin/sh", "-c", WAIT]
+      : ["/bin/sh", "-c", `"$1" link set lo up || exit 97; ${WAIT}`, "slotpool-netns", tools.ip];
+    const start =
+      usernsFd !== undefined
+        ? { file: tools.nsenter, args: ["--user=/proc/self/fd/3", "--preserve-credentials", "--", tools.unshare, "--net", "--", ...shell] }
+        : withoutCapabilities(tools.unshare, ["--user", "--map-root-user", "--net", "--", ...shell]);
     const child = spawn(start.file, start.args, {
-      stdio: ["pipe", "pipe", "pipe"],
+      stdio: ["pipe", "pipe", "pipe", ...(usernsFd !== undefined ? [usernsFd] : [])],
       env: { PATH: SANDBOX_PATH },
       cwd: "/",
       detached: true,
@@ -194,13 +206,17 @@ export class SlotNetworks {
     this.reason = "reason" in probe ? probe.reason : undefined;
   }
 
-  /** The slot's namespace for this setting (internet: network on), started when missing or dead; undefined without the tools. */
-  holder(slot: number, internet: InternetAccess | undefined, owner: { uid: number; gid: number } | undefined, place: (pid: number) => void): NetnsHolder | undefined {
+  /**
+   * The slot's namespace for this setting (internet: network on), started when missing or
+   * dead (inside the slot's image user namespace when `usernsFd` is given); undefined without
+   * the tools.
+   */
+  holder(slot: number, internet: InternetAccess | undefined, owner: { uid: number; gid: number } | undefined, place: (pid: number) => void, usernsFd?: number): NetnsHolder | undefined {
     if (!this.tools) return undefined;
-    const key = `${slot}:${internet !== undefined}`;
+    const key = `${slot}:${internet !== undefined}:${usernsFd ?? ""}`;
     let h = this.holders.get(key);
     if (!h || !h.alive) {
-      h = new NetnsHolder(this.tools, internet, owner, place);
+      h = new NetnsHolder(this.tools, internet, owner, place, usernsFd);
       this.holders.set(key, h);
     }
     return h;
