@@ -11,7 +11,7 @@ import type {
 } from "../protocol/sandbox.js";
 import { SandboxRequestError, SlotLostError, SlotReleasedError } from "./errors.js";
 import type { SlotRecord } from "./records.js";
-import { isConnectionFailure } from "./sandbox-client.js";
+import { isConnectionFailure, type ResetInto } from "./sandbox-client.js";
 import type { CallOptions, ContainerInfo, ForkableSlot, ForkOptions, SlotCall } from "./types.js";
 
 /** What a lease needs from its pool. */
@@ -121,7 +121,7 @@ export class SlotLease implements ForkableSlot {
     });
   }
 
-  reset(options: CallOptions & { template?: string } = {}): Promise<ResetResponse> {
+  reset(options: CallOptions & ResetInto = {}): Promise<ResetResponse> {
     return this.use(async (client) => {
       const res = await client.reset(this.slotId, options);
       this.record.generation = res.generation;
