@@ -8,7 +8,7 @@ import { EnvConfigError } from "../env/errors.js";
 import { exposureProblem } from "../http/exposure.js";
 import { createLogger } from "../observability/logger.js";
 import { OpenEnvServer } from "../openenv/server.js";
-import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
+import { IMAGE_FLAGS_HELP, POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
 import { loadEnvClass } from "./run-env.js";
 import { serveUntilStopped } from "./stop-signal.js";
@@ -44,6 +44,7 @@ options:
   --datacenters DC[,DC...]     nomad provisioner: datacenters of the job (default dc1)
   --namespace NS               nomad provisioner: the job's namespace (default NOMAD_NAMESPACE, else "default")
   --node-pool P                nomad provisioner: the job's node pool (Nomad >= 1.6)
+${IMAGE_FLAGS_HELP}
 
 Nomad settings come from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, ...
 `;

@@ -1,7 +1,9 @@
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
 import type { Logger } from "../observability/logger.js";
 import type { AcquireOptions, LeasedSlot, TemplateSpec } from "../pool/types.js";
-import { SlotForkError } from "../pool/errors.js";
+import { ImageUnavailableError, SlotForkError } from "../pool/errors.js";
+import { imageReferenceProblem } from "../protocol/images.js";
+import type { ResetResponse } from "../protocol/sandbox.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { PauseResume } from "./pause-resume.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } from "./slot-processes.js";
@@ -10,13 +12,15 @@ import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } fr
 export interface E2bPool {
   acquire(options: AcquireOptions): Promise<LeasedSlot>;
   release(slot: LeasedSlot, options?: { reset?: boolean }): Promise<void>;
-  useTemplate?(slot: LeasedSlot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
+  useTemplate?(slot: LeasedSlot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<ResetResponse | void>;
 }
 
 /** One E2B sandbox: one slot lease, held from create until kill or timeout. */
 export interface E2bSandbox {
   readonly id: string;
   readonly templateId: string;
+  /** A sandbox whose template id is a task image: the image's WorkingDir, where its commands start by default (E2B's template workdir). */
+  readonly workdir: string | undefined;
   readonly slot: LeasedSlot;
   readonly processes: SlotProcesses;
   /** The in-sandbox API's token (`X-Access-Token`); reaches this sandbox's slot only. */
@@ -111,9 +115,13 @@ export class SandboxRegistry {
   async create(req: CreateSandbox): Promise<E2bSandbox> {
     if (this.closed) throw new E2bApiError(503, "the server is shutting down");
     const templateId = req.templateID || BASE_TEMPLATE;
-    const spec = templateId === BASE_TEMPLATE ? undefined : this.options.templates?.get(templateId);
+    const spec = templateId === BASE_TEMPLATE ? undefined : (this.options.templates?.get(templateId) ?? imageTemplate(templateId));
     if (templateId !== BASE_TEMPLATE && !spec) {
-      throw new E2bApiError(404, `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates)`);
+      const problem = imageReferenceProblem(templateId);
+      throw new E2bApiError(
+        404,
+        `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates), and as an image reference it ${problem}`,
+      );
     }
     const timeoutS = this.timeoutSeconds(req.timeout);
     // Asking for internet on a server without it (E2B's Python SDK up to 2.34 always asks)
@@ -121,26 +129,37 @@ export class SandboxRegistry {
     const allowNetwork = (req.allowInternetAccess ?? true) && (this.options.allowNetwork ?? false);
     if (req.allowInternetAccess && !allowNetwork) this.options.logger.info({ template: templateId }, "a sandbox asked for internet access, which is off on this server (--allow-network): it gets loopback only");
     const id = "sp" + randomBytes(9).toString("hex");
-    const slot = await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(spec ? { template: spec.name } : {}) });
+    // Routed to a container holding the template, else the image (pool/slot-placement.ts).
+    const named = this.options.templates?.has(templateId) === true;
+    const slot = await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(named ? { template: templateId } : {}), ...(spec?.image !== undefined ? { image: spec.image } : {}) });
+    let workdir: string | undefined;
     try {
       if (spec) {
         if (!this.options.pool.useTemplate) throw new E2bApiError(501, "this pool cannot reset slots into workspace templates");
-        await this.options.pool.useTemplate(slot, spec);
+        const res = await this.options.pool.useTemplate(slot, spec);
+        workdir = res?.image?.runtime.working_dir || undefined;
       }
     } catch (err) {
       await this.options.pool.release(slot).catch(() => undefined);
+      // The image could not be had on the container: a 4xx naming it when it does not exist, the server's status otherwise; this server lives on.
+      if (err instanceof ImageUnavailableError) throw new E2bApiError(err.reason === "not_found" ? 404 : err.status ?? 502, `template '${templateId}': ${err.message}`);
       throw err;
     }
     const lifecycle = { onTimeout: "kill" as const, keepMemory: true, autoResume: false, ...req.lifecycle };
-    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle });
+    return this.register(id, slot, { templateId, workdir, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle });
   }
 
   /** A held slot becomes a live sandbox (create, fork). */
-  private register(id: string, slot: LeasedSlot, o: { templateId: string; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number; allowNetwork: boolean; lifecycle: SandboxLifecycle }): E2bSandbox {
+  private register(
+    id: string,
+    slot: LeasedSlot,
+    o: { templateId: string; workdir: string | undefined; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number; allowNetwork: boolean; lifecycle: SandboxLifecycle },
+  ): E2bSandbox {
     const now = new Date();
     const sandbox: E2bSandbox = {
       id,
       templateId: o.templateId,
+      workdir: o.workdir,
       slot,
       processes: new SlotProcesses(slot, this.options.processLimits ?? DEFAULT_SLOT_PROCESS_LIMITS),
       accessToken: randomBytes(24).toString("base64url"),
@@ -180,7 +199,7 @@ export class SandboxRegistry {
       const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
       return ids.map(() => e);
     }
-    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle } }));
+    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, workdir: source.workdir, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle } }));
   }
 
   /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */
@@ -331,4 +350,13 @@ export class SandboxRegistry {
     clearInterval(this.keepAlive);
     await Promise.all([...this.live.values()].map((s) => this.end(s, "shutdown")));
   }
+}
+
+/**
+ * A template id that is no template of this server but names a task image (protocol/images.ts):
+ * the sandbox's root is that image (docs/images.md), fetched by the slot's container if it
+ * lacks it. Undefined when it cannot name one.
+ */
+function imageTemplate(templateId: string): TemplateSpec | undefined {
+  return imageReferenceProblem(templateId) === undefined ? { name: "image", image: templateId } : undefined;
 }

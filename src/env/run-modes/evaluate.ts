@@ -38,6 +38,7 @@ export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateM
   const started = Date.now();
   if (options.stats) {
     options.stats.modelSource ??= () => env.modelCallStats();
+    options.stats.imagesSource ??= () => env.imagesUsed();
     options.stats.delivered = "evaluated";
   }
   const result = await env.evaluate({

@@ -49,6 +49,7 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
   const total = options.groups ?? env.config.totalGroups;
   const stats = options.stats ?? new RunStats({ successThreshold: env.config.successThreshold });
   stats.modelSource ??= () => env.modelCallStats();
+  stats.imagesSource ??= () => env.imagesUsed();
   const signal = options.signal;
   const outPath = options.prepared ? options.out : await prepareOutputFile(options.out);
   const file = await open(outPath, "w");

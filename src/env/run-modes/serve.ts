@@ -21,6 +21,7 @@ export interface ServeModeOptions {
 export async function runServeMode(env: AgentEnv<unknown>, options: ServeModeOptions): Promise<{ stats: RunStats; report: EnvManagerReport }> {
   const stats = options.stats ?? new RunStats({ successThreshold: env.config.successThreshold });
   stats.modelSource ??= () => env.modelCallStats();
+  stats.imagesSource ??= () => env.imagesUsed();
   stats.delivered = "sent";
   const client = new AtroposClient({ url: options.atroposUrl, logger: options.logger });
   try {
