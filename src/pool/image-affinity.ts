@@ -27,9 +27,9 @@ export class ImageAffinity {
   private readonly usage = new Map<string, { resets: number; digest: string }>();
   /** Each fetch a reset of this pool caused (the first use of an image on a container): what it cost. */
   readonly fetches: Array<{ image: string; containerId: string } & ImageFetch> = [];
-  /** Resets into an image that the container had to fetch (pull and unpack). */
+  /** Fetches (pull and unpack) the pool's resets caused: concurrent resets sharing one fetch count once. */
   pulls = 0;
-  /** Resets into an image the container held already. */
+  /** Resets into an image the container held already, or that shared another reset's fetch. */
   hits = 0;
   /** Resets refused because the container could not get the image, by reason. */
   readonly failures = new Map<string, number>();
@@ -86,7 +86,9 @@ export class ImageAffinity {
     if (digest) u.digest = digest;
     this.usage.set(image, u);
     const fetched = res.image?.fetched;
-    if (fetched) {
+    // Resets that waited for one fetch all answer its figures: one fetch, counted once.
+    const same = fetched && this.fetches.some((f) => f.containerId === containerId && f.image === image && f.pull_ms === fetched.pull_ms && f.unpack_ms === fetched.unpack_ms && f.pulled_bytes === fetched.pulled_bytes);
+    if (fetched && !same) {
       this.pulls++;
       this.fetches.push({ image, containerId, ...fetched });
     } else this.hits++;
