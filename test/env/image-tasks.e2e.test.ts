@@ -14,7 +14,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { imagesMissing } from "../support/image-server.js";
-import { pushImage, startRegistry, type TestRegistry } from "../support/registry.js";
+import { pushImage, REGISTRY_PASSWORD, REGISTRY_USER, startRegistry, type TestRegistry } from "../support/registry.js";
+import { execFileSync } from "node:child_process";
 import { busyboxImage, debianPythonImage } from "../support/test-images.js";
 
 // The Debian image takes mmdebstrap and a mirror the first time (cached after): without them the run skips, saying why.
@@ -37,10 +38,10 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const { command, args: base } = slotpoolCommand();
   return new Promise((resolve) => {
-    const child = spawn(command, [...base, ...args], { stdio: ["ignore", "pipe", "pipe"], env: process.env });
+    const child = spawn(command, [...base, ...args], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
@@ -112,4 +113,39 @@ describe.skipIf(skip !== undefined)(`an env whose items use two task images, und
     expect(r.stdout).toMatch(/infra failures\s+2 trajectories not scored \(image_unavailable 2\)/);
     expect(r.stderr).toMatch(/insecure_registry/);
   }, 300_000);
+
+  it("registry credentials come from the environment (SLOTPOOL_REGISTRY_AUTH), reach every server, and show in no output nor command line", async () => {
+    const auth = await startRegistry({ auth: true });
+    try {
+      const privateBusybox = await pushImage(busyboxImage(), auth.host, "private/busybox:1", { auth: true });
+      const b64 = Buffer.from(`${REGISTRY_USER}:${REGISTRY_PASSWORD}`).toString("base64");
+      const doc = JSON.stringify({ auths: { [auth.host]: { auth: b64 } } });
+      const out = join(dir, "auth.jsonl");
+      const args = processArgs(out, { python: refs["python"]!, busybox: privateBusybox }, ["--insecure-registry", auth.host]);
+      // Every command line of the run's processes while it runs (the servers' included): none holds the secret.
+      const seen: string[] = [];
+      let sampling = true;
+      const sample = async () => {
+        while (sampling) {
+          seen.push(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" }));
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      };
+      const sampler = sample();
+      const r = await runCli(args, { SLOTPOOL_REGISTRY_AUTH: doc });
+      sampling = false;
+      await sampler;
+      expect(r.code, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/success rate\s+100\.0%/);
+      expect(r.stdout).toContain(privateBusybox);
+      for (const text of [r.stdout, r.stderr, ...seen, auth.logs.join("")]) {
+        expect(text).not.toContain(REGISTRY_PASSWORD);
+        expect(text).not.toContain(b64);
+      }
+      // The samples did see the run's sandbox servers (the check above had something to look at).
+      expect(seen.some((t) => t.includes("sandbox-server") && t.includes(auth.host))).toBe(true);
+    } finally {
+      await auth.stop();
+    }
+  }, 600_000);
 });
