@@ -118,10 +118,8 @@ export class SandboxRegistry {
     const spec = templateId === BASE_TEMPLATE ? undefined : (this.options.templates?.get(templateId) ?? imageTemplate(templateId));
     if (templateId !== BASE_TEMPLATE && !spec) {
       const problem = imageReferenceProblem(templateId);
-      throw new E2bApiError(
-        404,
-        `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates), and as an image reference it ${problem}`,
-      );
+      const asImage = problem ? `; as an image reference it ${problem}` : `; a task image is named with a tag, a digest or a registry (python:3.12, registry.local:5000/repo@sha256:…)`;
+      throw new E2bApiError(404, `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates)${asImage}`);
     }
     const timeoutS = this.timeoutSeconds(req.timeout);
     // Asking for internet on a server without it (E2B's Python SDK up to 2.34 always asks)
@@ -355,8 +353,11 @@ export class SandboxRegistry {
 /**
  * A template id that is no template of this server but names a task image (protocol/images.ts):
  * the sandbox's root is that image (docs/images.md), fetched by the slot's container if it
- * lacks it. Undefined when it cannot name one.
+ * lacks it. Only a reference with a tag, a digest, a registry or a transport counts (a ':', '/'
+ * or '@' in it): a bare name (`my-tmpl`) is a template name mistyped far more often than
+ * Docker Hub's `library/my-tmpl`, and is answered 404 without reaching out to any registry.
  */
 function imageTemplate(templateId: string): TemplateSpec | undefined {
-  return imageReferenceProblem(templateId) === undefined ? { name: "image", image: templateId } : undefined;
+  if (!/[:/@]/.test(templateId) || imageReferenceProblem(templateId) !== undefined) return undefined;
+  return { name: "image", image: templateId };
 }
