@@ -17,6 +17,7 @@ import { imagesMissing } from "../support/image-server.js";
 import { pushImage, REGISTRY_PASSWORD, REGISTRY_USER, startRegistry, type TestRegistry } from "../support/registry.js";
 import { execFileSync } from "node:child_process";
 import { busyboxImage, debianPythonImage } from "../support/test-images.js";
+import { startNomadEmulator } from "../support/nomad-emulator.js";
 
 // The Debian image takes mmdebstrap and a mirror the first time (cached after): without them the run skips, saying why.
 const python = imagesMissing ? undefined : debianPythonImage();
@@ -146,6 +147,27 @@ describe.skipIf(skip !== undefined)(`an env whose items use two task images, und
       expect(seen.some((t) => t.includes("sandbox-server") && t.includes(auth.host))).toBe(true);
     } finally {
       await auth.stop();
+    }
+  }, 600_000);
+
+  it("on the Nomad provisioner (the API emulator, allocations real sandbox servers): every item solved; the job carries the registry flags and the environment's credentials to its servers", async () => {
+    const nomad = await startNomadEmulator({ rescheduleDelayMs: 100 });
+    const auth = await startRegistry({ auth: true });
+    try {
+      const privatePython = await pushImage((python as { layout: string }).layout, auth.host, "private/python:1", { auth: true });
+      const doc = JSON.stringify({ auths: { [auth.host]: { auth: Buffer.from(`${REGISTRY_USER}:${REGISTRY_PASSWORD}`).toString("base64") } } });
+      const out = join(dir, "nomad.jsonl");
+      const args = [...processArgs(out, { python: privatePython, busybox: refs["busybox"]! }, ["--insecure-registry", auth.host]), "--provisioner", "nomad", "--set", `pool.nomad.jobId=image-tasks-${process.pid}`];
+      const r = await runCli(args, { NOMAD_ADDR: nomad.address, SLOTPOOL_REGISTRY_AUTH: doc });
+      expect(r.code, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/image-tasks — oracle policy, nomad provisioner/);
+      expect(r.stdout).toMatch(/success rate\s+100\.0%/);
+      expect(r.stdout).toMatch(/groups\s+4 made: 4 written/);
+      expect(r.stdout).toContain(privatePython);
+      expect(r.stdout + r.stderr).not.toContain(REGISTRY_PASSWORD);
+    } finally {
+      await auth.stop();
+      await nomad.stop();
     }
   }, 600_000);
 });
