@@ -86,6 +86,12 @@ export const NomadJobSettingsSchema = z
     memoryMb: z.number().int().min(16).optional(),
     /** Task images' sticky ephemeral disk per container, MB (default 5120); the image store's budget is 80 % of it unless images.budgetMb says (docs/nomad.md). */
     imageDiskMb: z.number().int().min(64).optional(),
+    /**
+     * docker: the container's added capabilities (default ["sys_admin"]). Task images under
+     * docker also need "sys_ptrace" (docs/nomad.md, "Task images"); the client's docker plugin
+     * must allow each (allow_caps).
+     */
+    capAdd: z.array(z.string().regex(/^[a-z_]+$/, "capabilities in Nomad's lower-case spelling, e.g. sys_admin")).optional(),
     /** Instead of the ephemeral disk: a Nomad host volume (the client's host_volume) for the task images, one store per allocation index (docker and exec drivers). */
     imageHostVolume: z.string().min(1).optional(),
     /** Placement constraints, e.g. [{"attribute": "${meta.sandbox}", "value": "yes"}] (operator default "="). */

@@ -1,6 +1,7 @@
 import { imageReferenceProblem, parseImageReference, type ImageFetch } from "../protocol/images.js";
 import type { HealthResponse, ResetResponse } from "../protocol/sandbox.js";
-import { ImageReferenceError, ImageUnavailableError } from "./errors.js";
+import { ImageUnavailableError } from "./errors.js";
+import { imageKey } from "./image-key.js";
 import type { ContainerRecord } from "./records.js";
 import type { SlotLease } from "./slot-lease.js";
 
@@ -34,11 +35,9 @@ export class ImageAffinity {
   /** Resets refused because the container could not get the image, by reason. */
   readonly failures = new Map<string, number>();
 
-  /** The routing key of a reference; throws ImageReferenceError for one that cannot name an image. */
+  /** The routing key of a reference (image-key.ts); throws ImageReferenceError for one that cannot name an image. */
   static key(image: string): string {
-    const problem = imageReferenceProblem(image);
-    if (problem) throw new ImageReferenceError(image, problem);
-    return parseImageReference(image).skopeo;
+    return imageKey(image);
   }
 
   /** Of the ready containers with a free slot, the first (packing order) holding `image` or fetching it now. */

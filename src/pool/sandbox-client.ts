@@ -119,6 +119,11 @@ function errorText(err: unknown): string {
   return `${typeof code === "string" ? `${code} ` : ""}${err.message}${causeText}`;
 }
 
+/** The pool's client of a container's sandbox server (SlotPoolOptions.createClient's default). */
+export function sandboxClientFor(info: { id: string; url: string; token?: string }, hooks: { onConnectionFailure: (error: Error) => void; maxConcurrency: number }): SandboxClient {
+  return new SandboxClient({ containerId: info.id, url: info.url, ...(info.token ? { token: info.token } : {}), maxConcurrency: hooks.maxConcurrency, onConnectionFailure: hooks.onConnectionFailure });
+}
+
 export class SandboxClient implements SandboxClientLike {
   readonly containerId: string;
   readonly url: string;

@@ -14,14 +14,14 @@ import { ForkLeases } from "./fork-leases.js";
 import { NodeAvoidance } from "./node-avoidance.js";
 import { PoolStatistics } from "./pool-statistics.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
-import { SandboxClient, type SandboxClientLike } from "./sandbox-client.js";
+import { sandboxClientFor, type SandboxClientLike } from "./sandbox-client.js";
 import { SlotLease, type LeaseHost } from "./slot-lease.js";
 import type { AcquireOptions, ContainerInfo, ForkableSlot, ForkOptions, PoolStats, ReleaseOptions, LeasedSlot, SlotPoolLike } from "./types.js";
 import { WaiterQueue, type Waiter } from "./waiter-queue.js";
 import { gone, resetReleasedSlot } from "./release-reset.js";
 import { TemplateAffinity, type TemplateSpec } from "./template-affinity.js";
 import { ImageAffinity } from "./image-affinity.js";
-import { SlotPlacement, type PlacementWish } from "./slot-placement.js";
+import { plainWish, SlotPlacement, type PlacementWish } from "./slot-placement.js";
 import { WorkspacePreparation } from "./workspace-preparation.js";
 import type { ResetResponse } from "../protocol/sandbox.js";
 import { askContainerHealth, startTimeoutError, type ContainerHealth } from "./pool-reports.js";
@@ -148,17 +148,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       this.images.forget(container.id);
     });
     this.placement = new SlotPlacement({ containers: () => this.containers, templates: this.templates, images: this.images }, SUSPECT_NODE_MS);
-    this.preparation = new WorkspacePreparation(this.templates, this.images);
-    this.createClient =
-      createClient ??
-      ((info, hooks) =>
-        new SandboxClient({
-          containerId: info.id,
-          url: info.url,
-          ...(info.token ? { token: info.token } : {}),
-          maxConcurrency: hooks.maxConcurrency,
-          onConnectionFailure: hooks.onConnectionFailure,
-        }));
+    this.preparation = new WorkspacePreparation(this.templates, this.images, (id) => this.unpinImages(id));
+    this.createClient = createClient ?? sandboxClientFor;
     this.metrics = metrics ?? new MetricsRegistry();
     const isRunning = () => this.state === "running";
     const containers = () => this.containers;
@@ -201,7 +192,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       freeTaken: (n) => {
         this.freeCount -= n;
       },
-      lease: (record, trajectoryId, startedAt) => this.lease(record, trajectoryId, startedAt),
+      lease: (record, trajectoryId, startedAt) => this.lease(record, trajectoryId, startedAt, false),
       release: (lease, options) => this.release(lease, options),
     });
     this.admission = new ContainerAdmission({
@@ -338,7 +329,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     const record = this.waiters.size > 0 ? undefined : this.takeFreeSlot(wish);
     if (record) {
       // Fast path: a free slot and nobody waiting.
-      const lease = this.lease(record, options.trajectoryId, startedAt);
+      const lease = this.lease(record, options.trajectoryId, startedAt, plainWish(wish));
       this.scheduleScale();
       return Promise.resolve(lease);
     }
@@ -380,12 +371,13 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     return this.forks.fork(parent, n, options);
   }
 
-  private lease(record: SlotRecord, trajectoryId: string, startedAt: number): SlotLease {
+  /** `plain`: the trajectory wants the server's own system (placement.ts: a slot left in an image is reset back at its first call). */
+  private lease(record: SlotRecord, trajectoryId: string, startedAt: number, plain: boolean): SlotLease {
     record.state = "held";
     record.container.busy++;
     this.busyCount++;
     const now = performance.now();
-    const lease = new SlotLease(record, trajectoryId, this, now);
+    const lease = new SlotLease(record, trajectoryId, this, now, plain);
     this.leases.add(lease);
     const waitedMs = now - startedAt;
     this.statistics.acquired(waitedMs);
@@ -401,6 +393,23 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   async useTemplate(slot: LeasedSlot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<ResetResponse> {
     if (!(slot instanceof SlotLease) || !this.leases.has(slot)) throw new PoolError(`useTemplate(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
     return this.preparation.prepare(slot, spec, options.signal);
+  }
+
+  /** A container's free slots left in an image (at release) are reset to plain: those images may be evicted now. */
+  private async unpinImages(containerId: string): Promise<number> {
+    const container = this.byId.get(containerId);
+    const pinned = container?.state === "ready" ? container.free.filter((r) => r.root !== undefined) : [];
+    for (const r of pinned) {
+      container!.free.splice(container!.free.indexOf(r), 1);
+      this.freeCount--;
+      // Held by the pool itself for a plain reset; returnSlot gives it back.
+      r.state = "held";
+      r.root = undefined;
+      container!.busy++;
+      this.busyCount++;
+    }
+    await Promise.all(pinned.map((r) => this.returnSlot(r, true, "pool:unpin-images")));
+    return pinned.length;
   }
 
   /** The free slot `wish` should get (slot-placement.ts: packing, affinity, suspect nodes last), or undefined. */
@@ -459,7 +468,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       const record = this.takeFreeSlot(waiter.wish);
       if (!record) break;
       this.waiters.take();
-      waiter.resolve(this.lease(record, waiter.trajectoryId, waiter.startedAt));
+      waiter.resolve(this.lease(record, waiter.trajectoryId, waiter.startedAt, plainWish(waiter.wish ?? {})));
     }
     this.waiters.compact();
   }

@@ -136,6 +136,60 @@ describe("image routing through the pool", () => {
   });
 });
 
+describe("a slot left in its image", () => {
+  it("a released slot stays in its image: the next trajectory of that image takes it with no reset of its own; a plain one prefers a plain slot, else resets first", async () => {
+    const { pool, provisioner } = makePool({ minContainers: 1, maxContainers: 1 });
+    await pool.start();
+    const c = provisioner.running.get(0)!;
+    const a = await pool.acquire({ trajectoryId: "a", image: X });
+    await pool.useTemplate(a, { name: "x", image: X });
+    await a.execute({ tool: "write_file", args: { path: "mine.txt", content: "a's" } });
+    await pool.release(a);
+    // The release reset kept the image and dropped what `a` wrote.
+    expect(c.roots.get(a.slotId)).toBe(X);
+    expect(c.files.get(a.slotId)).toBeUndefined();
+    const resets = c.resets;
+    const b = await pool.acquire({ trajectoryId: "b", image: X });
+    expect(b.slotId).toBe(a.slotId);
+    const ready = await pool.useTemplate(b, { name: "x", image: X });
+    expect(c.resets).toBe(resets); // no reset of its own
+    expect(ready).toMatchObject({ success: true, image: { reference: X, digest: memoryImageDigest(X) } });
+    expect(ready.image?.fetched).toBeUndefined();
+    // A plain trajectory meanwhile: the other slot, whose root is the server's own system.
+    const p1 = await pool.acquire({ trajectoryId: "p1" });
+    expect(p1.slotId).not.toBe(a.slotId);
+    await pool.release(b);
+    // Only the image's slot is free now: a plain trajectory takes it and it is reset before its first call.
+    const p2 = await pool.acquire({ trajectoryId: "p2" });
+    expect(p2.slotId).toBe(a.slotId);
+    expect(c.roots.get(p2.slotId)).toBe(X);
+    await p2.execute({ tool: "write_file", args: { path: "p2.txt", content: "plain" } });
+    expect(c.roots.has(p2.slotId)).toBe(false);
+    expect(c.resets).toBe(resets + 2); // b's release (back into X), then p2's plain reset
+    // Used since: a trajectory of X on this slot would reset it again (not "fresh").
+    await Promise.all([pool.release(p1), pool.release(p2)]);
+    expect(pool.stats().slots).toMatchObject({ free: 2, held: 0, lost: 0 });
+  });
+
+  it("a store full of images that only idle slots hold lets them go (those slots reset plain) and fetches the new image", async () => {
+    const { pool, provisioner } = makePool({ minContainers: 1, maxContainers: 1 });
+    await pool.start();
+    const c = provisioner.running.get(0)!;
+    c.imageCapacity = 1;
+    const a = await pool.acquire({ trajectoryId: "a", image: X });
+    await pool.useTemplate(a, { name: "x", image: X });
+    await pool.release(a); // slot left in X: X is in use, the store is full
+    const b = await pool.acquire({ trajectoryId: "b", image: Y });
+    expect(b.slotId).not.toBe(a.slotId);
+    const res = await pool.useTemplate(b, { name: "y", image: Y });
+    expect(res.image?.reference).toBe(Y);
+    expect(c.roots.get(a.slotId)).toBeUndefined(); // let go: plain now
+    expect([...c.images.keys()]).toEqual([Y]);
+    await pool.release(b);
+    expect(pool.stats().slots).toMatchObject({ free: 2, held: 0, lost: 0 });
+  });
+});
+
 describe("slot placement", () => {
   const client = {} as SandboxClientLike;
   const container = (index: number, free: number) => {

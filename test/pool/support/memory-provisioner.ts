@@ -33,6 +33,10 @@ export interface MemoryContainer {
   images: Map<string, string>;
   /** Resets into an image that had to fetch it first. */
   imageFetches: number;
+  /** Each slot's root: the image its last reset put it in (absent: the server's own system). */
+  roots: Map<string, string>;
+  /** Images the store holds at most; an image no slot's root is evicted for a new one, else store_full (default: no bound). */
+  imageCapacity: number;
 }
 
 /** The memory server's task images: a reference containing "missing" is not found at its source, one containing "huge" does not fit the store. */
@@ -127,7 +131,7 @@ export class MemoryProvisioner implements Provisioner {
     for (let i = 0; i < this.target; i++) {
       if (this.running.has(i)) continue;
       const info: ContainerInfo = { id: `mem-${i}-${++this.generation}`, index: i, url: `http://memory.invalid/${i}`, slots: this.options.slots };
-      const c: MemoryContainer = { info, files: new Map(), dead: false, unhealthy: false, resets: 0, failResets: false, images: new Map(), imageFetches: 0 };
+      const c: MemoryContainer = { info, files: new Map(), dead: false, unhealthy: false, resets: 0, failResets: false, images: new Map(), imageFetches: 0, roots: new Map(), imageCapacity: Infinity };
       this.running.set(i, c);
       this.all.set(info.id, c);
       this.events?.containerStarting(info.id, i);
@@ -246,10 +250,21 @@ export class MemorySandboxClient implements SandboxClientLike {
       if (image.includes("missing")) throw new ImageUnavailableError(`sandbox ${this.c.info.id} could not give a slot the image ${image} (not_found): no such image`, this.c.info.id, 404, "not_found", image);
       if (image.includes("huge")) throw new ImageUnavailableError(`sandbox ${this.c.info.id} could not give a slot the image ${image} (store_full): it does not fit`, this.c.info.id, 507, "store_full", image);
     }
+    const fetched = image !== undefined && !this.c.images.has(image);
+    if (fetched && this.c.images.size >= this.c.imageCapacity) {
+      // The least recently fetched image no other slot's root is, evicted; none: no room.
+      const inUse = new Set([...this.c.roots].filter(([s]) => s !== slotId).map(([, i]) => i));
+      const victim = [...this.c.images.keys()].find((i) => !inUse.has(i));
+      if (victim === undefined) throw new ImageUnavailableError(`sandbox ${this.c.info.id} could not give a slot the image ${image} (store_full): every image is in use`, this.c.info.id, 507, "store_full", image);
+      this.c.images.delete(victim);
+    }
     this.c.files.delete(slotId);
-    if (image === undefined) return { success: true, output: "", error: "" };
+    if (image === undefined) {
+      this.c.roots.delete(slotId);
+      return { success: true, output: "", error: "" };
+    }
+    this.c.roots.set(slotId, image);
     const digest = memoryImageDigest(image);
-    const fetched = !this.c.images.has(image);
     if (fetched) {
       this.c.images.set(image, digest);
       this.c.imageFetches++;
