@@ -93,7 +93,10 @@ describe.skipIf(dockerSkip !== undefined)(`a task image under Nomad's docker dri
 
   it("a slot's root is the image inside the sandbox container: its files, every path writable, root the slot's own, reset drops it", async () => {
     const jobId = `engines-docker-images-${process.pid}`;
-    const provisioner = new NomadProvisioner({ slotsPerContainer: 2, client: agent.client, job: { jobId, driver: "docker", image, imageDiskMb: 1024 }, blockingWaitMs: 10_000 });
+    // sys_ptrace: the image mount helper opens /proc/PID/ns/user of the slot's user namespace
+    // holder, a process of another uid; without CAP_SYS_PTRACE (Docker drops it) that is EACCES.
+    const job = { jobId, driver: "docker" as const, image, imageDiskMb: 1024, capAdd: ["sys_admin", "sys_ptrace"] };
+    const provisioner = new NomadProvisioner({ slotsPerContainer: 2, client: agent.client, job, blockingWaitMs: 10_000 });
     const pool = new SlotPool({ slotsPerContainer: 2, minContainers: 1, maxContainers: 1, tickMs: 100, startTimeoutMs: 120_000, provisioner });
     try {
       await pool.start();
@@ -121,5 +124,24 @@ describe.skipIf(dockerSkip !== undefined)(`a task image under Nomad's docker dri
       await pool.stop({ purge: true });
     }
     expect(await agent.client.readJob(jobId)).toBeNull();
+  }, 300_000);
+
+  it("without sys_ptrace (the default job) the server says image roots cannot be mounted, naming why, and plain slots serve", async () => {
+    const jobId = `engines-docker-noptrace-${process.pid}`;
+    const provisioner = new NomadProvisioner({ slotsPerContainer: 1, client: agent.client, job: { jobId, driver: "docker", image, imageDiskMb: 1024 }, blockingWaitMs: 10_000 });
+    const pool = new SlotPool({ slotsPerContainer: 1, minContainers: 1, maxContainers: 1, tickMs: 100, startTimeoutMs: 120_000, provisioner });
+    try {
+      await pool.start();
+      const slot = await pool.acquire({ trajectoryId: "img", timeoutMs: 90_000 });
+      const container = (await run("docker", ["ps", "-q", "--filter", `name=${slot.container.id}`])).stdout.trim();
+      await run("docker", ["cp", busyboxImage(), `${container}:/alloc/data/busybox-layout`]);
+      const err = await pool.useTemplate(slot, { name: "bb", image: "oci:/alloc/data/busybox-layout:latest" }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(Error);
+      expect((err as Error).message).toMatch(/\(unsupported\).*\/proc\/\d+\/ns\/user: Permission denied/);
+      expect(await bash(slot, "echo plain")).toBe("plain");
+      await pool.release(slot);
+    } finally {
+      await pool.stop({ purge: true });
+    }
   }, 300_000);
 });
