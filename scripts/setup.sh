@@ -29,14 +29,22 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v setfattr >/dev/null 2>&1 || need+=(attr)
 # The security suite runs a small Python program inside a slot (test/security/fixtures).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# `python` as well as `python3` in a slot (python-is-python3: the /usr/bin/python link): E2B
+# code and E2B's own tests run `python -m http.server` (test/e2b/upstream), agents do too.
+[ -e /usr/bin/python ] || need+=(python-is-python3)
+# openssl: the tests make a throwaway CA and certificate for the E2B server's HTTPS port
+# (test/support/test-tls.ts).
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # The tests' virtualenv of real Python clients (scripts/setup-python.sh) needs venv support in
 # the system's python3, which a non-root user runs (Debian splits it into python3-venv).
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then need+=(python3-venv)
   else echo "setup: optional: python3-venv lets the tests run the real Python clients (sudo apt-get install -y python3-venv)" >&2; fi
 fi
-# Headless Chromium for the report's browser tests (test/report), driven by playwright-core,
-# which never downloads a browser of its own. Large (~300 MB with its libraries).
+# Chromium: the slots' browser tools (each slot's browser runs the host's /usr/lib/chromium
+# inside the slot's sandbox, docs/browser.md) and the report's browser tests (test/report),
+# driven by playwright-core, which never downloads a browser of its own. Large (~300 MB with
+# its libraries).
 [ -x /usr/bin/chromium ] || need+=(chromium)
 # Network on = the internet, never the host: slirp4netns links each network-on slot's own
 # namespace out; unshare (util-linux) and ip (iproute2) set it up; the tests curl from a slot.
@@ -77,6 +85,7 @@ fi
 
 # Exactly the locked dependencies. The lock is complete for every platform: rollup is pinned
 # (package.json "overrides") to a release whose platform packages are all published.
+echo "setup: npm ci (the locked dependencies)…" >&2
 npm ci --no-audit --no-fund --loglevel=error
 
 # The real Python clients (E2B SDK, OpenEnv client) for the tests that use them; never fatal.

@@ -16,6 +16,12 @@ export interface ChatClientOptions {
   /** First back-off delay, doubled each retry with jitter, capped at maxBackoffMs. Default 500. */
   initialBackoffMs?: number;
   maxBackoffMs?: number;
+  /**
+   * Largest answer read, bytes: the body is counted as it streams in and cut past this (an
+   * error naming the cap, not retried). Default: no cap (an env's own configured endpoint);
+   * the OpenEnv server's POST /run always sets one, since its endpoint is the client's.
+   */
+  maxResponseBytes?: number;
   /** Extra headers (e.g. OpenRouter's HTTP-Referer). */
   headers?: Record<string, string>;
   dispatcher?: Dispatcher;
@@ -54,6 +60,10 @@ const ChoiceSchema = z
           )
           .nullable()
           .optional(),
+        // NeMo Gym's model servers put the turn's token information on the message itself.
+        prompt_token_ids: z.array(z.number().int()).nullable().optional(),
+        generation_token_ids: z.array(z.number().int()).nullable().optional(),
+        generation_log_probs: z.array(z.number()).nullable().optional(),
       })
       .passthrough(),
     logprobs: z.object({ content: z.array(LogprobEntrySchema).nullable().optional() }).passthrough().nullable().optional(),
@@ -223,8 +233,11 @@ export class ChatCompletionsClient {
     }
     let text: string;
     try {
-      text = await res.body.text();
+      text = await this.readBody(res);
     } catch (err) {
+      // Cut by the caller (a deadline, a client gone): that is no failure of the model server.
+      if (signal?.aborted) throw err;
+      if (err instanceof ChatResponseError) throw err;
       throw new ChatRequestError(`reading the chat completion from ${this.url} failed: ${(err as Error).message}`, undefined, 1, { cause: err });
     }
     if (res.statusCode !== 200) {
@@ -248,6 +261,29 @@ export class ChatCompletionsClient {
       );
     }
     return parsed.data;
+  }
+
+  /** The answer's text, counted as it arrives and cut past maxResponseBytes (never held whole beyond the cap). */
+  private async readBody(res: Dispatcher.ResponseData): Promise<string> {
+    const max = this.options.maxResponseBytes;
+    if (max === undefined) return res.body.text();
+    const tooBig = () => new ChatResponseError(`the model server at ${this.url} answered more than ${max} bytes (this server's cap on a model answer): the answer was cut and not read`);
+    const declared = Number(res.headers["content-length"]);
+    if (Number.isFinite(declared) && declared > max) {
+      res.body.destroy();
+      throw tooBig();
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of res.body) {
+      size += (chunk as Buffer).length;
+      if (size > max) {
+        res.body.destroy();
+        throw tooBig();
+      }
+      chunks.push(chunk as Buffer);
+    }
+    return Buffer.concat(chunks).toString("utf8");
   }
 
   /** The run summary's figures: calls completed, retried and failed, and completed calls' latency. */

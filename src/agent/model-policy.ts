@@ -138,12 +138,24 @@ function readHermes(c: ChatCompletion): PolicyTurn {
 
 const TOKEN_ID_PREFIX = /^token_id:(\d+)$/;
 
-/** Token ids only from what the server returned: `token_ids` (vLLM `return_token_ids`) or `token_id:N` logprob tokens. */
+/**
+ * Token ids only from what the server returned: NeMo Gym's message fields
+ * (`message.generation_token_ids`, `prompt_token_ids`, `generation_log_probs`), `token_ids`
+ * (vLLM `return_token_ids`) or `token_id:N` logprob tokens.
+ */
 function withTokens(c: ChatCompletion, turn: PolicyTurn): PolicyTurn {
   const choice = c.choices[0]!;
   if (c.usage) {
     const u = c.usage;
     turn.usage = { prompt_tokens: u.prompt_tokens ?? 0, completion_tokens: u.completion_tokens ?? 0, total_tokens: u.total_tokens ?? (u.prompt_tokens ?? 0) + (u.completion_tokens ?? 0) };
+  }
+  const m = choice.message;
+  if (m.generation_token_ids) {
+    const tokens: TurnTokens = { completionTokenIds: m.generation_token_ids };
+    if (m.prompt_token_ids) tokens.promptTokenIds = m.prompt_token_ids;
+    if (m.generation_log_probs && m.generation_log_probs.length === m.generation_token_ids.length) tokens.completionLogprobs = m.generation_log_probs;
+    turn.tokens = tokens;
+    return turn;
   }
   const entries = choice.logprobs?.content ?? null;
   let ids = choice.token_ids ?? null;

@@ -1,6 +1,7 @@
 import { ToolBackendConfigSchema, type ToolBackendConfig } from "../executor/backend-config.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
 import { CliUsageError, intFlag, listFlag, stringFlag, type parseFlags } from "./usage.js";
+import { registryHostProblem } from "../protocol/images.js";
 
 type Flags = NonNullable<ReturnType<typeof parseFlags>>;
 /** Flag name → the field it sets, as a path into the backend config's sections ("pool.slotsPerContainer"). */
@@ -39,6 +40,20 @@ const NUMERIC = new Set(["cpu", "memory-mb", "image-disk-mb", "slots-per-contain
 const LISTS = new Set(["datacenters"]);
 /** Flags given once per value (`--insecure-registry A --insecure-registry B`): their field is the list of all. */
 const REPEATED = new Set(["insecure-registry"]);
+
+/**
+ * `--insecure-registry H:P` (repeatable) over a config's own list (`listed`, e.g. from
+ * --config): both count. Undefined when the flag is not given; a bad value is a usage error.
+ */
+export function insecureRegistriesFlag(flags: Flags, listed: unknown): string[] | undefined {
+  const given = listFlag(flags, "insecure-registry");
+  if (given.length === 0) return undefined;
+  for (const h of given) {
+    const problem = registryHostProblem(h);
+    if (problem) throw new CliUsageError(`--insecure-registry: ${problem}`);
+  }
+  return [...new Set([...(Array.isArray(listed) ? listed.map(String) : []), ...given])];
+}
 
 /** parseArgs options for a flag table: every one takes a string (a repeated one, several). */
 export function backendFlagOptions(table: BackendFlagTable): Record<string, { type: "string"; multiple?: true }> {

@@ -37,6 +37,20 @@ options:
                              transfers) one sandbox may hold; past it 429 (default 32)
   --max-watchers-per-sandbox N  CreateWatcher watchers one sandbox may hold (default 8)
   --max-timeout-s S          longest sandbox timeout a client may ask for (default 86400)
+  --domain D                 the domain sandboxes are handed: the SDKs' getHost(port) is then
+                             <port>-<sandboxId>.D, which must reach this server (wildcard DNS; a
+                             port may be part of D). Default e2b.localhost:<port> (docs/e2b.md, "Ports")
+  --secrets-file FILE        keep E2B secrets (Secret.create) in FILE (mode 0600) so they outlive the
+                             server; default: in memory only
+  --tls-cert FILE --tls-key FILE  also serve HTTPS (same routes) with this certificate for
+                             *.<domain> (PEM): E2B code reaches ports as https://getHost(port)
+  --tls-port P               the HTTPS port (default: a free one; the listening line has it); the
+                             default domain is then e2b.localhost:<tls port>
+  --port-idle-timeout-s S    a connection to a sandbox's port with no byte either way for S seconds
+                             is closed (default 620, as E2B's proxy)
+  --max-port-connections-per-sandbox N  connections to its ports one sandbox may have open (HTTP
+                             requests in flight, WebSockets); past it 429 (default 64)
+  --max-port-transfer-mb N   bytes one such connection may carry each way (default 1024)
   --allow-network            sandboxes' commands may reach the internet (their slot's own network
                              namespace, as executor-server's); default: loopback only
   --provisioner local|nomad  where sandbox containers run (default ${D.provisioner})
@@ -93,6 +107,23 @@ export function loadTemplates(file: string): Map<string, TemplateSpec> {
 }
 
 
+/** --tls-cert/--tls-key (both or neither) and --tls-port, read once at start. */
+function tlsOptions(certFile: string | undefined, keyFile: string | undefined, port: string | undefined): { cert: Buffer; key: Buffer; port: number } | undefined {
+  if (!certFile && !keyFile) {
+    if (port !== undefined) throw new CliUsageError("--tls-port needs --tls-cert and --tls-key");
+    return undefined;
+  }
+  if (!certFile || !keyFile) throw new CliUsageError("--tls-cert and --tls-key go together (a certificate for *.<domain> and its key, PEM)");
+  const read = (flag: string, file: string): Buffer => {
+    try {
+      return readFileSync(file);
+    } catch (err) {
+      throw new CliUsageError(`${flag} ${file}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
+  return { cert: read("--tls-cert", certFile), key: read("--tls-key", keyFile), port: intFlag("tls-port", port, 0, 0, 65535) };
+}
+
 export async function run(argv: string[]): Promise<number> {
   const flags = parseFlags(
     argv,
@@ -109,6 +140,14 @@ export async function run(argv: string[]): Promise<number> {
       "max-streams-per-sandbox": { type: "string" },
       "max-watchers-per-sandbox": { type: "string" },
       "max-timeout-s": { type: "string" },
+      domain: { type: "string" },
+      "tls-cert": { type: "string" },
+      "secrets-file": { type: "string" },
+      "tls-key": { type: "string" },
+      "tls-port": { type: "string" },
+      "port-idle-timeout-s": { type: "string" },
+      "max-port-connections-per-sandbox": { type: "string" },
+      "max-port-transfer-mb": { type: "string" },
       "allow-network": { type: "boolean" },
       ...backendFlagOptions(POOL_FLAGS),
     },
@@ -134,7 +173,15 @@ export async function run(argv: string[]): Promise<number> {
       : {}),
     maxStreamsPerSandbox: intFlag("max-streams-per-sandbox", stringFlag(flags, "max-streams-per-sandbox"), 32, 1, 10_000),
     maxWatchersPerSandbox: intFlag("max-watchers-per-sandbox", stringFlag(flags, "max-watchers-per-sandbox"), 8, 1, 10_000),
+    portLimits: {
+      idleTimeoutMs: intFlag("port-idle-timeout-s", stringFlag(flags, "port-idle-timeout-s"), 620, 1, 86_400) * 1000,
+      maxConnections: intFlag("max-port-connections-per-sandbox", stringFlag(flags, "max-port-connections-per-sandbox"), 64, 1, 10_000),
+      maxTransferBytes: intFlag("max-port-transfer-mb", stringFlag(flags, "max-port-transfer-mb"), 1024, 1, 1_000_000) * MiB,
+    },
   };
+  const tls = tlsOptions(stringFlag(flags, "tls-cert"), stringFlag(flags, "tls-key"), stringFlag(flags, "tls-port"));
+  const domain = stringFlag(flags, "domain");
+  if (domain !== undefined && !/^[A-Za-z0-9.-]+(:\d{1,5})?$/.test(domain)) throw new CliUsageError(`--domain ${domain}: a host name, optionally with :port (sandboxes' hosts are <port>-<sandboxId>.${domain})`);
   const config = backendConfigFromFlags(flags, POOL_FLAGS);
 
   const logger = createLogger({ name: "e2b-server" });
@@ -144,14 +191,14 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     logger.flush();
   }
-  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network"), ...bounds });
+  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network"), ...(domain ? { domain } : {}), ...(tls ? { tls } : {}), ...(stringFlag(flags, "secrets-file") ? { secretsFile: stringFlag(flags, "secrets-file")! } : {}), ...bounds });
   let stopping: Promise<void> | undefined;
   // Killing the server ends every sandbox: each slot is released (reset), then the pool stops.
   const shutdown = () => (stopping ??= server.close().then(() => backend.close()));
   return serveUntilStopped({
     logger,
     listen: () => server.listen(port, host),
-    listening: (url) => ({ url, provisioner: config.pool.provisioner, slotsPerContainer: config.pool.slotsPerContainer, templates: [...templates.keys()] }),
+    listening: (url) => ({ url, ...(server.tlsUrl ? { tls_url: server.tlsUrl } : {}), domain: server.domain, provisioner: config.pool.provisioner, slotsPerContainer: config.pool.slotsPerContainer, templates: [...templates.keys()] }),
     stopping: "ending every sandbox",
     shutdown,
   });

@@ -14,6 +14,8 @@ import {
   DEFAULT_JOB_ID,
   DEFAULT_IMAGE,
   DEFAULT_SLOT_MEMORY_MB,
+  BROWSER_SLOT_MEMORY_MB,
+  BROWSER_DRIVER_MB,
   MIN_SLOT_MEMORY_MB,
   SERVER_RESERVE_MB,
 } from "../nomad/job.js";
@@ -35,6 +37,8 @@ options:
   --memory MB              memory per server (default ${SERVER_RESERVE_MB} + slots x ${DEFAULT_SLOT_MEMORY_MB}). The server keeps
                            ${SERVER_RESERVE_MB} MB; each slot gets an equal share of the rest as its memory bound and half
                            that share as its disk (min ${MIN_SLOT_MEMORY_MB} MB a slot, else rendering refuses)
+  --browser                the slots run a browser each (an env with the browser tools): the default
+                           memory is ${SERVER_RESERVE_MB} + ${BROWSER_DRIVER_MB} (its browser driver) + slots x (${DEFAULT_SLOT_MEMORY_MB} + ${BROWSER_SLOT_MEMORY_MB}) MB
   --driver D               docker | raw_exec (a .sif, or this host's slotpool) | exec (default docker)
   --command CMD            docker: the entrypoint (default slotpool); raw_exec with a .sif: apptainer
                            (default) or singularity; raw_exec without an image: the program running
@@ -75,6 +79,7 @@ export async function run(argv: string[]): Promise<number> {
       "node-pool": { type: "string" },
       token: { type: "string" },
       privileged: { type: "boolean" },
+      browser: { type: "boolean" },
       "no-tun-device": { type: "boolean" },
     },
     HELP,
@@ -105,6 +110,7 @@ export async function run(argv: string[]): Promise<number> {
   set("nodePool", stringFlag(flags, "node-pool"));
   set("token", stringFlag(flags, "token") ?? (process.env["SANDBOX_TOKEN"] || undefined));
   if (flags.values["privileged"] === true) options.privileged = true;
+  if (flags.values["browser"] === true) options.browser = true;
   if (flags.values["no-tun-device"] === true) options.tunDevice = false;
   if (Array.isArray(datacenters) && datacenters.length) options.datacenters = datacenters.map(String);
 

@@ -7,7 +7,13 @@ import { readFile } from "node:fs/promises";
 import { EnvConfigError } from "../env/errors.js";
 import { exposureProblem } from "../http/exposure.js";
 import { createLogger } from "../observability/logger.js";
+import { ServerLimitsSchema, type ServerLimits } from "../openenv/limits.js";
+import { OpenEnvError } from "../openenv/errors.js";
+import { ModelUrlPolicy } from "../openenv/model-url.js";
 import { OpenEnvServer } from "../openenv/server.js";
+import { registerOpenEnvMetrics } from "../openenv/status.js";
+import { MetricsRegistry } from "../observability/metrics.js";
+import { serveRunMetrics } from "./metrics-endpoint.js";
 import { IMAGE_FLAGS_HELP, POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
 import { loadEnvClass } from "./run-env.js";
@@ -31,6 +37,18 @@ options:
                                required when --host is not a loopback address
   --config FILE                JSON object of env config fields (maxTurns, tools, executor, ...)
   --session-idle-timeout-s S   a session idle this long loses its episode and slot (default 600)
+  --metrics-port N             serve GET /metrics (sessions, episodes by outcome, mean reward, slots) on
+                               127.0.0.1:N (0: any free port, printed); GET /status on the server says the same
+  --model-url-allow PREFIX     a model endpoint POST /run may call (scheme, host, port, path prefix;
+                               repeatable). None: /run is refused (it would POST wherever a client says)
+  --run-timeout-s S            longest a /run may take, its request's timeout_ms included (default 600)
+  --model-answer-max-bytes N   largest model answer /run reads (default 16777216)
+  --max-seed N                 largest seed (item number) a reset, step or /run may select (default 100000)
+  --max-sessions N             WebSocket connections plus MCP sessions at once (default 1024)
+  --max-message-bytes N        largest WebSocket message or HTTP body (default 16777216)
+  --frame-budget-bytes N       WebSocket messages and bodies in flight over all clients (default 268435456)
+  --episode-secret S           key the server's episode ids are signed with (or env OPENENV_EPISODE_SECRET;
+                               default: random, so ids replay on this server process only)
   --provisioner local|nomad    where sandbox containers run (default local)
   --slots-per-container N      slots per container
   --min-containers N           containers kept running
@@ -46,8 +64,40 @@ options:
   --node-pool P                nomad provisioner: the job's node pool (Nomad >= 1.6)
 ${IMAGE_FLAGS_HELP}
 
+The --config file's "openenv" object may set the same bounds by their names in the docs
+(modelUrlAllow, runTimeoutMs, maxSeed, maxSessions, ...); flags win over it.
+
 Nomad settings come from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, ...
 `;
+
+/** The server's bounds: the config file's `openenv` section, then the flags over it. */
+function serverLimits(flags: ParsedFlags, section: unknown): Partial<ServerLimits> {
+  const parsed = ServerLimitsSchema.safeParse(section ?? {});
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new CliUsageError(`--config: openenv.${issue.path.join(".") || "(section)"}: ${issue.message}`);
+  }
+  const limits: Partial<ServerLimits> = { ...parsed.data };
+  const allow = flags.values["model-url-allow"];
+  if (Array.isArray(allow) && allow.length > 0) limits.modelUrlAllow = allow.map(String);
+  const int = (flag: string, key: "maxSeed" | "maxSessions" | "maxMessageBytes" | "frameBudgetBytes" | "modelAnswerMaxBytes", min: number) => {
+    const v = stringFlag(flags, flag);
+    if (v !== undefined) limits[key] = intFlag(flag, v, 0, min);
+  };
+  int("max-seed", "maxSeed", 0);
+  int("max-sessions", "maxSessions", 1);
+  int("max-message-bytes", "maxMessageBytes", 1024);
+  int("frame-budget-bytes", "frameBudgetBytes", 1024);
+  int("model-answer-max-bytes", "modelAnswerMaxBytes", 1024);
+  const runS = stringFlag(flags, "run-timeout-s");
+  if (runS !== undefined) limits.runTimeoutMs = intFlag("run-timeout-s", runS, 600, 1, 86_400) * 1000;
+  const secret = stringFlag(flags, "episode-secret") ?? (process.env["OPENENV_EPISODE_SECRET"] || undefined);
+  if (secret !== undefined) {
+    if (secret.length < 16) throw new CliUsageError("--episode-secret must be at least 16 characters");
+    limits.episodeSecret = secret;
+  }
+  return limits;
+}
 
 /** The env config: --config FILE, then the pool flags over its `pool` section (checked by the backend's schema, naming the flag). */
 async function envConfig(flags: ParsedFlags): Promise<Record<string, unknown>> {
@@ -73,7 +123,23 @@ async function envConfig(flags: ParsedFlags): Promise<Record<string, unknown>> {
 export async function run(argv: string[]): Promise<number> {
   const flags = parseFlags(
     argv,
-    { host: { type: "string" }, port: { type: "string" }, token: { type: "string" }, config: { type: "string" }, "session-idle-timeout-s": { type: "string" }, ...backendFlagOptions(POOL_FLAGS) },
+    {
+      host: { type: "string" },
+      port: { type: "string" },
+      token: { type: "string" },
+      config: { type: "string" },
+      "session-idle-timeout-s": { type: "string" },
+      "model-url-allow": { type: "string", multiple: true },
+      "run-timeout-s": { type: "string" },
+      "model-answer-max-bytes": { type: "string" },
+      "max-seed": { type: "string" },
+      "max-sessions": { type: "string" },
+      "max-message-bytes": { type: "string" },
+      "frame-budget-bytes": { type: "string" },
+      "episode-secret": { type: "string" },
+      "metrics-port": { type: "string" },
+      ...backendFlagOptions(POOL_FLAGS),
+    },
     HELP,
     true,
   );
@@ -87,7 +153,15 @@ export async function run(argv: string[]): Promise<number> {
   const exposed = exposureProblem(host, token, "--token T or the environment variable OPENENV_TOKEN");
   if (exposed) throw new CliUsageError(exposed);
   const idleTimeoutMs = intFlag("session-idle-timeout-s", stringFlag(flags, "session-idle-timeout-s"), 600, 1, 7 * 86_400) * 1000;
-  const config = await envConfig(flags);
+  const metricsFlag = stringFlag(flags, "metrics-port");
+  const metricsPort = metricsFlag !== undefined ? intFlag("metrics-port", metricsFlag, 0, 0, 65535) : undefined;
+  const { openenv: section, ...config } = await envConfig(flags);
+  const limits = serverLimits(flags, section);
+  try {
+    new ModelUrlPolicy(limits.modelUrlAllow ?? []); // a bad prefix is a usage error before anything starts
+  } catch (err) {
+    throw new CliUsageError((err as Error).message);
+  }
   const Env = await loadEnvClass(spec);
 
   const logger = createLogger({ name: "openenv-server", level: process.env["SLOTPOOL_LOG_LEVEL"] ?? "info" });
@@ -99,14 +173,31 @@ export async function run(argv: string[]): Promise<number> {
     throw err;
   }
   await env.start();
-  const server = new OpenEnvServer({ env, logger, idleTimeoutMs, ...(token ? { token } : {}) });
+  let server: OpenEnvServer;
+  try {
+    server = new OpenEnvServer({ env, logger, idleTimeoutMs, limits, ...(token ? { token } : {}) });
+  } catch (err) {
+    await env.close();
+    if (err instanceof OpenEnvError) throw new CliUsageError(err.message);
+    throw err;
+  }
+  let metrics: Awaited<ReturnType<typeof serveRunMetrics>> | undefined;
+  if (metricsPort !== undefined) {
+    const registry = new MetricsRegistry();
+    registerOpenEnvMetrics(registry, server);
+    metrics = await serveRunMetrics(registry, metricsPort);
+    logger.info({ url: metrics.url }, "metrics");
+  }
   let stopping: Promise<void> | undefined;
   // Stopping ends every session: each episode's slot is released (reset), then the pool stops.
-  const shutdown = () => (stopping ??= server.close().then(() => env.close()));
+  const shutdown = () => (stopping ??= server.close().then(async () => {
+    await metrics?.close();
+    await env.close();
+  }));
   return serveUntilStopped({
     logger,
     listen: () => server.listen(port, host),
-    listening: (url) => ({ url, env: env.name, provisioner: env.config.pool.provisioner, ws: `${url.replace(/^http/, "ws")}/ws`, mcp: `${url}/mcp` }),
+    listening: (url) => ({ url, env: env.name, provisioner: env.config.pool.provisioner, ws: `${url.replace(/^http/, "ws")}/ws`, mcp: `${url}/mcp`, status: `${url}/status`, run_model_urls: limits.modelUrlAllow ?? [], ...(metrics ? { metrics: metrics.url } : {}) }),
     stopping: "ending every episode",
     shutdown,
   });

@@ -3,6 +3,7 @@ import { setFlagsFromString } from "node:v8";
 import { createLogger } from "../observability/logger.js";
 import { DEFAULT_LIMITS } from "../sandbox/isolation/limits.js";
 import { SandboxServer } from "../sandbox/http/server.js";
+import { PORT_IDLE_TIMEOUT_MS } from "../sandbox/http/port-routes.js";
 import { DEFAULT_SLOT_UID_BASE, slotUidBase } from "../host/slot-uid-blocks.js";
 import { checkAllowRanges } from "../sandbox/isolation/network.js";
 import { DEFAULT_DISK_BYTES } from "../sandbox/workspace/slot-disk.js";
@@ -66,6 +67,13 @@ options:
   --insecure-registry H    HOST[:PORT] of a registry that may answer plain HTTP (repeatable); every other
                            registry must speak TLS. Credentials: REGISTRY_AUTH_FILE, ~/.docker/config.json, or a
                            Docker-style auth document in SLOTPOOL_REGISTRY_AUTH (never logged)
+  --volumes-dir D          where volumes live (default <data dir>/volumes): every container of a pool
+                           must see the same directory (a Nomad host volume; the local provisioner
+                           passes one folder to all its containers)
+  --volume-owner UID       as root: the uid (and gid) a volume's files belong to on disk; each slot
+                           sees them as its own through an id-mapped view (default 19999)
+  --port-idle-timeout-s S  a port tunnel (GET /ports/connect) with no byte either way for S seconds is
+                           closed (default 620, as E2B's sandbox proxy)
 `;
 
 export async function run(argv: string[]): Promise<number> {
@@ -99,6 +107,9 @@ export async function run(argv: string[]): Promise<number> {
       "no-ptrace": { type: "boolean" },
       "allow-unsandboxed": { type: "boolean" },
       "template-budget-mb": { type: "string" },
+      "port-idle-timeout-s": { type: "string" },
+      "volumes-dir": { type: "string" },
+      "volume-owner": { type: "string" },
       "net-allow-ranges": { type: "string" },
       "disk-mb": { type: "string" },
       "disk-workspace": { type: "boolean" },
@@ -168,6 +179,9 @@ export async function run(argv: string[]): Promise<number> {
       pullTimeoutS: intFlag("image-pull-timeout", stringFlag(flags, "image-pull-timeout"), DEFAULT_IMAGE_PULL_TIMEOUT_S, 1),
       insecureRegistries: insecureRegistries(listFlag(flags, "insecure-registry")),
     },
+    ...(stringFlag(flags, "volumes-dir") !== undefined ? { volumesDir: stringFlag(flags, "volumes-dir") } : {}),
+    ...(stringFlag(flags, "volume-owner") !== undefined ? { volumeOwner: intFlag("volume-owner", stringFlag(flags, "volume-owner"), 19_999, 1, 4_294_967_294) } : {}),
+    portIdleTimeoutMs: intFlag("port-idle-timeout-s", stringFlag(flags, "port-idle-timeout-s"), PORT_IDLE_TIMEOUT_MS / 1000, 1, 86_400) * 1000,
   });
   const url = await server.listen();
   // The launcher (src/pool/sandbox-process.ts) waits for this line: it is written whatever

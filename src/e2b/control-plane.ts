@@ -5,6 +5,8 @@ import { readJsonBody } from "../http/body.js";
 import { requestTarget } from "../http/target.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
+import { VolumeMountPathSchema } from "../protocol/volumes.js";
+import { SandboxMetrics } from "./sandbox-metrics.js";
 
 /**
  * The control plane of E2B's API (what `E2B_API_URL` points at), the subset the `e2b` SDK
@@ -34,8 +36,18 @@ const CreateBodySchema = z.object({
   autoResume: z.object({ enabled: z.boolean() }).nullish(),
   allow_internet_access: z.boolean().nullish(),
   secure: z.boolean().optional(),
-  network: z.unknown().optional(),
-  volumeMounts: z.array(z.unknown()).optional(),
+  network: z
+    .object({
+      allowPublicTraffic: z.boolean().optional(),
+      maskRequestHost: z.string().max(512).optional(),
+      httpsPorts: z.array(z.number().int().min(1).max(65535).refine((p) => p !== 49983, "the sandbox API's port 49983 cannot be listed")).max(64).optional(),
+      allowOut: z.array(z.string()).optional(),
+      denyOut: z.array(z.string()).optional(),
+      rules: z.record(z.string(), z.unknown()).optional(),
+      egressProxy: z.unknown().optional(),
+    })
+    .nullish(),
+  volumeMounts: z.array(z.object({ name: z.string().min(1).max(128), path: VolumeMountPathSchema })).max(16).nullish(),
   mcp: z.unknown().optional(),
 });
 const TimeoutBodySchema = z.object({ timeout: z.number().int().min(0) });
@@ -49,6 +61,12 @@ export interface ControlPlaneOptions {
   apiKey: string;
   registry: SandboxRegistry;
   memoryMB: number;
+  /** The domain sandboxes are handed (the SDKs' getHost: `<port>-<id>.<domain>`). */
+  domain: () => string | undefined;
+  /** Resolves `${e2b.secrets.<name>}` in create's envVars (secrets.ts); undefined: left as they are. */
+  resolveSecrets?: (envs: Record<string, string>) => { envs: Record<string, string>; secretKeys: string[] };
+  /** Volumes by name (create's volumeMounts); undefined: this server keeps none. */
+  volumeByName?: (name: string) => Promise<{ volume_id: string } | undefined>;
 }
 
 type Handler = (req: IncomingMessage, res: ServerResponse, id: string) => Promise<void>;
@@ -57,6 +75,7 @@ export class ControlPlane {
   private readonly keyHash: Buffer;
   private readonly routes: Array<{ method: string; pattern: RegExp; handler: Handler }> = [];
   private readonly forkBodies = new WeakMap<IncomingMessage, z.output<typeof ForkBodySchema>>();
+  private readonly metrics = new SandboxMetrics();
 
   constructor(private readonly options: ControlPlaneOptions) {
     this.keyHash = createHash("sha256").update(options.apiKey).digest();
@@ -97,10 +116,26 @@ export class ControlPlane {
         if (!(await this.options.registry.resume(id, body.timeout))) throw new E2bApiError(409, `sandbox '${id}' is already running`);
         send(res, 201, this.created(this.options.registry.require(id)));
       })
+      // Template.exists(name): 'base' and the workspace templates (--templates) exist.
+      .route("GET", /^\/templates\/aliases\/([^/]+)$/, async (_req, res, alias) => {
+        if (!this.options.registry.templateNames().includes(alias)) throw new E2bApiError(404, `template '${alias}' not found`);
+        send(res, 200, { templateID: alias, public: false });
+      })
       .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noSnapshots))
       .route("GET", /^\/snapshots$/, unsupported("snapshots", noSnapshots))
       .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, unsupported("changing a sandbox's network", "a sandbox's internet access is set at create (allow_internet_access)"))
-      .route("GET", /^\/(?:v2\/)?sandboxes\/([^/]+)\/(?:metrics|logs)$/, unsupported("sandbox metrics and logs", "see the sandbox server's /metrics and the server log"))
+      .route("GET", /^\/sandboxes\/([^/]+)\/metrics$/, async (req, res, id) => {
+        const s = this.options.registry.require(id);
+        const { query } = requestTarget(req.url);
+        const at = (k: string): number | undefined => {
+          const v = query.get(k);
+          if (v === null || v === "") return undefined;
+          if (!/^\d+$/.test(v)) throw new E2bApiError(400, `${k} must be a Unix time in seconds`, k);
+          return Number(v);
+        };
+        send(res, 200, await this.metrics.metrics(s, () => s.processes.usage(), at("start"), at("end")));
+      })
+      .route("GET", /^\/(?:v2\/)?sandboxes\/([^/]+)\/logs$/, unsupported("sandbox logs", "see the server log"))
       .route("GET", /^\/sandboxes\/metrics$/, unsupported("sandbox metrics", "see the sandbox server's /metrics"));
   }
 
@@ -128,7 +163,8 @@ export class ControlPlane {
     throw new E2bApiError(404, `no route ${req.method} ${path} (slotpool serves the sandbox part of E2B's API, see docs/e2b.md)`);
   }
 
-  private checkKey(req: IncomingMessage): void {
+  /** The API key check of every control-plane route but /health (X-API-Key, constant time). */
+  checkKey(req: IncomingMessage): void {
     const key = req.headers["x-api-key"];
     if (typeof key !== "string" || key === "") throw new E2bApiError(401, "missing X-API-Key header");
     if (!timingSafeEqual(createHash("sha256").update(key).digest(), this.keyHash)) throw new E2bApiError(401, "invalid API key");
@@ -138,18 +174,40 @@ export class ControlPlane {
     const body = await parse(req, CreateBodySchema);
     if (body.autoResume?.enabled && !body.autoPause) throw new E2bApiError(400, "autoResume needs autoPause: only a sandbox paused at its timeout can be resumed by traffic", "autoResume");
     if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new E2bApiError(400, "autoResume cannot be combined with autoPauseMemory: false (a filesystem-only pause is resumed with connect)", "autoResume");
-    if (body.network !== undefined) throw new E2bApiError(400, "network rules are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)");
-    if (body.volumeMounts?.length) throw new E2bApiError(400, "volume mounts are not supported by slotpool");
+    const net = body.network ?? undefined;
+    if (net && ((net.allowOut?.length ?? 0) > 0 || (net.denyOut?.length ?? 0) > 0 || Object.keys(net.rules ?? {}).length > 0 || (net.egressProxy !== undefined && net.egressProxy !== null))) {
+      throw new E2bApiError(400, "egress rules (network.allowOut, denyOut, rules, egressProxy) are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)", "network");
+    }
+    const volumeMounts = await this.resolveMounts(body.volumeMounts ?? []);
+    const secrets = this.options.resolveSecrets?.(body.envVars ?? {}) ?? { envs: body.envVars ?? {}, secretKeys: [] };
     // \`mcp\` is accepted: the SDK starts the gateway itself, and the sandbox's \`mcp-gateway\` says there is none (user-shims.ts).
     const s = await this.options.registry.create({
       templateID: body.templateID,
-      envVars: body.envVars ?? undefined,
+      envVars: secrets.envs,
+      secretEnvKeys: secrets.secretKeys,
       metadata: body.metadata ?? undefined,
       timeout: body.timeout,
       allowInternetAccess: body.allow_internet_access ?? undefined,
       lifecycle: { onTimeout: body.autoPause ? "pause" : "kill", keepMemory: body.autoPauseMemory !== false, autoResume: body.autoResume?.enabled === true },
+      network: net ? { allowPublicTraffic: net.allowPublicTraffic, maskRequestHost: net.maskRequestHost, httpsPorts: net.httpsPorts } : undefined,
+      volumeMounts,
     });
     send(res, 201, this.created(s));
+  }
+
+  /** E2B's volumeMounts (by volume name) as mounts by id; an unknown name is a 400 naming it. */
+  private async resolveMounts(mounts: Array<{ name: string; path: string }>): Promise<Array<{ volume_id: string; name: string; path: string }>> {
+    if (mounts.length === 0) return [];
+    const byName = this.options.volumeByName;
+    if (!byName) throw new E2bApiError(400, "this server keeps no volumes", "volumeMounts");
+    if (new Set(mounts.map((m) => m.path.replace(/\/+$/, ""))).size !== mounts.length) throw new E2bApiError(400, "two volumes are mounted at the same path", "volumeMounts");
+    return Promise.all(
+      mounts.map(async (m, i) => {
+        const v = await byName(m.name);
+        if (!v) throw new E2bApiError(400, `volumeMounts.${i}.name: no volume named '${m.name}' (Volume.create makes one)`, `volumeMounts.${i}.name`);
+        return { volume_id: v.volume_id, name: m.name, path: m.path };
+      }),
+    );
   }
 
   private async list(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -199,8 +257,8 @@ export class ControlPlane {
       clientID: CLIENT_ID,
       envdVersion: ENVD_VERSION,
       envdAccessToken: s.accessToken,
-      trafficAccessToken: null,
-      domain: null,
+      trafficAccessToken: s.trafficAccessToken ?? null,
+      domain: this.options.domain() ?? null,
     };
   }
 
@@ -217,12 +275,18 @@ export class ControlPlane {
       metadata: s.metadata,
       state: s.state,
       envdVersion: ENVD_VERSION,
-      volumeMounts: [],
+      volumeMounts: s.volumeMounts.map((m) => ({ name: m.name, path: m.path })),
     };
   }
 
   private detail(s: E2bSandbox) {
-    return { ...this.listed(s), envdAccessToken: s.accessToken, domain: null, allowInternetAccess: s.allowNetwork };
+    return {
+      ...this.listed(s),
+      envdAccessToken: s.accessToken,
+      domain: this.options.domain() ?? null,
+      allowInternetAccess: s.allowNetwork,
+      ...(Object.keys(s.network).length > 0 ? { network: { allowPublicTraffic: s.network.allowPublicTraffic ?? true, ...(s.network.maskRequestHost ? { maskRequestHost: s.network.maskRequestHost } : {}) } } : {}),
+    };
   }
 }
 

@@ -3,8 +3,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import { E2bApiError } from "./errors.js";
 import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
 
-/** The port the SDK names for envd (`E2b-Sandbox-Port`); other ports would be the sandbox's own services, which are not proxied. */
-export const ENVD_PORT = "49983";
+import { ENVD_PORT } from "./sandbox-target.js";
 
 /**
  * The sandbox an in-sandbox request is for (`E2b-Sandbox-Id`), checked against its access
@@ -16,7 +15,8 @@ export function sandboxForHeaders(registry: SandboxRegistry, headers: { get(name
   const id = headers.get("e2b-sandbox-id");
   if (!id) throw new E2bApiError(400, "missing E2b-Sandbox-Id header");
   const port = headers.get("e2b-sandbox-port");
-  if (port && port !== ENVD_PORT) throw new E2bApiError(502, `port ${port} of sandbox '${id}' is not reachable: slotpool serves only the sandbox API (port ${ENVD_PORT})`);
+  // Other ports are routed to the sandbox's own servers before this (port-proxy.ts).
+  if (port && port !== String(ENVD_PORT)) throw new E2bApiError(400, `port ${port} is not the sandbox API's (${ENVD_PORT})`);
   const s = registry.get(id);
   if (!s) throw new E2bApiError(502, `sandbox '${id}' was not found: it was killed, timed out, or never existed`);
   if (!SandboxRegistry.tokenMatches(s, headers.get("x-access-token"))) throw new E2bApiError(401, `missing or wrong X-Access-Token for sandbox '${id}'`);

@@ -301,10 +301,18 @@ async function readUpload(req: IncomingMessage, queryPath: string | undefined, m
   const form = await new Response(body as unknown as ConstructorParameters<typeof Response>[0], { headers: { "content-type": type } }).formData().catch((err: unknown) => {
     throw new E2bApiError(400, `malformed multipart upload: ${err instanceof Error ? err.message : String(err)}`);
   });
-  const parts = form.getAll("file").filter((v): v is File => typeof v !== "string");
+  // A part with a file name is a file; one without (form.append('file', 'text'), E2B's own
+  // signing test) is a form field, its value text: envd takes both, the path then from the query.
+  const parts = form.getAll("file");
   if (parts.length === 0) throw new E2bApiError(400, "the upload has no 'file' part", "file");
   if (signed && parts.length !== 1) throw new E2bApiError(400, `a signed upload URL writes exactly one file, its signed path; this upload has ${parts.length} parts`, "file");
-  return Promise.all(parts.map(async (f) => ({ path: (parts.length === 1 && queryPath) || f.name, data: Buffer.from(await f.arrayBuffer()) })));
+  return Promise.all(
+    parts.map(async (f, i) => {
+      const path = (parts.length === 1 && queryPath) || (typeof f === "string" ? "" : f.name);
+      if (!path) throw new E2bApiError(400, `part ${i + 1} of the upload has no file name, and the upload names no path (?path=)`, "file");
+      return { path, data: typeof f === "string" ? Buffer.from(f, "utf8") : Buffer.from(await f.arrayBuffer()) };
+    }),
+  );
 }
 
 /** Gunzips with the upload bound applied to what comes out (a gzip bomb is a 413, corrupt gzip a 400). */

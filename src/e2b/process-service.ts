@@ -79,7 +79,8 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
         processes: processes.filter((p) => !s.processes.isHelper(p.pid)).map((p) => ({
           pid: p.pid,
           ...(p.tag ? { tag: p.tag } : {}),
-          config: { cmd: p.cmd, args: p.args, envs: p.envs, ...(p.cwd ? { cwd: p.cwd } : {}) },
+          // A secret's value (Sandbox.create's envs through ${e2b.secrets.…}) is never listed.
+          config: { cmd: p.cmd, args: p.args, envs: withoutSecrets(p.envs, s), ...(p.cwd ? { cwd: p.cwd } : {}) },
         })),
       };
     },
@@ -230,4 +231,10 @@ function toEnvd(ev: ProcessEvent, pty = false): EventResponse {
       return { event: { event: { case: "end", value: { exitCode: ev.exit_code, exited: ev.signal === null, status, ...(error ? { error } : {}) } } } };
     }
   }
+}
+
+/** A process's environment as listed: the sandbox's secret-valued variables left out. */
+function withoutSecrets(envs: Record<string, string>, s: E2bSandbox): Record<string, string> {
+  if (s.secretEnvKeys.length === 0) return envs;
+  return Object.fromEntries(Object.entries(envs).filter(([k, v]) => !(s.secretEnvKeys.includes(k) && s.envs[k] === v)));
 }

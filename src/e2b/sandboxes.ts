@@ -1,15 +1,19 @@
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
 import type { Logger } from "../observability/logger.js";
-import type { AcquireOptions, LeasedSlot, TemplateSpec } from "../pool/types.js";
+import type { AcquireOptions, ContainerInfo, LeasedSlot, TemplateSpec } from "../pool/types.js";
 import { ImageUnavailableError, SlotForkError } from "../pool/errors.js";
 import { imageReferenceProblem } from "../protocol/images.js";
 import type { ResetResponse } from "../protocol/sandbox.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { PauseResume } from "./pause-resume.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } from "./slot-processes.js";
+import { DEFAULT_PORT_LIMITS, SandboxPorts, type PortLimits } from "./sandbox-ports.js";
+import type { VolumeMount } from "../protocol/volumes.js";
 
 /** What the registry needs from a pool (SlotPool implements it). */
 export interface E2bPool {
+  /** The pool's containers (SlotPool's): volumes are served through any ready one. */
+  containerList?(): Array<ContainerInfo & { state: string }>;
   acquire(options: AcquireOptions): Promise<LeasedSlot>;
   release(slot: LeasedSlot, options?: { reset?: boolean }): Promise<void>;
   useTemplate?(slot: LeasedSlot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<ResetResponse | void>;
@@ -23,9 +27,21 @@ export interface E2bSandbox {
   readonly workdir: string | undefined;
   readonly slot: LeasedSlot;
   readonly processes: SlotProcesses;
+  /** Connections to the sandbox's own ports (port-proxy.ts). */
+  readonly ports: SandboxPorts;
   /** The in-sandbox API's token (`X-Access-Token`); reaches this sandbox's slot only. */
   readonly accessToken: string;
+  /** Set when the sandbox's ports are private (`network.allowPublicTraffic: false`): the `e2b-traffic-access-token` they need. */
+  readonly trafficAccessToken: string | undefined;
+  /** E2B's `network.maskRequestHost`: the Host header its ports' servers get (`${PORT}` = the port). */
+  readonly maskRequestHost: string | undefined;
+  /** What create asked of its network (kept for forks). */
+  readonly network: SandboxNetwork;
+  /** Volumes mounted into every process of the sandbox (E2B's volumeMounts, by name and id). */
+  readonly volumeMounts: ReadonlyArray<VolumeMount & { name: string }>;
   readonly envs: Record<string, string>;
+  /** The envs whose values came from secrets (never listed with the commands: process-service.ts). */
+  readonly secretEnvKeys: readonly string[];
   readonly metadata: Record<string, string>;
   /** Commands get internet (the slot's own network namespace); else loopback only. */
   readonly allowNetwork: boolean;
@@ -48,6 +64,15 @@ export interface SandboxLifecycle {
   autoResume: boolean;
 }
 
+/** The part of E2B's `network` a slot has: who may reach its ports, and how (docs/e2b.md, "Ports"). */
+export interface SandboxNetwork {
+  /** false: its ports need its trafficAccessToken (default true: public, as E2B's). */
+  allowPublicTraffic?: boolean | undefined;
+  maskRequestHost?: string | undefined;
+  /** Ports that serve HTTPS inside the sandbox (reached over TLS, certificate unchecked). */
+  httpsPorts?: number[] | undefined;
+}
+
 export interface CreateSandbox {
   templateID?: string | undefined;
   envVars?: Record<string, string> | undefined;
@@ -58,6 +83,11 @@ export interface CreateSandbox {
   allowInternetAccess?: boolean | undefined;
   /** E2B's lifecycle: autoPause (pause instead of kill on timeout), autoPauseMemory, autoResume. */
   lifecycle?: Partial<SandboxLifecycle> | undefined;
+  network?: SandboxNetwork | undefined;
+  /** Which of envVars hold secret values (the caller resolved their placeholders). */
+  secretEnvKeys?: string[] | undefined;
+  /** Volumes to mount (resolved from E2B's names to ids by the caller). */
+  volumeMounts?: Array<VolumeMount & { name: string }> | undefined;
 }
 
 export interface SandboxRegistryOptions {
@@ -71,6 +101,8 @@ export interface SandboxRegistryOptions {
   allowNetwork?: boolean;
   /** Per-sandbox bounds on open streams and stdin in flight (slot-processes.ts). */
   processLimits?: SlotProcessLimits;
+  /** Per-sandbox bounds on port traffic (sandbox-ports.ts). */
+  portLimits?: PortLimits;
 }
 
 export const DEFAULT_TIMEOUT_S = 300;
@@ -144,14 +176,25 @@ export class SandboxRegistry {
       throw err;
     }
     const lifecycle = { onTimeout: "kill" as const, keepMemory: true, autoResume: false, ...req.lifecycle };
-    return this.register(id, slot, { templateId, workdir, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle });
+    return this.register(id, slot, { templateId, workdir, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [], secretEnvKeys: req.secretEnvKeys ?? [] });
   }
 
   /** A held slot becomes a live sandbox (create, fork). */
   private register(
     id: string,
     slot: LeasedSlot,
-    o: { templateId: string; workdir: string | undefined; envs: Record<string, string>; metadata: Record<string, string>; timeoutS: number; allowNetwork: boolean; lifecycle: SandboxLifecycle },
+    o: {
+      templateId: string;
+      workdir: string | undefined;
+      envs: Record<string, string>;
+      metadata: Record<string, string>;
+      timeoutS: number;
+      allowNetwork: boolean;
+      lifecycle: SandboxLifecycle;
+      network: SandboxNetwork;
+      volumeMounts: ReadonlyArray<VolumeMount & { name: string }>;
+      secretEnvKeys: readonly string[];
+    },
   ): E2bSandbox {
     const now = new Date();
     const sandbox: E2bSandbox = {
@@ -159,9 +202,15 @@ export class SandboxRegistry {
       templateId: o.templateId,
       workdir: o.workdir,
       slot,
-      processes: new SlotProcesses(slot, this.options.processLimits ?? DEFAULT_SLOT_PROCESS_LIMITS),
+      processes: new SlotProcesses(slot, this.options.processLimits ?? DEFAULT_SLOT_PROCESS_LIMITS, o.volumeMounts.map((m) => ({ volume_id: m.volume_id, path: m.path }))),
+      ports: new SandboxPorts(slot, o.allowNetwork, this.options.portLimits ?? DEFAULT_PORT_LIMITS, new Set(o.network.httpsPorts ?? [])),
       accessToken: randomBytes(24).toString("base64url"),
+      trafficAccessToken: o.network.allowPublicTraffic === false ? randomBytes(24).toString("base64url") : undefined,
+      maskRequestHost: o.network.maskRequestHost,
+      network: o.network,
+      volumeMounts: o.volumeMounts,
       envs: o.envs,
+      secretEnvKeys: o.secretEnvKeys,
       metadata: o.metadata,
       allowNetwork: o.allowNetwork,
       startedAt: now,
@@ -197,7 +246,7 @@ export class SandboxRegistry {
       const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
       return ids.map(() => e);
     }
-    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, workdir: source.workdir, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle } }));
+    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, workdir: source.workdir, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network, volumeMounts: source.volumeMounts, secretEnvKeys: source.secretEnvKeys }));
   }
 
   /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */
@@ -294,6 +343,12 @@ export class SandboxRegistry {
     await this.serial(s, () => (s.state === "paused" ? this.lifecycleOps.resume(s, DEFAULT_TIMEOUT_S) : undefined));
   }
 
+  /** Traffic for a port of a paused sandbox with auto-resume resumes it (its access was checked by the proxy). */
+  async wakeForTraffic(s: E2bSandbox): Promise<void> {
+    if (s.state !== "paused" || !s.lifecycle.autoResume || this.live.get(s.id) !== s) return;
+    await this.serial(s, () => (s.state === "paused" ? this.lifecycleOps.resume(s, DEFAULT_TIMEOUT_S) : undefined));
+  }
+
   /** Runs `fn` after the sandbox's earlier pause/resume/end; refused once the sandbox has ended. */
   private serial<T>(s: E2bSandbox, fn: () => T | Promise<T>): Promise<T> {
     const run = s.ops.then(() => {
@@ -336,6 +391,7 @@ export class SandboxRegistry {
     clearTimeout(s.timer);
     // Its streams go first: they hold connections to the sandbox server, and nothing may use them now.
     s.processes.closeAll();
+    s.ports.closeAll();
     if (!s.slot.lost) await s.processes.killAll().catch(() => undefined);
     // Release resets the slot: its workspace, /tmp and every process are gone before it is handed out again.
     await this.options.pool.release(s.slot).catch((err: unknown) => this.options.logger.warn({ sandbox: s.id, err }, "releasing a sandbox's slot failed"));

@@ -1,6 +1,7 @@
 import { Agent, request, type Dispatcher } from "undici";
 import type { ProcessEvent, ProcessInfo, ProcessStartRequest } from "../protocol/process-session.js";
 import type { LeasedSlot } from "../pool/types.js";
+import type { VolumeMount } from "../protocol/volumes.js";
 import { E2bApiError } from "./errors.js";
 
 /** The events of a started or re-attached process; `close()` stops listening (the process goes on). */
@@ -8,6 +9,16 @@ export interface ProcessStream {
   readonly pid: number;
   events: AsyncIterable<ProcessEvent>;
   close(): void;
+}
+
+/** One sample of a slot's use (the sandbox server's `POST /slots/usage`, sandbox/tools/slot-usage.ts). */
+export interface SlotUsageSample {
+  timestamp: number;
+  cpu_seconds: number;
+  mem_used: number;
+  mem_total: number;
+  disk_used: number;
+  disk_total: number;
 }
 
 /** What a finished helper command gave (filesystem operations, /files). */
@@ -74,6 +85,8 @@ export class SlotProcesses {
   constructor(
     private readonly slot: LeasedSlot,
     private readonly limits: SlotProcessLimits = DEFAULT_SLOT_PROCESS_LIMITS,
+    /** The sandbox's volumes: every process it starts (helpers too) has them mounted. */
+    private readonly volumes: readonly VolumeMount[] = [],
   ) {}
 
   /** Whether `pid` is one of this server's helper processes (never a client's command). */
@@ -122,7 +135,7 @@ export class SlotProcesses {
 
   /** Starts a client's command (or, with `helper`, one of this server's own) and streams its events. */
   async start(req: Omit<ProcessStartRequest, "slot_id">, signal?: AbortSignal, helper = false): Promise<ProcessStream> {
-    return this.openStream("/processes/start", req, signal, helper);
+    return this.openStream("/processes/start", this.volumes.length > 0 ? { ...req, volumes: this.volumes } : req, signal, helper);
   }
 
   async connect(pid: number, signal?: AbortSignal): Promise<ProcessStream> {
@@ -187,6 +200,11 @@ export class SlotProcesses {
   /** Freezes every process of the slot (the sandbox server's freezer: cgroup or SIGSTOP); `thaw` resumes them. */
   async freeze(): Promise<{ mechanism: string; processes: number }> {
     return this.json("/processes/freeze", {});
+  }
+
+  /** What the slot uses now (its processes' memory and CPU time, its disk): E2B's metrics. */
+  async usage(): Promise<SlotUsageSample> {
+    return this.json("/slots/usage", {});
   }
 
   async thaw(): Promise<void> {

@@ -13,9 +13,11 @@ export {
   TokensUnavailableError,
   TokensInexactError,
   ToolContextError,
+  ToolContextInfraError,
   PathRefusedError,
 } from "./errors.js";
 export { ToolContext, type TerminalResult, type FileRead } from "./tool-context.js";
+export type { BrowserPage, BrowserSnapshot, BrowserImage } from "./browser-context.js";
 export { defineEnvTool, type EnvToolSpec, type InProcessToolSpec, type SlotToolSpec } from "./env-tools.js";
 export type { BranchPoint } from "./branching.js";
 export type { GroupMember, GroupScore } from "./group-score.js";

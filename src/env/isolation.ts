@@ -67,6 +67,15 @@ export interface ImagesUsed {
   fetches: Array<{ image: string; containerId: string; pull_ms: number; unpack_ms: number; pulled_bytes: number; layers: number; layers_reused: number }>;
 }
 
+/** The task images an env's backend saw (asked when the summary is written; undefined before the env starts, after it closes, or from a backend that cannot say). */
+export function imagesOf(env: { readonly tools: { imagesUsed?(): ImagesUsed } }): ImagesUsed | undefined {
+  try {
+    return env.tools.imagesUsed?.();
+  } catch {
+    return undefined;
+  }
+}
+
 /** The summary's and report's rows; with `images`, which root filesystem the slots ran (and what fetching each image cost). */
 export function isolationRows(s: IsolationSummary, images?: ImagesUsed): Array<[string, string]> {
   return [

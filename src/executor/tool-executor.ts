@@ -13,14 +13,16 @@ import type { LeasedSlot, SlotCall, SlotPoolLike } from "../pool/types.js";
 import { toolFromOpenAiSchema } from "../tools/definition.js";
 import { ToolRegistry } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/types.js";
-import { callTimeoutS, parseToolExecutorConfig, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
+import { callTimeoutS, parseToolExecutorConfig, timeoutBounds, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
 import { ExecutorMetrics } from "./executor-metrics.js";
 import { artifactFailureMetadata, errorResult, fromExecuteResponse, infraResult } from "./results.js";
 import { isSlotLostError, PoolTemplateError, type SlotLostError } from "../pool/errors.js";
 import { ToolServerClient } from "./tool-server-client.js";
+import { BrowserResults } from "./browser-results.js";
 import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
 import { SlotpoolError } from "../protocol/errors.js";
 import { ISOLATION_ARG_NAMES, builtinTool, type IsolationArgName } from "../protocol/tool-table.js";
+import { BROWSER_START_ALLOWANCE_MS } from "../protocol/browser-tools.js";
 
 /**
  * The ToolExecutor: every tool call of every trajectory passes here.
@@ -110,11 +112,14 @@ export class ToolExecutor implements ToolExecutorLike {
   private readonly recentLatencies = new LatencyWindow(4096);
   /** The isolation arguments' values, from the config: stamped on every sandbox call that honours them. */
   private readonly isolation: Readonly<Record<IsolationArgName, boolean>>;
+  /** The env's snapshot bound and vision model, applied to the browser tools' answers. */
+  private readonly browserResults: BrowserResults;
 
   constructor(options: ToolExecutorOptions) {
     this.config = options.parsedConfig ?? parseToolExecutorConfig(options.config);
     this.isolation = { allow_network: this.config.allowNetwork, require_sandbox: this.config.requireSandbox, require_stateful_sandbox: this.config.requireStatefulSandbox };
     this.pool = options.pool;
+    this.browserResults = new BrowserResults(this.config.browser);
     this.tools = options.tools ?? ToolRegistry.withBuiltins();
     this.logger = options.logger ?? silentLogger();
     if (this.config.toolServerUrl) this.toolServer = new ToolServerClient(this.config.toolServerUrl, this.config.toolServerToken);
@@ -182,7 +187,7 @@ export class ToolExecutor implements ToolExecutorLike {
         ),
       );
     }
-    const timeoutS = callTimeoutS(checked.args, options.timeoutMs, this.config.defaultTimeoutS);
+    const timeoutS = callTimeoutS(checked.args, options.timeoutMs, timeoutBounds(this.config));
     const args = { ...checked.args };
     if (tool.timeoutArg && tool.timeoutArg in args) args[tool.timeoutArg] = timeoutS;
 
@@ -500,20 +505,29 @@ export class ToolExecutor implements ToolExecutorLike {
       }
     }
     const limit = this.containerLimit(slot.container.id);
-    // The HTTP deadline covers the whole run of this slot's calls, which execute one by one.
-    const timeoutMs = slotCalls.reduce((s, c) => s + (c.timeout ?? 0) * 1000, 0) + 10_000;
+    // The HTTP deadline covers the whole run of this slot's calls, which execute one by one (a navigation may start a browser first).
+    const timeoutMs = slotCalls.reduce((s, c) => s + (c.timeout ?? 0) * 1000 + (c.tool === "browser_navigate" ? BROWSER_START_ALLOWANCE_MS : 0), 0) + 10_000;
+    // A browser tool's answer is finished here first (browser-results.ts); the next calls of the trajectory wait for it.
+    const finishing = new Map<PendingCall, Promise<void>>();
+    const settle = (pc: PendingCall, res: ExecuteResponse): void => {
+      const result = fromExecuteResponse(res, pc.call.uniq_id);
+      if (!this.browserResults.handles(pc.tool.name)) return this.deliver(pc, result);
+      if (pc.done || finishing.has(pc)) return;
+      finishing.set(pc, this.browserResults.finish(pc.tool.name, result, pc.signal).then((r) => this.deliver(pc, r)));
+    };
     try {
       if (calls.length === 1) {
         const res = await limit(() => slot.execute(slotCalls[0]!, { timeoutMs }));
-        this.deliver(calls[0]!, fromExecuteResponse(res, calls[0]!.call.uniq_id));
+        settle(calls[0]!, res);
       } else {
         const onResult = (index: number, res: ExecuteResponse) => {
           const pc = calls[index];
-          if (pc) this.deliver(pc, fromExecuteResponse(res, pc.call.uniq_id));
+          if (pc) settle(pc, res);
         };
         const all = await limit(() => slot.executeBatch(slotCalls, onResult, { timeoutMs }));
         all.forEach((res, index) => onResult(index, res));
       }
+      await Promise.all(finishing.values());
     } catch (err) {
       if (isSlotLostError(err)) {
         traj.lost = err;

@@ -20,7 +20,14 @@ export class BearerAuth {
     return this.hash !== null;
   }
 
-  check(req: IncomingMessage): void {
+  /**
+   * `how`: "upgrade" only from a server's `upgrade` event (a WebSocket handshake Node routed
+   * there), where `?token=` is accepted if asked for. A plain request never gets the query
+   * token, whatever headers it carries: an `Upgrade` header on a request is the client's word,
+   * not a handshake (a plain POST with `Upgrade: x` once passed with `?token=`, which then sits
+   * in every proxy's and server's access log).
+   */
+  check(req: IncomingMessage, how: "request" | "upgrade" = "request"): void {
     if (!this.hash) return;
     const header = req.headers.authorization;
     let given: string | undefined;
@@ -28,7 +35,7 @@ export class BearerAuth {
       const m = /^Bearer\s+(.+)$/i.exec(header);
       if (!m) throw new HttpError(401, "invalid Authorization header: expected 'Bearer <token>'");
       given = m[1]!.trim();
-    } else if (this.options.allowQueryTokenOnUpgrade && req.headers.upgrade) {
+    } else if (this.options.allowQueryTokenOnUpgrade && how === "upgrade") {
       // Browsers cannot set headers on a WebSocket: accept ?token= there only.
       given = requestTarget(req.url).query.get("token") ?? undefined;
     }

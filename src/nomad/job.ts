@@ -103,6 +103,11 @@ export interface SandboxJobOptions extends JobImageOptions {
    * of that as its disk (`--disk-mb`, a tmpfs whose pages count as the slot's memory).
    */
   memoryMb?: number;
+  /**
+   * The slots run a browser each (the env offers the browser tools): the default memory adds
+   * BROWSER_SLOT_MEMORY_MB to every slot's share. Ignored when `memoryMb` is given.
+   */
+  browser?: boolean;
   /** Bearer token the servers require; passed to the task as env SANDBOX_TOKEN. Default: a fresh random one (see `tokenGenerated`). */
   token?: string;
   datacenters?: string[];
@@ -186,6 +191,22 @@ export interface SandboxJobSettings extends JobImageSettings {
 export const SERVER_RESERVE_MB = 128;
 /** Each slot's default share of the allocation, MB (4 slots: a 1024 MB allocation). */
 export const DEFAULT_SLOT_MEMORY_MB = 224;
+/**
+ * What a slot's browser adds to its default share, MB: a headless Chromium charges about 150 MB
+ * to its slot's cgroup on a small page (docs/browser.md, test/bench/browser-bench.ts), and an
+ * application's page a few hundred more.
+ */
+export const BROWSER_SLOT_MEMORY_MB = 384;
+/**
+ * What the server keeps more when its slots browse, MB: its browser driver, the one process
+ * that runs Playwright for every slot's browser (about 130 MB with a few browsers, measured).
+ */
+export const BROWSER_DRIVER_MB = 192;
+
+/** What a server keeps for itself before the slots' shares, MB (`browser`: its browser driver too). */
+export function serverReserveMb(browser = false): number {
+  return SERVER_RESERVE_MB + (browser ? BROWSER_DRIVER_MB : 0);
+}
 /** The smallest share a slot may get, MB: below it a shell and its tools hardly start. */
 export const MIN_SLOT_MEMORY_MB = 64;
 
@@ -200,9 +221,9 @@ export const JOB_DEFAULTS = {
   driver: "docker" as SandboxDriver,
 };
 
-/** The allocation memory `slots` slots get by default, MB. */
-export function defaultMemoryMb(slots: number): number {
-  return SERVER_RESERVE_MB + slots * DEFAULT_SLOT_MEMORY_MB;
+/** The allocation memory `slots` slots get by default, MB (`browser`: each with a browser). */
+export function defaultMemoryMb(slots: number, browser = false): number {
+  return serverReserveMb(browser) + slots * (DEFAULT_SLOT_MEMORY_MB + (browser ? BROWSER_SLOT_MEMORY_MB : 0));
 }
 
 /**
@@ -236,8 +257,8 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
   const count = whole("count", options.count ?? JOB_DEFAULTS.count, 0);
   const slots = whole("slots", options.slots ?? JOB_DEFAULTS.slots, 1);
   const cpu = whole("cpu", options.cpu ?? JOB_DEFAULTS.cpu, 1);
-  const memoryMb = whole("memory", options.memoryMb ?? defaultMemoryMb(slots), 16);
-  const { slotMemoryMb, slotDiskMb } = slotShares(slots, memoryMb);
+  const memoryMb = whole("memory", options.memoryMb ?? defaultMemoryMb(slots, options.browser === true), 16);
+  const { slotMemoryMb, slotDiskMb } = slotShares(slots, memoryMb, serverReserveMb(options.browser === true));
   // raw_exec runs a .sif with apptainer, or, given no image, the host's own slotpool.
   const hostMode = driver === "raw_exec" && options.image === undefined;
   const image = options.image ?? (hostMode ? "" : DEFAULT_IMAGE);
@@ -334,13 +355,13 @@ export function sandboxServerArgs(s: SandboxJobSettings): string[] {
  * slots × share + reserve ≤ the allocation: slots filling their bounds stay inside it.
  * Refuses, with the numbers, when a share would fall below MIN_SLOT_MEMORY_MB.
  */
-export function slotShares(slots: number, memoryMb: number): { slotMemoryMb: number; slotDiskMb: number } {
-  const share = Math.floor((memoryMb - SERVER_RESERVE_MB) / slots);
+export function slotShares(slots: number, memoryMb: number, reserveMb = SERVER_RESERVE_MB): { slotMemoryMb: number; slotDiskMb: number } {
+  const share = Math.floor((memoryMb - reserveMb) / slots);
   if (share < MIN_SLOT_MEMORY_MB) {
-    const need = SERVER_RESERVE_MB + slots * MIN_SLOT_MEMORY_MB;
-    const fit = Math.max(0, Math.floor((memoryMb - SERVER_RESERVE_MB) / MIN_SLOT_MEMORY_MB));
+    const need = reserveMb + slots * MIN_SLOT_MEMORY_MB;
+    const fit = Math.max(0, Math.floor((memoryMb - reserveMb) / MIN_SLOT_MEMORY_MB));
     throw new SandboxJobOptionError(
-      `${slots} slots do not fit in ${memoryMb} MB: the server keeps ${SERVER_RESERVE_MB} MB and each slot needs at least ${MIN_SLOT_MEMORY_MB} MB ` +
+      `${slots} slots do not fit in ${memoryMb} MB: the server keeps ${reserveMb} MB and each slot needs at least ${MIN_SLOT_MEMORY_MB} MB ` +
         `(its memory bound, its disk counted in it), so ${slots} slots need ${need} MB; raise memory to ${need} or more, ` +
         (fit > 0 ? `or lower slots to ${fit} or fewer` : `(${memoryMb} MB holds no slot)`),
     );

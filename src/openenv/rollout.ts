@@ -3,8 +3,13 @@ import type { ChatMessage } from "../agent/messages.js";
 import { ChatModelPolicy } from "../agent/model-policy.js";
 import type { TrajectoryOutcome } from "../env/scored-group.js";
 import { TrajectoryFailedError } from "../env/errors.js";
+import { TrajectoryInfraError } from "../env/infra-failure.js";
+import { TrajectoryInterruptedError } from "../env/interruption.js";
 import type { EpisodeHost } from "./episode-host.js";
 import { ActionValidationError } from "./errors.js";
+import type { ServerLimits } from "./limits.js";
+import type { ModelUrlPolicy } from "./model-url.js";
+import { failureKindOf, nemoGymVerifyResponse } from "./nemo-gym.js";
 import { firstProblem, validationIssues } from "./wire.js";
 
 /** Sampling fields of `model` that become chat request fields of their own; every other extra field goes into the request body as it is. */
@@ -25,6 +30,10 @@ export const RunRequestSchema = z
     seed: z.number().int().min(0).optional(),
     episode_id: z.string().min(1).max(255).optional(),
     model: ModelSchema,
+    /** The whole rollout's deadline, ms (bounded by the server's --run-timeout-s). */
+    timeout_ms: z.number().int().positive().optional(),
+    /** NeMo Gym's run request: when given, the answer is also its verify response (responses_create_params, response, float reward). */
+    responses_create_params: z.record(z.string(), z.unknown()).optional(),
   })
   .strict()
   .refine((r) => !(r.item !== undefined && (r.seed !== undefined || r.episode_id !== undefined)), { message: "give the item, or a seed / episode_id that selects one, not both" });
@@ -48,6 +57,10 @@ export interface RunAnswer {
   status: "scored" | "infra_failure";
   reward: number | null;
   infra_failure: { cause: string; message: string } | null;
+  /** NeMo Gym's verify fields: an infra failure's sample is masked, its kind from NeMo Gym's vocabulary, the reason in words. */
+  mask_sample: boolean;
+  failure_kind: string | null;
+  failure_reason: string | null;
   done: true;
   finish_reason: string | null;
   messages: ChatMessage[];
@@ -67,13 +80,27 @@ export function parseRunRequest(body: unknown): RunRequest {
   return parsed.data;
 }
 
+/** What a /run is bounded by and where it may go: the server's limits and its model URL allow-list. */
+export interface RunBounds {
+  limits: Pick<ServerLimits, "modelAnswerMaxBytes" | "runTimeoutMs">;
+  modelUrls: ModelUrlPolicy;
+  /** Aborts when the client went away: the rollout is cancelled and its slot freed. */
+  signal?: AbortSignal;
+}
+
 /**
  * One rollout of the env with its own agent loop (`collectTrajectory`: workspace setup, the
  * loop, computeReward, all in one slot) against the trainer's OpenAI-compatible endpoint,
  * handed over with the request — what NeMo Gym's `/run`, verifiers and rLLM call.
+ *
+ * Bounded: the endpoint must be one the operator allowed (refused before any connection),
+ * the model's answers are read up to the server's cap, and the whole rollout stops at its
+ * deadline (`timeout_ms`, at most the server's) or when `bounds.signal` aborts; either way
+ * its slot is reset and released and the answer is an infra failure.
  */
-export async function runRollout<Item>(host: EpisodeHost<Item>, request: RunRequest, signal?: AbortSignal): Promise<RunAnswer> {
+export async function runRollout<Item>(host: EpisodeHost<Item>, request: RunRequest, bounds: RunBounds): Promise<Record<string, unknown>> {
   const { base_url, model, api_key, temperature, max_tokens, tool_call_format, timeout_ms, max_retries, ...extra } = request.model;
+  bounds.modelUrls.check(base_url);
   let item: Item;
   let itemIndex: number | null = null;
   if (request.item !== undefined) item = request.item as Item;
@@ -82,6 +109,7 @@ export async function runRollout<Item>(host: EpisodeHost<Item>, request: RunRequ
     item = selected.item;
     itemIndex = selected.index;
   }
+  const deadlineMs = Math.min(request.timeout_ms ?? bounds.limits.runTimeoutMs, bounds.limits.runTimeoutMs);
   const policy = new ChatModelPolicy({
     baseUrl: base_url,
     model,
@@ -89,24 +117,50 @@ export async function runRollout<Item>(host: EpisodeHost<Item>, request: RunRequ
     ...(temperature !== undefined ? { temperature } : {}),
     ...(max_tokens !== undefined ? { maxTokens: max_tokens } : {}),
     ...(tool_call_format ? { toolCallFormat: tool_call_format } : {}),
-    timeoutMs: timeout_ms ?? host.env.config.model.timeoutMs,
+    timeoutMs: Math.min(timeout_ms ?? host.env.config.model.timeoutMs, deadlineMs),
     maxRetries: max_retries ?? host.env.config.model.maxRetries,
+    maxResponseBytes: bounds.limits.modelAnswerMaxBytes,
     ...(Object.keys(extra).length > 0 ? { extraBody: extra } : {}),
   });
+  const stop = new AbortController();
+  const deadline = setTimeout(() => stop.abort(new Error("deadline")), deadlineMs);
+  const onGone = () => stop.abort(new Error("cancelled"));
+  bounds.signal?.addEventListener("abort", onGone, { once: true });
+  if (bounds.signal?.aborted) onGone();
+  let answer: RunAnswer;
   try {
-    const outcome = await host.env.collectTrajectory(item, host.env.resolveTools(), { policy, ...(signal ? { signal } : {}) });
-    return answerOf(outcome, itemIndex);
+    const outcome = await host.env.collectTrajectory(item, host.env.resolveTools(), { policy, signal: stop.signal });
+    answer = answerOf(outcome, itemIndex);
   } catch (err) {
-    const message = err instanceof Error ? err.message : String(err);
-    const cause = err instanceof TrajectoryFailedError && err.slotLost ? "slot_lost" : "setup";
-    return { ...emptyAnswer(itemIndex), infra_failure: { cause, message }, attempts: err instanceof TrajectoryFailedError ? err.attempts : 1 };
+    answer = failedAnswer(err, itemIndex, stop.signal, deadlineMs);
   } finally {
+    clearTimeout(deadline);
+    bounds.signal?.removeEventListener("abort", onGone);
     await policy.close();
   }
+  if (!request.responses_create_params) return answer as unknown as Record<string, unknown>;
+  return { ...answer, ...nemoGymVerifyResponse(answer, { model, ...request.responses_create_params }, host.env.initialMessages(item).length) };
+}
+
+/** The answer of a rollout that threw: cut at its deadline, cancelled, its slot kept being lost, or an infra failure of setup. */
+function failedAnswer(err: unknown, itemIndex: number | null, signal: AbortSignal, deadlineMs: number): RunAnswer {
+  const message = err instanceof Error ? err.message : String(err);
+  const attempts = err instanceof TrajectoryFailedError ? err.attempts : 1;
+  if (err instanceof TrajectoryInterruptedError || signal.aborted) {
+    const why = (signal.reason as Error | undefined)?.message;
+    if (why === "deadline") return failure(itemIndex, "deadline", `the rollout passed its deadline of ${deadlineMs} ms (timeout_ms, at most the server's --run-timeout-s) and was stopped; its slot was reset`, attempts);
+    return failure(itemIndex, "cancelled", "the client went away: the rollout was stopped and its slot reset", attempts);
+  }
+  if (err instanceof TrajectoryInfraError) return failure(itemIndex, err.failure.cause, message, attempts);
+  return failure(itemIndex, err instanceof TrajectoryFailedError && err.slotLost ? "slot_lost" : "setup", message, attempts);
+}
+
+function failure(itemIndex: number | null, cause: string, message: string, attempts: number): RunAnswer {
+  return { ...emptyAnswer(itemIndex), infra_failure: { cause, message }, failure_kind: failureKindOf(cause), failure_reason: message, attempts };
 }
 
 function emptyAnswer(itemIndex: number | null): RunAnswer {
-  return { status: "infra_failure", reward: null, infra_failure: null, done: true, finish_reason: null, messages: [], turns: [], tool_calls: [], metadata: {}, metrics: {}, trajectory_id: null, item_index: itemIndex, attempts: 1, slot_losses: [] };
+  return { status: "infra_failure", reward: null, infra_failure: null, mask_sample: true, failure_kind: null, failure_reason: null, done: true, finish_reason: null, messages: [], turns: [], tool_calls: [], metadata: {}, metrics: {}, trajectory_id: null, item_index: itemIndex, attempts: 1, slot_losses: [] };
 }
 
 function answerOf(t: TrajectoryOutcome, itemIndex: number | null): RunAnswer {
@@ -126,6 +180,9 @@ function answerOf(t: TrajectoryOutcome, itemIndex: number | null): RunAnswer {
     status: failed ? "infra_failure" : "scored",
     reward: failed ? null : t.score,
     infra_failure: failed ? { cause: failed.cause, message: failed.message } : null,
+    mask_sample: failed !== undefined,
+    failure_kind: failed ? failureKindOf(failed.cause) : null,
+    failure_reason: failed ? failed.message : null,
     done: true,
     finish_reason: r.finishReason,
     messages: r.messages,

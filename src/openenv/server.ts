@@ -1,12 +1,9 @@
-import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
-import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
 import { WebSocketServer, type WebSocket } from "ws";
 import type { AgentEnv } from "../env/agent-env.js";
 import { BearerAuth } from "../http/auth.js";
-import { readJsonBody } from "../http/body.js";
+import { JsonBodyReader } from "../http/body.js";
 import { HttpError } from "../http/errors.js";
 import { closeGracefully, listenOn } from "../http/lifecycle.js";
 import { sendError, sendJson } from "../http/respond.js";
@@ -14,7 +11,11 @@ import { requestPath, requestTarget } from "../http/target.js";
 import { createLogger, type Logger } from "../observability/logger.js";
 import { EpisodeHost } from "./episode-host.js";
 import { ActionValidationError, CapacityReachedError, EpisodeInfraError, NoItemError, OpenEnvError } from "./errors.js";
-import { createMcpServer } from "./mcp.js";
+import { FrameBudget, type FrameAccount } from "./frame-budget.js";
+import { DEFAULT_LIMITS, type ServerLimits } from "./limits.js";
+import { McpHttp } from "./mcp-http.js";
+import { ModelUrlPolicy, ModelUrlRefusedError } from "./model-url.js";
+import { openEnvStatus } from "./status.js";
 import { openApiDocument } from "./openapi.js";
 import { parseRunRequest, runRollout } from "./rollout.js";
 import { errorFrame, frameOf, Session } from "./session.js";
@@ -29,14 +30,12 @@ export interface OpenEnvServerOptions<Item> {
   idleTimeoutMs?: number;
   /** Bearer token every route but /health asks for (none: open, for loopback use). */
   token?: string;
-  /** Largest WebSocket message and HTTP body, bytes. Default 16 MiB. */
+  /** Largest WebSocket message and HTTP body, bytes (limits.maxMessageBytes). Default 16 MiB. */
   maxMessageBytes?: number;
+  /** The server's bounds (seeds, sessions, frames, model URLs and answers, /run's deadline): limits.ts. */
+  limits?: Partial<ServerLimits>;
 }
 
-interface McpHttpSession<Item> {
-  session: Session<Item>;
-  transport?: StreamableHTTPServerTransport;
-}
 
 /**
  * Serves an AgentEnv as an OpenEnv environment (huggingface/OpenEnv's wire protocol):
@@ -53,22 +52,31 @@ export class OpenEnvServer<Item = unknown> {
   private readonly log: Logger;
   private readonly auth: BearerAuth;
   private readonly idleTimeoutMs: number;
-  private readonly maxBytes: number;
+  readonly limits: ServerLimits;
+  private readonly modelUrls: ModelUrlPolicy;
+  private readonly bodies: JsonBodyReader;
+  private readonly frames: FrameBudget;
   private readonly sockets = new Map<WebSocket, Session<Item>>();
   /** The sockets of `sockets` that speak bare JSON-RPC (WebSocket /mcp), not OpenEnv's frames. */
   private readonly rpcSockets = new WeakSet<WebSocket>();
-  private readonly mcpSessions = new Map<string, McpHttpSession<Item>>();
+  private readonly mcp: McpHttp<Item>;
   private sweeper: NodeJS.Timeout | undefined;
   private closing = false;
+  readonly startedAt = Date.now();
 
   constructor(options: OpenEnvServerOptions<Item>) {
     this.log = options.logger ?? createLogger({ name: "openenv-server" });
-    this.host = new EpisodeHost(options.env, this.log);
+    this.limits = { ...DEFAULT_LIMITS, ...options.limits, ...(options.maxMessageBytes !== undefined ? { maxMessageBytes: options.maxMessageBytes } : {}) };
+    this.modelUrls = new ModelUrlPolicy(this.limits.modelUrlAllow);
+    this.host = new EpisodeHost(options.env, this.log, this.limits);
     this.auth = new BearerAuth(options.token, { allowQueryTokenOnUpgrade: true });
     this.idleTimeoutMs = options.idleTimeoutMs ?? 600_000;
-    this.maxBytes = options.maxMessageBytes ?? 16 * 1024 * 1024;
+    // HTTP bodies share the frames' budget: a body is held whole while parsed.
+    this.bodies = new JsonBodyReader({ maxBytes: this.limits.maxMessageBytes, budgetBytes: this.limits.frameBudgetBytes });
+    this.frames = new FrameBudget(this.limits.frameBudgetBytes);
     this.http = createServer((req, res) => void this.onRequest(req, res));
-    this.wss = new WebSocketServer({ noServer: true, maxPayload: this.maxBytes });
+    this.wss = new WebSocketServer({ noServer: true, maxPayload: this.limits.maxMessageBytes });
+    this.mcp = new McpHttp({ host: this.host, body: (req) => this.body(req), full: () => (this.sessions >= this.limits.maxSessions ? this.tooManySessions().message : undefined) });
     this.http.on("upgrade", (req, socket, head) => this.onUpgrade(req, socket, head));
   }
 
@@ -83,7 +91,12 @@ export class OpenEnvServer<Item = unknown> {
   /** Sessions open now: WebSocket connections and MCP sessions. */
   get sessions(): number {
     // A WebSocket that joined an HTTP MCP session (OpenEnv's MCPToolClient) is one session, not two.
-    return new Set([...this.sockets.values(), ...[...this.mcpSessions.values()].map((s) => s.session)]).size;
+    return new Set([...this.sockets.values(), ...[...this.mcp.sessions.values()].map((s) => s.session)]).size;
+  }
+
+  /** Bytes of WebSocket messages received and not yet handled, over all connections (the frame budget's use). */
+  get framesInFlight(): number {
+    return this.frames.inFlight;
   }
 
   /** Ends every session (their slots reset and released) and stops listening. */
@@ -93,7 +106,7 @@ export class OpenEnvServer<Item = unknown> {
     for (const ws of this.sockets.keys()) ws.close(1001, "server shutting down");
     await Promise.all([...this.sockets.values()].map((s) => s.close()));
     this.sockets.clear();
-    await Promise.all([...this.mcpSessions.keys()].map((id) => this.endMcpSession(id)));
+    await Promise.all([...this.mcp.sessions.keys()].map((id) => this.mcp.end(id)));
     await this.host.closeAll();
     this.wss.close();
     await closeGracefully(this.http, 2_000);
@@ -105,37 +118,57 @@ export class OpenEnvServer<Item = unknown> {
     try {
       if (requestPath(req.url) !== "/ws" && requestPath(req.url) !== "/mcp") throw new HttpError(404, `no WebSocket endpoint at ${requestPath(req.url)}; OpenEnv sessions are at /ws (MCP JSON-RPC at /mcp)`);
       if (this.closing) throw new HttpError(503, "the server is shutting down");
-      this.auth.check(req);
+      this.auth.check(req, "upgrade");
+      if (this.sessions >= this.limits.maxSessions) throw this.tooManySessions();
     } catch (err) {
       const status = err instanceof HttpError ? err.status : 500;
-      socket.end(`HTTP/1.1 ${status} ${status === 404 ? "Not Found" : status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Service Unavailable"}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+      const body = JSON.stringify({ error: err instanceof Error ? err.message : String(err) });
+      socket.end(`HTTP/1.1 ${status} ${status === 404 ? "Not Found" : status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Service Unavailable"}\r\nconnection: close\r\ncontent-type: application/json\r\n${status === 503 ? "retry-after: 5\r\n" : ""}content-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
       return;
     }
     if (requestPath(req.url) === "/mcp") {
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.onRpcSocket(ws));
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.onRpcSocket(ws, socket));
       return;
     }
     // OpenEnv's MCP client opens an HTTP MCP session first and joins it here (?session_id=),
     // so its WebSocket reset/step and its HTTP tools/call share one episode.
     const joined = requestTarget(req.url).query.get("session_id") ?? undefined;
-    if (joined !== undefined && !this.mcpSessions.has(joined)) {
+    if (joined !== undefined && !this.mcp.sessions.has(joined)) {
       socket.end("HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
       return;
     }
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.onSocket(ws, joined));
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.onSocket(ws, joined, socket));
   }
 
-  private onSocket(ws: WebSocket, joined: string | undefined): void {
-    const session = joined !== undefined ? this.mcpSessions.get(joined)!.session : new Session(this.host);
+  /** The connection's account in the frame budget: past it, an error frame and close 1013 (try again later). */
+  private account(ws: WebSocket, socket: Duplex, rpc: boolean): FrameAccount {
+    const account = this.frames.track(socket, () => {
+      const why = `the server's budget for WebSocket messages in flight (${this.limits.frameBudgetBytes} bytes over all connections) is used up: this connection is closed; retry later, or send smaller messages`;
+      socket.pause();
+      if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(rpc ? { jsonrpc: "2.0", id: null, error: { code: -32000, message: why } } : errorFrame("CAPACITY_REACHED", why)));
+      ws.close(1013, "message budget used up");
+      // The client is mid-frame and may never read the close: drop the connection soon after.
+      setTimeout(() => ws.terminate(), 1_000).unref();
+    });
+    ws.once("close", () => account.close());
+    return account;
+  }
+
+  private onSocket(ws: WebSocket, joined: string | undefined, socket: Duplex): void {
+    const session = joined !== undefined ? this.mcp.sessions.get(joined)!.session : new Session(this.host);
     this.sockets.set(ws, session);
+    const account = this.account(ws, socket, false);
     const end = () => {
+      account.close();
       if (!this.sockets.delete(ws)) return;
-      const closing = joined !== undefined ? this.endMcpSession(joined) : session.close();
+      const closing = joined !== undefined ? this.mcp.end(joined) : session.close();
       void closing.catch((err: unknown) => this.log.warn({ err: String(err) }, "closing a session failed"));
     };
     ws.on("message", (data, isBinary) => {
+      const bytes = (data as Buffer).length;
+      account.received(bytes);
       const raw = isBinary ? Buffer.from(data as Buffer).toString("utf8") : data.toString();
-      void session.handle(raw).then((frame) => {
+      void session.handle(raw).finally(() => account.handled(bytes)).then((frame) => {
         if (frame === undefined) {
           // {"type":"close"}: the episode ends, then the connection.
           end();
@@ -155,25 +188,30 @@ export class OpenEnvServer<Item = unknown> {
    * is one session, so one episode in one slot (its first tools/call takes it), released when
    * the connection ends.
    */
-  private onRpcSocket(ws: WebSocket): void {
+  private onRpcSocket(ws: WebSocket, socket: Duplex): void {
     const session = new Session(this.host, { autoBegin: true });
     this.sockets.set(ws, session);
     this.rpcSockets.add(ws);
+    const account = this.account(ws, socket, true);
     const end = () => {
+      account.close();
       if (!this.sockets.delete(ws)) return;
       void session.close().catch((err: unknown) => this.log.warn({ err: String(err) }, "closing a session failed"));
     };
     ws.on("message", (data, isBinary) => {
+      const bytes = (data as Buffer).length;
+      account.received(bytes);
       const raw = isBinary ? Buffer.from(data as Buffer).toString("utf8") : data.toString();
       let message: unknown;
       try {
         message = JSON.parse(raw);
       } catch (err) {
+        account.handled(bytes);
         ws.send(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32700, message: `Parse error: ${(err as Error).message}` } }));
         return;
       }
       const request = message && typeof message === "object" && !Array.isArray(message) ? (message as Record<string, unknown>) : {};
-      void session.mcpMessage(request).then(
+      void session.mcpMessage(request).finally(() => account.handled(bytes)).then(
         (answer) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(answer)),
         (err: unknown) => ws.readyState === ws.OPEN && ws.send(JSON.stringify({ jsonrpc: "2.0", id: request["id"] ?? null, error: { code: -32603, message: String((err as Error).message ?? err) } })),
       );
@@ -196,9 +234,9 @@ export class OpenEnvServer<Item = unknown> {
         ws.close(1000, "idle timeout");
       }
     }
-    for (const [id, s] of this.mcpSessions) {
+    for (const [id, s] of this.mcp.sessions) {
       const since = s.session.idleSince;
-      if (since !== undefined && now - since >= this.idleTimeoutMs) await this.endMcpSession(id);
+      if (since !== undefined && now - since >= this.idleTimeoutMs) await this.mcp.end(id);
     }
   }
 
@@ -210,7 +248,7 @@ export class OpenEnvServer<Item = unknown> {
     try {
       if (path === "/health" && method === "GET") return sendJson(res, 200, { status: "healthy" });
       this.auth.check(req);
-      if (path === "/mcp") return await this.onMcp(req, res, method);
+      if (path === "/mcp") return await this.mcp.handle(req, res, method);
       const route = `${method} ${path}`;
       switch (route) {
         case "GET /metadata":
@@ -219,6 +257,8 @@ export class OpenEnvServer<Item = unknown> {
           return sendJson(res, 200, schemas());
         case "GET /openapi.json":
           return sendJson(res, 200, openApiDocument(this.host.env.name));
+        case "GET /status":
+          return sendJson(res, 200, openEnvStatus(this));
         case "GET /state":
           // Stateless HTTP has no episode (as OpenEnv's /state over HTTP): the server's counts beside the empty state.
           return sendJson(res, 200, { episode_id: null, step_count: 0, active_episodes: this.host.activeEpisodes, sessions: this.sessions });
@@ -227,9 +267,9 @@ export class OpenEnvServer<Item = unknown> {
         case "POST /step":
           return sendJson(res, 200, await this.httpStep(await this.body(req)));
         case "POST /run":
-          return sendJson(res, 200, await runRollout(this.host, parseRunRequest(await this.body(req))));
+          return sendJson(res, 200, await this.run(req, res));
       }
-      const known = ["/metadata", "/schema", "/openapi.json", "/state", "/reset", "/step", "/run", "/health"];
+      const known = ["/metadata", "/schema", "/openapi.json", "/state", "/status", "/reset", "/step", "/run", "/health"];
       throw new HttpError(known.includes(path) ? 405 : 404, known.includes(path) ? `method ${method} not allowed on ${path}` : `no route ${method} ${path}`);
     } catch (err) {
       sendHttpError(res, err);
@@ -238,7 +278,26 @@ export class OpenEnvServer<Item = unknown> {
 
   private async body(req: IncomingMessage): Promise<unknown> {
     if (req.headers["content-length"] === "0") return {};
-    return readJsonBody(req, this.maxBytes);
+    return this.bodies.read(req);
+  }
+
+  /** POST /run: the rollout is cancelled (its slot reset and freed) when the client goes away before its answer. */
+  private async run(req: IncomingMessage, res: ServerResponse): Promise<unknown> {
+    const request = parseRunRequest(await this.body(req));
+    const gone = new AbortController();
+    const onClose = () => {
+      if (!res.writableFinished) gone.abort();
+    };
+    res.once("close", onClose);
+    try {
+      return await runRollout(this.host, request, { limits: this.limits, modelUrls: this.modelUrls, signal: gone.signal });
+    } finally {
+      res.off("close", onClose);
+    }
+  }
+
+  private tooManySessions(): HttpError {
+    return new HttpError(503, `the server holds ${this.sessions} sessions, its most (--max-sessions ${this.limits.maxSessions}): close idle sessions (WebSocket connections, MCP sessions) or retry later`);
   }
 
   private metadata(): Record<string, unknown> {
@@ -291,100 +350,12 @@ export class OpenEnvServer<Item = unknown> {
     }
   }
 
-  // ---------------------------------------------------------------- MCP /mcp
-
-  private async onMcp(req: IncomingMessage, res: ServerResponse, method: string): Promise<void> {
-    const sessionId = req.headers["mcp-session-id"];
-    const id = Array.isArray(sessionId) ? sessionId[0] : sessionId;
-    if (method === "POST") {
-      const body = await this.body(req);
-      if (id !== undefined) {
-        const s = this.mcpSessions.get(id);
-        if (!s?.transport) return sendJson(res, 404, { jsonrpc: "2.0", id: null, error: { code: -32001, message: `no MCP session ${id} (it ended, or idled out): initialize a new one` } });
-        return s.transport.handleRequest(req, res, body);
-      }
-      if (isInitializeRequest(body)) return this.newMcpSession(req, res, body);
-      // No MCP session header and no initialize: OpenEnv's plain JSON-RPC (its MCP client's production mode).
-      return sendJson(res, 200, await this.openEnvRpc(body));
-    }
-    if ((method === "GET" || method === "DELETE") && id !== undefined) {
-      const s = this.mcpSessions.get(id);
-      if (!s?.transport) return sendJson(res, 404, { jsonrpc: "2.0", id: null, error: { code: -32001, message: `no MCP session ${id}` } });
-      return s.transport.handleRequest(req, res);
-    }
-    throw new HttpError(405, `${method} /mcp needs an Mcp-Session-Id header (start a session with a POST initialize)`);
-  }
-
-  /** A streamable-HTTP MCP session: one Session (its first tools/call takes a slot) behind the SDK's own transport and server. */
-  private async newMcpSession(req: IncomingMessage, res: ServerResponse, body: unknown): Promise<void> {
-    const session = new Session(this.host, { autoBegin: true });
-    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
-      sessionIdGenerator: () => randomUUID(),
-      enableJsonResponse: true,
-      onsessioninitialized: (sid) => {
-        this.mcpSessions.set(sid, { session, transport });
-      },
-    });
-    transport.onclose = () => {
-      const sid = transport.sessionId;
-      if (sid && this.mcpSessions.get(sid)?.transport === transport) void this.endMcpSession(sid);
-    };
-    const server = createMcpServer(this.host.env.name, { listTools: () => this.host.listTools(), callTool: (name, args) => session.callTool(name, args) });
-    await server.connect(transport);
-    await transport.handleRequest(req, res, body);
-  }
-
-  private async endMcpSession(id: string): Promise<void> {
-    const s = this.mcpSessions.get(id);
-    if (!s) return;
-    this.mcpSessions.delete(id);
-    await s.session.close().catch(() => undefined);
-    await s.transport?.close().catch(() => undefined);
-  }
-
-  /**
-   * OpenEnv's JSON-RPC at POST /mcp without MCP's session header: `openenv/session/create`
-   * and `openenv/session/close` hold a session across requests (by `params.session_id`),
-   * and `tools/list` / `tools/call` run in it through the same MCP server as every session.
-   */
-  private async openEnvRpc(body: unknown): Promise<Record<string, unknown>> {
-    const req = (body && typeof body === "object" && !Array.isArray(body) ? body : {}) as Record<string, unknown>;
-    const rpcId = typeof req["id"] === "string" || typeof req["id"] === "number" ? req["id"] : null;
-    const fail = (code: number, message: string) => ({ jsonrpc: "2.0", id: rpcId, error: { code, message } });
-    if (req["jsonrpc"] !== "2.0" || typeof req["method"] !== "string") return fail(-32600, "Invalid Request: a JSON-RPC 2.0 request has jsonrpc \"2.0\" and a method");
-    const params = (req["params"] ?? {}) as Record<string, unknown>;
-    if (typeof params !== "object" || Array.isArray(params)) return fail(-32602, "Invalid params: params must be an object");
-    const method = req["method"];
-    const sid = typeof params["session_id"] === "string" ? params["session_id"] : undefined;
-    if (method === "openenv/session/create") {
-      const id = randomUUID();
-      this.mcpSessions.set(id, { session: new Session(this.host, { autoBegin: true }) });
-      return { jsonrpc: "2.0", id: rpcId, result: { session_id: id } };
-    }
-    if (method === "openenv/session/close") {
-      if (!sid || !this.mcpSessions.has(sid)) return fail(-32602, `Invalid params: unknown session_id ${JSON.stringify(sid ?? null)}`);
-      await this.endMcpSession(sid);
-      return { jsonrpc: "2.0", id: rpcId, result: { session_id: sid, closed: true } };
-    }
-    const { session_id: _drop, ...rest } = params;
-    const forwarded = { ...req, params: rest };
-    if (method === "tools/list") return (await new Session(this.host).mcpMessage(forwarded)) as Record<string, unknown>;
-    if (method !== "tools/call") return fail(-32601, `Method not found: ${method} (this endpoint answers tools/list, tools/call, openenv/session/create, openenv/session/close, and MCP's streamable HTTP transport)`);
-    if (!sid) return fail(-32602, "Invalid params: tools/call needs params.session_id from openenv/session/create (an episode lives in a session), or use MCP's streamable HTTP transport");
-    const s = this.mcpSessions.get(sid);
-    if (!s) return fail(-32602, `Invalid params: unknown session_id ${sid}`);
-    const answer = (await s.session.mcpMessage(forwarded)) as Record<string, unknown>;
-    // OpenEnv's servers answer tools/call with FastMCP's result, whose `data` is what its MCPToolClient.call_tool returns: the output.
-    const result = answer["result"] as { structuredContent?: { output?: unknown } } | undefined;
-    if (result?.structuredContent && "output" in result.structuredContent) return { ...answer, result: { ...result, data: result.structuredContent.output } };
-    return answer;
-  }
 }
 
 /** HTTP answers of the room's errors: a status that says whose fault it was, and OpenEnv's code. */
 function sendHttpError(res: ServerResponse, err: unknown): void {
   if (err instanceof OpenEnvError) {
-    const status = err instanceof ActionValidationError ? 422 : err instanceof CapacityReachedError ? 503 : err instanceof NoItemError ? 404 : err instanceof EpisodeInfraError ? 502 : 409;
+    const status = err instanceof ModelUrlRefusedError ? 403 : err instanceof ActionValidationError ? 422 : err instanceof CapacityReachedError ? 503 : err instanceof NoItemError ? 404 : err instanceof EpisodeInfraError ? 502 : 409;
     const frame = frameOf(err);
     return sendJson(res, status, { error: err.message, ...frame.data });
   }

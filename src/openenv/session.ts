@@ -82,6 +82,8 @@ export class Session<Item = unknown> {
   /** Ends the session's episode (its slot reset and released); later messages are refused. */
   async close(): Promise<void> {
     this.closed = true;
+    // A call still running is stopped now, not awaited to its end (it once held the slot up to 600 s).
+    this.episode?.interrupt();
     await this.queue;
     await this.beginning?.catch(() => undefined);
     const episode = this.episode;

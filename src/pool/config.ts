@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { PoolError } from "./errors.js";
 import { configProblems } from "../protocol/errors.js";
-import { MIN_SLOT_MEMORY_MB, SERVER_RESERVE_MB } from "../nomad/job.js";
+import { MIN_SLOT_MEMORY_MB, serverReserveMb } from "../nomad/job.js";
 import type { Provisioner } from "./provisioner.js";
 
 /**
@@ -94,6 +94,11 @@ export const NomadJobSettingsSchema = z
     capAdd: z.array(z.string().regex(/^[a-z_]+$/, "capabilities in Nomad's lower-case spelling, e.g. sys_admin")).optional(),
     /** Instead of the ephemeral disk: a Nomad host volume (the client's host_volume) for the task images, one store per allocation index (docker and exec drivers). */
     imageHostVolume: z.string().min(1).optional(),
+    /**
+     * Each slot runs a browser: the default memory is 128 + (224 + 384) × slotsPerContainer.
+     * An env whose toolsets offer the browser tools sets it unless it is given (env/pool-backend.ts).
+     */
+    browser: z.boolean().optional(),
     /** Placement constraints, e.g. [{"attribute": "${meta.sandbox}", "value": "yes"}] (operator default "="). */
     constraints: z.array(z.object({ attribute: z.string().min(1), operator: z.string().min(1).optional(), value: z.string().optional() }).strict()).optional(),
     /** Spread blocks, e.g. [{"attribute": "${node.unique.id}"}]: the containers on as many nodes as possible. */
@@ -135,15 +140,16 @@ export const PoolSettingsSchema = z
     // when the job is built (or, worse, when a slot runs out of memory).
     const memoryMb = c.nomad.memoryMb;
     if (memoryMb === undefined) return;
-    const share = Math.floor((memoryMb - SERVER_RESERVE_MB) / c.slotsPerContainer);
+    const reserve = serverReserveMb(c.nomad.browser === true);
+    const share = Math.floor((memoryMb - reserve) / c.slotsPerContainer);
     if (share >= MIN_SLOT_MEMORY_MB) return;
-    const need = SERVER_RESERVE_MB + c.slotsPerContainer * MIN_SLOT_MEMORY_MB;
-    const fit = Math.max(0, Math.floor((memoryMb - SERVER_RESERVE_MB) / MIN_SLOT_MEMORY_MB));
+    const need = reserve + c.slotsPerContainer * MIN_SLOT_MEMORY_MB;
+    const fit = Math.max(0, Math.floor((memoryMb - reserve) / MIN_SLOT_MEMORY_MB));
     ctx.addIssue({
       code: "custom",
       path: ["nomad", "memoryMb"],
       message:
-        `${c.slotsPerContainer} slots (pool.slotsPerContainer) do not fit in ${memoryMb} MB: the server keeps ${SERVER_RESERVE_MB} MB and each slot needs at least ${MIN_SLOT_MEMORY_MB} MB; ` +
+        `${c.slotsPerContainer} slots (pool.slotsPerContainer) do not fit in ${memoryMb} MB: the server keeps ${reserve} MB and each slot needs at least ${MIN_SLOT_MEMORY_MB} MB; ` +
         `raise pool.nomad.memoryMb to ${need} or more${fit > 0 ? `, or lower pool.slotsPerContainer to ${fit} or fewer` : ""}`,
     });
   });

@@ -222,6 +222,12 @@ export class LocalProvisioner implements Provisioner {
     this.exiting.add(done);
   }
 
+  /** One volumes folder for all of this pool's containers (a volume is the same wherever a sandbox lands); extraArgs naming one win. */
+  private volumesArgs(): string[] {
+    if (this.options.extraArgs?.some((a) => a === "--volumes-dir" || a.startsWith("--volumes-dir="))) return [];
+    return ["--volumes-dir", join(this.baseDir!, "volumes")];
+  }
+
   /**
    * Each slot's namespace is started ahead for the network the pool's calls use (else every
    * fresh slot's first call would build it from scratch); extraArgs naming it win.
@@ -245,7 +251,7 @@ export class LocalProvisioner implements Provisioner {
         startTimeoutMs: this.options.startTimeoutMs ?? 20_000,
         // A crashed (SIGKILLed) owner must not leave its sandbox servers running.
         dieWithParent: true,
-        extraArgs: [...(c.slotUidBase !== undefined ? ["--slot-uid-base", String(c.slotUidBase)] : []), ...this.prewarmArgs(), ...(this.options.extraArgs ?? [])],
+        extraArgs: [...(c.slotUidBase !== undefined ? ["--slot-uid-base", String(c.slotUidBase)] : []), ...this.prewarmArgs(), ...this.volumesArgs(), ...(this.options.extraArgs ?? [])],
         ...(this.options.env ? { env: this.options.env } : {}),
         onLog: (line) => {
           if (c.head.length < 2 && line.trim()) c.head.push(line.length > 400 ? `${line.slice(0, 400)}…` : line);

@@ -35,6 +35,8 @@ export async function startTimeoutError(provisioner: Provisioner, o: { ready: nu
     detail = `(could not describe the containers: ${errorMessage(err)})`;
   }
   const last = o.lastProblem ? ` Last problem: ${o.lastProblem.message}.` : "";
+  // The description's placement line repeats what the last problem already said (with its advice).
+  if (o.lastProblem) detail = detail.split("\n").filter((l) => !(l.trim().startsWith("placement: ") && o.lastProblem!.message.includes(l.trim().slice("placement: ".length)))).join("\n");
   return new ProvisionerError(
     `the ${provisioner.kind} provisioner brought up ${o.ready} of ${o.min} healthy containers within ${o.timeoutMs} ms.${last}` +
       (detail ? `\n${detail}` : "") +

@@ -524,7 +524,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private onProblem(error: ProvisionerError): void {
     this.lastProblem = error;
     this.lastProblemAt = performance.now();
-    this.logger.warn({ kind: error.kind, err: error.message }, "provisioner problem");
+    // During start-up the problem is start()'s error, which its caller reports: logged here too it would be said twice.
+    if (!(this.state === "starting" && this.startWaiter)) this.logger.warn({ kind: error.kind, err: error.message }, "provisioner problem");
     this.emit("problem", error);
     // During start-up a problem means start() fails now instead of after the timeout.
     if (this.state === "starting" && this.startWaiter) this.startWaiter.reject(error);

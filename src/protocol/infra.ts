@@ -14,9 +14,11 @@
  *   killed, or refused before it ran;
  * - `sandbox_error`: the sandbox server could not be asked or could not run the call (an HTTP
  *   failure, a slot out of service after a failed reset);
- * - `no_slot`: no slot could be had for the trajectory (acquire timed out, the pool stopped).
+ * - `no_slot`: no slot could be had for the trajectory (acquire timed out, the pool stopped);
+ * - `vision_model`: the env's vision model, which answers `browser_vision`, could not be asked
+ *   or failed (the agent asked a fair question; the model server is the infrastructure's).
  */
-export const TOOL_INFRA_CAUSES = ["sandbox_start", "command_killed", "server_shutdown", "sandbox_error", "no_slot"] as const;
+export const TOOL_INFRA_CAUSES = ["sandbox_start", "command_killed", "server_shutdown", "sandbox_error", "no_slot", "vision_model"] as const;
 export type ToolInfraCause = (typeof TOOL_INFRA_CAUSES)[number];
 
 /** The metadata key of the marker (`metadata.infra`). */

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { SlotIdSchema } from "./sandbox.js";
 import { TOOL_INFRA_CAUSES } from "./infra.js";
+import { SessionVolumesSchema } from "./volumes.js";
 
 /**
  * Process sessions (sandbox server routes `/processes/*`): a long-lived process in a slot,
@@ -33,6 +34,8 @@ export const ProcessStartRequestSchema = z
     allow_network: z.boolean().default(false),
     /** Also mount the slot's workspace at this path (E2B code expects /home/user). */
     workspace_alias: z.string().regex(/^\/home\/[A-Za-z0-9._-]+$/, "workspace_alias must be /home/<name>").optional(),
+    /** Volumes (protocol/volumes.ts) bound read-write into the session's sandbox, each at its path. */
+    volumes: SessionVolumesSchema.default([]),
   })
   .strict();
 export type ProcessStartRequest = z.input<typeof ProcessStartRequestSchema>;

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { NO_NUL, SlotPathSchema } from "./sandbox.js";
+import { BROWSER_TOOL_SPECS, type BrowserToolName } from "./browser-tools.js";
 
 /**
  * The tool table: every built-in sandbox tool once, with its name, aliases, argument schema,
@@ -39,7 +40,7 @@ export interface ToolTableEntry<S extends z.ZodObject = z.ZodObject> {
   args: S;
   /** The isolation arguments this tool honours: stripped from the model's call, filled by the executor. */
   isolationArgs: readonly IsolationArgName[];
-  /** The argument holding the call's time limit in seconds (the executor clamps it to 1..600), if the tool has one. */
+  /** The argument holding the call's time limit in seconds (the executor clamps it to its bounds, at most 1..600), if the tool has one. */
   timeoutArg?: string;
 }
 
@@ -47,7 +48,7 @@ const timeoutSeconds = z
   .number()
   .positive()
   .optional()
-  .describe("Seconds before the command is killed (clamped to 1..600; default set by the environment).");
+  .describe("Seconds before the command is killed (clamped to the environment's limits, within 1..600; default set by the environment).");
 
 const command = NO_NUL("command").min(1, "command must not be empty").describe("The shell command to run.");
 
@@ -75,6 +76,14 @@ export const WriteFileArgsSchema = IsolationArgsSchema.extend({
 export type WriteFileArgs = z.infer<typeof WriteFileArgsSchema>;
 
 const SHELL_POLICY = ["allow_network", "require_sandbox"] as const;
+/** A browser always runs sandboxed (there is no unsandboxed browser to require against); its network is the slot's. */
+const BROWSER_POLICY = ["allow_network"] as const;
+
+/** A browser tool's entry, from its spec (browser-tools.ts): the seed's arguments plus the isolation arguments. */
+function browserEntry<N extends BrowserToolName>(name: N) {
+  const spec = BROWSER_TOOL_SPECS[name];
+  return { name, aliases: [] as const, description: spec.description, args: IsolationArgsSchema.extend(spec.args.shape), isolationArgs: BROWSER_POLICY } as const;
+}
 const STATEFUL_POLICY = ["allow_network", "require_sandbox", "require_stateful_sandbox"] as const;
 
 /** The built-in tools, in the order they are offered to a model. */
@@ -122,6 +131,17 @@ export const TOOL_TABLE = [
     args: WriteFileArgsSchema,
     isolationArgs: [],
   },
+  // The browser (offered by the `browser` toolset only): one Chromium per slot, docs/browser.md.
+  browserEntry("browser_navigate"),
+  browserEntry("browser_snapshot"),
+  browserEntry("browser_click"),
+  browserEntry("browser_type"),
+  browserEntry("browser_scroll"),
+  browserEntry("browser_back"),
+  browserEntry("browser_press"),
+  browserEntry("browser_close"),
+  browserEntry("browser_get_images"),
+  browserEntry("browser_vision"),
 ] as const satisfies readonly ToolTableEntry[];
 
 export type BuiltinToolName = (typeof TOOL_TABLE)[number]["name"];

@@ -100,6 +100,12 @@ export function resolveGroupTools(options: GroupToolsOptions): GroupTools {
   return { toolsets: enabled, names, tools: names.length ? options.registry.openAiTools(names) : [] };
 }
 
+/** Every toolset a tools config may give a group: its enabled ones, or each one its distribution may draw. */
+export function toolsetsInReach(selection: { enabled?: readonly string[] | null; distribution?: string | undefined }, distributions: Readonly<Record<string, ToolsetDistribution>> = {}): string[] {
+  if (selection.distribution) return Object.keys(lookupDistribution(selection.distribution, distributions).toolsets);
+  return [...(selection.enabled ?? ["default"])];
+}
+
 export function lookupDistribution(name: string, extra: Readonly<Record<string, ToolsetDistribution>> = {}): ToolsetDistribution {
   const all = { ...BUILTIN_DISTRIBUTIONS, ...extra };
   const d = all[name];

@@ -1,5 +1,6 @@
 import { UnknownToolError, UnknownToolsetError } from "./errors.js";
 import type { ToolRegistry } from "./registry.js";
+import { BROWSER_TOOL_NAMES } from "../protocol/browser-tools.js";
 
 /**
  * Toolsets: named groups of tools offered to the model together (Hermes style). An env
@@ -21,6 +22,8 @@ export const BUILTIN_TOOLSETS: Readonly<Record<string, ToolsetDefinition>> = {
   terminal: { description: "Run commands, one fresh shell per call.", tools: ["bash"] },
   stateful: { description: "A persistent shell session and an interactive terminal.", tools: ["bash_stateful", "tmux"] },
   filesystem: { description: "Read and write files.", tools: ["read_file", "write_file"] },
+  // The seed's browser toolset (less its web_search, which slotpool has no backend for): docs/browser.md.
+  browser: { description: "A browser in your workspace: open pages, read them as text, click, type, scroll.", tools: [...BROWSER_TOOL_NAMES] },
   full: { description: "Every registered tool, sandbox and external.", tools: [ALL_TOOLS] },
 };
 

@@ -131,6 +131,7 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
       expect(err, String(err)).toBeInstanceOf(Error);
       expect((err as Error).message).toContain(`no nodes available in the datacenters "${datacenters[0]}"`);
       expect((err as Error).message).toMatch(/Check the job's datacenters \(pool\.nomad\.datacenters/);
+      // bound: it fails from the evaluation at once, not after the pool's start timeout (120 s by default); 30 s is far from both.
       expect(Date.now() - started).toBeLessThan(30_000);
       await pool.stop({ purge: true }).catch(() => undefined);
     }
@@ -263,6 +264,36 @@ describe.skipIf(skip !== undefined)(`the pool on a real Nomad agent (${skip ? `s
       const inNamespace = new NomadClient({ address: agent.address, namespace: "engines" });
       expect(await inNamespace.readJob(jobId)).toBeNull();
       await inNamespace.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
+
+  it("slotpool process examples/web-form/env.js --provisioner nomad (local-development driver): every booking made through the slots' browsers, sized for a browser each", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engines-web-form-"));
+    try {
+      const jobId = `engines-web-form-${process.pid}`;
+      // Two slots a container: the env's browser toolset sizes them (pool.nomad.browser): 128 + 192 + 2 × 608 MB.
+      writeFileSync(join(dir, "config.json"), JSON.stringify({ groupSize: 2, totalGroups: 2, pool: { slotsPerContainer: 2, nomad: { driver: "raw_exec", jobId, datacenters: ["dc1"] } }, executor: { requireSandbox: true } }));
+      let memoryMb: number | undefined;
+      const watcher = setInterval(() => {
+        void agent.client
+          .readJob(jobId)
+          .then((job) => (memoryMb ??= (job as { TaskGroups?: Array<{ Tasks?: Array<{ Resources?: { MemoryMB?: number } }> }> } | null)?.TaskGroups?.[0]?.Tasks?.[0]?.Resources?.MemoryMB))
+          .catch(() => undefined);
+      }, 300);
+      const out = join(dir, "out.jsonl");
+      const { stdout } = await run(
+        process.execPath,
+        [main, "process", "examples/web-form/env.js", "--provisioner", "nomad", "--config", join(dir, "config.json"), "--out", out, "--no-progress", "--no-report"],
+        { env: agent.env, cwd: repoRoot, timeout: 240_000 },
+      );
+      clearInterval(watcher);
+      expect(stdout).toMatch(/success rate\s+100\.0%/);
+      expect(stdout).not.toMatch(/unsandboxed|not sandboxed/i);
+      expect(memoryMb).toBe(128 + 192 + 2 * (224 + 384));
+      expect(readFileSync(out, "utf8").trim().split("\n")).toHaveLength(2);
+      expect(await agent.client.readJob(jobId)).toBeNull();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
+import { getEventListeners } from "node:events";
 import { AtroposClient } from "../../src/env/atropos/client.js";
 import { filterGroupForSend } from "../../src/env/atropos/group-filter.js";
 import { runEnvManager } from "../../src/env/atropos/env-manager.js";
@@ -45,6 +46,30 @@ describe("Atropos client", () => {
     expect(poll.query).toBe("");
     expect(poll.body).toEqual({ env_id: 0 });
     await client.close();
+  });
+
+  it("waiting for the trainer under the run's signal leaves no listener behind (no MaxListenersExceededWarning however long it waits)", async () => {
+    api = await startAtroposDouble();
+    const client = new AtroposClient({ url: api.url, registerPollMs: 5 });
+    const run = new AbortController();
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on("warning", onWarning);
+    try {
+      const reg = client.registerEnv({ max_token_length: 2048, desired_name: "myenv", weight: 1, group_size: 2, min_batch_allocation: null }, run.signal);
+      // Past Node's 10 listeners per signal: the old wait left one per poll.
+      while (api.requests.filter((r) => r.path === "/register-env").length < 15) await new Promise((r) => setTimeout(r, 5));
+      expect(getEventListeners(run.signal, "abort").length).toBeLessThanOrEqual(1);
+      await api.registerTrainer({ batch_size: 8, max_token_len: 512, num_steps: 50, starting_step: 0 });
+      await api.getBatch();
+      await reg;
+      expect(getEventListeners(run.signal, "abort").length).toBeLessThanOrEqual(1);
+      await new Promise((r) => setImmediate(r)); // warnings are emitted on the next tick
+      expect(warnings).not.toContain("MaxListenersExceededWarning");
+    } finally {
+      process.off("warning", onWarning);
+      await client.close();
+    }
   });
 
   it("sends one group to /scored_data, a list to /scored_data_list, gzips only large bodies, retries 5xx, drops 4xx", async () => {

@@ -115,6 +115,7 @@ describe("slotpool job render", () => {
     ["raw_exec", ["--driver", "raw_exec", "--image", "/opt/sbx.sif", "--command", "singularity"]],
     ["raw_exec, the host's own slotpool", ["--driver", "raw_exec"]],
     ["exec", ["--driver", "exec", "--count", "2"]],
+    ["slots with a browser each", ["--slots", "2", "--browser"]],
   ];
   for (const [name, given] of cases) {
     it(`${name}: --format hcl parses with hcl2json and matches --format json`, async () => {

@@ -140,6 +140,13 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     }
   });
 
+  it("a job whose slots run a browser each gets BROWSER_SLOT_MEMORY_MB more per slot and the driver's reserve by default (an explicit memory is split after that reserve)", () => {
+    // The server keeps 192 MB more for its browser driver (Playwright, one process for every slot's browser).
+    expect(resolveSandboxJobOptions({ slots: 4, browser: true })).toMatchObject({ memoryMb: 128 + 192 + 4 * (224 + 384), slotMemoryMb: 608, slotDiskMb: 304 });
+    expect(resolveSandboxJobOptions({ slots: 4, browser: true, memoryMb: 2048 })).toMatchObject({ memoryMb: 2048, slotMemoryMb: 432 });
+    expect(resolveSandboxJobOptions({ slots: 4, browser: false })).toMatchObject({ memoryMb: 1024, slotMemoryMb: 224 });
+  });
+
   it("derives each slot's memory and disk from the allocation, or refuses with the numbers", () => {
     // The default allocation fits the default share for any slot count.
     expect(resolveSandboxJobOptions({ slots: 4 })).toMatchObject({ memoryMb: 1024, slotMemoryMb: 224, slotDiskMb: 112 });

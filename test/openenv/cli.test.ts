@@ -5,6 +5,9 @@
  * mistakes in the command line are usage errors naming the problem.
  */
 import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
@@ -85,7 +88,35 @@ describe("slotpool openenv-server (CLI, local provisioner)", () => {
     const help = cli("--help");
     expect(help.status).toBe(0);
     expect(help.stdout).toContain("usage: slotpool openenv-server ENV");
+    expect(help.stdout).toContain("--model-url-allow PREFIX");
+    const badAllow = cli("examples/shell-tasks/env.js", "--model-url-allow", "ftp://x/v1");
+    expect(badAllow.status).toBe(2);
+    expect(badAllow.stderr).toMatch(/--model-url-allow ftp:\/\/x\/v1: only http and https/);
+    const shortSecret = cli("examples/shell-tasks/env.js", "--episode-secret", "short");
+    expect(shortSecret.status).toBe(2);
+    expect(shortSecret.stderr).toContain("--episode-secret must be at least 16 characters");
   }, 120_000);
+
+  it("the server's bounds come from the flags and the --config file's openenv section (flags win)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "openenv-cli-"));
+    const config = join(dir, "config.json");
+    writeFileSync(config, JSON.stringify({ maxTurns: 5, openenv: { maxSeed: 3, modelUrlAllow: ["http://127.0.0.1:9/v1"] } }));
+    const srv = startCli(["--slots-per-container", "1", "--max-containers", "1", "--config", config, "--model-url-allow", "http://127.0.0.1:7/v1"]);
+    try {
+      const url = await srv.url;
+      expect(srv.state.logs).toContain('"run_model_urls":["http://127.0.0.1:7/v1"]');
+      const post = (path: string, body: unknown) => fetch(`${url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+      const far = await post("/reset", { seed: 4 });
+      expect(far.status).toBe(422);
+      expect(((await far.json()) as { error: string }).error).toMatch(/from 0 to 3/);
+      const refused = await post("/run", { seed: 0, model: { base_url: "http://127.0.0.1:9/v1", model: "m" } });
+      expect(refused.status).toBe(403);
+    } finally {
+      srv.child.kill("SIGTERM");
+      await srv.exited;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 150_000);
 });
 
 describe("slotpool openenv-server (CLI, Nomad provisioner on the Nomad API emulator)", () => {

@@ -5,14 +5,18 @@
  * infra failure, not a score; a slot lost once restarts the rollout.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { renderPrompt, startLlmServer, taskOf, testTokenize, turnOf, type ChatRequestBody, type LlmServer } from "../support/llm-server.js";
-import { eventually, SOLVE_SEED_0, startOpenEnv, WRONG_SEED_0, type OpenEnvHarness } from "./support.js";
+import { renderPrompt, startLlmServer, taskOf, testTokenize, turnOf, type ChatRequestBody, type LlmServer, type LlmServerOptions } from "../support/llm-server.js";
+import { eventually, freePort, SOLVE_SEED_0, startOpenEnv, WRONG_SEED_0, type OpenEnvHarness } from "./support.js";
 
 let h: OpenEnvHarness;
 let llm: LlmServer | undefined;
+/** The one model endpoint the server allows (--model-url-allow): each test's scripted server listens there. */
+let port = 0;
+const startLlm = (options: Omit<LlmServerOptions, "port">) => startLlmServer({ ...options, port });
 
 beforeAll(async () => {
-  h = await startOpenEnv({ slots: 2 });
+  port = await freePort();
+  h = await startOpenEnv({ slots: 2, limits: { modelUrlAllow: [`http://127.0.0.1:${port}/v1`] } });
 }, 120_000);
 
 afterAll(async () => {
@@ -32,7 +36,7 @@ function scripted(command: string) {
 
 describe("POST /run", () => {
   it("runs the env's agent loop on the given endpoint and answers the scored trajectory with the ids and logprobs the server sent", async () => {
-    llm = await startLlmServer({ respond: scripted(SOLVE_SEED_0), tokenIds: true });
+    llm = await startLlm({ respond: scripted(SOLVE_SEED_0), tokenIds: true });
     const r = await run({ seed: 0, model: { base_url: llm.url, model: "scripted", temperature: 0.7, max_tokens: 64, top_p: 0.9 } });
     expect(r.status).toBe(200);
     const t = r.body;
@@ -55,9 +59,22 @@ describe("POST /run", () => {
     await eventually(() => h.free() === 2, "the rollout's slot back");
   });
 
+  it("reads NeMo Gym's token fields (message.prompt_token_ids / generation_token_ids / generation_log_probs), which once were lost", async () => {
+    await llm?.close();
+    llm = await startLlm({ respond: scripted(SOLVE_SEED_0), tokenIds: "nemo-gym" });
+    const r = await run({ seed: 0, model: { base_url: llm.url, model: "scripted" } });
+    expect(r.body).toEqual(expect.objectContaining({ status: "scored", reward: 1 }));
+    for (const [i, turn] of (r.body.turns as Array<Record<string, number[]>>).entries()) {
+      expect(turn["prompt_token_ids"]).toEqual(testTokenize(renderPrompt(llm.requests[i]!.messages)));
+      expect(turn["completion_token_ids"]!.length).toBeGreaterThan(0);
+      expect(turn["logprobs"]).toEqual(turn["completion_token_ids"]!.map((_, k) => -0.01 * ((k % 7) + 1)));
+    }
+    await eventually(() => h.free() === 2, "the rollout's slot back");
+  });
+
   it("a wrong rollout scores 0; an item given in the request is rolled out as it is", async () => {
     await llm?.close();
-    llm = await startLlmServer({ respond: scripted(WRONG_SEED_0) });
+    llm = await startLlm({ respond: scripted(WRONG_SEED_0) });
     const wrong = await run({ item: { id: 7, kind: "create-file", variant: 0 }, model: { base_url: llm.url, model: "scripted" } });
     expect(wrong.body).toEqual(expect.objectContaining({ status: "scored", reward: 0, item_index: null }));
     // No ids from a server that sends none: none are made up.
@@ -66,7 +83,7 @@ describe("POST /run", () => {
 
   it("an endpoint that keeps failing makes the rollout an infra failure with no reward, saying what failed", async () => {
     await llm?.close();
-    llm = await startLlmServer({ respond: () => ({ status: 500 }) });
+    llm = await startLlm({ respond: () => ({ status: 500 }) });
     const r = await run({ seed: 0, model: { base_url: llm.url, model: "scripted", max_retries: 0 } });
     expect(r.status).toBe(200);
     expect(r.body).toEqual(expect.objectContaining({ status: "infra_failure", reward: null, finish_reason: "error" }));
@@ -78,7 +95,7 @@ describe("POST /run", () => {
     await llm?.close();
     // The first attempt's turn 2 finds its sandbox servers crashed; the restarted rollout runs on the replacement.
     let kills = 0;
-    llm = await startLlmServer({
+    llm = await startLlm({
       respond: (body) => {
         if (turnOf(body) === 2 && kills < 1) {
           kills++;
@@ -92,7 +109,7 @@ describe("POST /run", () => {
     expect(restarted.body.slot_losses).toHaveLength(1);
 
     await llm.close();
-    llm = await startLlmServer({
+    llm = await startLlm({
       respond: (body) => {
         if (turnOf(body) === 2) h.killContainers();
         return scripted(SOLVE_SEED_0)(body);
@@ -109,7 +126,7 @@ describe("POST /run", () => {
     const r = await run({ seed: 0, model: { base_url: "not a url", model: "m" } });
     expect(r.status).toBe(422);
     expect(r.body).toEqual(expect.objectContaining({ code: "VALIDATION_ERROR", error: expect.stringContaining("model.base_url") }));
-    const both = await run({ seed: 0, item: {}, model: { base_url: "http://127.0.0.1:1/v1", model: "m" } });
+    const both = await run({ seed: 0, item: {}, model: { base_url: `http://127.0.0.1:${port}/v1`, model: "m" } });
     expect(both.status).toBe(422);
     expect(both.body.error).toMatch(/not both/);
   });

@@ -9,6 +9,7 @@ import type { ToolBackend } from "../../src/env/backend.js";
 import { AgentEnvConfigSchema } from "../../src/env/config.js";
 import { poolBackend } from "../../src/env/pool-backend.js";
 import { silentLogger } from "../../src/observability/logger.js";
+import type { ServerLimits } from "../../src/openenv/limits.js";
 import { OpenEnvServer } from "../../src/openenv/server.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 
@@ -26,15 +27,15 @@ export interface OpenEnvHarness {
   stop(): Promise<void>;
 }
 
-export async function startOpenEnv(options: { slots?: number; acquireTimeoutMs?: number; idleTimeoutMs?: number; maxTurns?: number; token?: string } = {}): Promise<OpenEnvHarness> {
+export async function startOpenEnv(options: { slots?: number; acquireTimeoutMs?: number; idleTimeoutMs?: number; maxTurns?: number; token?: string; limits?: Partial<ServerLimits>; toolTimeoutS?: number } = {}): Promise<OpenEnvHarness> {
   const log = silentLogger();
   const slots = options.slots ?? 4;
   const provisioner = new LocalProvisioner({ slotsPerContainer: slots });
   const pool = { slotsPerContainer: slots, minContainers: 1, maxContainers: 1, acquireTimeoutMs: options.acquireTimeoutMs ?? 30_000 };
-  const backend = await poolBackend(AgentEnvConfigSchema.parse({ pool, executor: { defaultTimeoutS: 30 } }), provisioner, log);
-  const env = new ShellTasksEnv({ ...(options.maxTurns ? { maxTurns: options.maxTurns } : {}), executor: { defaultTimeoutS: 30 } }, { backend, logger: log });
+  const backend = await poolBackend(AgentEnvConfigSchema.parse({ pool, executor: { defaultTimeoutS: options.toolTimeoutS ?? 30 } }), provisioner, log);
+  const env = new ShellTasksEnv({ ...(options.maxTurns ? { maxTurns: options.maxTurns } : {}), executor: { defaultTimeoutS: options.toolTimeoutS ?? 30 } }, { backend, logger: log });
   await env.start();
-  const server = new OpenEnvServer({ env, logger: log, ...(options.idleTimeoutMs ? { idleTimeoutMs: options.idleTimeoutMs } : {}), ...(options.token ? { token: options.token } : {}) });
+  const server = new OpenEnvServer({ env, logger: log, ...(options.idleTimeoutMs ? { idleTimeoutMs: options.idleTimeoutMs } : {}), ...(options.token ? { token: options.token } : {}), ...(options.limits ? { limits: options.limits } : {}) });
   const url = await server.listen(0, "127.0.0.1");
   return {
     url,
@@ -110,6 +111,16 @@ export class WsClient {
     this.ws.send(JSON.stringify({ type: "close" }));
     await gone;
   }
+}
+
+/** A port free now on 127.0.0.1 (for a server a test must name before it starts). */
+export async function freePort(): Promise<number> {
+  const { createServer } = await import("node:net");
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+  const port = (probe.address() as { port: number }).port;
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  return port;
 }
 
 /** Resolves once `check` holds, polling; rejects with `what` after `timeoutMs`. */

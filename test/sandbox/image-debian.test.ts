@@ -3,7 +3,6 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { findExecutable } from "../../src/host/executables.js";
-import { isRoot } from "./helpers.js";
 import { TEST_IMAGES_DIR } from "../support/oci-image.js";
 import { debianPythonImage } from "../support/test-images.js";
 import { call, imageFixture, imagesMissing, resetInto, sh, type ImageFixture } from "../support/image-server.js";

@@ -124,6 +124,8 @@ describe("sandbox-image/Dockerfile", () => {
 
   it("installs the packages a slot needs", () => {
     expect(aptPackages()).toEqual(expect.arrayContaining(["bubblewrap", "tmux", "git", "curl", "coreutils", "ca-certificates"]));
+    // `python` as well as `python3`: E2B code and E2B's own tests run `python -m http.server`.
+    expect(aptPackages()).toEqual(expect.arrayContaining(["python3", "python-is-python3"]));
   });
 
   // Source: Debian bookworm's package index through apt-cache (only when this machine is
@@ -188,7 +190,7 @@ describe("the image's spawner (the server's fast path)", () => {
         .filter((f) => f.endsWith(".ts"))
         .flatMap((f) => [...readFileSync(join(sandboxDir, f), "utf8").matchAll(/prebuiltNative\("([^"]+)"\)/g)].map((m) => m[1]!)),
     );
-    expect([...wanted].sort()).toEqual(["slotpool-fork-mount", "slotpool-image-mount", "slotpool-seccomp-filter", "slotpool-spawner", "slotpool-spawner-static", "slotpool-template-mount"]);
+    expect([...wanted].sort()).toEqual(["slotpool-browser-launch", "slotpool-fork-mount", "slotpool-image-mount", "slotpool-port-relay", "slotpool-seccomp-filter", "slotpool-spawner", "slotpool-spawner-static", "slotpool-template-mount", "slotpool-volume-mount"]);
     const built = afterBuild.filter((c) => /^(cc|gcc)\s/.test(c)).map((c) => {
       const words = c.split(/\s+/);
       return words[words.indexOf("-o") + 1]!.replace("dist/src/sandbox/native/", "");

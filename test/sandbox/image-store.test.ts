@@ -1,4 +1,5 @@
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -15,6 +16,9 @@ import { startServer, type TestServer } from "./helpers.js";
  * uses, credentials never logged, plain HTTP only for registries named, and the store kept
  * across a restart.
  */
+/** Whether a Docker engine answers here (the docker-daemon: source needs one). */
+const dockerAnswers = spawnSync("docker", ["info", "--format", "{{.ServerVersion}}"], { encoding: "utf8", timeout: 10_000 }).status === 0;
+
 describe.skipIf(imagesMissing !== undefined)(`the image store${imagesMissing ? ` (skipped without ${imagesMissing})` : ""}`, () => {
   let registry: TestRegistry;
   const refs: Record<string, string> = {};
@@ -48,6 +52,9 @@ describe.skipIf(imagesMissing !== undefined)(`the image store${imagesMissing ? `
         const pull = await s.post("/images", { image: bad });
         expect(pull.status, bad).toBe(400);
       }
+      const both = await s.post("/reset", { slot_id: "slot_0", image: refs.busybox, template: "t" });
+      expect(both.status).toBe(400);
+      expect(both.json.field).toBe("image");
       expect((await s.get("/slots")).json.slots[0].generation).toBe(before);
     });
 
@@ -79,6 +86,32 @@ describe.skipIf(imagesMissing !== undefined)(`the image store${imagesMissing ? `
       expect(fetched).toHaveLength(1);
       // Every one of them waited for that one fetch and says what it cost.
       expect(answers.every((a) => (a.json.fetched ?? a.json.image?.fetched) !== undefined)).toBe(true);
+    });
+
+    it("takes an OCI layout (oci:DIR:tag) and a docker-save archive (docker-archive:FILE) as sources, and a missing one is not_found", async () => {
+      const layout = whiteoutImage();
+      const fromLayout = await resetInto(s, 2, `oci:${layout}:latest`);
+      expect(fromLayout.image!.runtime.working_dir).toBe("/opt");
+      expect(await sh(s, 2, "cat /etc/replaced.txt")).toBe("new");
+      const dir = mkdtempSync(join(tmpdir(), "slotpool-archive-"));
+      try {
+        const archive = join(dir, "nobash.tar");
+        execFileSync("skopeo", ["--insecure-policy", "copy", "--quiet", `oci:${noBashImage()}:latest`, `docker-archive:${archive}:nobash:1`], { timeout: 120_000 });
+        const fromArchive = await resetInto(s, 2, `docker-archive:${archive}`);
+        expect(fromArchive.image!.runtime.user).toBe("app");
+        expect(await sh(s, 2, "pwd")).toBe("/home/app");
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+      const missing = await s.post("/reset", { slot_id: "slot_2", image: `oci:${join(tmpdir(), "no-such-layout")}:latest` });
+      expect(missing.json).toMatchObject({ code: "image_unavailable", reason: "not_found" });
+    });
+
+    it.skipIf(!dockerAnswers)("takes an image from the node's Docker engine (docker-daemon:name:tag) (skipped without a Docker engine that answers)", async () => {
+      execFileSync("skopeo", ["--insecure-policy", "copy", "--quiet", `oci:${noBashImage()}:latest`, "docker-daemon:slotpool-test-nobash:1"], { timeout: 120_000 });
+      const r = await resetInto(s, 2, "docker-daemon:slotpool-test-nobash:1");
+      expect(r.image!.runtime.user).toBe("app");
+      expect(await sh(s, 2, "cat secret.txt")).toBe("app's secret");
     });
   });
 
@@ -164,17 +197,29 @@ describe.skipIf(imagesMissing !== undefined)(`the image store${imagesMissing ? `
       } finally {
         await p2.stop(10_000);
       }
+      // Or a Docker-style auth file named by REGISTRY_AUTH_FILE, which skopeo reads itself (a second image, so it is fetched).
+      await pushImage(busyboxImage(), authRegistry.host, "private-2:1", { auth: true });
+      const authFile = join(dataDir, "docker-config.json");
+      writeFileSync(authFile, auth, { mode: 0o600 });
+      const p3 = await start({ REGISTRY_AUTH_FILE: authFile }, logs);
+      try {
+        const r = await post(p3, "/reset", { slot_id: "slot_0", image: `${authRegistry.host}/private-2:1` });
+        expect(r.status).toBe(200);
+        expect(r.json.image.fetched).toBeDefined();
+      } finally {
+        await p3.stop(10_000);
+      }
       const all = logs.join("\n");
       expect(all).not.toContain(REGISTRY_PASSWORD);
       expect(all).not.toContain(b64);
-    }, 120_000);
+    }, 180_000);
 
     it("a restarted server keeps the images it fetched (no second pull) and nothing half-made", async () => {
       const logs: string[] = [];
       const p = await start({}, logs);
       try {
         const list = (await (await fetch(p.url + "/images")).json()) as { images: Array<{ reference: string }> };
-        expect(list.images.map((i) => i.reference)).toEqual([ref]);
+        expect(list.images.map((i) => i.reference).sort()).toEqual([ref, `${authRegistry.host}/private-2:1`].sort());
         const r = await post(p, "/reset", { slot_id: "slot_0", image: ref });
         expect(r.status).toBe(200);
         expect(r.json.image.fetched).toBeUndefined();

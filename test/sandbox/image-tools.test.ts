@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRoot, readEvents } from "./helpers.js";
+import { openSlotPort } from "../../src/pool/slot-port.js";
+import type { LeasedSlot } from "../../src/pool/types.js";
 import { noBashImage, whiteoutImage } from "../support/test-images.js";
 import { call, imageFixture, imagesMissing, resetInto, sh, type ImageFixture } from "../support/image-server.js";
 
@@ -24,6 +26,12 @@ describe.skipIf(imagesMissing !== undefined)(`the tools in an image without bash
     expect(await sh(f.server, 0, "ls /bin/bash /usr/bin/bash 2>&1; readlink /proc/$$/exe; echo ${BASH_VERSINFO[0]}")).toBe("ls: /bin/bash: No such file or directory\nls: /usr/bin/bash: No such file or directory\n/run/slotpool/bash\n5");
     const r = await call(f.server, 0, "bash", { command: "for i in 1 2 3; do printf '%s,' $i; done; echo; exit 3" });
     expect(r).toMatchObject({ success: false, output: "1,2,3,", error: "Exit code: 3" });
+  });
+
+  it("every call as the image's user (app) has the slot's limits, the CPU limit included, call after call", async () => {
+    // A call's RLIMIT_CPU is its timeout + 1 s (30 s by default): set before the user switch, never left unlimited.
+    // Back to back: a bash started ahead for an image user was refused its /dev/fd/3 now and then (the spawner no longer starts one for them).
+    for (let i = 0; i < 30; i++) expect(await sh(f.server, 0, "ulimit -t; ulimit -u; id -u")).toBe(`31\n256\n${isRoot ? 1000 : 0}`);
   });
 
   it("bash_stateful keeps its directory and variables between calls, and tmux drives the same terminal", async () => {
@@ -96,5 +104,30 @@ describe.skipIf(imagesMissing !== undefined)(`the tools in an image without bash
   it("an image whose User is root: the terminal and sessions run as root of the slot", async () => {
     await resetInto(f.server, 2, f.refs.whiteouts!);
     expect((await call(f.server, 2, "bash_stateful", { command: "id -u; pwd" })).output).toBe("0\n/opt");
+  });
+
+  it("a port tunnel reaches a server a process session runs in the image (the relay joins the slot's own user namespace)", async () => {
+    await resetInto(f.server, 1, f.refs.nobash!);
+    const started = fetch(`${f.server.url}/processes/start`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ slot_id: "slot_1", cmd: "/bin/sh", args: ["-c", "while :; do echo from-image-port | nc -l -p 8091; done"], envs: {}, stdin: false }) });
+    const lease = { slotId: "slot_1", container: { id: "c", index: 0, url: f.server.url, token: undefined, slots: 3 }, touch: () => undefined } as unknown as LeasedSlot;
+    let got = "";
+    // nc binds the port a moment after the session starts: retried (bounded by tries, not time).
+    for (let i = 0; i < 100 && !got.includes("from-image-port"); i++) {
+      const socket = await openSlotPort(lease, 8091, { allowNetwork: false }).catch(() => undefined);
+      if (!socket) {
+        // wait: nc binds the port a moment after the session starts, and no event says when (bounded by the tries).
+        await new Promise((r) => setTimeout(r, 50));
+        continue;
+      }
+      got = await new Promise<string>((resolve) => {
+        let buf = "";
+        socket.on("data", (d: Buffer) => (buf += d.toString()));
+        socket.on("close", () => resolve(buf));
+        socket.on("error", () => resolve(buf));
+      });
+    }
+    expect(got).toBe("from-image-port\n");
+    await f.server.post("/processes/kill-all", { slot_id: "slot_1" });
+    await started.then((r) => r.body?.cancel()).catch(() => undefined);
   });
 });

@@ -155,6 +155,7 @@ describe.skipIf(imagesMissing !== undefined)(`a slot whose root is an image${ima
   });
 
   it("/health lists the cached images and which image each slot's root is", async () => {
+    expect((await f.server.post("/images", { image: f.refs.whiteouts })).status).toBe(200);
     await resetInto(f.server, 0, f.refs.busybox!);
     await resetInto(f.server, 1, f.refs.nobash!);
     await f.server.post("/reset", { slot_id: "slot_2" });
@@ -164,6 +165,9 @@ describe.skipIf(imagesMissing !== undefined)(`a slot whose root is an image${ima
     expect(h.slot_images[0]).toEqual({ reference: f.refs.busybox, digest: layoutDigest(busyboxImage()) });
     expect(h.slot_images[1]).toEqual({ reference: f.refs.nobash, digest: layoutDigest(noBashImage()) });
     expect(h.slot_images[2]).toBeNull();
+    const slots = (await f.server.get("/slots")).json.slots;
+    expect(slots[0].image).toEqual({ reference: f.refs.busybox, digest: layoutDigest(busyboxImage()), working_dir: "/srv/work" });
+    expect(slots[2].image).toBeUndefined();
     const list = (await f.server.get("/images")).json;
     expect(list.images.find((i: { reference: string }) => i.reference === f.refs.busybox)).toMatchObject({ in_use: 1, layers: 2 });
   });

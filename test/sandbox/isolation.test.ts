@@ -4,8 +4,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isRoot, startServer, type TestServer } from "./helpers.js";
+import { isRoot, startServer, type TestServer, untilSlot } from "./helpers.js";
 import { serverView } from "../support/server-view.js";
+import { descendants } from "../support/processes.js";
 
 /**
  * Isolation of `bash` (issue 2 point 2), with escape attempts: another slot's files through
@@ -83,9 +84,9 @@ describe("sandbox isolation", () => {
 
   it("cannot see or kill another slot's processes", async () => {
     // slot_1 runs a long command; slot_0 tries to find and kill it.
-    const victim = s.bash(1, "sleep 1.5; echo survived");
-    await new Promise((r) => setTimeout(r, 300));
-    const look = await s.bash(0, "ps -eo args | grep -c '^sleep 1.5' || true");
+    const victim = s.bash(1, "sleep 3; echo survived");
+    await untilSlot(s, 1, (e) => e.queued >= 1, "the victim running");
+    const look = await s.bash(0, "ps -eo args | grep -c '^sleep 3' || true");
     expect(look.output).toBe("0");
     await s.bash(0, "pkill -9 sleep; killall -9 sleep 2>/dev/null; true");
     // kill(-1) reaches every process this one may signal: only its own slot's.
@@ -109,8 +110,34 @@ describe("sandbox isolation", () => {
     }
   });
 
-  it("a call that kills its own slot's spawner gets an error; the next call works", async () => {
-    const r = await s.bash(2, "kill -9 $PPID; sleep 1; echo not-reached");
+  it("a call cannot kill its slot's spawner (the namespace's init, issue 38): the call runs on, and so does the slot", async () => {
+    const r = await s.bash(2, "kill -9 $PPID; kill -9 1; sleep 0.2; echo still-here $PPID");
+    expect(r.output).toBe("still-here 1");
+    const next = await s.bash(2, "echo back");
+    expect(next.output).toBe("back");
+  });
+
+  it("a spawner killed from outside (a crash) fails the call it ran with an error; the next call works", async () => {
+    // This server's spawners: processes named spawner below its process (never another server's).
+    const ours = () => descendants(s.proc.pid).filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "spawner";
+      } catch {
+        return false;
+      }
+    });
+    const running = s.bash(2, "sleep 20; echo not-reached");
+    let killed = 0;
+    for (let i = 0; i < 400 && killed === 0; i++) {
+      await new Promise((r) => setTimeout(r, 25));
+      if (!spawnSync("pgrep", ["-f", "sleep 20"]).stdout.length) continue; // the call is running
+      for (const pid of ours()) {
+        process.kill(pid, "SIGKILL");
+        killed++;
+      }
+    }
+    expect(killed).toBeGreaterThan(0);
+    const r = await running;
     expect(r.output).not.toContain("not-reached");
     const next = await s.bash(2, "echo back");
     expect(next.output).toBe("back");

@@ -29,8 +29,15 @@ export type ScriptedReply =
 
 export interface LlmServerOptions {
   respond: (body: ChatRequestBody, index: number) => ScriptedReply | Promise<ScriptedReply>;
-  /** Return prompt/completion token ids and logprobs (vLLM `return_token_ids` style). */
-  tokenIds?: boolean;
+  /**
+   * Return prompt/completion token ids and logprobs: `true` as vLLM's `return_token_ids` does
+   * (`prompt_token_ids`, `choices[].token_ids`, `logprobs`); `"nemo-gym"` as NeMo Gym's model
+   * servers do (`message.prompt_token_ids`, `message.generation_token_ids`,
+   * `message.generation_log_probs`, and no choice-level fields).
+   */
+  tokenIds?: boolean | "nemo-gym";
+  /** Listen on this port (default: a free one), so a test can allow the URL before the server starts. */
+  port?: number;
   /** Answer `GET /v1/models` with these ids (default: 404, as a server without the route). */
   models?: string[];
 }
@@ -42,6 +49,8 @@ export interface LlmServer {
   requests: ChatRequestBody[];
   /** Status codes answered, in order. */
   statuses: number[];
+  /** TCP connections accepted so far. */
+  connections(): number;
   close(): Promise<void>;
 }
 
@@ -74,6 +83,7 @@ export async function startLlmServer(options: LlmServerOptions): Promise<LlmServ
   const requests: ChatRequestBody[] = [];
   const statuses: number[] = [];
   let counter = 0;
+  let connections = 0;
   const server: Server = createServer(async (req, res) => {
     if (req.method === "GET" && req.url?.endsWith("/models") && options.models) {
       res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ object: "list", data: options.models.map((id) => ({ id, object: "model" })) }));
@@ -94,6 +104,7 @@ export async function startLlmServer(options: LlmServerOptions): Promise<LlmServ
     }
     if ("hangMs" in reply) {
       const ms = reply.hangMs;
+      // wait: the scripted model's own delay (a test asks for it)
       await new Promise((r) => setTimeout(r, ms));
       if (res.destroyed) return;
       reply = { text: "late" };
@@ -126,7 +137,9 @@ export async function startLlmServer(options: LlmServerOptions): Promise<LlmServ
     const prompt = renderPrompt(body.messages);
     const completionIds = testTokenize(completionText + "<|im_end|>");
     const choice: Record<string, unknown> = { index: 0, message, finish_reason: finish };
-    if (options.tokenIds) {
+    if (options.tokenIds === "nemo-gym") {
+      Object.assign(message, { prompt_token_ids: testTokenize(prompt), generation_token_ids: completionIds, generation_log_probs: completionIds.map((_, i) => -0.01 * ((i % 7) + 1)) });
+    } else if (options.tokenIds) {
       choice["token_ids"] = completionIds;
       choice["logprobs"] = { content: completionIds.map((id, i) => ({ token: String.fromCharCode(id), logprob: -0.01 * ((i % 7) + 1) })) };
     }
@@ -137,16 +150,18 @@ export async function startLlmServer(options: LlmServerOptions): Promise<LlmServ
       choices: [choice],
       usage: { prompt_tokens: prompt.length, completion_tokens: completionIds.length, total_tokens: prompt.length + completionIds.length },
     };
-    if (options.tokenIds) out["prompt_token_ids"] = testTokenize(prompt);
+    if (options.tokenIds === true) out["prompt_token_ids"] = testTokenize(prompt);
     statuses.push(200);
     res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(out));
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  server.on("connection", () => connections++);
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, "127.0.0.1", resolve));
   const port = (server.address() as AddressInfo).port;
   return {
     url: `http://127.0.0.1:${port}/v1`,
     requests,
     statuses,
+    connections: () => connections,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

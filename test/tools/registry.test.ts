@@ -10,12 +10,13 @@ import {
   toOpenAiTool,
 } from "../../src/tools/index.js";
 import { toolFromOpenAiSchema } from "../../src/tools/definition.js";
+import { BROWSER_TOOL_NAMES } from "../../src/protocol/browser-tools.js";
 
 describe("ToolRegistry", () => {
   const reg = ToolRegistry.withBuiltins();
 
   it("holds the built-in sandbox tools", () => {
-    expect(reg.names()).toEqual(["bash", "bash_stateful", "tmux", "read_file", "write_file"]);
+    expect(reg.names()).toEqual(["bash", "bash_stateful", "tmux", "read_file", "write_file", ...BROWSER_TOOL_NAMES]);
     for (const t of reg.list()) expect(t.kind).toBe("sandbox");
   });
 
@@ -32,7 +33,7 @@ describe("ToolRegistry", () => {
 
   it("turns zod parameters into OpenAI function schemas without isolation arguments", () => {
     const tools = reg.openAiTools();
-    expect(tools).toHaveLength(5);
+    expect(tools).toHaveLength(5 + BROWSER_TOOL_NAMES.length);
     const bash = tools.find((t) => t.function.name === "bash")!;
     expect(bash.type).toBe("function");
     expect(bash.function.parameters["type"]).toBe("object");

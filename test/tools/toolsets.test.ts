@@ -28,8 +28,16 @@ describe("toolsets", () => {
   });
 
   it("applies disabled toolsets after enabled ones", () => {
-    expect(sets.resolve({ enabled: ["full"], disabled: ["stateful", "filesystem"] }, registry)).toEqual(["bash", "lookup_weather"]);
+    expect(sets.resolve({ enabled: ["full"], disabled: ["stateful", "filesystem", "browser"] }, registry)).toEqual(["bash", "lookup_weather"]);
     expect(sets.resolve({ enabled: ["terminal", "filesystem"], disabled: ["terminal"] }, registry)).toEqual(["read_file", "write_file"]);
+  });
+
+  it("the browser toolset adds the seed's ten browser tools to the default ones", () => {
+    expect(sets.resolve({ enabled: ["default", "browser"] }, registry)).toEqual([
+      "bash", "read_file", "write_file",
+      "browser_navigate", "browser_snapshot", "browser_click", "browser_type", "browser_scroll", "browser_back", "browser_press", "browser_close", "browser_get_images", "browser_vision",
+    ]); // prettier-ignore
+    expect(sets.resolve({ enabled: ["default"] }, registry)).not.toContain("browser_navigate");
   });
 
   it("supports user-defined toolsets, with includes and aliases", () => {
@@ -38,8 +46,8 @@ describe("toolsets", () => {
   });
 
   it("names unknown toolsets and unknown tools", () => {
-    expect(() => sets.resolve({ enabled: ["browser"] }, registry)).toThrow(UnknownToolsetError);
-    expect(() => sets.resolve({ enabled: ["browser"] }, registry)).toThrow(/unknown toolset 'browser'; available toolsets: default, terminal/);
+    expect(() => sets.resolve({ enabled: ["web"] }, registry)).toThrow(UnknownToolsetError);
+    expect(() => sets.resolve({ enabled: ["web"] }, registry)).toThrow(/unknown toolset 'web'; available toolsets: default, terminal/);
     const bad = new Toolsets({ broken: ["nope"] });
     expect(() => bad.resolve({ enabled: ["broken"] }, registry)).toThrow(UnknownToolError);
   });

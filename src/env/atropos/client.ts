@@ -81,14 +81,19 @@ export interface AtroposClientOptions {
 /** What a send did: sent (with the server's answer) or dropped after a 4xx, as BaseEnv does. */
 export type SendResult = { sent: true; response: Record<string, unknown>; gzipped: boolean } | { sent: false; status: number; error: string };
 
+/** A wait the signal cuts short; its abort listener goes with it (a poll every second once piled one per wait on the run's signal: MaxListenersExceededWarning while `serve` waited for the trainer). */
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
+    const onAbort = () => {
       clearTimeout(t);
-      reject(signal.reason);
-    }, { once: true });
+      reject(signal!.reason);
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
   });
 
 /** NaN/Infinity would become null in JSON and get a 422: refuse before sending. */

@@ -46,6 +46,7 @@ export function addProcessRoutes(table: RouteTable, host: ProcessRouteHost, body
         tag: r.tag,
         workspaceAlias: r.workspace_alias,
         allowNetwork: r.allow_network,
+        volumes: r.volumes,
       });
       stream(res, session);
     })

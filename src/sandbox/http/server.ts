@@ -21,7 +21,12 @@ import { artifactCall } from "../service/file-calls.js";
 import { ImagePullRequestSchema } from "../../protocol/images.js";
 import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
+import { handlePortUpgrade } from "./port-routes.js";
+import { addVolumeRoutes } from "./volume-routes.js";
+import { addUsageRoutes } from "./usage-routes.js";
+import { PORT_TUNNEL_PATH } from "../../protocol/port-tunnel.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "../service/service.js";
+import type { Slot } from "../core/slot.js";
 
 export interface SandboxServerOptions extends SandboxServiceOptions {
   host: string;
@@ -34,6 +39,8 @@ export interface SandboxServerOptions extends SandboxServiceOptions {
   maxConnections?: number;
   /** Start every slot's namespace in the background once listening (default true). */
   prewarm?: boolean;
+  /** A port tunnel with no byte either way for this long is closed (default PORT_IDLE_TIMEOUT_MS). */
+  portIdleTimeoutMs?: number;
 }
 
 export class SandboxServer {
@@ -67,12 +74,21 @@ export class SandboxServer {
     this.server.on("upgrade", (req, socket, head) => {
       const path = requestPath(req.url);
       try {
-        if (path !== "/ws") throw new HttpError(404, `no WebSocket route ${path}`);
-        this.auth.check(req);
+        if (path !== "/ws" && path !== PORT_TUNNEL_PATH) throw new HttpError(404, `no upgrade route ${path}`);
+        // ?token= only on the WebSocket (browsers cannot set headers); a port tunnel's client sends the header.
+        this.auth.check(req, path === "/ws" ? "upgrade" : "request");
       } catch (err) {
         const status = errorStatus(err);
         const body = JSON.stringify({ error: err instanceof Error ? err.message : String(err) });
         socket.end(`HTTP/1.1 ${status} ${status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Not Found"}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+        return;
+      }
+      // A port tunnel (port-routes.ts): the connection becomes a port's bytes in the slot.
+      if (path === PORT_TUNNEL_PATH) {
+        handlePortUpgrade(req, socket, head, this.service, this.options.portIdleTimeoutMs).catch((err: unknown) => {
+          this.service.logger.error({ err }, "port tunnel failed");
+          socket.destroy();
+        });
         return;
       }
       this.ws.handleUpgrade(req, socket, head);
@@ -112,7 +128,7 @@ export class SandboxServer {
   private routeTable(): RouteTable {
     const svc = this.service;
     const artifacts = (kind: "read" | "list" | "archive"): RouteHandler => (req, res) => this.artifacts(req, res, kind);
-    return addProcessRoutes(new RouteTable(), svc, this.body)
+    return addUsageRoutes(addVolumeRoutes(addProcessRoutes(new RouteTable(), svc, this.body), svc, this.body), svc, this.body)
       .add(
         "GET",
         "/health",
@@ -145,7 +161,8 @@ export class SandboxServer {
         sendJson(res, 200, {
           // out_of_service: why the slot refuses calls (its last reset failed) until a reset succeeds.
           // warm: its next call finds its namespace up (pre-warm done), for warm_network (on/off).
-          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, generation: s.generation, ...warmth(svc.readyNetwork(s)), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
+          // image: the slot's root is that image (its working directory is where relative paths start).
+          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, generation: s.generation, ...warmth(svc.readyNetwork(s)), ...slotImage(svc, s), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
         }),
       )
       .add("GET", "/metrics", (_req, res) => {
@@ -257,6 +274,12 @@ function imageHealth(svc: SandboxService): Record<string, unknown> {
       return img ? { reference: img.reference, digest: img.digest } : null;
     }),
   };
+}
+
+/** GET /slots: the image a slot's root is, if any. */
+function slotImage(svc: SandboxService, slot: Slot): { image?: { reference: string; digest: string; working_dir: string } } {
+  const img = svc.images.imageOf(slot);
+  return img ? { image: { reference: img.reference, digest: img.digest, working_dir: img.runtime.working_dir } } : {};
 }
 
 /** GET /slots: whether a slot's namespace is ready for its next call, and for which network setting. */

@@ -51,6 +51,11 @@ export class ImageMounter {
     throw new Error(answer.replace(/^err /, ""));
   }
 
+  /** The helper's pid (starting it if none runs). */
+  get pid(): number {
+    return this.start().child.pid!;
+  }
+
   /** A descriptor the helper answered with, as another process opens it. */
   handlePath(fd: string): string {
     return `/proc/${this.start().child.pid}/fd/${fd}`;

@@ -218,6 +218,15 @@ export class ImageStore {
         layers.push(await this.unpack(l, dir));
       }
       const unpackMs = performance.now() - unpackStarted;
+      const raced = this.byDigest.get(read.digest);
+      if (raced) {
+        // Another reference to the same image was fetched meanwhile: one stored image, two names.
+        await rm(layout, { recursive: true, force: true }).catch(() => undefined);
+        raced.references.add(reference);
+        this.byReference.set(reference, raced);
+        await this.persist(raced).catch(() => undefined);
+        return { image: raced, fetched: { pull_ms: round(pullMs), unpack_ms: round(unpackMs), pulled_bytes: pulledBytes, layers: layers.length, layers_reused: reused } };
+      }
       const dir = join(this.imagesDir, hexOf(read.digest));
       await rm(dir, { recursive: true, force: true });
       await rename(layout, dir);

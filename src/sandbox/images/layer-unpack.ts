@@ -97,8 +97,17 @@ function extract(blob: string, compression: "gzip" | "zstd" | "none", out: strin
   return new Promise((resolve, reject) => {
     const child = spawn(cmd.file, cmd.args, { stdio: ["ignore", "ignore", "pipe"], env: { PATH: "/usr/bin:/bin", LANG: "C.UTF-8" }, cwd: "/" });
     let stderr = "";
+    let pending = "";
+    // Not root, device nodes cannot be made (mknod: EPERM): they are skipped (a slot's /dev is
+    // its own mount anyway). Any other complaint fails the layer.
+    let otherErrors = false;
     child.stderr!.setEncoding("utf8");
-    child.stderr!.on("data", (d: string) => (stderr = (stderr + d).slice(-4000)));
+    child.stderr!.on("data", (d: string) => {
+      stderr = (stderr + d).slice(-4000);
+      const lines = (pending + d).split("\n");
+      pending = lines.pop() ?? "";
+      for (const l of lines) if (l && !DEVICE_SKIPPED.test(l)) otherErrors = true;
+    });
     const timer = setTimeout(() => {
       stderr += `\n(timed out after ${Math.round(o.timeoutMs / 1000)} s)`;
       child.kill("SIGKILL");
@@ -106,12 +115,16 @@ function extract(blob: string, compression: "gzip" | "zstd" | "none", out: strin
     child.once("error", (err) => (clearTimeout(timer), reject(new LayerUnpackError(`could not start tar: ${err.message}`, false))));
     child.once("close", (code, signal) => {
       clearTimeout(timer);
-      if (code === 0) return resolve();
+      if (pending && !DEVICE_SKIPPED.test(pending)) otherErrors = true;
+      if (code === 0 || (code === 2 && !o.root && !otherErrors)) return resolve();
       const words = stderr.trim().split("\n").filter(Boolean).slice(-3).join(" ");
       reject(new LayerUnpackError(`tar failed (${signal ?? `exit ${code}`}): ${words || "no message"}`, /no space left/i.test(stderr)));
     });
   });
 }
+
+/** What tar says about a device node it may not make, and its closing line. */
+const DEVICE_SKIPPED = /Cannot mknod: Operation not permitted$|Exiting with failure status due to previous errors$/;
 
 /** Bytes `dir` takes on disk (du's count of allocated blocks, hard links once). */
 export async function diskBytes(dir: string): Promise<number> {

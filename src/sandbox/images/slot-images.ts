@@ -14,7 +14,7 @@ import { ImageMounter } from "./image-mounter.js";
 import { ImageStore, type StoredImage } from "./image-store.js";
 import { imageTools } from "./image-tools.js";
 import { authFileFromEnvironment } from "./skopeo.js";
-import { SlotRoots, type TemplateLayer } from "./slot-roots.js";
+import { SlotRoots, type MountedRoot, type RootPlan, type TemplateLayer } from "./slot-roots.js";
 
 /** Default `--image-budget-mb`: 20 GiB of images per container. */
 export const DEFAULT_IMAGE_BUDGET_BYTES = 20 * 1024 * 1024 * 1024;
@@ -179,6 +179,17 @@ export class SlotImages {
       this.give(image);
       throw err;
     }
+  }
+
+  /** What the slot's fresh disk needs to mount `image`'s root in the same request (slot-disk.ts). */
+  plan(slot: Slot, image: StoredImage, templateLayer?: TemplateLayer): Promise<RootPlan> {
+    if (!this.roots) return Promise.reject(new Error(this.reason ?? "images are unavailable here"));
+    return this.roots.plan(slot, image, templateLayer);
+  }
+
+  /** The slot's root was mounted with its fresh disk: `image` (referenced by `take` or `acquire`) is its root now. */
+  adopt(slot: Slot, image: StoredImage, mounted: MountedRoot): void {
+    this.roots!.adopt(slot, image, mounted);
   }
 
   /** The reset's first workspace step (the slot's processes are dead): ends its image root, if any. */

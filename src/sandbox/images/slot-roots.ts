@@ -31,6 +31,19 @@ import type { StoredImage } from "./image-store.js";
 
 const run = promisify(execFile);
 
+/** What a fresh disk needs to mount an image root in the same request (slot-disk.ts `renew`): its lowers (top first) and the root's host ids. */
+export interface RootPlan {
+  lowers: string[];
+  uid: number;
+  gid: number;
+}
+
+/** Where a root mounted with the disk has its upper and work dirs. */
+export interface MountedRoot {
+  upper: string;
+  work: string;
+}
+
 /** An image template's layer (templates/): its tree, and the slot that built it (whose uids its files have). */
 export interface TemplateLayer {
   dir: string;
@@ -175,6 +188,23 @@ export class SlotRoots {
       throw err;
     }
     this.state(slot).attached = { image, upper, work, bounded: bounded !== undefined };
+  }
+
+  /**
+   * The slot's lowers for `image` (and a template's layer on it), as paths another process of
+   * the server (the disk helper) can mount from: the image helper's descriptors by pid.
+   */
+  async plan(slot: Slot, image: StoredImage, templateLayer?: TemplateLayer): Promise<RootPlan> {
+    const own = [...(templateLayer ? [await this.templateLower(slot, templateLayer)] : []), ...(await this.lowers(slot, image))];
+    const pid = this.mounter.pid;
+    const me = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+    const ids = this.idmapped && slot.owner ? slot.owner : me;
+    return { lowers: own.map((p) => p.replace(/^\/proc\/self\/fd\//, `/proc/${pid}/fd/`)), uid: ids.uid, gid: ids.gid };
+  }
+
+  /** The slot's root was mounted with its fresh disk (`plan`): recorded as attached. */
+  adopt(slot: Slot, image: StoredImage, mounted: MountedRoot): void {
+    this.state(slot).attached = { image, upper: mounted.upper, work: mounted.work, bounded: true };
   }
 
   /**

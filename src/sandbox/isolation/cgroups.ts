@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from "node:fs";
+import { realpathSync, existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 
@@ -56,10 +56,15 @@ export class SlotCgroups {
         return;
       }
       const made: string[] = [];
-      // freezer: pause/resume of a slot (slot-freezer.ts); it sets no limit.
-      for (const ctrl of ["memory", "pids", "cpu", "freezer"]) {
+      const roots = new Set<string>();
+      // freezer: pause/resume of a slot (slot-freezer.ts); cpuacct: its CPU time (E2B's metrics,
+      // tools/slot-usage.ts). Neither sets a limit. One hierarchy mounted under two names (cpu,cpuacct) is used once.
+      for (const ctrl of ["memory", "pids", "cpu", "freezer", "cpuacct"]) {
         const root = join(ROOT, ctrl);
         if (!existsSync(join(root, "cgroup.procs"))) continue;
+        const real = realpathSync(root);
+        if (roots.has(real)) continue;
+        roots.add(real);
         const dir = join(root, name);
         mkdirSync(dir);
         made.push(dir);
@@ -78,7 +83,22 @@ export class SlotCgroups {
 
   /** Puts `pid` (a holder's bwrap, before it forks) into slot `index`'s cgroups. */
   place(index: number, pid: number): void {
-    if (this.mode === "none") return;
+    for (const dir of this.dirsOf(index)) {
+      try {
+        writeFileSync(join(dir, "cgroup.procs"), String(pid));
+      } catch (err) {
+        this.logger.warn({ err, dir, pid }, "could not move process into slot cgroup");
+      }
+    }
+  }
+
+  /** The `cgroup.procs` files of slot `index` (made when missing): a process that cannot be placed from here writes its own pid (the slot's browser launcher). */
+  procsFiles(index: number): string[] {
+    return this.dirsOf(index).map((dir) => join(dir, "cgroup.procs"));
+  }
+
+  private dirsOf(index: number): string[] {
+    if (this.mode === "none") return [];
     let p = this.slots.get(index);
     if (!p) {
       p = { dirs: [] };
@@ -94,13 +114,7 @@ export class SlotCgroups {
       }
       this.slots.set(index, p);
     }
-    for (const dir of p.dirs) {
-      try {
-        writeFileSync(join(dir, "cgroup.procs"), String(pid));
-      } catch (err) {
-        this.logger.warn({ err, dir, pid }, "could not move process into slot cgroup");
-      }
-    }
+    return p.dirs;
   }
 
   private configure(dir: string): void {
@@ -136,6 +150,21 @@ export class SlotCgroups {
     if (this.mode === "v2") return dirs[0] && existsSync(join(dirs[0], "cgroup.freeze")) ? { dir: dirs[0], version: "v2" } : undefined;
     const dir = dirs.find((d) => d.includes("/freezer/"));
     return dir ? { dir, version: "v1" } : undefined;
+  }
+
+  /** CPU time the slot's processes used since its cgroup was made, seconds (exited ones too); undefined without a cpu cgroup. */
+  cpuSeconds(index: number): number | undefined {
+    const dirs = this.slots.get(index)?.dirs ?? [];
+    try {
+      if (this.mode === "v2") {
+        const usec = /^usage_usec (\d+)$/m.exec(readFileSync(join(dirs[0] ?? "", "cpu.stat"), "utf8"))?.[1];
+        return usec === undefined ? undefined : Number(usec) / 1e6;
+      }
+      const dir = dirs.find((d) => existsSync(join(d, "cpuacct.usage")));
+      return dir ? Number(readFileSync(join(dir, "cpuacct.usage"), "utf8")) / 1e9 : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /** Processes currently in the slot's cgroup (first hierarchy). */
@@ -198,7 +227,7 @@ function procsEmpty(dir: string): boolean {
 
 /** Removes empty cgroups left by servers that died without cleaning up. */
 function sweepStale(logger: Logger): void {
-  const roots = existsSync(join(ROOT, "cgroup.controllers")) ? [ROOT] : ["memory", "pids", "cpu", "freezer"].map((c) => join(ROOT, c));
+  const roots = existsSync(join(ROOT, "cgroup.controllers")) ? [ROOT] : [...new Set(["memory", "pids", "cpu", "freezer", "cpuacct"].map((c) => join(ROOT, c)).filter((r) => existsSync(r)).map((r) => realpathSync(r)))];
   let removed = 0;
   for (const root of roots) {
     let names: string[];

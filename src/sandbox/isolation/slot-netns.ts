@@ -222,6 +222,13 @@ export class SlotNetworks {
     return h;
   }
 
+  /** The slot's live namespace for this setting (network on or off), if one was started; never starts one. */
+  existing(slot: number, network: boolean): NetnsHolder | undefined {
+    const key = `${slot}:${network}`;
+    for (const [k, h] of this.holders) if ((k === key || k.startsWith(`${key}:`)) && h.alive) return h;
+    return undefined;
+  }
+
   /** Ends the slot's namespaces (after its sessions: nothing is left listening). */
   async stop(slot: number): Promise<void> {
     const mine = [...this.holders.entries()].filter(([k]) => k.startsWith(`${slot}:`));

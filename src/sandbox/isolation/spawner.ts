@@ -112,7 +112,9 @@ export class SlotNamespace {
     // Arguments travel through fd 3 (`--args 3`) so the sandbox's /proc/1/cmdline does
     // not show host paths. Network on: unshare makes the namespaces, the shell waits for
     // slirp4netns ("go" on stdin), sets the routes, then becomes bubblewrap.
-    const bwrapCmd = [o.bwrapPath, "--args", "3", "--", ...spawnerArgs];
+    // --as-pid-1: the spawner is the namespace's init (no bwrap reaper beside it, which ran as
+    // the slot's uid and could be ptraced from the slot: issue 38, docs/security-model.md).
+    const bwrapCmd = [o.bwrapPath, "--args", "3", "--as-pid-1", "--", ...spawnerArgs];
     // (Network on, bubblewrap runs as root of unshare's new user namespace, where the
     // capabilities it holds are that namespace's own: only the first exec drops ours.)
     // An image root with network on joins the slot's network namespace (made inside its own user namespace, slot-netns.ts).

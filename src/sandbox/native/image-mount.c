@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -324,6 +325,12 @@ int main(int argc, char **argv) {
   size_t cap = 0;
   ssize_t n;
   setvbuf(stdout, NULL, _IOLBF, 0);
+  /* Every slot's handle of every layer it used is a descriptor here: as many as the hard limit allows. */
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   while ((n = getline(&line, &cap, stdin)) > 0) {
     if (line[n - 1] == '\n') line[n - 1] = 0;
     char *args[600];

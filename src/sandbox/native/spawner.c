@@ -6,7 +6,7 @@
  * ipc, uts (and, for the no-network holder, net) namespaces, reads requests on stdin and
  * answers with frames on stdout. For each command it forks `bash -c`, relays its output,
  * and when the command ends (or on a kill request) it sends SIGKILL to every other process
- * of the namespace (kill(-1): all but itself and the namespace's init) until none is left.
+ * of the namespace (kill(-1): all but itself, the namespace's init) until none is left.
  * So no process of a call survives the call, and the per-call cost is one fork+exec.
  *
  * Requests (stdin):
@@ -249,11 +249,11 @@ static void reap(void) {
   }
 }
 
-/* SIGKILL every process of the namespace but ourselves and its init, until none is left. */
+/* SIGKILL every process of the namespace but ourselves (its init), until none is left. */
 static void kill_all(void) {
   for (int i = 0; i < 10000; i++) {
     if (kill(-1, SIGKILL) != 0 && errno == ESRCH) return;
-    /* Reap what we can so the loop ends; orphans are reaped by the namespace's init. */
+    /* Reap so the loop ends: as the namespace's init we are every orphan's parent. */
     reap();
   }
 }
@@ -321,6 +321,11 @@ static void prefork_discard(void) {
 
 static void prefork(struct req *rq) {
   int out[2], err[2], ep[2], sp[2];
+  /* An image's user (--user): no bash started ahead. Its call's CPU limit is set with
+   * prlimit(), which another user's process refuses without CAP_SYS_RESOURCE (which no slot
+   * process gets); and it would open the script pipe (its creator's, 0600) by /dev/fd/3. Each
+   * call then starts its bash after its limits are set, as the user. */
+  if (run_uid >= 0) return;
   if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || pipe2(ep, O_CLOEXEC) || pipe2(sp, O_CLOEXEC)) return;
   struct req limits = *rq;
   limits.cpu = 0; /* set per call with prlimit() */
@@ -552,6 +557,15 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  /*
+   * Out of the slot's reach (issue 38): a non-dumpable process cannot be ptraced, nor its
+   * /proc/PID/mem or environ opened, by a process without CAP_SYS_PTRACE, which no slot
+   * process has. A command could otherwise attach to the spawner (same uid) and leave a
+   * thread in it that kill(-1) spares and that runs on through the slot's later calls. The
+   * spawner is the namespace's pid 1 (bwrap --as-pid-1), so there is no other process a call
+   * outlives: kill(-1) reaches every process but us, and we reap the orphans.
+   */
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);

@@ -2,10 +2,9 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
-import { ExecuteRequestSchema, workspacePathProblem, type ExecuteResponse, type ForkResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
+import { workspacePathProblem, type ExecuteResponse, type ForkResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
 import type { PathScope } from "../tools/path-guard.js";
 import { INFRA_MARKER, type ToolInfraCause } from "../../protocol/infra.js";
-import { TOOL_TABLE, builtinTool, type BuiltinToolName } from "../../protocol/tool-table.js";
 import { blockedForOthers, octal } from "../../host/reachable.js";
 import { HttpError, fieldName } from "../../http/errors.js";
 import { SandboxSetupError } from "../core/errors.js";
@@ -18,7 +17,11 @@ import { BashRunner } from "../tools/bash.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { OnChunk, ToolOutcome } from "../core/tool-outcome.js";
 import { StatefulSessions } from "../tools/stateful.js";
+import { VolumeStore } from "../workspace/volume-store.js";
 import { ProcessSessions } from "../tools/process-sessions.js";
+import { SlotBrowsers } from "../tools/browser/browser-tools.js";
+import { parseCall, type ParsedCall } from "./parse-call.js";
+import { isBrowserTool } from "../../protocol/browser-tools.js";
 import type { CappedOutput } from "../run/output.js";
 import type { RunResult } from "../run/runner.js";
 import { SlotCgroups } from "../isolation/cgroups.js";
@@ -28,6 +31,7 @@ import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote }
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "../templates/slot-templates.js";
 import { SlotImages, type ImageOptions } from "../images/slot-images.js";
 import { SlotResets, type ResetHost } from "./slot-reset.js";
+import type { MountedRoot, RootPlan } from "../images/slot-roots.js";
 import { forkImageSlot, imageForkHost } from "../fork/image-fork.js";
 import { SlotNetworks } from "../isolation/slot-netns.js";
 import { SlotForks } from "../fork/fork.js";
@@ -41,9 +45,6 @@ import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProb
 
 /** Calls at least this long are logged at info even when they succeed. */
 const SLOW_CALL_S = 1;
-
-/** What an unknown tool's 400 lists: every name and alias of the tool table. */
-const KNOWN_TOOLS = TOOL_TABLE.map((t) => [t.name, ...t.aliases].join("/")).join(", ");
 
 export interface SandboxServiceOptions {
   slots: number;
@@ -87,22 +88,12 @@ export interface SandboxServiceOptions {
   templateBudgetBytes?: number;
   /** Task images: the store's dir and budget, plain-HTTP registries allowed (src/sandbox/images/). */
   images?: ImageOptions;
+  volumesDir?: string; // volumes (workspace/volume-store.ts): default <data dir>/volumes, shared by a pool's containers
+  volumeOwner?: number; // as root, the uid their files belong to on disk (default 19999)
   logger: Logger;
 }
 
-export type { OnChunk, ToolOutcome };
-
-/** A validated call, ready to run on its slot. */
-export interface ParsedCall {
-  slot: Slot;
-  /** Canonical (the table's name, aliases resolved). */
-  tool: BuiltinToolName;
-  args: Record<string, unknown>;
-  executionId: string | null;
-  timeoutS: number | undefined;
-  /** The slot generation the caller holds, if it named one (Slot.generation). */
-  generation: number | undefined;
-}
+export type { OnChunk, ToolOutcome, ParsedCall };
 
 export class SandboxService implements SlotHost {
   readonly slots: Slot[];
@@ -127,6 +118,8 @@ export class SandboxService implements SlotHost {
   readonly stateful: StatefulSessions;
   /** Long-lived processes outside the slots' queues (routes /processes/*, used by src/e2b). */
   readonly processes: ProcessSessions;
+  /** Each slot's browser (docs/browser.md): in the slot's sandbox, on its terminal's network. */
+  readonly browsers: SlotBrowsers;
   /** Workspace templates: builds, and each slot's copy-on-write view (`slot-templates.ts`). */
   readonly templates: SlotTemplates;
   /** How a slot with network on reaches the internet (undefined: network on is refused, loopback only). */
@@ -241,14 +234,15 @@ export class SandboxService implements SlotHost {
     this.images = new SlotImages(this, options.images ?? {});
     this.bash = new BashRunner(this);
     this.stateful = new StatefulSessions(this);
-    this.processes = new ProcessSessions(this);
+    this.processes = new ProcessSessions(this, VolumeStore.forServer(options, dataDir, this.stateDir, perSlotUid && isRoot));
+    this.browsers = new SlotBrowsers(this, (slot, net) => this.stateful.networkProcess(slot, net));
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES, this.images);
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
     this.disks.attachAll(this.slots);
     // After the disks: forks need each slot's disk (else they copy).
     this.forks = new SlotForks(
-      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: (slot) => this.emptyWorkspace(slot), discard: (path) => this.removal.discard(path), runsSessions: (slot) => this.processes.runsSessions(slot) }),
+      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: async (slot) => void (await this.emptyWorkspace(slot)), discard: (path) => this.removal.discard(path), runsSessions: (slot) => this.processes.runsSessions(slot) }),
     );
     this.resets = new SlotResets({ ...this.resetParts(), bash: this.bash });
     if (this.disks.reason && unbounded === undefined) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
@@ -282,33 +276,10 @@ export class SandboxService implements SlotHost {
 
   /** Validates one execute body; `prefix` names its position inside a batch. */
   parseCall(body: unknown, prefix?: string): ParsedCall {
-    const env = ExecuteRequestSchema.safeParse(body);
-    if (!env.success) {
-      const issue = env.error.issues[0]!;
-      throw new HttpError(400, `invalid request: ${issue.message}`, fieldName(issue.path, prefix));
-    }
-    const req = env.data;
-    // Old clients may still send an alias; the executor sends the canonical name.
-    const entry = builtinTool(req.tool);
-    if (!entry) {
-      throw new HttpError(400, `unknown tool '${req.tool}': expected one of ${KNOWN_TOOLS}`, fieldName(["tool"], prefix));
-    }
-    const tool = entry.name;
-    const args = entry.args.safeParse(req.args);
-    if (!args.success) {
-      const issue = args.error.issues[0]!;
-      throw new HttpError(400, `invalid args for ${tool}: ${issue.message}`, fieldName(["args", ...issue.path], prefix));
-    }
-    const slot = this.slotById(req.slot_id, fieldName(["slot_id"], prefix));
-    if ((tool === "read_file" || tool === "write_file") && typeof args.data.path === "string") this.checkPath(slot, args.data.path, `invalid args for ${tool}: `, fieldName(["args", "path"], prefix));
-    return {
-      slot,
-      tool,
-      args: args.data as Record<string, unknown>,
-      executionId: req.execution_id ?? null,
-      timeoutS: req.timeout,
-      generation: req.generation,
-    };
+    const call = parseCall(body, prefix, (id, field) => this.slotById(id, field));
+    const path = call.args["path"];
+    if ((call.tool === "read_file" || call.tool === "write_file") && typeof path === "string") this.checkPath(call.slot, path, `invalid args for ${call.tool}: `, fieldName(["args", "path"], prefix));
+    return call;
   }
 
   /**
@@ -378,6 +349,7 @@ export class SandboxService implements SlotHost {
 
   /** One case per tool of the table (BuiltinToolName): a table tool without a case does not compile. */
   private async dispatch(call: ParsedCall, onChunk?: OnChunk): Promise<ToolOutcome> {
+    if (isBrowserTool(call.tool)) return this.browsers.call(call.slot, call.tool, call.args, call.timeoutS);
     switch (call.tool) {
       case "bash":
         return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutS, onChunk);
@@ -412,9 +384,10 @@ export class SandboxService implements SlotHost {
   }
 
   /** A fresh empty workspace (and /tmp, /var/tmp, /dev/shm where they are on the slot's disk). */
-  async emptyWorkspace(slot: Slot): Promise<void> {
-    if (this.disks.bounded(slot)) await this.disks.renew(slot);
-    else await this.removal.empty(slot.workspaceDir, slot.owner);
+  async emptyWorkspace(slot: Slot, root?: RootPlan): Promise<MountedRoot | undefined> {
+    if (this.disks.bounded(slot)) return this.disks.renew(slot, root);
+    await this.removal.empty(slot.workspaceDir, slot.owner);
+    return undefined;
   }
 
   /** POST /fork: `into` become copy-on-write copies of `parentId`'s workspace (fork.ts); bad requests are refused before anything happens. */
@@ -427,10 +400,16 @@ export class SandboxService implements SlotHost {
     if (this.images.imageOf(parent)) return this.forkImage(parent, children);
     // The children's contents are replaced: calls made for what they held before are refused.
     for (const c of children) c.generation++;
-    return this.processes.whileStopped(parent, children, async () => ({ ...(await this.forks.fork(parent, children)), generations: children.map((c) => c.generation) }));
+    // No browser survives a fork: its sandbox binds the workspace the children now share (docs/browser.md).
+    return this.processes.whileStopped(parent, children, async () => {
+      await Promise.all([parent, ...children].map((s) => this.browsers.close(s)));
+      return { ...(await this.forks.fork(parent, children)), generations: children.map((c) => c.generation) };
+    });
   }
 
   private async forkImage(parent: Slot, children: Slot[]): Promise<ForkResponse> {
+    // No browser survives a fork (docs/browser.md): the children are reset, the parent's is closed as for any fork.
+    await Promise.all([parent, ...children].map((s) => this.browsers.close(s)));
     const parts = { logger: this.logger, cgroups: this.cgroups, images: this.images, processes: this.processes, stateful: this.stateful, bash: this.bash, templates: this.templates };
     const answer = await forkImageSlot(imageForkHost(parts, (child, template, image, from) => this.resets.reset(child, template, image, from)), parent, children);
     return { ...answer, generations: children.map((c) => c.generation) };
@@ -454,6 +433,7 @@ export class SandboxService implements SlotHost {
   async close(): Promise<void> {
     this.closed = true;
     for (const slot of this.slots) slot.killRunning("shutdown");
+    await this.browsers.closeAll();
     await this.stateful.close();
     await this.processes.close();
     await this.bash.close();
@@ -466,7 +446,7 @@ export class SandboxService implements SlotHost {
   }
 
   private resetParts(): Omit<ResetHost, "bash"> {
-    return { processes: this.processes, stateful: this.stateful, forks: this.forks, templates: this.templates, images: this.images, metrics: this.metrics, logger: this.logger, emptyWorkspace: (slot) => this.emptyWorkspace(slot) };
+    return { processes: this.processes, browsers: this.browsers, stateful: this.stateful, forks: this.forks, templates: this.templates, images: this.images, metrics: this.metrics, logger: this.logger, emptyWorkspace: (slot, root) => this.emptyWorkspace(slot, root) };
   }
 
   /** SlotHost: each slot's image root (the image room). */

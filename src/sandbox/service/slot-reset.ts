@@ -6,17 +6,20 @@ import type { Slot } from "../core/slot.js";
 import { ImageUnavailableError } from "../images/image-errors.js";
 import type { StoredImage } from "../images/image-store.js";
 import type { SlotImages } from "../images/slot-images.js";
+import type { MountedRoot, RootPlan } from "../images/slot-roots.js";
 import type { SlotTemplates } from "../templates/slot-templates.js";
 import type { Template } from "../templates/templates.js";
 import type { BashRunner } from "../tools/bash.js";
 import type { StatefulSessions } from "../tools/stateful.js";
 import type { ProcessSessions } from "../tools/process-sessions.js";
+import type { SlotBrowsers } from "../tools/browser/browser-tools.js";
 import type { SlotForks } from "../fork/fork.js";
 import type { SandboxMetrics } from "./metrics.js";
 
 /** What a reset needs of the service (SandboxService wires it). */
 export interface ResetHost {
   processes: ProcessSessions;
+  browsers: SlotBrowsers;
   stateful: StatefulSessions;
   bash: BashRunner;
   forks: SlotForks;
@@ -24,8 +27,8 @@ export interface ResetHost {
   images: SlotImages;
   metrics: SandboxMetrics;
   logger: Logger;
-  /** A fresh empty workspace (service.ts). */
-  emptyWorkspace(slot: Slot): Promise<void>;
+  /** A fresh empty workspace (service.ts); with `root`, the image root over it in the same mount request where the slot has a disk of its own (then answers where its upper is). */
+  emptyWorkspace(slot: Slot, root?: RootPlan): Promise<MountedRoot | undefined>;
 }
 
 /** POST /reset: the reset barrier, then an empty workspace, an image root or a template view. */
@@ -66,15 +69,22 @@ export class SlotResets {
     return slot.enqueue(() =>
       slot.withResetting(async () => {
         slot.pristine = false;
+        let mounted: MountedRoot | undefined;
         try {
           // Held until the reset is done: a process session started in between would outlive it.
           await h.processes.killSlot(slot, { hold: true });
+          // Before the terminal: the browser lives on its network namespace.
+          await h.browsers.close(slot);
           await h.stateful.stop(slot);
           await h.bash.resetSlot(slot);
           await h.forks.release(slot);
           await h.templates.detach(slot);
           await h.images.detach(slot);
-          await h.emptyWorkspace(slot);
+          // Into an image on the slot's own disk: the fresh disk and the image root over it in one
+          // mount request (images.md). A fork's child copies its parent's changes in between: no plan.
+          const onImage = next?.image ?? taken?.image;
+          const plan = onImage && !seed ? await h.images.plan(slot, onImage, next?.image ? h.templates.layerOf(next) : undefined).catch(() => undefined) : undefined;
+          mounted = await h.emptyWorkspace(slot, plan);
         } catch (err) {
           h.processes.settle(slot);
           if (next) h.templates.store.release(next);
@@ -85,10 +95,11 @@ export class SlotResets {
         }
         slot.outOfService = undefined;
         h.metrics.resets.inc();
-        if (next?.image) await this.attachTemplateOnImage(slot, next, seed);
+        if (next?.image) await this.attachTemplateOnImage(slot, next, seed, mounted);
         if (taken) {
           try {
-            await this.attachImage(slot, taken.image, seed);
+            if (mounted) h.images.adopt(slot, taken.image, mounted);
+            else await this.attachImage(slot, taken.image, seed);
           } catch (err) {
             // Reset, without its image: usable as a workspace slot, and the answer says the image could not be had.
             h.bash.warmSoon(slot);
@@ -128,12 +139,13 @@ export class SlotResets {
   }
 
   /** A template on an image: the slot's root is the image with the template's layer on top (its references held until the next reset). */
-  private async attachTemplateOnImage(slot: Slot, t: Template, seed?: Slot): Promise<void> {
+  private async attachTemplateOnImage(slot: Slot, t: Template, seed: Slot | undefined, mounted: MountedRoot | undefined): Promise<void> {
     const h = this.h;
     const image = t.image!;
     h.images.acquire(image);
     try {
-      await h.images.attach(slot, image, seed, h.templates.layerOf(t));
+      if (mounted) h.images.adopt(slot, image, mounted);
+      else await h.images.attach(slot, image, seed, h.templates.layerOf(t));
     } catch (err) {
       h.templates.store.release(t);
       h.bash.warmSoon(slot);

@@ -202,9 +202,13 @@ export class BashRunner {
    */
   warm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.prewarmNetwork)): Promise<void> {
     const svc = this.service;
-    // A later reset of the slot is under way (this warm-up is an earlier one's): its own warm-up
-    // follows it; one started now would bind the slot's root as it is being replaced.
-    if (this.closed || !svc.bwrap.available || !svc.spawnerPath || slot.state === "resetting") return Promise.resolve();
+    if (this.closed || !svc.bwrap.available || !svc.spawnerPath) return Promise.resolve();
+    // Never while the slot is being reset: a namespace started then binds the workspace as it
+    // is at that moment — the last trajectory's disk, an emptied one, or no template view yet —
+    // and the slot's next calls would run in it (issue 39: an empty view after a template
+    // rebuild; test/sandbox/template-view-race.test.ts). The warm timer of an earlier reset
+    // can fire in the middle of this one; this reset warms the slot again when it ends.
+    if (slot.state === "resetting") return Promise.resolve();
     const existing = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
     if (existing?.alive) return this.warming.get(existing) ?? Promise.resolve();
     const holder = this.holder(slot, allowNetwork, true);

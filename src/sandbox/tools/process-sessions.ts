@@ -15,6 +15,9 @@ import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
 import { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError } from "./session-stdin.js";
 import { ProcessSession as Session, type SessionListener } from "./process-session.js";
+import { PortTunnels } from "./port-tunnels.js";
+import type { VolumeMount } from "../../protocol/volumes.js";
+import type { VolumeStore } from "../workspace/volume-store.js";
 
 export { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError };
 
@@ -44,6 +47,8 @@ const BARRIER_WAIT_MS = 30_000;
 /** How long after a fork its slots' sandboxes are started ahead again: after its answer (whileStopped). */
 const REWARM_AFTER_FORK_MS = 40;
 
+const NO_VOLUMES = { key: "", binds: [] as string[] };
+
 /** Most sessions alive at once per slot: each one is a sandbox with its own processes. */
 export const MAX_SESSIONS_PER_SLOT = 64;
 
@@ -58,6 +63,8 @@ export interface SessionStart {
   workspaceAlias?: string | undefined;
   /** Internet through the slot's own network namespace (slirp4netns); else loopback only. */
   allowNetwork?: boolean | undefined;
+  /** Volumes bound read-write at their paths (workspace/volume-store.ts). */
+  volumes?: readonly VolumeMount[] | undefined;
 }
 
 
@@ -71,6 +78,8 @@ interface Launched {
   stdinReady: Promise<void>;
   /** The slot's shared network namespace it joins (none: a namespace of its own). */
   holder: NetnsHolder | undefined;
+  /** The volumes it binds, as a key (`id:path,...`): a session asking for others gets a sandbox of its own. */
+  volumes: string;
 }
 
 export class ProcessSessions {
@@ -88,10 +97,22 @@ export class ProcessSessions {
   private readonly networks: SlotNetworks;
   /** Pause/resume of the slot's processes: the trees of its sessions and of the one started ahead. */
   readonly freezer: SlotFreezer;
+  /** Connections to ports where the slot's sessions listen (`GET /ports/connect`): they end with the sessions. */
+  readonly ports: PortTunnels;
 
-  constructor(private readonly host: SlotHost) {
+  constructor(
+    private readonly host: SlotHost,
+    /** The server's volumes, which sessions mount (workspace/volume-store.ts). */
+    readonly volumes?: VolumeStore,
+  ) {
     this.networks = host.slotNetworks;
     this.freezer = new SlotFreezer(host.cgroups, (i) => this.processRoots(i));
+    const networks = this.networks;
+    this.ports = new PortTunnels(host, {
+      sharedNetns: (slot, network) => networks.existing(slot.index, network),
+      sharedNetnsReason: networks.reason,
+      isFrozen: (slot) => this.freezer.isFrozen(slot.index),
+    });
     const why = this.networks.reason;
     if (why) host.logger.warn({ reason: why }, "process sessions: each gets a network namespace of its own (a server one starts on 127.0.0.1 is not reachable from the others)");
   }
@@ -108,11 +129,11 @@ export class ProcessSessions {
    * the sandbox (namespaces, mounts) is most of a command's start-up cost (≈ 8 ms quiet,
    * 20-50 ms on a loaded 2-core box), so a slot that runs sessions keeps one started ahead.
    */
-  private launch(slot: Slot, alias: string | undefined, network: boolean): Launched {
+  private launch(slot: Slot, alias: string | undefined, network: boolean, volumes: { key: string; binds: string[] } = NO_VOLUMES): Launched {
     const host = this.host;
     const internet = network ? host.internetAccess : undefined;
     const image = host.imageRoots.rootFor(slot, SESSION_USERNS_FD);
-    if (image) return this.launchInImage(slot, alias, internet, image);
+    if (image) return this.launchInImage(slot, alias, internet, image, volumes);
     const holder = this.networks.holder(slot.index, internet, slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : undefined, (pid) => host.cgroups.place(slot.index, pid));
     const uid = slot.owner?.uid ?? process.getuid?.() ?? 0;
     const gid = slot.owner?.gid ?? process.getgid?.() ?? 0;
@@ -127,12 +148,14 @@ export class ProcessSessions {
       ...(holder ? ["--uid", String(uid), "--gid", String(gid)] : []),
       ...(holder && internet ? ["--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...(alias ? ["--bind", slot.workspaceDir, alias] : []),
+      // Volumes, after the workspace: a volume may be mounted inside /home/<name>.
+      ...volumes.binds,
       // The slots' seccomp filter, on fd 5 (3: these arguments, 4: the session's spec).
       ...filterArgs(host.bwrap.filter, SESSION_FILTER_FD),
       ...READ_ONLY_ROOT,
     ];
     const bwrapCmd = [host.bwrap.path!, "--args", "3", "--", "/bin/bash", "--noprofile", "--norc", "-c", launcher];
-    return this.spawnSession(slot, args, bwrapCmd, holder, alias, internet !== undefined, undefined);
+    return this.spawnSession(slot, args, bwrapCmd, holder, alias, internet !== undefined, undefined, volumes.key);
   }
 
   /**
@@ -158,7 +181,7 @@ export class ProcessSessions {
    * /home/user) is the session's HOME, USER and LOGNAME (made if the image lacks it), the
    * image's user unchanged: an image need not have such an account.
    */
-  private launchInImage(slot: Slot, alias: string | undefined, internet: InternetAccess | undefined, image: NonNullable<ReturnType<SlotHost["imageRoots"]["rootFor"]>>): Launched {
+  private launchInImage(slot: Slot, alias: string | undefined, internet: InternetAccess | undefined, image: NonNullable<ReturnType<SlotHost["imageRoots"]["rootFor"]>>, volumes: { key: string; binds: string[] }): Launched {
     const host = this.host;
     const holder = this.networks.holder(slot.index, internet, slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : undefined, (pid) => host.cgroups.place(slot.index, pid), image.parentFd);
     const root = { ...image.root, userns: holder ? ("joined" as const) : image.root.userns };
@@ -168,15 +191,16 @@ export class ProcessSessions {
       ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, writableArgs: host.disks.writableArgs(slot, true), image: root }),
       ...(alias ? ["--setenv", "HOME", alias, "--setenv", "USER", name!, "--setenv", "LOGNAME", name!, "--setenv", "PATH", `${path}:${SHIMS_DIR}`, "--ro-bind", userShimBin(host.stateDir), SHIMS_DIR] : []),
       ...(holder && internet ? ["--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
+      ...volumes.binds,
       ...filterArgs(host.bwrap.filter, SESSION_FILTER_FD),
     ];
     const execAs = asImageUser(root).map((a) => `${a} `).join("");
     const mkHome = alias ? `[ -d ${alias} ] || { ${IMAGE_TOOLS_BIN}/mkdir -p -- ${alias} && ${IMAGE_TOOLS_BIN}/chown ${root.uid}:${root.gid} ${alias}; } 2>/dev/null; ` : "";
     const bwrapCmd = [host.bwrap.path!, "--args", "3", "--", IMAGE_BASH, "--noprofile", "--norc", "-c", mkHome + this.launcher(execAs, true)];
-    return this.spawnSession(slot, args, bwrapCmd, holder, alias, internet !== undefined, holder ? undefined : image.parentFd);
+    return this.spawnSession(slot, args, bwrapCmd, holder, alias, internet !== undefined, holder ? undefined : image.parentFd, volumes.key);
   }
 
-  private spawnSession(slot: Slot, args: string[], bwrapCmd: string[], holder: NetnsHolder | undefined, alias: string | undefined, network: boolean, usernsFd: number | undefined): Launched {
+  private spawnSession(slot: Slot, args: string[], bwrapCmd: string[], holder: NetnsHolder | undefined, alias: string | undefined, network: boolean, usernsFd: number | undefined, volumesKey: string): Launched {
     const host = this.host;
     const wrapped = holder ? holder.wrap(bwrapCmd) : { file: bwrapCmd[0]!, args: bwrapCmd.slice(1) };
     const start = withoutCapabilities(wrapped.file, wrapped.args);
@@ -199,7 +223,7 @@ export class ProcessSessions {
       stdinReady = holder.join(child);
       stdinReady.catch((err: unknown) => host.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "process session: the slot's network namespace failed, session killed"));
     }
-    return { child, alias, network, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady, holder };
+    return { child, alias, network, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady, holder, volumes: volumesKey };
   }
 
   /** Keeps one sandbox started ahead for the slot's next command. */
@@ -212,7 +236,12 @@ export class ProcessSessions {
     });
   }
 
-  /** The pids whose process trees are the slot's sessions (and the one started ahead): what a freeze by signals stops. */
+  /** The pids of the slot's sessions (and the one started ahead): the roots of its process trees. */
+  sessionPids(slot: Slot): number[] {
+    return this.processRoots(slot.index);
+  }
+
+  /** The same by slot index: what a freeze by signals stops. */
   processRoots(index: number): number[] {
     return [...(this.bySlot.get(index)?.values() ?? []), this.warm.get(index)].flatMap((s) => (s?.child.pid ? [s.child.pid] : []));
   }
@@ -249,10 +278,21 @@ export class ProcessSessions {
       if (timedOut) throw new HttpError(409, `${slot.id} is being reset or forked; try again`);
       return this.startWhenSettled(slot, req);
     }
-    return this.start(slot, req);
+    const volumes = await this.volumeBinds(slot, req.volumes ?? []);
+    return this.start(slot, req, volumes);
   }
 
-  private start(slot: Slot, req: SessionStart): Session {
+  /** The bubblewrap binds of a session's volumes (their views are made here, before the start). */
+  private async volumeBinds(slot: Slot, mounts: readonly VolumeMount[]): Promise<{ key: string; binds: string[] }> {
+    if (mounts.length === 0) return NO_VOLUMES;
+    const store = this.volumes;
+    if (!store) throw new HttpError(503, "this sandbox server keeps no volumes", "volumes");
+    const paths = new Set(mounts.map((m) => m.path.replace(/\/+$/, "")));
+    if (paths.size !== mounts.length) throw new HttpError(400, "two volumes are mounted at the same path", "volumes");
+    return { key: mounts.map((m) => `${m.volume_id}:${m.path}`).join(","), binds: await store.sessionBinds(slot, mounts) };
+  }
+
+  private start(slot: Slot, req: SessionStart, volumes: { key: string; binds: string[] } = NO_VOLUMES): Session {
     const host = this.host;
     // Reached after waiting out a reset while the server closed: nothing may start past close().
     if (this.closed) throw new HttpError(503, "sandbox server is shutting down: the process was not started");
@@ -266,10 +306,11 @@ export class ProcessSessions {
     const network = req.allowNetwork === true && host.effectiveNetwork(true);
     let launched = this.warm.get(slot.index);
     this.warm.delete(slot.index);
-    const stale = (l: Launched): boolean => l.alias !== req.workspaceAlias || l.network !== network || l.child.exitCode !== null || l.child.signalCode !== null || (l.holder !== undefined && !l.holder.alive);
+    const stale = (l: Launched): boolean =>
+      l.alias !== req.workspaceAlias || l.network !== network || l.volumes !== volumes.key || l.child.exitCode !== null || l.child.signalCode !== null || (l.holder !== undefined && !l.holder.alive);
     if (!launched || stale(launched)) {
       if (launched) void killLaunched(launched);
-      launched = this.launch(slot, req.workspaceAlias, network);
+      launched = this.launch(slot, req.workspaceAlias, network, volumes);
     }
     const { child } = launched;
     const envs = Object.entries(req.envs).map(([k, v]) => `${k}=${v}`);
@@ -332,7 +373,10 @@ export class ProcessSessions {
       await Promise.all([...m.values()].map((s) => s.signal("SIGKILL")));
       m.clear();
     }
+    this.ports.killSlot(slot);
     await this.networks.stop(slot.index);
+    // Its volumes' views go with its sessions (no process of the slot uses them now).
+    await this.volumes?.releaseSlot(slot);
   }
 
   /**
@@ -376,6 +420,7 @@ export class ProcessSessions {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.ports.close();
     await Promise.all(this.host.slots.map((s) => this.killSlot(s)));
   }
 }

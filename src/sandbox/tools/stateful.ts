@@ -9,6 +9,8 @@ import type { SlotHost } from "../workspace/slot-host.js";
 import { clearMountPoint, createSlotFile, readSlotFile } from "../workspace/no-follow.js";
 import { SlotNamespace, USERNS_FD } from "../isolation/spawner.js";
 import { outputDir } from "./bash.js";
+import { keepExports, type TerminalState } from "./terminal-state.js";
+export { keepExports, type TerminalState };
 import { IMAGE_TOOLS_BIN } from "../images/image-tools.js";
 import { terminalPrologue, terminalShell, terminalTmux } from "./terminal-commands.js";
 import type { Slot } from "../core/slot.js";
@@ -18,7 +20,7 @@ import { filterArgs } from "../isolation/seccomp.js";
 import { ulimitPrologue } from "../isolation/limits.js";
 /** The fd a terminal attach's bubblewrap reads the seccomp program from (ws.ts writes it). */
 export const ATTACH_FILTER_FD = 4;
-import { firstChild, killNamespaceInit } from "../run/process-barrier.js";
+import { firstChild, killNamespaceInit, type ProcessRef } from "../run/process-barrier.js";
 import { takeInjectedFault } from "./test-faults.js";
 
 /**
@@ -177,6 +179,20 @@ export class StatefulSessions {
       }
     }
     return s;
+  }
+
+  /**
+   * A process inside the slot's terminal namespace, which is started for that network setting
+   * if it is not up: the slot's browser joins its network namespace, so a server the terminal
+   * runs (`python3 -m http.server &`) is on the browser's loopback. Undefined when the terminal
+   * is not sandboxed (no bubblewrap or spawner).
+   */
+  async networkProcess(slot: Slot, allowNetwork: boolean): Promise<ProcessRef | undefined> {
+    const holder = this.session(slot, allowNetwork).holder;
+    if (!holder) return undefined;
+    await holder.start();
+    // bubblewrap's first child: the init of the namespace (as the reset barrier finds it).
+    return holder.pid !== undefined ? (firstChild(holder.pid) ?? undefined) : undefined;
   }
 
   /**
@@ -474,25 +490,4 @@ export class StatefulSessions {
   async close(): Promise<void> {
     await Promise.all(this.service.slots.map((s) => this.stop(s)));
   }
-}
-
-/** A terminal's working directory and exported environment (`export -p` lines), for a fork's child. */
-export interface TerminalState {
-  cwd: string;
-  env: string;
-}
-
-/** Variables that belong to one shell or one tmux pane, never carried into another terminal. */
-const PER_SHELL = new Set(["PWD", "OLDPWD", "SHLVL", "TMUX", "TMUX_PANE", "SLOTPOOL_N", "_"]);
-
-/** `export -p` output without the per-shell variables (a value may span lines). */
-export function keepExports(text: string): string {
-  const out: string[] = [];
-  let keep = false;
-  for (const line of text.split("\n")) {
-    const m = /^declare -[-a-zA-Z]* ([A-Za-z_][A-Za-z0-9_]*)/.exec(line);
-    if (m) keep = !PER_SHELL.has(m[1]!);
-    if (keep) out.push(line);
-  }
-  return out.join("\n") + (out.length ? "\n" : "");
 }

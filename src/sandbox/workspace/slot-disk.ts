@@ -100,8 +100,19 @@ export class SlotDisks {
    * detached). O(1) in what the slot wrote, off the event loop; rejects when the mount
    * helper fails (the caller takes the slot out of service).
    */
-  async renew(slot: Slot): Promise<void> {
+  async renew(slot: Slot, root?: { lowers: string[]; uid: number; gid: number }): Promise<{ upper: string; work: string } | undefined> {
     const args = this.diskArgs(slot);
+    if (this.helper && root) {
+      // The fresh disk and a slot's image root over it, one request (template-mount.c `root`).
+      try {
+        await this.helper.call(["root", ...args.slice(1), String(root.uid), String(root.gid), ...root.lowers]);
+        this.remember(slot);
+        const views = this.viewsDir(slot)!;
+        return { upper: join(views, "root-upper"), work: join(views, "root-work") };
+      } catch {
+        // Only a fresh disk, then: the image room mounts the root itself and says what failed.
+      }
+    }
     if (this.helper) await this.helper.call(args);
     else {
       try {
@@ -111,6 +122,7 @@ export class SlotDisks {
       }
     }
     this.remember(slot);
+    return undefined;
   }
 
   /** Whether a fork can prepare a slot's next disk beside its current one (`prepareNext`: the helper serves it). */

@@ -11,6 +11,8 @@ export async function setup(): Promise<void> {
   process.env["E2B_SANDBOX_URL"] = server.url;
   process.env["E2B_API_KEY"] = server.apiKey;
   process.env["E2B_DOMAIN"] = new URL(server.url).host;
+  // https://getHost(port): the server's certificate (a throwaway CA's) is trusted by the workers.
+  if (server.tls) process.env["NODE_EXTRA_CA_CERTS"] = server.tls.caFile;
 }
 
 export async function teardown(): Promise<void> {
