@@ -133,7 +133,15 @@ export class SlotLease implements ForkableSlot {
   reset(options: CallOptions & ResetInto = {}): Promise<ResetResponse> {
     this.plainFirst = false;
     return this.use(async (client) => {
-      const res = await client.reset(this.slotId, options);
+      let res: ResetResponse;
+      try {
+        res = await client.reset(this.slotId, options);
+      } catch (err) {
+        // Refused (an image it could not mount, say): the server may have reset the slot before it
+        // failed, and answers no generation. The reset was this lease's own: its next calls go without one.
+        if (err instanceof SandboxRequestError && err.status !== undefined) this.record.generation = undefined;
+        throw err;
+      }
       this.record.generation = res.generation;
       this.record.root = options.image !== undefined && res.success && res.image ? { key: imageKey(options.image), image: options.image, reset: res.image } : undefined;
       this.record.fresh = res.success;
