@@ -52,6 +52,19 @@ describe("sandbox server volumes", () => {
     return { out, code: events.find((e) => e.type === "end")?.exit_code };
   }
 
+  it("a server that has kept no volume makes no volumes directory: the list is empty and the data dir holds only the slots' workspaces; the first volume makes it", async () => {
+    const visible = (): string[] => readdirSync(s.dataDir).filter((n) => !n.startsWith("."));
+    expect(visible()).not.toContain("volumes");
+    const list = await post("/volumes/list", {});
+    expect(list.status).toBe(200);
+    expect(list.json.volumes).toEqual([]);
+    expect((await post("/volumes/get", { volume_id: "vol-none" })).status).toBe(404);
+    expect(visible()).not.toContain("volumes");
+    expect((await post("/volumes/create", { volume_id: "vol-first", name: "first", token: "f".repeat(32) })).status).toBe(200);
+    expect(visible()).toContain("volumes");
+    expect((await post("/volumes/delete", { volume_id: "vol-first" })).status).toBe(200);
+  });
+
   it("create, list, get, delete; names are unique; a deleted volume is gone", async () => {
     const a = await post("/volumes/create", { volume_id: "vol-a", name: "alpha", token: "t".repeat(32) });
     expect(a.status).toBe(200);

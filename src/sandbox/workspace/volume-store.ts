@@ -67,22 +67,31 @@ export class VolumeStore {
   readonly dir: string;
   private readonly metaDir: string;
   private readonly viewsDir: string;
-  private readonly removal: TreeRemoval;
+  private removalOf: TreeRemoval | undefined;
   /** Per slot: the volumes it has a view of now (root), each mounted once until the slot's sessions end. */
   private readonly views = new Map<number, Map<string, Promise<string>>>();
 
+  /**
+   * Nothing is made on disk until the first volume is created (or removed): a server that
+   * serves no volume leaves its data dir as it found it (a user looking there sees only
+   * the slots), and a shared volumes directory appears once something is kept in it.
+   */
   constructor(private readonly options: VolumeStoreOptions) {
     this.dir = options.dir;
     this.metaDir = join(this.dir, ".meta");
     this.viewsDir = join(options.stateDir, "volume-views");
+  }
+
+  /** Makes the volumes directory (its metadata and this server's trash) where it is missing. */
+  private prepare(): TreeRemoval {
+    if (this.removalOf) return this.removalOf;
     mkdirSync(this.metaDir, { recursive: true, mode: 0o700 });
     chmodSync(this.metaDir, 0o700);
     // The volumes directory must be reachable by the slot uids' views (root) or the server alone.
     chmodSync(this.dir, 0o711);
-    mkdirSync(this.viewsDir, { recursive: true, mode: 0o711 });
     // A trash of this server's own: others share the volumes directory (and empty their own).
     mkdirSync(join(this.dir, ".trash"), { recursive: true, mode: 0o700 });
-    this.removal = new TreeRemoval(join(this.dir, ".trash", `${process.pid}-${randomBytes(4).toString("hex")}`));
+    return (this.removalOf = new TreeRemoval(join(this.dir, ".trash", `${process.pid}-${randomBytes(4).toString("hex")}`)));
   }
 
   get owner(): { uid: number; gid: number } | undefined {
@@ -93,6 +102,7 @@ export class VolumeStore {
     if (this.list().some((v) => v.name === name)) throw new HttpError(409, `a volume named '${name}' exists already`, "name");
     const data = join(this.dir, id);
     if (existsSync(this.metaFile(id)) || existsSync(data)) throw new HttpError(409, `volume '${id}' exists already`, "volume_id");
+    this.prepare();
     mkdirSync(data, { mode: 0o755 });
     chmodSync(data, 0o755);
     if (this.owner) chownSync(data, this.owner.uid, this.owner.gid);
@@ -105,6 +115,8 @@ export class VolumeStore {
 
   list(): VolumeInfo[] {
     const out: VolumeInfo[] = [];
+    // No volumes directory yet: no volume was ever created (by this server or one sharing it).
+    if (!existsSync(this.metaDir)) return out;
     for (const f of readdirSync(this.metaDir)) {
       if (!f.endsWith(".json")) continue;
       try {
@@ -134,13 +146,14 @@ export class VolumeStore {
   delete(id: string): void {
     this.get(id);
     renameSync(this.metaFile(id), join(this.metaDir, `.deleted-${id}-${Date.now()}`));
-    this.removal.discard(join(this.dir, id));
-    for (const f of readdirSync(this.metaDir)) if (f.startsWith(`.deleted-${id}-`)) this.removal.discard(join(this.metaDir, f));
+    const removal = this.prepare();
+    removal.discard(join(this.dir, id));
+    for (const f of readdirSync(this.metaDir)) if (f.startsWith(`.deleted-${id}-`)) removal.discard(join(this.metaDir, f));
   }
 
   /** Deletes a tree of a volume in the background (renamed into the volumes' own trash first: same filesystem). */
   discardTree(path: string): void {
-    this.removal.discard(path);
+    this.prepare().discard(path);
   }
 
   /**
@@ -172,6 +185,7 @@ export class VolumeStore {
     const helper = volumeMountHelper(this.options.stateDir);
     if (!helper) throw new HttpError(503, `volumes cannot be mounted: the volume view helper could not be built (${helperError ?? "unknown reason"})`);
     const target = join(this.viewsDir, slot.id, id);
+    mkdirSync(this.viewsDir, { recursive: true, mode: 0o711 });
     mkdirSync(target, { recursive: true, mode: 0o700 });
     chmodSync(join(this.viewsDir, slot.id), 0o711);
     try {
