@@ -1,5 +1,4 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
-import { once } from "node:events";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { gunzipSync } from "node:zlib";
 import { requestTarget } from "../http/target.js";
@@ -147,7 +146,7 @@ async function relayFile(p: ProcessStream, res: ServerResponse, path: string, ca
   const send = async (chunk: Buffer) => {
     sent += chunk.length;
     if (sent > cap) throw new E2bApiError(413, `'${path}' grew past this server's download limit of ${cap} bytes while being read (--max-download-mb)`);
-    if (!res.write(chunk)) await Promise.race([once(res, "drain"), once(res, "close")]);
+    if (!res.write(chunk)) await drainedOrClosed(res);
   };
   for await (const ev of p.events) {
     if (ev.type === "end") {
@@ -354,5 +353,23 @@ function readCapped(req: IncomingMessage, maxBytes: number, lease: BudgetLease):
     req.on("data", onData);
     req.on("end", () => resolve(Buffer.concat(chunks)));
     req.on("error", reject);
+  });
+}
+
+/**
+ * Resolves once `res` drains or closes, and leaves no listener behind: a race of two
+ * `events.once` calls would leave the loser's close/error listeners on the response at every
+ * full buffer (MaxListenersExceededWarning after ten on a large download).
+ */
+function drainedOrClosed(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    if (res.destroyed) return resolve(); // closed already: no event is coming
+    const done = (): void => {
+      res.off("drain", done);
+      res.off("close", done);
+      resolve();
+    };
+    res.on("drain", done);
+    res.on("close", done);
   });
 }
