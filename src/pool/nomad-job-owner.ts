@@ -63,7 +63,10 @@ export class NomadJobOwner {
   }
 
   beginHeartbeat(): void {
-    this.timer = setInterval(() => void this.heartbeat(), this.o.heartbeatMs ?? HEARTBEAT_INTERVAL_MS);
+    // A timer's promise has no caller to reject to: whatever escapes is logged, never an unhandled rejection.
+    this.timer = setInterval(() => {
+      this.heartbeat().catch((err: unknown) => this.o.logger.error({ job: this.o.jobId, err: errorMessage(err) }, "nomad provisioner: the owner heartbeat failed"));
+    }, this.o.heartbeatMs ?? HEARTBEAT_INTERVAL_MS);
     this.timer.unref();
   }
 
@@ -133,7 +136,12 @@ export class NomadJobOwner {
     this.lost = lost;
     this.stop();
     this.o.logger.error({ job: jobId, kind: lost.kind, err: lost.message }, "nomad provisioner: lost its job");
-    this.o.lost(lost);
+    try {
+      this.o.lost(lost);
+    } catch (err) {
+      // The pool's handlers (its 'failed' listeners) threw: checkJob() is awaited by timers and watches with no caller to tell.
+      this.o.logger.error({ job: jobId, err: errorMessage(err) }, "nomad provisioner: reporting the lost job failed");
+    }
   }
 }
 
