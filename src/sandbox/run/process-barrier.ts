@@ -74,6 +74,27 @@ export function descendants(root: number): number[] {
   return out;
 }
 
+/**
+ * Stops `pid` (SIGSTOP) and resolves once it is stopped, gone or a zombie: from then on it
+ * starts no child, so the children read afterwards are all it will ever have. (A signal is
+ * only queued by kill(2): a process in the middle of clone(2) finishes it first.) Gives up
+ * after `timeoutMs` (the caller kills it anyway).
+ */
+export async function stopProcess(pid: number, timeoutMs = 2_000): Promise<void> {
+  try {
+    process.kill(pid, "SIGSTOP");
+  } catch {
+    return; // gone
+  }
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const state = statFields(pid)?.[0];
+    if (state === undefined || state === "T" || state === "t" || state === "Z" || state === "X") return;
+    if (performance.now() > deadline) return;
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
 /** The first child of `pid` (bwrap's child: the init of the sandbox's PID namespace). */
 export function firstChild(pid: number): ProcessRef | null {
   try {

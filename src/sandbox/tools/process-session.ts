@@ -1,7 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { HttpError } from "../../http/errors.js";
 import type { ProcessEvent, ProcessInfo } from "../../protocol/process-session.js";
-import { descendants, firstChild, killNamespaceInit } from "../run/process-barrier.js";
+import { descendants, firstChild, killNamespaceInit, stopProcess } from "../run/process-barrier.js";
 import { cutOffCause, cutOffMessage } from "../core/cut-off.js";
 import { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeError } from "./session-stdin.js";
 
@@ -147,14 +147,20 @@ export class ProcessSession {
   async signal(sig: NodeJS.Signals): Promise<void> {
     const bwrap = this.child.pid;
     if (bwrap === undefined || this.ended) return;
-    const init = firstChild(bwrap);
     if (sig === "SIGKILL") {
       this.sentSignal = "SIGKILL";
+      // Stopped first: a kill right after the start may find bubblewrap (or the gate that
+      // becomes it) just about to clone the namespace's init; looked for before that and
+      // bubblewrap killed after, the init would miss its parent-death signal and the command
+      // live on, holding the session's pipes (and its end) until it ended by itself.
+      await stopProcess(bwrap);
+      const init = firstChild(bwrap);
       if (init) await killNamespaceInit(init).catch(() => undefined);
       this.child.kill("SIGKILL");
       await this.exited;
       return;
     }
+    const init = firstChild(bwrap);
     if (!init) return;
     this.sentSignal = sig;
     for (const pid of [init.pid, ...descendants(init.pid)]) {
