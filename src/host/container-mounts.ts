@@ -81,11 +81,16 @@ export function unmaskProc(): string[] {
   return covers;
 }
 
-/** The cgroup v1 controllers the server uses (cgroups.ts); v2 is one mount. */
-const CONTROLLERS = ["memory", "pids", "cpu", "freezer"];
+/**
+ * The cgroup v1 controllers the server uses (sandbox/isolation/cgroups.ts makes a directory in
+ * each; v2 is one mount): one list, so a controller added there is remounted here too (cpuacct,
+ * missed here, made every slot cgroup fail in Docker).
+ */
+export const CGROUP_V1_CONTROLLERS = ["memory", "pids", "cpu", "freezer", "cpuacct"] as const;
+const CONTROLLERS: readonly string[] = CGROUP_V1_CONTROLLERS;
 
 /**
- * Remounts the read-only cgroup mounts the server uses (v2, or v1's memory, pids and cpu)
+ * Remounts the read-only cgroup mounts the server uses (v2, or the v1 controllers above)
  * read-write in this (own) mount namespace. Returns what it remounted; throws naming the one
  * it could not.
  */

@@ -1,6 +1,7 @@
 import { realpathSync, existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { CGROUP_V1_CONTROLLERS } from "../../host/container-mounts.js";
 
 /**
  * Per-slot cgroups, where the host lets us create them (root, writable cgroupfs):
@@ -20,6 +21,8 @@ interface Placement {
 }
 
 const ROOT = "/sys/fs/cgroup";
+/** v1 controllers that set no limit (pause, CPU time): a slot does without one that cannot be made. */
+const OPTIONAL_V1: ReadonlySet<string> = new Set(["freezer", "cpuacct"]);
 
 export class SlotCgroups {
   readonly mode: "v1" | "v2" | "none";
@@ -59,14 +62,22 @@ export class SlotCgroups {
       const roots = new Set<string>();
       // freezer: pause/resume of a slot (slot-freezer.ts); cpuacct: its CPU time (E2B's metrics,
       // tools/slot-usage.ts). Neither sets a limit. One hierarchy mounted under two names (cpu,cpuacct) is used once.
-      for (const ctrl of ["memory", "pids", "cpu", "freezer", "cpuacct"]) {
+      for (const ctrl of CGROUP_V1_CONTROLLERS) {
         const root = join(ROOT, ctrl);
         if (!existsSync(join(root, "cgroup.procs"))) continue;
         const real = realpathSync(root);
         if (roots.has(real)) continue;
         roots.add(real);
         const dir = join(root, name);
-        mkdirSync(dir);
+        try {
+          mkdirSync(dir);
+        } catch (err) {
+          // freezer and cpuacct set no limit: without them a slot loses pause or its CPU
+          // figure, never its memory and pids bounds.
+          if (!OPTIONAL_V1.has(ctrl)) throw err;
+          logger.warn({ controller: ctrl, err: err instanceof Error ? err.message : String(err) }, "slot cgroups go without this controller");
+          continue;
+        }
         made.push(dir);
       }
       if (made.length === 0) throw new Error("no cgroup v1 memory/pids/cpu hierarchy mounted");
@@ -227,7 +238,7 @@ function procsEmpty(dir: string): boolean {
 
 /** Removes empty cgroups left by servers that died without cleaning up. */
 function sweepStale(logger: Logger): void {
-  const roots = existsSync(join(ROOT, "cgroup.controllers")) ? [ROOT] : [...new Set(["memory", "pids", "cpu", "freezer", "cpuacct"].map((c) => join(ROOT, c)).filter((r) => existsSync(r)).map((r) => realpathSync(r)))];
+  const roots = existsSync(join(ROOT, "cgroup.controllers")) ? [ROOT] : [...new Set(CGROUP_V1_CONTROLLERS.map((c) => join(ROOT, c)).filter((r) => existsSync(r)).map((r) => realpathSync(r)))];
   let removed = 0;
   for (const root of roots) {
     let names: string[];
