@@ -290,6 +290,7 @@ while True:
     c, _ = s.accept(); c.sendall(b"hello bash\\n"); c.close()' &
 while [ ! -e /workspace/bash-listening ]; do sleep 0.05; done
 exec 3<>/dev/tcp/127.0.0.1/${port} && head -n 1 <&3
+touch /workspace/bash-read
 sleep 600`;
     const call = s.post("/execute", { slot_id: "slot_1", tool: "bash", args: { command: serveInCall }, timeout: 900 }, { authorization: `Bearer ${TOKEN}` });
     // Sessions run outside the slot's call queue: one waits for the call's server to be up.
@@ -301,6 +302,11 @@ sleep 600`;
     const dial = await session(s, "slot_1", `if (exec 3<>/dev/tcp/127.0.0.1/${port}) 2>/dev/null; then echo reached; else echo refused; fi`);
     await dial.done;
     expect(dial.out()).toBe("refused\n");
+    // The call has read its own server's greeting (its marker follows the line it printed) before the reset cuts it:
+    // on a loaded box the reset otherwise came first and the call had printed nothing yet.
+    const read = await session(s, "slot_1", "until [ -e /workspace/bash-read ]; do sleep 0.05; done; echo read");
+    await read.done;
+    expect(read.out()).toBe("read\n");
     // The reset ends the call (and what it started) and the session.
     expect((await s.post("/reset", { slot_id: "slot_1" }, { authorization: `Bearer ${TOKEN}` })).status).toBe(200);
     const answered = await call;
