@@ -87,6 +87,11 @@ function isRoot(): boolean {
   return process.getuid?.() === 0;
 }
 
+/** Whether this process holds capability number `cap` (linux/capability.h: CAP_SYS_PTRACE is 19) in its effective set. */
+export function hasEffectiveCapability(cap: number): boolean {
+  return (capabilities().effective & (1n << BigInt(cap))) !== 0n;
+}
+
 /** Capability sets of this process, from /proc/self/status (0n where unreadable). */
 function capabilities(): { effective: bigint; ambient: bigint } {
   try {

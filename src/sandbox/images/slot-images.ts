@@ -2,7 +2,7 @@ import { statfsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { findExecutable } from "../../host/executables.js";
-import { whyNoMounts } from "../../host/mount-namespace.js";
+import { hasEffectiveCapability, whyNoMounts } from "../../host/mount-namespace.js";
 import type { ImageFetch, ImageListResponse, ImagePullResponse, ResetImage } from "../../protocol/images.js";
 import type { Slot } from "../core/slot.js";
 import type { ImageRoot } from "../isolation/isolation.js";
@@ -28,11 +28,11 @@ const OVERLAYFS_MAGIC = 0x794c7630;
  * (a container's own root) each would be a whiteout of that overlay, and the file it marks
  * would vanish. Such a store dir is refused, naming the fix.
  */
-function overlayfsProblem(dir: string): string | undefined {
+function overlayfsProblem(dir: string, what = `the image store ${dir}`, fix = "--image-store DIR; Nomad: the job's image-store disk"): string | undefined {
   let probe = dir;
   for (;;) {
     try {
-      if (statfsSync(probe).type === OVERLAYFS_MAGIC) return `the image store ${dir} is on overlayfs (a container's own root): give it a volume or a host directory (--image-store DIR; Nomad: the job's image-store disk)`;
+      if (statfsSync(probe).type === OVERLAYFS_MAGIC) return `${what} is on overlayfs (a container's own root): give it a volume or a host directory (${fix})`;
       return undefined;
     } catch {
       const up = dirname(probe);
@@ -61,6 +61,9 @@ export interface ImageHost {
   readonly bwrap: BwrapProbe;
 }
 
+/** linux/capability.h */
+const CAP_SYS_PTRACE = 19;
+
 /**
  * Task images as the sandbox service uses them: the store (fetch, list, evict), each slot's
  * root (`slot-roots.ts`) and what a sandbox needs to run in one (`rootFor`). Unavailable
@@ -85,6 +88,11 @@ export class SlotImages {
       const noMounts = whyNoMounts();
       if (noMounts) return noMounts;
       if (root && !this.idmapped) return "a root server gives image roots only to slots with uids of their own (not with --per-slot-uid off)";
+      // Said here, not at the first reset: the helper opens /proc/PID/ns/user of the slot's
+      // user-namespace holder, a process of another uid, which takes CAP_SYS_PTRACE.
+      if (root && !hasEffectiveCapability(CAP_SYS_PTRACE)) {
+        return "a root server without CAP_SYS_PTRACE (Docker drops it) cannot open /proc/PID/ns/user of a slot's user-namespace holder, a process of another uid (Permission denied): add it (docker run --cap-add SYS_PTRACE; Nomad's docker driver: capAdd sys_ptrace)";
+      }
       if (!findExecutable("skopeo")) return "skopeo is not installed (Debian: apt-get install skopeo)";
       if (!findExecutable("tar")) return "GNU tar is not installed";
       return undefined;
@@ -95,6 +103,8 @@ export class SlotImages {
     let authFile: string | undefined;
     const storeDir = options.dir ?? join(host.stateDir, "images");
     if (!reason) reason = overlayfsProblem(storeDir);
+    // The slots' writable layers (overlay upper dirs) live in the state dir, under the data dir: overlayfs refuses an upper dir on overlayfs.
+    if (!reason) reason = overlayfsProblem(host.stateDir, `the data dir's state ${host.stateDir} (the slots' writable image layers)`, "docker run -v HOST_DIR:/var/lib/slotpool, or --data-dir on a volume");
     if (!reason) {
       const m = ImageMounter.build(host.stateDir);
       if ("error" in m) reason = m.error;
