@@ -4,6 +4,7 @@ import { join } from "node:path";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Slot } from "../../src/sandbox/core/slot.js";
+import { SlotNetworks } from "../../src/sandbox/isolation/slot-netns.js";
 import { ProcessSessions } from "../../src/sandbox/tools/process-sessions.js";
 import type { SlotHost } from "../../src/sandbox/workspace/slot-host.js";
 
@@ -52,6 +53,10 @@ beforeAll(async () => {
     disks: { writableArgs: () => [] },
     effectiveNetwork: () => false,
     identity: () => undefined,
+    // The service's own (issue 36 moved it there from ProcessSessions): the slots' shared network namespaces.
+    slotNetworks: new SlotNetworks(),
+    // A plain slot: no image root (task images, issue 36).
+    imageRoots: { rootFor: () => undefined },
   } as unknown as SlotHost;
   sessions = new ProcessSessions(host);
   // The slot runs a session: from then on it keeps a sandbox started ahead.
