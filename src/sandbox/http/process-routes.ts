@@ -85,7 +85,7 @@ export function addProcessRoutes(table: RouteTable, host: ProcessRouteHost, body
     })
     .add("POST", "/processes/kill-all", async (req, res) => {
       const r = await read<{ slot_id: string }>(req, ProcessSlotRequestSchema);
-      await host.processes.killSlot(host.slotById(r.slot_id));
+      await host.processes.endAll(host.slotById(r.slot_id));
       sendJson(res, 200, {});
     });
 }

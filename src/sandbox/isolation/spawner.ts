@@ -54,6 +54,7 @@ export interface SlotNamespaceOptions {
   internet?: InternetAccess | undefined;
   /** bubblewrap arguments for /tmp, /var/tmp and /dev/shm (the slot's bounded disk). */
   writableArgs?: string[] | undefined;
+  bootId?: string | undefined; // the slot's boot id file (boot-id.ts)
   /** Extra host dirs bound read-write: [host path, sandbox path]. */
   extraBinds?: Array<[string, string]> | undefined;
   uid?: number | undefined;
@@ -133,7 +134,7 @@ export class SlotNamespace {
     const uid = o.uid ?? process.getuid?.() ?? 0;
     const gid = o.gid ?? o.uid ?? process.getgid?.() ?? 0;
     const args = [
-      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity, writableArgs: o.writableArgs }),
+      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity, writableArgs: o.writableArgs, bootId: o.bootId }),
       // Inside the holder's own user namespace (where it is root): the sandbox runs as the
       // slot's uid again, in a nested user namespace without any capability over the network.
       ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),

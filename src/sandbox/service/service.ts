@@ -33,6 +33,7 @@ import { forkHost } from "../fork/fork-host.js";
 import { DEFAULT_DISK_BYTES, SlotDisks } from "../workspace/slot-disk.js";
 import { MountHelper, mountHelperBinary } from "../workspace/mount-helper.js";
 import { TreeRemoval } from "../workspace/tree-removal.js";
+import { SlotBootIds } from "../isolation/boot-id.js";
 import { whyNoMounts } from "../../host/mount-namespace.js";
 import { mayChangeOwnMounts, writableCgroups } from "../../host/container-mounts.js";
 import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "../isolation/network.js";
@@ -121,6 +122,7 @@ export class SandboxService implements SlotHost {
   readonly mountHelper: MountHelper | null;
   readonly mayMount: boolean;
   readonly removal: TreeRemoval;
+  readonly bootIds: SlotBootIds;
   /** POST /fork (fork.ts). */
   readonly forks: SlotForks;
   private readonly bash: BashRunner;
@@ -156,6 +158,7 @@ export class SandboxService implements SlotHost {
     }
     const base = options.slotUidBase ?? 20_000;
     this.removal = new TreeRemoval(join(this.stateDir, "trash"));
+    this.bootIds = new SlotBootIds(join(this.stateDir, "boot-id"));
     // Mounting needs root, or (not root) a user namespace of the server's own.
     const noMounts = whyNoMounts();
     this.mayMount = noMounts === undefined;
@@ -368,6 +371,8 @@ export class SandboxService implements SlotHost {
           await this.browsers.close(slot);
           await this.stateful.stop(slot);
           await this.bash.resetSlot(slot);
+          // No process of the slot is left: the next trajectory's is a new boot.
+          this.bootIds.renew(slot);
           await this.forks.release(slot);
           await this.templates.detach(slot);
           await this.emptyWorkspace(slot);
@@ -427,7 +432,9 @@ export class SandboxService implements SlotHost {
     // No browser survives a fork: its sandbox binds the workspace the children now share (docs/browser.md).
     return this.processes.whileStopped(parent, children, async () => {
       await Promise.all([parent, ...children].map((s) => this.browsers.close(s)));
-      return { ...(await this.forks.fork(parent, children)), generations: children.map((c) => c.generation) };
+      const forked = await this.forks.fork(parent, children);
+      for (const c of children) this.bootIds.renew(c);
+      return { ...forked, generations: children.map((c) => c.generation) };
     });
   }
 

@@ -60,6 +60,7 @@ export class BashRunner {
         allowNetwork,
         internet: svc.internetAccess,
         writableArgs: svc.disks.writableArgs(slot),
+        bootId: svc.bootIds.file(slot),
         identity: svc.identity(slot),
         uid: slot.owner?.uid,
         gid: slot.owner?.gid,
@@ -131,7 +132,7 @@ export class BashRunner {
     } else {
       const script = ulimitPrologue(limits, timeoutS) + args.command;
       const spec = sandboxed
-        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot) }), ...filterArgs(svc.bwrap.filter, RUN_INPUT_FD), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script], input: svc.bwrap.filter?.program }
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot), bootId: svc.bootIds.file(slot) }), ...filterArgs(svc.bwrap.filter, RUN_INPUT_FD), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script], input: svc.bwrap.filter?.program }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,

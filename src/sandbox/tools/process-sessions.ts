@@ -138,7 +138,7 @@ export class ProcessSessions {
     ].join("");
     const args = [
       // In the slot's shared namespace (bubblewrap must not unshare it again); without one (no nsenter), loopback only.
-      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot) }),
+      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot), bootId: host.bootIds.file(slot) }),
       // The workspace at /home/NAME: the uid is NAME there, with that home (E2B's `user`).
       ...(user ? ["--setenv", "HOME", user.home, "--setenv", "USER", user.name, "--setenv", "LOGNAME", user.name, "--setenv", "PATH", `${SANDBOX_PATH}:${SHIMS_DIR}`, ...userShimArgs(host.stateDir)] : []),
       // Inside the holder's user namespace, where it is root: back to the slot's uid, the slot's resolver.
@@ -320,6 +320,12 @@ export class ProcessSessions {
     await this.networks.stop(slot.index);
     // Its volumes' views go with its sessions (no process of the slot uses them now).
     await this.volumes?.releaseSlot(slot);
+  }
+
+  /** Every session of the slot ended, then a new boot id for it (POST /processes/kill-all: E2B's filesystem-only pause and cold boot). */
+  async endAll(slot: Slot): Promise<void> {
+    await this.killSlot(slot);
+    this.host.bootIds.renew(slot);
   }
 
   /**

@@ -140,6 +140,7 @@ export class StatefulSessions {
           allowNetwork,
           internet: svc.internetAccess,
           writableArgs: svc.disks.writableArgs(slot),
+          bootId: svc.bootIds.file(slot),
           identity: svc.identity(slot),
           extraBinds: [[hostDir, SESSION_MOUNT]],
           uid: slot.owner?.uid,

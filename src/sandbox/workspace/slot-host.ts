@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { SlotCgroups } from "../isolation/cgroups.js";
 import type { BwrapProbe } from "../isolation/isolation.js";
+import type { SlotBootIds } from "../isolation/boot-id.js";
 import type { CommandLimits } from "../isolation/limits.js";
 import type { CappedOutput } from "../run/output.js";
 import type { RunResult } from "../run/runner.js";
@@ -41,6 +42,8 @@ export interface SlotHost {
   readonly mayMount: boolean;
   /** Deletes trees a slot left, in child processes (never on the event loop). */
   readonly removal: TreeRemoval;
+  /** Each slot's boot id, bound into its sandboxes and renewed when all its processes have ended. */
+  readonly bootIds: SlotBootIds;
   /** Whether a call asking for `requested` network gets it (network on needs internet access). */
   effectiveNetwork(requested: boolean): boolean;
   identity(slot: Slot, user?: { name: string; home: string }): { passwd: string; group: string };
