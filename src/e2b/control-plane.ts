@@ -7,6 +7,7 @@ import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
 import { VolumeMountPathSchema } from "../protocol/volumes.js";
 import { SandboxMetrics } from "./sandbox-metrics.js";
+import { egressFrom, EgressFieldsSchema, hasEgress, NetworkUpdateBodySchema } from "./sandbox-egress.js";
 
 /**
  * The control plane of E2B's API (what `E2B_API_URL` points at), the subset the `e2b` SDK
@@ -41,11 +42,8 @@ const CreateBodySchema = z.object({
       allowPublicTraffic: z.boolean().optional(),
       maskRequestHost: z.string().max(512).optional(),
       httpsPorts: z.array(z.number().int().min(1).max(65535).refine((p) => p !== 49983, "the sandbox API's port 49983 cannot be listed")).max(64).optional(),
-      allowOut: z.array(z.string()).optional(),
-      denyOut: z.array(z.string()).optional(),
-      rules: z.record(z.string(), z.unknown()).optional(),
-      egressProxy: z.unknown().optional(),
     })
+    .merge(EgressFieldsSchema)
     .nullish(),
   volumeMounts: z.array(z.object({ name: z.string().min(1).max(128), path: VolumeMountPathSchema })).max(16).nullish(),
   mcp: z.unknown().optional(),
@@ -123,7 +121,22 @@ export class ControlPlane {
       })
       .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noSnapshots))
       .route("GET", /^\/snapshots$/, unsupported("snapshots", noSnapshots))
-      .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, unsupported("changing a sandbox's network", "a sandbox's internet access is set at create (allow_internet_access)"))
+      // E2B's updateNetwork: every egress rule replaced (an omitted list is cleared).
+      .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, async (req, res, id) => {
+        const s = this.options.registry.require(id);
+        const body = await parse(req, NetworkUpdateBodySchema);
+        const { egress, rules } = egressFrom(body, "body");
+        if (body.allow_internet_access === true && !s.allowNetwork) {
+          throw new E2bApiError(400, `sandbox '${id}' has no internet access (it was created without it, or this server has none: --allow-network), and cannot be given it after create`, "allow_internet_access");
+        }
+        // E2B: allow_internet_access false is the same as denying all traffic.
+        if (body.allow_internet_access === false) {
+          egress.denyOut = [...egress.denyOut, "0.0.0.0/0"];
+          rules.deny = [...rules.deny, "0.0.0.0/0"];
+        }
+        await this.options.registry.updateEgress(id, egress, rules);
+        send(res, 204);
+      })
       .route("GET", /^\/sandboxes\/([^/]+)\/metrics$/, async (req, res, id) => {
         const s = this.options.registry.require(id);
         const { query } = requestTarget(req.url);
@@ -175,9 +188,7 @@ export class ControlPlane {
     if (body.autoResume?.enabled && !body.autoPause) throw new E2bApiError(400, "autoResume needs autoPause: only a sandbox paused at its timeout can be resumed by traffic", "autoResume");
     if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new E2bApiError(400, "autoResume cannot be combined with autoPauseMemory: false (a filesystem-only pause is resumed with connect)", "autoResume");
     const net = body.network ?? undefined;
-    if (net && ((net.allowOut?.length ?? 0) > 0 || (net.denyOut?.length ?? 0) > 0 || Object.keys(net.rules ?? {}).length > 0 || (net.egressProxy !== undefined && net.egressProxy !== null))) {
-      throw new E2bApiError(400, "egress rules (network.allowOut, denyOut, rules, egressProxy) are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)", "network");
-    }
+    const egress = net ? egressFrom(net, "network") : undefined;
     const volumeMounts = await this.resolveMounts(body.volumeMounts ?? []);
     const secrets = this.options.resolveSecrets?.(body.envVars ?? {}) ?? { envs: body.envVars ?? {}, secretKeys: [] };
     // \`mcp\` is accepted: the SDK starts the gateway itself, and the sandbox's \`mcp-gateway\` says there is none (user-shims.ts).
@@ -191,6 +202,7 @@ export class ControlPlane {
       lifecycle: { onTimeout: body.autoPause ? "pause" : "kill", keepMemory: body.autoPauseMemory !== false, autoResume: body.autoResume?.enabled === true },
       network: net ? { allowPublicTraffic: net.allowPublicTraffic, maskRequestHost: net.maskRequestHost, httpsPorts: net.httpsPorts } : undefined,
       volumeMounts,
+      ...(egress && hasEgress(egress.egress) ? { egress } : {}),
     });
     send(res, 201, this.created(s));
   }
@@ -285,7 +297,16 @@ export class ControlPlane {
       envdAccessToken: s.accessToken,
       domain: this.options.domain() ?? null,
       allowInternetAccess: s.allowNetwork,
-      ...(Object.keys(s.network).length > 0 ? { network: { allowPublicTraffic: s.network.allowPublicTraffic ?? true, ...(s.network.maskRequestHost ? { maskRequestHost: s.network.maskRequestHost } : {}) } } : {}),
+      ...(Object.keys(s.network).length > 0 || hasEgress(s.egress)
+        ? {
+            network: {
+              allowPublicTraffic: s.network.allowPublicTraffic ?? true,
+              ...(s.network.maskRequestHost ? { maskRequestHost: s.network.maskRequestHost } : {}),
+              ...(s.egress.allowOut.length > 0 ? { allowOut: s.egress.allowOut } : {}),
+              ...(s.egress.denyOut.length > 0 ? { denyOut: s.egress.denyOut } : {}),
+            },
+          }
+        : {}),
     };
   }
 }

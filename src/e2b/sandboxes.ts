@@ -7,6 +7,8 @@ import { PauseResume } from "./pause-resume.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } from "./slot-processes.js";
 import { DEFAULT_PORT_LIMITS, SandboxPorts, type PortLimits } from "./sandbox-ports.js";
 import type { VolumeMount } from "../protocol/volumes.js";
+import type { EgressRules } from "../protocol/egress.js";
+import { hasEgress, NO_EGRESS, type SandboxEgress } from "./sandbox-egress.js";
 
 /** What the registry needs from a pool (SlotPool implements it). */
 export interface E2bPool {
@@ -33,6 +35,9 @@ export interface E2bSandbox {
   readonly maskRequestHost: string | undefined;
   /** What create asked of its network (kept for forks). */
   readonly network: SandboxNetwork;
+  /** Its egress rules as E2B lists them (allowOut / denyOut), and as the slot enforces them (sandbox-egress.ts). */
+  egress: SandboxEgress;
+  egressRules: EgressRules;
   /** Volumes mounted into every process of the sandbox (E2B's volumeMounts, by name and id). */
   readonly volumeMounts: ReadonlyArray<VolumeMount & { name: string }>;
   readonly envs: Record<string, string>;
@@ -84,6 +89,8 @@ export interface CreateSandbox {
   secretEnvKeys?: string[] | undefined;
   /** Volumes to mount (resolved from E2B's names to ids by the caller). */
   volumeMounts?: Array<VolumeMount & { name: string }> | undefined;
+  /** Egress rules (sandbox-egress.ts), in force before create answers. */
+  egress?: { egress: SandboxEgress; rules: EgressRules } | undefined;
 }
 
 export interface SandboxRegistryOptions {
@@ -164,7 +171,31 @@ export class SandboxRegistry {
       throw err;
     }
     const lifecycle = { onTimeout: "kill" as const, keepMemory: true, autoResume: false, ...req.lifecycle };
-    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [], secretEnvKeys: req.secretEnvKeys ?? [] });
+    const s = this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [], secretEnvKeys: req.secretEnvKeys ?? [] });
+    if (req.egress) await this.withEgress(s, req.egress.egress, req.egress.rules);
+    return s;
+  }
+
+  /** A new sandbox gets its egress rules before anyone sees it; when they cannot be set, it ends (never a sandbox without its rules). */
+  private async withEgress(s: E2bSandbox, egress: SandboxEgress, rules: EgressRules): Promise<void> {
+    try {
+      await this.applyEgress(s, egress, rules);
+    } catch (err) {
+      await this.end(s, "killed");
+      throw err;
+    }
+  }
+
+  /** E2B's network update (and create's rules): the sandbox's egress rules replaced, in force for its processes when this resolves. */
+  async updateEgress(id: string, egress: SandboxEgress, rules: EgressRules): Promise<void> {
+    await this.applyEgress(this.require(id), egress, rules);
+  }
+
+  private async applyEgress(s: E2bSandbox, egress: SandboxEgress, rules: EgressRules): Promise<void> {
+    // Without internet nothing leaves the slot: the rules are kept (getInfo lists them), none is needed.
+    if (s.allowNetwork && (hasEgress(egress) || hasEgress(s.egress))) await s.processes.setEgress(rules);
+    s.egress = egress;
+    s.egressRules = rules;
   }
 
   /** A held slot becomes a live sandbox (create, fork). */
@@ -194,6 +225,8 @@ export class SandboxRegistry {
       trafficAccessToken: o.network.allowPublicTraffic === false ? randomBytes(24).toString("base64url") : undefined,
       maskRequestHost: o.network.maskRequestHost,
       network: o.network,
+      egress: NO_EGRESS,
+      egressRules: { allow: [], deny: [] },
       volumeMounts: o.volumeMounts,
       envs: o.envs,
       secretEnvKeys: o.secretEnvKeys,
@@ -232,7 +265,9 @@ export class SandboxRegistry {
       const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
       return ids.map(() => e);
     }
-    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network, volumeMounts: source.volumeMounts, secretEnvKeys: source.secretEnvKeys }));
+    const forks = slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network, volumeMounts: source.volumeMounts, secretEnvKeys: source.secretEnvKeys }));
+    // Each fork gets the source's egress rules (a fork starts from none: its slot was reset).
+    return Promise.all(forks.map(async (f) => (hasEgress(source.egress) ? this.withEgress(f, source.egress, source.egressRules).then(() => f, (err: unknown) => (err instanceof Error ? err : new Error(String(err)))) : f)));
   }
 
   /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */

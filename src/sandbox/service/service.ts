@@ -367,6 +367,7 @@ export class SandboxService implements SlotHost {
         try {
           // Held until the reset is done: a process session started in between would outlive it.
           await this.processes.killSlot(slot, { hold: true });
+          this.processes.networks.forgetEgress(slot.index);
           // Before the terminal: the browser lives on its network namespace.
           await this.browsers.close(slot);
           await this.stateful.stop(slot);
@@ -433,7 +434,10 @@ export class SandboxService implements SlotHost {
     return this.processes.whileStopped(parent, children, async () => {
       await Promise.all([parent, ...children].map((s) => this.browsers.close(s)));
       const forked = await this.forks.fork(parent, children);
-      for (const c of children) this.bootIds.renew(c);
+      for (const c of children) {
+        this.bootIds.renew(c);
+        this.processes.networks.forgetEgress(c.index);
+      }
       return { ...forked, generations: children.map((c) => c.generation) };
     });
   }

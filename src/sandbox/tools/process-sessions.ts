@@ -89,7 +89,8 @@ export class ProcessSessions {
   private readonly held = new Map<number, { settled: Promise<void>; settle: () => void }>();
   private closed = false;
   /** The slots' shared network namespaces (slot-netns.ts). */
-  private readonly networks = new SlotNetworks();
+  /** Each slot's shared network namespaces and their egress rules (isolation/slot-netns.ts). */
+  readonly networks = new SlotNetworks();
   /** Pause/resume of the slot's processes: the trees of its sessions and of the one started ahead. */
   readonly freezer: SlotFreezer;
   /** Connections to ports where the slot's sessions listen (`GET /ports/connect`): they end with the sessions. */
