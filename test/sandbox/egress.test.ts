@@ -10,60 +10,29 @@
  * server answering which address was asked. Creating it needs root; without root only the
  * checks that need no outside host run (the refusals, the DNS forwarder's port, bad bodies).
  */
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRoot, readEvents, startServer, type TestServer } from "./helpers.js";
+import { makeOutsideHosts, type OutsideHosts } from "../support/outside-hosts.js";
 
-const N = (process.pid % 200) + 20;
-const NS = `slotpool-egress-${process.pid}`;
-const VETH = `spe${process.pid}`.slice(0, 15);
-const A = `198.18.${N}.2`;
-const B = `198.18.${N}.3`;
-const PORT = 18081;
-
-let outside: ChildProcess | undefined;
+let outside: OutsideHosts | undefined;
+let A = "";
+let B = "";
+let PORT = 0;
 let s: TestServer;
 
-function ip(...args: string[]): void {
-  execFileSync("ip", args, { stdio: "pipe" });
-}
-
-async function makeOutside(): Promise<void> {
-  ip("netns", "add", NS);
-  ip("link", "add", VETH, "type", "veth", "peer", "name", "eth0", "netns", NS);
-  ip("addr", "add", `198.18.${N}.1/29`, "dev", VETH);
-  ip("link", "set", VETH, "up");
-  for (const a of [A, B]) ip("-n", NS, "addr", "add", `${a}/29`, "dev", "eth0");
-  ip("-n", NS, "link", "set", "eth0", "up");
-  ip("-n", NS, "link", "set", "lo", "up");
-  const script = `require("http").createServer((q, r) => r.end("outside " + q.socket.localAddress)).listen(${PORT}, "0.0.0.0", () => console.log("up"))`;
-  outside = spawn("nsenter", [`--net=/var/run/netns/${NS}`, process.execPath, "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
-  await new Promise<void>((resolve, reject) => {
-    outside!.stdout!.once("data", () => resolve());
-    outside!.once("exit", (code) => reject(new Error(`outside host server exited (${code})`)));
-  });
-}
-
-function removeOutside(): void {
-  outside?.kill("SIGKILL");
-  for (const args of [["link", "del", VETH], ["netns", "del", NS]]) {
-    try {
-      ip(...args);
-    } catch {
-      /* gone already */
-    }
-  }
-}
-
 beforeAll(async () => {
-  if (isRoot) await makeOutside();
+  if (isRoot) {
+    outside = await makeOutsideHosts(2);
+    [A, B] = outside.addresses as [string, string];
+    PORT = outside.port;
+  }
   // After the outside exists: the veth's host side counts as the host's (unreachable from slots).
   s = await startServer({ slots: 2 });
 }, 120_000);
 
 afterAll(async () => {
   await s?.stop();
-  if (isRoot) removeOutside();
+  outside?.remove();
 });
 
 /** Runs `script` as a network-on process session of `slot`; its stdout (after `stdin` lines, if any, are written). */
