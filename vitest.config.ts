@@ -14,7 +14,10 @@ export default defineConfig({
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     testTimeout: 30_000,
     hookTimeout: 60_000,
-    reporters: ["default", "json"],
+    // The default's per-file lines, a progress line (files done / total) and at the end the
+    // skipped tests with their reasons and the slowest files (test/support/progress-reporter.ts);
+    // JSON for .ci/run's counts.
+    reporters: ["default", "./test/support/progress-reporter.ts", "json"],
     outputFile: { json: "test-results/vitest.json" },
   },
 });

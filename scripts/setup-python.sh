@@ -38,11 +38,16 @@ install_venv() {
     fi
   fi
   local log=.build/$name-pip.log pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
-  if ! timeout 900 "${pip[@]}" -r "$req" >"$log" 2>&1; then unavailable "pip could not install $req from the package index (see $log)"; return 0; fi
+  # pip is quiet for a minute or more: say what is happening and how it ended, never a silent wait.
+  local count started=$SECONDS
+  count=$(cat "$req" ${nodeps:+"$nodeps"} | grep -cvE '^\s*(#|$)')
+  echo "setup-python: $name: installing $count pinned packages ($req${nodeps:+, $nodeps}) into $venv with pip; this takes a minute or two (log: $log)…" >&2
+  if ! timeout 900 "${pip[@]}" -r "$req" >"$log" 2>&1; then unavailable "pip could not install $req from the package index after $((SECONDS - started)) s (see $log)"; return 0; fi
   # Packages whose own dependency lists are far more than what the tests import (see the file's comments).
   if [ -n "$nodeps" ] && ! timeout 900 "${pip[@]}" --no-deps --ignore-requires-python -r "$nodeps" >>"$log" 2>&1; then unavailable "pip could not install $nodeps (see $log)"; return 0; fi
   if [ -n "$editable" ] && ! timeout 900 "${pip[@]}" --no-deps -e "$editable" >>"$log" 2>&1; then unavailable "pip could not install $editable from the checkout (see $log)"; return 0; fi
   echo "$want" >"$stamp"
+  echo "setup-python: $name: done in $((SECONDS - started)) s" >&2
 }
 
 # NeMo Gym 0.7 declares Python >= 3.13: the newest 3.13 pyenv has, else one on PATH.

@@ -63,6 +63,15 @@ if [ ! -x /bin/bash-static ]; then
   if [ "$(id -u)" = 0 ]; then need+=(bash-static)
   else echo "setup: optional: bash-static makes each bash call cheaper (sudo apt-get install -y bash-static)" >&2; fi
 fi
+# Task images (docs/images.md): skopeo fetches them (registries, the Docker engine, OCI
+# layouts, archives); a slot whose root is an image runs static tools of ours, never the
+# image's: busybox-static (its helpers' applets) beside bash-static; GNU tar unpacks layers.
+command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+{ [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || need+=(busybox-static)
+# The image tests run their own registry on loopback (Debian's docker-registry) and build a
+# Debian image with python3 from mmdebstrap (test/support/test-images.ts).
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need[*]}" >&2
@@ -76,6 +85,7 @@ fi
 
 # Exactly the locked dependencies. The lock is complete for every platform: rollup is pinned
 # (package.json "overrides") to a release whose platform packages are all published.
+echo "setup: npm ci (the locked dependencies)…" >&2
 npm ci --no-audit --no-fund --loglevel=error
 
 # The real Python clients (E2B SDK, OpenEnv client) for the tests that use them; never fatal.

@@ -26,7 +26,7 @@ export {
   SlotForkError,
 } from "./pool/errors.js";
 export { ProvisionerError, type Provisioner } from "./pool/provisioner.js";
-export { EnvError, ToolContextError, PathRefusedError } from "./env/errors.js";
+export { EnvError, ToolContextError, ToolContextInfraError, PathRefusedError } from "./env/errors.js";
 
 // Wire types every user meets.
 export type { ToolCall, ToolResult } from "./protocol/tool.js";

@@ -4,6 +4,18 @@ import { AgentError } from "./errors.js";
 /** The model server cannot run this model: unreachable, refusing, or not serving the name. */
 export class ModelServerError extends AgentError {
   override name = "ModelServerError";
+  /**
+   * `unknown_model`: the server answers but does not serve the name asked for (the caller's
+   * typo: a usage error); `unreachable`, `refused` (an error status), `bad_answer` (not a
+   * model list): the server's side.
+   */
+  constructor(
+    message: string,
+    readonly problem: "unreachable" | "refused" | "unknown_model" | "bad_answer" = "unreachable",
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
 }
 
 export interface ModelCheckOptions {
@@ -34,7 +46,7 @@ export async function checkModelServer(options: ModelCheckOptions): Promise<Mode
   try {
     url = new URL(options.baseUrl);
   } catch {
-    throw new ModelServerError(`model URL '${options.baseUrl}' is not a valid URL (expected e.g. http://127.0.0.1:8000/v1)`);
+    throw new ModelServerError(`model URL '${options.baseUrl}' is not a valid URL (expected e.g. http://127.0.0.1:8000/v1)`, "bad_answer");
   }
   url.pathname = `${url.pathname.replace(/\/+$/, "").replace(/\/chat\/completions$/, "")}/models`;
   const where = url.toString();
@@ -52,12 +64,12 @@ export async function checkModelServer(options: ModelCheckOptions): Promise<Mode
     status = res.statusCode;
     text = await res.body.text();
   } catch (err) {
-    throw new ModelServerError(`model server ${where} did not answer: ${describeNetworkError(err, timeoutMs)}`, { cause: err });
+    throw new ModelServerError(`model server ${where} did not answer: ${describeNetworkError(err, timeoutMs)}`, "unreachable", { cause: err });
   }
   if (status === 404) return { served: undefined, url: where };
   if (status < 200 || status >= 300) {
     const hint = status === 401 || status === 403 ? ` (check the API key in $${options.apiKeyEnv ?? "OPENAI_API_KEY"})` : "";
-    throw new ModelServerError(`model server ${where} answered ${status}: ${text.slice(0, 300).trim() || "(empty body)"}${hint}`);
+    throw new ModelServerError(`model server ${where} answered ${status}: ${text.slice(0, 300).trim() || "(empty body)"}${hint}`, "refused");
   }
   let ids: string[];
   try {
@@ -65,10 +77,10 @@ export async function checkModelServer(options: ModelCheckOptions): Promise<Mode
     ids = (body.data ?? []).map((m) => m.id).filter((id): id is string => typeof id === "string");
     if (!Array.isArray(body.data)) throw new Error("no data list");
   } catch {
-    throw new ModelServerError(`model server ${where} answered 200 but not with a model list: ${text.slice(0, 200).trim()}`);
+    throw new ModelServerError(`model server ${where} answered 200 but not with a model list: ${text.slice(0, 200).trim()}`, "bad_answer");
   }
   if (!ids.includes(options.model)) {
-    throw new ModelServerError(`model server ${where} does not serve '${options.model}'; it serves: ${ids.length ? ids.slice(0, 20).join(", ") : "(no models)"} — pass one of them as --model`);
+    throw new ModelServerError(`model server ${where} does not serve '${options.model}'; it serves: ${ids.length ? ids.slice(0, 20).join(", ") : "(no models)"} — pass one of them as --model`, "unknown_model");
   }
   return { served: ids, url: where };
 }

@@ -51,9 +51,11 @@ export interface PrunedJob {
   running: number;
   stopped: boolean;
   error?: string;
+  /** Why the job was not stopped although it matched: its run is alive (without --include-live). */
+  leftAlone?: string;
 }
 
-/** Finds slotpool jobs matching the filters and (unless dryRun) stops them. */
+/** Finds slotpool jobs matching the filters and (unless dryRun) stops them; a live run's job is listed as left alone, with why. */
 export async function pruneJobs(client: NomadClient, options: PruneOptions = {}): Promise<PrunedJob[]> {
   const stubs = await client.listJobs({ meta: true, ...(options.prefix ? { prefix: options.prefix } : {}) });
   const now = options.now ?? Date.now();
@@ -61,7 +63,7 @@ export async function pruneJobs(client: NomadClient, options: PruneOptions = {})
   const out: PrunedJob[] = [];
   for (const job of selected) {
     // A live run's job is its own: stopping it would kill that run's containers mid-trajectory.
-    if (!options.includeLive && !job.Stop && (await ownerAlive(client, job, now, options.ownerStaleMs))) continue;
+    const alive = !options.includeLive && !job.Stop ? await ownerAlive(client, job, now, options.ownerStaleMs) : undefined;
     const entry: PrunedJob = {
       id: job.ID,
       status: job.Status ?? "?",
@@ -70,6 +72,12 @@ export async function pruneJobs(client: NomadClient, options: PruneOptions = {})
       running: runningAllocations(job),
       stopped: false,
     };
+    if (alive?.alive) {
+      // Said, not silently skipped: an operator looking for their leak sees why this one stays.
+      const ago = alive.lastSeenAgoMs !== undefined ? `heard from ${Math.round(alive.lastSeenAgoMs / 1000)} s ago` : "alive";
+      out.push({ ...entry, leftAlone: `left alone: its run is alive (${ago}); --include-live stops it too` });
+      continue;
+    }
     if (!options.dryRun) {
       try {
         await client.deregisterJob(job.ID, { purge: options.purge ?? false });
@@ -83,9 +91,9 @@ export async function pruneJobs(client: NomadClient, options: PruneOptions = {})
   return out;
 }
 
-async function ownerAlive(client: NomadClient, job: JobListStub, now: number, staleMs: number | undefined): Promise<boolean> {
+async function ownerAlive(client: NomadClient, job: JobListStub, now: number, staleMs: number | undefined): Promise<{ alive: boolean; lastSeenAgoMs: number | undefined }> {
   const scale = await client.scaleStatus(job.ID);
-  return ownerLiveness(job.Meta, scale, SANDBOX_GROUP, { now, ...(staleMs !== undefined ? { staleMs } : {}) }).alive;
+  return ownerLiveness(job.Meta, scale, SANDBOX_GROUP, { now, ...(staleMs !== undefined ? { staleMs } : {}) });
 }
 
 function isCandidate(job: JobListStub, options: PruneOptions, now: number): boolean {
@@ -111,15 +119,18 @@ export function formatPruneReport(jobs: PrunedJob[], dryRun: boolean): string {
   if (jobs.length === 0) return "no slotpool jobs to prune\n";
   const rows = [["JOB", "STATUS", "ALLOCS", "OWNER", "CREATED", dryRun ? "ACTION" : "RESULT"]];
   for (const j of jobs) {
-    const result = dryRun ? "would stop" : j.error ? `failed: ${j.error}` : "stopped";
+    const result = j.leftAlone ?? (dryRun ? "would stop" : j.error ? `failed: ${j.error}` : "stopped");
     rows.push([j.id, j.status, String(j.running), j.owner, j.created, result]);
   }
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
   const lines = rows.map((r) => r.map((cell, c) => (c === r.length - 1 ? cell : cell.padEnd(widths[c]!))).join("  "));
   const failed = jobs.filter((j) => j.error).length;
+  const live = jobs.filter((j) => j.leftAlone).length;
+  const acted = jobs.length - live;
+  const leftAlone = live ? `; ${live} left alone (a live run's job)` : "";
   const summary = dryRun
-    ? `${jobs.length} slotpool job(s) would be stopped (dry run: nothing changed)`
-    : `${jobs.length - failed} slotpool job(s) stopped${failed ? `, ${failed} failed` : ""}`;
+    ? `${acted} slotpool job(s) would be stopped (dry run: nothing changed)${leftAlone}`
+    : `${acted - failed} slotpool job(s) stopped${failed ? `, ${failed} failed` : ""}${leftAlone}`;
   return `${lines.join("\n")}\n${summary}\n`;
 }
 

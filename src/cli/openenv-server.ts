@@ -11,6 +11,9 @@ import { ServerLimitsSchema, type ServerLimits } from "../openenv/limits.js";
 import { OpenEnvError } from "../openenv/errors.js";
 import { ModelUrlPolicy } from "../openenv/model-url.js";
 import { OpenEnvServer } from "../openenv/server.js";
+import { registerOpenEnvMetrics } from "../openenv/status.js";
+import { MetricsRegistry } from "../observability/metrics.js";
+import { serveRunMetrics } from "./metrics-endpoint.js";
 import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
 import { loadEnvClass } from "./run-env.js";
@@ -34,6 +37,8 @@ options:
                                required when --host is not a loopback address
   --config FILE                JSON object of env config fields (maxTurns, tools, executor, ...)
   --session-idle-timeout-s S   a session idle this long loses its episode and slot (default 600)
+  --metrics-port N             serve GET /metrics (sessions, episodes by outcome, mean reward, slots) on
+                               127.0.0.1:N (0: any free port, printed); GET /status on the server says the same
   --model-url-allow PREFIX     a model endpoint POST /run may call (scheme, host, port, path prefix;
                                repeatable). None: /run is refused (it would POST wherever a client says)
   --run-timeout-s S            longest a /run may take, its request's timeout_ms included (default 600)
@@ -131,6 +136,7 @@ export async function run(argv: string[]): Promise<number> {
       "max-message-bytes": { type: "string" },
       "frame-budget-bytes": { type: "string" },
       "episode-secret": { type: "string" },
+      "metrics-port": { type: "string" },
       ...backendFlagOptions(POOL_FLAGS),
     },
     HELP,
@@ -146,6 +152,8 @@ export async function run(argv: string[]): Promise<number> {
   const exposed = exposureProblem(host, token, "--token T or the environment variable OPENENV_TOKEN");
   if (exposed) throw new CliUsageError(exposed);
   const idleTimeoutMs = intFlag("session-idle-timeout-s", stringFlag(flags, "session-idle-timeout-s"), 600, 1, 7 * 86_400) * 1000;
+  const metricsFlag = stringFlag(flags, "metrics-port");
+  const metricsPort = metricsFlag !== undefined ? intFlag("metrics-port", metricsFlag, 0, 0, 65535) : undefined;
   const { openenv: section, ...config } = await envConfig(flags);
   const limits = serverLimits(flags, section);
   try {
@@ -172,13 +180,23 @@ export async function run(argv: string[]): Promise<number> {
     if (err instanceof OpenEnvError) throw new CliUsageError(err.message);
     throw err;
   }
+  let metrics: Awaited<ReturnType<typeof serveRunMetrics>> | undefined;
+  if (metricsPort !== undefined) {
+    const registry = new MetricsRegistry();
+    registerOpenEnvMetrics(registry, server);
+    metrics = await serveRunMetrics(registry, metricsPort);
+    logger.info({ url: metrics.url }, "metrics");
+  }
   let stopping: Promise<void> | undefined;
   // Stopping ends every session: each episode's slot is released (reset), then the pool stops.
-  const shutdown = () => (stopping ??= server.close().then(() => env.close()));
+  const shutdown = () => (stopping ??= server.close().then(async () => {
+    await metrics?.close();
+    await env.close();
+  }));
   return serveUntilStopped({
     logger,
     listen: () => server.listen(port, host),
-    listening: (url) => ({ url, env: env.name, provisioner: env.config.pool.provisioner, ws: `${url.replace(/^http/, "ws")}/ws`, mcp: `${url}/mcp`, run_model_urls: limits.modelUrlAllow ?? [] }),
+    listening: (url) => ({ url, env: env.name, provisioner: env.config.pool.provisioner, ws: `${url.replace(/^http/, "ws")}/ws`, mcp: `${url}/mcp`, status: `${url}/status`, run_model_urls: limits.modelUrlAllow ?? [], ...(metrics ? { metrics: metrics.url } : {}) }),
     stopping: "ending every episode",
     shutdown,
   });

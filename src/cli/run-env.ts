@@ -2,11 +2,12 @@
  * `slotpool process|serve|evaluate ENV`: load an env module (default export: an AgentEnv
  * subclass), start it on the chosen provisioner and run it in Atropos's run modes.
  */
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { readFile, rm } from "node:fs/promises";
 import { isAbsolute, join, relative, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { AgentEnv } from "../env/agent-env.js";
+import { ModelServerError } from "../agent/model-check.js";
 import { ProgressBar } from "../env/run-modes/progress.js";
 import { runEvaluateMode } from "../env/run-modes/evaluate.js";
 import { runProcessMode } from "../env/run-modes/process.js";
@@ -18,7 +19,7 @@ import { serveRunMetrics } from "./metrics-endpoint.js";
 import { runServeMode } from "../env/run-modes/serve.js";
 import { formatSummary, NO_TOKEN_IDS_HINT } from "../env/run-modes/summary.js";
 import { RunStats } from "../env/run-stats.js";
-import { createLogger, LOG_FORMATS, type LogFormat } from "../observability/logger.js";
+import { createLogger, flushRepeats, LOG_FORMATS, type LogFormat } from "../observability/logger.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
 import { CliUsageError, intFlag, parseFlags, stringFlag, boolFlag, type ParsedFlags } from "./usage.js";
 
@@ -26,11 +27,19 @@ type Mode = "process" | "serve" | "evaluate";
 const ALL: Mode[] = ["process", "serve", "evaluate"];
 
 /** Every option of the three commands, with the commands that take it: each `--help` lists only its own. */
-const OPTIONS: Array<{ flag: string; type: "string" | "boolean"; multiple?: true; modes: Mode[]; help: string }> = [
+const OPTIONS: Array<{ flag: string; type: "string" | "boolean"; multiple?: true; modes: Mode[]; help: string | Partial<Record<Mode, string>> }> = [
   { flag: "out", type: "string", modes: ["process"], help: "--out FILE               output JSONL (default data/<env name>.jsonl; an existing file gets _1, _2, ...)" },
   { flag: "out-dir", type: "string", modes: ["evaluate"], help: "--out-dir DIR            where to write (default eval/<env name>)" },
   { flag: "atropos-url", type: "string", modes: ["serve"], help: "--atropos-url URL        the trajectory API, e.g. http://localhost:8000" },
-  { flag: "groups", type: "string", modes: ["process", "serve"], help: "--groups N               groups to make (process) or send (serve; default until the trainer's num_steps)" },
+  {
+    flag: "groups",
+    type: "string",
+    modes: ["process", "serve"],
+    help: {
+      process: "--groups N               groups to make (default: the env's totalGroups, 8)",
+      serve: "--groups N               groups to send, then stop (default: until the trainer's num_steps)",
+    },
+  },
   { flag: "group-size", type: "string", modes: ["process", "serve"], help: "--group-size K           trajectories per group, each in its own slot" },
   { flag: "provisioner", type: "string", modes: ALL, help: "--provisioner P          local (child processes, default) or nomad (NOMAD_* environment)" },
   { flag: "model-url", type: "string", modes: ALL, help: "--model-url URL          OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (default: the env's oracle policy);\n                           checked before the run: it must answer and serve --model" },
@@ -49,7 +58,7 @@ const OPTIONS: Array<{ flag: string; type: "string" | "boolean"; multiple?: true
   { flag: "config", type: "string", modes: ALL, help: "--config FILE            JSON file of the env config: its own fields and the sections model, tools, pool,\n                           executor, trainer (docs/env.md; flags win over it; an unknown key is an error)" },
   { flag: "set", type: "string", multiple: true, modes: ALL, help: "--set PATH=VALUE         one config field by its path, e.g. --set pool.maxContainers=4 --set model.temperature=0.7\n                           (VALUE is JSON when it parses as JSON, else a string; repeatable; over --config)" },
   { flag: "metrics-port", type: "string", modes: ["process", "serve"], help: "--metrics-port N         serve the run's GET /metrics on 127.0.0.1:N (0: any free port, printed)" },
-  { flag: "log-format", type: "string", modes: ALL, help: "--log-format F           pretty (default on a terminal) or json (default otherwise)" },
+  { flag: "log-format", type: "string", modes: ALL, help: "--log-format F           pretty (default: short lines, a repeated warning once with its count) or json (pino lines)" },
   { flag: "no-progress", type: "boolean", modes: ALL, help: "--no-progress            no progress bar" },
   { flag: "no-report", type: "boolean", modes: ["process", "evaluate"], help: "--no-report              no HTML report beside the output" },
 ];
@@ -74,7 +83,8 @@ const EXIT_CODES: Record<Mode, string> = {
 };
 
 function helpFor(mode: Mode): string {
-  const options = OPTIONS.filter((o) => o.modes.includes(mode)).map((o) => `  ${o.help}`);
+  // Each command's own text: a flag two commands share says what it does in this one.
+  const options = OPTIONS.filter((o) => o.modes.includes(mode)).map((o) => `  ${typeof o.help === "string" ? o.help : o.help[mode]}`);
   return `${INTRO[mode]}
 ENV is a module path whose default export is an AgentEnv subclass.
 
@@ -103,7 +113,22 @@ export function resolveEnvModule(spec: string, cwd = process.cwd()): string {
   // Node cannot import .ts: a TypeScript path means its compiled copy (unless run under tsx).
   const candidates = direct.endsWith(".ts") ? [...built, direct.replace(/\.ts$/, ".js"), direct] : [direct, ...built];
   for (const c of candidates) if (existsSync(c)) return c;
-  throw new CliUsageError(`cannot find the env module '${spec}' (looked at ${candidates.join(", ")}); run 'npm run build' if it is a TypeScript file of this repo`);
+  // `npm run build` is this repository's script; in a project of one's own it means nothing.
+  const hint = isSlotpoolCheckout(cwd)
+    ? "; run 'npm run build' if it is a TypeScript file of this repo"
+    : direct.endsWith(".ts")
+      ? "; a TypeScript env runs from its compiled .js: compile it (npx tsc) and pass the file tsc writes (its outDir)"
+      : "; check the path (it is relative to the working directory)";
+  throw new CliUsageError(`cannot find the env module '${spec}' (looked at ${candidates.join(", ")})${hint}`);
+}
+
+/** Whether `dir` is a checkout of slotpool itself (its package.json names it), where `npm run build` builds the examples. */
+function isSlotpoolCheckout(dir: string): boolean {
+  try {
+    return (JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { name?: unknown }).name === "slotpool";
+  } catch {
+    return false;
+  }
 }
 
 export async function loadEnvClass(spec: string): Promise<EnvConstructor> {
@@ -255,6 +280,12 @@ async function runMode(mode: Mode, argv: string[]): Promise<number> {
 
 async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, signalled: () => "SIGINT" | "SIGTERM" | undefined): Promise<number> {
   const help = helpFor(mode);
+  // A flag of a sibling command (process --out-dir) is named as such, not as an unknown option.
+  for (const arg of argv) {
+    const name = /^--([\w-]+)/.exec(arg)?.[1];
+    const other = name ? OPTIONS.find((o) => o.flag === name && !o.modes.includes(mode)) : undefined;
+    if (other) throw new CliUsageError(`--${other.flag} is an option of ${other.modes.map((m) => `'slotpool ${m}'`).join(" and ")}, not of '${mode}'\nRun 'slotpool ${mode} --help' for its options.`);
+  }
   const flags = parseFlags(argv, flagsFor(mode), help, true);
   if (!flags) return EXIT.ok;
   // Everything a user can get wrong is found here, before any work: no pool starts for a typo.
@@ -272,7 +303,10 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
 
   const Env = await loadEnvClass(spec);
   const config = await envConfigFromFlags(flags);
-  const logger = createLogger({ name: "slotpool", level: process.env["SLOTPOOL_LOG_LEVEL"] ?? "warn", ...(logFormat ? { format: logFormat as LogFormat } : {}) });
+  // A person reads a run's log (beside its progress and summary, also in a file or a pipe):
+  // short lines unless --log-format json asks for pino's; a warning every trajectory repeats
+  // (one dead model server) is written once and counted ("× 48") before the summary.
+  const logger = createLogger({ name: "slotpool", level: process.env["SLOTPOOL_LOG_LEVEL"] ?? "warn", format: (logFormat as LogFormat | undefined) ?? "pretty", collapseRepeats: true });
   let env: AgentEnv<unknown>;
   try {
     env = new Env(config, { logger });
@@ -306,6 +340,13 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
   };
   let started = false;
   try {
+    // The model server first, before "starting…": a --model it does not serve is the user's
+    // typo (exit 2, as any usage error); a server that does not answer fails the run (exit 1).
+    if (env.config.model.url && env.config.model.name) {
+      await env.checkModel().catch((err: unknown) => {
+        throw err instanceof ModelServerError && err.problem === "unknown_model" ? new CliUsageError(err.message) : err;
+      });
+    }
     process.stderr.write(`slotpool ${mode}: starting ${env.name} on the ${env.config.pool.provisioner} provisioner…\n`);
     const starting = env.start();
     starting.catch(() => {}); // a start abandoned on a signal may fail later; it was reported by then
@@ -325,7 +366,8 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
       bar?.finish();
       const rows: Array<[string, string]> = [["written", `${done.written} groups → ${done.out}`]];
       if (done.report) rows.push(["report", `${done.report.path} (${megabytes(done.report.bytes)})`]);
-      process.stdout.write(formatSummary(title, stats, rows));
+      flushRepeats(logger);
+    process.stdout.write(formatSummary(title, stats, rows));
       return exitFor(runVerdict(stats, done.written, "written"));
     }
     if (mode === "serve") {
@@ -341,6 +383,7 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
       bar?.finish();
       if (sent.stopReason.startsWith("groups failed")) stats.stoppedEarly ??= sent.stopReason;
       if (signal.aborted) stats.stoppedEarly ??= "interrupted";
+      flushRepeats(logger);
       process.stdout.write(formatSummary(title, stats, [["sent", `${sent.sent} groups (env_id ${sent.registration.env_id}, ${sent.backoffs} back-offs)`], ["stopped", sent.stopReason]]));
       return exitFor(runVerdict(stats, sent.sent, "sent"));
     }
@@ -374,9 +417,11 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
     const metricRows = Object.entries(m).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
     const rows: Array<[string, string]> = [...metricRows, ["metrics", done.metricsPath], ["samples", done.samplesPath]];
     if (done.report) rows.push(["report", `${done.report.path} (${megabytes(done.report.bytes)})`]);
+    flushRepeats(logger);
     process.stdout.write(formatSummary(title, stats, rows));
-    const failed =
-      m["eval_items"] === 0
+    const failed = done.stoppedEarly
+      ? `stopped early: ${done.stoppedEarly}`
+      : m["eval_items"] === 0
         ? `the env has no eval items (getEvalItems() returned none): nothing was evaluated`
         : m["eval_failed"]
           ? `${m["eval_failed"]} of ${m["eval_items"]} eval items failed (see the summary); their scores are not in the metrics`
@@ -388,6 +433,7 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
       if (!started) process.stderr.write(`slotpool ${mode}: interrupted before the run started\n`);
       else {
         stats.stoppedEarly ??= "interrupted";
+        flushRepeats(logger);
         process.stdout.write(formatSummary(title, stats));
       }
       return exitFor(undefined);
@@ -404,10 +450,12 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
 /**
  * Said at the start when the run cannot have token ids: no tokenizer and a chat server that
  * is not token-exact (an openai server may still return ids through extraBody; the summary
- * then tells), or the oracle policy.
+ * then tells). Not for the oracle policy, which samples no ids to miss.
  */
 function noTokenIdsWarning(env: AgentEnv<unknown>): string | undefined {
   const model = env.config.model;
+  // The oracle is no model: there are no sampled ids to miss (the summary's token ids row still says what the JSONL holds).
+  if (!model.url) return undefined;
   if (model.tokenizerPath || (model.serverType && model.serverType !== "openai")) return undefined;
   if (model.url && model.extraBody && Object.keys(model.extraBody).some((k) => /token_ids|logprobs/.test(k))) return undefined;
   return `no --tokenizer: unless the model server returns token ids, ${NO_TOKEN_IDS_HINT}`;

@@ -9,7 +9,9 @@ import { checkAllowRanges } from "../sandbox/isolation/network.js";
 import { DEFAULT_DISK_BYTES } from "../sandbox/workspace/slot-disk.js";
 import { mountNamespacePlan, reexecInOwnMountNamespace } from "../host/mount-namespace.js";
 import { exposureProblem } from "../http/exposure.js";
-import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
+import { CliUsageError, boolFlag, intFlag, listFlag, parseFlags, stringFlag } from "./usage.js";
+import { DEFAULT_IMAGE_BUDGET_BYTES, DEFAULT_IMAGE_PULL_TIMEOUT_S } from "../sandbox/images/slot-images.js";
+import { registryHostProblem } from "../protocol/images.js";
 
 const HELP = `usage: slotpool sandbox-server [options]
 
@@ -57,6 +59,14 @@ options:
   --no-cgroups             no per-slot cgroups (as a non-root server runs): limits by rlimits only, pause by
                            SIGSTOP/SIGCONT of the slot's processes instead of the freezer cgroup (testing)
   --template-budget-mb N   disk budget of workspace templates, MB; unused ones are evicted LRU above it (default 4096)
+  --image-store D          where task images are kept (default <data-dir>/.slotpool/images): blobs, unpacked
+                           layers; kept across restarts. Not on overlayfs (a container's own root): give it a
+                           volume (docs/images.md)
+  --image-budget-mb N      disk budget of task images, MB; unused ones are evicted LRU above it (default 20480)
+  --image-pull-timeout S   longest fetch of one image, and unpack of one layer, seconds (default 1800)
+  --insecure-registry H    HOST[:PORT] of a registry that may answer plain HTTP (repeatable); every other
+                           registry must speak TLS. Credentials: REGISTRY_AUTH_FILE, ~/.docker/config.json, or a
+                           Docker-style auth document in SLOTPOOL_REGISTRY_AUTH (never logged)
   --volumes-dir D          where volumes live (default <data dir>/volumes): every container of a pool
                            must see the same directory (a Nomad host volume; the local provisioner
                            passes one folder to all its containers)
@@ -104,6 +114,10 @@ export async function run(argv: string[]): Promise<number> {
       "disk-mb": { type: "string" },
       "disk-workspace": { type: "boolean" },
       "no-disk-workspace": { type: "boolean" },
+      "image-store": { type: "string" },
+      "image-budget-mb": { type: "string" },
+      "image-pull-timeout": { type: "string" },
+      "insecure-registry": { type: "string", multiple: true },
     },
     HELP,
   );
@@ -159,6 +173,12 @@ export async function run(argv: string[]): Promise<number> {
     diskBytes: intFlag("disk-mb", stringFlag(flags, "disk-mb"), DEFAULT_DISK_BYTES / MB, 1) * MB,
     boundWorkspace: !boolFlag(flags, "no-disk-workspace"),
     netAllowRanges: allowRanges(stringFlag(flags, "net-allow-ranges")),
+    images: {
+      dir: stringFlag(flags, "image-store"),
+      budgetBytes: intFlag("image-budget-mb", stringFlag(flags, "image-budget-mb"), DEFAULT_IMAGE_BUDGET_BYTES / MB, 1) * MB,
+      pullTimeoutS: intFlag("image-pull-timeout", stringFlag(flags, "image-pull-timeout"), DEFAULT_IMAGE_PULL_TIMEOUT_S, 1),
+      insecureRegistries: insecureRegistries(listFlag(flags, "insecure-registry")),
+    },
     ...(stringFlag(flags, "volumes-dir") !== undefined ? { volumesDir: stringFlag(flags, "volumes-dir") } : {}),
     ...(stringFlag(flags, "volume-owner") !== undefined ? { volumeOwner: intFlag("volume-owner", stringFlag(flags, "volume-owner"), 19_999, 1, 4_294_967_294) } : {}),
     portIdleTimeoutMs: intFlag("port-idle-timeout-s", stringFlag(flags, "port-idle-timeout-s"), PORT_IDLE_TIMEOUT_MS / 1000, 1, 86_400) * 1000,
@@ -179,6 +199,7 @@ export async function run(argv: string[]): Promise<number> {
       disk: server.service.disks.mode,
       ...(server.service.disks.reason ? { disk_reason: server.service.disks.reason } : {}),
       internet: server.service.internetAccess ? "slirp4netns" : (server.service.internetReason ?? "none"),
+      images: server.service.images.reason === undefined ? "available" : `unavailable: ${server.service.images.reason}`,
       auth: token !== undefined,
       isolation: server.service.isolation().summary,
     },
@@ -211,6 +232,15 @@ export async function run(argv: string[]): Promise<number> {
   logger.info("stopped");
   logger.flush();
   return 0;
+}
+
+/** `--insecure-registry HOST[:PORT]` values, each checked. */
+export function insecureRegistries(values: string[]): string[] {
+  return values.map((v) => {
+    const problem = registryHostProblem(v);
+    if (problem) throw new CliUsageError(`--insecure-registry: ${problem}`);
+    return v;
+  });
 }
 
 function allowRanges(flag: string | undefined): string[] {

@@ -1,5 +1,6 @@
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { SlotpoolError } from "../protocol/errors.js";
+import { nearestName } from "../protocol/config-keys.js";
 
 /** A mistake in the command line: printed without a stack, exit code 2. */
 export class CliUsageError extends SlotpoolError {
@@ -30,7 +31,12 @@ export function parseFlags(argv: string[], options: Options, help: string, allow
     // The usage line and where the options are, not the whole help: the error stays readable.
     const usageLine = help.split("\n")[0] ?? "";
     const command = /^usage: (slotpool \S+)/.exec(usageLine)?.[1] ?? "the command";
-    throw new CliUsageError(`${err instanceof Error ? err.message : String(err)}\n${usageLine}\nRun '${command} --help' for its options.`);
+    const message = err instanceof Error ? err.message : String(err);
+    // A misspelt flag gets the nearest one, as a misspelt config key does.
+    const unknown = /^Unknown option '--([^'=]+)'/.exec(message)?.[1];
+    const near = unknown ? nearestName(unknown, Object.keys(options)) : undefined;
+    const first = unknown ? `Unknown option '--${unknown}'${near ? ` (did you mean '--${near}'?)` : ""}` : message;
+    throw new CliUsageError(`${first}\n${usageLine}\nRun '${command} --help' for its options.`);
   }
   if (parsed.values["help"]) {
     process.stdout.write(help.endsWith("\n") ? help : help + "\n");
@@ -58,4 +64,11 @@ export function stringFlag(flags: ParsedFlags, name: string): string | undefined
 /** Whether a boolean flag was given. */
 export function boolFlag(flags: ParsedFlags, name: string): boolean {
   return flags.values[name] === true;
+}
+
+/** Every value of a repeatable string flag (`multiple: true`), in order. */
+export function listFlag(flags: ParsedFlags, name: string): string[] {
+  const v = flags.values[name];
+  if (Array.isArray(v)) return v.map(String);
+  return typeof v === "string" ? [v] : [];
 }

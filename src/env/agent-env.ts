@@ -15,27 +15,30 @@ import { createLogger, type Logger } from "../observability/logger.js";
 import type { TemplateSpec } from "../pool/template-affinity.js";
 import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
-import { AgentEnvConfigSchema, unknownConfigKeys, type AgentEnvConfig } from "./config.js";
+import { AgentEnvConfigSchema, parseEnvConfig, type AgentEnvConfig } from "./config.js";
 import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
 import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
 import { applyGroupScore, type GroupMember, type GroupScore } from "./group-score.js";
-import { evalResult, type EvalResult, type EvaluateOptions } from "./evaluation.js";
+import { evalItemHandlers, evalResult, type EvalResult, type EvaluateOptions } from "./evaluation.js";
 import { scoreRollout, type ScoreResult } from "./rollout-score.js";
 import { trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
 import { collectGroup } from "./group-collector.js";
 import { collectBranchingGroup, type BranchPoint } from "./branching.js";
 import { isSlotLostError } from "../pool/errors.js";
-import { ToolContext } from "./tool-context.js";
-import { throwIfInfraFailure, TrajectoryInfraError, type InfraStage } from "./infra-failure.js";
+import { envToolTimeouts, ToolContext } from "./tool-context.js";
+import { requestedTimeoutS } from "../executor/config.js";
+import { throwIfInfraFailure, type InfraStage } from "./infra-failure.js";
+import type { CollectOptions } from "./collect-options.js";
 import { linkedSignal } from "./linked-signal.js";
 import { CallTally, TrajectoryInterruptedError } from "./interruption.js";
 import { rewardContext } from "./reward-calls.js";
+import { ModelBreaker } from "./model-breaker.js";
 import { registerEnvTools, routeToolCall } from "./env-tools.js";
 import type { ToolDefinition } from "../tools/types.js";
 import { loadTokenizerJson, type TextTokenizer } from "./tokens.js";
-import { configProblems } from "../protocol/errors.js";
 
 export type { ScoreResult } from "./rollout-score.js";
+export type { CollectOptions } from "./collect-options.js";
 export type { EvalSample, EvalResult, EvaluateOptions } from "./evaluation.js";
 
 /** How an env instance gets its tools backend, model and logger (all optional). */
@@ -86,20 +89,14 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   private chatTokenizer: ChatTokenizer | undefined;
   private tokenBackend: TokenBackend | undefined;
   private started = false;
+  /** The model server answered checkModel() (start() then does not ask again). */
+  private modelChecked = false;
   private ownTools: readonly ToolDefinition[] = [];
   private removeOwnTools: (() => void) | undefined;
 
   constructor(config: Record<string, unknown> = {}, runtime: AgentEnvRuntime = {}) {
     const cls = this.constructor as unknown as EnvClass;
-    const unknown = unknownConfigKeys(cls.configSchema, config);
-    const parsed = cls.configSchema.safeParse(config);
-    if (unknown.length > 0 || !parsed.success) {
-      // zod's own "unrecognized key" issues say less than the list above (no new place, no near name).
-      const issues = parsed.success ? [] : parsed.error.issues.filter((i) => unknown.length === 0 || i.code !== "unrecognized_keys");
-      const problems = [...unknown, ...(issues.length ? [configProblems(issues)] : [])].join("; ");
-      throw new EnvConfigError(`invalid config for env ${cls.envName ?? cls.name}: ${problems}`);
-    }
-    this.config = parsed.data as Config;
+    this.config = parseEnvConfig(cls.configSchema, config, cls.envName ?? cls.name) as Config;
     this.runtime = runtime;
     this.log = runtime.logger ?? createLogger({ name: `env:${this.name}` });
   }
@@ -197,20 +194,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     const limit = pLimit(this.config.groupConcurrency * this.config.groupSize);
     const signal = options.signal;
     const results = await Promise.all(
-      items.map((item) =>
-        limit(async () => (signal?.aborted ? undefined : this.collectTrajectory(item, this.resolveTools(), signal ? { signal } : {}))).then(
-          (t) => {
-            if (t) options.onTrajectory?.(t);
-            return t ? { item, t } : { item, skipped: true as const };
-          },
-          (err: unknown) => {
-            if (signal?.aborted) return { item, skipped: true as const };
-            const reason = err instanceof Error ? err.message : String(err);
-            options.onFailure?.(reason, err instanceof TrajectoryInfraError ? err.failure : err instanceof TrajectoryFailedError && err.slotLost ? { cause: "slot_lost", message: reason } : undefined);
-            return { item, err };
-          },
-        ),
-      ),
+      items.map((item) => limit(async () => (signal?.aborted ? undefined : this.collectTrajectory(item, this.resolveTools(), signal ? { signal } : {}))).then(...evalItemHandlers(item, options))),
     );
     return evalResult(items.length, results, this.config.successThreshold);
   }
@@ -224,7 +208,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
   async start(): Promise<void> {
     if (this.started) return;
     // Before the pool: a dead or wrong model server fails the run in seconds, not as empty rollouts.
-    if (this.config.model.url && this.config.model.name && !this.runtime.policy) await this.checkModel();
+    if (this.config.model.url && this.config.model.name && !this.runtime.policy && !this.modelChecked) await this.checkModel();
     const b = this.runtime.backend;
     if (b && typeof b !== "function") this.backend = b;
     else {
@@ -250,6 +234,17 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       ...(apiKey ? { apiKey } : {}),
     });
     if (!checked.served) this.log.warn({ url: checked.url }, `the model server has no model list (404); cannot check that it serves '${model.name}'`);
+    this.modelChecked = true;
+  }
+
+  /**
+   * The run's breaker for a dead model server (see ModelBreaker), or undefined when no model
+   * server plays the policy (the oracle, a runtime policy) or `modelBreakerFailures` is 0.
+   */
+  modelBreaker(): ModelBreaker | undefined {
+    const { url, name } = this.config.model;
+    if (!url || !name || this.runtime.policy || this.config.modelBreakerFailures === 0) return undefined;
+    return new ModelBreaker({ failures: this.config.modelBreakerFailures, probe: () => this.checkModel(), url, log: this.log });
   }
 
   /** What the run's slots are isolated by, from each sandbox server's /health; undefined when the backend cannot say. */
@@ -380,17 +375,17 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * scratch on a new slot, up to `slotLossRetries` times; then TrajectoryFailedError. A call
    * the infrastructure cut off in setupWorkspace or a turn: TrajectoryInfraError. `options.policy` replaces `policyFor(item)`.
    */
-  async collectTrajectory(item: Item, groupTools: GroupTools, options: { signal?: AbortSignal; policy?: AgentPolicy } = {}): Promise<TrajectoryOutcome> {
+  async collectTrajectory(item: Item, groupTools: GroupTools, options: CollectOptions = {}): Promise<TrajectoryOutcome> {
     const backend = this.tools;
     const losses: string[] = [];
     const maxAttempts = this.config.slotLossRetries + 1;
-    const calls = new CallTally(); // what an interrupted trajectory had done (all its attempts)
+    const calls = options.calls ?? new CallTally(); // the tool calls that ran (all its attempts): an interrupted or failed trajectory's are counted too
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {
       options.signal?.throwIfAborted();
       const link = options.signal ? linkedSignal(options.signal) : undefined; // one listener on the run's signal in all
       const signal = link?.signal;
       const trajectoryId = randomUUID();
-      const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: this.config.executor.defaultTimeoutS });
+      const ctx = new ToolContext(trajectoryId, backend.executor, envToolTimeouts(this.config.executor));
       const started = performance.now();
       let stage: InfraStage = "setup";
       try {
@@ -419,12 +414,13 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
             calls.count(
               () =>
                 routeToolCall(backend.registry, call, ctx, (call) =>
-                  backend.executor.execute(trajectoryId, call, { timeoutMs: this.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) }),
+                  // The model's own `timeout`, within the env's bounds (executor.minTimeoutS..maxTimeoutS), else executor.defaultTimeoutS.
+                  backend.executor.execute(trajectoryId, call, { timeoutMs: ctx.timeoutFor(requestedTimeoutS(call.arguments ?? {})) * 1000, ...(signal ? { signal } : {}) }),
                 ),
               options.signal,
             ),
         });
-        const { ctx: rewardCtx, calls: rewardCalls } = rewardContext(trajectoryId, backend.executor, this.config.rewardTimeoutS); // own timeout, calls recorded
+        const { ctx: rewardCtx, calls: rewardCalls } = rewardContext(trajectoryId, backend.executor, this.config.rewardTimeoutS, this.config.executor.minTimeoutS); // own timeout, calls recorded
         const { score, rewardError, scoreMetadata, metrics, infraFailure } = await scoreRollout(result, trajectoryId, () => this.verifyAndScore(item, result, rewardCtx), this.log);
         const { tokens, brokenSegments } = trajectoryTokens(result, this.tokenizer);
         const outcome: TrajectoryOutcome = {
@@ -444,6 +440,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
         if (rewardError) outcome.rewardError = rewardError;
         if (infraFailure) outcome.infraFailure = infraFailure;
         if (rewardCalls.length > 0) outcome.rewardCalls = rewardCalls;
+        options.onTrajectoryEnd?.(outcome);
         return outcome;
       } catch (err) {
         if (options.signal?.aborted) throw new TrajectoryInterruptedError(calls.ran, calls.cut, { cause: err });
@@ -472,15 +469,22 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * `infraFailurePolicy` makes of it). Never drops one silently. Aborting `signal` (Atropos
    * back-off) stops the rollouts and rejects with the signal's reason.
    */
-  async collectTrajectories(item: Item, options: { signal?: AbortSignal } = {}): Promise<GroupOutcome<Item>> {
+  async collectTrajectories(item: Item, options: Omit<CollectOptions, "policy" | "calls"> = {}): Promise<GroupOutcome<Item>> {
     const point = this.branchPoint(item);
     const scoreGroup = (trajectories: TrajectoryOutcome[]) => applyGroupScore(trajectories, (members) => this.scoreGroup(item, members), this.log);
-    if (point) return collectBranchingGroup(this, item, point, { tokenizer: this.tokenizer, log: this.log, scoreGroup }, options);
+    if (point) {
+      const { onTrajectoryEnd, ...rest } = options;
+      const outcome = await collectBranchingGroup(this, item, point, { tokenizer: this.tokenizer, log: this.log, scoreGroup }, rest);
+      // A branching group's trajectories are told at its end (its model failures are among its infra failures).
+      for (const f of outcome.infraFailures) onTrajectoryEnd?.({ infraFailure: f });
+      for (const t of outcome.trajectories) onTrajectoryEnd?.(t);
+      return outcome;
+    }
     const groupTools = this.resolveTools();
     return collectGroup(item, groupTools, {
       config: this.config,
       log: this.log,
-      runTrajectory: () => this.collectTrajectory(item, groupTools, options),
+      runTrajectory: (calls) => this.collectTrajectory(item, groupTools, { ...options, calls }),
       scoreGroup,
       ...(options.signal ? { signal: options.signal } : {}),
     });

@@ -15,7 +15,9 @@ import { linkedSignal } from "./linked-signal.js";
 import type { Metrics } from "./metrics.js";
 import { isSlotLostError } from "../pool/errors.js";
 import { buildScoredGroup, trajectoryTokens, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
-import { ToolContext } from "./tool-context.js";
+import { envToolTimeouts, ToolContext } from "./tool-context.js";
+import { rewardContext } from "./reward-calls.js";
+import { requestedTimeoutS } from "../executor/config.js";
 import { routeToolCall } from "./env-tools.js";
 import type { TextTokenizer } from "./tokens.js";
 
@@ -154,10 +156,11 @@ async function branchOnce<Item>(
   };
   // A lost slot rejects with SlotLostError (caught below).
   const executeFor = (trajectoryId: string) => {
-    const ctx = new ToolContext(trajectoryId, backend.executor, { timeoutS: env.config.executor.defaultTimeoutS });
+    const ctx = new ToolContext(trajectoryId, backend.executor, envToolTimeouts(env.config.executor));
     return (call: Parameters<typeof backend.executor.execute>[1]) =>
       routeToolCall(backend.registry, call, ctx, (call) =>
-        backend.executor.execute(trajectoryId, call, { timeoutMs: env.config.executor.defaultTimeoutS * 1000, ...(signal ? { signal } : {}) }),
+        // The model's own `timeout` within the env's bounds, as in collectTrajectory.
+        backend.executor.execute(trajectoryId, call, { timeoutMs: ctx.timeoutFor(requestedTimeoutS(call.arguments ?? {})) * 1000, ...(signal ? { signal } : {}) }),
       );
   };
   try {
@@ -167,7 +170,7 @@ async function branchOnce<Item>(
       if (!backend.executor.prepareWorkspace) throw new EnvError(`env ${env.name} names a workspace template but its executor cannot prepare one`);
       await backend.executor.prepareWorkspace(rootId, template, signal ? { signal } : {});
     }
-    await env.setupWorkspace(item, new ToolContext(rootId, backend.executor, { timeoutS: env.config.executor.defaultTimeoutS }));
+    await env.setupWorkspace(item, new ToolContext(rootId, backend.executor, envToolTimeouts(env.config.executor)));
     const workspaceSetupMs = performance.now() - setupStarted;
     const policy = env.policyFor(item);
     const root = await runAgentLoop({
@@ -242,7 +245,8 @@ function copyResult(r: AgentResult): AgentResult {
 }
 
 async function score<Item>(env: BranchingEnv<Item>, item: Item, trajectoryId: string, result: AgentResult, parts: { tokenizer: TextTokenizer | undefined; log: Logger }, durationMs: number): Promise<TrajectoryOutcome> {
-  const ctx = new ToolContext(trajectoryId, env.tools.executor, { timeoutS: env.config.executor.defaultTimeoutS });
+  // The reward's own timeout and recorded calls, as in collectTrajectory.
+  const { ctx, calls: rewardCalls } = rewardContext(trajectoryId, env.tools.executor, env.config.rewardTimeoutS, env.config.executor.minTimeoutS);
   const producedNothing = result.finishReason !== "error" && (result.turnsUsed === 0 || result.messages.every((m) => m.role === "system" || m.role === "user"));
   const scored: RolloutScore = producedNothing ? { score: 0, scoreMetadata: {} } : await scoreRollout(result, trajectoryId, () => env.verifyAndScore(item, result, ctx), parts.log);
   const { tokens, brokenSegments } = trajectoryTokens(result, parts.tokenizer);
@@ -251,6 +255,7 @@ async function score<Item>(env: BranchingEnv<Item>, item: Item, trajectoryId: st
   if (scored.metrics) outcome.metrics = scored.metrics;
   if (scored.rewardError) outcome.rewardError = scored.rewardError;
   if (scored.infraFailure) outcome.infraFailure = scored.infraFailure;
+  if (rewardCalls.length > 0) outcome.rewardCalls = rewardCalls;
   return outcome;
 }
 

@@ -6,6 +6,9 @@ import { ToolsConfigSchema } from "../tools/config.js";
 import { TrainerConfigSchema } from "./atropos/config.js";
 import { INFRA_FAILURE_POLICIES } from "./infra-failure.js";
 import { unknownConfigKeys as unknownKeys } from "../protocol/config-keys.js";
+import { configProblems } from "../protocol/errors.js";
+import { timeoutBoundsProblem } from "../executor/config.js";
+import { EnvConfigError } from "./errors.js";
 
 /**
  * An env's settings (the seeds' HermesAgentEnvConfig + AgentEnvConfig, camelCase, ms): the
@@ -50,6 +53,13 @@ export const AgentEnvConfigSchema = z.object({
    * and code the agent made hang then costs one bounded wait, not the agent's timeout twice.
    */
   rewardTimeoutS: z.number().positive().max(600).default(60),
+  /**
+   * The model breaker of `process` and `evaluate` (env/model-breaker.ts): after this many
+   * trajectories in a row failed their model calls (after the client's retries), the model
+   * server is re-probed, and the run stops (exit 1) if it does not answer, instead of failing
+   * every remaining group for hours. 0: never.
+   */
+  modelBreakerFailures: z.number().int().min(0).default(8),
 
   /** The model client (unset `model.url`: the env's oracle policy plays the model). */
   model: ModelConfigSchema.prefault({}),
@@ -126,6 +136,24 @@ export function unknownConfigKeys(schema: z.ZodType, config: Record<string, unkn
 }
 
 export { nearestName } from "../protocol/config-keys.js";
+
+/**
+ * An env's config parsed by its class's schema, or EnvConfigError naming every problem: unknown
+ * keys (with where they moved or the nearest known one), bad values by their path, and timeout
+ * bounds that contradict each other.
+ */
+export function parseEnvConfig(schema: z.ZodType, config: Record<string, unknown>, envName: string): AgentEnvConfig {
+  const unknown = unknownConfigKeys(schema, config);
+  const parsed = schema.safeParse(config);
+  const bounds = parsed.success ? timeoutBoundsProblem((parsed.data as AgentEnvConfig).executor, "executor.") : undefined;
+  if (unknown.length > 0 || !parsed.success || bounds) {
+    // zod's own "unrecognized key" issues say less than the list above (no new place, no near name).
+    const issues = parsed.success ? [] : parsed.error.issues.filter((i) => unknown.length === 0 || i.code !== "unrecognized_keys");
+    const problems = [...unknown, ...(issues.length ? [configProblems(issues)] : []), ...(bounds ? [bounds] : [])].join("; ");
+    throw new EnvConfigError(`invalid config for env ${envName}: ${problems}`);
+  }
+  return parsed.data as AgentEnvConfig;
+}
 
 /**
  * An env's own defaults under the caller's config, section by section: `config.pool` sets

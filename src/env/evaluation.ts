@@ -1,6 +1,8 @@
 import type { ChatMessage } from "../agent/messages.js";
 import type { LineExtras } from "../report/rollout-extras.js";
-import type { InfraFailure } from "./infra-failure.js";
+import { TrajectoryInfraError, type FailedTrajectory, type InfraFailure } from "./infra-failure.js";
+import { TrajectoryFailedError } from "./errors.js";
+import { failedFromError } from "./failed-trajectories.js";
 import type { TrajectoryOutcome } from "./scored-group.js";
 import { lineExtras } from "./rollout-extras.js";
 import { metricMeans } from "./metrics.js";
@@ -28,14 +30,35 @@ export interface EvalResult {
 export interface EvaluateOptions {
   /** Called as each evaluated trajectory finishes (progress, run statistics); infra failures included. */
   onTrajectory?: (outcome: TrajectoryOutcome) => void;
-  /** Called for each item whose trajectory could not finish: the reason, and the infra failure if it was one. */
-  onFailure?: (reason: string, infra?: InfraFailure) => void;
+  /** Called for each item whose trajectory could not finish: the reason, the infra failure if it was one, and its record for the run's sidecar. */
+  onFailure?: (reason: string, infra?: InfraFailure, failed?: FailedTrajectory) => void;
   /** Stops the evaluation: items not started are skipped, trajectories in flight abandoned (neither counted). */
   signal?: AbortSignal;
 }
 
 /** One evaluated item: its trajectory, or why there is none (failed, or skipped by an abort). */
 export type EvalItemResult<Item> = { item: Item; t: TrajectoryOutcome } | { item: Item; err: unknown } | { item: Item; skipped: true };
+
+/**
+ * What becomes of one eval item's trajectory (AgentEnv.evaluate's `then` handlers): a finished
+ * one is told to `onTrajectory`; a failed one to `onFailure` with its infra failure, if it was
+ * one, and its sidecar record; after an abort, the item counts as skipped.
+ */
+export function evalItemHandlers<Item>(item: Item, options: EvaluateOptions): [(t: TrajectoryOutcome | undefined) => EvalItemResult<Item>, (err: unknown) => EvalItemResult<Item>] {
+  return [
+    (t) => {
+      if (t) options.onTrajectory?.(t);
+      return t ? { item, t } : { item, skipped: true as const };
+    },
+    (err) => {
+      if (options.signal?.aborted) return { item, skipped: true as const };
+      const reason = err instanceof Error ? err.message : String(err);
+      const infra = err instanceof TrajectoryInfraError ? err.failure : err instanceof TrajectoryFailedError && err.slotLost ? ({ cause: "slot_lost", message: reason } as const) : undefined;
+      options.onFailure?.(reason, infra, failedFromError(err, 1));
+      return { item, err };
+    },
+  ];
+}
 
 /** `evaluate`'s answer: failed and infra-failed items count in `eval_failed`, never in the scores. */
 export function evalResult<Item>(itemCount: number, results: readonly EvalItemResult<Item>[], successThreshold: number): EvalResult {

@@ -3,15 +3,16 @@ import type { GroupTools } from "../tools/distributions.js";
 import type { AgentEnvConfig } from "./config.js";
 import { TrajectoryFailedError } from "./errors.js";
 import { TrajectoryInfraError, type InfraCause, type InfraFailure } from "./infra-failure.js";
-import { GroupInterruptedError, TrajectoryInterruptedError } from "./interruption.js";
+import { CallTally, GroupInterruptedError, TrajectoryInterruptedError } from "./interruption.js";
 import type { Metrics } from "./metrics.js";
 import { buildScoredGroup, type GroupOutcome, type TrajectoryOutcome } from "./scored-group.js";
+import { failedFromError, failedFromOutcome, type FailedTrajectory } from "./failed-trajectories.js";
 
 export interface GroupCollectorHost {
   config: AgentEnvConfig;
   log: Logger;
-  /** One trajectory of the item, start to finish, in its own slot (AgentEnv.collectTrajectory). */
-  runTrajectory: () => Promise<TrajectoryOutcome>;
+  /** One trajectory of the item, start to finish, in its own slot (AgentEnv.collectTrajectory), counting its tool calls in `calls`. */
+  runTrajectory: (calls: CallTally) => Promise<TrajectoryOutcome>;
   /**
    * The env's group-level scoring (AgentEnv.scoreGroup through applyGroupScore): may replace
    * the scores; the infra failures it returns mean the group has no fair score.
@@ -28,7 +29,13 @@ interface GroupRound {
   unfinished: { slotLosses: number; retries: number };
   /** Trajectories cut by the run's signal, and their tool calls. */
   cut: { trajectories: number; toolCallsRan: number; toolCallsCut: number };
+  /** Trajectories of the round that ended in an error (thrown): their records for the sidecar. */
+  thrown: FailedTrajectory[];
+  /** Tool calls that ran in the round's trajectories that threw (the finished ones' are in their results). */
+  thrownToolCalls: number;
 }
+
+const toolCallsOf = (ts: readonly TrajectoryOutcome[]) => ts.reduce((n, t) => n + t.result.toolCalls.length, 0);
 
 /**
  * The group of one item: `groupSize` trajectories at once. A trajectory with an
@@ -41,14 +48,19 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
   const { infraFailurePolicy: policy, infraRetries, groupSize } = host.config;
   const infraFailures: InfraFailure[] = [];
   const droppedAttemptCauses: InfraCause[] = [];
-  const common = { item, toolsets: groupTools.toolsets, infraFailures, droppedAttemptCauses };
+  const failed: FailedTrajectory[] = [];
+  // Tool calls of trajectories that are not the outcome's own: dropped tries, infra failures, those that threw.
+  const counted = { unscoredToolCalls: 0 };
+  const common = { item, toolsets: groupTools.toolsets, infraFailures, droppedAttemptCauses, failed };
+  const unscored = (round: GroupRound, kept: readonly TrajectoryOutcome[]) => counted.unscoredToolCalls + round.thrownToolCalls + toolCallsOf(round.done) - toolCallsOf(kept);
   for (let attempt = 0; ; attempt++) {
-    const round = await collectRound(host);
+    const round = await collectRound(host, attempt + 1);
     if (host.signal?.aborted) {
       // Stopped by the run's signal: nothing is scored or written, but what ran is told.
       infraFailures.push(...round.infra);
       const { trajectories: cut, toolCallsRan, toolCallsCut } = round.cut;
-      throw new GroupInterruptedError({ finished: round.done, cut, toolCallsRan, toolCallsCut, infraFailures, droppedAttemptCauses }, { cause: host.signal.reason });
+      const ran = toolCallsRan + counted.unscoredToolCalls + round.thrownToolCalls;
+      throw new GroupInterruptedError({ finished: round.done, cut, toolCallsRan: ran, toolCallsCut, infraFailures, droppedAttemptCauses }, { cause: host.signal.reason });
     }
     let scored = round.done.filter((t) => !t.infraFailure);
     // Group scoring only for a group that would be delivered: its own scores all stand.
@@ -60,10 +72,14 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
       scored = scored.filter((t) => !t.infraFailure);
     }
     infraFailures.push(...round.infra);
+    // Every unscored trajectory of this try, for the run's sidecar (never the training data).
+    failed.push(...round.thrown, ...round.done.flatMap((t) => failedFromOutcome(t, attempt + 1) ?? []));
     if (round.errors.length > 0) {
       const reason = `${round.errors.length} of ${groupSize} trajectories failed: ${[...new Set(round.errors)].join(" | ")}`;
-      host.log.error({ reason }, "group failed");
-      return { ok: false, kind: "error", fatal: false, reason, trajectories: scored, unfinished: round.unfinished, ...common };
+      // Where the env's hook threw (setupWorkspace, buildTask, …), its own frames first.
+      const stack = round.thrown.find((t) => t.cause === "error" && t.stack)?.stack;
+      host.log.error({ reason, ...(stack ? { stack } : {}) }, "group failed");
+      return { ok: false, kind: "error", fatal: false, reason, trajectories: scored, unfinished: round.unfinished, unscoredToolCalls: unscored(round, scored), ...common };
     }
     if (round.infra.length === 0 || (policy === "mask" && scored.length > 0)) {
       const group = buildScoredGroup(scored, {
@@ -71,24 +87,29 @@ export async function collectGroup<Item>(item: Item, groupTools: GroupTools, hos
         includeMessages: host.config.trainer.includeMessages,
         generationParams: { temperature: host.config.model.temperature, max_tokens: host.config.model.maxTokens },
       });
-      return { ok: true, group, trajectories: scored, masked: round.infra.length, droppedAttempts: attempt, ...(metrics ? { metrics } : {}), ...common };
+      return { ok: true, group, trajectories: scored, masked: round.infra.length, droppedAttempts: attempt, unscoredToolCalls: unscored(round, scored), ...(metrics ? { metrics } : {}), ...common };
     }
     droppedAttemptCauses.push(round.infra[0]!.cause);
-    const what = `${round.infra.length} of ${groupSize} trajectories had an infrastructure failure: ${[...new Set(round.infra.map((f) => `${f.cause}: ${f.message}`))].join(" | ")}`;
-    if (policy === "drop" && attempt < infraRetries) {
-      host.log.warn({ attempt: attempt + 1, infraRetries }, `${what}; the group is dropped and its item tried again`);
-      continue;
+    if (!(policy === "drop" && attempt < infraRetries)) {
+      const reason = policy === "fail" ? `${describeInfra(round, groupSize)} (infraFailurePolicy "fail": the run stops)` : `${describeInfra(round, groupSize)}; dropped after ${attempt + 1} tries`;
+      host.log.error({ reason }, "group dropped");
+      return { ok: false, kind: "infra", fatal: policy === "fail", reason, trajectories: scored, unfinished: round.unfinished, unscoredToolCalls: unscored(round, scored), ...common };
     }
-    const reason = policy === "fail" ? `${what} (infraFailurePolicy "fail": the run stops)` : `${what}; dropped after ${attempt + 1} tries`;
-    host.log.error({ reason }, "group dropped");
-    return { ok: false, kind: "infra", fatal: policy === "fail", reason, trajectories: scored, unfinished: round.unfinished, ...common };
+    counted.unscoredToolCalls = unscored(round, []);
+    host.log.warn({ attempt: attempt + 1, infraRetries }, `${describeInfra(round, groupSize)}; the group is dropped and its item tried again`);
   }
 }
 
-async function collectRound(host: GroupCollectorHost): Promise<GroupRound> {
-  const settled = await Promise.allSettled(Array.from({ length: host.config.groupSize }, () => host.runTrajectory()));
-  const round: GroupRound = { done: [], infra: [], errors: [], unfinished: { slotLosses: 0, retries: 0 }, cut: { trajectories: 0, toolCallsRan: 0, toolCallsCut: 0 } };
-  for (const s of settled) {
+/** "2 of 4 trajectories had an infrastructure failure: model: …" (each distinct cause and message once). */
+function describeInfra(round: GroupRound, groupSize: number): string {
+  return `${round.infra.length} of ${groupSize} trajectories had an infrastructure failure: ${[...new Set(round.infra.map((f) => `${f.cause}: ${f.message}`))].join(" | ")}`;
+}
+
+async function collectRound(host: GroupCollectorHost, groupTry: number): Promise<GroupRound> {
+  const tallies = Array.from({ length: host.config.groupSize }, () => new CallTally());
+  const settled = await Promise.allSettled(tallies.map((calls) => host.runTrajectory(calls)));
+  const round: GroupRound = { done: [], infra: [], errors: [], unfinished: { slotLosses: 0, retries: 0 }, cut: { trajectories: 0, toolCallsRan: 0, toolCallsCut: 0 }, thrown: [], thrownToolCalls: 0 };
+  for (const [i, s] of settled.entries()) {
     if (s.status === "fulfilled") {
       round.done.push(s.value);
       if (s.value.infraFailure) round.infra.push(s.value.infraFailure);
@@ -104,6 +125,8 @@ async function collectRound(host: GroupCollectorHost): Promise<GroupRound> {
       continue;
     }
     const message = err instanceof Error ? err.message : String(err);
+    round.thrown.push(failedFromError(err, groupTry));
+    round.thrownToolCalls += tallies[i]!.ran;
     if (err instanceof TrajectoryFailedError) {
       round.unfinished.slotLosses += err.attempts;
       round.unfinished.retries += err.attempts - 1;

@@ -3,6 +3,7 @@ import type { Logger } from "../observability/logger.js";
 import type { InfraFailure } from "./infra-failure.js";
 import { metricsProblem, type Metrics } from "./metrics.js";
 import type { TrajectoryOutcome } from "./scored-group.js";
+import { envFramesFirst } from "./env-stack.js";
 
 /** One scored trajectory of a group, as the group-level scoring hook sees it. */
 export interface GroupMember {
@@ -38,11 +39,13 @@ export async function applyGroupScore(
   if (trajectories.length === 0) return { failures: [] };
   const members: GroupMember[] = trajectories.map((t) => ({ trajectoryId: t.trajectoryId, result: t.result, score: t.score, metadata: t.scoreMetadata, metrics: t.metrics ?? {} }));
   let problem: string | undefined;
+  let stack: string | undefined;
   let answer: GroupScore;
   try {
     answer = await scorer(members);
   } catch (err) {
     problem = `scoreGroup threw: ${err instanceof Error ? err.message : String(err)}`;
+    stack = envFramesFirst(err);
   }
   const scores = Array.isArray(answer) ? answer : answer?.scores;
   const metrics = Array.isArray(answer) ? undefined : answer?.metrics;
@@ -58,8 +61,8 @@ export async function applyGroupScore(
     if (p) problem = `scoreGroup's metrics: ${p}`;
   }
   if (problem) {
-    log.warn({ problem }, "the group's scoring failed; its trajectories are not scored");
-    const failures = trajectories.map((t): InfraFailure => ({ cause: "reward", message: problem!, trajectoryId: t.trajectoryId }));
+    log.warn({ problem, ...(stack ? { stack } : {}) }, "the group's scoring failed; its trajectories are not scored");
+    const failures = trajectories.map((t): InfraFailure => ({ cause: "reward", message: problem!, trajectoryId: t.trajectoryId, stage: "reward", ...(stack ? { stack } : {}) }));
     trajectories.forEach((t, i) => {
       t.rewardError = problem;
       t.infraFailure = failures[i]!;

@@ -13,6 +13,7 @@ export {
   TokensUnavailableError,
   TokensInexactError,
   ToolContextError,
+  ToolContextInfraError,
   PathRefusedError,
 } from "./errors.js";
 export { ToolContext, type TerminalResult, type FileRead } from "./tool-context.js";

@@ -1,4 +1,6 @@
 import { InfraToolError } from "../agent/errors.js";
+import type { ChatMessage } from "../agent/messages.js";
+import type { RewardCallExtras } from "../report/rollout-extras.js";
 import { TOOL_INFRA_CAUSES, type ToolInfraCause } from "../protocol/infra.js";
 import { EnvError, ToolContextInfraError } from "./errors.js";
 
@@ -37,6 +39,29 @@ export interface InfraFailure {
   message: string;
   trajectoryId?: string;
   stage?: InfraStage;
+  /** Where the env's code threw (a reward or hook): its stack, the env's frames first (env-stack.ts). */
+  stack?: string;
+}
+
+/**
+ * One trajectory that was not scored — an infra failure (a reward or hook that threw, a model
+ * server that failed, …) or an error of the env's code — as the run's sidecar
+ * (`<out>.failed.jsonl`, beside the training JSONL and never in it) keeps it for debugging: why,
+ * the stack of the env's code that threw (its own frames first), the transcript and the
+ * reward's tool calls. Field names are the wire format of that file.
+ */
+export interface FailedTrajectory {
+  trajectory_id?: string;
+  /** An infra cause, or `error` for an env hook's own error (setupWorkspace threw). */
+  cause: InfraCause | "error";
+  stage?: InfraStage;
+  message: string;
+  stack?: string;
+  /** Which try of its group this was (1: the first; an item is tried again after a dropped try). */
+  group_try: number;
+  /** The conversation up to the failure (absent when the trajectory had none yet). */
+  messages?: ChatMessage[];
+  reward_calls?: RewardCallExtras[];
 }
 
 /**

@@ -43,9 +43,10 @@ export function recordingExecutor(inner: ToolExecutorLike, into: RewardCallExtra
 }
 
 /** The reward's ToolContext: its own timeout, every call recorded into `calls`. */
-export function rewardContext(trajectoryId: string, executor: ToolExecutorLike, timeoutS: number): { ctx: ToolContext; calls: RewardCallExtras[] } {
+export function rewardContext(trajectoryId: string, executor: ToolExecutorLike, timeoutS: number, minTimeoutS?: number): { ctx: ToolContext; calls: RewardCallExtras[] } {
   const calls: RewardCallExtras[] = [];
-  return { ctx: new ToolContext(trajectoryId, recordingExecutor(executor, calls), { timeoutS }), calls };
+  // The env's floor applies; its ceiling bounds the model, not the reward's own commands (the author's, up to 600 s).
+  return { ctx: new ToolContext(trajectoryId, recordingExecutor(executor, calls), { timeoutS, ...(minTimeoutS !== undefined ? { minTimeoutS } : {}) }), calls };
 }
 
 /** Head and tail of a long text, saying how much was cut. */

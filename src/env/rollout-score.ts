@@ -4,6 +4,7 @@ import { isSlotLostError } from "../pool/errors.js";
 import { ToolContextError } from "./errors.js";
 import { infraFailureOf, type InfraFailure } from "./infra-failure.js";
 import { metricsProblem, type Metrics } from "./metrics.js";
+import { envFramesFirst } from "./env-stack.js";
 
 /**
  * What `computeReward` may return instead of a bare number (and what `verifyAndScore`
@@ -64,7 +65,8 @@ export async function scoreRollout(
       return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: infra };
     }
     const cause = err instanceof ToolContextError ? "reward_tool" : "reward";
-    log.warn({ trajectoryId, cause, err: message }, "the reward failed; the trajectory is not scored");
-    return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: { cause, message, trajectoryId, stage: "reward" } };
+    const stack = envFramesFirst(err);
+    log.warn({ trajectoryId, cause, err: message, ...(stack ? { stack } : {}) }, "the reward failed; the trajectory is not scored");
+    return { score: 0, rewardError: message, scoreMetadata: {}, infraFailure: { cause, message, trajectoryId, stage: "reward", ...(stack ? { stack } : {}) } };
   }
 }

@@ -5,7 +5,7 @@ import type { ChatCallSummary } from "../agent/chat-client.js";
 import { toolLatencyTable, type ToolLatencyRow } from "../report/tool-stats.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
 import type { GroupInterruption } from "./interruption.js";
-import { INFRA_CAUSES, INFRA_STAGES, countByCause, countByStage, type InfraCause, type InfraFailure, type InfraStage } from "./infra-failure.js";
+import { INFRA_CAUSES, INFRA_STAGES, countByCause, countByStage, type FailedTrajectory, type InfraCause, type InfraFailure, type InfraStage } from "./infra-failure.js";
 import type { IsolationSummary } from "./isolation.js";
 import { formatTally, tallyMetrics, type MetricTally } from "./metrics.js";
 
@@ -71,6 +71,12 @@ export class RunStats {
   /** Serve mode: broken-off segments kept out of groups (Atropos takes exactly group_size sequences). */
   unsentSegments = 0;
   readonly failures: string[] = [];
+  /** Unscored trajectories recorded in the run's sidecar (`<out>.failed.jsonl`), and its path. */
+  failedTrajectories = 0;
+  failedSidecar: string | undefined;
+  /** Where the env's code threw (a reward or hook): each distinct stack, with how often (stacks that differ only below the env's frames are one). */
+  readonly failureStacks = new Map<string, number>();
+  private readonly stackKeys = new Map<string, string>();
   /** The first tool errors, in the order their trajectories finished. */
   readonly toolErrorLog: ToolErrorRecord[] = [];
   private readonly latencies: number[] = [];
@@ -112,6 +118,8 @@ export class RunStats {
       this.maskedTrajectories += outcome.masked;
     }
     for (const t of outcome.trajectories) this.addRun(t);
+    // Every call that ran: also those of dropped tries and of trajectories that failed.
+    this.toolCalls += outcome.unscoredToolCalls ?? 0;
   }
 
   /**
@@ -128,6 +136,22 @@ export class RunStats {
     this.interruptedTrajectories += i.cut;
     this.toolCalls += i.toolCallsRan;
     this.toolCallsCut += i.toolCallsCut;
+  }
+
+  /** Unscored trajectories written to the sidecar: counted, and the stacks of the env's code that threw kept (the first 20 distinct ones). */
+  addFailedTrajectories(failed: readonly FailedTrajectory[]): void {
+    this.failedTrajectories += failed.length;
+    for (const f of failed) {
+      if (!f.stack) continue;
+      // The message and the env's own frames say where; slotpool's async frames below them vary.
+      const key = f.stack.split("\n    … then ")[0]!;
+      const shown = this.stackKeys.get(key);
+      if (shown !== undefined) this.failureStacks.set(shown, this.failureStacks.get(shown)! + 1);
+      else if (this.failureStacks.size < 20) {
+        this.stackKeys.set(key, f.stack);
+        this.failureStacks.set(f.stack, 1);
+      }
+    }
   }
 
   /** A made group that is not delivered (same scores, size, token length, refused by the trainer). */
@@ -271,6 +295,11 @@ export class RunStats {
 
   get successRate(): number {
     return this.trajectories ? this.solved / this.trajectories : 0;
+  }
+
+  /** Tool calls with a duration (the latency figures are n/a without one). */
+  get timedToolCalls(): number {
+    return this.latencies.length;
   }
 
   latencyPercentile(p: number, of: readonly number[] = this.latencies): number {

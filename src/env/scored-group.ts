@@ -1,9 +1,10 @@
 import type { AgentResult } from "../agent/agent-loop.js";
 import type { ChatMessage } from "../agent/messages.js";
-import type { InfraCause, InfraFailure } from "./infra-failure.js";
+import type { FailedTrajectory, InfraCause, InfraFailure } from "./infra-failure.js";
 import type { Metrics } from "./metrics.js";
 import type { BranchTree } from "../report/branch-tree.js";
 import type { RewardCallExtras } from "../report/rollout-extras.js";
+
 import { tokenSegmentsFromServer, tokensFromTokenizer, type SequenceTokens, type TextTokenizer } from "./tokens.js";
 
 /**
@@ -83,6 +84,10 @@ export type GroupOutcome<Item = unknown> =
       droppedAttemptCauses?: InfraCause[];
       /** The env's metrics of the whole group (`scoreGroup` returning `{scores, metrics}`). */
       metrics?: Metrics;
+      /** The trajectories of every try that were not scored (masked, or in dropped tries): for the sidecar, never the group. */
+      failed?: FailedTrajectory[];
+      /** Tool calls that ran in trajectories not among `trajectories` (dropped tries, masked, thrown): the summary counts every call that ran. */
+      unscoredToolCalls?: number;
     }
   | {
       ok: false;
@@ -103,6 +108,10 @@ export type GroupOutcome<Item = unknown> =
       unfinished: { slotLosses: number; retries: number };
       /** `infra`: the cause of each dropped try's first infra failure, the last try included. */
       droppedAttemptCauses?: InfraCause[];
+      /** The trajectories of every try that were not scored (failed, in dropped tries): for the sidecar. */
+      failed?: FailedTrajectory[];
+      /** Tool calls that ran in trajectories not among `trajectories` (dropped tries, infra failures, thrown). */
+      unscoredToolCalls?: number;
     };
 
 /** The ids of a trajectory: the server's when it returned them, else the tokenizer's, else none. */

@@ -1,8 +1,14 @@
+import { boundedTimeoutS, MAX_TIMEOUT_S, MIN_TIMEOUT_S, requestedTimeoutS, type TimeoutBounds } from "../executor/config.js";
 import type { ToolExecutorLike } from "../executor/types.js";
 import type { ToolResult } from "../protocol/tool.js";
 import { toolInfraCause } from "../protocol/infra.js";
 import { PathRefusedError, ToolContextError, ToolContextInfraError } from "./errors.js";
 import { browserAct, browserGetImages, browserNavigate, browserSnapshot, browserVision, type BrowserImage, type BrowserPage, type BrowserSnapshot } from "./browser-context.js";
+
+/** The env's tool timeouts (its `executor` section) as a ToolContext takes them; `timeoutS` replaces the default (the reward's `rewardTimeoutS`). */
+export function envToolTimeouts(executor: { defaultTimeoutS: number; minTimeoutS: number; maxTimeoutS: number }, timeoutS = executor.defaultTimeoutS): { timeoutS: number; minTimeoutS: number; maxTimeoutS: number } {
+  return { timeoutS, minTimeoutS: executor.minTimeoutS, maxTimeoutS: executor.maxTimeoutS };
+}
 
 /** What `terminal()` returns: the seeds' `{"exit_code", "output"}`, plus the error text. */
 export interface TerminalResult {
@@ -46,11 +52,28 @@ const REFUSED_TEXT = /outside the workspace|escapes the workspace|leads outside 
  * (`readFile` → `ok: false`). See docs/env-authoring.md for each method's contract.
  */
 export class ToolContext {
+  private readonly bounds: TimeoutBounds;
+
+  /**
+   * `timeouts`: the default of a call that names no timeout (`timeoutS`), and the floor and
+   * ceiling every timeout asked for is clamped to (default 1..600 s). The env gives its
+   * `executor` bounds to the setup's and the in-process tools' context, and
+   * `rewardTimeoutS` as the reward's default.
+   */
   constructor(
     readonly trajectoryId: string,
     private readonly executor: ToolExecutorLike,
-    private readonly defaults: { timeoutS: number } = { timeoutS: 120 },
-  ) {}
+    timeouts: { timeoutS: number; minTimeoutS?: number; maxTimeoutS?: number } = { timeoutS: 120 },
+  ) {
+    const minS = Math.max(MIN_TIMEOUT_S, timeouts.minTimeoutS ?? MIN_TIMEOUT_S);
+    const maxS = Math.max(minS, Math.min(MAX_TIMEOUT_S, timeouts.maxTimeoutS ?? MAX_TIMEOUT_S));
+    this.bounds = { minS, maxS, defaultS: Math.min(maxS, Math.max(minS, timeouts.timeoutS)) };
+  }
+
+  /** The timeout a call gets, seconds: `askedS` (or the call's own `timeout` argument) within the context's bounds, else its default. */
+  timeoutFor(askedS: number | undefined): number {
+    return boundedTimeoutS(askedS, this.bounds);
+  }
 
   /**
    * Calls any registered tool by name (or alias) and returns its raw result, failures
@@ -58,7 +81,7 @@ export class ToolContext {
    * `ToolContextInfraError` when the infrastructure did not let the call run to its end.
    */
   async callTool(name: string, args: Record<string, unknown> = {}, options: { timeoutS?: number } = {}): Promise<ToolResult> {
-    const timeoutS = options.timeoutS ?? (typeof args["timeout"] === "number" ? (args["timeout"] as number) : this.defaults.timeoutS);
+    const timeoutS = this.timeoutFor(options.timeoutS ?? requestedTimeoutS(args));
     const r = await this.executor.execute(this.trajectoryId, { name, arguments: args }, { timeoutMs: timeoutS * 1000 });
     const infra = toolInfraCause(r.metadata);
     if (infra) throw new ToolContextInfraError(`${name} could not run to its end in trajectory ${this.trajectoryId}'s slot (${infra}): ${r.error || "no reason given"}`, name, infra);
@@ -70,7 +93,7 @@ export class ToolContext {
    * whenever the command ran, whatever its exit code (or timeout); throws when it could not run.
    */
   async terminal(command: string, options: { timeout?: number } = {}): Promise<TerminalResult> {
-    const timeout = options.timeout ?? this.defaults.timeoutS;
+    const timeout = this.timeoutFor(options.timeout);
     const r = await this.callTool("bash", { command, timeout }, { timeoutS: timeout });
     const exit = r.metadata["exit_code"];
     const timedOut = r.metadata["timeout"] === true;

@@ -53,6 +53,17 @@ export const ToolExecutorConfigSchema = z.object({
    * 120. Raise it for envs whose agents build or test for longer.
    */
   defaultTimeoutS: z.number().positive().default(30),
+  /**
+   * The floor of a call's timeout (seconds, 1..600): a model's `timeout: 0.1` becomes this.
+   * With `maxTimeoutS`, the env's bounds on the time the model may ask for.
+   */
+  minTimeoutS: z.number().min(1).max(600).default(1),
+  /**
+   * The ceiling of a call's timeout (seconds, 1..600): a model asking for `timeout: 3600`
+   * gets this. An env whose agents run a long test suite keeps 600; one that must never
+   * wait long on a command lowers it.
+   */
+  maxTimeoutS: z.number().min(1).max(600).default(600),
   /** How long a trajectory's first sandbox call may wait for a slot (ms); pool default when unset. */
   acquireTimeoutMs: z.number().int().positive().optional(),
   /** Sandbox commands may reach the network (off by default: fail closed; the model cannot turn it on). */
@@ -82,7 +93,20 @@ export function parseToolExecutorConfig(input: ToolExecutorConfigInput = {}): To
     const problems = configProblems(r.error.issues);
     throw new ToolExecutorConfigError(`invalid ToolExecutor config: ${problems}`);
   }
+  const bounds = timeoutBoundsProblem(r.data);
+  if (bounds) throw new ToolExecutorConfigError(`invalid ToolExecutor config: ${bounds}`);
   return r.data;
+}
+
+/**
+ * What is wrong with the config's timeout bounds, if anything (a cross-field check, kept out
+ * of the schema so that env authors can still `.extend()` it). The prefix names the section.
+ */
+export function timeoutBoundsProblem(config: Pick<ToolExecutorConfig, "minTimeoutS" | "maxTimeoutS" | "defaultTimeoutS">, prefix = ""): string | undefined {
+  const { minTimeoutS: min, maxTimeoutS: max, defaultTimeoutS: def } = config;
+  if (min > max) return `${prefix}minTimeoutS (${min}) must not be above ${prefix}maxTimeoutS (${max})`;
+  if (def < min || def > max) return `${prefix}defaultTimeoutS (${def}) must lie within ${prefix}minTimeoutS..${prefix}maxTimeoutS (${min}..${max})`;
+  return undefined;
 }
 
 export const MIN_TIMEOUT_S = 1;
@@ -94,11 +118,40 @@ export function clampTimeoutS(seconds: number): number {
   return Math.min(MAX_TIMEOUT_S, Math.max(MIN_TIMEOUT_S, seconds));
 }
 
-/** Timeout of one call: the caller's override, else the call's `timeout` argument, else the default. */
-export function callTimeoutS(args: Record<string, unknown>, overrideMs: number | undefined, defaultS: number): number {
-  if (overrideMs !== undefined && Number.isFinite(overrideMs)) return clampTimeoutS(overrideMs / 1000);
+/** The time a call may be given, seconds: what the model (or a caller) asks for is clamped to [minS, maxS]; `defaultS` when it asks for none. */
+export interface TimeoutBounds {
+  minS: number;
+  maxS: number;
+  defaultS: number;
+}
+
+/** An executor config's bounds (`minTimeoutS`, `maxTimeoutS`, `defaultTimeoutS`). */
+export function timeoutBounds(config: Pick<ToolExecutorConfig, "minTimeoutS" | "maxTimeoutS" | "defaultTimeoutS">): TimeoutBounds {
+  const minS = clampTimeoutS(config.minTimeoutS);
+  const maxS = Math.max(minS, clampTimeoutS(config.maxTimeoutS));
+  return { minS, maxS, defaultS: Math.min(maxS, Math.max(minS, config.defaultTimeoutS)) };
+}
+
+/** The `timeout` a call's arguments ask for, seconds (a number, or a string holding one), if any. */
+export function requestedTimeoutS(args: Record<string, unknown>): number | undefined {
   const raw = args["timeout"];
-  if (typeof raw === "number" && Number.isFinite(raw)) return clampTimeoutS(raw);
-  if (typeof raw === "string" && raw.trim() && Number.isFinite(Number(raw))) return clampTimeoutS(Number(raw));
-  return clampTimeoutS(defaultS);
+  if (typeof raw === "number" && Number.isFinite(raw)) return raw;
+  if (typeof raw === "string" && raw.trim() && Number.isFinite(Number(raw))) return Number(raw);
+  return undefined;
+}
+
+/** A call's timeout within `bounds`: `askedS` (the model's, a step's) clamped into them, else their default. */
+export function boundedTimeoutS(askedS: number | undefined, bounds: TimeoutBounds): number {
+  if (askedS === undefined || Number.isNaN(askedS)) return bounds.defaultS;
+  return Math.min(bounds.maxS, Math.max(bounds.minS, askedS));
+}
+
+/**
+ * Timeout of one call: the caller's override (clamped to 1..600 only: the caller is the
+ * operator's code, e.g. a reward's own command), else the call's `timeout` argument within
+ * the bounds, else their default.
+ */
+export function callTimeoutS(args: Record<string, unknown>, overrideMs: number | undefined, bounds: TimeoutBounds): number {
+  if (overrideMs !== undefined && Number.isFinite(overrideMs)) return clampTimeoutS(overrideMs / 1000);
+  return boundedTimeoutS(requestedTimeoutS(args), bounds);
 }

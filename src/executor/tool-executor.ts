@@ -13,7 +13,7 @@ import type { LeasedSlot, SlotCall, SlotPoolLike } from "../pool/types.js";
 import { toolFromOpenAiSchema } from "../tools/definition.js";
 import { ToolRegistry } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/types.js";
-import { callTimeoutS, parseToolExecutorConfig, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
+import { callTimeoutS, parseToolExecutorConfig, timeoutBounds, type ToolExecutorConfig, type ToolExecutorConfigInput } from "./config.js";
 import { ExecutorMetrics } from "./executor-metrics.js";
 import { artifactFailureMetadata, errorResult, fromExecuteResponse, infraResult } from "./results.js";
 import { isSlotLostError, PoolTemplateError, type SlotLostError } from "../pool/errors.js";
@@ -187,7 +187,7 @@ export class ToolExecutor implements ToolExecutorLike {
         ),
       );
     }
-    const timeoutS = callTimeoutS(checked.args, options.timeoutMs, this.config.defaultTimeoutS);
+    const timeoutS = callTimeoutS(checked.args, options.timeoutMs, timeoutBounds(this.config));
     const args = { ...checked.args };
     if (tool.timeoutArg && tool.timeoutArg in args) args[tool.timeoutArg] = timeoutS;
 

@@ -129,3 +129,47 @@ export function slotUidBase(flag: number | undefined, allocId: string | undefine
   if (flag !== undefined) return flag;
   return allocId ? allocationUidBase(allocId) : DEFAULT_SLOT_UID_BASE;
 }
+
+/**
+ * Image uid blocks. A slot whose root is an image (src/sandbox/images/) runs in a user
+ * namespace of its own that maps the image's users: inside uid 0 is the slot's host uid
+ * (above: per-uid limits, cgroups and kill-by-uid keep working for root, the usual user),
+ * and inside uids 1 … IMAGE_UID_SPAN-1 are a block of host uids that slot alone owns, so
+ * an image's other users (www-data, 1000, nobody) are real, distinct users inside and
+ * nobody's outside. Those blocks live in [2^31, 2^32 − 1): above every range in use on a
+ * Linux host (system, user and /etc/subuid ranges, our slot uids), and above Node's
+ * `spawn({ uid })` limit, which is fine since nothing is spawned as them: only the
+ * kernel's maps name them.
+ *
+ * A root server claims one block for all its slots, slots × IMAGE_UID_SPAN uids, at its
+ * first image: the first free position from one derived from its slot uid base, held by a
+ * `flock` on `/run/slotpool/image-uids/<position>.lock` for as long as the server lives
+ * (released by the kernel even when the server is killed). Servers sharing a host's /run
+ * (the local provisioner's, those started by hand) never share a block; servers in
+ * containers of their own (Nomad's docker driver) each see their own /run, and take the
+ * position their slot uid base gives, skipping any block with a live process.
+ */
+export const IMAGE_UID_SPAN = 65536;
+export const IMAGE_UID_RANGE_START = 2 ** 31;
+/** 2^32 − 1 is the kernel's "no uid". */
+export const IMAGE_UID_RANGE_END = 2 ** 32 - 1;
+
+/** Block positions for a server of `slots` slots, and the first position to try for `slotUidBase`. */
+export function imageUidPositions(slotUidBase: number, slots: number): { count: number; first: number; size: number } {
+  const size = Math.max(1, slots) * IMAGE_UID_SPAN;
+  const count = Math.floor((IMAGE_UID_RANGE_END - IMAGE_UID_RANGE_START) / size);
+  if (count < 1) throw new Error(`${slots} slots need ${size} image uids each block: more than [2^31, 2^32) holds`);
+  const first = createHash("sha256").update(String(slotUidBase)).digest().readUInt32BE(0) % count;
+  return { count, first, size };
+}
+
+/** Slot `index`'s uid map for its image namespace: inside 0 → its host uid, 1 … SPAN-1 → its block. "in:out:count,…" */
+export function imageUidMap(hostUid: number, blockBase: number, index: number): string {
+  const first = blockBase + index * IMAGE_UID_SPAN;
+  return `0:${hostUid}:1,1:${first + 1}:${IMAGE_UID_SPAN - 1}`;
+}
+
+/** The host uid an image's inside uid `inside` is, for slot `index` (`hostUid` for root). */
+export function imageHostUid(hostUid: number, blockBase: number, index: number, inside: number): number {
+  return inside === 0 ? hostUid : blockBase + index * IMAGE_UID_SPAN + inside;
+}

@@ -1,12 +1,13 @@
 import { SlotpoolError } from "../protocol/errors.js";
 
-/** A request the server refuses: sent as HTTP `status` with `{error, field?}`. */
+/** A request the server refuses: sent as HTTP `status` with `{error, field?}` (plus `answerFields`, e.g. a machine-readable `code`). */
 export class HttpError extends SlotpoolError {
   override name = "HttpError";
   constructor(
     readonly status: number,
     message: string,
     readonly field?: string,
+    readonly answerFields?: Readonly<Record<string, unknown>>,
   ) {
     super(message);
   }

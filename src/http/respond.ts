@@ -23,7 +23,7 @@ export function sendError(res: ServerResponse, err: unknown): void {
     return;
   }
   if (err instanceof HttpError) {
-    sendJson(res, err.status, err.field ? { error: err.message, field: err.field } : { error: err.message });
+    sendJson(res, err.status, { error: err.message, ...(err.field ? { field: err.field } : {}), ...err.answerFields });
     return;
   }
   sendJson(res, 500, { error: `internal error: ${(err as Error)?.message ?? String(err)}` });

@@ -1,4 +1,5 @@
 import { destination, pino, type DestinationStream, type Logger, type LoggerOptions } from "pino";
+import { RepeatedLines } from "./repeated-lines.js";
 
 export type { Logger };
 
@@ -38,6 +39,19 @@ export interface CreateLoggerOptions {
    * from a pipe, would inherit it.)
    */
   format?: LogFormat;
+  /**
+   * Write a line that repeats an earlier one (same level, message and facts, ids aside) only
+   * once; `flushRepeats(logger)` then logs how many times each came ("× 48"). For the run
+   * commands, where every trajectory may fail for the same cause.
+   */
+  collapseRepeats?: boolean;
+}
+
+const repeatsOf = new WeakMap<Logger, RepeatedLines>();
+
+/** Logs, for each message written once but repeated since, how many times it came (see CreateLoggerOptions.collapseRepeats). */
+export function flushRepeats(logger: Logger): void {
+  repeatsOf.get(logger)?.flush();
 }
 
 /** The format a command's logs take by default (see CreateLoggerOptions.format). */
@@ -49,8 +63,10 @@ export function defaultLogFormat(): LogFormat {
 export function createLogger(options: CreateLoggerOptions): Logger {
   const level = options.level ?? process.env["SLOTPOOL_LOG_LEVEL"] ?? "info";
   const format = options.format ?? (options.destination ? "json" : defaultLogFormat());
-  const out = format === "pretty" ? prettyStream(options.destination ?? process.stderr) : (options.destination ?? destination({ fd: 2, sync: false }));
-  return pino(
+  const plain = format === "pretty" ? prettyStream(options.destination ?? process.stderr) : (options.destination ?? destination({ fd: 2, sync: false }));
+  const repeats = options.collapseRepeats ? new RepeatedLines(plain) : undefined;
+  const out = repeats ?? plain;
+  const logger = pino(
     {
       name: options.name,
       level,
@@ -59,6 +75,8 @@ export function createLogger(options: CreateLoggerOptions): Logger {
     },
     out as DestinationStream,
   );
+  if (repeats) repeatsOf.set(logger, repeats);
+  return logger;
 }
 
 const LEVEL_NAMES: Record<number, string> = { 10: "TRACE", 20: "DEBUG", 30: "INFO", 40: "WARN", 50: "ERROR", 60: "FATAL" };
@@ -76,14 +94,16 @@ export function formatPrettyLine(json: string): string {
   }
   const time = typeof entry["time"] === "number" ? new Date(entry["time"]).toTimeString().slice(0, 8) : "";
   const level = (LEVEL_NAMES[Number(entry["level"])] ?? String(entry["level"])).padEnd(5);
+  // A stack (a reward that threw) is read line by line, not cut short.
+  const stack = typeof entry["stack"] === "string" ? `\n${entry["stack"].replace(/^/gm, "    ")}` : "";
   const fields = Object.entries(entry)
-    .filter(([k]) => !QUIET_KEYS.has(k))
+    .filter(([k]) => !QUIET_KEYS.has(k) && !(k === "stack" && stack))
     .map(([k, v]) => {
       let text = typeof v === "string" ? v : JSON.stringify(v);
       if (text.length > VALUE_CHARS) text = text.slice(0, VALUE_CHARS - 1) + "…";
       return `${k}=${/\s/.test(text) && typeof v === "string" ? JSON.stringify(text) : text}`;
     });
-  return `${time} ${level} ${String(entry["msg"] ?? "")}${fields.length ? `  ${fields.join(" ")}` : ""}\n`;
+  return `${time} ${level} ${String(entry["msg"] ?? "")}${fields.length ? `  ${fields.join(" ")}` : ""}${stack}\n`;
 }
 
 function prettyStream(out: NodeJS.WritableStream): { write(line: string): boolean } {

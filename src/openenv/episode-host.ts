@@ -13,6 +13,9 @@ import { DEFAULT_LIMITS, type ServerLimits } from "./limits.js";
 export class EpisodeHost<Item = unknown> {
   readonly items: ItemSource<Item>;
   private readonly running = new Set<Episode<Item>>();
+  private readonly ended = new WeakSet<Episode<Item>>();
+  /** Episodes begun, and how those that ended did: scored (a reward), failed (done without one: an infra failure), abandoned (reset, close, drop, idle). For /status and /metrics. */
+  readonly counts = { begun: 0, scored: 0, failed: 0, abandoned: 0, rewardSum: 0 };
 
   constructor(
     readonly env: AgentEnv<Item>,
@@ -26,8 +29,9 @@ export class EpisodeHost<Item = unknown> {
   /** Starts an episode in a slot of its own (see Episode.begin for what can fail and how). */
   async begin(selector: ItemSelector = {}): Promise<Episode<Item>> {
     const selected = await this.items.select(selector);
-    const episode = await Episode.begin(this.env, selected, selected.episodeId, { log: this.log, timeoutMs: this.env.config.executor.defaultTimeoutS * 1000 });
+    const episode = await Episode.begin(this.env, selected, selected.episodeId, { log: this.log });
     this.running.add(episode);
+    this.counts.begun++;
     return episode;
   }
 
@@ -35,12 +39,25 @@ export class EpisodeHost<Item = unknown> {
   async abandon(episode: Episode<Item> | undefined): Promise<void> {
     if (!episode) return;
     this.running.delete(episode);
+    this.count(episode);
     await episode.abandon();
   }
 
   /** Forget a finished episode (its slot is already released). */
   forget(episode: Episode<Item>): void {
     this.running.delete(episode);
+    this.count(episode);
+  }
+
+  /** Counts an episode's end once, by how it ended. */
+  private count(episode: Episode<Item>): void {
+    if (this.ended.has(episode)) return;
+    this.ended.add(episode);
+    if (episode.reward !== null) {
+      this.counts.scored++;
+      this.counts.rewardSum += episode.reward;
+    } else if (episode.done) this.counts.failed++;
+    else this.counts.abandoned++;
   }
 
   get activeEpisodes(): number {

@@ -4,7 +4,9 @@ import { emptyUsage, type ChatMessage, type OpenAIFunctionTool } from "../agent/
 import type { AgentEnv } from "../env/agent-env.js";
 import { routeToolCall } from "../env/env-tools.js";
 import { scoreRollout } from "../env/rollout-score.js";
-import { ToolContext } from "../env/tool-context.js";
+import { envToolTimeouts, ToolContext } from "../env/tool-context.js";
+import { rewardContext } from "../env/reward-calls.js";
+import { requestedTimeoutS } from "../executor/config.js";
 import type { Logger } from "../observability/logger.js";
 import { isSlotLostError, SlotAcquireTimeoutError } from "../pool/errors.js";
 import type { ToolResult } from "../protocol/tool.js";
@@ -65,8 +67,6 @@ export interface ToolStep {
 
 export interface EpisodeOptions {
   log: Logger;
-  /** A tool call's timeout (the env's executor.defaultTimeoutS, as in `process`). */
-  timeoutMs: number;
 }
 
 /**
@@ -101,7 +101,7 @@ export class Episode<Item = unknown> {
     private readonly options: EpisodeOptions,
   ) {
     this.maxTurns = env.turnsFor(item);
-    this.ctx = new ToolContext(this.trajectoryId, env.tools.executor, { timeoutS: env.config.executor.defaultTimeoutS });
+    this.ctx = new ToolContext(this.trajectoryId, env.tools.executor, envToolTimeouts(env.config.executor));
     this.result = { messages: env.initialMessages(item), turnsUsed: 0, finishReason: "max_turns", finalResponse: "", toolCalls: [], toolErrors: [], usage: emptyUsage(), turns: [] };
   }
 
@@ -134,9 +134,15 @@ export class Episode<Item = unknown> {
     };
   }
 
-  /** Runs one tool call in the episode's slot; calls of one episode run one at a time, in order. `timeoutMs`: this call's own bound (OpenEnv's `timeout_s`), else the env's. */
+  /**
+   * Runs one tool call in the episode's slot; calls of one episode run one at a time, in order.
+   * Its timeout: `timeoutMs` (OpenEnv's `timeout_s`, this action's own bound), else the call's
+   * `timeout` argument, within the env's bounds (executor.minTimeoutS..maxTimeoutS), else the
+   * env's executor.defaultTimeoutS — as the same call gets in `process`.
+   */
   callTool(name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<ToolStep> {
-    const run = this.queue.then(() => this.runCall(name, args, timeoutMs ?? this.options.timeoutMs));
+    const timeoutS = this.ctx.timeoutFor(timeoutMs !== undefined ? timeoutMs / 1000 : requestedTimeoutS(args));
+    const run = this.queue.then(() => this.runCall(name, args, timeoutS * 1000));
     this.queue = run.catch(() => undefined);
     return run;
   }
@@ -237,7 +243,9 @@ export class Episode<Item = unknown> {
     this.done = true;
     this.result.finishReason = reason;
     try {
-      const scored = await scoreRollout(this.result, this.trajectoryId, () => this.env.verifyAndScore(this.item, this.result, this.ctx), this.options.log);
+      // The reward's own timeout (rewardTimeoutS), as in `process`.
+      const { ctx } = rewardContext(this.trajectoryId, this.env.tools.executor, this.env.config.rewardTimeoutS, this.env.config.executor.minTimeoutS);
+      const scored = await scoreRollout(this.result, this.trajectoryId, () => this.env.verifyAndScore(this.item, this.result, ctx), this.options.log);
       if (scored.infraFailure) throw new EpisodeInfraError(scored.infraFailure.cause, scored.infraFailure.message);
       this.reward = scored.score;
       return { finish_reason: reason, steps: this.stepCount, reward_metadata: scored.scoreMetadata, ...(scored.metrics ? { metrics: scored.metrics } : {}) };

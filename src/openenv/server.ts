@@ -15,6 +15,7 @@ import { FrameBudget, type FrameAccount } from "./frame-budget.js";
 import { DEFAULT_LIMITS, type ServerLimits } from "./limits.js";
 import { McpHttp } from "./mcp-http.js";
 import { ModelUrlPolicy, ModelUrlRefusedError } from "./model-url.js";
+import { openEnvStatus } from "./status.js";
 import { openApiDocument } from "./openapi.js";
 import { parseRunRequest, runRollout } from "./rollout.js";
 import { errorFrame, frameOf, Session } from "./session.js";
@@ -61,6 +62,7 @@ export class OpenEnvServer<Item = unknown> {
   private readonly mcp: McpHttp<Item>;
   private sweeper: NodeJS.Timeout | undefined;
   private closing = false;
+  readonly startedAt = Date.now();
 
   constructor(options: OpenEnvServerOptions<Item>) {
     this.log = options.logger ?? createLogger({ name: "openenv-server" });
@@ -255,6 +257,8 @@ export class OpenEnvServer<Item = unknown> {
           return sendJson(res, 200, schemas());
         case "GET /openapi.json":
           return sendJson(res, 200, openApiDocument(this.host.env.name));
+        case "GET /status":
+          return sendJson(res, 200, openEnvStatus(this));
         case "GET /state":
           // Stateless HTTP has no episode (as OpenEnv's /state over HTTP): the server's counts beside the empty state.
           return sendJson(res, 200, { episode_id: null, step_count: 0, active_episodes: this.host.activeEpisodes, sessions: this.sessions });
@@ -265,7 +269,7 @@ export class OpenEnvServer<Item = unknown> {
         case "POST /run":
           return sendJson(res, 200, await this.run(req, res));
       }
-      const known = ["/metadata", "/schema", "/openapi.json", "/state", "/reset", "/step", "/run", "/health"];
+      const known = ["/metadata", "/schema", "/openapi.json", "/state", "/status", "/reset", "/step", "/run", "/health"];
       throw new HttpError(known.includes(path) ? 405 : 404, known.includes(path) ? `method ${method} not allowed on ${path}` : `no route ${method} ${path}`);
     } catch (err) {
       sendHttpError(res, err);

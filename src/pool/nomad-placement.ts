@@ -87,8 +87,11 @@ export function describePlacementFailure(evaluation: Evaluation | undefined): st
   return parts.join(" | ");
 }
 
-/** What to do about a placement failure: datacenters no node is in, or too little capacity. */
-export function placementAdvice(failure: string): string {
+/** What to do about a placement failure: datacenters no node is in, a task driver no node has, constraints, or too little capacity. */
+export function placementAdvice(failure: string, driver?: string): string {
+  if (/missing drivers/.test(failure)) {
+    return `No node has the job's task driver${driver ? ` '${driver}'` : ""} enabled: set pool.nomad.driver (docker, exec or raw_exec; --driver for the executor service, --set pool.nomad.driver=… for a run) to one the clients run, or enable it in the clients' plugin config; \`nomad node status -verbose\` lists each node's drivers.`;
+  }
   if (/no nodes available in the datacenters/.test(failure)) {
     return 'Check the job\'s datacenters (pool.nomad.datacenters in the env config, --datacenters for the executor service; default ["dc1"], every agent\'s default; "*" needs Nomad 1.6 or newer): `nomad node status` lists the nodes\' datacenters.';
   }

@@ -509,10 +509,11 @@ export class NomadProvisioner implements Provisioner {
     const evaluation = await this.latestEvaluation();
     const failure = describePlacementFailure(evaluation);
     if (evaluation && failure) {
+      // Keyed by what failed, not by the evaluation: each scale call makes a new evaluation that fails the same way.
       this.reportOnce(
-        `eval:${evaluation.ID}`,
+        `placement:${failure}`,
         new ProvisionerError(
-          `Nomad could not place ${this.target - live} of ${this.target} sandbox allocations of '${this.jobId}': ${failure}. ${placementAdvice(failure)}`,
+          `Nomad could not place ${this.target - live} of ${this.target} sandbox allocations of '${this.jobId}': ${failure}. ${placementAdvice(failure, this.options.job?.driver ?? "docker")}`,
           "placement",
         ),
       );
@@ -527,8 +528,9 @@ export class NomadProvisioner implements Provisioner {
   private reportOnce(key: string, error: ProvisionerError): void {
     if (this.reported.has(key) || this.stopping) return;
     this.reported.add(key);
-    this.logger.warn({ job: this.jobId, kind: error.kind, err: error.message }, "nomad provisioner: problem");
-    this.events?.problem(error);
+    // A pool listening logs the problem itself (once): a line here too would say it twice.
+    if (this.events) this.events.problem(error);
+    else this.logger.warn({ job: this.jobId, kind: error.kind, err: error.message }, "nomad provisioner: problem");
   }
 }
 

@@ -566,7 +566,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private onProblem(error: ProvisionerError): void {
     this.lastProblem = error;
     this.lastProblemAt = performance.now();
-    this.logger.warn({ kind: error.kind, err: error.message }, "provisioner problem");
+    // During start-up the problem is start()'s error, which its caller reports: logged here too it would be said twice.
+    if (!(this.state === "starting" && this.startWaiter)) this.logger.warn({ kind: error.kind, err: error.message }, "provisioner problem");
     this.emit("problem", error);
     // During start-up a problem means start() fails now instead of after the timeout.
     if (this.state === "starting" && this.startWaiter) this.startWaiter.reject(error);
@@ -758,6 +759,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     }
     const ready = this.readyCount();
     const last = this.lastProblem ? ` Last problem: ${this.lastProblem.message}.` : "";
+    // The description's placement line repeats what the last problem already said (with its advice).
+    if (this.lastProblem) detail = detail.split("\n").filter((l) => !(l.trim().startsWith("placement: ") && this.lastProblem!.message.includes(l.trim().slice("placement: ".length)))).join("\n");
     return new ProvisionerError(
       `the ${this.provisioner.kind} provisioner brought up ${ready} of ${this.config.minContainers} healthy containers within ${this.config.startTimeoutMs} ms.${last}` +
         (detail ? `\n${detail}` : "") +

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { ImageReferenceSchema, ResetImageSchema, SlotImageSchema } from "./images.js";
 
 /**
  * Wire protocol of the sandbox server (one per container, N slots). The single source of
@@ -45,6 +46,30 @@ export function workspacePathProblem(path: string): string | undefined {
   }
   return undefined;
 }
+
+/**
+ * What any slot's path must be, whatever the slot's root (undefined: fine): no NUL byte,
+ * within the filesystem's limits. Where it may lead depends on the slot: a workspace slot
+ * refuses a path outside /workspace (`workspacePathProblem`, checked by the server, which
+ * knows the slot), a slot whose root is an image takes any path of its root.
+ */
+export function slotPathProblem(path: string): string | undefined {
+  if (path.includes("\0")) return "must not contain a NUL byte";
+  if (Buffer.byteLength(path, "utf8") > PATH_MAX_BYTES) return `is longer than ${PATH_MAX_BYTES} bytes (the filesystem's limit)`;
+  for (const c of path.split("/")) {
+    if (Buffer.byteLength(c, "utf8") > NAME_MAX_BYTES) return `has a name longer than ${NAME_MAX_BYTES} bytes (the filesystem's limit): ${JSON.stringify(c.slice(0, 40))}…`;
+  }
+  return undefined;
+}
+
+/** A file tool's or artifact route's path on the wire: `slotPathProblem`; the server then applies the slot's own rule. */
+export const SlotPathSchema = z
+  .string()
+  .min(1, "path must not be empty")
+  .superRefine((p, ctx) => {
+    const problem = slotPathProblem(p);
+    if (problem) ctx.addIssue({ code: "custom", message: `path ${problem}` });
+  });
 
 export const WorkspacePathSchema = z
   .string()
@@ -121,6 +146,12 @@ export const ResetRequestSchema = z.object({
   slot_id: SlotIdSchema,
   /** Make the workspace a copy-on-write view of this template (built with POST /templates). */
   template: TemplateNameSchema.optional(),
+  /**
+   * Make the slot's root this image (protocol/images.ts names its forms), fetched first if
+   * the server does not have it; what it cannot fetch is answered `image_unavailable` with
+   * the slot left as it was.
+   */
+  image: ImageReferenceSchema.optional(),
 });
 export const ResetResponseSchema = z.object({
   success: z.boolean(),
@@ -128,6 +159,8 @@ export const ResetResponseSchema = z.object({
   error: z.string(),
   /** The slot's generation after this reset (older servers do not send it). */
   generation: SlotGenerationSchema.optional(),
+  /** With `image`: which image and digest the slot's root is, its runtime, and what fetching it cost when this reset had to. */
+  image: ResetImageSchema.optional(),
 });
 export type ResetResponse = z.infer<typeof ResetResponseSchema>;
 
@@ -200,6 +233,17 @@ export const HealthResponseSchema = z
     cgroups: z.string().optional(),
     slots_busy: z.number().int().nonnegative().optional(),
     isolation: IsolationSummarySchema.optional(),
+    /** Task images: whether slots can have image roots here, the images cached, and which image each slot's root is (null: the server's own system). */
+    images: z
+      .object({
+        available: z.boolean(),
+        unavailable_reason: z.string().optional(),
+        cached: z.array(z.object({ reference: z.string(), digest: z.string(), size_bytes: z.number(), in_use: z.number() })),
+        used_bytes: z.number(),
+        budget_bytes: z.number(),
+      })
+      .optional(),
+    slot_images: z.array(SlotImageSchema).optional(),
   })
   .catchall(z.unknown());
 export type HealthResponse = z.infer<typeof HealthResponseSchema>;
@@ -221,7 +265,7 @@ export type SlotsResponse = z.infer<typeof SlotsResponseSchema>;
 
 export const ArtifactReadRequestSchema = z.object({
   slot_id: SlotIdSchema,
-  path: WorkspacePathSchema,
+  path: SlotPathSchema,
   encoding: z.enum(["text", "base64"]).default("text"),
   max_bytes: z.number().int().positive().optional(),
   include_sha256: z.boolean().optional(),
@@ -246,7 +290,7 @@ export type ArtifactReadResponse = z.infer<typeof ArtifactReadResponseSchema>;
 
 export const ArtifactListRequestSchema = z.object({
   slot_id: SlotIdSchema,
-  path: WorkspacePathSchema.default("."),
+  path: SlotPathSchema.default("."),
   recursive: z.boolean().default(false),
   max_entries: z.number().int().positive().optional(),
   generation: SlotGenerationSchema.optional(),
@@ -270,7 +314,7 @@ export type ArtifactListResponse = z.infer<typeof ArtifactListResponseSchema>;
 
 export const ArtifactArchiveRequestSchema = z.object({
   slot_id: SlotIdSchema,
-  path: WorkspacePathSchema.default("."),
+  path: SlotPathSchema.default("."),
   format: z.literal("tar.gz").default("tar.gz"),
   max_bytes: z.number().int().positive().optional(),
   max_entries: z.number().int().positive().optional(),
@@ -308,6 +352,13 @@ export const TemplateBuildRequestSchema = z.object({
   files: z.record(z.string(), z.string()).optional(),
   /** Wall-clock limit of the whole build, seconds (capped by the server's --max-timeout). */
   timeout: z.number().positive().optional(),
+  /**
+   * A template on an image (protocol/images.ts): `files` are written relative to the image's
+   * WorkingDir, `setup` runs in the image's root as its User (without network), and a reset
+   * into the template gives the slot that root: the image with the template's changes on top,
+   * every path writable. Without it a template is a workspace tree (the host's system around it).
+   */
+  image: ImageReferenceSchema.optional(),
 });
 export type TemplateBuildRequest = z.infer<typeof TemplateBuildRequestSchema>;
 
@@ -321,6 +372,8 @@ export const TemplateInfoSchema = z.object({
   /** Slots whose workspace is a view of this template now (it is not evicted while > 0). */
   in_use: z.number().int().nonnegative(),
   last_used: z.string(),
+  /** A template on an image: which image (and digest) it was built on. */
+  image: z.object({ reference: z.string(), digest: z.string() }).optional(),
 });
 export type TemplateInfo = z.infer<typeof TemplateInfoSchema>;
 

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { NO_NUL, WorkspacePathSchema } from "./sandbox.js";
+import { NO_NUL, SlotPathSchema } from "./sandbox.js";
 import { BROWSER_TOOL_SPECS, type BrowserToolName } from "./browser-tools.js";
 
 /**
@@ -40,7 +40,7 @@ export interface ToolTableEntry<S extends z.ZodObject = z.ZodObject> {
   args: S;
   /** The isolation arguments this tool honours: stripped from the model's call, filled by the executor. */
   isolationArgs: readonly IsolationArgName[];
-  /** The argument holding the call's time limit in seconds (the executor clamps it to 1..600), if the tool has one. */
+  /** The argument holding the call's time limit in seconds (the executor clamps it to its bounds, at most 1..600), if the tool has one. */
   timeoutArg?: string;
 }
 
@@ -48,7 +48,7 @@ const timeoutSeconds = z
   .number()
   .positive()
   .optional()
-  .describe("Seconds before the command is killed (clamped to 1..600; default set by the environment).");
+  .describe("Seconds before the command is killed (clamped to the environment's limits, within 1..600; default set by the environment).");
 
 const command = NO_NUL("command").min(1, "command must not be empty").describe("The shell command to run.");
 
@@ -63,13 +63,13 @@ export const TmuxArgsSchema = IsolationArgsSchema.extend({
   lines: z.number().int().positive().optional().describe("capture: how many lines of scrollback to include."),
 });
 export const ReadFileArgsSchema = IsolationArgsSchema.extend({
-  path: WorkspacePathSchema.describe("The file to read."),
+  path: SlotPathSchema.describe("The file to read."),
   max_bytes: z.number().int().positive().optional().describe("Read at most this many bytes."),
   encoding: encoding("base64 for binary files; default text."),
 });
 export type ReadFileArgs = z.infer<typeof ReadFileArgsSchema>;
 export const WriteFileArgsSchema = IsolationArgsSchema.extend({
-  path: WorkspacePathSchema.describe("The file to write."),
+  path: SlotPathSchema.describe("The file to write."),
   content: z.string().describe("The file's new content."),
   encoding: encoding("base64 when content is base64-encoded bytes; default text."),
 });

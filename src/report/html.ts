@@ -5,6 +5,7 @@ import type { RewardCallExtras } from "./rollout-extras.js";
 import { fmtScore, summarize, type ReportSummary } from "./run-summary.js";
 import { textCap, textLengths } from "./text-budget.js";
 import { formatMs, formatToolErrorLine } from "./tool-stats.js";
+import { countRepeats, withCount } from "./repeats.js";
 
 /** Text as HTML text: model output never becomes markup. */
 export function escapeHtml(s: string): string {
@@ -94,7 +95,7 @@ class Renderer {
       card(String(s.trajectories), `trajectories in ${s.groups} ${m.groups.every((g) => g.kind === "sample") && s.groups ? "samples" : "groups"}`),
       card(`${(s.successRate * 100).toFixed(1)}%`, `success rate (score ≥ ${s.successThreshold})`),
       card(s.meanScore.toFixed(3), "mean score"),
-      card(String(s.toolCalls), "tool calls"),
+      card(String(s.toolCalls), m.run ? "tool calls in the file" : "tool calls"),
       card(String(s.toolErrors), `tool errors (${s.trajectoriesWithErrors} trajectories)`, s.toolErrors ? "bad" : ""),
       card(lat, "tool latency p50 / p90 / p99"),
       card(String(s.slotLosses), "slot losses", s.slotLosses ? "bad" : ""),
@@ -172,10 +173,17 @@ class Renderer {
     const run = this.model.run;
     if (!run) return "";
     const rows = run.rows.map(([k, v]) => `<tr><td class="key">${escapeHtml(k)}</td><td>${escapeHtml(v)}</td></tr>`).join("");
+    // One line per distinct reason ("× 48"): a dead model server fails every group the same way.
     const failures = run.failures.length
-      ? `<h2>Failed groups (not in the JSONL)</h2><ul class="errlines">${run.failures.map((f) => `<li>${escapeHtml(f)}</li>`).join("")}</ul>`
+      ? `<h2>Failed groups (not in the JSONL)</h2><ul class="errlines">${countRepeats(run.failures).map((f) => `<li>${escapeHtml(withCount(f))}</li>`).join("")}</ul>`
       : "";
-    return `<div class="panel wide"><h2>Run</h2><table><tbody>${rows}</tbody></table>${failures}</div>`;
+    const stacks = (run.failedStacks ?? [])
+      .map((s) => `<details class="fold stack" open><summary>where the env's code threw${s.count > 1 ? ` (× ${s.count})` : ""}: ${escapeHtml(s.stack.split("\n")[0] ?? "")}</summary><pre>${escapeHtml(s.stack)}</pre></details>`)
+      .join("");
+    const sidecar = run.failedSidecar
+      ? `<p class="sidecar">Transcripts and reward calls of the ${run.failedSidecar.trajectories} unscored trajectories: <a href="${escapeHtml(encodeURI(run.failedSidecar.href))}">${escapeHtml(run.failedSidecar.href)}</a> (one JSON line each; not training data)</p>`
+      : "";
+    return `<div class="panel wide"><h2>Run</h2><table><tbody>${rows}</tbody></table>${failures}${stacks}${sidecar}</div>`;
   }
 
   private skippedPanel(): string {

@@ -81,6 +81,10 @@ export interface RunInfo {
   successThreshold?: number;
   /** What the run made but did not write, for the tiles beside the file's own figures. */
   notWritten?: { failedGroups: number; infraFailures: number; filteredGroups: number };
+  /** Where the env's code threw (a reward or hook), each distinct stack once with how often, the env's frames first. */
+  failedStacks?: Array<{ stack: string; count: number }>;
+  /** The sidecar with the unscored trajectories' transcripts and reward calls (`run.failed.jsonl`), relative to the report. */
+  failedSidecar?: { href: string; trajectories: number };
 }
 
 export interface ReportModel {

@@ -56,8 +56,9 @@ export const ALLOWED: Record<string, readonly string[]> = {
  *   native      core (the C helpers and their build at first use)
  *   isolation   run, native, core (bubblewrap, limits, cgroups, network, the spawner, uids)
  *   workspace   isolation and below (slot disks, mounts, tree removal, what runners need of the host)
- *   templates   workspace and below (template store, builds, a slot's view of one)
- *   tools       workspace and below (bash, the terminal, files, artifacts, process sessions;
+ *   images      workspace and below (task images: the image store, each slot's image root)
+ *   templates   images and below (template store, builds, a slot's view of one)
+ *   tools       images and below (bash, the terminal, files, artifacts, process sessions;
  *               beside templates, not above them)
  *   fork        tools, templates and below (POST /fork copies a slot's workspace and terminal)
  *   service     everything below (SandboxService composes the slots, tools, templates, forks)
@@ -71,12 +72,13 @@ export const SANDBOX_ALLOWED: Record<string, readonly string[]> = {
   native: ["core"],
   isolation: ["run", "native", "core"],
   workspace: ["isolation", "run", "native", "core"],
-  templates: ["workspace", "isolation", "run", "native", "core"],
-  tools: ["workspace", "isolation", "run", "native", "core"],
-  fork: ["tools", "templates", "workspace", "isolation", "run", "native", "core"],
-  service: ["fork", "tools", "templates", "workspace", "isolation", "run", "native", "core"],
-  http: ["service", "fork", "tools", "templates", "workspace", "isolation", "run", "native", "core"],
-  "": ["http", "service", "fork", "tools", "templates", "workspace", "isolation", "run", "native", "core"],
+  images: ["workspace", "isolation", "run", "native", "core"],
+  templates: ["images", "workspace", "isolation", "run", "native", "core"],
+  tools: ["images", "workspace", "isolation", "run", "native", "core"],
+  fork: ["tools", "templates", "images", "workspace", "isolation", "run", "native", "core"],
+  service: ["fork", "tools", "templates", "images", "workspace", "isolation", "run", "native", "core"],
+  http: ["service", "fork", "tools", "templates", "images", "workspace", "isolation", "run", "native", "core"],
+  "": ["http", "service", "fork", "tools", "templates", "images", "workspace", "isolation", "run", "native", "core"],
 };
 
 /** Files allowed at the root of src/sandbox/ (outside any sub-room). */

@@ -20,7 +20,7 @@ describe("layers of src/", () => {
     expect(importCycles(graph)).toEqual([]);
   });
 
-  it("inside sandbox/, sub-rooms import one way: core <- run, native <- isolation <- workspace <- templates, tools <- fork <- service <- http", () => {
+  it("inside sandbox/, sub-rooms import one way: core <- run, native <- isolation <- workspace <- images <- templates, tools <- fork <- service <- http", () => {
     expect(graph.get("sandbox/http/server.ts")).toContain("sandbox/service/service.ts");
     expect(sandboxLayerViolations(graph)).toEqual([]);
   });

@@ -17,7 +17,7 @@ const SUBPATH_NAMES: Record<string, string[]> = {
     "./e2b": ["BASE_TEMPLATE", "DEFAULT_TIMEOUT_S", "E2bApiError", "E2bServer", "E2bUnsupportedError", "ENVD_VERSION", "SandboxRegistry"], // 7
     "./tools": ["BUILTIN_DISTRIBUTIONS", "BUILTIN_TOOLS", "BUILTIN_TOOLSETS", "DuplicateToolError", "HermesParseError", "InvalidToolDefinitionError", "ToolArgumentsError", "ToolCallFormatError", "ToolError", "ToolRegistry", "ToolsConfigSchema", "Toolsets", "UnknownToolError", "UnknownToolsetError", "defineTool", "formatHermesToolCall", "formatHermesToolResponse", "fromOpenAiToolCalls", "parseHermesToolCalls", "resolveGroupTools", "seededRng", "toOpenAiTool", "toOpenAiToolCalls"], // 23
     "./agent": ["AgentError", "ChatCompletionsClient", "ChatModelPolicy", "ChatRequestError", "ChatResponseError", "ChatTemplateError", "InfraToolError", "ModelConfigSchema", "ModelServerError", "OraclePolicy", "TOOL_CALL_PARSERS", "TemplateMismatchError", "TokenExactPolicy", "checkModelServer", "hermesToolsSystemPrompt", "loadChatTokenizer", "probeTokenBackend", "runAgentLoop"], // 18
-    "./env": ["AgentEnv", "AgentEnvConfigSchema", "EnvConfigError", "EnvError", "INFRA_CAUSES", "INFRA_FAILURE_POLICIES", "MOVED_CONFIG_KEYS", "NoPolicyError", "OutputPathError", "PathRefusedError", "RunStats", "TokenizerLoadError", "TokensInexactError", "TokensUnavailableError", "ToolContext", "ToolContextError", "TrajectoryFailedError", "buildScoredGroup", "createDefaultBackend", "defineEnvTool", "formatSummary", "loadTokenizerJson", "poolBackend", "runEvaluateMode", "runProcessMode", "runServeMode", "unknownConfigKeys", "withConfigDefaults"], // 28
+    "./env": ["AgentEnv", "AgentEnvConfigSchema", "EnvConfigError", "EnvError", "INFRA_CAUSES", "INFRA_FAILURE_POLICIES", "MOVED_CONFIG_KEYS", "NoPolicyError", "OutputPathError", "PathRefusedError", "RunStats", "TokenizerLoadError", "TokensInexactError", "TokensUnavailableError", "ToolContext", "ToolContextError", "ToolContextInfraError", "TrajectoryFailedError", "buildScoredGroup", "createDefaultBackend", "defineEnvTool", "formatSummary", "loadTokenizerJson", "poolBackend", "runEvaluateMode", "runProcessMode", "runServeMode", "unknownConfigKeys", "withConfigDefaults"], // 29
     "./atropos": ["AtroposClient", "AtroposError", "InfoSchema", "RegisterEnvResponseSchema", "StatusEnvSchema", "TrainerConfigSchema", "filterGroupForSend", "pythonJsonDumps", "runEnvManager"], // 9
     "./report": ["ReportBuilder", "ReportInputError", "readReportModel", "renderReport", "reportPathFor", "summarize", "writeReport"], // 7
     "./sandbox": ["DEFAULT_LIMITS", "SandboxServer"], // 2
@@ -48,6 +48,7 @@ describe("the public API", () => {
         "SlotpoolError",
         "ToolContext",
         "ToolContextError",
+        "ToolContextInfraError",
         "PathRefusedError",
         "ToolExecutor",
         "ToolServer",
@@ -67,6 +68,11 @@ describe("the public API", () => {
     expect(lost.code).toBe("SLOT_LOST");
     expect(new root.PoolNotRunningError("stopped").code).toBe("POOL_NOT_RUNNING");
     expect(new root.EnvError("bad config").code).toBe("ENV");
+    // A reward that catches a ToolContext error can tell the infrastructure's (rethrow it) from its own.
+    const cut = new root.ToolContextInfraError("bash could not run to its end", "bash", "sandbox_start");
+    expect(cut).toBeInstanceOf(root.ToolContextError);
+    expect(cut.code).toBe("TOOL_CONTEXT_INFRA");
+    expect(cut.infraCause).toBe("sandbox_start");
   });
 
   it("one check recognises a lost slot, also from another copy of the module", () => {

@@ -1,3 +1,4 @@
+// runs as each user: what a slot may not do (no root, sudo as the same user) is enforced by a slot uid as root and by the server's user namespace otherwise
 import { FileType, Sandbox, SandboxError } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startE2b, type E2bHarness } from "./helpers.js";

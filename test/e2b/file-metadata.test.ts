@@ -1,3 +1,4 @@
+// runs as each user: file metadata lives in user xattrs, written by the slot's uid as root and by the server's own uid in its user namespace otherwise
 import { FileType, FilesystemEventType, Sandbox, SandboxError, type FilesystemEvent } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENVD_VERSION } from "../../src/e2b/index.js";
@@ -112,7 +113,8 @@ describe("E2B file metadata, watch entry info, refused writes", () => {
     try {
       await sbx.files.write("seq/deep/new.txt", "content");
       await until(() => events.length >= 3);
-      await new Promise((r) => setTimeout(r, 600)); // nothing more comes for it
+      // wait: nothing more comes for it — a window for a stray event to show (a loaded box can only delay one past it: never a false failure)
+      await new Promise((r) => setTimeout(r, 600));
       expect(events).toEqual([
         ["deep/new.txt", FilesystemEventType.CREATE],
         ["deep/new.txt", FilesystemEventType.WRITE],
@@ -123,6 +125,7 @@ describe("E2B file metadata, watch entry info, refused writes", () => {
       await until(() => events.length >= 1);
       await sbx.commands.run("sleep 0.3; echo more >> seq/deep/new.txt");
       await until(() => events.length >= 2);
+      // wait: as above, a window for a stray event
       await new Promise((r) => setTimeout(r, 600));
       expect(events).toEqual([
         ["deep/new.txt", FilesystemEventType.CHMOD],

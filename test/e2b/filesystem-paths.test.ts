@@ -1,3 +1,4 @@
+// runs as each user: the server reads and writes a slot's files as the slot's uid as root, as its own uid in its user namespace otherwise
 import { FileNotFoundError, InvalidArgumentError, Sandbox, SandboxError } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startE2b, type E2bHarness } from "./helpers.js";

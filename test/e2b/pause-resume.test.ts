@@ -77,6 +77,7 @@ describe.each([
     const running = await Sandbox.list({ ...h.opts, query: { state: ["running"], metadata: { case: "freeze" } } }).nextItems();
     expect(running).toEqual([]);
 
+    // wait: paused long enough for the counter to have ticked several times had the pause not held (it ticks every few hundred ms)
     await sleep(1500);
     const resumeAt = Date.now();
     const resumed = await Sandbox.connect(sbx.sandboxId, h.opts);
@@ -99,6 +100,7 @@ describe.each([
     const sbx = await Sandbox.create({ ...h.opts, timeoutMs: 2_000 });
     expect(await sbx.pause()).toBe(true);
     expect(await sbx.pause()).toBe(false);
+    // wait: past the sandbox's 2 s timeout, which must not run while it is paused (a timeout firing late on a loaded box could only pass this wrongly)
     await sleep(3_500);
     expect((await Sandbox.getInfo(sbx.sandboxId, h.opts)).state).toBe("paused");
     const before = Date.now();
@@ -158,6 +160,7 @@ describe.each([
     // Both slots are held: the next create waits for one.
     let created: Sandbox | undefined;
     const next = Sandbox.create(h.opts).then((s) => (created = s));
+    // wait: a window in which the create must not complete (it waits for a slot): on a loaded box it can only show less
     await sleep(1_000);
     expect(created).toBeUndefined();
     expect(await Sandbox.kill(a.sandboxId, h.opts)).toBe(true);

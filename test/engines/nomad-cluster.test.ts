@@ -205,6 +205,7 @@ describe.skipIf(skip !== undefined)(`a real three-node Nomad cluster (${skip ? `
 
   it("two runs with default settings started 20 s apart share the cluster: both exit 0 with 0 wrong zeros, neither touches the other's job", async () => {
     const first = startRun("first", { groups: 24, groupSize: 4, concurrency: 4, pool: POOL });
+    // wait: the scenario itself — a second run starting while the first is well under way
     await new Promise((r) => setTimeout(r, 20_000));
     const second = startRun("second", { groups: 8, groupSize: 4, concurrency: 4, pool: POOL });
     // Bounded tighter than the others: a run stuck behind the other's job (issue 29) fails in minutes, not many.

@@ -165,6 +165,7 @@ describe("AgentEnv end to end", () => {
     Object.assign(env, {
       oracle: () => async ({ turn }: { turn: number }) => {
         if (turn === 1) {
+          // wait: the oracle's own pace, so both trajectories hold their slots before the first to reach turn 2 kills the containers
           await new Promise((r) => setTimeout(r, 50));
           return { toolCalls: [{ name: "bash", arguments: { command: "echo one" } }] };
         }

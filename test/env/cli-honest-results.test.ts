@@ -177,16 +177,20 @@ describe("infra failures are not rewards", () => {
     const out = join(dir, "dead-model.jsonl");
     const r = await runCli(["process", "examples/shell-tasks/env.js", "--out", out, "--model-url", "http://127.0.0.1:9/v1", "--model", "m", "--no-progress"]);
     expect(r.code).toBe(1);
-    expect(r.ms).toBeLessThan(10_000);
-    const errors = r.stderr.split("\n").filter((l) => l.startsWith("slotpool process: ") && !l.includes("starting"));
+    // bound: "within seconds": the 5 s check, not every trajectory's retries (minutes); 30 s includes the CLI's own start on a loaded box.
+    expect(r.ms).toBeLessThan(30_000);
+    expect(r.stderr).not.toContain("starting"); // checked before the pool starts, and said once
+    const errors = r.stderr.split("\n").filter((l) => l.startsWith("slotpool process: "));
     expect(errors).toEqual(["slotpool process: model server http://127.0.0.1:9/v1/models did not answer: connection refused (nothing listening there?)"]);
     expect(existsSync(out)).toBe(false); // nothing written, not even an empty file
 
     const llm = await startLlmServer({ models: ["Qwen/Qwen3-8B"], respond: () => ({ text: "hi" }) });
     try {
       const w = await runCli(["process", "examples/shell-tasks/env.js", "--out", join(dir, "wrong-model.jsonl"), "--model-url", llm.url, "--model", "qwen3", "--no-progress"]);
-      expect(w.code).toBe(1);
+      // A name the server does not serve is the user's typo: a usage error, found before "starting…".
+      expect(w.code).toBe(2);
       expect(w.stderr).toContain(`slotpool process: model server ${llm.url}/models does not serve 'qwen3'; it serves: Qwen/Qwen3-8B`);
+      expect(w.stderr).not.toContain("starting");
       expect(llm.requests).toHaveLength(0); // no rollout ran
     } finally {
       await llm.close();
@@ -335,7 +339,10 @@ describe("exit codes", () => {
     await writeFile(badEnv, (await readFile(badEnv, "utf8")).replace("maxTurns: 3,", "maxTurns: 3, successTreshold: 0.5,"));
     const cases: Array<[string[], string]> = [
       [["process", "examples/shell-tasks/env.js", "--bogus"], "Unknown option '--bogus'"],
-      [["process", "examples/shell-tasks/env.js", "--out-dir", "x"], "Unknown option '--out-dir'"],
+      // A flag of a sibling command is named as such; a misspelt one gets the nearest (as config keys do).
+      [["process", "examples/shell-tasks/env.js", "--out-dir", "x"], "--out-dir is an option of 'slotpool evaluate', not of 'process'"],
+      [["process", "examples/shell-tasks/env.js", "--grups", "2"], "Unknown option '--grups' (did you mean '--groups'?)"],
+      [["evaluate", "examples/shell-tasks/env.js", "--concurency", "2"], "Unknown option '--concurency' (did you mean '--concurrency'?)"],
       [["process", "examples/shell-tasks/env.js", "--config", join(dir, "typo.json")], "unknown key 'groupSzie' (did you mean 'groupSize'?)"],
       [["process", badEnv], "unknown key 'successTreshold' (did you mean 'successThreshold'?)"],
       [["process", "examples/shell-tasks/env.js", "--model", "Qwen/Qwen3-8B"], "--model needs --model-url URL"],
@@ -349,7 +356,8 @@ describe("exit codes", () => {
       expect(r.code, `${cases[i]![0].join(" ")}: ${r.stderr}`).toBe(2);
       expect(r.stderr).toContain(cases[i]![1]);
       expect(r.stderr).not.toContain("provisioner…"); // no pool was started ("starting X on the local provisioner…")
-      expect(r.ms).toBeLessThan(60_000); // no spin (/proc/nope used to run for ten minutes); many CLIs at once on a loaded 2-core box took 20 s
+      // bound: no spin (/proc/nope used to run for ten minutes); many CLIs at once on a loaded 2-core box took 20 s
+      expect(r.ms).toBeLessThan(60_000);
     });
   }, 60_000);
 
@@ -388,8 +396,10 @@ describe("exit codes", () => {
     cli.child.kill("SIGINT");
     const r = await cli.done;
     expect(r.code).toBe(130);
-    // Exits once the summary is out, though the env's hook still holds a 10-minute timer (not after the 15 s force).
-    expect(r.ms).toBeLessThan(12_000);
+    // Exits once the summary is out, though the env's hook still holds a 10-minute timer: not
+    // by the 15 s force, which would say so (the event, not the clock: the run's start-up
+    // counted in a bound measured from launch, 12.7 s > 12 s on a loaded box).
+    expect(r.stderr).not.toContain("did not stop within");
     expect(r.stdout).toMatch(/stopped early\s+interrupted/);
     expect(r.stdout).toMatch(/written\s+1 groups/);
     expect(await jsonl(out)).toHaveLength(1); // every line whole
@@ -397,15 +407,19 @@ describe("exit codes", () => {
   }, 90_000);
 
   it("SIGTERM ends a run within 5 s, even one whose hook does not return", async () => {
-    const env = await fixtureEnv("stuck", "await new Promise((r) => setTimeout(r, 600_000)); return 1;");
+    const reached = join(dir, "stuck-reward-reached");
+    const env = await fixtureEnv("stuck", `(await import("node:fs")).writeFileSync(${JSON.stringify(reached)}, "1"); await new Promise((r) => setTimeout(r, 600_000)); return 1;`);
     const cli = startCli(["process", env, "--out", join(dir, "stuck.jsonl"), "--groups", "1", "--no-progress"]);
-    await waitFor("the rollout to reach the reward", async () => (cli.output().stderr.includes("starting") ? true : undefined));
-    await new Promise((r) => setTimeout(r, 3_000));
+    await waitFor("the rollout to reach the reward", () => (existsSync(reached) ? true : undefined));
     const sent = performance.now();
     cli.child.kill("SIGTERM");
     const r = await cli.done;
-    expect(performance.now() - sent).toBeLessThan(5_000);
     expect(r.code).toBe(143);
+    // The CLI's own 4 s grace ended it (the hook never returns), and said so.
+    expect(r.stderr).toContain("did not stop within 4 s of SIGTERM; exiting");
+    // bound: the documented "within 5 s" is the CLI's 4 s timer; 15 s allows a loaded box's
+    // scheduling around it while still failing a run that waits for the hook (10 minutes).
+    expect(performance.now() - sent).toBeLessThan(15_000);
   }, 60_000);
 });
 
@@ -430,14 +444,15 @@ describe("a CLI people read", () => {
     }
   }, 60_000);
 
-  it("log lines: short and readable with --log-format pretty (and on a terminal), JSON when piped", async () => {
+  it("log lines: short and readable by default, also when piped (never pino JSON mixed into the summary); JSON with --log-format json", async () => {
     const env = await fixtureEnv("noisy", `if (call === 1) throw new Error("grader crashed"); return 1;`);
-    const pretty = await runCli(["process", env, "--out", join(dir, "noisy-p.jsonl"), "--groups", "1", "--no-progress", "--log-format", "pretty"]);
-    const line = pretty.stderr.split("\n").find((l) => l.includes("the reward failed"));
+    const piped = await runCli(["process", env, "--out", join(dir, "noisy-p.jsonl"), "--groups", "1", "--no-progress"]);
+    const line = piped.stderr.split("\n").find((l) => l.includes("the reward failed"));
     expect(line).toMatch(/^\d\d:\d\d:\d\d WARN {2}the reward failed; the trajectory is not scored {2}trajectoryId=\S+ cause=reward err="grader crashed"$/);
-    const piped = await runCli(["process", env, "--out", join(dir, "noisy-j.jsonl"), "--groups", "1", "--no-progress"]);
-    const json = piped.stderr.split("\n").find((l) => l.includes("the reward failed"));
-    expect(JSON.parse(json!)).toMatchObject({ level: 40, msg: "the reward failed; the trajectory is not scored", cause: "reward" });
+    expect(piped.stderr).not.toContain('"level":');
+    const json = await runCli(["process", env, "--out", join(dir, "noisy-j.jsonl"), "--groups", "1", "--no-progress", "--log-format", "json"]);
+    const jsonLine = json.stderr.split("\n").find((l) => l.includes("the reward failed"));
+    expect(JSON.parse(jsonLine!)).toMatchObject({ level: 40, msg: "the reward failed; the trajectory is not scored", cause: "reward" });
   }, 60_000);
 
   it.skipIf(!existsSync("/usr/bin/script"))("on a terminal (a pty from script(1)) the default is the readable form", async () => {

@@ -82,6 +82,7 @@ describe("a run stopped by Ctrl-C", () => {
       if (Date.now() > deadline) throw new Error(`the trajectories did not reach their sleep (${sleeping} of 4); stderr:\n${stderr}`);
       await new Promise((r) => setTimeout(r, 100));
     }
+    // wait: each sleep call travelling from the model's answer to its slot (no event from the CLI shows it running); cut before it runs, the counts below would differ
     await new Promise((r) => setTimeout(r, 1_500));
     process.kill(-child.pid!, "SIGINT");
     const code = await exited;

@@ -111,6 +111,7 @@ describe("executor service routes", () => {
     const r = await send(url, "POST", "/execute", JSON.stringify({ trajectory_id: "to-1", tool: { name: "bash", arguments: { command: "sleep 20" } }, timeout_s: 1 }));
     expect(r.body.success).toBe(false);
     expect(r.body.metadata.timeout).toBe(true);
+    // bound: cut at its 1 s timeout, not after the command's 20 s: 10 s leaves a loaded box 9 s.
     expect(performance.now() - t0).toBeLessThan(10_000);
     await send(url, "POST", "/release", JSON.stringify({ trajectory_id: "to-1", reset_workspace: true }));
   });

@@ -69,6 +69,7 @@ describe("executor service restarted while trajectories run", () => {
     expect(warm.kind === "answer" && warm.status).toBe(200);
     expect(processesWithMarker(dataDir).length).toBeGreaterThan(0);
     const inFlight = ["a", "b", "c", "d"].map((t) => call(first.url, t, "sleep 10; echo finished"));
+    // wait: the calls reaching their slots (the service shows no event); dispatched or not, each must end with a clear answer or error
     await new Promise((r) => setTimeout(r, 1_000));
     const t0 = Date.now();
     await first.stop(15_000);
@@ -100,6 +101,7 @@ describe("executor service restarted while trajectories run", () => {
     const servers = processesWithMarker(dataDir).filter((p) => p.cmdline.includes("sandbox-server"));
     expect(servers.length).toBeGreaterThan(0);
     const inFlight = ["a", "b"].map((t) => call(first.url, t, "sleep 10; echo finished"));
+    // wait: as above
     await new Promise((r) => setTimeout(r, 1_000));
     first.child.kill("SIGKILL");
     const outcomes = await within(10_000, "in-flight calls after SIGKILL", Promise.all(inFlight));

@@ -100,7 +100,8 @@ describe("retry and configuration", () => {
     const pending = sleep(5_000, ac.signal);
     ac.abort(new Error("stop"));
     await expect(pending).rejects.toThrow("stop");
-    expect(Date.now() - started).toBeLessThan(1_000);
+    // bound: at once, not after the 5 s sleep: 3 s leaves a loaded box's event loop room.
+    expect(Date.now() - started).toBeLessThan(3_000);
   });
 
   it("NOMAD_* parse like the nomad CLI; empty values are unset", () => {

@@ -125,7 +125,8 @@ describe("log lines about a call carry the trajectory id, the slot and the alloc
     await post("/execute", { trajectory_id: "traj-logs-b", tool: { name: "bash", arguments: { command: "echo b", allow_network: true } } });
     await post("/release", { trajectory_id: "traj-logs-a", reset_workspace: true });
     await post("/release", { trajectory_id: "traj-logs-b", reset_workspace: true });
-    await new Promise((r) => setTimeout(r, 300));
+    // The service's lines come through its stderr pipe: wait until both trajectories' have arrived.
+    for (let i = 0; i < 1200 && !["traj-logs-a", "traj-logs-b"].every((t) => exec.logs.some((l) => l.includes(t))); i++) await new Promise((r) => setTimeout(r, 50));
     const lines = exec.logs.map((l) => {
       try {
         return JSON.parse(l) as Record<string, unknown>;

@@ -175,6 +175,7 @@ describe("the stateless HTTP routes", () => {
   it("POST /step honours OpenEnv's timeout_s: the action is cut off at that bound (the env's own is 30 s); a bad one is a 422", async () => {
     const started = Date.now();
     const slow = await post("/step", { action: { type: "call_tool", tool_name: "bash", arguments: { command: "sleep 20; echo late" } }, seed: 0, timeout_s: 1 });
+    // bound: cut at timeout_s 1, not after the command's 20 s: 15 s leaves a loaded box room.
     expect(Date.now() - started).toBeLessThan(15_000);
     expect(slow.status).toBe(200);
     expect(slow.body.observation.result.is_error).toBe(true);

@@ -5,6 +5,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { silentLogger } from "../../src/observability/logger.js";
+import { OpenEnvServer } from "../../src/openenv/server.js";
+import ShellTasksEnv from "../../examples/shell-tasks/env.js";
 import { eventually, SOLVE_SEED_0, startOpenEnv, WRONG_SEED_0, WsClient, type OpenEnvHarness } from "./support.js";
 
 let h: OpenEnvHarness;
@@ -208,7 +211,7 @@ describe("OpenEnv over WebSocket /ws", () => {
     await b.reset();
     const started = Date.now();
     const waiting = c.reset({ seed: 1 });
-    // Short of the 1500 ms bound, leaving the close (its slot's reset) time on a loaded box.
+    // wait: the waiting reset reaching the server (no event shows it waiting); short of the 1500 ms bound, leaving the close (its slot's reset) time on a loaded box.
     await new Promise((r) => setTimeout(r, 200));
     await a.close();
     const served = await waiting;
@@ -239,19 +242,33 @@ describe("OpenEnv over WebSocket /ws", () => {
 
 describe("OpenEnv sessions that idle out, and a lost slot", () => {
   let q: OpenEnvHarness;
+  /**
+   * A second server with a short idle timeout, for the idle test only (its own env on q's
+   * pool, so q's items keep their order): the other tests' sessions must not idle out between
+   * two messages on a loaded box (a 400 ms timeout once fired in the middle of the lost-slot test).
+   */
+  let idle: OpenEnvServer;
+  let idleEnv: ShellTasksEnv;
+  let idleWsUrl: string;
   beforeAll(async () => {
-    q = await startOpenEnv({ slots: 2, idleTimeoutMs: 400 });
+    q = await startOpenEnv({ slots: 2 });
+    idleEnv = new ShellTasksEnv({}, { backend: q.backend, logger: silentLogger() });
+    await idleEnv.start();
+    idle = new OpenEnvServer({ env: idleEnv, logger: silentLogger(), idleTimeoutMs: 1_500 });
+    idleWsUrl = `${(await idle.listen(0, "127.0.0.1")).replace(/^http/, "ws")}/ws`;
   }, 120_000);
   afterAll(async () => {
+    await idle?.close();
+    await idleEnv?.close();
     await q?.stop();
   });
 
   it("an idle session gets a SESSION_ERROR frame, its slot is released and the connection closed", async () => {
-    const c = await WsClient.connect(q.wsUrl);
+    const c = await WsClient.connect(idleWsUrl);
     await c.reset();
     expect(q.free()).toBe(1);
     const frame = await c.next();
-    expect(frame).toEqual({ type: "error", data: expect.objectContaining({ code: "SESSION_ERROR", message: expect.stringMatching(/idle for 400 ms/) }) });
+    expect(frame).toEqual({ type: "error", data: expect.objectContaining({ code: "SESSION_ERROR", message: expect.stringMatching(/idle for 1500 ms/) }) });
     await eventually(() => c.closed && q.free() === 2, "the idle session closed and its slot back");
   });
 

@@ -71,6 +71,7 @@ describe("lease.fork(n)", () => {
     expect(pool.stats().slots.held).toBe(2);
     // Waiting: the fork gets both slots once the other one comes back.
     const waiting = parent.fork!(2, { timeoutMs: 20_000 });
+    // wait: the fork reaching the pool's waiters before the release (either order must give it both slots)
     await new Promise((r) => setTimeout(r, 200));
     await pool.release(other);
     const kids = await waiting;

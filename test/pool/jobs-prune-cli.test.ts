@@ -48,18 +48,19 @@ describe("slotpool jobs prune (CLI, Nomad emulator)", () => {
     expect(dry.code).toBe(0);
     expect(dry.stdout).toMatch(/left-behind\s+running\s+\d+\s+ci@test/);
     expect(dry.stdout).not.toContain("someone-else");
-    expect(dry.stdout).not.toContain("live-run");
-    expect(dry.stdout).toContain("1 slotpool job(s) would be stopped (dry run: nothing changed)");
+    // The live run's job is not stopped, and the listing says so, with why (never silently skipped).
+    expect(dry.stdout).toMatch(/live-run\s+\S+\s+\d+\s+ci@test\s+\S+\s+left alone: its run is alive \(heard from \d+ s ago\); --include-live stops it too/);
+    expect(dry.stdout).toContain("1 slotpool job(s) would be stopped (dry run: nothing changed); 1 left alone (a live run's job)");
     expect((await client.readJob("left-behind"))?.Stop).toBeFalsy();
 
     const real = await slotpool("jobs", "prune");
     expect(real.code).toBe(0);
-    expect(real.stdout).toContain("1 slotpool job(s) stopped");
+    expect(real.stdout).toContain("1 slotpool job(s) stopped; 1 left alone (a live run's job)");
     expect((await client.readJob("left-behind"))?.Stop).toBe(true);
     expect((await client.readJob("someone-else"))?.Stop).toBeFalsy();
     expect((await client.readJob("live-run"))?.Stop).toBeFalsy();
 
-    expect((await slotpool("jobs", "prune")).stdout).toBe("no slotpool jobs to prune\n");
+    expect((await slotpool("jobs", "prune")).stdout).toMatch(/^JOB.*\nlive-run .*left alone.*\n0 slotpool job\(s\) stopped; 1 left alone \(a live run's job\)\n$/);
     const bad = await slotpool("jobs", "prune", "--bogus");
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/Unknown option '--bogus'/);

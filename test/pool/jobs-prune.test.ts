@@ -88,7 +88,9 @@ describe("slotpool jobs prune", () => {
       nock(ADDR).get("/v1/job/slotpool-sandbox-live/scale").reply(200, heartbeat("r1", 5_000));
       nock(ADDR).get("/v1/job/slotpool-sandbox-orphan/scale").reply(200, heartbeat("r2", 600_000));
       const jobs = await pruneJobs(client(), { dryRun: true, now, includeLive });
-      expect(jobs.map((j) => j.id)).toEqual(includeLive ? ["slotpool-sandbox-live", "slotpool-sandbox-orphan"] : ["slotpool-sandbox-orphan"]);
+      expect(jobs.filter((j) => !j.leftAlone).map((j) => j.id)).toEqual(includeLive ? ["slotpool-sandbox-live", "slotpool-sandbox-orphan"] : ["slotpool-sandbox-orphan"]);
+      // Left alone, and said so: the listing names the live job and why.
+      expect(jobs.filter((j) => j.leftAlone).map((j) => [j.id, j.leftAlone])).toEqual(includeLive ? [] : [["slotpool-sandbox-live", "left alone: its run is alive (heard from 5 s ago); --include-live stops it too"]]);
       nock.cleanAll();
     }
   });

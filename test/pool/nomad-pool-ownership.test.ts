@@ -108,7 +108,7 @@ describe("runs sharing a Nomad cluster own their jobs", () => {
     const a = defaultPool({ heartbeatMs: 100 });
     await a.pool.start();
     const jobId = a.provisioner.jobId;
-    await until(() => scaleRequests(jobId) >= 2, 5_000);
+    await until(() => scaleRequests(jobId) >= 2, 30_000);
     const job = await h.client().readJob(jobId);
     const scale = await h.client().scaleStatus(jobId);
     const events = scale?.TaskGroups?.["sandbox"]?.Events ?? [];
@@ -130,7 +130,7 @@ describe("runs sharing a Nomad cluster own their jobs", () => {
     expect((spec.Meta as Record<string, string> | undefined)?.[META_RUN]).toBeUndefined();
     await h.client().registerJob(spec, { preserveCounts: true });
     const beats = scaleRequests(jobId);
-    await until(() => scaleRequests(jobId) >= beats + 3, 5_000);
+    await until(() => scaleRequests(jobId) >= beats + 3, 30_000);
     expect(failure).toBeUndefined();
     expect((await bash(held, "echo still")).output.trim()).toBe("still");
     await a.pool.stop({ purge: true });
@@ -146,17 +146,22 @@ describe("runs sharing a Nomad cluster own their jobs", () => {
     const started = Date.now();
     await h.client().deregisterJob(jobId, { purge: true });
     const err = await failed;
-    expect(Date.now() - started).toBeLessThan(10_000);
+    // bound: noticed from the allocation watch at once, not an acquire's 60 s timeout: 20 s is far from both.
+    expect(Date.now() - started).toBeLessThan(20_000);
     expect(err.kind).toBe("job-gone");
     expect(err.message).toMatch(new RegExp(`job '${jobId}' of this run is gone`));
     // The two slots of the one container went out; the third waiter and later acquires fail
     // with that same error, at once.
     const results = await Promise.all(waiting);
     expect(results[2]).toBe(err);
-    const t0 = Date.now();
-    await expect(a.pool.acquire({ trajectoryId: "late" })).rejects.toBe(err);
-    expect(Date.now() - t0).toBeLessThan(100);
+    // At once: a failed pool rejects in the same tick, nothing awaits a timer (a resolved check, not a 100 ms bound).
+    let settled = false;
+    const late = a.pool.acquire({ trajectoryId: "late" }).finally(() => (settled = true));
+    await new Promise((r) => setImmediate(r));
+    expect(settled).toBe(true);
+    await expect(late).rejects.toBe(err);
     const scales = scaleRequests(jobId);
+    // wait: a window in which no scale call may come (a loaded box can only show fewer: never a false failure)
     await new Promise((r) => setTimeout(r, 1_500));
     expect(scaleRequests(jobId)).toBe(scales);
     await a.pool.stop();

@@ -7,6 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { NomadClient } from "../../src/nomad/client.js";
 import { NomadProvisioner, describePlacementFailure } from "../../src/pool/nomad-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
+import { createLogger } from "../../src/observability/logger.js";
 
 const ADDR = "http://nomad.test:4646";
 const JOB = "contract-job";
@@ -18,10 +19,11 @@ afterAll(() => {
   nock.restore();
 });
 
-function pool(): SlotPool {
+function pool(logLines?: string[]): SlotPool {
+  const logger = logLines ? createLogger({ name: "t", level: "info", destination: { write: (l: string) => void logLines.push(l) } as unknown as NodeJS.WritableStream }) : undefined;
   const client = new NomadClient({ address: ADDR, retry: { attempts: 1, baseMs: 1, maxMs: 1 }, timeoutMs: 2_000 });
-  const provisioner = new NomadProvisioner({ slotsPerContainer: 2, client, job: { jobId: JOB }, blockingWaitMs: 1_000 });
-  return new SlotPool({ slotsPerContainer: 2, minContainers: 1, maxContainers: 2, startTimeoutMs: 10_000, provisioner });
+  const provisioner = new NomadProvisioner({ slotsPerContainer: 2, client, job: { jobId: JOB }, blockingWaitMs: 1_000, ...(logger ? { logger } : {}) });
+  return new SlotPool({ slotsPerContainer: 2, minContainers: 1, maxContainers: 2, startTimeoutMs: 10_000, provisioner, ...(logger ? { logger } : {}) });
 }
 
 function submitJob(allocations: unknown[], evaluations: unknown[]): nock.Scope {
@@ -88,7 +90,8 @@ describe("NomadProvisioner start-up failures (documented shapes)", () => {
     expect((err as Error).message).toMatch(/could not place 1 of 1 sandbox allocations/);
     expect((err as Error).message).toMatch(/DimensionExhausted: memory \(3\)/);
     expect((err as Error).message).toMatch(/Add client capacity/);
-    expect(Date.now() - t0).toBeLessThan(5_000);
+    // bound: from the evaluation, not the pool's 10 s start timeout here: 8 s tells them apart on a loaded box.
+    expect(Date.now() - t0).toBeLessThan(8_000);
   });
 
   it("crash loop: start() fails with the failed allocations' task events", async () => {
@@ -98,6 +101,26 @@ describe("NomadProvisioner start-up failures (documented shapes)", () => {
     expect((err as Error).message).toMatch(/keep failing \(2 so far\)/);
     expect((err as Error).message).toMatch(/Terminated: Exit Code: 2/);
     expect((err as Error).message).toMatch(/nomad alloc logs/);
+  });
+
+  it("no node with the job's driver (Nomad's 'missing drivers'): start() fails naming pool.nomad.driver, and the reason is said once, not once per evaluation and logger", async () => {
+    const missingDrivers = (id: string, index: number) => ({
+      ...NO_MEMORY_EVAL,
+      ID: id,
+      CreateIndex: index,
+      FailedTGAllocs: { sandbox: { NodesEvaluated: 1, NodesFiltered: 1, NodesAvailable: { dc1: 1 }, DimensionExhausted: null, ConstraintFiltered: { "missing drivers": 1 }, CoalescedFailures: 0 } },
+    });
+    submitJob([], [missingDrivers("eval-1", 20), missingDrivers("eval-2", 21), missingDrivers("eval-3", 22)]);
+    const lines: string[] = [];
+    const err = await pool(lines).start().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    const message = (err as Error).message;
+    expect(message).toMatch(/ConstraintFiltered: missing drivers \(1\)/);
+    expect(message).toMatch(/No node has the job's task driver 'docker' enabled: set pool\.nomad\.driver/);
+    expect(message).not.toMatch(/pool\.nomad\.constraints/);
+    expect(message.match(/missing drivers/g)).toHaveLength(1);
+    // The start's error says it; no log line repeats it.
+    expect(lines.filter((l) => l.includes("missing drivers"))).toEqual([]);
   });
 
   it("summarises FailedTGAllocs", () => {

@@ -73,6 +73,7 @@ describe("the pool's API edges", () => {
     await pool.stop();
     await third;
     const atStop = healthCalls;
+    // wait: a window of more than two health intervals in which no check may run after stop (a loaded box can only show fewer)
     await new Promise((r) => setTimeout(r, 2_500));
     expect(healthCalls - atStop).toBeLessThanOrEqual(1);
     expect(lost).toEqual([]);

@@ -103,6 +103,7 @@ describe("slot uid ranges", () => {
         while (processesOfUid(uidA) < 48 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
         expect(processesOfUid(uidA)).toBeGreaterThanOrEqual(48);
       } else {
+        // wait: not root, the slot's processes are not countable by uid here; this lets the fork loop fill its budget
         await new Promise((r) => setTimeout(r, 3_000));
       }
       // Meanwhile the other container's slot_0 still forks and runs commands.

@@ -1,3 +1,4 @@
+// runs as each user: a template view is an id-mapped overlay as root and the template's own tree as the lower layer otherwise
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -108,6 +109,7 @@ describe("workspace templates through the pool", () => {
     const slot = await pool.acquire({ trajectoryId: "doomed" });
     const slow: TemplateSpec = { name: "slow", setup: ["echo started; sleep 30"] };
     const building = pool.useTemplate(slot, slow);
+    // wait: the build under way on the server when its container dies (killed before, the answer is the same loss)
     await new Promise((r) => setTimeout(r, 1_500));
     const [proc] = provisioner.processes();
     process.kill(proc!.pid, "SIGKILL");

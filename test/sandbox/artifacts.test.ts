@@ -303,6 +303,7 @@ describe("archiveArtifacts", () => {
     const r = await archiveArtifacts(ws, { path: "out" }, { ...DEFAULT_ARTIFACT_LIMITS, maxArchiveSourceBytes: 1024 * 1024 });
     expect(r.success).toBe(false);
     expect(r.error).toMatch(/"out" holds more than 1048576 bytes of file data/);
+    // bound: stopping at the 1 MiB bound takes milliseconds; compressing the 4 GiB file would take minutes — 5 s fails only that, even on a loaded box.
     expect(Date.now() - started).toBeLessThan(5_000);
     await mkdir(join(ws, "deep", ...Array.from({ length: 130 }, () => "d")), { recursive: true });
     const deep = await archiveArtifacts(ws, { path: "deep" });

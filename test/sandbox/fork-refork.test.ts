@@ -45,7 +45,14 @@ function sees(pid: number, name: string): boolean {
   }
 }
 
-const alive = (pid: number): boolean => existsSync(`/proc/${pid}`);
+/** Still running: a zombie (killed, not yet reaped by whoever inherits it) runs nothing. */
+const alive = (pid: number): boolean => {
+  try {
+    return !/\nState:\s+[ZX]/.test(readFileSync(`/proc/${pid}/status`, "utf8"));
+  } catch {
+    return false;
+  }
+};
 
 async function until(what: string, ok: () => boolean | Promise<boolean>, timeoutMs = 15_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

@@ -83,6 +83,7 @@ describe("a fork's re-warm of its slots' process-session sandboxes", () => {
     await sessions.whileStopped(slot, [], async () => undefined);
     await sessions.whileStopped(slot, [], async () => undefined);
     await until("the slot's sandbox started ahead again", () => sessions.hasWarm(slot));
+    // wait: a second start-up, if any, would follow within the rewarm delay; this window lets it show (a loaded box can only hide one: never a false failure).
     await new Promise((r) => setTimeout(r, 300));
     expect(launches() - before).toBe(1);
   });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serversMayMount } from "../support/server-view.js";
-import { logLinesSince, startServer, type TestServer } from "./helpers.js";
+import { logLinesSince, startServer, type TestServer, untilSlot } from "./helpers.js";
 
 /**
  * POST /fork (issue 23): children get a copy-on-write copy of the parent's workspace as it
@@ -16,6 +16,16 @@ async function ok(s: TestServer, slot: number, command: string): Promise<string>
   const r = await s.bash(slot, command);
   expect(r.error, `${command}: ${r.output}`).toBe("");
   return r.output;
+}
+
+/** Runs `command` in the slot until its output satisfies `done` (what a background job has written by now), a minute at most. */
+async function until(s: TestServer, slot: number, command: string, done: (out: string) => boolean): Promise<string> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const out = (await s.bash(slot, command)).output;
+    if (done(out) || Date.now() > deadline) return out;
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 async function stateful(s: TestServer, slot: number, command: string): Promise<string> {
@@ -64,12 +74,12 @@ describe("POST /fork", () => {
     await s.post("/reset", { slot_id: "slot_0" });
     await stateful(s, 0, "mkdir -p work/sub && cd work/sub && export FORK_VAR='hello world' && NOT_EXPORTED=1");
     await stateful(s, 0, "(while :; do date +%s%N >> /workspace/bg.log; sleep 0.05; done) >/dev/null 2>&1 & echo $! > /workspace/bg.pid");
-    await new Promise((r) => setTimeout(r, 300));
+    await until(s, 0, "cat bg.log 2>/dev/null | wc -l", (n) => Number(n) > 0);
     const f = await s.post("/fork", { slot_id: "slot_0", into: ["slot_3"] });
     expect(f.status, f.text).toBe(200);
     const atFork = Number(await ok(s, 3, "wc -l < /workspace/bg.log"));
     expect(atFork).toBeGreaterThan(0);
-    await new Promise((r) => setTimeout(r, 400));
+    await until(s, 0, "wc -l < bg.log", (n) => Number(n) > atFork);
     // The job still runs in the parent and keeps writing there (its log grows), not in the child.
     expect(await stateful(s, 0, "kill -0 $(cat /workspace/bg.pid) && echo alive")).toBe("alive");
     expect(Number(await ok(s, 0, "wc -l < bg.log"))).toBeGreaterThan(atFork);
@@ -92,11 +102,11 @@ describe("POST /fork", () => {
       0,
       "(while :; do if echo x >> rel.log 2>/dev/null; then echo ok > /workspace/rel.status; else echo erofs > /workspace/rel.status; fi; (cd /workspace/w && echo y >> abs.log); sleep 0.05; done) >/dev/null 2>&1 & echo $! > /workspace/job.pid",
     );
-    await new Promise((r) => setTimeout(r, 300));
+    await until(s, 0, "cat rel.status 2>/dev/null", (st) => st === "ok");
     expect(await ok(s, 0, "cat rel.status")).toBe("ok");
     expect((await s.post("/fork", { slot_id: "slot_0", into: ["slot_4"] })).status).toBe(200);
     const atFork = Number(await ok(s, 4, "wc -l < w/abs.log"));
-    await new Promise((r) => setTimeout(r, 400));
+    await until(s, 0, "cat rel.status; wc -l < w/abs.log", (out) => out.split("\n")[0] === "erofs" && Number(out.split("\n")[1]) > atFork);
     // The job runs on; its relative writes fail (its cwd is the frozen mount), its writes by path land in the parent only.
     expect(await ok(s, 0, "cat rel.status")).toBe("erofs");
     expect(await stateful(s, 0, "kill -0 $(cat /workspace/job.pid) && echo alive")).toBe("alive");
@@ -140,8 +150,12 @@ describe("POST /fork", () => {
 
   it("children fresh from a reset (no call since) get the view without a second reset: same tree, their own writes, their namespaces on it", async () => {
     for (const i of [0, 1, 2]) await s.post("/reset", { slot_id: `slot_${i}`, ...(i === 0 ? { template: "forkrepo" } : {}) });
-    // Let the children's namespaces start (they are sealed with the new view, not restarted).
-    await new Promise((r) => setTimeout(r, 500));
+    // Let the children's namespaces start (they are sealed with the new view, not restarted);
+    // without the fast path (no C compiler) nothing starts ahead, and there is nothing to wait for.
+    if ((await s.get("/health")).json.fast_path) {
+      await untilSlot(s, 1, (e) => e.warm === true, "slot_1's namespace up");
+      await untilSlot(s, 2, (e) => e.warm === true, "slot_2's namespace up");
+    }
     await ok(s, 0, "echo fresh > fresh.txt && rm data/f5.txt");
     const before = await ok(s, 0, TREE_SUM);
     const logged = s.logs.length;
@@ -178,8 +192,8 @@ describe("POST /fork", () => {
       expect(r.json.field).toBe(field);
     }
     // A busy child: 409, and neither slot changes.
-    const running = s.bash(1, "sleep 1");
-    await new Promise((r) => setTimeout(r, 150));
+    const running = s.bash(1, "sleep 3");
+    await untilSlot(s, 1, (e) => e.queued >= 1, "slot_1 running its call");
     const busy = await s.post("/fork", { slot_id: "slot_0", into: ["slot_1"] });
     expect(busy.status).toBe(409);
     expect(busy.json.error).toMatch(/slot_1 is busy/);

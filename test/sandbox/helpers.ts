@@ -73,14 +73,30 @@ export const isRoot = typeof process.getuid === "function" && process.getuid() =
 /**
  * The server's log lines since `from` that match, once at least `atLeast` have arrived (or
  * after `timeoutMs`): a line logged before an answer may still be in the server's stdout
- * pipe when the answer reaches the test.
+ * pipe when the answer reaches the test. The lines come in milliseconds; 60 s is only the
+ * point where a test gives up (a loaded box once took more than the 10 s it had).
  */
-export async function logLinesSince(s: TestServer, from: number, match: (line: string) => boolean, atLeast = 1, timeoutMs = 10_000): Promise<string[]> {
+export async function logLinesSince(s: TestServer, from: number, match: (line: string) => boolean, atLeast = 1, timeoutMs = 60_000): Promise<string[]> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const lines = s.logs.slice(from).filter(match);
     if (lines.length >= atLeast || Date.now() >= deadline) return lines;
     await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
+ * Waits until a slot's entry of GET /slots satisfies `ready` — e.g. `queued >= 2`: a call is
+ * running there and another waits behind it — instead of sleeping for "long enough" (the event
+ * a test needs, whatever the machine's load). Gives up after a minute.
+ */
+export async function untilSlot(s: TestServer, slot: number, ready: (entry: { state: string; queued: number; warm?: boolean }) => boolean, what = "the slot's state"): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const entry = ((await s.get("/slots")).json as { slots: Array<{ state: string; queued: number; warm?: boolean }> }).slots[slot]!;
+    if (ready(entry)) return;
+    if (Date.now() > deadline) throw new Error(`slot_${slot}: ${what} not reached within 60 s (last: ${JSON.stringify(entry)})`);
+    await new Promise((r) => setTimeout(r, 25));
   }
 }
 

@@ -190,7 +190,7 @@ describe("the image's spawner (the server's fast path)", () => {
         .filter((f) => f.endsWith(".ts"))
         .flatMap((f) => [...readFileSync(join(sandboxDir, f), "utf8").matchAll(/prebuiltNative\("([^"]+)"\)/g)].map((m) => m[1]!)),
     );
-    expect([...wanted].sort()).toEqual(["slotpool-browser-launch", "slotpool-fork-mount", "slotpool-port-relay", "slotpool-seccomp-filter", "slotpool-spawner", "slotpool-template-mount", "slotpool-volume-mount"]);
+    expect([...wanted].sort()).toEqual(["slotpool-browser-launch", "slotpool-fork-mount", "slotpool-image-mount", "slotpool-port-relay", "slotpool-seccomp-filter", "slotpool-spawner", "slotpool-spawner-static", "slotpool-template-mount", "slotpool-volume-mount"]);
     const built = afterBuild.filter((c) => /^(cc|gcc)\s/.test(c)).map((c) => {
       const words = c.split(/\s+/);
       return words[words.indexOf("-o") + 1]!.replace("dist/src/sandbox/native/", "");
@@ -246,7 +246,7 @@ describe("the image's spawner (the server's fast path)", () => {
       expect(out.output).toBe("from-image");
       if (health.bwrap_available) expect(health.fast_path, "the shipped server did not find its prebuilt spawner").toBe(true);
       // It used the prebuilt binary: nothing compiled at start.
-      const compiled = [join(rt, "dist", "src", "sandbox", "native"), join(dataDir, ".slotpool")].flatMap((d) => (existsSync(d) ? readdirSync(d) : [])).filter((n) => n.startsWith("slotpool-spawner-"));
+      const compiled = [join(rt, "dist", "src", "sandbox", "native"), join(dataDir, ".slotpool")].flatMap((d) => (existsSync(d) ? readdirSync(d) : [])).filter((n) => /^slotpool-spawner(-static)?-[0-9a-f]{12}$/.test(n));
       expect(compiled).toEqual([]);
     } finally {
       if (server && server.exitCode === null) {

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { logLinesSince, startServer, type TestServer, readEvents } from "./helpers.js";
+import { logLinesSince, startServer, type TestServer, readEvents, untilSlot } from "./helpers.js";
 
 interface Ev {
   type: string;
@@ -54,6 +54,8 @@ describe("a reset of the slot from outside", () => {
 
   it("cuts off a terminal (bash_stateful) command: command_killed, not the command's own failure", async () => {
     const call = s.post("/execute", { slot_id: "slot_0", tool: "bash_stateful", args: { command: "echo started; sleep 60", timeout: 120 } });
+    await untilSlot(s, 0, (e) => e.queued >= 1, "the terminal call running");
+    // wait: the terminal's tmux session starting inside the call (no event shows it); cut before it, the answer is the same command_killed.
     await sleep(1500);
     const reset = await s.post("/reset", { slot_id: "slot_0" });
     const r = await call;
@@ -83,7 +85,7 @@ describe("a reset of the slot from outside", () => {
     expect((await s.bash(2, BIG_FILE)).success).toBe(true);
     const started = Date.now();
     const call = s.post("/artifacts/archive", { slot_id: "slot_2", path: "." });
-    await sleep(400);
+    await untilSlot(s, 2, (e) => e.queued >= 1, "the archive running");
     const reset = s.post("/reset", { slot_id: "slot_2" });
     const r = await call;
     expect((await reset).json.success).toBe(true);
@@ -95,6 +97,7 @@ describe("a reset of the slot from outside", () => {
     const whole = await s.post("/artifacts/archive", { slot_id: "slot_2", path: "." });
     expect(whole.json.success).toBe(true);
     expect(whole.json.metadata).toBeUndefined();
+    // bound: read to its end, 1.8 GB of archive takes minutes; cut, the whole test takes seconds — 60 s fails only the first, even on a loaded box.
     expect(Date.now() - started).toBeLessThan(60_000);
   }, 90_000);
 });
@@ -115,11 +118,14 @@ describe("the server shutting down", () => {
     await until(() => session.events.length > 0);
     // slot_3: a long command holds the queue; a write_file waits behind it.
     const holding = s.post("/execute", { slot_id: "slot_3", tool: "bash", args: { command: "sleep 60", timeout: 120 } });
-    await sleep(300);
+    await untilSlot(s, 3, (e) => e.queued >= 1, "the holding call running");
     const queuedWrite = s.post("/execute", { slot_id: "slot_3", tool: "write_file", args: { path: "late.txt", content: "x" } });
-    await sleep(1200);
+    await untilSlot(s, 3, (e) => e.queued >= 2, "the write queued behind it");
+    await untilSlot(s, 0, (e) => e.queued >= 1, "the terminal call running");
     const archive = s.post("/artifacts/archive", { slot_id: "slot_2", path: "." });
-    await sleep(400);
+    await untilSlot(s, 2, (e) => e.queued >= 1, "the archive running");
+    // wait: the terminal's tmux session starting inside its call, and the archive reading (no event shows either); cut earlier, each answer is the same server_shutdown.
+    await sleep(1200);
     const stopped = s.proc.stop(20_000);
     const [t, a, h, w] = await Promise.all([terminal, archive, holding, queuedWrite]);
     await session.done;
@@ -168,7 +174,7 @@ describe("a process start still arriving when the server shuts down", () => {
   it("is refused with 503 naming the shutdown, not started in a slot being taken down", async () => {
     // A long call keeps the shutdown busy for a moment; the start's body arrives after SIGTERM.
     const holding = s.post("/execute", { slot_id: "slot_0", tool: "bash", args: { command: "sleep 60", timeout: 120 } });
-    await sleep(300);
+    await untilSlot(s, 0, (e) => e.queued >= 1, "the holding call running");
     const body = JSON.stringify({ slot_id: "slot_1", cmd: "/bin/sh", args: ["-c", "touch started; sleep 600"] });
     const { port } = new URL(s.url);
     const socket = connect(Number(port), "127.0.0.1");
@@ -177,6 +183,7 @@ describe("a process start still arriving when the server shuts down", () => {
     socket.on("data", (d) => (answer += d.toString("utf8")));
     const ended = new Promise<void>((resolve) => socket.once("close", () => resolve()));
     socket.write(`POST /processes/start HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`);
+    // wait: the request's head reaching the server before SIGTERM (no event shows it; it is on loopback, in the kernel's buffer at once).
     await sleep(200);
     const from = s.logs.length;
     s.proc.child.kill("SIGTERM");

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isRoot, startServer, type TestServer } from "./helpers.js";
+import { isRoot, startServer, type TestServer, untilSlot } from "./helpers.js";
 import { serverView } from "../support/server-view.js";
 import { descendants } from "../support/processes.js";
 
@@ -84,9 +84,9 @@ describe("sandbox isolation", () => {
 
   it("cannot see or kill another slot's processes", async () => {
     // slot_1 runs a long command; slot_0 tries to find and kill it.
-    const victim = s.bash(1, "sleep 1.5; echo survived");
-    await new Promise((r) => setTimeout(r, 300));
-    const look = await s.bash(0, "ps -eo args | grep -c '^sleep 1.5' || true");
+    const victim = s.bash(1, "sleep 3; echo survived");
+    await untilSlot(s, 1, (e) => e.queued >= 1, "the victim running");
+    const look = await s.bash(0, "ps -eo args | grep -c '^sleep 3' || true");
     expect(look.output).toBe("0");
     await s.bash(0, "pkill -9 sleep; killall -9 sleep 2>/dev/null; true");
     // kill(-1) reaches every process this one may signal: only its own slot's.

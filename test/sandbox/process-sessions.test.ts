@@ -75,9 +75,9 @@ describe("process sessions", () => {
   });
 
   it("SIGTERM reaches the program; a reset kills what is left", async () => {
-    const t = await open(s, "/processes/start", { slot_id: "slot_0", cmd: "/bin/bash", args: ["-c", "trap 'echo term; exit 7' TERM; while true; do sleep 0.05; done"] });
-    await until(() => t.events.length > 0);
-    await new Promise((r) => setTimeout(r, 200));
+    const t = await open(s, "/processes/start", { slot_id: "slot_0", cmd: "/bin/bash", args: ["-c", "trap 'echo term; exit 7' TERM; echo trapped; while true; do sleep 0.05; done"] });
+    // The trap is set once the program says so (not after "long enough").
+    await until(() => t.out().includes("trapped"));
     await s.post("/processes/signal", { slot_id: "slot_0", pid: t.events[0]!.pid!, signal: "SIGTERM" });
     await t.done;
     expect(t.out()).toContain("term");

@@ -1,7 +1,7 @@
 import { createServer, type Server } from "node:net";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestServer } from "./helpers.js";
+import { logLinesSince, startServer, type TestServer, untilSlot } from "./helpers.js";
 import { HealthResponseSchema } from "../../src/protocol/sandbox.js";
 
 /**
@@ -52,8 +52,9 @@ describe("sandbox server: routes and wire format", () => {
   });
 
   it("logs one JSON line per call with the slot, tool and outcome", async () => {
+    const from = s.logs.length;
     await s.post("/execute", { slot_id: "slot_2", tool: "bash", args: { command: "exit 5" }, execution_id: "log-me" });
-    await new Promise((r) => setTimeout(r, 200));
+    await logLinesSince(s, from, (l) => l.includes('"log-me"'));
     const line = s.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l["msg"] === "call" && l["execution_id"] === "log-me");
     expect(line).toMatchObject({ slot: "slot_2", tool: "bash", outcome: "error", exit_code: 5 });
   });
@@ -168,7 +169,6 @@ describe("sandbox server: routes and wire format", () => {
 
   it("serializes calls to one slot in arrival order, also inside one /batch, and runs slots in parallel", async () => {
     await s.post("/reset", { slot_id: "slot_1" });
-    const started = Date.now();
     const r = await s.post("/batch", [
       { slot_id: "slot_1", tool: "bash", args: { command: "sleep 0.4; echo 1 >> order" } },
       { slot_id: "slot_2", tool: "bash", args: { command: "sleep 0.4" } },
@@ -178,15 +178,18 @@ describe("sandbox server: routes and wire format", () => {
     expect(r.json[3].output).toBe("1\n2");
     // Separate HTTP requests to one slot: arrival order too.
     const a = s.bash(1, "sleep 0.3; echo 3 >> order");
-    await new Promise((res) => setTimeout(res, 50));
+    await untilSlot(s, 1, (e) => e.queued >= 1, "the first request running");
     const b = s.bash(1, "echo 4 >> order; cat order");
     expect((await b).output).toBe("1\n2\n3\n4");
     await a;
-    expect(Date.now() - started).toBeLessThan(5000);
-    // Two slots in parallel: two 0.6 s sleeps take well under 1.2 s.
-    const t = Date.now();
-    await Promise.all([s.bash(1, "sleep 0.6"), s.bash(2, "sleep 0.6")]);
-    expect(Date.now() - t).toBeLessThan(1150);
+    // Two slots in parallel: each slot's call is still running when the other's has begun
+    // (the event; a bound of 1.15 s on two 0.6 s sleeps failed on a loaded box).
+    const one = s.bash(1, "sleep 2; echo one");
+    await untilSlot(s, 1, (e) => e.queued >= 1, "slot_1's call running");
+    const two = await s.bash(2, "echo two");
+    expect(two.output).toBe("two");
+    expect((await s.get("/slots")).json.slots[1].queued).toBe(1); // slot_1 still busy: slot_2 did not wait for it
+    expect((await one).output).toBe("one");
   });
 
   it("serves Prometheus metrics: calls by tool and outcome, latency histogram, slots by state", async () => {

@@ -53,6 +53,7 @@ describe.each([
     expect(frozen.json.mechanism).toBe(mechanism);
     expect(frozen.json.processes).toBeGreaterThan(0);
     const at = p.lines().length;
+    // wait: a frozen process shows nothing; 800 ms is 16 of its 50 ms lines that must not come (a loaded box can only make fewer come: never a false failure).
     await new Promise((r) => setTimeout(r, 800));
     expect(p.lines().length).toBeLessThanOrEqual(at + 1);
     const refused = await s.post("/processes/start", { slot_id: "slot_0", cmd: "/bin/true", args: [] });

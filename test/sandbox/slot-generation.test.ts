@@ -7,7 +7,7 @@
  * served as before.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestServer } from "./helpers.js";
+import { startServer, type TestServer, untilSlot } from "./helpers.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -56,9 +56,9 @@ describe("slot generations", () => {
   it("a call queued behind a running one when a reset from outside begins does not run on the emptied slot", async () => {
     const g = await reset(2);
     const running = s.bash(2, "sleep 30", { timeout: 60 }, { generation: g });
-    await sleep(500);
+    await untilSlot(s, 2, (e) => e.queued >= 1, "the long call running");
     const queued = s.bash(2, "touch queued.txt && echo ran", {}, { generation: g });
-    await sleep(300);
+    await untilSlot(s, 2, (e) => e.queued >= 2, "the second call queued behind it");
     const outside = reset(2);
     const [r, q] = await Promise.all([running, queued]);
     await outside;

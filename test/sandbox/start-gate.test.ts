@@ -15,6 +15,7 @@ describe("StartGate", () => {
       began.push(i);
       running++;
       most = Math.max(most, running);
+      // wait: a start-up that takes a while (the fake's own 20 ms), so that starts overlap.
       await new Promise((r) => setTimeout(r, 20));
       running--;
       if (i === 1) throw new Error("start-up failed");
@@ -25,8 +26,8 @@ describe("StartGate", () => {
     expect(began).toEqual([0, 1, 2, 3, 4, 5]);
     expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled", "fulfilled", "fulfilled", "fulfilled"]);
     // The gate is free again: the next task starts at once.
-    const t0 = performance.now();
-    await gate.run(async () => undefined);
-    expect(performance.now() - t0).toBeLessThan(1_000);
+    let ran = false;
+    await gate.run(async () => void (ran = true));
+    expect(ran).toBe(true); // it ran (a gate still held would never let it: the test would time out)
   });
 });

@@ -171,7 +171,7 @@ describe("warm slots", () => {
         }
       });
       // The server is gone; what it killed may take a moment to be reaped.
-      await until("no process of the stopped server's slot uids", () => left().length === 0, 5_000).catch(() => undefined);
+      await until("no process of the stopped server's slot uids", () => left().length === 0, 30_000).catch(() => undefined);
       expect(left().map((p) => { try { return readFileSync(`/proc/${p}/cmdline`, "utf8"); } catch { return p; } })).toEqual([]);
     }
   }, 30_000);

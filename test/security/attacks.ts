@@ -109,7 +109,7 @@ export function strayProcesses(serverPid: number, slot: number): Array<{ pid: nu
 
 /** Only the slot's holders (and their pre-forked bash) may stay alive between calls. */
 export async function assertOnlyHolders(server: AttackServer, slot: number): Promise<void> {
-  const clean = await eventually(() => strayProcesses(server.proc.pid, slot).length === 0, 3_000);
+  const clean = await eventually(() => strayProcesses(server.proc.pid, slot).length === 0, 30_000);
   assert.ok(clean, `slot_${slot} still has processes after its call: ${JSON.stringify(strayProcesses(server.proc.pid, slot).slice(0, 20))}`);
 }
 
@@ -242,7 +242,7 @@ export function daemonAttack(variant: string): Attack {
     async verify(run, server, slot) {
       assert.equal(run.response.output, "started", JSON.stringify(run.response));
       const marker = String(run.notes["marker"]);
-      const gone = await eventually(() => processesWithMarker(marker).length === 0, 2_000);
+      const gone = await eventually(() => processesWithMarker(marker).length === 0, 30_000);
       assert.ok(gone, `${run.notes["marker"]} outlived its call: ${JSON.stringify(processesWithMarker(marker))}`);
       await assertHealthy(server);
       await assertOnlyHolders(server, slot);

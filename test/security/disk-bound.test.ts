@@ -138,7 +138,7 @@ describe.runIf(serversMayMount)("--no-disk-workspace: the way out, said in /heal
   }, 60_000);
 });
 
-describe.runIf(!isRoot)("not root, without a user namespace of its own: /tmp-only, and it says so", () => {
+describe.runIf(!isRoot)("not root, without a user namespace of its own: /tmp-only, and it says so (skipped as root)", () => {
   // The marker says "already in namespaces of its own": the CLI does not re-execute itself,
   // so the server runs where it was started, as a server started in-process would.
   const { server } = cliServerFor("slotpool-nouserns-", { env: { SLOTPOOL_OWN_MOUNT_NS: "1" } });

@@ -108,18 +108,27 @@ describe("E2B server attacks: streams and connections", () => {
     // A server with a small stdin bound (1 MiB; 32 MiB by default): stdin through the SDK is slow to move.
     const small = await startE2b({ slots: 1, maxStdinBytesPerSandbox: MiB });
     const s = await Sandbox.create(small.opts);
-    const reader = await s.commands.run("wc -c", { background: true, stdin: true, timeoutMs: 0 });
-    const piece = Buffer.alloc(MiB / 2, 97).toString("utf8");
-    const sent = await Promise.allSettled(Array.from({ length: 6 }, () => s.commands.sendStdin(reader.pid, piece, { requestTimeoutMs: 60_000 })));
-    const ok = sent.filter((r) => r.status === "fulfilled").length;
-    const refused = sent.filter((r): r is PromiseRejectedResult => r.status === "rejected");
-    expect(refused.length).toBeGreaterThan(0);
-    for (const r of refused) {
-      expect(r.reason).toBeInstanceOf(RateLimitError);
-      expect(String((r.reason as Error).message)).toMatch(/bytes of stdin on their way \(limit 1048576\)/);
-    }
+    // The reader takes nothing until `go` exists, so what is sent piles up whatever the
+    // machine's speed (reading at once, a loaded box let each piece through before the next
+    // arrived, and nothing was refused). 8 MiB fill the sandbox server's own stdin buffer
+    // (MAX_STDIN_PENDING_BYTES); the next MiB then waits there for room, on its way, so of
+    // two sent at once the second is refused — by this server, naming its own bound.
+    const reader = await s.commands.run("while [ ! -e go ]; do sleep 0.05; done; wc -c", { background: true, stdin: true, timeoutMs: 0 });
+    const mib = Buffer.alloc(MiB, 97).toString("utf8");
+    for (let i = 0; i < 8; i++) await s.commands.sendStdin(reader.pid, mib, { requestTimeoutMs: 60_000 });
+    const sends = [0, 1].map(() => s.commands.sendStdin(reader.pid, mib, { requestTimeoutMs: 60_000 }));
+    // Whichever arrived second is refused at once; the first waits. bound: the sandbox server
+    // holds a waiting write 10 s (STDIN_WAIT_MS); `touch go` follows the refusal at once (a
+    // command's round trip, under a second even on a loaded box), well inside it.
+    const refused = await Promise.any(sends.map((p) => p.then(() => Promise.reject(new Error("accepted")), (err: unknown) => err)));
+    expect(refused).toBeInstanceOf(RateLimitError);
+    expect(String((refused as Error).message)).toMatch(/bytes of stdin on their way \(limit 1048576\)/);
+    await s.commands.run("touch go");
+    const sent = await Promise.allSettled(sends);
+    const ok = 8 + sent.filter((r) => r.status === "fulfilled").length;
+    expect(ok).toBe(9);
     await s.commands.closeStdin(reader.pid);
-    expect((await reader.wait()).stdout.trim()).toBe(String((ok * MiB) / 2));
+    expect((await reader.wait()).stdout.trim()).toBe(String(ok * MiB));
     await s.kill();
     await small.stop();
   }, 120_000);
@@ -159,6 +168,7 @@ describe("E2B server attacks: transfers", () => {
     let peak = before;
     const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 50);
     const err = await s.files.read("zero", { requestTimeoutMs: 8_000 }).catch((e: unknown) => e);
+    // wait: memory sampled a while after the refusal, in case a read went on behind it (a loaded box can only read less)
     await new Promise((r) => setTimeout(r, 3_000));
     clearInterval(sampler);
     expect(err).toBeInstanceOf(InvalidArgumentError);
@@ -288,6 +298,7 @@ describe("E2B server attacks: transfers", () => {
     // Expiry is honoured.
     const short = await s.downloadUrl("notes.txt", { useSignatureExpiration: 1 });
     expect((await fetch(short)).status).toBe(200);
+    // wait: past the signature's 1 s expiry (whole seconds: 2.1 s passes it whatever the rounding)
     await new Promise((r) => setTimeout(r, 2_100));
     const expired = await fetch(short);
     expect(expired.status).toBe(401);

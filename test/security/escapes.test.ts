@@ -316,17 +316,17 @@ describe("sandboxing is not silently lost", () => {
 describe("special files planted by a command do not wedge the server", () => {
   it("FIFOs: read_file, write_file and every artifact route answer at once; other slots are unaffected", async () => {
     expect((await server.bash(0, "mkfifo fifo_r fifo_w && echo made")).output).toBe("made");
-    const r = await within(5_000, "read_file on a FIFO", server.tool(0, "read_file", { path: "fifo_r" }));
+    const r = await within(20_000, "read_file on a FIFO", server.tool(0, "read_file", { path: "fifo_r" }));
     expect(r.success).toBe(false);
     expect(r.error).toMatch(/not a regular file/);
-    const w = await within(5_000, "write_file on a FIFO", server.tool(0, "write_file", { path: "fifo_w", content: "x" }));
+    const w = await within(20_000, "write_file on a FIFO", server.tool(0, "write_file", { path: "fifo_w", content: "x" }));
     expect(w.success).toBe(false);
-    const ar = await within(5_000, "/artifacts/read on a FIFO", server.artifact("read", { slot_id: "slot_0", path: "fifo_r" }));
+    const ar = await within(20_000, "/artifacts/read on a FIFO", server.artifact("read", { slot_id: "slot_0", path: "fifo_r" }));
     expect(ar.json.success).toBe(false);
-    const arch = await within(5_000, "/artifacts/archive over FIFOs", server.artifact("archive", { slot_id: "slot_0", path: ".", format: "tar.gz" }));
+    const arch = await within(20_000, "/artifacts/archive over FIFOs", server.artifact("archive", { slot_id: "slot_0", path: ".", format: "tar.gz" }));
     expect(arch.status).toBe(200);
-    const list = await within(5_000, "/artifacts/list over FIFOs", server.artifact("list", { slot_id: "slot_0", path: ".", recursive: false }));
+    const list = await within(20_000, "/artifacts/list over FIFOs", server.artifact("list", { slot_id: "slot_0", path: ".", recursive: false }));
     expect(list.json.entries.find((e: { path: string }) => e.path === "fifo_r")?.type).toBe("other");
-    expect((await within(5_000, "other slot", server.bash(2, "echo alive"))).output).toBe("alive");
+    expect((await within(20_000, "other slot", server.bash(2, "echo alive"))).output).toBe("alive");
   });
 });

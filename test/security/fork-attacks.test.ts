@@ -124,6 +124,7 @@ describe("fork attacks without the seccomp filter (the seal alone)", () => {
     // First what the attack is after: the writer's lines keep reaching the child.
     const first = await lines();
     expect(first).toBeGreaterThan(0);
+    // wait: a window in which the writer (appending every few ms) must reach the child no more (a loaded box can only show fewer appends)
     await new Promise((r) => setTimeout(r, 2_000));
     expect(await lines(), "the nested writer's appends still reach the child after the fork").toBe(first);
     // And it was stopped by the fork (the seal below the slot's namespaces), not by chance.

@@ -21,8 +21,11 @@ import {
  */
 const ATTACKER = 0;
 const BYSTANDER = 2;
-/** Generous: a shared 2-core box under parallel test files; quiet p99 is ~10-30 ms. */
-const BYSTANDER_P99_BOUND_MS = 2_500;
+/**
+ * bound: generous — a shared 2-core box under parallel test files and background load;
+ * quiet p99 is ~10-30 ms, and a bystander an attack starved would wait seconds to minutes.
+ */
+const BYSTANDER_P99_BOUND_MS = 5_000;
 
 let server: AttackServer;
 const rows: Array<{ attack: string; ms: number } & LatencyStats & { notes: string }> = [];
@@ -85,6 +88,7 @@ describe("resource attacks are contained and do not slow another slot", () => {
       rows.push({ attack: attack.name, ms: result.ms, ...stats, notes: formatNotes(result.notes) });
       await attack.verify(result, server, ATTACKER);
       expect(stats.failures, "bystander calls failed during the attack").toBe(0);
+      // bound: BYSTANDER_P99_BOUND_MS (above)
       expect(stats.p99, `bystander p99 ${stats.p99} ms during ${attack.name}`).toBeLessThan(BYSTANDER_P99_BOUND_MS);
     }, 60_000);
   }
@@ -102,8 +106,9 @@ describe("reset ends everything a slot started", () => {
     const call = await within(15_000, "killed call", running);
     expect(call.success).toBe(false);
     expect(call.error).toMatch(/reset|killed/);
-    expect(await eventually(() => processesWithMarker(marker).length === 0, 3_000), JSON.stringify(processesWithMarker(marker))).toBe(true);
+    expect(await eventually(() => processesWithMarker(marker).length === 0, 30_000), JSON.stringify(processesWithMarker(marker))).toBe(true);
     await assertOnlyHolders(server, ATTACKER);
+    // bound: the reset kills the 300 s processes instead of waiting: 10 s is far from both.
     expect(Date.now() - t0).toBeLessThan(10_000);
     expect((await server.bash(ATTACKER, "ls -A /workspace | wc -l; echo ok")).output).toBe("0\nok");
   });
@@ -112,7 +117,7 @@ describe("reset ends everything a slot started", () => {
     const marker = `slotpool-timeout-${randomBytes(4).toString("hex")}`;
     const r = await server.bash(ATTACKER, `nohup bash -c 'exec -a ${marker}-bg sleep 300' >/dev/null 2>&1 & exec -a ${marker} sleep 300`, { timeout: 1 });
     expect(r.metadata.timeout).toBe(true);
-    expect(await eventually(() => processesWithMarker(marker).length === 0, 3_000), JSON.stringify(processesWithMarker(marker))).toBe(true);
+    expect(await eventually(() => processesWithMarker(marker).length === 0, 30_000), JSON.stringify(processesWithMarker(marker))).toBe(true);
     await assertOnlyHolders(server, ATTACKER);
   });
 });

@@ -42,16 +42,16 @@ describe("stateful session attacks", () => {
       const m = `slotpool-stateful-${randomBytes(4).toString("hex")}`;
       const r = await stateful(server, 0, `setsid -f bash -c 'exec -a ${m}-setsid sleep 300'; nohup bash -c 'exec -a ${m}-nohup sleep 300' >/dev/null 2>&1 & ( ( exec -a ${m}-fork sleep 300 & ) & ); echo started`);
       expect(r.output).toBe("started");
-      expect(await eventually(() => processesWithMarker(m).length >= 3, 5_000), JSON.stringify(processesWithMarker(m))).toBe(true);
+      expect(await eventually(() => processesWithMarker(m).length >= 3, 30_000), JSON.stringify(processesWithMarker(m))).toBe(true);
       const tmux = await server.execute({ slot_id: "slot_0", tool: "tmux", args: { action: "send_keys", keys: `exec -a ${m}-tmux sleep 300 &`, allow_network: false } });
       expect(tmux.success, JSON.stringify(tmux)).toBe(true);
-      expect(await eventually(() => processesWithMarker(m).length >= 4, 5_000), JSON.stringify(processesWithMarker(m))).toBe(true);
+      expect(await eventually(() => processesWithMarker(m).length >= 4, 30_000), JSON.stringify(processesWithMarker(m))).toBe(true);
       const seen = await server.bash(1, "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null; echo listed");
       expect(seen.output).toContain("listed");
       expect(seen.output).not.toContain(m);
       const reset = await within(15_000, "reset", server.reset(0));
       expect(reset.json.success).toBe(true);
-      expect(await eventually(() => processesWithMarker(m).length === 0, 5_000), JSON.stringify(processesWithMarker(m))).toBe(true);
+      expect(await eventually(() => processesWithMarker(m).length === 0, 30_000), JSON.stringify(processesWithMarker(m))).toBe(true);
       await assertOnlyHolders(server, 0);
     }), 60_000);
 

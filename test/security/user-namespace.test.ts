@@ -27,7 +27,7 @@ function serverBelow(pid: number): number | undefined {
 const capsOf = (status: string) => Object.fromEntries([...status.matchAll(/^(Cap(?:Inh|Prm|Eff|Amb)):\s*([0-9a-f]+)$/gm)].map((m) => [m[1]!, m[2]!]));
 const NO_CAPS = { CapInh: "0000000000000000", CapPrm: "0000000000000000", CapEff: "0000000000000000", CapAmb: "0000000000000000" };
 
-describe.runIf(!isRoot && serversMayMount)("not root: the server's own user namespace", () => {
+describe.runIf(!isRoot && serversMayMount)("not root: the server's own user namespace (skipped as root, or where servers may not mount)", () => {
   const servers: CliServer[] = [];
   let base: string;
   const start = async (extra: string[] = []) => {
@@ -71,7 +71,7 @@ describe.runIf(!isRoot && serversMayMount)("not root: the server's own user name
   }, 90_000);
 });
 
-describe.runIf(!isRoot && serversMayMount)("not root, where bubblewrap cannot run inside a user namespace (e.g. an AppArmor policy)", () => {
+describe.runIf(!isRoot && serversMayMount)("not root, where bubblewrap cannot run inside a user namespace (e.g. an AppArmor policy) (skipped as root, or where servers may not mount)", () => {
   let server: CliServer | undefined;
   let base: string;
   beforeAll(async () => {

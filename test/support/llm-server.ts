@@ -104,6 +104,7 @@ export async function startLlmServer(options: LlmServerOptions): Promise<LlmServ
     }
     if ("hangMs" in reply) {
       const ms = reply.hangMs;
+      // wait: the scripted model's own delay (a test asks for it)
       await new Promise((r) => setTimeout(r, ms));
       if (res.destroyed) return;
       reply = { text: "late" };

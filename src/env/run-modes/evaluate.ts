@@ -5,15 +5,17 @@ import type { TrajectoryOutcome } from "../scored-group.js";
 import { pythonJsonDumps } from "../atropos/python-json.js";
 import { writeReport } from "../../report/index.js";
 import type { RunStats } from "../run-stats.js";
-import { notWritten, runRows } from "./summary.js";
+import { failedInfo, notWritten, runRows } from "./summary.js";
+import { FailedSidecar } from "./failed-sidecar.js";
+import { failedFromOutcome } from "../failed-trajectories.js";
 import { makeDirectories } from "./output-path.js";
-import type { InfraFailure } from "../infra-failure.js";
+import type { FailedTrajectory, InfraFailure } from "../infra-failure.js";
 
 export interface EvaluateModeOptions {
   /** Directory for metrics.json and samples.jsonl (Atropos `data_dir_to_save_evals`). */
   outDir: string;
   onTrajectory?: (outcome: TrajectoryOutcome) => void;
-  onFailure?: (reason: string, infra?: InfraFailure) => void;
+  onFailure?: (reason: string, infra?: InfraFailure, failed?: FailedTrajectory) => void;
   /** Stops the evaluation: items not started are skipped; what finished is written. */
   signal?: AbortSignal;
   /** Write samples.html beside samples.jsonl (default true); `stats` fills its run panel. */
@@ -27,6 +29,8 @@ export interface EvaluateModeReport {
   samplesPath: string;
   seconds: number;
   report?: { path: string; bytes: number };
+  /** Why the evaluation stopped before every item ran (the model breaker tripped), if it did. */
+  stoppedEarly?: string;
 }
 
 /**
@@ -40,13 +44,37 @@ export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateM
     options.stats.modelSource ??= () => env.modelCallStats();
     options.stats.delivered = "evaluated";
   }
-  const result = await env.evaluate({
-    ...(options.onTrajectory ? { onTrajectory: options.onTrajectory } : {}),
-    ...(options.onFailure ? { onFailure: options.onFailure } : {}),
-    ...(options.signal ? { signal: options.signal } : {}),
-  });
-  const seconds = (Date.now() - started) / 1000;
   await makeDirectories(options.outDir);
+  // Unscored trajectories (transcripts, reward calls, stacks) beside the samples, never among them.
+  const sidecar = new FailedSidecar(join(options.outDir, "samples.failed.jsonl"));
+  const record = (failed: FailedTrajectory | undefined, item: unknown) => {
+    if (!failed) return;
+    options.stats?.addFailedTrajectories([failed]);
+    if (options.stats) options.stats.failedSidecar = sidecar.path;
+    void sidecar.add([failed], item).catch(() => undefined);
+  };
+  // A dead model server stops the evaluation (the model breaker): items not started are skipped.
+  const breaker = env.modelBreaker();
+  const signal = breaker ? (options.signal ? AbortSignal.any([options.signal, breaker.signal]) : breaker.signal) : options.signal;
+  let result: EvalResult;
+  try {
+    result = await env.evaluate({
+      onTrajectory: (t) => {
+        breaker?.observe(t);
+        record(failedFromOutcome(t, 1), undefined);
+        options.onTrajectory?.(t);
+      },
+      onFailure: (reason, infra, failed) => {
+        record(failed, undefined);
+        options.onFailure?.(reason, infra, failed);
+      },
+      ...(signal ? { signal } : {}),
+    });
+  } finally {
+    await sidecar.close();
+  }
+  if (breaker?.reason && options.stats) options.stats.stoppedEarly ??= breaker.reason;
+  const seconds = (Date.now() - started) / 1000;
   const metrics = {
     config_general: {
       model_name: env.config.model.name ?? "oracle",
@@ -62,12 +90,12 @@ export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateM
   const samplesPath = join(options.outDir, "samples.jsonl");
   await writeFile(metricsPath, JSON.stringify(metrics, null, 2) + "\n");
   await writeFile(samplesPath, result.samples.map((s) => pythonJsonDumps(s) + "\n").join(""));
-  const out: EvaluateModeReport = { result, metricsPath, samplesPath, seconds };
+  const out: EvaluateModeReport = { result, metricsPath, samplesPath, seconds, ...(breaker?.reason ? { stoppedEarly: breaker.reason } : {}) };
   if (options.report !== false) {
     const metricRows = Object.entries(result.metrics).map(([k, v]) => [k, String(Number.isInteger(v) ? v : v.toFixed(3))] as [string, string]);
     const r = await writeReport(samplesPath, {
       title: `slotpool evaluate · ${env.name}`,
-      run: { rows: options.stats ? runRows(options.stats, metricRows) : metricRows, failures: options.stats?.failures ?? [], successThreshold: options.stats?.successThreshold ?? env.config.successThreshold, ...(options.stats ? { notWritten: notWritten(options.stats) } : {}) },
+      run: { rows: options.stats ? runRows(options.stats, metricRows) : metricRows, failures: options.stats?.failures ?? [], successThreshold: options.stats?.successThreshold ?? env.config.successThreshold, ...(options.stats ? { notWritten: notWritten(options.stats), ...failedInfo(options.stats) } : {}) },
     });
     out.report = { path: r.path, bytes: r.bytes };
   }

@@ -9,8 +9,10 @@ import { lineExtras } from "../rollout-extras.js";
 import { RunStats } from "../run-stats.js";
 import { GroupInterruptedError } from "../interruption.js";
 import type { GroupOutcome } from "../scored-group.js";
-import { notWritten, runRows } from "./summary.js";
+import { failedInfo, notWritten, runRows } from "./summary.js";
 import { prepareOutputFile } from "./output-path.js";
+import { FailedSidecar } from "./failed-sidecar.js";
+import { failedSidecarPath } from "../failed-trajectories.js";
 
 export interface ProcessModeOptions {
   /** Output JSONL; an existing file is kept and `_1`, `_2`, … is added to the new name (as Atropos does). */
@@ -49,9 +51,13 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
   const total = options.groups ?? env.config.totalGroups;
   const stats = options.stats ?? new RunStats({ successThreshold: env.config.successThreshold });
   stats.modelSource ??= () => env.modelCallStats();
-  const signal = options.signal;
+  // A dead model server stops the run (the model breaker) as an interrupt would, with its own reason.
+  const breaker = env.modelBreaker();
+  const signal = breaker ? (options.signal ? AbortSignal.any([options.signal, breaker.signal]) : breaker.signal) : options.signal;
   const outPath = options.prepared ? options.out : await prepareOutputFile(options.out);
   const file = await open(outPath, "w");
+  // Unscored trajectories (transcripts, reward calls, stacks) go beside the training data, never into it.
+  const sidecar = new FailedSidecar(failedSidecarPath(outPath));
   let written = 0;
   let exhausted = false;
   const limit = pLimit(env.config.groupConcurrency);
@@ -70,7 +76,7 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
         }
         let outcome: GroupOutcome;
         try {
-          outcome = await env.collectTrajectories(item, signal ? { signal } : {});
+          outcome = await env.collectTrajectories(item, { ...(signal ? { signal } : {}), ...(breaker ? { onTrajectoryEnd: (t) => breaker.observe(t) } : {}) });
         } catch (err) {
           // Interrupted: the group is abandoned, but what it did is counted; anything else is a real error.
           if (signal?.aborted) {
@@ -80,6 +86,11 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
           throw err;
         }
         stats.addGroup(outcome);
+        if (outcome.failed?.length) {
+          stats.addFailedTrajectories(outcome.failed);
+          stats.failedSidecar = sidecar.path;
+          await sidecar.add(outcome.failed, outcome.item);
+        }
         if (!outcome.ok && outcome.fatal) stats.stoppedEarly ??= `infraFailurePolicy "fail": ${outcome.reason}`;
         const filtered = outcome.ok
           ? filterGroupForSend(outcome.group, { groupSize: env.config.groupSize, ensureScoresAreNotSame: false, dropOverLength: false, includeMessages: true })
@@ -103,15 +114,17 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
     const all = Promise.all(tasks);
     await (signal ? Promise.race([all, abortedSignal(signal).then(() => Promise.race([all.catch(() => undefined), delay(INTERRUPT_SETTLE_MS)]))]) : all);
     await writes;
+    if (breaker?.reason) stats.stoppedEarly ??= breaker.reason;
     if (signal?.aborted) stats.stoppedEarly ??= "interrupted";
   } finally {
     await file.close();
+    await sidecar.close();
   }
   const result: ProcessModeReport = { stats, out: outPath, written };
   if (options.report !== false) {
     const r = await writeReport(outPath, {
       title: `slotpool process · ${env.name}`,
-      run: { rows: runRows(stats, [["model", env.config.model.name ?? "oracle policy"], ["written", `${written} groups`]]), failures: stats.failures, successThreshold: stats.successThreshold, notWritten: notWritten(stats) },
+      run: { rows: runRows(stats, [["model", env.config.model.name ?? "oracle policy"], ["written", `${written} groups`]]), failures: stats.failures, successThreshold: stats.successThreshold, notWritten: notWritten(stats), ...failedInfo(stats) },
     });
     result.report = { path: r.path, bytes: r.bytes };
   }

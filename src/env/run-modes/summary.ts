@@ -1,4 +1,6 @@
+import { basename } from "node:path";
 import { formatMs, formatToolErrorLine } from "../../report/tool-stats.js";
+import { countRepeats, withCount } from "../../report/repeats.js";
 import { formatCauses } from "../infra-failure.js";
 import { isolationRows } from "../isolation.js";
 import type { RunStats } from "../run-stats.js";
@@ -21,6 +23,8 @@ export function runRows(stats: RunStats, extra: Array<[string, string]> = []): A
     ["infra failures", infraText(stats)],
     ["group attempts dropped", droppedText(stats)],
     ...modelRows(stats),
+    // The report's tile counts the calls in the file; this row every call that ran, as the summary.
+    ["tool calls", toolCallsText(stats)],
     ["slot-loss restarts", String(stats.retries)],
     ...tokenRows(stats),
     ...stats.metricRows(),
@@ -52,22 +56,38 @@ export function summaryRows(stats: RunStats, extra: Array<[string, string]> = []
     ...stats.metricRows(),
     ["tool calls", toolCallsText(stats)],
     ["tool errors", String(stats.toolErrors)],
-    ["tool latency p50", formatMs(stats.latencyPercentile(50))],
-    ["tool latency p99", formatMs(stats.latencyPercentile(99))],
-    ["workspace setup p50/p99", `${formatMs(stats.latencyPercentile(50, stats.workspaceSetupMs))} / ${formatMs(stats.latencyPercentile(99, stats.workspaceSetupMs))}`],
+    // n/a, as the report says, when nothing was timed: "0.0 ms" would be a measurement.
+    ["tool latency p50", stats.timedToolCalls ? formatMs(stats.latencyPercentile(50)) : "n/a (no tool call finished)"],
+    ["tool latency p99", stats.timedToolCalls ? formatMs(stats.latencyPercentile(99)) : "n/a (no tool call finished)"],
+    ["workspace setup p50/p99", stats.workspaceSetupMs.length ? `${formatMs(stats.latencyPercentile(50, stats.workspaceSetupMs))} / ${formatMs(stats.latencyPercentile(99, stats.workspaceSetupMs))}` : "n/a (no workspace was set up)"],
     ["slot losses", String(stats.slotLosses)],
     ["slot-loss restarts", `${stats.retries} trajectories restarted on a new slot`],
     ...tokenRows(stats),
     ...(stats.isolation ? isolationRows(stats.isolation) : []),
     ...(stats.stoppedEarly ? ([["stopped early", stats.stoppedEarly]] as Array<[string, string]>) : []),
+    ...unscoredRow(stats),
     ...extra,
     ["elapsed", `${((Date.now() - stats.startedAt) / 1000).toFixed(1)} s`],
   ];
 }
 
+/** Where the unscored trajectories' transcripts went (never the training data). */
+function unscoredRow(stats: RunStats): Array<[string, string]> {
+  if (!stats.failedSidecar) return [];
+  return [["unscored", `${stats.failedTrajectories} trajectories → ${stats.failedSidecar} (why, stacks, transcripts, reward calls; not training data)`]];
+}
+
 /** The report's tiles for what the run made and did not write (its other tiles count the file). */
 export function notWritten(stats: RunStats): { failedGroups: number; infraFailures: number; filteredGroups: number } {
   return { failedGroups: stats.failedGroups, infraFailures: stats.infraFailureCount, filteredGroups: stats.filteredGroups };
+}
+
+/** The report's view of the unscored trajectories: the stacks of the env's code that threw, and the sidecar, linked by its name (it lies beside the report). */
+export function failedInfo(stats: RunStats): { failedStacks?: Array<{ stack: string; count: number }>; failedSidecar?: { href: string; trajectories: number } } {
+  return {
+    ...(stats.failureStacks.size ? { failedStacks: [...stats.failureStacks].map(([stack, count]) => ({ stack, count })) } : {}),
+    ...(stats.failedSidecar ? { failedSidecar: { href: basename(stats.failedSidecar), trajectories: stats.failedTrajectories } } : {}),
+  };
 }
 
 /** What `--tokenizer` would change: said whenever a written trajectory has no token ids. */
@@ -90,26 +110,31 @@ function modelRows(stats: RunStats): Array<[string, string]> {
   if (!m) return [];
   return [
     ["model calls", `${m.completed} completed · ${m.retriedCalls} retried (${m.retries} retries in all) · ${m.failed} failed after retries`],
-    ["model latency p50/p99", `${formatMs(m.latencyP50Ms)} / ${formatMs(m.latencyP99Ms)} (completed calls, retries included)`],
+    ["model latency p50/p99", m.completed ? `${formatMs(m.latencyP50Ms)} / ${formatMs(m.latencyP99Ms)} (completed calls, retries included)` : "n/a (no model call completed)"],
   ];
 }
 
 function groupsText(stats: RunStats): string {
   const dropped = stats.droppedGroups ? `, ${stats.droppedGroups} of them dropped for infra failures` : "";
-  const cut = stats.interruptedGroups ? `; ${stats.interruptedGroups} more cut by the interrupt` : "";
+  const cut = stats.interruptedGroups ? `; ${stats.interruptedGroups} more cut by ${stopWord(stats)}` : "";
   return `${stats.groups} made: ${stats.sentGroups} ${stats.delivered}, ${stats.failedGroups} failed${dropped}, ${stats.filteredGroups} filtered${cut}`;
 }
 
 function trajectoriesText(stats: RunStats): string {
   const where = stats.interruptedGroups ? "failed, filtered or interrupted" : "failed or filtered";
   const unwritten = stats.unwrittenTrajectories ? ` · ${stats.unwrittenTrajectories} more finished in ${where} groups, not ${stats.delivered} nor counted below` : "";
-  const cut = stats.interruptedTrajectories ? ` · ${stats.interruptedTrajectories} cut by the interrupt before they finished` : "";
+  const cut = stats.interruptedTrajectories ? ` · ${stats.interruptedTrajectories} cut by ${stopWord(stats)} before they finished` : "";
   return `${stats.trajectories} ${stats.delivered}${unwritten}${cut}`;
 }
 
 function toolCallsText(stats: RunStats): string {
-  if (!stats.interruptedGroups) return `${stats.toolCalls} (every finished trajectory, ${stats.delivered} or not)`;
-  return `${stats.toolCalls} ran (every trajectory, ${stats.delivered} or not, those cut by the interrupt included) · ${stats.toolCallsCut} cut by the interrupt while running`;
+  if (!stats.interruptedGroups) return `${stats.toolCalls} (every call that ran: ${stats.delivered} or not, dropped tries included)`;
+  return `${stats.toolCalls} ran (every trajectory, ${stats.delivered} or not, those cut by ${stopWord(stats)} included) · ${stats.toolCallsCut} cut by ${stopWord(stats)} while running`;
+}
+
+/** What cut the groups in flight: Ctrl-C, or the run stopping itself (its model breaker). */
+function stopWord(stats: RunStats): string {
+  return stats.stoppedEarly && stats.stoppedEarly !== "interrupted" ? "the stop" : "the interrupt";
 }
 
 function successText(stats: RunStats): string {
@@ -160,9 +185,11 @@ export function formatSummary(title: string, stats: RunStats, extra: Array<[stri
     if (stats.toolErrors > TOOL_ERROR_LINES) lines.push(`  … and ${stats.toolErrors - TOOL_ERROR_LINES} more`);
   }
   if (stats.failures.length > 0) {
+    // Each distinct reason once, with its count: a dead model server fails every group alike.
+    const reasons = countRepeats(stats.failures);
     lines.push("", "failed groups:");
-    for (const f of stats.failures.slice(0, 10)) lines.push(`  - ${f}`);
-    if (stats.failures.length > 10) lines.push(`  … and ${stats.failures.length - 10} more`);
+    for (const f of reasons.slice(0, 10)) lines.push(`  - ${withCount(f)}`);
+    if (reasons.length > 10) lines.push(`  … and ${reasons.length - 10} more reasons (${reasons.slice(10).reduce((n, r) => n + r.count, 0)} groups)`);
   }
   return lines.join("\n") + "\n";
 }

@@ -18,6 +18,7 @@ import {
   type ExecuteResponse,
 } from "../../protocol/sandbox.js";
 import { artifactCall } from "../service/file-calls.js";
+import { ImagePullRequestSchema } from "../../protocol/images.js";
 import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
 import { handlePortUpgrade } from "./port-routes.js";
@@ -25,6 +26,7 @@ import { addVolumeRoutes } from "./volume-routes.js";
 import { addUsageRoutes } from "./usage-routes.js";
 import { PORT_TUNNEL_PATH } from "../../protocol/port-tunnel.js";
 import { SandboxService, type ParsedCall, type SandboxServiceOptions } from "../service/service.js";
+import type { Slot } from "../core/slot.js";
 
 export interface SandboxServerOptions extends SandboxServiceOptions {
   host: string;
@@ -151,6 +153,7 @@ export class SandboxServer {
             limits: svc.limitsInForce,
             slots_busy: svc.slots.filter((s) => s.state !== "idle").length,
             isolation: svc.isolation(),
+            ...imageHealth(svc),
           }),
         { public: true },
       )
@@ -158,7 +161,8 @@ export class SandboxServer {
         sendJson(res, 200, {
           // out_of_service: why the slot refuses calls (its last reset failed) until a reset succeeds.
           // warm: its next call finds its namespace up (pre-warm done), for warm_network (on/off).
-          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, generation: s.generation, ...warmth(svc.readyNetwork(s)), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
+          // image: the slot's root is that image (its working directory is where relative paths start).
+          slots: svc.slots.map((s) => ({ slot_id: s.id, state: s.state, workspace: "/workspace", queued: s.queued, generation: s.generation, ...warmth(svc.readyNetwork(s)), ...slotImage(svc, s), ...(s.outOfService ? { out_of_service: s.outOfService } : {}) })),
         }),
       )
       .add("GET", "/metrics", (_req, res) => {
@@ -178,7 +182,13 @@ export class SandboxServer {
       })
       .add("POST", "/reset", async (req, res) => {
         const body = parseBody(ResetRequestSchema, await this.body.read(req));
-        sendJson(res, 200, await svc.reset(svc.slotById(body.slot_id), body.template));
+        if (body.template !== undefined && body.image !== undefined) throw new HttpError(400, "a reset takes a template or an image, not both (a template names its own image: POST /templates with \"image\")", "image");
+        sendJson(res, 200, await svc.reset(svc.slotById(body.slot_id), body.template, body.image));
+      })
+      .add("GET", "/images", (_req, res) => sendJson(res, 200, svc.images.list()))
+      .add("POST", "/images", async (req, res) => {
+        const body = parseBody(ImagePullRequestSchema, await this.body.read(req));
+        sendJson(res, 200, await svc.images.pull(body.image));
       })
       .add("POST", "/fork", async (req, res) => {
         const body = parseBody(ForkRequestSchema, await this.body.read(req));
@@ -225,9 +235,10 @@ export class SandboxServer {
     const schema = kind === "read" ? ArtifactReadRequestSchema : kind === "list" ? ArtifactListRequestSchema : ArtifactArchiveRequestSchema;
     const parsed = parseBody(schema as z.ZodType<{ slot_id: string } & Record<string, unknown>>, body);
     const slot = this.service.slotById(parsed.slot_id);
+    if (typeof parsed["path"] === "string") this.service.checkPath(slot, parsed["path"], "invalid request: path: ", "path");
     const { slot_id: _omit, ...rest } = parsed;
     // In the slot's queue (it sees the files of every earlier call); cut off by a reset or the shutdown: marked (file-calls.ts).
-    const answer = await artifactCall(slot, kind, rest, () => this.service.shuttingDown);
+    const answer = await artifactCall(slot, kind, rest, () => this.service.shuttingDown, () => this.service.pathScope(slot));
     sendJson(res, 200, answer);
   }
 
@@ -245,6 +256,30 @@ export class SandboxServer {
     sendError(res, err);
   }
 
+}
+
+/** GET /health: task images here (cached, and which image each slot's root is). */
+function imageHealth(svc: SandboxService): Record<string, unknown> {
+  const list = svc.images.list();
+  return {
+    images: {
+      available: list.available,
+      ...(list.unavailable_reason ? { unavailable_reason: list.unavailable_reason } : {}),
+      cached: list.images.map((i) => ({ reference: i.reference, digest: i.digest, size_bytes: i.size_bytes, in_use: i.in_use })),
+      used_bytes: list.used_bytes,
+      budget_bytes: list.budget_bytes,
+    },
+    slot_images: svc.slots.map((s) => {
+      const img = svc.images.imageOf(s);
+      return img ? { reference: img.reference, digest: img.digest } : null;
+    }),
+  };
+}
+
+/** GET /slots: the image a slot's root is, if any. */
+function slotImage(svc: SandboxService, slot: Slot): { image?: { reference: string; digest: string; working_dir: string } } {
+  const img = svc.images.imageOf(slot);
+  return img ? { image: { reference: img.reference, digest: img.digest, working_dir: img.runtime.working_dir } } : {};
 }
 
 /** GET /slots: whether a slot's namespace is ready for its next call, and for which network setting. */

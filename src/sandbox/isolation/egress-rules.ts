@@ -44,13 +44,18 @@ export class EgressRulesError extends Error {
 }
 
 /**
- * Runs `script` with nft inside the network namespace of `holderPid` (a slot's holder: its
- * user namespace, where the holder's uid is root), as that uid, the way sessions join it.
+ * Runs `script` with nft inside the network namespace of `holderPid` (a slot's holder). A root
+ * server enters only that network namespace (root may, whichever user namespace owns it: the
+ * holder's own, or an image slot's); one that is not root enters the holder's user namespace
+ * too, as `owner` (where it is root), the way sessions join it.
  */
 export function applyEgress(tools: { nsenter: string; nft: string }, holderPid: number, owner: { uid: number; gid: number } | undefined, script: string): Promise<void> {
-  const start = withoutCapabilities(tools.nsenter, ["--user", "--net", "--preserve-credentials", `--target=${holderPid}`, "--", tools.nft, "-f", "-"]);
+  const root = process.getuid?.() === 0;
+  const start = root
+    ? { file: tools.nsenter, args: [`--net=/proc/${holderPid}/ns/net`, "--", tools.nft, "-f", "-"] }
+    : withoutCapabilities(tools.nsenter, ["--user", "--net", "--preserve-credentials", `--target=${holderPid}`, "--", tools.nft, "-f", "-"]);
   return new Promise((resolve, reject) => {
-    const child = spawn(start.file, start.args, { stdio: ["pipe", "ignore", "pipe"], env: { PATH: SANDBOX_PATH }, cwd: "/", ...(owner ? { uid: owner.uid, gid: owner.gid } : {}) });
+    const child = spawn(start.file, start.args, { stdio: ["pipe", "ignore", "pipe"], env: { PATH: SANDBOX_PATH }, cwd: "/", ...(owner && !root ? { uid: owner.uid, gid: owner.gid } : {}) });
     let err = "";
     child.stderr!.setEncoding("utf8");
     child.stderr!.on("data", (d: string) => (err = (err + d).slice(-2000)));

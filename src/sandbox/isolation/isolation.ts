@@ -5,6 +5,7 @@ import { findExecutable } from "../../host/executables.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
 import { filterArgs, type SlotFilter } from "./seccomp.js";
 import { BOOT_ID_PATH } from "./boot-id.js";
+import type { Slot } from "../core/slot.js";
 
 /**
  * Bubblewrap isolation: which host directories a slot's commands see, and whether this
@@ -51,7 +52,108 @@ export interface NamespaceOptions {
   writableArgs?: string[] | undefined;
   /** The slot's boot id file (boot-id.ts), bound over /proc/sys/kernel/random/boot_id; default: the host's. */
   bootId?: string | undefined;
+  /** The slot's root is an image (src/sandbox/images/): the sandbox's `/` instead of the host's system view. */
+  image?: ImageRoot | undefined;
 }
+
+/** Where the static tools (spawner, bash, busybox, tmux) are bound in an image root (images/image-tools.ts). */
+export const IMAGE_TOOLS_MOUNT = "/run/slotpool";
+/** The bash the tools run in an image root: a static one of ours, never the image's. */
+export const IMAGE_BASH = `${IMAGE_TOOLS_MOUNT}/bash`;
+
+/**
+ * An image as a slot's root: one more input of the same sandbox. The merged root (the
+ * image's layers under the slot's upper layer, mounted by the image room at the slot's
+ * workspace dir) is the sandbox's `/`, writable everywhere; /proc, /dev (and /dev/shm on the
+ * slot's disk) and the static tools are mounted over it as for any slot. The user namespace
+ * is the slot's own (root server: inside uid 0 is the slot's host uid and 1-65535 a block of
+ * host uids the slot alone owns, joined with --userns), or one of bubblewrap's mapping the
+ * server's one uid to 0 (a server that is not root). Root inside keeps the capabilities a
+ * container's root has by default (over the slot's own uids and namespaces only: the seccomp
+ * filter still applies, and nothing of the host is mapped into its namespace).
+ */
+export interface ImageRoot {
+  /** The merged root on the host. */
+  dir: string;
+  /** The image's environment (K=V). */
+  env: readonly string[];
+  /** The commands' working directory (the image's WorkingDir). */
+  workingDir: string;
+  /** The image's user inside: runners switch to it (0: root keeps its capabilities; any other runs with none). */
+  uid: number;
+  gid: number;
+  /**
+   * Which user namespace: the slot's own as an fd of the child about to be spawned (--userns);
+   * "joined" when the child is already in it (nsenter into the slot's network namespace
+   * holder, slot-netns.ts: bubblewrap then runs as its root and keeps only the capabilities
+   * below); undefined: bubblewrap's own, mapping the server's one uid to 0 (not root).
+   */
+  userns?: { fd: number } | "joined" | undefined;
+  /** Host dir of the static tools, bound read-only at IMAGE_TOOLS_MOUNT. */
+  toolsDir: string;
+}
+
+/** Where a slot's image root comes from (the image room, src/sandbox/images/, implements it). */
+export interface ImageRootSource {
+  /**
+   * The isolation input for a sandbox of the slot if its root is an image: `usernsChildFd` is
+   * the fd the spawned bubblewrap is to find the slot's user namespace at, `parentFd` the
+   * descriptor of the server to put there (undefined: bubblewrap makes its own, not root);
+   * `owner` the host ids of the image's user (what the server chowns files it writes for
+   * the slot to; undefined: the server's own).
+   */
+  rootFor(slot: Slot, usernsChildFd: number): { root: ImageRoot; parentFd: number | undefined; owner: { uid: number; gid: number } | undefined } | undefined;
+}
+
+/** What a container's root may do by default (Docker's set), over the slot's own namespaces: chown, override file modes, switch users, bind low ports, kill its processes. */
+export const IMAGE_ROOT_CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE", "CAP_SETFCAP", "CAP_MKNOD"];
+
+/** The last bubblewrap arguments of a sandbox: its root read-only, except an image's (every path writable). */
+export function rootTail(opts: Pick<NamespaceOptions, "image">): string[] {
+  return opts.image ? [] : READ_ONLY_ROOT;
+}
+
+/** The bash a sandbox's tool scripts run: the static one bound in an image root, else the host's. */
+export function sandboxBash(opts: Pick<NamespaceOptions, "image">): string {
+  return opts.image ? IMAGE_BASH : "/bin/bash";
+}
+
+function imageArgs(opts: NamespaceOptions, image: ImageRoot): string[] {
+  const env = new Map<string, string>();
+  for (const e of image.env) {
+    const i = e.indexOf("=");
+    if (i > 0) env.set(e.slice(0, i), e.slice(i + 1));
+  }
+  if (!env.has("TERM")) env.set("TERM", "xterm");
+  return [
+    "--die-with-parent",
+    "--new-session",
+    ...(image.userns === "joined" ? [] : image.userns ? ["--userns", String(image.userns.fd)] : ["--unshare-user", "--uid", "0", "--gid", "0"]),
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    ...(opts.allowNetwork ? [] : ["--unshare-net"]),
+    "--hostname", SANDBOX_HOSTNAME,
+    "--bind", image.dir, "/",
+    "--proc", "/proc",
+    ...(opts.bootId ? ["--ro-bind", opts.bootId, BOOT_ID_PATH] : []),
+    "--dev", "/dev",
+    ...(opts.writableArgs ?? DEFAULT_SHM),
+    "--remount-ro", "/dev",
+    "--ro-bind", image.toolsDir, IMAGE_TOOLS_MOUNT,
+    "--chdir", "/",
+    "--clearenv",
+    ...[...env].flatMap(([k, v]) => ["--setenv", k, v]),
+    // Root of the slot's own namespace: a container's root (bubblewrap drops every capability
+    // otherwise). The sandbox starts as uid 0 in any case (bubblewrap cannot switch users in a
+    // namespace it joins): a runner switches to the image's User itself, which drops them.
+    ...(image.userns === "joined" ? ["--cap-drop", "ALL"] : []),
+    ...IMAGE_ROOT_CAPS.flatMap((c) => ["--cap-add", c]),
+  ];
+}
+
+const DEFAULT_SHM = ["--size", String(1 << 20), "--tmpfs", "/dev/shm"];
 
 /**
  * Arguments for a bubblewrap sandbox. `--unshare-user` gives the command its own user
@@ -59,6 +161,7 @@ export interface NamespaceOptions {
  * always private; net is private unless the call allows network.
  */
 export function bwrapArgs(opts: NamespaceOptions): string[] {
+  if (opts.image) return imageArgs(opts, opts.image);
   return [
     "--die-with-parent",
     "--new-session",

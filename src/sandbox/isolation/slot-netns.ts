@@ -22,6 +22,13 @@ import type { EgressRules } from "../../protocol/egress.js";
  * exactly as under a network-on `unshare`. Nothing inside a slot can reach the holder (its
  * processes have their own PID namespace and no capability in the holder's namespaces).
  *
+ * A slot whose root is an image (as root: a user namespace of its own, src/sandbox/images/):
+ * the holder is made inside that namespace instead (`nsenter --user` into it, then `unshare
+ * --net`), so the network namespace belongs to the slot's own user namespace, which its
+ * sandboxes join with the holder's (`wrap`, the same nsenter): bubblewrap then runs as root of
+ * that namespace, keeps only the capabilities it is told to (isolation.ts), and the image's
+ * users stay who they are.
+ *
  * Slots stay apart: each slot has its own holder, so its loopback is its own (a sibling
  * slot's 127.0.0.1 is another namespace; the host's is never reachable). The holders are
  * killed with the slot's sessions (reset, fork, kill of all processes): the next trajectory
@@ -70,15 +77,20 @@ export class NetnsHolder {
     internet: InternetAccess | undefined,
     private readonly owner: { uid: number; gid: number } | undefined,
     place: (pid: number) => void,
+    /** The slot's image user namespace (a descriptor of this process): the holder's namespace is made inside it. */
+    usernsFd?: number,
     /** The slot's egress rules (network on only), applied before any session joins. */
     egress?: { nft: string; script: string },
   ) {
-    const args = internet
-      ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, "/bin/sh", "-c", WAIT]
-      : ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", `"$1" link set lo up || exit 97; ${WAIT}`, "slotpool-netns", tools.ip];
-    const start = withoutCapabilities(tools.unshare, args);
+    const shell = internet
+      ? ["/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, "/bin/sh", "-c", WAIT]
+      : ["/bin/sh", "-c", `"$1" link set lo up || exit 97; ${WAIT}`, "slotpool-netns", tools.ip];
+    const start =
+      usernsFd !== undefined
+        ? { file: tools.nsenter, args: ["--user=/proc/self/fd/3", "--preserve-credentials", "--", tools.unshare, "--net", "--", ...shell] }
+        : withoutCapabilities(tools.unshare, ["--user", "--map-root-user", "--net", "--", ...shell]);
     const child = spawn(start.file, start.args, {
-      stdio: ["pipe", "pipe", "pipe"],
+      stdio: ["pipe", "pipe", "pipe", ...(usernsFd !== undefined ? [usernsFd] : [])],
       env: { PATH: SANDBOX_PATH },
       cwd: "/",
       detached: true,
@@ -235,8 +247,8 @@ export class SlotNetworks {
     if (why && !empty) throw new EgressRulesError(why);
     if (empty) this.egress.delete(slot);
     else this.egress.set(slot, rules);
-    const live = this.holders.get(`${slot}:true`);
-    if (live?.alive && this.nftPath) await live.setEgress(this.nftPath, egressScript(rules));
+    const live = this.existing(slot, true);
+    if (live && this.nftPath) await live.setEgress(this.nftPath, egressScript(rules));
   }
 
   /** The slot's rules (none: both lists empty). */
@@ -249,14 +261,18 @@ export class SlotNetworks {
     this.egress.delete(slot);
   }
 
-  /** The slot's namespace for this setting (internet: network on), started when missing or dead; undefined without the tools. */
-  holder(slot: number, internet: InternetAccess | undefined, owner: { uid: number; gid: number } | undefined, place: (pid: number) => void): NetnsHolder | undefined {
+  /**
+   * The slot's namespace for this setting (internet: network on), started when missing or
+   * dead (inside the slot's image user namespace when `usernsFd` is given); undefined without
+   * the tools.
+   */
+  holder(slot: number, internet: InternetAccess | undefined, owner: { uid: number; gid: number } | undefined, place: (pid: number) => void, usernsFd?: number): NetnsHolder | undefined {
     if (!this.tools) return undefined;
-    const key = `${slot}:${internet !== undefined}`;
+    const key = `${slot}:${internet !== undefined}:${usernsFd ?? ""}`;
     let h = this.holders.get(key);
     if (!h || !h.alive) {
       const rules = internet ? this.egress.get(slot) : undefined;
-      h = new NetnsHolder(this.tools, internet, owner, place, rules && this.nftPath ? { nft: this.nftPath, script: egressScript(rules) } : undefined);
+      h = new NetnsHolder(this.tools, internet, owner, place, usernsFd, rules && this.nftPath ? { nft: this.nftPath, script: egressScript(rules) } : undefined);
       this.holders.set(key, h);
     }
     return h;

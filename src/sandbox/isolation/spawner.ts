@@ -2,9 +2,10 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { setPriority } from "node:os";
 import { StringDecoder } from "node:string_decoder";
-import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "./isolation.js";
+import { SANDBOX_PATH, type ImageRoot } from "./isolation.js";
+import { holderArgs, type SlotNamespaceOptions } from "./holder-args.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
-import { filterArgs, sendFilter, type SlotFilter } from "./seccomp.js";
+import { sendFilter, type SlotFilter } from "./seccomp.js";
 import { NET_READY_LINE, NET_SETUP, spawnSlirp4netns, type InternetAccess } from "./network.js";
 import { firstChild, killNamespaceInit, type ProcessRef } from "../run/process-barrier.js";
 import type { CappedOutput } from "../run/output.js";
@@ -36,34 +37,8 @@ const START_GATE = new StartGate(4);
  * per call (`bash.ts`), with the same isolation, only slower.
  */
 
-/** The fd bubblewrap reads the seccomp program from (3 carries its arguments). */
-const FILTER_FD = 4;
+export { USERNS_FD, type SlotNamespaceOptions } from "./holder-args.js";
 
-/** Where the spawner appears inside the sandbox. */
-const SPAWNER_MOUNT = "/run/slotpool/spawner";
-
-export interface SlotNamespaceOptions {
-  bwrapPath: string;
-  spawnerPath: string;
-  /** The slots' seccomp filter (null: the server runs --no-seccomp). */
-  filter: SlotFilter | null;
-  workspaceDir: string;
-  allowNetwork: boolean;
-  identity?: { passwd: string; group: string } | undefined;
-  /** With `allowNetwork`: the slot's own network namespace linked out by slirp4netns (network.ts); always passed then, or the holder would share the host's network. */
-  internet?: InternetAccess | undefined;
-  /** bubblewrap arguments for /tmp, /var/tmp and /dev/shm (the slot's bounded disk). */
-  writableArgs?: string[] | undefined;
-  bootId?: string | undefined; // the slot's boot id file (boot-id.ts)
-  /** Extra host dirs bound read-write: [host path, sandbox path]. */
-  extraBinds?: Array<[string, string]> | undefined;
-  uid?: number | undefined;
-  gid?: number | undefined;
-  /** Called with the bwrap pid once it is spawned (cgroup placement). */
-  onSpawn?: ((pid: number) => void) | undefined;
-  /** Pre-warm: a root server starts the namespace at nice 10 and `boost()` (before its first real command) puts it back to 0; not root: no change (could not undo). */
-  background?: boolean | undefined;
-}
 
 export interface SlotNamespaceRunOptions {
   command: string;
@@ -130,44 +105,36 @@ export class SlotNamespace {
 
   private launch(): Promise<void> {
     const o = this.options;
-    const internet = o.allowNetwork ? o.internet : undefined;
+    const internet = o.allowNetwork && !o.image ? o.internet : undefined;
     const uid = o.uid ?? process.getuid?.() ?? 0;
     const gid = o.gid ?? o.uid ?? process.getgid?.() ?? 0;
-    const args = [
-      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity, writableArgs: o.writableArgs, bootId: o.bootId }),
-      // Inside the holder's own user namespace (where it is root): the sandbox runs as the
-      // slot's uid again, in a nested user namespace without any capability over the network.
-      ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
-      ...(o.extraBinds ?? []).flatMap(([src, dest]) => ["--bind", src, dest]),
-      // /run holds only the spawner: read-only, like the root (no unbounded tmpfs for the slot).
-      "--size", "65536", "--tmpfs", "/run",
-      "--ro-bind", o.spawnerPath, SPAWNER_MOUNT,
-      "--remount-ro", "/run",
-      // The spawner, the pre-forked bash and every command run under the slots' filter.
-      ...filterArgs(o.filter, FILTER_FD),
-      ...READ_ONLY_ROOT,
-    ];
+    const { args, spawnerArgs } = holderArgs(o, internet, uid, gid);
     // Arguments travel through fd 3 (`--args 3`) so the sandbox's /proc/1/cmdline does
     // not show host paths. Network on: unshare makes the namespaces, the shell waits for
     // slirp4netns ("go" on stdin), sets the routes, then becomes bubblewrap.
     // --as-pid-1: the spawner is the namespace's init (no bwrap reaper beside it, which ran as
     // the slot's uid and could be ptraced from the slot: issue 38, docs/security-model.md).
-    const bwrapCmd = [o.bwrapPath, "--args", "3", "--as-pid-1", "--", SPAWNER_MOUNT];
+    const bwrapCmd = [o.bwrapPath, "--args", "3", "--as-pid-1", "--", ...spawnerArgs];
     // (Network on, bubblewrap runs as root of unshare's new user namespace, where the
     // capabilities it holds are that namespace's own: only the first exec drops ours.)
-    const { file, args: argv } = withoutCapabilities(
-      internet ? internet.unshare : o.bwrapPath,
-      internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, ...bwrapCmd] : bwrapCmd.slice(1),
-    );
+    // An image root with network on joins the slot's network namespace (made inside its own user namespace, slot-netns.ts).
+    const { file, args: argv } = o.netns
+      ? withoutCapabilities(...splitCmd(o.netns.wrap(bwrapCmd)))
+      : withoutCapabilities(
+          internet ? internet.unshare : o.bwrapPath,
+          internet ? ["--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, ...bwrapCmd] : bwrapCmd.slice(1),
+        );
     const child = spawn(file, argv, {
-      stdio: ["pipe", "pipe", "pipe", "pipe", "pipe"],
-      env: internet ? { PATH: SANDBOX_PATH } : {},
+      stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", ...(o.image?.parentFd !== undefined && !o.netns ? [o.image.parentFd] : [])],
+      env: internet || o.netns ? { PATH: SANDBOX_PATH } : {},
       // Not the server's cwd: the network-on shell would export it (PWD) into the slot's /proc/1/environ.
       cwd: "/",
       detached: true,
       ...(o.uid !== undefined ? { uid: o.uid, gid: o.gid ?? o.uid } : {}),
     });
     this.child = child;
+    // Joins the slot's network namespace once its holder is up ("go" on stdin, before any request).
+    if (o.netns) o.netns.join(child).catch((err: unknown) => this.readyReject?.(err instanceof Error ? err : new Error(String(err))));
     // bwrap blocks reading its arguments until we write them: placing it in the slot's
     // cgroups now, before the write, means everything it forks starts inside them.
     if (child.pid !== undefined) o.onSpawn?.(child.pid);
@@ -491,6 +458,10 @@ export class SlotNamespace {
       /* gone */
     }
   }
+}
+
+function splitCmd(c: { file: string; args: string[] }): [string, string[]] {
+  return [c.file, c.args];
 }
 
 const SIGNAL_NAMES: Record<number, NodeJS.Signals> = { 1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ" };

@@ -50,6 +50,16 @@ const READY = `ready-${createHash("sha256").update(SUDO + MCP_GATEWAY + PROFILE)
 
 /** Writes (once per server) the shims and the profile.d copy under stateDir; returns the bwrap arguments that bind them. */
 export function userShimArgs(stateDir: string): string[] {
+  const root = writeShims(stateDir);
+  return ["--ro-bind", join(root, "bin"), SHIMS_DIR, ...(existsSync("/etc/profile.d") ? ["--ro-bind", join(root, "profile.d"), "/etc/profile.d"] : [])];
+}
+
+/** The shims' bin dir alone (an image root keeps its own /etc/profile.d: the host's is not bound over it). */
+export function userShimBin(stateDir: string): string {
+  return join(writeShims(stateDir), "bin");
+}
+
+function writeShims(stateDir: string): string {
   const root = join(stateDir, "user-shims");
   if (!existsSync(join(root, READY))) {
     const tmp = `${root}.${process.pid}.tmp`;
@@ -70,5 +80,5 @@ export function userShimArgs(stateDir: string): string[] {
     rmSync(root, { recursive: true, force: true });
     renameSync(tmp, root);
   }
-  return ["--ro-bind", join(root, "bin"), SHIMS_DIR, ...(existsSync("/etc/profile.d") ? ["--ro-bind", join(root, "profile.d"), "/etc/profile.d"] : [])];
+  return root;
 }

@@ -25,11 +25,22 @@
  *   'X' "<exit code>" or "s<signal>" when the command ended (all output sent before)
  *   'F' failure message (the command could not be started)
  *
- * Build: cc -O2 -o slotpool-spawner spawner.c  (no dependencies beyond libc)
+ * Options (a slot whose root is an image, see src/sandbox/images/): `--dir D` the commands'
+ * working directory and where the full-output file goes (default /workspace); `--bash B` the
+ * bash to run (default /bin/bash-static if present, else /bin/bash: an image's own bash is
+ * never used, the server binds a static one); `--keep-caps` the commands keep the
+ * capabilities bubblewrap left them (root of the slot's own user namespace, over the slot's
+ * own uids only); `--user UID:GID` the commands run as that user (the image's `User`).
+ * `--exec-as UID:GID -- PROGRAM ARG...` only switches to that user and execs PROGRAM (a
+ * process session's launcher, which has no setuid of its own).
+ *
+ * Build: cc -O2 -o slotpool-spawner spawner.c  (no dependencies beyond libc; `-static` for
+ * image roots, which have no libc of ours)
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -82,6 +93,29 @@ static void drop_caps(void) {
   memset(d, 0, sizeof d);
   syscall(SYS_capset, &h, d);
   prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+}
+
+/* Options (see the header). */
+static const char *work_dir = "/workspace";
+static int keep_caps = 0;
+static long run_uid = -1, run_gid = -1;
+
+/* The image's user (`--user`): only the group and user ids, its groups being that one group. */
+static int switch_user(long uid, long gid) {
+  if (gid >= 0) {
+    gid_t g = (gid_t)gid;
+    if (setgroups(1, &g) < 0 || setresgid(g, g, g) < 0) return -1;
+  }
+  if (uid >= 0 && setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) < 0) return -1;
+  return 0;
+}
+
+static int parse_ids(const char *s, long *uid, long *gid) {
+  char *end;
+  *uid = strtol(s, &end, 10);
+  if (*end != ':' || *uid < 0) return -1;
+  *gid = strtol(end + 1, &end, 10);
+  return *end || *gid < 0 ? -1 : 0;
 }
 
 static void set_limit(int res, unsigned long long v) {
@@ -172,7 +206,7 @@ static void on_output(struct req *rq, int idx, const char *d, size_t n) {
     /* Crossing the cap: the full output goes to the file from here on. */
     over_cap = 1;
     char path[4096];
-    snprintf(path, sizeof path, "/workspace/%s", rq->name);
+    snprintf(path, sizeof path, "%s/%s", strcmp(work_dir, "/") == 0 ? "" : work_dir, rq->name);
     file_fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     file_ok = file_fd >= 0 ? 1 : 0;
     file_write(pre, pre_len);
@@ -236,13 +270,18 @@ static void start_command(struct req *rq, int outw, int errw, int errpipe, int s
   set_limit(RLIMIT_AS, rq->as);
   struct rlimit core = {0, 0};
   setrlimit(RLIMIT_CORE, &core);
-  drop_caps();
+  if (switch_user(run_uid, run_gid) < 0) {
+    dprintf(errpipe, "switching to uid %ld gid %ld: %s", run_uid, run_gid, strerror(errno));
+    _exit(127);
+  }
+  if (keep_caps) prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  else drop_caps();
   int devnull = open("/dev/null", O_RDONLY);
   if (devnull >= 0) dup2(devnull, 0);
   dup2(outw, 1);
   dup2(errw, 2);
   if (script_fd >= 0) dup2(script_fd, 3);
-  if (chdir("/workspace") != 0 && chdir("/") != 0) _exit(127);
+  if (chdir(work_dir) != 0 && chdir("/") != 0) _exit(127);
   signal(SIGPIPE, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
@@ -282,6 +321,11 @@ static void prefork_discard(void) {
 
 static void prefork(struct req *rq) {
   int out[2], err[2], ep[2], sp[2];
+  /* An image's user (--user): no bash started ahead. Its call's CPU limit is set with
+   * prlimit(), which another user's process refuses without CAP_SYS_RESOURCE (which no slot
+   * process gets); and it would open the script pipe (its creator's, 0600) by /dev/fd/3. Each
+   * call then starts its bash after its limits are set, as the user. */
+  if (run_uid >= 0) return;
   if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || pipe2(ep, O_CLOEXEC) || pipe2(sp, O_CLOEXEC)) return;
   struct req limits = *rq;
   limits.cpu = 0; /* set per call with prlimit() */
@@ -490,7 +534,27 @@ static void run(struct req *rq) {
   if (!rq->keep) prefork(rq);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc >= 4 && strcmp(argv[1], "--exec-as") == 0 && strcmp(argv[3], "--") == 0) {
+    long uid, gid;
+    if (argc < 5 || parse_ids(argv[2], &uid, &gid) < 0) return 126;
+    if (switch_user(uid, gid) < 0) {
+      dprintf(2, "slotpool: switching to uid %ld gid %ld: %s\n", uid, gid, strerror(errno));
+      return 126;
+    }
+    execvp(argv[4], argv + 4);
+    dprintf(2, "slotpool: %s: %s\n", argv[4], strerror(errno));
+    return errno == ENOENT ? 127 : 126;
+  }
+  const char *bash_option = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) work_dir = argv[++i];
+    else if (strcmp(argv[i], "--bash") == 0 && i + 1 < argc) bash_option = argv[++i];
+    else if (strcmp(argv[i], "--keep-caps") == 0) keep_caps = 1;
+    else if (strcmp(argv[i], "--user") == 0 && i + 1 < argc) {
+      if (parse_ids(argv[++i], &run_uid, &run_gid) < 0) _exit(9);
+    } else _exit(9);
+  }
   signal(SIGPIPE, SIG_IGN);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   /*
@@ -508,7 +572,8 @@ int main(void) {
   sigprocmask(SIG_BLOCK, &chld, NULL);
   sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
   if (sigfd < 0) _exit(8);
-  if (access("/bin/bash-static", X_OK) == 0) bash_path = "/bin/bash-static";
+  if (bash_option) bash_path = bash_option;
+  else if (access("/bin/bash-static", X_OK) == 0) bash_path = "/bin/bash-static";
   frame('H', "ready", 5);
   for (;;) {
     char *nl = memchr(inbuf, '\n', inlen);

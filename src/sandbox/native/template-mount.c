@@ -20,6 +20,11 @@
  *     last user), mounts a fresh tmpfs of <bytes> at <disk> holding workspace/, tmp/,
  *     var-tmp/ and shm/ (0700, <uid>:<gid>) and views/ (0700, the server's), and binds
  *     <disk>/workspace onto <workspace>. O(1) in what the slot wrote: nothing is walked.
+ *   template-mount root <disk> <workspace> <bytes> <uid> <gid> <root_uid> <root_gid> <lower>...
+ *     `disk`, then the slot's root as an image (src/sandbox/images/) in the same request: an
+ *     upper (<disk>/views/root-upper, 0755, <root_uid>:<root_gid>) and work dir on the fresh
+ *     disk, and overlayfs of <lower>s (top first; the image helper's detached layer handles,
+ *     /proc/<pid>/fd/<n>) at <workspace>: a reset into an image costs one request.
  *   template-mount newdisk <disk> <bytes> <uid> <gid> / swap (<old> <next> <workspace>)... / dropdisk <disk>
  *     The same in two steps, for a fork (fork.ts): a fresh disk at a path of its own beside
  *     the slot's current one (nothing of the slot changes); later either the switch (every
@@ -272,6 +277,50 @@ static int do_disk(char **a) {
   return bind_workspace(disk, workspace);
 }
 
+#ifndef FSCONFIG_SET_STRING
+#define FSCONFIG_SET_STRING 1
+#endif
+#ifndef FSCONFIG_SET_FLAG
+#define FSCONFIG_SET_FLAG 0
+#endif
+#ifndef FSCONFIG_CMD_CREATE
+#define FSCONFIG_CMD_CREATE 6
+#endif
+
+/* root <disk> <workspace> <bytes> <uid> <gid> <root_uid> <root_gid> <lower>...: a fresh disk, and the image root over it. */
+static int do_root(char **a, int n) {
+  /* The previous image root (overlayfs on top of the workspace): moved onto the old disk, whose
+   * detach below takes it along in the same unmount (each unmount waits for an RCU grace
+   * period: one less per reset). */
+  if (is_overlay(a[1])) {
+    char aside[4200];
+    snprintf(aside, sizeof aside, "%s/old-root", a[0]);
+    if (mkdir(aside, 0700) == 0 || errno == EEXIST) (void)syscall(SYS_move_mount, AT_FDCWD, a[1], AT_FDCWD, aside, 0);
+  }
+  if (do_disk(a)) return 1;
+  char upper[4096], work[4096];
+  snprintf(upper, sizeof upper, "%s/views/root-upper", a[0]);
+  snprintf(work, sizeof work, "%s/views/root-work", a[0]);
+  if (mkdir(upper, 0755) < 0 || chmod(upper, 0755) < 0) return fail("mkdir", upper);
+  if (chown(upper, strtoul(a[5], NULL, 10), strtoul(a[6], NULL, 10)) < 0) return fail("chown", upper);
+  if (mkdir(work, 0700) < 0) return fail("mkdir", work);
+  int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
+  if (fs < 0) return fail("fsopen", "overlay");
+  int rc = 0;
+  for (int i = 7; i < n && rc == 0; i++)
+    if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir+", a[i], 0) < 0) rc = fail("overlay lower layer", a[i]);
+  if (rc == 0 && syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "upperdir", upper, 0) < 0) rc = fail("overlay upperdir", upper);
+  if (rc == 0 && syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "workdir", work, 0) < 0) rc = fail("overlay workdir", work);
+  if (rc == 0 && in_user_namespace() && syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0) < 0) rc = fail("overlay userxattr", NULL);
+  if (rc == 0 && syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) rc = fail("creating overlayfs with upper", upper);
+  int m = -1;
+  if (rc == 0 && (m = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0) rc = fail("fsmount", upper);
+  close(fs);
+  if (rc == 0 && syscall(SYS_move_mount, m, "", AT_FDCWD, a[1], MOVE_MOUNT_F_EMPTY_PATH) < 0) rc = fail("mounting the image root at", a[1]);
+  if (m >= 0) close(m);
+  return rc;
+}
+
 /* newdisk <disk> <bytes> <uid> <gid>: a fork's new disk for a slot, beside its current one. */
 static int do_newdisk(char **a) {
   return new_disk(a[0], strtoull(a[1], NULL, 10), strtoul(a[2], NULL, 10), strtoul(a[3], NULL, 10));
@@ -322,6 +371,7 @@ static int serve(void) {
     if (count == 10 && strcmp(args[0], "mount") == 0) rc = do_mount(args + 1);
     else if (count == 3 && strcmp(args[0], "umount") == 0) rc = do_umount(args + 1);
     else if (count == 6 && strcmp(args[0], "disk") == 0) rc = do_disk(args + 1);
+    else if (count >= 9 && strcmp(args[0], "root") == 0) rc = do_root(args + 1, count - 1);
     else if (count == 5 && strcmp(args[0], "newdisk") == 0) rc = do_newdisk(args + 1);
     else if (count >= 4 && count <= 1 + 3 * 64 && (count - 1) % 3 == 0 && strcmp(args[0], "swap") == 0) rc = do_swap(args + 1, (count - 1) / 3);
     else if (count == 2 && strcmp(args[0], "dropdisk") == 0) rc = do_dropdisk(args + 1);

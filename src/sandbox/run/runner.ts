@@ -12,6 +12,8 @@ import { withoutCapabilities } from "../../host/mount-namespace.js";
  */
 /** The fd `RunSpec.input` arrives on in the child. */
 export const RUN_INPUT_FD = 3;
+/** The first fd of `RunSpec.extraFds` in the child. */
+export const RUN_EXTRA_FD = 4;
 
 export interface RunSpec {
   file: string;
@@ -31,6 +33,8 @@ export interface RunSpec {
    * program for bubblewrap's `--seccomp`. Without it the child has no such fd.
    */
   input?: Buffer | undefined;
+  /** Descriptors of this process the child gets from fd RUN_EXTRA_FD on (a slot's image user namespace). */
+  extraFds?: number[] | undefined;
   /** Extra kill step run on timeout/abort (e.g. kill the slot's cgroup). */
   onKill?: (() => void) | undefined;
 }
@@ -55,7 +59,7 @@ export function runProcess(spec: RunSpec): Promise<RunResult> {
       child = spawn(cmd.file, cmd.args, {
         cwd: spec.cwd ?? "/",
         env: spec.env ?? {},
-        stdio: spec.input ? ["ignore", "pipe", "pipe", "pipe"] : ["ignore", "pipe", "pipe"],
+        stdio: spec.extraFds?.length ? ["ignore", "pipe", "pipe", spec.input ? "pipe" : "ignore", ...spec.extraFds] : spec.input ? ["ignore", "pipe", "pipe", "pipe"] : ["ignore", "pipe", "pipe"],
         detached: true,
         ...(spec.uid !== undefined ? { uid: spec.uid, gid: spec.gid ?? spec.uid } : {}),
       });

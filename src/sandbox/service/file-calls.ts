@@ -5,6 +5,7 @@ import { CallCutOffError, cutOffCause, cutOffMessage, infraMetadata } from "../c
 import { readFileTool, writeFileTool, type FileToolOptions } from "../tools/files.js";
 import { archiveArtifacts, listArtifacts, readArtifact } from "../tools/artifacts.js";
 import type { ToolInfraCause } from "../../protocol/infra.js";
+import type { PathScope } from "../tools/path-guard.js";
 
 /**
  * The server's host-side calls on a slot's files — `read_file`/`write_file` and the
@@ -16,7 +17,7 @@ import type { ToolInfraCause } from "../../protocol/infra.js";
  */
 
 /** `read_file` or `write_file` on the slot, marked when cut off. */
-export async function fileCall(slot: Slot, tool: "read_file" | "write_file", args: Record<string, unknown>, options: FileToolOptions): Promise<ToolOutcome> {
+export async function fileCall(slot: Slot, tool: "read_file" | "write_file", args: Record<string, unknown>, options: FileToolOptions, scope: PathScope = slot.workspaceDir): Promise<ToolOutcome> {
   // Captured now: a reset replaces the slot's controller, and the answer must read why this one fired.
   const signal = slot.abortSignal;
   const cutOff = (): ToolOutcome | undefined => {
@@ -24,7 +25,7 @@ export async function fileCall(slot: Slot, tool: "read_file" | "write_file", arg
     return cause ? { success: false, output: "", error: cutOffMessage(tool, cause), metadata: infraMetadata(cause) } : undefined;
   };
   try {
-    const outcome = await (tool === "read_file" ? readFileTool(slot.workspaceDir, args as ReadFileArgs, options) : writeFileTool(slot.workspaceDir, args as WriteFileArgs, options));
+    const outcome = await (tool === "read_file" ? readFileTool(scope, args as ReadFileArgs, options) : writeFileTool(scope, args as WriteFileArgs, options));
     return cutOff() ?? outcome;
   } catch (err) {
     // A workspace taken away under the call (its disk detached at shutdown) is not the call's fault either.
@@ -53,7 +54,7 @@ export function artifactInfraAnswer(kind: ArtifactKind, path: string, cause: Too
  * earlier call); refused as `server_shutdown` once the server is shutting down, marked when
  * cut off.
  */
-export function artifactCall(slot: Slot, kind: ArtifactKind, req: Record<string, unknown>, shuttingDown: () => boolean): Promise<unknown> {
+export function artifactCall(slot: Slot, kind: ArtifactKind, req: Record<string, unknown>, shuttingDown: () => boolean, scopeOf: () => PathScope = () => slot.workspaceDir): Promise<unknown> {
   const path = typeof req["path"] === "string" ? req["path"] : ".";
   if (shuttingDown()) return Promise.resolve(artifactInfraAnswer(kind, path, "server_shutdown", "sandbox server is shutting down"));
   return slot.enqueue<unknown>(async () => {
@@ -61,13 +62,15 @@ export function artifactCall(slot: Slot, kind: ArtifactKind, req: Record<string,
     const stale = slot.staleFor(typeof req["generation"] === "number" ? req["generation"] : undefined);
     if (stale) return artifactInfraAnswer(kind, path, "command_killed", stale);
     const signal = slot.abortSignal;
+    // Read in the queue: a reset queued before this request decides the slot's root.
+    const scope = scopeOf();
     try {
       const answer =
         kind === "read"
-          ? await readArtifact(slot.workspaceDir, req as Parameters<typeof readArtifact>[1], undefined, signal)
+          ? await readArtifact(scope, req as Parameters<typeof readArtifact>[1], undefined, signal)
           : kind === "list"
-            ? await listArtifacts(slot.workspaceDir, req as Parameters<typeof listArtifacts>[1], undefined, signal)
-            : await archiveArtifacts(slot.workspaceDir, req as Parameters<typeof archiveArtifacts>[1], undefined, signal);
+            ? await listArtifacts(scope, req as Parameters<typeof listArtifacts>[1], undefined, signal)
+            : await archiveArtifacts(scope, req as Parameters<typeof archiveArtifacts>[1], undefined, signal);
       const cause = cutOffCause(signal);
       return cause ? artifactInfraAnswer(kind, path, cause) : answer;
     } catch (err) {

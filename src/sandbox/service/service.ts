@@ -2,11 +2,12 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
-import { type ExecuteResponse, type ForkResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
+import { workspacePathProblem, type ExecuteResponse, type ForkResponse, type ResetResponse, type IsolationSummary } from "../../protocol/sandbox.js";
+import type { PathScope } from "../tools/path-guard.js";
 import { INFRA_MARKER, type ToolInfraCause } from "../../protocol/infra.js";
 import { blockedForOthers, octal } from "../../host/reachable.js";
-import { HttpError } from "../../http/errors.js";
-import { ResetFailedError, SandboxSetupError } from "../core/errors.js";
+import { HttpError, fieldName } from "../../http/errors.js";
+import { SandboxSetupError } from "../core/errors.js";
 import { identityFiles, type BwrapProbe } from "../isolation/isolation.js";
 import { DEFAULT_LIMITS, type CommandLimits } from "../isolation/limits.js";
 import { SandboxMetrics } from "./metrics.js";
@@ -28,6 +29,11 @@ import { spawnerBinary, spawnerUnavailableReason } from "../isolation/spawner-bi
 import { limitsInForce, type LimitsInForce } from "../isolation/limits-in-force.js";
 import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote } from "../isolation/isolation-summary.js";
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "../templates/slot-templates.js";
+import { SlotImages, type ImageOptions } from "../images/slot-images.js";
+import { SlotResets, type ResetHost } from "./slot-reset.js";
+import type { MountedRoot, RootPlan } from "../images/slot-roots.js";
+import { forkImageSlot, imageForkHost } from "../fork/image-fork.js";
+import { SlotNetworks } from "../isolation/slot-netns.js";
 import { SlotForks } from "../fork/fork.js";
 import { forkHost } from "../fork/fork-host.js";
 import { DEFAULT_DISK_BYTES, SlotDisks } from "../workspace/slot-disk.js";
@@ -81,6 +87,8 @@ export interface SandboxServiceOptions {
   maxWriteBytes?: number;
   /** Size budget of workspace templates (LRU eviction of unused ones above it). */
   templateBudgetBytes?: number;
+  /** Task images: the store's dir and budget, plain-HTTP registries allowed (src/sandbox/images/). */
+  images?: ImageOptions;
   volumesDir?: string; // volumes (workspace/volume-store.ts): default <data dir>/volumes, shared by a pool's containers
   volumeOwner?: number; // as root, the uid their files belong to on disk (default 19999)
   logger: Logger;
@@ -125,7 +133,12 @@ export class SandboxService implements SlotHost {
   readonly bootIds: SlotBootIds;
   /** POST /fork (fork.ts). */
   readonly forks: SlotForks;
+  /** Task images: the store, and each slot's root when it is one (src/sandbox/images/). */
+  readonly images: SlotImages;
+  /** Each slot's shared network namespaces (slot-netns.ts). */
+  readonly slotNetworks = new SlotNetworks();
   private readonly bash: BashRunner;
+  private readonly resets: SlotResets;
   private closed = false;
 
   constructor(readonly options: SandboxServiceOptions) {
@@ -221,18 +234,20 @@ export class SandboxService implements SlotHost {
     if (this.cgroups.mode === "none" && !options.disableCgroups) this.logger.info({ reason: this.cgroups.reason }, "no per-slot cgroups");
     this.addressSpaceBytes = this.cgroups.mode === "none" && this.limits.addressSpaceLimit ? this.limits.memoryBytes : 0;
     this.metrics = new SandboxMetrics(() => this.slots);
+    this.images = new SlotImages(this, options.images ?? {});
     this.bash = new BashRunner(this);
     this.stateful = new StatefulSessions(this);
     this.processes = new ProcessSessions(this, VolumeStore.forServer(options, dataDir, this.stateDir, perSlotUid && isRoot));
     this.browsers = new SlotBrowsers(this, (slot, net) => this.stateful.networkProcess(slot, net));
-    this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES);
+    this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES, this.images);
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
     this.disks.attachAll(this.slots);
     // After the disks: forks need each slot's disk (else they copy).
     this.forks = new SlotForks(
-      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: (slot) => this.emptyWorkspace(slot), discard: (path) => this.removal.discard(path), runsSessions: (slot) => this.processes.runsSessions(slot) }),
+      forkHost(this, { bash: this.bash, stateful: this.stateful, emptyWorkspace: async (slot) => void (await this.emptyWorkspace(slot)), discard: (path) => this.removal.discard(path), runsSessions: (slot) => this.processes.runsSessions(slot) }),
     );
+    this.resets = new SlotResets({ ...this.resetParts(), bash: this.bash });
     if (this.disks.reason && unbounded === undefined) this.logger.warn({ reason: this.disks.reason, disk_bytes: this.disks.bytes }, "slot disk bound is partial");
     // After attaching: a refused mount makes the disk bound /tmp-only, and /health says so.
     this.limitsInForce = limitsInForce({
@@ -264,7 +279,26 @@ export class SandboxService implements SlotHost {
 
   /** Validates one execute body; `prefix` names its position inside a batch. */
   parseCall(body: unknown, prefix?: string): ParsedCall {
-    return parseCall(body, prefix, (id, field) => this.slotById(id, field));
+    const call = parseCall(body, prefix, (id, field) => this.slotById(id, field));
+    const path = call.args["path"];
+    if ((call.tool === "read_file" || call.tool === "write_file") && typeof path === "string") this.checkPath(call.slot, path, `invalid args for ${call.tool}: `, fieldName(["args", "path"], prefix));
+    return call;
+  }
+
+  /**
+   * A workspace slot's paths stay under /workspace (400 naming the field before anything
+   * runs); a slot whose root is an image takes any path of its root (path-guard.ts).
+   */
+  checkPath(slot: Slot, path: string, prefix: string, field: string): void {
+    if (this.images.imageOf(slot)) return;
+    const problem = workspacePathProblem(path);
+    if (problem) throw new HttpError(400, `${prefix}path ${problem}`, field);
+  }
+
+  /** Where a slot's file tools and artifact routes walk: its workspace, or its image root from its working directory. */
+  pathScope(slot: Slot): PathScope {
+    const image = this.images.imageOf(slot);
+    return image ? { dir: slot.workspaceDir, cwd: image.runtime.working_dir } : slot.workspaceDir;
   }
 
   /** Queues the call on its slot (arrival order) and resolves with its answer. */
@@ -323,9 +357,13 @@ export class SandboxService implements SlotHost {
       case "bash":
         return this.bash.run(call.slot, call.args as { command: string; timeout?: number; allow_network?: boolean; require_sandbox?: boolean }, call.timeoutS, onChunk);
       case "read_file":
-      case "write_file":
-        // write_file chowns what it creates to the slot's uid/gid (base + slot index when root), so its commands can modify it.
-        return fileCall(call.slot, call.tool, call.args, { maxReadBytes: this.maxReadBytes, maxWriteBytes: this.maxWriteBytes, ...(call.slot.owner ? { owner: call.slot.owner } : {}) });
+      case "write_file": {
+        // write_file chowns what it creates to the slot's uid/gid (base + slot index when root), so its commands can modify it;
+        // in an image root to the image user's (relative paths from its working directory, any path of the root).
+        const image = this.images.rootFor(call.slot, 0);
+        const owner = image ? image.owner : call.slot.owner;
+        return fileCall(call.slot, call.tool, call.args, { maxReadBytes: this.maxReadBytes, maxWriteBytes: this.maxWriteBytes, ...(owner ? { owner } : {}) }, this.pathScope(call.slot));
+      }
       case "bash_stateful":
         return this.stateful.bashStateful(call.slot, call.args as { command: string }, call.timeoutS);
       case "tmux":
@@ -343,83 +381,16 @@ export class SandboxService implements SlotHost {
     return { success: false, output: "", error, execution_id: call.executionId, metadata: infra ? { [INFRA_MARKER]: infra } : {} };
   }
 
-  /**
-   * Kills every process of the slot and empties its workspace, /tmp, /var/tmp and /dev/shm;
-   * with `template`, the workspace then becomes a copy-on-write view of that template. A
-   * barrier: when it resolves, no process of the slot runs any more (each namespace's
-   * teardown is waited for, not only signalled) and only then is the workspace emptied, so
-   * nothing of the previous trajectory can appear in it afterwards.
-   *
-   * Emptying costs the same whatever the slot wrote and runs off the event loop: a fresh
-   * tmpfs replaces the slot's disk (slot-disk.ts), or, without one, the workspace is
-   * renamed away and deleted by a child process (tree-removal.ts). When that fails the
-   * reset rejects with ResetFailedError (HTTP 500) and the slot is out of service (its
-   * calls are refused) until a reset succeeds: never an answer with the old files left.
-   */
-  async reset(slot: Slot, template?: string): Promise<ResetResponse> {
-    const next = template === undefined ? undefined : this.templates.take(template);
-    // A new generation from here: calls of the old one still queued or arriving are refused.
-    const generation = ++slot.generation;
-    slot.killRunning();
-    return slot.enqueue(() =>
-      slot.withResetting(async () => {
-        slot.pristine = false;
-        try {
-          // Held until the reset is done: a process session started in between would outlive it.
-          await this.processes.killSlot(slot, { hold: true });
-          this.processes.networks.forgetEgress(slot.index);
-          // Before the terminal: the browser lives on its network namespace.
-          await this.browsers.close(slot);
-          await this.stateful.stop(slot);
-          await this.bash.resetSlot(slot);
-          // No process of the slot is left: the next trajectory's is a new boot.
-          this.bootIds.renew(slot);
-          await this.forks.release(slot);
-          await this.templates.detach(slot);
-          await this.emptyWorkspace(slot);
-        } catch (err) {
-          this.processes.settle(slot);
-          if (next) this.templates.store.release(next);
-          const why = err instanceof Error ? err.message : String(err);
-          slot.outOfService = `its last reset failed (${why})`;
-          this.logger.error({ err, slot: slot.id }, "reset failed: the slot is out of service until a reset succeeds");
-          throw new ResetFailedError(`${slot.id} could not be reset, so it is out of service until a reset succeeds (retry POST /reset): ${why}`);
-        }
-        slot.outOfService = undefined;
-        this.metrics.resets.inc();
-        if (next) {
-          try {
-            await this.templates.attach(slot, next);
-          } catch (err) {
-            // The workspace is empty again (a copy may have failed half-way): usable, without the template.
-            await this.emptyWorkspace(slot).catch((e: unknown) => {
-              slot.outOfService = `emptying its workspace after a failed template view failed (${e instanceof Error ? e.message : String(e)})`;
-            });
-            setImmediate(() => void this.bash.warm(slot));
-            setImmediate(() => this.processes.afterReset(slot));
-            return { success: false, output: "", error: `${slot.id} reset to an empty workspace, but its view of template '${next.name}' failed: ${err instanceof Error ? err.message : String(err)}`, generation };
-          }
-        }
-        // Leave the slot warm: a fresh namespace (new /tmp, nothing of the previous
-        // trajectory: every process is dead and the workspace empty by now) for the network
-        // setting the slot last used, built in the background. Its spawn (a fork of this
-        // process: 5–15 ms of blocked event loop, measured) happens 40 ms after this answer
-        // (warmSoon: not in the way of the next trajectory's first call). A call that arrives first
-        // starts the namespace itself; one arriving during the start-up waits for it.
-        slot.pristine = next === undefined;
-        // A slot that runs process sessions (E2B) warms a session sandbox instead: its bash
-        // namespace would go unused, and each spawn blocks this event loop.
-        if (!this.processes.runsSessions(slot)) this.bash.warmSoon(slot);
-        setImmediate(() => this.processes.afterReset(slot));
-        return { success: true, output: next ? `${slot.id} reset into template ${next.name}` : `${slot.id} reset`, error: "", generation };
-      }),
-    );
+  /** POST /reset (slot-reset.ts): the slot emptied, or its root `image` / its workspace a view of `template`. */
+  reset(slot: Slot, template?: string, image?: string): Promise<ResetResponse> {
+    return this.resets.reset(slot, template, image);
   }
 
   /** A fresh empty workspace (and /tmp, /var/tmp, /dev/shm where they are on the slot's disk). */
-  private async emptyWorkspace(slot: Slot): Promise<void> {
-    if (this.disks.bounded(slot)) await this.disks.renew(slot);
-    else await this.removal.empty(slot.workspaceDir, slot.owner);
+  async emptyWorkspace(slot: Slot, root?: RootPlan): Promise<MountedRoot | undefined> {
+    if (this.disks.bounded(slot)) return this.disks.renew(slot, root);
+    await this.removal.empty(slot.workspaceDir, slot.owner);
+    return undefined;
   }
 
   /** POST /fork: `into` become copy-on-write copies of `parentId`'s workspace (fork.ts); bad requests are refused before anything happens. */
@@ -428,6 +399,8 @@ export class SandboxService implements SlotHost {
     const parent = this.slotById(parentId);
     const children = into.map((id, i) => this.slotById(id, `into.${i}`));
     SlotForks.check(parent, children);
+    // An image root: the children reset into the image with a copy of the parent's changes (image-fork.ts).
+    if (this.images.imageOf(parent)) return this.forkImage(parent, children);
     // The children's contents are replaced: calls made for what they held before are refused.
     for (const c of children) c.generation++;
     // No browser survives a fork: its sandbox binds the workspace the children now share (docs/browser.md).
@@ -440,6 +413,14 @@ export class SandboxService implements SlotHost {
       }
       return { ...forked, generations: children.map((c) => c.generation) };
     });
+  }
+
+  private async forkImage(parent: Slot, children: Slot[]): Promise<ForkResponse> {
+    // No browser survives a fork (docs/browser.md): the children are reset, the parent's is closed as for any fork.
+    await Promise.all([parent, ...children].map((s) => this.browsers.close(s)));
+    const parts = { logger: this.logger, cgroups: this.cgroups, images: this.images, processes: this.processes, stateful: this.stateful, bash: this.bash, templates: this.templates };
+    const answer = await forkImageSlot(imageForkHost(parts, (child, template, image, from) => this.resets.reset(child, template, image, from)), parent, children);
+    return { ...answer, generations: children.map((c) => c.generation) };
   }
 
   /** Starts every slot's namespace ahead of its first call, in the background, a few at a time (not 50 sandboxes at once). */
@@ -466,9 +447,19 @@ export class SandboxService implements SlotHost {
     await this.bash.close();
     await this.forks.close();
     this.templates.close();
+    await this.images.close();
     await this.cgroups.cleanup();
     this.disks.detachAll(this.slots);
     this.mountHelper?.close();
+  }
+
+  private resetParts(): Omit<ResetHost, "bash"> {
+    return { processes: this.processes, browsers: this.browsers, stateful: this.stateful, forks: this.forks, templates: this.templates, images: this.images, metrics: this.metrics, logger: this.logger, bootIds: this.bootIds, emptyWorkspace: (slot, root) => this.emptyWorkspace(slot, root) };
+  }
+
+  /** SlotHost: each slot's image root (the image room). */
+  get imageRoots(): SlotImages {
+    return this.images;
   }
 
   /** /etc/passwd and /etc/group overlays naming the slot's uid inside its sandbox. */

@@ -3,6 +3,9 @@ import type { TemplateBuildRequest, TemplateBuildResponse, TemplateListResponse 
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
 import { sandboxedTemplateBuilder } from "./template-build.js";
+import { buildOnImage } from "./image-template-build.js";
+import type { SlotImages } from "../images/slot-images.js";
+import type { TemplateLayer } from "../images/slot-roots.js";
 import { TemplateStore, type Template } from "./templates.js";
 import { WorkspaceViews } from "./workspace-overlay.js";
 import { mountHelperError } from "../workspace/mount-helper.js";
@@ -19,10 +22,16 @@ export class SlotTemplates {
   readonly store: TemplateStore;
   readonly views: WorkspaceViews;
 
-  constructor(svc: SlotHost, budgetBytes: number) {
+  /** Slots whose root is a template on an image (their template's reference, released at their next reset). */
+  private readonly onImage = new Map<number, Template>();
+  /** The slot whose ids an image template's files have (its build runs as slot_0). */
+  private readonly buildSlot: Slot | undefined;
+
+  constructor(svc: SlotHost, budgetBytes: number, images?: SlotImages) {
     // Builds run as slot_0's uid (when slots have their own uids): a uid of this server's
     // block, never root; every slot sees the files as its own through the id-mapped view.
     const buildOwner = svc.slots[0]?.owner;
+    this.buildSlot = svc.slots[0];
     // SLOTPOOL_TEMPLATE_VIEWS=copy forces copy mode (what a server that may not mount gets; tests).
     const forceCopy = process.env["SLOTPOOL_TEMPLATE_VIEWS"] === "copy";
     if (svc.mayMount && !forceCopy && !svc.mountHelper) svc.logger.warn({ reason: mountHelperError() }, "template views fall back to copying (no mount helper)");
@@ -32,6 +41,14 @@ export class SlotTemplates {
       budgetBytes,
       buildOwner,
       build: sandboxedTemplateBuilder(svc, buildOwner),
+      imageBuild:
+        images?.store && svc.slots[0]
+          ? {
+              take: async (ref) => (await images.take(ref)).image,
+              give: (image) => images.give(image),
+              build: (image, work, req, timeoutS) => buildOnImage(svc, images, image, work, req, timeoutS),
+            }
+          : undefined,
       defaultTimeoutS: Math.max(svc.limits.defaultTimeoutS, 600),
       maxTimeoutS: svc.limits.maxTimeoutS,
       logger: svc.logger,
@@ -56,8 +73,24 @@ export class SlotTemplates {
 
   /** The reset's first workspace step (the slot's processes are dead): ends its view, if any, and releases its template. */
   async detach(slot: Slot): Promise<void> {
-    const prev = await this.views.detach(slot);
+    const prev = (await this.views.detach(slot)) ?? this.onImage.get(slot.index);
+    this.onImage.delete(slot.index);
     if (prev) this.store.release(prev);
+  }
+
+  /** The slot's root is `t`, a template on an image (mounted by the image room with the template's layer): released at its next reset. */
+  adoptOnImage(slot: Slot, t: Template): void {
+    this.onImage.set(slot.index, t);
+  }
+
+  /** A template on an image as a layer of a slot's root: its tree, built as slot_0. */
+  layerOf(t: Template): TemplateLayer {
+    return { dir: t.treeDir, builtBy: this.buildSlot! };
+  }
+
+  /** The template on an image the slot's root is, if any. */
+  imageTemplateOf(slot: Slot): Template | undefined {
+    return this.onImage.get(slot.index);
   }
 
   /**

@@ -8,6 +8,7 @@ import type { TemplateBuildRequest, TemplateBuildResponse, TemplateInfo } from "
 import { templateHash } from "../../protocol/template-hash.js";
 import { workspacePathProblem } from "../../protocol/sandbox.js";
 import { HttpError } from "../../http/errors.js";
+import type { StoredImage } from "../images/image-store.js";
 
 /**
  * The template store of one sandbox server: prepared workspace trees (a repository checked
@@ -29,6 +30,13 @@ import { HttpError } from "../../http/errors.js";
 /** Runs a template's setup inside a sandbox whose /workspace is `treeDir`. */
 export type TemplateBuilder = (treeDir: string, setup: string[], timeoutS: number) => Promise<{ success: boolean; output: string; error: string }>;
 
+/** A template on an image (image-template-build.ts): fetches the image (referenced for the template's life) and builds `<work>/tree`, the template's layer. */
+export interface ImageTemplateBuilder {
+  take(reference: string): Promise<StoredImage>;
+  give(image: StoredImage): void;
+  build(image: StoredImage, work: string, req: { setup: string[]; files: Record<string, string> }, timeoutS: number): Promise<{ success: boolean; output: string; error: string }>;
+}
+
 export interface TemplateStoreOptions {
   /** Root of the store (server-side state dir; created 0711, the store itself 0700). */
   dir: string;
@@ -36,6 +44,8 @@ export interface TemplateStoreOptions {
   /** uid/gid the build runs as and its files belong to (undefined: the server's own). */
   buildOwner: { uid: number; gid: number } | undefined;
   build: TemplateBuilder;
+  /** Templates on an image (undefined: such a build is refused, images are unavailable here). */
+  imageBuild?: ImageTemplateBuilder | undefined;
   defaultTimeoutS: number;
   maxTimeoutS: number;
   logger: Logger;
@@ -58,6 +68,8 @@ export interface Template {
   refs: number;
   /** Replaced by a newer version of the same name, or evicted: dropped once refs is 0. */
   retired: boolean;
+  /** A template on an image: the image (referenced while the template is stored); `treeDir` is its layer on top. */
+  image?: StoredImage | undefined;
 }
 
 export class TemplateStore {
@@ -118,7 +130,7 @@ export class TemplateStore {
   build(req: TemplateBuildRequest): Promise<TemplateBuildResponse> {
     const files = req.files ?? {};
     for (const p of Object.keys(files)) checkRelative(p);
-    const hash = templateHash(req.setup, files);
+    const hash = templateHash(req.setup, files, req.image);
     const existing = this.current.get(req.name);
     if (existing && existing.hash === hash) {
       existing.lastUsed = Date.now();
@@ -128,23 +140,34 @@ export class TemplateStore {
     const running = this.inFlight.get(key);
     if (running) return running.then((r) => ({ ...r, built: false }));
     const timeoutS = Math.min(req.timeout ?? this.options.defaultTimeoutS, this.options.maxTimeoutS);
-    const p = this.runBuild(req.name, hash, req.setup, files, timeoutS).finally(() => this.inFlight.delete(key));
+    const p = this.runBuild(req.name, hash, req.setup, files, timeoutS, req.image).finally(() => this.inFlight.delete(key));
     this.inFlight.set(key, p);
     return p;
   }
 
-  private async runBuild(name: string, hash: string, setup: string[], files: Record<string, string>, timeoutS: number): Promise<TemplateBuildResponse> {
+  private async runBuild(name: string, hash: string, setup: string[], files: Record<string, string>, timeoutS: number, imageRef?: string): Promise<TemplateBuildResponse> {
     const started = performance.now();
     const work = join(this.buildingDir, `${name}-${hash.slice(0, 12)}-${randomBytes(4).toString("hex")}`);
     const tree = join(work, "tree");
     const owner = this.options.buildOwner;
+    let image: StoredImage | undefined;
     try {
       await mkdir(work, { mode: 0o711 });
-      await mkdir(tree, { mode: 0o700 });
-      if (owner) await chown(tree, owner.uid, owner.gid);
-      for (const [rel, content] of Object.entries(files)) await writeOwned(tree, rel, content, owner);
-      this.buildsRun++;
-      const res = await this.options.build(tree, setup, timeoutS);
+      let res: { success: boolean; output: string; error: string };
+      if (imageRef !== undefined) {
+        const ib = this.options.imageBuild;
+        if (!ib) throw new HttpError(503, `template '${name}' names an image, but this server cannot give slots image roots`, "image");
+        // A failure to get the image is the answer (image_unavailable), before anything is built.
+        image = await ib.take(imageRef);
+        this.buildsRun++;
+        res = await ib.build(image, work, { setup, files }, timeoutS);
+      } else {
+        await mkdir(tree, { mode: 0o700 });
+        if (owner) await chown(tree, owner.uid, owner.gid);
+        for (const [rel, content] of Object.entries(files)) await writeOwned(tree, rel, content, owner);
+        this.buildsRun++;
+        res = await this.options.build(tree, setup, timeoutS);
+      }
       if (!res.success) {
         return { success: false, built: true, output: res.output, error: `template '${name}' build failed: ${res.error}` };
       }
@@ -168,7 +191,9 @@ export class TemplateStore {
         lastUsed: Date.now(),
         refs: 0,
         retired: false,
+        image,
       };
+      image = undefined;
       this.options.removal.discard(template.treeDir);
       renameSync(tree, template.treeDir);
       const previous = this.current.get(name);
@@ -181,7 +206,8 @@ export class TemplateStore {
       if (err instanceof HttpError) throw err;
       return { success: false, built: true, output: "", error: `template '${name}' build failed: ${err instanceof Error ? err.message : String(err)}` };
     } finally {
-      // Nothing half-built stays: the tree was renamed away on success, else it goes here.
+      // Nothing half-built stays: the tree was renamed away on success, else it goes here (and the image's reference).
+      if (image) this.options.imageBuild?.give(image);
       this.options.removal.discard(work);
     }
   }
@@ -209,6 +235,8 @@ export class TemplateStore {
   private drop(t: Template): void {
     t.retired = true;
     this.retired.delete(t);
+    if (t.image) this.options.imageBuild?.give(t.image);
+    t.image = undefined;
     // Renamed away at once, deleted by a child process.
     this.options.removal.discard(t.treeDir);
   }
@@ -221,7 +249,7 @@ export class TemplateStore {
 }
 
 function info(t: Template): TemplateInfo {
-  return { name: t.name, hash: t.hash, size_bytes: t.sizeBytes, files: t.files, build_ms: t.buildMs, in_use: t.refs, last_used: new Date(t.lastUsed).toISOString() };
+  return { name: t.name, hash: t.hash, size_bytes: t.sizeBytes, files: t.files, build_ms: t.buildMs, in_use: t.refs, last_used: new Date(t.lastUsed).toISOString(), ...(t.image ? { image: { reference: t.image.reference, digest: t.image.digest } } : {}) };
 }
 
 function checkRelative(p: string): void {

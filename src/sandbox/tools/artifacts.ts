@@ -11,7 +11,7 @@ import type {
   ArtifactReadResponse,
 } from "../../protocol/sandbox.js";
 import { decodeText, readHead } from "./files.js";
-import { fdPath, joinRelative, openChild, resolveInWorkspace, WorkspacePathError } from "./path-guard.js";
+import { fdPath, joinRelative, openChild, resolveInWorkspace, WorkspacePathError, type PathScope } from "./path-guard.js";
 import { ArchiveTooLargeError, TarGzWriter } from "./tar-writer.js";
 import { throwIfCutOff } from "../core/cut-off.js";
 
@@ -95,7 +95,7 @@ function userError(err: unknown): string {
 }
 
 export async function readArtifact(
-  workspaceDir: string,
+  workspaceDir: PathScope,
   req: ReadParams,
   limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
   /** The slot's abort signal: a long call stops at its next step once it fires (core/cut-off.ts). */
@@ -179,7 +179,7 @@ async function entriesOf(dir: FileHandle, limit: number): Promise<Dirent[]> {
 }
 
 export async function listArtifacts(
-  workspaceDir: string,
+  workspaceDir: PathScope,
   req: ListParams,
   limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
   /** The slot's abort signal: a long call stops at its next step once it fires (core/cut-off.ts). */
@@ -240,7 +240,7 @@ class TooMuchDataError extends Error {}
 class TooDeepError extends Error {}
 
 export async function archiveArtifacts(
-  workspaceDir: string,
+  workspaceDir: PathScope,
   req: ArchiveParams,
   limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS,
   /** The slot's abort signal: a long call stops at its next step once it fires (core/cut-off.ts). */

@@ -1,9 +1,9 @@
-import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
+import { bwrapArgs, IMAGE_TOOLS_MOUNT, rootTail, SANDBOX_PATH, sandboxBash } from "../isolation/isolation.js";
 import { filterArgs } from "../isolation/seccomp.js";
 import { ulimitPrologue } from "../isolation/limits.js";
 import { CappedOutput } from "../run/output.js";
-import { RUN_INPUT_FD, runProcess, type RunResult } from "../run/runner.js";
-import { SlotNamespace } from "../isolation/spawner.js";
+import { RUN_EXTRA_FD, RUN_INPUT_FD, runProcess, type RunResult } from "../run/runner.js";
+import { SlotNamespace, USERNS_FD } from "../isolation/spawner.js";
 import { firstChild } from "../run/process-barrier.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import type { Slot } from "../core/slot.js";
@@ -52,6 +52,7 @@ export class BashRunner {
     let holder = h[key];
     if (!holder || !holder.alive) {
       const svc = this.service;
+      const image = svc.imageRoots.rootFor(slot, USERNS_FD);
       holder = new SlotNamespace({
         bwrapPath: svc.bwrap.path!,
         spawnerPath: svc.spawnerPath!,
@@ -59,13 +60,16 @@ export class BashRunner {
         workspaceDir: slot.workspaceDir,
         allowNetwork,
         internet: svc.internetAccess,
-        writableArgs: svc.disks.writableArgs(slot),
+        writableArgs: svc.disks.writableArgs(slot, image !== undefined),
         bootId: svc.bootIds.file(slot),
         identity: svc.identity(slot),
         uid: slot.owner?.uid,
         gid: slot.owner?.gid,
         onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
         background,
+        image,
+        // An image root with network on joins the slot's network namespace, made inside its user namespace.
+        netns: image && allowNetwork ? svc.slotNetworks.holder(slot.index, svc.internetAccess, slot.owner, (pid) => svc.cgroups.place(slot.index, pid), image.parentFd) : undefined,
       });
       h[key] = holder;
     }
@@ -75,7 +79,9 @@ export class BashRunner {
   async run(slot: Slot, args: BashArgs, envelopeTimeout: number | undefined, onChunk?: OnChunk): Promise<ToolOutcome> {
     const svc = this.service;
     const timeoutS = this.timeoutS(args, envelopeTimeout);
-    const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork);
+    const image = svc.imageRoots.rootFor(slot, RUN_EXTRA_FD);
+    // The per-call fallback (no spawner) has no network-on in an image root: loopback only, and the answer says so.
+    const allowNetwork = svc.effectiveNetwork(args.allow_network ?? svc.defaultAllowNetwork) && !(image && !svc.spawnerPath);
     this.lastNetwork.set(slot.index, allowNetwork);
     const sandboxed = svc.bwrap.available;
     if (!sandboxed && args.require_sandbox) {
@@ -87,7 +93,7 @@ export class BashRunner {
       };
     }
     const outputName = svc.newOutputName();
-    const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: slot.workspaceDir, fileName: outputName, owner: slot.owner });
+    const output = new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: outputDir(slot, image?.root.workingDir), fileName: outputName, owner: image ? image.owner : slot.owner });
     const limits = svc.limits;
     const cpu = Math.max(1, Math.min(limits.cpuSeconds, Math.ceil(timeoutS) + 1));
     // Captured now: a reset replaces the slot's controller, and the answer must read why this one fired.
@@ -130,9 +136,10 @@ export class BashRunner {
         res = { exitCode: null, signal: null, timedOut: false, aborted: false, durationMs: 0, spawnError: err instanceof Error ? err.message : String(err) };
       }
     } else {
-      const script = ulimitPrologue(limits, timeoutS) + args.command;
+      const script = ulimitPrologue(limits, timeoutS) + (image ? `cd -- ${shellQuote(image.root.workingDir)} 2>/dev/null || cd /; ` : "") + args.command;
+      const ns = { workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot, image !== undefined), bootId: svc.bootIds.file(slot), image: image?.root };
       const spec = sandboxed
-        ? { file: svc.bwrap.path!, args: [...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot), bootId: svc.bootIds.file(slot) }), ...filterArgs(svc.bwrap.filter, RUN_INPUT_FD), ...READ_ONLY_ROOT, "--", "/bin/bash", "-c", script], input: svc.bwrap.filter?.program }
+        ? { file: svc.bwrap.path!, args: [...bwrapArgs(ns), ...filterArgs(svc.bwrap.filter, RUN_INPUT_FD), ...rootTail(ns), "--", ...asImageUser(image?.root), sandboxBash(ns), "-c", script], input: svc.bwrap.filter?.program, ...(image?.parentFd !== undefined ? { extraFds: [image.parentFd] } : {}) }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };
       res = await runProcess({
         ...spec,
@@ -146,7 +153,7 @@ export class BashRunner {
     const outcome = this.outcome(res, output, { sandboxed, networkIsolated: sandboxed && !allowNetwork, timeoutS, abortReason: abortSignal.reason });
     // Asked for network where there is none (e.g. a container without /dev/net/tun): it ran
     // loopback-only at once, and the result says why.
-    if (args.allow_network === true && sandboxed && !allowNetwork) outcome.metadata["network_unavailable"] = svc.internetReason ?? "network on is unavailable here";
+    if (args.allow_network === true && sandboxed && !allowNetwork) outcome.metadata["network_unavailable"] = svc.internetReason ?? (image ? "network on in an image root needs the per-slot spawner: it ran loopback-only" : "network on is unavailable here");
     return outcome;
   }
 
@@ -197,6 +204,12 @@ export class BashRunner {
   warm(slot: Slot, allowNetwork = this.lastNetwork.get(slot.index) ?? this.service.effectiveNetwork(this.service.prewarmNetwork)): Promise<void> {
     const svc = this.service;
     if (this.closed || !svc.bwrap.available || !svc.spawnerPath) return Promise.resolve();
+    // Never while the slot is being reset: a namespace started then binds the workspace as it
+    // is at that moment — the last trajectory's disk, an emptied one, or no template view yet —
+    // and the slot's next calls would run in it (issue 39: an empty view after a template
+    // rebuild; test/sandbox/template-view-race.test.ts). The warm timer of an earlier reset
+    // can fire in the middle of this one; this reset warms the slot again when it ends.
+    if (slot.state === "resetting") return Promise.resolve();
     const existing = this.holders.get(slot.index)?.[allowNetwork ? "net" : "nonet"];
     if (existing?.alive) return this.warming.get(existing) ?? Promise.resolve();
     const holder = this.holder(slot, allowNetwork, true);
@@ -308,6 +321,24 @@ export class BashRunner {
     this.closed = true;
     await Promise.all(this.service.slots.map((s) => this.resetSlot(s)));
   }
+}
+
+/**
+ * Where a call's full output goes on the host: the workspace, or in an image root the image's
+ * working directory (where the spawner writes it, as the slot's user; a workspace-relative
+ * name there is what the file tools read back, relative paths starting at the working dir).
+ */
+export function outputDir(slot: Slot, imageWorkingDir: string | undefined): string {
+  return imageWorkingDir === undefined ? slot.workspaceDir : `${slot.workspaceDir}${imageWorkingDir === "/" ? "" : imageWorkingDir}`;
+}
+
+/** In an image root whose User is not root: the command's argv starts with a switch to it (the static spawner's --exec-as; bubblewrap cannot switch users in a namespace it joins). */
+export function asImageUser(root: { uid: number; gid: number } | undefined): string[] {
+  return root && (root.uid !== 0 || root.gid !== 0) ? [`${IMAGE_TOOLS_MOUNT}/spawner`, "--exec-as", `${root.uid}:${root.gid}`, "--"] : [];
+}
+
+function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
 const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGILL: 4, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15, SIGXCPU: 24, SIGXFSZ: 25 };

@@ -2,7 +2,7 @@ import { isUtf8 } from "node:buffer";
 import { closeSync, constants as fsc, ftruncateSync, readSync, writeSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import type { ReadFileArgs, WriteFileArgs } from "../../protocol/tool-table.js";
-import { fdPath, resolveInWorkspaceSync, WorkspacePathError, type FileOwner } from "./path-guard.js";
+import { fdPath, resolveInWorkspaceSync, WorkspacePathError, type FileOwner, type PathScope } from "./path-guard.js";
 import type { ToolOutcome } from "../core/tool-outcome.js";
 
 /**
@@ -109,7 +109,7 @@ function pathFailure(err: unknown): ToolOutcome {
 }
 
 export async function readFileTool(
-  workspaceDir: string,
+  workspaceDir: PathScope,
   args: ReadFileArgs,
   options: FileToolOptions,
 ): Promise<ToolOutcome> {
@@ -179,7 +179,7 @@ async function readHeadAsync(fd: number, limit: number, size: number): Promise<{
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
 export async function writeFileTool(
-  workspaceDir: string,
+  workspaceDir: PathScope,
   args: WriteFileArgs,
   options: FileToolOptions,
 ): Promise<ToolOutcome> {

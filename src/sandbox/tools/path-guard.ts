@@ -2,7 +2,7 @@ import { closeSync, constants as fsc, fchownSync, fstatSync, mkdirSync, openSync
 import { open, type FileHandle } from "node:fs/promises";
 import { posix } from "node:path";
 import { SlotpoolError } from "../../protocol/errors.js";
-import { workspacePathProblem } from "../../protocol/sandbox.js";
+import { slotPathProblem, workspacePathProblem } from "../../protocol/sandbox.js";
 
 /**
  * Resolves user-given paths inside a slot's workspace (host directory `workspaceDir`, seen
@@ -26,10 +26,29 @@ import { workspacePathProblem } from "../../protocol/sandbox.js";
  *
  * Paths returned to callers are workspace-relative ("dir/file.txt", "." for the root):
  * host paths never leave this module.
+ *
+ * A slot whose root is an image (src/sandbox/images/) is walked the same way with a
+ * `RootScope`: its whole root is the scope (`/` is the image's root, an absolute path or
+ * symlink target starts there, `..` at the root stays at the root, as the kernel does in a
+ * chroot), a relative path starts at the image's working directory, and paths come back
+ * absolute ("/etc/hosts").
  */
 
 /** The path commands see for the workspace root. */
 export const WORKSPACE_MOUNT = "/workspace";
+
+/** An image root as the scope of a walk: its host dir and the working directory relative paths start from (absolute, as the image sees it). */
+export interface RootScope {
+  dir: string;
+  cwd: string;
+}
+
+/** What a walk may reach: a workspace (its host dir) or an image's whole root. */
+export type PathScope = string | RootScope;
+
+function scopeDir(scope: PathScope): string {
+  return typeof scope === "string" ? scope : scope.dir;
+}
 /** Linux's own limit on symlink expansions in one lookup. */
 const MAX_SYMLINK_EXPANSIONS = 40;
 
@@ -97,7 +116,8 @@ export function fdPath(handle: FileHandle | number, name?: string): string {
  * Splits a user path into components relative to the workspace root. Relative paths are
  * taken as relative to the root; absolute ones must lie under `/workspace`.
  */
-export function workspaceComponents(userPath: string): string[] {
+export function workspaceComponents(userPath: string, scope?: PathScope): string[] {
+  if (scope !== undefined && typeof scope !== "string") return rootComponents(userPath, scope);
   if (userPath.length === 0) {
     throw new WorkspacePathError("invalid", userPath, "path must not be empty");
   }
@@ -121,6 +141,16 @@ export function workspaceComponents(userPath: string): string[] {
     rest = parts.slice(1).join("/");
   }
   return rest.split("/").filter((c) => c !== "" && c !== ".");
+}
+
+/** An image root's components: absolute from its root, relative from its working directory (`..` resolved by the walk). */
+function rootComponents(userPath: string, scope: RootScope): string[] {
+  if (userPath.length === 0) throw new WorkspacePathError("invalid", userPath, "path must not be empty");
+  if (userPath.includes("\0")) throw new WorkspacePathError("invalid", userPath, `path ${q(userPath)} contains a NUL byte`);
+  const problem = slotPathProblem(userPath);
+  if (problem) throw new WorkspacePathError("invalid", userPath, `path ${q(userPath.slice(0, 200))} ${problem}`);
+  const full = userPath.startsWith("/") ? userPath : `${scope.cwd}/${userPath}`;
+  return full.split("/").filter((c) => c !== "" && c !== ".");
 }
 
 function errnoCode(err: unknown): string | undefined {
@@ -151,7 +181,7 @@ export interface GuardedFd {
  * FileHandle, for callers that stream large files or trees (artifacts).
  */
 export async function resolveInWorkspace(
-  workspaceDir: string,
+  workspaceDir: PathScope,
   userPath: string,
   options: ResolveOptions,
 ): Promise<GuardedEntry> {
@@ -173,12 +203,13 @@ export async function resolveInWorkspace(
  * step. Same refusals and errors as resolveInWorkspace.
  */
 export function resolveInWorkspaceSync(
-  workspaceDir: string,
+  scope: PathScope,
   userPath: string,
   options: ResolveOptions,
 ): GuardedFd {
-  const queue = workspaceComponents(userPath);
-  const root = openSync(workspaceDir, fsc.O_RDONLY | fsc.O_DIRECTORY);
+  const imageRoot = typeof scope !== "string";
+  const queue = workspaceComponents(userPath, scope);
+  const root = openSync(scopeDir(scope), fsc.O_RDONLY | fsc.O_DIRECTORY);
   const stack: Frame[] = [{ fd: root, name: "" }];
   let result: GuardedFd | undefined;
   try {
@@ -187,6 +218,7 @@ export function resolveInWorkspaceSync(
     const relOf = (name?: string) => {
       const names = stack.slice(1).map((f) => f.name);
       if (name !== undefined) names.push(name);
+      if (imageRoot) return "/" + names.join("/");
       return names.length === 0 ? "." : names.join("/");
     };
     const escape = (): never => {
@@ -221,7 +253,11 @@ export function resolveInWorkspaceSync(
         throw err;
       }
       viaSymlink = linkRel;
-      if (target.startsWith("/")) {
+      if (target.startsWith("/") && imageRoot) {
+        // The image's own absolute link (/lib -> /usr/lib): from its root.
+        while (stack.length > 1) closeSync(stack.pop()!.fd);
+        queue.unshift(...target.split("/").filter((c) => c !== "" && c !== "."));
+      } else if (target.startsWith("/")) {
         const parts = target.split("/").filter((c) => c !== "" && c !== ".");
         if (parts[0] !== "workspace") {
           throw new WorkspacePathError(
@@ -241,6 +277,8 @@ export function resolveInWorkspaceSync(
       const name = queue.shift()!;
       const top = stack[stack.length - 1]!;
       if (name === "..") {
+        // At an image's root, `..` is the root itself (as in a chroot).
+        if (stack.length === 1 && imageRoot) continue;
         if (stack.length === 1) escape();
         closeSync(stack.pop()!.fd);
         continue;

@@ -2,8 +2,11 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { HttpError } from "../../http/errors.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
 import type { ProcessInfo } from "../../protocol/process-session.js";
-import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
-import { SHIMS_DIR, userShimArgs } from "../isolation/user-shims.js";
+import { bwrapArgs, IMAGE_BASH, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
+import { SHIMS_DIR, userShimArgs, userShimBin } from "../isolation/user-shims.js";
+import type { InternetAccess } from "../isolation/network.js";
+import { IMAGE_TOOLS_BIN } from "../images/image-tools.js";
+import { asImageUser } from "./bash.js";
 import { SlotNetworks, type NetnsHolder } from "../isolation/slot-netns.js";
 import { filterArgs, sendFilter } from "../isolation/seccomp.js";
 import { SlotFreezer } from "../isolation/slot-freezer.js";
@@ -36,6 +39,8 @@ export { MAX_STDIN_PENDING_BYTES, STDIN_WAIT_MS, StdinFullError, StdinTooLargeEr
 
 /** The fd a session's bubblewrap reads the seccomp program from. */
 const SESSION_FILTER_FD = 5;
+/** The fd a session's bubblewrap finds the slot's image user namespace at (--userns), when it joins no holder. */
+const SESSION_USERNS_FD = 6;
 
 /** How long a start waits for a reset or fork of its slot to finish. */
 const BARRIER_WAIT_MS = 30_000;
@@ -89,8 +94,8 @@ export class ProcessSessions {
   private readonly held = new Map<number, { settled: Promise<void>; settle: () => void }>();
   private closed = false;
   /** The slots' shared network namespaces (slot-netns.ts). */
-  /** Each slot's shared network namespaces and their egress rules (isolation/slot-netns.ts). */
-  readonly networks = new SlotNetworks();
+  /** Each slot's shared network namespaces and their egress rules (isolation/slot-netns.ts; the host's). */
+  readonly networks: SlotNetworks;
   /** Pause/resume of the slot's processes: the trees of its sessions and of the one started ahead. */
   readonly freezer: SlotFreezer;
   /** Connections to ports where the slot's sessions listen (`GET /ports/connect`): they end with the sessions. */
@@ -101,7 +106,8 @@ export class ProcessSessions {
     /** The server's volumes, which sessions mount (workspace/volume-store.ts). */
     readonly volumes?: VolumeStore,
   ) {
-    this.freezer = new SlotFreezer(host.cgroups, (i) => [...(this.bySlot.get(i)?.values() ?? []), this.warm.get(i)].flatMap((s) => (s?.child.pid ? [s.child.pid] : [])));
+    this.networks = host.slotNetworks;
+    this.freezer = new SlotFreezer(host.cgroups, (i) => this.processRoots(i));
     const networks = this.networks;
     this.ports = new PortTunnels(host, {
       sharedNetns: (slot, network) => networks.existing(slot.index, network),
@@ -127,16 +133,13 @@ export class ProcessSessions {
   private launch(slot: Slot, alias: string | undefined, network: boolean, volumes: { key: string; binds: string[] } = NO_VOLUMES): Launched {
     const host = this.host;
     const internet = network ? host.internetAccess : undefined;
+    const image = host.imageRoots.rootFor(slot, SESSION_USERNS_FD);
+    if (image) return this.launchInImage(slot, alias, internet, image, volumes);
     const holder = this.networks.holder(slot.index, internet, slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : undefined, (pid) => host.cgroups.place(slot.index, pid));
     const uid = slot.owner?.uid ?? process.getuid?.() ?? 0;
     const gid = slot.owner?.gid ?? process.getgid?.() ?? 0;
-    const limits = host.limits;
     const user = alias ? { name: alias.slice("/home/".length), home: alias } : undefined;
-    const launcher = [
-      `ulimit -H -S -u ${limits.maxProcesses} -f ${Math.max(1, Math.floor(limits.maxFileBytes / 1024))} -t ${limits.cpuSeconds} -c 0`,
-      host.addressSpaceBytes > 0 ? ` -v ${Math.floor(host.addressSpaceBytes / 1024)}` : "",
-      ` 2>/dev/null; mapfile -d '' -u 4 A; exec 4<&-; cd -- "\${A[0]}" || exit 126; n=\${A[1]}; for ((i = 2; i < n + 2; i++)); do export "\${A[i]}"; done; exec "\${A[@]:2+n}"`,
-    ].join("");
+    const launcher = this.launcher("");
     const args = [
       // In the slot's shared namespace (bubblewrap must not unshare it again); without one (no nsenter), loopback only.
       ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot), bootId: host.bootIds.file(slot) }),
@@ -153,10 +156,57 @@ export class ProcessSessions {
       ...READ_ONLY_ROOT,
     ];
     const bwrapCmd = [host.bwrap.path!, "--args", "3", "--", "/bin/bash", "--noprofile", "--norc", "-c", launcher];
+    return this.spawnSession(slot, args, bwrapCmd, holder, alias, internet !== undefined, undefined, volumes.key);
+  }
+
+  /**
+   * The session launcher (bash, the static one in an image root): the slot's rlimits, then
+   * the command's spec from fd 4 (NUL-separated: cwd, the count of NAME=VALUE pairs, the
+   * pairs, argv), and `exec` of the command (`execPrefix`: an image user's switch; an image
+   * without /bin/bash gets the static one when the command names /bin/bash, as E2B's do).
+   */
+  private launcher(execPrefix: string, image = false): string {
+    const limits = this.host.limits;
+    const noBash = image ? `[ "\${A[2+n]}" = /bin/bash ] && [ ! -x /bin/bash ] && A[2+n]=${IMAGE_BASH}; ` : "";
+    return [
+      `ulimit -H -S -u ${limits.maxProcesses} -f ${Math.max(1, Math.floor(limits.maxFileBytes / 1024))} -t ${limits.cpuSeconds} -c 0`,
+      this.host.addressSpaceBytes > 0 ? ` -v ${Math.floor(this.host.addressSpaceBytes / 1024)}` : "",
+      ` 2>/dev/null; mapfile -d '' -u 4 A; exec 4<&-; cd -- "\${A[0]}" || exit 126; n=\${A[1]}; for ((i = 2; i < n + 2; i++)); do export "\${A[i]}"; done; ${noBash}exec ${execPrefix}"\${A[@]:2+n}"`,
+    ].join("");
+  }
+
+  /**
+   * A session sandbox in a slot whose root is the image: the image's root, environment and
+   * user (asImageUser), the static bash as launcher; in the slot's shared network namespace,
+   * made inside the slot's own user namespace (slot-netns.ts). A `workspace_alias` (E2B's
+   * /home/user) is the session's HOME, USER and LOGNAME (made if the image lacks it), the
+   * image's user unchanged: an image need not have such an account.
+   */
+  private launchInImage(slot: Slot, alias: string | undefined, internet: InternetAccess | undefined, image: NonNullable<ReturnType<SlotHost["imageRoots"]["rootFor"]>>, volumes: { key: string; binds: string[] }): Launched {
+    const host = this.host;
+    const holder = this.networks.holder(slot.index, internet, slot.owner ? { uid: slot.owner.uid, gid: slot.owner.gid } : undefined, (pid) => host.cgroups.place(slot.index, pid), image.parentFd);
+    const root = { ...image.root, userns: holder ? ("joined" as const) : image.root.userns };
+    const name = alias?.slice("/home/".length);
+    const path = root.env.find((e) => e.startsWith("PATH="))?.slice(5) ?? "";
+    const args = [
+      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, writableArgs: host.disks.writableArgs(slot, true), bootId: host.bootIds.file(slot), image: root }),
+      ...(alias ? ["--setenv", "HOME", alias, "--setenv", "USER", name!, "--setenv", "LOGNAME", name!, "--setenv", "PATH", `${path}:${SHIMS_DIR}`, "--ro-bind", userShimBin(host.stateDir), SHIMS_DIR] : []),
+      ...(holder && internet ? ["--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
+      ...volumes.binds,
+      ...filterArgs(host.bwrap.filter, SESSION_FILTER_FD),
+    ];
+    const execAs = asImageUser(root).map((a) => `${a} `).join("");
+    const mkHome = alias ? `[ -d ${alias} ] || { ${IMAGE_TOOLS_BIN}/mkdir -p -- ${alias} && ${IMAGE_TOOLS_BIN}/chown ${root.uid}:${root.gid} ${alias}; } 2>/dev/null; ` : "";
+    const bwrapCmd = [host.bwrap.path!, "--args", "3", "--", IMAGE_BASH, "--noprofile", "--norc", "-c", mkHome + this.launcher(execAs, true)];
+    return this.spawnSession(slot, args, bwrapCmd, holder, alias, internet !== undefined, holder ? undefined : image.parentFd, volumes.key);
+  }
+
+  private spawnSession(slot: Slot, args: string[], bwrapCmd: string[], holder: NetnsHolder | undefined, alias: string | undefined, network: boolean, usernsFd: number | undefined, volumesKey: string): Launched {
+    const host = this.host;
     const wrapped = holder ? holder.wrap(bwrapCmd) : { file: bwrapCmd[0]!, args: bwrapCmd.slice(1) };
     const start = withoutCapabilities(wrapped.file, wrapped.args);
     const child = spawn(start.file, start.args, {
-      stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", "pipe"],
+      stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", "pipe", ...(usernsFd !== undefined ? [usernsFd] : [])],
       env: holder ? { PATH: SANDBOX_PATH } : {},
       // Not the server's cwd: a shell before bubblewrap would export it (PWD).
       cwd: "/",
@@ -174,7 +224,7 @@ export class ProcessSessions {
       stdinReady = holder.join(child);
       stdinReady.catch((err: unknown) => host.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "process session: the slot's network namespace failed, session killed"));
     }
-    return { child, alias, network: internet !== undefined, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady, holder, volumes: volumes.key };
+    return { child, alias, network, spec: child.stdio[4] as NodeJS.WritableStream, stdinReady, holder, volumes: volumesKey };
   }
 
   /** Keeps one sandbox started ahead for the slot's next command. */
@@ -189,7 +239,12 @@ export class ProcessSessions {
 
   /** The pids of the slot's sessions (and the one started ahead): the roots of its process trees. */
   sessionPids(slot: Slot): number[] {
-    return [...(this.bySlot.get(slot.index)?.values() ?? []), this.warm.get(slot.index)].flatMap((s) => (s?.child.pid ? [s.child.pid] : []));
+    return this.processRoots(slot.index);
+  }
+
+  /** The same by slot index: what a freeze by signals stops. */
+  processRoots(index: number): number[] {
+    return [...(this.bySlot.get(index)?.values() ?? []), this.warm.get(index)].flatMap((s) => (s?.child.pid ? [s.child.pid] : []));
   }
 
   /** Whether the slot has run process sessions (an E2B slot: its bash namespace is not used, no need to warm it). */
@@ -260,7 +315,9 @@ export class ProcessSessions {
     }
     const { child } = launched;
     const envs = Object.entries(req.envs).map(([k, v]) => `${k}=${v}`);
-    launched.spec.end(Buffer.from([req.cwd ?? ".", String(envs.length), ...envs, req.cmd, ...req.args].map((a) => a + "\0").join(""), "utf8"));
+    // Default: the workspace, or in an image root the image's WorkingDir.
+    const cwd = req.cwd ?? host.imageRoots.rootFor(slot, 0)?.root.workingDir ?? ".";
+    launched.spec.end(Buffer.from([cwd, String(envs.length), ...envs, req.cmd, ...req.args].map((a) => a + "\0").join(""), "utf8"));
     const info: ProcessInfo = {
       pid,
       cmd: req.cmd,

@@ -7,14 +7,19 @@ import { CappedOutput } from "../run/output.js";
 import { runProcess, type RunResult } from "../run/runner.js";
 import type { SlotHost } from "../workspace/slot-host.js";
 import { clearMountPoint, createSlotFile, readSlotFile } from "../workspace/no-follow.js";
-import { SlotNamespace } from "../isolation/spawner.js";
+import { SlotNamespace, USERNS_FD } from "../isolation/spawner.js";
+import { outputDir } from "./bash.js";
+import { keepExports, type TerminalState } from "./terminal-state.js";
+export { keepExports, type TerminalState };
+import { IMAGE_TOOLS_BIN } from "../images/image-tools.js";
+import { terminalPrologue, terminalShell, terminalTmux } from "./terminal-commands.js";
 import type { Slot } from "../core/slot.js";
 import { bwrapArgs, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
 import { filterArgs } from "../isolation/seccomp.js";
 
+import { ulimitPrologue } from "../isolation/limits.js";
 /** The fd a terminal attach's bubblewrap reads the seccomp program from (ws.ts writes it). */
 export const ATTACH_FILTER_FD = 4;
-import { ulimitPrologue } from "../isolation/limits.js";
 import { firstChild, killNamespaceInit, type ProcessRef } from "../run/process-barrier.js";
 import { takeInjectedFault } from "./test-faults.js";
 
@@ -53,6 +58,10 @@ const TMUX_KEY_NAME = /^(C-[a-z\\\]^_@]|M-[a-z0-9]|Enter|Escape|Tab|BTab|BSpace|
 interface Session {
   holder: SlotNamespace | null;
   allowNetwork: boolean;
+  /** In an image root: the image's PATH, given back to the terminal's shell (the helper scripts run the image tools' busybox). */
+  imagePath?: string | undefined;
+  /** Whose the session's files are: the slot's uid, or in an image root its user's. */
+  owner: { uid: number; gid: number } | undefined;
   /**
    * Host dir of the session's files (tmux socket, command and output files), the slot's
    * own (0700, its uid). Sandboxed it is bound at /tmp/.slotpool in the session's
@@ -84,7 +93,11 @@ export class StatefulSessions {
   }
 
   private tmuxCmd(session: Session): string {
-    return `tmux -S ${shQuote(this.dir(session) + "/tmux.sock")}`;
+    return `${terminalTmux(session.imagePath)} -S ${shQuote(this.dir(session) + "/tmux.sock")}`;
+  }
+
+  private prologue(session: Session): string {
+    return terminalPrologue(session.imagePath);
   }
 
   /** Shell that makes sure the session exists (prints "started" when it created it). */
@@ -93,6 +106,7 @@ export class StatefulSessions {
     const T = this.tmuxCmd(session);
     const Dp = this.dir(session);
     const Tp = T.replace(/'/g, "");
+    const [rm, clear] = session.imagePath !== undefined ? [`${IMAGE_TOOLS_BIN}/rm`, `${IMAGE_TOOLS_BIN}/clear`] : ["rm", "clear"];
     // Typed once into the session's shell: the runner function each call invokes (so the
     // pane shows ` __sp <id>` per call), and an EXIT trap that releases a waiting call if
     // the command ends the shell.
@@ -101,16 +115,16 @@ export class StatefulSessions {
       // `recd` makes the next call enter it again by its path, on the new one. After each
       // call the shell's exported environment and directory are saved, for the children of
       // a later fork (their terminals start from them).
-      ` HISTCONTROL=ignorespace; __sp() { export SLOTPOOL_N=$1; if [ -e ${Dp}/recd ]; then rm -f ${Dp}/recd; __o=$OLDPWD; cd -- "$PWD" 2>/dev/null; OLDPWD=$__o; fi;` +
+      ` HISTCONTROL=ignorespace; __sp() { export SLOTPOOL_N=$1; if [ -e ${Dp}/recd ]; then ${rm} -f ${Dp}/recd; __o=$OLDPWD; cd -- "$PWD" 2>/dev/null; OLDPWD=$__o; fi;` +
       ` . ${Dp}/c.$1 >${Dp}/o.$1 2>${Dp}/e.$1 </dev/null; __r=$?; export -p >${Dp}/x.env 2>/dev/null; printf %s "$PWD" >${Dp}/x.cwd; echo $__r >${Dp}/r.$1; ${Tp} wait-for -S w.$1; };` +
       ` trap 'echo $? > ${Dp}/r.$SLOTPOOL_N; ${Tp} wait-for -S w.$SLOTPOOL_N' EXIT;` +
       // A fork's child: the parent's exported environment.
-      ` [ -e ${Dp}/seed.env ] && . ${Dp}/seed.env; clear`;
+      ` [ -e ${Dp}/seed.env ] && . ${Dp}/seed.env; ${clear}`;
     const cwd = this.seeds.get(session) ?? `"$PWD"`;
     return [
-      `mkdir -p ${D} && chmod 700 ${D}`,
+      this.prologue(session) + `mkdir -p ${D} && chmod 700 ${D}`,
       `if ! ${T} has-session -t main 2>/dev/null; then`,
-      `  ${T} new-session -d -s main -x 200 -y 50 -c ${cwd} 'exec bash --noprofile --norc' || exit 90`,
+      `  ${T} new-session -d -s main -x 200 -y 50 -c ${cwd} ${shQuote(terminalShell(session.imagePath))} || exit 90`,
       `  ${T} set-option -t main history-limit 10000 >/dev/null`,
       `  ${T} send-keys -t main -l ${shQuote(setup)} && ${T} send-keys -t main Enter`,
       `  echo started`,
@@ -127,7 +141,9 @@ export class StatefulSessions {
     }
     if (!s) {
       const svc = this.service;
-      const hostDir = this.hostDir(slot);
+      const image = svc.imageRoots.rootFor(slot, USERNS_FD);
+      const owner = image ? image.owner : slot.owner;
+      const hostDir = this.hostDir(slot, owner);
       if (svc.bwrap.available && svc.spawnerPath) {
         // The session dir is mounted at /tmp/.slotpool: what the slot left there in its /tmp instead of a dir goes.
         const tmp = svc.disks.scratchDirs(slot)[0];
@@ -139,23 +155,26 @@ export class StatefulSessions {
           workspaceDir: slot.workspaceDir,
           allowNetwork,
           internet: svc.internetAccess,
-          writableArgs: svc.disks.writableArgs(slot),
+          writableArgs: svc.disks.writableArgs(slot, image !== undefined),
           bootId: svc.bootIds.file(slot),
           identity: svc.identity(slot),
           extraBinds: [[hostDir, SESSION_MOUNT]],
           uid: slot.owner?.uid,
           gid: slot.owner?.gid,
           onSpawn: (pid) => svc.cgroups.place(slot.index, pid),
+          image,
+          netns: image && allowNetwork ? svc.slotNetworks.holder(slot.index, svc.internetAccess, slot.owner, (pid) => svc.cgroups.place(slot.index, pid), image.parentFd) : undefined,
         });
-        s = { holder, allowNetwork, hostDir, seq: 0 };
+        const imagePath = image ? (image.root.env.find((e) => e.startsWith("PATH="))?.slice(5) ?? "") : undefined;
+        s = { holder, allowNetwork, hostDir, seq: 0, imagePath, owner };
       } else {
-        s = { holder: null, allowNetwork, hostDir, seq: 0 };
+        s = { holder: null, allowNetwork, hostDir, seq: 0, owner };
       }
       this.sessions.set(slot.index, s);
       const seed = this.pendingSeeds.get(slot.index);
       if (seed) {
         this.pendingSeeds.delete(slot.index);
-        createSlotFile(hostDir, "seed.env", seed.env, slot.owner);
+        createSlotFile(hostDir, "seed.env", seed.env, owner);
         // Unsandboxed, the shell sees host paths: the parent's workspace path becomes this slot's.
         this.seeds.set(s, shQuote(s.holder ? seed.cwd : seed.cwd.replace(/^\/workspace(?=\/|$)/, slot.workspaceDir)));
       }
@@ -185,16 +204,16 @@ export class StatefulSessions {
    * accesses to the session files (no-follow.ts) then only have one name to distrust. A new
    * name each time: an old one may still be being deleted in the background.
    */
-  private hostDir(slot: Slot): string {
+  private hostDir(slot: Slot, owner: { uid: number; gid: number } | undefined): string {
     const name = `term_${slot.index}_${randomBytes(4).toString("hex")}`;
     const parent = this.service.disks.sessionDir(slot) ?? this.service.stateDir;
     mkdirSync(parent, { recursive: true, mode: 0o711 });
     const dir = join(parent, name);
     mkdirSync(dir, { mode: 0o700 });
-    if (slot.owner) {
+    if (owner) {
       const fd = openSync(dir, fsc.O_RDONLY | fsc.O_DIRECTORY | fsc.O_NOFOLLOW);
       try {
-        fchownSync(fd, slot.owner.uid, slot.owner.gid);
+        fchownSync(fd, owner.uid, owner.gid);
       } finally {
         closeSync(fd);
       }
@@ -265,7 +284,8 @@ export class StatefulSessions {
 
   private newOutput(slot: Slot): CappedOutput {
     const svc = this.service;
-    return new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: slot.workspaceDir, fileName: svc.newOutputName(), owner: slot.owner });
+    const image = svc.imageRoots.rootFor(slot, USERNS_FD);
+    return new CappedOutput({ cap: svc.limits.outputCap, workspaceDir: outputDir(slot, image?.root.workingDir), fileName: svc.newOutputName(), owner: image ? image.owner : slot.owner });
   }
 
   async bashStateful(slot: Slot, args: StatefulArgs & { command: string }, envelopeTimeout: number | undefined): Promise<ToolOutcome> {
@@ -305,7 +325,7 @@ export class StatefulSessions {
     if (res.timedOut) {
       // Interrupt the command in the session and hand back what it printed so far.
       const partial = this.newOutput(slot);
-      await this.exec(slot, session, `${T} send-keys -t main C-c; sleep 0.1; cat ${D}/o.${n} 2>/dev/null; cat ${D}/e.${n} 2>/dev/null >&2; rm -f ${D}/c.${n} ${D}/o.${n} ${D}/e.${n} ${D}/r.${n}`, 10, partial);
+      await this.exec(slot, session, `${this.prologue(session)}${T} send-keys -t main C-c; sleep 0.1; cat ${D}/o.${n} 2>/dev/null; cat ${D}/e.${n} 2>/dev/null >&2; rm -f ${D}/c.${n} ${D}/o.${n} ${D}/e.${n} ${D}/r.${n}`, 10, partial);
       return this.service.outcome(res, partial, ctx);
     }
     return this.service.outcome(res, output, ctx);
@@ -400,12 +420,12 @@ export class StatefulSessions {
     let cwd = "/workspace";
     // The slot writes these files: never followed, bounded, and anything odd means the defaults.
     try {
-      env = keepExports(readSlotFile(s.hostDir, "x.env", MAX_TERMINAL_ENV_BYTES, slot.owner) ?? "");
+      env = keepExports(readSlotFile(s.hostDir, "x.env", MAX_TERMINAL_ENV_BYTES, s.owner) ?? "");
     } catch (err) {
       this.service.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "fork: the terminal's environment is not carried over");
     }
     try {
-      const c = readSlotFile(s.hostDir, "x.cwd", MAX_TERMINAL_CWD_BYTES, slot.owner);
+      const c = readSlotFile(s.hostDir, "x.cwd", MAX_TERMINAL_CWD_BYTES, s.owner);
       if (c !== undefined) cwd = s.holder ? c : c.startsWith(slot.workspaceDir) ? "/workspace" + c.slice(slot.workspaceDir.length) : "/workspace";
     } catch (err) {
       this.service.logger.warn({ slot: slot.id, err: err instanceof Error ? err.message : String(err) }, "fork: the terminal's directory is not carried over");
@@ -423,7 +443,7 @@ export class StatefulSessions {
     const s = this.sessions.get(slot.index);
     if (!s) return;
     // Only its existence matters: whatever the slot put there already is left as it is.
-    createSlotFile(s.hostDir, "recd", "", slot.owner);
+    createSlotFile(s.hostDir, "recd", "", s.owner);
   }
 
   /** Registers a running attach process of the slot: killed (and waited for) by the slot's reset. */
@@ -462,7 +482,7 @@ export class StatefulSessions {
     if (s.holder) await s.holder.stop();
     else {
       const output = this.newOutput(slot);
-      await this.exec(slot, s, `${this.tmuxCmd(s)} kill-server 2>/dev/null; true`, 10, output);
+      await this.exec(slot, s, `${this.prologue(s)}${this.tmuxCmd(s)} kill-server 2>/dev/null; true`, 10, output);
     }
     // A tree the slot may have left there: deleted by a child process (its name is never reused).
     this.service.removal.discard(s.hostDir);
@@ -471,25 +491,4 @@ export class StatefulSessions {
   async close(): Promise<void> {
     await Promise.all(this.service.slots.map((s) => this.stop(s)));
   }
-}
-
-/** A terminal's working directory and exported environment (`export -p` lines), for a fork's child. */
-export interface TerminalState {
-  cwd: string;
-  env: string;
-}
-
-/** Variables that belong to one shell or one tmux pane, never carried into another terminal. */
-const PER_SHELL = new Set(["PWD", "OLDPWD", "SHLVL", "TMUX", "TMUX_PANE", "SLOTPOOL_N", "_"]);
-
-/** `export -p` output without the per-shell variables (a value may span lines). */
-export function keepExports(text: string): string {
-  const out: string[] = [];
-  let keep = false;
-  for (const line of text.split("\n")) {
-    const m = /^declare -[-a-zA-Z]* ([A-Za-z_][A-Za-z0-9_]*)/.exec(line);
-    if (m) keep = !PER_SHELL.has(m[1]!);
-    if (keep) out.push(line);
-  }
-  return out.join("\n") + (out.length ? "\n" : "");
 }

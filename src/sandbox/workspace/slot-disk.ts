@@ -100,8 +100,19 @@ export class SlotDisks {
    * detached). O(1) in what the slot wrote, off the event loop; rejects when the mount
    * helper fails (the caller takes the slot out of service).
    */
-  async renew(slot: Slot): Promise<void> {
+  async renew(slot: Slot, root?: { lowers: string[]; uid: number; gid: number }): Promise<{ upper: string; work: string } | undefined> {
     const args = this.diskArgs(slot);
+    if (this.helper && root) {
+      // The fresh disk and a slot's image root over it, one request (template-mount.c `root`).
+      try {
+        await this.helper.call(["root", ...args.slice(1), String(root.uid), String(root.gid), ...root.lowers]);
+        this.remember(slot);
+        const views = this.viewsDir(slot)!;
+        return { upper: join(views, "root-upper"), work: join(views, "root-work") };
+      } catch {
+        // Only a fresh disk, then: the image room mounts the root itself and says what failed.
+      }
+    }
     if (this.helper) await this.helper.call(args);
     else {
       try {
@@ -111,6 +122,7 @@ export class SlotDisks {
       }
     }
     this.remember(slot);
+    return undefined;
   }
 
   /** Whether a fork can prepare a slot's next disk beside its current one (`prepareNext`: the helper serves it). */
@@ -199,8 +211,10 @@ export class SlotDisks {
    * and /dev/shm, all on the slot's disk or (fallback) tmpfs whose sizes add up to the bound.
    * Every other place in the namespace is read-only (`bwrapArgs` remounts /dev read-only).
    */
-  writableArgs(slot: Slot): string[] {
+  writableArgs(slot: Slot, imageRoot = false): string[] {
     const m = this.mounted.get(slot.index);
+    // An image root has /tmp and /var/tmp of its own (in its upper layer, on this disk too): only /dev/shm is mounted.
+    if (imageRoot) return m ? ["--bind", m.shm, "/dev/shm"] : ["--size", String(Math.max(64 * 1024, Math.floor(this.bytes / 4))), "--tmpfs", "/dev/shm"];
     if (m) return ["--bind", m.tmp, "/tmp", "--bind", m.varTmp, "/var/tmp", "--bind", m.shm, "/dev/shm"];
     return fallbackWritableArgs(this.bytes);
   }

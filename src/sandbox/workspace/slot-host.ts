@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { SlotCgroups } from "../isolation/cgroups.js";
-import type { BwrapProbe } from "../isolation/isolation.js";
+import type { BwrapProbe, ImageRootSource } from "../isolation/isolation.js";
+import type { SlotNetworks } from "../isolation/slot-netns.js";
 import type { SlotBootIds } from "../isolation/boot-id.js";
 import type { CommandLimits } from "../isolation/limits.js";
 import type { CappedOutput } from "../run/output.js";
@@ -42,6 +43,10 @@ export interface SlotHost {
   readonly mayMount: boolean;
   /** Deletes trees a slot left, in child processes (never on the event loop). */
   readonly removal: TreeRemoval;
+  /** Each slot's image root, if its root is an image (src/sandbox/images/). */
+  readonly imageRoots: ImageRootSource;
+  /** Each slot's shared network namespaces (process sessions; an image root's commands with network on). */
+  readonly slotNetworks: SlotNetworks;
   /** Each slot's boot id, bound into its sandboxes and renewed when all its processes have ended. */
   readonly bootIds: SlotBootIds;
   /** Whether a call asking for `requested` network gets it (network on needs internet access). */
