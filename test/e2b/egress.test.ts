@@ -43,7 +43,7 @@ async function reach(sbx: Sandbox, addr: string): Promise<string> {
 }
 
 describe("E2B egress rules (network.allowOut / denyOut, updateNetwork)", () => {
-  it.runIf(isRoot)("denyOut refuses, allowOut wins over ALL_TRAFFIC, updateNetwork replaces the rules; getInfo lists them", async () => {
+  it.skipIf(!isRoot)("denyOut refuses, allowOut wins over ALL_TRAFFIC, updateNetwork replaces the rules; getInfo lists them (skipped without root: no network namespace for the outside hosts)", async () => {
     const sbx = await Sandbox.create({ ...h.opts, network: { denyOut: [B] } });
     expect(await reach(sbx, A)).toBe(`outside ${A}`);
     expect(await reach(sbx, B)).toBe("refused");
@@ -66,7 +66,7 @@ describe("E2B egress rules (network.allowOut / denyOut, updateNetwork)", () => {
     await Promise.all([sbx.kill(), only.kill()]);
   }, 120_000);
 
-  it.runIf(isRoot)("a fork and a filesystem-only pause keep the rules; the next sandbox on the slot starts without them", async () => {
+  it.skipIf(!isRoot)("a fork and a filesystem-only pause keep the rules; the next sandbox on the slot starts without them (skipped without root: no network namespace for the outside hosts)", async () => {
     const sbx = await Sandbox.create({ ...h.opts, network: { denyOut: [A] } });
     const [forked] = await sbx.fork({ count: 1 });
     if (!(forked instanceof Sandbox)) throw forked ?? new Error("no fork");
