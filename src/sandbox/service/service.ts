@@ -33,6 +33,8 @@ import { SlotImages, type ImageOptions } from "../images/slot-images.js";
 import { SlotResets, type ResetHost } from "./slot-reset.js";
 import type { MountedRoot, RootPlan } from "../images/slot-roots.js";
 import { forkImageSlot, imageForkHost } from "../fork/image-fork.js";
+import { captureSlot } from "./slot-capture.js";
+import type { TemplateCaptureResponse } from "../../protocol/template-capture.js";
 import { SlotNetworks } from "../isolation/slot-netns.js";
 import { SlotForks } from "../fork/fork.js";
 import { forkHost } from "../fork/fork-host.js";
@@ -421,6 +423,13 @@ export class SandboxService implements SlotHost {
     const parts = { logger: this.logger, cgroups: this.cgroups, images: this.images, processes: this.processes, stateful: this.stateful, bash: this.bash, templates: this.templates };
     const answer = await forkImageSlot(imageForkHost(parts, (child, template, image, from) => this.resets.reset(child, template, image, from)), parent, children);
     return { ...answer, generations: children.map((c) => c.generation) };
+  }
+
+  /** POST /templates/capture: a template of the slot's files as they are now (slot-capture.ts). */
+  capture(slotId: string, name: string): Promise<TemplateCaptureResponse> {
+    if (this.closed) throw new HttpError(503, "sandbox server is shutting down");
+    const { cgroups, bwrap, templates, images, processes, stateful, bash } = this;
+    return captureSlot({ cgroups, bwrap, templates, images, processes, stateful, bash, identity: (slot) => this.identity(slot) }, this.slotById(slotId), name);
   }
 
   /** Starts every slot's namespace ahead of its first call, in the background, a few at a time (not 50 sandboxes at once). */
