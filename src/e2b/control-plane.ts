@@ -5,6 +5,7 @@ import { readJsonBody } from "../http/body.js";
 import { requestTarget } from "../http/target.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
+import type { Snapshot } from "./snapshots.js";
 import { VolumeMountPathSchema } from "../protocol/volumes.js";
 import { SandboxMetrics } from "./sandbox-metrics.js";
 import { egressFrom, EgressFieldsSchema, hasEgress, NetworkUpdateBodySchema } from "./sandbox-egress.js";
@@ -52,6 +53,7 @@ const TimeoutBodySchema = z.object({ timeout: z.number().int().min(0) });
 const ConnectBodySchema = z.object({ timeout: z.number().int().min(0).optional(), memory: z.boolean().nullish() });
 const PauseBodySchema = z.object({ memory: z.boolean().nullish() });
 const ResumeBodySchema = z.object({ timeout: z.number().int().min(0).optional(), autoPause: z.boolean().nullish() });
+const SnapshotBodySchema = z.object({ name: z.string().max(256).nullish() });
 const FORK_PATH = /^\/sandboxes\/([^/]+)\/fork$/;
 const ForkBodySchema = z.object({ timeout: z.number().int().min(0).optional(), count: z.number().int().min(1).max(64).optional() });
 
@@ -80,7 +82,6 @@ export class ControlPlane {
     const unsupported = (what: string, why: string): Handler => async () => {
       throw new E2bUnsupportedError(`${what} is not supported by slotpool: ${why}`);
     };
-    const noSnapshots = "a paused sandbox stays in memory on its sandbox server; there is no snapshot to disk (see docs/e2b.md)";
     this.route("POST", /^\/(?:v2\/)?sandboxes$/, (req, res) => this.create(req, res))
       .route("GET", /^\/(?:v2\/)?sandboxes$/, (req, res) => this.list(req, res))
       .route("GET", /^\/sandboxes\/([^/]+)$/, async (_req, res, id) => send(res, 200, this.detail(this.options.registry.require(id))))
@@ -119,8 +120,19 @@ export class ControlPlane {
         if (!this.options.registry.templateNames().includes(alias)) throw new E2bApiError(404, `template '${alias}' not found`);
         send(res, 200, { templateID: alias, public: false });
       })
-      .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noSnapshots))
-      .route("GET", /^\/snapshots$/, unsupported("snapshots", noSnapshots))
+      // E2B's snapshots (snapshots.ts): the sandbox's files as a template on its container; Sandbox.create(snapshotID) makes sandboxes of it.
+      .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, async (req, res, id) => {
+        const s = this.options.registry.require(id);
+        const body = await parse(req, SnapshotBodySchema);
+        send(res, 201, snapshotInfo(await this.options.registry.snapshots.create(s, body.name ?? undefined)));
+      })
+      .route("GET", /^\/snapshots$/, async (req, res) => this.listSnapshots(req, res))
+      // Sandbox.deleteSnapshot: E2B deletes a snapshot as the template it is.
+      .route("DELETE", /^\/templates\/([^/]+)$/, async (_req, res, id) => {
+        if (this.options.registry.templateNames().includes(id)) throw new E2bApiError(400, `template '${id}' is one of this server's templates (--templates), which cannot be deleted through the API; only snapshots can`, "templateID");
+        if (!(await this.options.registry.snapshots.delete(id))) throw new E2bApiError(404, `snapshot '${id}' not found`);
+        send(res, 204);
+      })
       // E2B's updateNetwork: every egress rule replaced (an omitted list is cleared).
       .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, async (req, res, id) => {
         const s = this.options.registry.require(id);
@@ -251,6 +263,22 @@ export class ControlPlane {
     send(res, 200, page.map((s) => this.listed(s)));
   }
 
+  /** E2B's snapshot list: newest first, of one sandbox (sandboxID) or by name when asked, paged as the sandboxes are. */
+  private async listSnapshots(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { query } = requestTarget(req.url);
+    const limit = query.has("limit") ? Number(query.get("limit")) : 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new E2bApiError(400, "limit must be a whole number from 1 to 100", "limit");
+    let all = this.options.registry.snapshots.list({ sandboxId: query.get("sandboxID") ?? undefined, name: query.get("name") ?? undefined });
+    const after = query.get("nextToken");
+    if (after) {
+      const mark = all.findIndex((s) => s.id === Buffer.from(after, "base64url").toString("utf8"));
+      all = mark < 0 ? [] : all.slice(mark + 1);
+    }
+    const page = all.slice(0, limit);
+    if (all.length > limit) res.setHeader("x-next-token", Buffer.from(page.at(-1)!.id).toString("base64url"));
+    send(res, 200, page.map(snapshotInfo));
+  }
+
   private async fork(body: z.output<typeof ForkBodySchema>, res: ServerResponse, id: string): Promise<void> {
     const source = this.options.registry.require(id);
     const results = await this.options.registry.fork(source, body.count ?? 1, body.timeout);
@@ -309,6 +337,11 @@ export class ControlPlane {
         : {}),
     };
   }
+}
+
+/** E2B's SnapshotInfo. */
+function snapshotInfo(s: Snapshot) {
+  return { snapshotID: s.id, names: s.names };
 }
 
 /** A sandbox id from the path; malformed percent-encoding is the client's mistake (400), not ours. */

@@ -11,10 +11,11 @@ import { DEFAULT_PORT_LIMITS, SandboxPorts, type PortLimits } from "./sandbox-po
 import type { VolumeMount } from "../protocol/volumes.js";
 import type { EgressRules } from "../protocol/egress.js";
 import { hasEgress, NO_EGRESS, type SandboxEgress } from "./sandbox-egress.js";
+import { SandboxSnapshots, type SnapshotPool } from "./snapshots.js";
 
 /** What the registry needs from a pool (SlotPool implements it). */
-export interface E2bPool {
-  /** The pool's containers (SlotPool's): volumes are served through any ready one. */
+export interface E2bPool extends SnapshotPool {
+  /** The pool's containers (SlotPool's): volumes are served through any ready one; a snapshot lives on one. */
   containerList?(): Array<ContainerInfo & { state: string }>;
   acquire(options: AcquireOptions): Promise<LeasedSlot>;
   release(slot: LeasedSlot, options?: { reset?: boolean }): Promise<void>;
@@ -124,10 +125,13 @@ export class SandboxRegistry {
   private readonly live = new Map<string, E2bSandbox>();
   private readonly keepAlive: NodeJS.Timeout;
   private readonly lifecycleOps: PauseResume<E2bSandbox>;
+  /** E2B's snapshots: templates captured from sandboxes (snapshots.ts); a sandbox is created from one by its id. */
+  readonly snapshots: SandboxSnapshots;
   private closed = false;
 
   constructor(private readonly options: SandboxRegistryOptions) {
     this.lifecycleOps = new PauseResume(options.logger, (s) => this.arm(s));
+    this.snapshots = new SandboxSnapshots(options.pool, (name) => name === BASE_TEMPLATE || this.options.templates?.has(name) === true);
     // The pool reclaims leases unused for its lease timeout; a sandbox's own timeout is the
     // authority here, so every live lease is marked used now and then.
     this.keepAlive = setInterval(() => {
@@ -154,8 +158,9 @@ export class SandboxRegistry {
   async create(req: CreateSandbox): Promise<E2bSandbox> {
     if (this.closed) throw new E2bApiError(503, "the server is shutting down");
     const templateId = req.templateID || BASE_TEMPLATE;
-    const spec = templateId === BASE_TEMPLATE ? undefined : (this.options.templates?.get(templateId) ?? imageTemplate(templateId));
-    if (templateId !== BASE_TEMPLATE && !spec) {
+    const snapshot = templateId === BASE_TEMPLATE || this.options.templates?.has(templateId) ? undefined : this.snapshots.get(templateId);
+    const spec = templateId === BASE_TEMPLATE || snapshot ? undefined : (this.options.templates?.get(templateId) ?? imageTemplate(templateId));
+    if (templateId !== BASE_TEMPLATE && !spec && !snapshot) {
       const problem = imageReferenceProblem(templateId);
       const asImage = problem ? `; as an image reference it ${problem}` : `; a task image is named with a tag, a digest or a registry (python:3.12, registry.local:5000/repo@sha256:…)`;
       throw new E2bApiError(404, `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates)${asImage}`);
@@ -168,8 +173,9 @@ export class SandboxRegistry {
     const id = "sp" + randomBytes(9).toString("hex");
     // Routed to a container holding the template, else the image (pool/slot-placement.ts).
     const named = this.options.templates?.has(templateId) === true;
-    const slot = await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(named ? { template: templateId } : {}), ...(spec?.image !== undefined ? { image: spec.image } : {}) });
-    let workdir: string | undefined;
+    const leased = snapshot ? await this.snapshots.lease(snapshot, `e2b-${id}`) : undefined;
+    const slot = leased?.slot ?? await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(named ? { template: templateId } : {}), ...(spec?.image !== undefined ? { image: spec.image } : {}) });
+    let workdir = leased?.workdir;
     try {
       if (spec) {
         if (!this.options.pool.useTemplate) throw new E2bApiError(501, "this pool cannot reset slots into workspace templates");
