@@ -1,5 +1,11 @@
-import { Sandbox, SandboxError } from "e2b";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Sandbox, SandboxError, ServiceBusyError } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { E2bServer } from "../../src/e2b/server.js";
+import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
+import { SlotPool } from "../../src/pool/slot-pool.js";
 import { imagesMissing } from "../support/image-server.js";
 import { pushImage, startRegistry, type TestRegistry } from "../support/registry.js";
 import { busyboxImage } from "../support/test-images.js";
@@ -108,7 +114,52 @@ describe("E2B snapshots (plain sandboxes)", () => {
     }
     await expect(Sandbox.createSnapshot("sp-no-such-sandbox", h.opts)).rejects.toThrow(/not found/);
     await expect(Sandbox.deleteSnapshot("base", h.opts)).rejects.toBeInstanceOf(SandboxError);
+    const bad = await fetch(`${h.url}/snapshots?limit=0`, { headers: { "x-api-key": h.apiKey } });
+    expect([bad.status, ((await bad.json()) as { message: string }).message]).toEqual([400, "limit must be a whole number from 1 to 100"]);
   }, 120_000);
+});
+
+describe("E2B snapshots live on one container", () => {
+  // Two containers of one slot each: which container a sandbox lands on is the test's to choose.
+  const baseDir = mkdtempSync(join(tmpdir(), "slotpool-e2b-snap-"));
+  chmodSync(baseDir, 0o755);
+  const pool = new SlotPool({ provisioner: new LocalProvisioner({ slotsPerContainer: 1, baseDir }), slotsPerContainer: 1, minContainers: 2, maxContainers: 2 });
+  const apiKey = "e2b_test_key_" + Math.random().toString(36).slice(2);
+  const server = new E2bServer({ pool, apiKey });
+  let opts = { apiUrl: "", sandboxUrl: "", apiKey };
+  beforeAll(async () => {
+    await pool.start();
+    const url = await server.listen(0, "127.0.0.1");
+    opts = { apiUrl: url, sandboxUrl: url, apiKey };
+  }, 120_000);
+  afterAll(async () => {
+    await server.close();
+    await pool.stop({ purge: true });
+    rmSync(baseDir, { recursive: true, force: true });
+  });
+
+  it("a sandbox from a snapshot gets a slot of the snapshot's container, or a 503 while that container has none free", async () => {
+    const src = await Sandbox.create(opts);
+    await src.files.write("/home/user/here.txt", "on the first container");
+    const snap = await src.createSnapshot();
+    // The source holds its container's one slot: the other container's slot has not the files.
+    const busy = await Sandbox.create(snap.snapshotId, opts).catch((e: unknown) => e);
+    // The SDK's error for E2B's 503 (no capacity to place the sandbox now).
+    expect(busy).toBeInstanceOf(ServiceBusyError);
+    expect((busy as Error).message).toMatch(/snapshot '.*' lives on container .*, which has no free slot now/);
+    // That slot was given back: a plain sandbox gets it.
+    const other = await Sandbox.create(opts);
+    expect(server.registry.get(other.sandboxId)!.slot.container.id).not.toBe(server.registry.get(src.sandboxId)!.slot.container.id);
+    await other.kill();
+    await src.kill();
+    const made = await Sandbox.create(snap.snapshotId, opts);
+    try {
+      expect(await made.files.read("/home/user/here.txt")).toBe("on the first container");
+    } finally {
+      await made.kill();
+    }
+    expect(pool.stats().slots).toMatchObject({ held: 0, lost: 0 });
+  }, 180_000);
 });
 
 describe.skipIf(imagesMissing !== undefined)(`E2B snapshots of a sandbox from a task image${imagesMissing ? ` (skipped without ${imagesMissing})` : ""}`, () => {
