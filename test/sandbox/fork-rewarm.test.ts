@@ -4,6 +4,7 @@ import { join } from "node:path";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Slot } from "../../src/sandbox/core/slot.js";
+import { SlotBootIds } from "../../src/sandbox/isolation/boot-id.js";
 import { SlotNetworks } from "../../src/sandbox/isolation/slot-netns.js";
 import { ProcessSessions } from "../../src/sandbox/tools/process-sessions.js";
 import type { SlotHost } from "../../src/sandbox/workspace/slot-host.js";
@@ -57,6 +58,8 @@ beforeAll(async () => {
     slotNetworks: new SlotNetworks(),
     // A plain slot: no image root (task images, issue 36).
     imageRoots: { rootFor: () => undefined },
+    // Each slot's boot id file (e2b-snapshots), bound into its sandboxes.
+    bootIds: new SlotBootIds(dir),
   } as unknown as SlotHost;
   sessions = new ProcessSessions(host);
   // The slot runs a session: from then on it keeps a sandbox started ahead.
