@@ -21,6 +21,7 @@ import { artifactCall } from "../service/file-calls.js";
 import { ImagePullRequestSchema } from "../../protocol/images.js";
 import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
+import { addImageBuildRoutes } from "./image-build-routes.js";
 import { handlePortUpgrade } from "./port-routes.js";
 import { addVolumeRoutes } from "./volume-routes.js";
 import { addUsageRoutes } from "./usage-routes.js";
@@ -128,7 +129,7 @@ export class SandboxServer {
   private routeTable(): RouteTable {
     const svc = this.service;
     const artifacts = (kind: "read" | "list" | "archive"): RouteHandler => (req, res) => this.artifacts(req, res, kind);
-    return addUsageRoutes(addVolumeRoutes(addProcessRoutes(new RouteTable(), svc, this.body), svc, this.body), svc, this.body)
+    return addImageBuildRoutes(addUsageRoutes(addVolumeRoutes(addProcessRoutes(new RouteTable(), svc, this.body), svc, this.body), svc, this.body), svc, this.body)
       .add(
         "GET",
         "/health",
