@@ -18,8 +18,10 @@ plugin "docker" {
     # default allow_caps (below, without sys_admin) plus it. Nomad 1.1 and current Nomad
     # (1.9/1.10) both take this list; the job needs no privileged container (slotpool job
     # render --privileged would also need allow_privileged = true here).
+    # sys_ptrace: only for a job that asks for it (pool.nomad.capAdd): task images under the
+    # docker driver need it (docs/nomad.md, "Task images"); the default job does not add it.
     allow_caps = ["audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod",
-    "net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot", "sys_admin"]
+    "net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot", "sys_admin", "sys_ptrace"]
   }
 }
 

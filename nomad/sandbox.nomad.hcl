@@ -55,6 +55,18 @@ variable "datacenters" {
   default     = ["dc1"]
 }
 
+variable "image_disk_mb" {
+  type        = number
+  description = "Each server's sticky ephemeral disk for task images, MB (docs/images.md): their store's budget is 80 % of it"
+  default     = 5120
+}
+
+variable "insecure_registries" {
+  type        = list(string)
+  description = "Registries of task images (HOST:PORT) that may answer plain HTTP; every other must speak TLS. Credentials: docs/nomad.md"
+  default     = []
+}
+
 variable "token" {
   type        = string
   description = "Bearer token the sandbox servers require (required: they listen beyond loopback). For production, keep it in a Nomad Variable or Vault instead."
@@ -108,6 +120,14 @@ job "slotpool-sandbox" {
       max_delay      = "1m"
     }
 
+    # Task images live here (the server's data dir, $NOMAD_ALLOC_DIR/data, is on the node's own
+    # filesystem; the container's overlayfs root cannot hold them). Sticky: a replacement on this
+    # node keeps the images it had.
+    ephemeral_disk {
+      size   = var.image_disk_mb
+      sticky = true
+    }
+
     task "sandbox-server" {
       driver       = "docker"
       kill_timeout = "15s"
@@ -118,12 +138,14 @@ job "slotpool-sandbox" {
         # tini (in the image) stays PID 1 and reaps what slot commands leave behind.
         entrypoint = ["tini", "-s", "--", "slotpool"]
         ports      = ["http"]
-        args = [
+        args = concat([
           "sandbox-server", "--slots", "${var.slots}", "--host", "0.0.0.0", "--port", "8080",
           # Each slot's share of the allocation (see the top of this file).
           "--memory-mb", "${floor((var.memory - 128) / var.slots)}",
           "--disk-mb", "${floor((var.memory - 128) / var.slots / 2)}",
-        ]
+          # The task images' store budget: 80 % of its disk (ephemeral_disk below).
+          "--image-budget-mb", "${floor(var.image_disk_mb * 0.8)}",
+        ], flatten([for r in var.insecure_registries : ["--insecure-registry", r]]))
         # What a sandboxed server needs, and no more (no privileged; measured, see
         # docs/security-model.md): CAP_SYS_ADMIN for its own mount namespace (slot disks,
         # cgroups, uncovering Docker's masked /proc for bubblewrap); the client's docker plugin

@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
+import { IMAGE_FLAGS_HELP, POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
 import { serveUntilStopped } from "./stop-signal.js";
 import { z } from "zod";
 import { E2bServer } from "../e2b/server.js";
@@ -68,6 +68,7 @@ options:
   --node-pool P              nomad provisioner: the job's node pool (Nomad >= 1.6)
   --cpu MHZ                  nomad provisioner: CPU per container (default 1000)
   --memory-mb MB             nomad provisioner: memory per container (default 128 + 224 x slots)
+${IMAGE_FLAGS_HELP}
 
 Nomad settings come from NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, ...
 `;

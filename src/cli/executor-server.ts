@@ -1,5 +1,5 @@
 import { ToolBackendConfigSchema } from "../executor/backend-config.js";
-import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions, type BackendFlagTable } from "./backend-flags.js";
+import { IMAGE_FLAGS_HELP, POOL_FLAGS, backendConfigFromFlags, backendFlagOptions, type BackendFlagTable } from "./backend-flags.js";
 import { serveUntilStopped } from "./stop-signal.js";
 import { ExecutorServer } from "../executor/executor-server.js";
 import { createToolBackend } from "../executor/tool-backend.js";
@@ -45,6 +45,7 @@ options:
   --node-pool P              nomad provisioner: the job's node pool (Nomad >= 1.6)
   --cpu MHZ                  nomad provisioner: CPU per container (default 1000)
   --memory-mb MB             nomad provisioner: memory per container (default 128 + 224 x slots)
+${IMAGE_FLAGS_HELP}
   --tool-server-url URL      ToolServer hosting external tools
   --tool-server-token T      its bearer token (or env TOOL_EXECUTOR_TOOL_SERVER_TOKEN)
   --allow-network            sandbox commands may reach the network (default: ${E.allowNetwork ? "on" : "off"})

@@ -14,7 +14,7 @@ import { OpenEnvServer } from "../openenv/server.js";
 import { registerOpenEnvMetrics } from "../openenv/status.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { serveRunMetrics } from "./metrics-endpoint.js";
-import { POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
+import { IMAGE_FLAGS_HELP, POOL_FLAGS, backendConfigFromFlags, backendFlagOptions } from "./backend-flags.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
 import { loadEnvClass } from "./run-env.js";
 import { serveUntilStopped } from "./stop-signal.js";
@@ -62,6 +62,7 @@ options:
   --datacenters DC[,DC...]     nomad provisioner: datacenters of the job (default dc1)
   --namespace NS               nomad provisioner: the job's namespace (default NOMAD_NAMESPACE, else "default")
   --node-pool P                nomad provisioner: the job's node pool (Nomad >= 1.6)
+${IMAGE_FLAGS_HELP}
 
 The --config file's "openenv" object may set the same bounds by their names in the docs
 (modelUrlAllow, runTimeoutMs, maxSeed, maxSessions, ...); flags win over it.

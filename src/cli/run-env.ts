@@ -22,6 +22,8 @@ import { RunStats } from "../env/run-stats.js";
 import { createLogger, flushRepeats, LOG_FORMATS, type LogFormat } from "../observability/logger.js";
 import { getConfigPath, setConfigPath } from "./config-path.js";
 import { CliUsageError, intFlag, parseFlags, stringFlag, boolFlag, type ParsedFlags } from "./usage.js";
+import { insecureRegistriesFlag } from "./backend-flags.js";
+import { ItemImageError } from "../env/item-image.js";
 
 type Mode = "process" | "serve" | "evaluate";
 const ALL: Mode[] = ["process", "serve", "evaluate"];
@@ -49,13 +51,14 @@ const OPTIONS: Array<{ flag: string; type: "string" | "boolean"; multiple?: true
   { flag: "concurrency", type: "string", modes: ALL, help: "--concurrency N          groups in flight at once" },
   { flag: "slots-per-container", type: "string", modes: ALL, help: "--slots-per-container N  slots per sandbox server" },
   { flag: "max-containers", type: "string", modes: ALL, help: "--max-containers N       most sandbox servers" },
+  { flag: "insecure-registry", type: "string", multiple: true, modes: ALL, help: "--insecure-registry H:P  a registry of the items' task images that may answer plain HTTP (repeatable;\n                           images.insecureRegistries in --config); credentials: SLOTPOOL_REGISTRY_AUTH or\n                           REGISTRY_AUTH_FILE in the environment, never a flag (docs/images.md)" },
   { flag: "tokenizer", type: "string", modes: ALL, help: "--tokenizer FILE         the model's HF tokenizer.json (tokenizer_config.json beside it): its chat template\n                           for --server-type vllm|sglang; tokens/masks when an openai server returns no ids" },
   { flag: "server-type", type: "string", modes: ALL, help: "--server-type T          openai (chat completions, default; not token-exact), vllm or sglang (token in,\n                           token out: every trained id as sampled; needs --tokenizer)" },
   { flag: "tool-call-parser", type: "string", modes: ALL, help: "--tool-call-parser P     token-exact servers: hermes (default) or qwen3 (<think> kept apart)" },
   { flag: "allow-inexact-tokens", type: "boolean", modes: ["serve"], help: "--allow-inexact-tokens   send trajectories that are not token-exact (also SLOTPOOL_ALLOW_INEXACT_TOKENS=1)" },
   { flag: "success-threshold", type: "string", modes: ALL, help: "--success-threshold X    a trajectory is solved when its score is at least X (default 1.0)" },
   { flag: "infra-failure-policy", type: "string", modes: ["process", "serve"], help: "--infra-failure-policy P drop (default: drop the group, retry its item), mask (leave the failed\n                           trajectory out of its group) or fail (stop the run) when a model call, a slot or the\n                           reward fails; such a trajectory is never scored nor written" },
-  { flag: "config", type: "string", modes: ALL, help: "--config FILE            JSON file of the env config: its own fields and the sections model, tools, pool,\n                           executor, trainer (docs/env.md; flags win over it; an unknown key is an error)" },
+  { flag: "config", type: "string", modes: ALL, help: "--config FILE            JSON file of the env config: its own fields and the sections model, tools, pool,\n                           executor, images, trainer (docs/env.md; flags win over it; an unknown key is an error)" },
   { flag: "set", type: "string", multiple: true, modes: ALL, help: "--set PATH=VALUE         one config field by its path, e.g. --set pool.maxContainers=4 --set model.temperature=0.7\n                           (VALUE is JSON when it parses as JSON, else a string; repeatable; over --config)" },
   { flag: "metrics-port", type: "string", modes: ["process", "serve"], help: "--metrics-port N         serve the run's GET /metrics on 127.0.0.1:N (0: any free port, printed)" },
   { flag: "log-format", type: "string", modes: ALL, help: "--log-format F           pretty (default: short lines, a repeated warning once with its count) or json (pino lines)" },
@@ -184,6 +187,8 @@ async function envConfigFromFlags(flags: ParsedFlags): Promise<Record<string, un
   num("concurrency", "groupConcurrency");
   num("slots-per-container", "pool.slotsPerContainer");
   num("max-containers", "pool.maxContainers");
+  const insecure = insecureRegistriesFlag(flags, getConfigPath(config, "images.insecureRegistries"));
+  if (insecure) set("images.insecureRegistries", insecure);
   const provisioner = stringFlag(flags, "provisioner");
   if (provisioner !== undefined) {
     if (provisioner !== "local" && provisioner !== "nomad") throw new CliUsageError(`--provisioner must be local or nomad, got '${provisioner}'`);
@@ -428,6 +433,8 @@ async function runModeChecked(mode: Mode, argv: string[], signal: AbortSignal, s
           : undefined;
     return exitFor(failed);
   } catch (err) {
+    // An item's task image that cannot exist: the env's mistake, found before its group ran (exit 2).
+    if (err instanceof ItemImageError) throw new CliUsageError(err.message);
     // A signal that broke off a wait (the pool starting, Atropos registration): say so, exit 130/143.
     if (signal.aborted) {
       if (!started) process.stderr.write(`slotpool ${mode}: interrupted before the run started\n`);

@@ -19,8 +19,12 @@ export function workspacePath(path: string | undefined, field = "path"): string 
   return posix.normalize(path.startsWith("/") ? path : posix.join(E2B_HOME, path)).replace(/\/+$/, "") || "/";
 }
 
-/** A working directory for a command: any absolute path inside the sandbox, relative ones under /home/user. */
-export function commandCwd(cwd: string | undefined): string {
-  if (!cwd) return E2B_HOME;
+/**
+ * A working directory for a command: any absolute path inside the sandbox, relative ones under
+ * /home/user; none given: `workdir` (a task image's WorkingDir, as E2B starts a template's
+ * commands in its workdir), else /home/user.
+ */
+export function commandCwd(cwd: string | undefined, workdir?: string): string {
+  if (!cwd) return workdir ?? E2B_HOME;
   return cwd.startsWith("/") ? posix.normalize(cwd) : posix.join(E2B_HOME, cwd);
 }

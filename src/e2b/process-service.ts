@@ -44,7 +44,7 @@ export function processService(registry: SandboxRegistry): ServiceImpl<typeof Pr
             cmd: pty?.cmd ?? cfg.cmd,
             args: pty?.args ?? cfg.args,
             envs: { HOME: E2B_HOME, ...(pty ? { TERM: "xterm-256color" } : {}), ...s.envs, ...cfg.envs },
-            cwd: commandCwd(cfg.cwd),
+            cwd: commandCwd(cfg.cwd, s.workdir),
             // envd's default for old clients: stdin open unless asked otherwise (a PTY's input is stdin).
             stdin: pty ? true : (req.stdin ?? true),
             ...(req.tag ? { tag: req.tag } : {}),

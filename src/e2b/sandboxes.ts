@@ -1,7 +1,9 @@
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
 import type { Logger } from "../observability/logger.js";
 import type { AcquireOptions, ContainerInfo, LeasedSlot, TemplateSpec } from "../pool/types.js";
-import { SlotForkError } from "../pool/errors.js";
+import { ImageUnavailableError, SlotForkError } from "../pool/errors.js";
+import { imageReferenceProblem } from "../protocol/images.js";
+import type { ResetResponse } from "../protocol/sandbox.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { PauseResume } from "./pause-resume.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } from "./slot-processes.js";
@@ -14,13 +16,15 @@ export interface E2bPool {
   containerList?(): Array<ContainerInfo & { state: string }>;
   acquire(options: AcquireOptions): Promise<LeasedSlot>;
   release(slot: LeasedSlot, options?: { reset?: boolean }): Promise<void>;
-  useTemplate?(slot: LeasedSlot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
+  useTemplate?(slot: LeasedSlot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<ResetResponse | void>;
 }
 
 /** One E2B sandbox: one slot lease, held from create until kill or timeout. */
 export interface E2bSandbox {
   readonly id: string;
   readonly templateId: string;
+  /** A sandbox whose template id is a task image: the image's WorkingDir, where its commands start by default (E2B's template workdir). */
+  readonly workdir: string | undefined;
   readonly slot: LeasedSlot;
   readonly processes: SlotProcesses;
   /** Connections to the sandbox's own ports (port-proxy.ts). */
@@ -143,9 +147,11 @@ export class SandboxRegistry {
   async create(req: CreateSandbox): Promise<E2bSandbox> {
     if (this.closed) throw new E2bApiError(503, "the server is shutting down");
     const templateId = req.templateID || BASE_TEMPLATE;
-    const spec = templateId === BASE_TEMPLATE ? undefined : this.options.templates?.get(templateId);
+    const spec = templateId === BASE_TEMPLATE ? undefined : (this.options.templates?.get(templateId) ?? imageTemplate(templateId));
     if (templateId !== BASE_TEMPLATE && !spec) {
-      throw new E2bApiError(404, `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates)`);
+      const problem = imageReferenceProblem(templateId);
+      const asImage = problem ? `; as an image reference it ${problem}` : `; a task image is named with a tag, a digest or a registry (python:3.12, registry.local:5000/repo@sha256:…)`;
+      throw new E2bApiError(404, `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates)${asImage}`);
     }
     const timeoutS = this.timeoutSeconds(req.timeout);
     // Asking for internet on a server without it (E2B's Python SDK up to 2.34 always asks)
@@ -153,18 +159,24 @@ export class SandboxRegistry {
     const allowNetwork = (req.allowInternetAccess ?? true) && (this.options.allowNetwork ?? false);
     if (req.allowInternetAccess && !allowNetwork) this.options.logger.info({ template: templateId }, "a sandbox asked for internet access, which is off on this server (--allow-network): it gets loopback only");
     const id = "sp" + randomBytes(9).toString("hex");
-    const slot = await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(spec ? { template: spec.name } : {}) });
+    // Routed to a container holding the template, else the image (pool/slot-placement.ts).
+    const named = this.options.templates?.has(templateId) === true;
+    const slot = await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(named ? { template: templateId } : {}), ...(spec?.image !== undefined ? { image: spec.image } : {}) });
+    let workdir: string | undefined;
     try {
       if (spec) {
         if (!this.options.pool.useTemplate) throw new E2bApiError(501, "this pool cannot reset slots into workspace templates");
-        await this.options.pool.useTemplate(slot, spec);
+        const res = await this.options.pool.useTemplate(slot, spec);
+        workdir = res?.image?.runtime.working_dir || undefined;
       }
     } catch (err) {
       await this.options.pool.release(slot).catch(() => undefined);
+      // The image could not be had on the container: a 4xx naming it when it does not exist, the server's status otherwise; this server lives on.
+      if (err instanceof ImageUnavailableError) throw new E2bApiError(err.reason === "not_found" ? 404 : err.status ?? 502, `template '${templateId}': ${err.message}`);
       throw err;
     }
     const lifecycle = { onTimeout: "kill" as const, keepMemory: true, autoResume: false, ...req.lifecycle };
-    return this.register(id, slot, { templateId, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [], secretEnvKeys: req.secretEnvKeys ?? [] });
+    return this.register(id, slot, { templateId, workdir, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [], secretEnvKeys: req.secretEnvKeys ?? [] });
   }
 
   /** A held slot becomes a live sandbox (create, fork). */
@@ -173,6 +185,7 @@ export class SandboxRegistry {
     slot: LeasedSlot,
     o: {
       templateId: string;
+      workdir: string | undefined;
       envs: Record<string, string>;
       metadata: Record<string, string>;
       timeoutS: number;
@@ -187,6 +200,7 @@ export class SandboxRegistry {
     const sandbox: E2bSandbox = {
       id,
       templateId: o.templateId,
+      workdir: o.workdir,
       slot,
       processes: new SlotProcesses(slot, this.options.processLimits ?? DEFAULT_SLOT_PROCESS_LIMITS, o.volumeMounts.map((m) => ({ volume_id: m.volume_id, path: m.path }))),
       ports: new SandboxPorts(slot, o.allowNetwork, this.options.portLimits ?? DEFAULT_PORT_LIMITS, new Set(o.network.httpsPorts ?? [])),
@@ -232,7 +246,7 @@ export class SandboxRegistry {
       const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
       return ids.map(() => e);
     }
-    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network, volumeMounts: source.volumeMounts, secretEnvKeys: source.secretEnvKeys }));
+    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, workdir: source.workdir, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network, volumeMounts: source.volumeMounts, secretEnvKeys: source.secretEnvKeys }));
   }
 
   /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */
@@ -390,4 +404,16 @@ export class SandboxRegistry {
     clearInterval(this.keepAlive);
     await Promise.all([...this.live.values()].map((s) => this.end(s, "shutdown")));
   }
+}
+
+/**
+ * A template id that is no template of this server but names a task image (protocol/images.ts):
+ * the sandbox's root is that image (docs/images.md), fetched by the slot's container if it
+ * lacks it. Only a reference with a tag, a digest, a registry or a transport counts (a ':', '/'
+ * or '@' in it): a bare name (`my-tmpl`) is a template name mistyped far more often than
+ * Docker Hub's `library/my-tmpl`, and is answered 404 without reaching out to any registry.
+ */
+function imageTemplate(templateId: string): TemplateSpec | undefined {
+  if (!/[:/@]/.test(templateId) || imageReferenceProblem(templateId) !== undefined) return undefined;
+  return { name: "image", image: templateId };
 }

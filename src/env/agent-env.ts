@@ -17,6 +17,7 @@ import { resolveGroupTools, type GroupTools } from "../tools/distributions.js";
 import type { ToolBackend, ToolBackendFactory } from "./backend.js";
 import { AgentEnvConfigSchema, parseEnvConfig, type AgentEnvConfig } from "./config.js";
 import { EnvConfigError, EnvError, NoPolicyError, TrajectoryFailedError } from "./errors.js";
+import { checkedTemplate } from "./item-image.js";
 import { summarizeIsolation, type IsolationSummary } from "./isolation.js";
 import { applyGroupScore, type GroupMember, type GroupScore } from "./group-score.js";
 import { evalItemHandlers, evalResult, type EvalResult, type EvaluateOptions } from "./evaluation.js";
@@ -136,6 +137,9 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
     return undefined;
   }
 
+  /** `workspaceTemplate(item)` with its task image checked: ItemImageError for a reference that cannot name an image (docs/images.md). */
+  itemTemplate(item: Item): TemplateSpec | undefined { return checkedTemplate(this.workspaceTemplate(item), this.name); }
+
   /** Prepare the trajectory's slot (write fixtures, clone a repo) before the agent starts. */
   async setupWorkspace(_item: Item, _ctx: ToolContext): Promise<void> {}
 
@@ -191,6 +195,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    */
   async evaluate(options: EvaluateOptions = {}): Promise<EvalResult> {
     const items = await this.getEvalItems();
+    for (const item of items) this.itemTemplate(item); // a task image that cannot exist stops the evaluation before any item runs
     const limit = pLimit(this.config.groupConcurrency * this.config.groupSize);
     const signal = options.signal;
     const results = await Promise.all(
@@ -390,7 +395,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
       let stage: InfraStage = "setup";
       try {
         const setupStarted = performance.now();
-        const template = this.workspaceTemplate(item);
+        const template = this.itemTemplate(item);
         if (template) {
           if (!backend.executor.prepareWorkspace) throw new EnvError(`env ${this.name} names a workspace template but its executor cannot prepare one`);
           await backend.executor.prepareWorkspace(trajectoryId, template, signal ? { signal } : {});
@@ -470,6 +475,7 @@ export abstract class AgentEnv<Item = unknown, Config extends AgentEnvConfig = A
    * back-off) stops the rollouts and rejects with the signal's reason.
    */
   async collectTrajectories(item: Item, options: Omit<CollectOptions, "policy" | "calls"> = {}): Promise<GroupOutcome<Item>> {
+    this.itemTemplate(item); // a task image that cannot exist stops the run here, before any slot is asked for it
     const point = this.branchPoint(item);
     const scoreGroup = (trajectories: TrajectoryOutcome[]) => applyGroupScore(trajectories, (members) => this.scoreGroup(item, members), this.log);
     if (point) {

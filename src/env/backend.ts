@@ -3,7 +3,7 @@ import type { Logger } from "../observability/logger.js";
 import type { PoolStats } from "../pool/types.js";
 import type { ToolRegistry } from "../tools/registry.js";
 import type { AgentEnvConfig } from "./config.js";
-import type { ContainerHealth } from "./isolation.js";
+import type { ContainerHealth, ImagesUsed } from "./isolation.js";
 
 /**
  * What the env layer runs tools on: an executor (queue, batching, slot affinity) over a slot
@@ -16,6 +16,8 @@ export interface ToolBackend {
   poolStats?(): PoolStats;
   /** Each live container's /health (sandbox, limits, network): the isolation the run's slots have. */
   containerHealth?(): Promise<ContainerHealth[]>;
+  /** The task images the run's slots were reset into (how many times, their digests) and what fetching each cost where it was first used. */
+  imagesUsed?(): ImagesUsed;
   close(): Promise<void>;
 }
 

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { ModelConfigSchema } from "../agent/model-config.js";
 import { ToolExecutorConfigSchema } from "../executor/config.js";
 import { PoolSettingsSchema } from "../pool/config.js";
+import { ImageSettingsSchema } from "../pool/image-settings.js";
 import { ToolsConfigSchema } from "../tools/config.js";
 import { TrainerConfigSchema } from "./atropos/config.js";
 import { INFRA_FAILURE_POLICIES } from "./infra-failure.js";
@@ -14,8 +15,8 @@ import { EnvConfigError } from "./errors.js";
  * An env's settings (the seeds' HermesAgentEnvConfig + AgentEnvConfig, camelCase, ms): the
  * env's own fields at the top, and one section per component, each that component's own
  * schema (its defaults live there): `model` (agent/model-config.ts), `tools`
- * (tools/config.ts), `pool` (pool/config.ts), `executor` (executor/config.ts), `trainer`
- * (env/atropos/config.ts). Parsed once, in the AgentEnv constructor; every part gets its
+ * (tools/config.ts), `pool` (pool/config.ts), `executor` (executor/config.ts), `images`
+ * (pool/image-settings.ts), `trainer` (env/atropos/config.ts). Parsed once, in the AgentEnv constructor; every part gets its
  * section as it is.
  *
  * A subclass adds its own fields with `AgentEnvConfigSchema.extend({...})` and sets
@@ -69,6 +70,8 @@ export const AgentEnvConfigSchema = z.object({
   pool: PoolSettingsSchema.prefault({}),
   /** The tool executor: batching, tool timeouts, the sandbox policy stamped on every call. */
   executor: ToolExecutorConfigSchema.prefault({}),
+  /** How the sandbox servers fetch the items' task images: plain-HTTP registries, the store's budget (docs/images.md). */
+  images: ImageSettingsSchema.prefault({}),
   /** The Atropos trainer (serve mode) and the scored groups' contents. */
   trainer: TrainerConfigSchema.prefault({}),
 });

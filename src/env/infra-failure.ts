@@ -1,4 +1,6 @@
 import { InfraToolError } from "../agent/errors.js";
+import { ImageUnavailableError } from "../pool/errors.js";
+import type { ImageFailureReason } from "../protocol/images.js";
 import type { ChatMessage } from "../agent/messages.js";
 import type { RewardCallExtras } from "../report/rollout-extras.js";
 import { TOOL_INFRA_CAUSES, type ToolInfraCause } from "../protocol/infra.js";
@@ -17,9 +19,16 @@ import { EnvError, ToolContextInfraError } from "./errors.js";
  *   reward): `sandbox_start` (the command could not start), `command_killed` (a reset from
  *   outside cut it off), `server_shutdown` (the sandbox server or executor was shutting
  *   down), `sandbox_error` (the sandbox could not be asked), `no_slot` (no slot to be had),
- *   `vision_model` (the env's vision model, which answers `browser_vision`, failed).
+ *   `vision_model` (the env's vision model, which answers `browser_vision`, failed);
+ * - the item's task image could not be had on the slot's container (docs/images.md):
+ *   `image_not_found` (no such image or tag at its source), `image_store_full` (the
+ *   container's image store or disk had no room for it beside the images in use),
+ *   `image_unavailable` (any other reason: the pull failed, credentials were refused, a
+ *   plain-HTTP registry not named by --insecure-registry, unpacking failed, the server
+ *   cannot give slots image roots).
  */
-export const INFRA_CAUSES = ["model", "slot_lost", "reward", "reward_tool", ...TOOL_INFRA_CAUSES] as const;
+export const IMAGE_INFRA_CAUSES = ["image_not_found", "image_store_full", "image_unavailable"] as const;
+export const INFRA_CAUSES = ["model", "slot_lost", "reward", "reward_tool", ...TOOL_INFRA_CAUSES, ...IMAGE_INFRA_CAUSES] as const;
 export type InfraCause = (typeof INFRA_CAUSES)[number];
 
 /**
@@ -82,10 +91,16 @@ export class TrajectoryInfraError extends EnvError {
  */
 export function infraFailureOf(err: unknown, stage: InfraStage, trajectoryId?: string): InfraFailure | undefined {
   if (err instanceof TrajectoryInfraError) return err.failure;
+  if (err instanceof ImageUnavailableError) return { cause: imageCause(err.reason), stage, message: `the task image: ${err.message}`, ...(trajectoryId ? { trajectoryId } : {}) };
   let cause: ToolInfraCause | undefined;
   if (err instanceof InfraToolError || err instanceof ToolContextInfraError) cause = err.infraCause;
   if (!cause) return undefined;
   return { cause, stage, message: `${stage === "setup" ? "setupWorkspace" : stage === "reward" ? "the reward" : "a tool call"}: ${(err as Error).message}`, ...(trajectoryId ? { trajectoryId } : {}) };
+}
+
+/** The infra cause of a sandbox server's `image_unavailable` reason (protocol/images.ts). */
+export function imageCause(reason: ImageFailureReason): InfraCause {
+  return reason === "not_found" ? "image_not_found" : reason === "store_full" ? "image_store_full" : "image_unavailable";
 }
 
 /** Rethrows an infra failure (see infraFailureOf) as the trajectory's TrajectoryInfraError; any other error is left to the caller. */

@@ -58,14 +58,49 @@ export function summarizeIsolation(containers: readonly ContainerHealth[], optio
   return { containers: containers.length, sandboxed, sandbox, memory, pids, disk, network, unanswered: containers.length - answered.length };
 }
 
-/** The summary's and report's rows. */
-export function isolationRows(s: IsolationSummary): Array<[string, string]> {
+/**
+ * The task images a run's slots were reset into (the pool's record, pool/image-affinity.ts):
+ * each with the resets into it and its digest, and what each first use on a container cost.
+ */
+export interface ImagesUsed {
+  images: Array<{ image: string; resets: number; digest: string }>;
+  fetches: Array<{ image: string; containerId: string; pull_ms: number; unpack_ms: number; pulled_bytes: number; layers: number; layers_reused: number }>;
+}
+
+/** The task images an env's backend saw (asked when the summary is written; undefined before the env starts, after it closes, or from a backend that cannot say). */
+export function imagesOf(env: { readonly tools: { imagesUsed?(): ImagesUsed } }): ImagesUsed | undefined {
+  try {
+    return env.tools.imagesUsed?.();
+  } catch {
+    return undefined;
+  }
+}
+
+/** The summary's and report's rows; with `images`, which root filesystem the slots ran (and what fetching each image cost). */
+export function isolationRows(s: IsolationSummary, images?: ImagesUsed): Array<[string, string]> {
   return [
     ["isolation", `${s.sandbox}${s.containers > 1 ? ` · ${s.containers} containers` : ""}${s.unanswered ? ` · ${s.unanswered} did not answer /health` : ""}`],
     ["  memory / pids", `${s.memory} / ${s.pids}`],
     ["  disk", s.disk],
     ["  network", s.network],
+    ...(images ? imageRows(images) : []),
   ];
+}
+
+/** "  root": the images the slots ran (or the sandbox image's own system); "  image fetches": each image's first use, per container. */
+export function imageRows(used: ImagesUsed): Array<[string, string]> {
+  if (used.images.length === 0) return [["  root", "the sandbox image's own system, read-only (no task image)"]];
+  const root = used.images.map((i) => `${i.image}${i.digest ? ` (${i.digest.slice(0, 19)})` : ""}: ${i.resets} slot${i.resets === 1 ? "" : "s"}`).join("; ");
+  const rows: Array<[string, string]> = [["  root", `task images, every path writable in a per-slot upper layer: ${root}`]];
+  if (used.fetches.length > 0) {
+    const fetches = used.fetches.map((f) => `${f.image}: pull ${seconds(f.pull_ms)} + unpack ${seconds(f.unpack_ms)}, ${(f.pulled_bytes / 1e6).toFixed(1)} MB, ${f.layers} layer${f.layers === 1 ? "" : "s"}${f.layers_reused ? ` (${f.layers_reused} shared)` : ""}`);
+    rows.push(["  image fetches", `${fetches.join("; ")} (first use on ${new Set(used.fetches.map((f) => f.containerId)).size} container(s); later slots reset in place)`]);
+  }
+  return rows;
+}
+
+function seconds(ms: number): string {
+  return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
 }
 
 function distinct(values: string[]): string {

@@ -15,12 +15,13 @@ import type { AgentEnvConfig } from "./config.js";
  * (parsed already, in the env's constructor).
  */
 export async function poolBackend(config: AgentEnvConfig, provisioner: Provisioner | undefined, log: Logger, registry: ToolRegistry = ToolRegistry.withBuiltins()): Promise<ToolBackend> {
-  const parts = await createToolBackend({ pool: withBrowserMemory(config, registry), executor: config.executor }, { logger: log, tools: registry, ...(provisioner ? { provisioner } : {}) });
+  const parts = await createToolBackend({ pool: withBrowserMemory(config, registry), executor: config.executor, images: config.images }, { logger: log, tools: registry, ...(provisioner ? { provisioner } : {}) });
   return {
     executor: parts.executor,
     registry: parts.executor.tools,
     poolStats: () => parts.pool.stats(),
     containerHealth: () => parts.pool.containerHealth(),
+    imagesUsed: () => ({ images: parts.pool.images.used(), fetches: [...parts.pool.images.fetches] }),
     close: () => parts.close(),
   };
 }

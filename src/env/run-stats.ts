@@ -6,7 +6,7 @@ import { toolLatencyTable, type ToolLatencyRow } from "../report/tool-stats.js";
 import type { GroupOutcome, TrajectoryOutcome } from "./scored-group.js";
 import type { GroupInterruption } from "./interruption.js";
 import { INFRA_CAUSES, INFRA_STAGES, countByCause, countByStage, type FailedTrajectory, type InfraCause, type InfraFailure, type InfraStage } from "./infra-failure.js";
-import type { IsolationSummary } from "./isolation.js";
+import type { ImagesUsed, IsolationSummary } from "./isolation.js";
 import { formatTally, tallyMetrics, type MetricTally } from "./metrics.js";
 
 /** The model client's counts over a run (ChatCompletionsClient.summary()). */
@@ -50,6 +50,8 @@ export class RunStats {
   trajectoriesWithoutTokens = 0;
   /** Where the model client's figures come from (set by the run mode). */
   modelSource: (() => ModelCallStats | undefined) | undefined;
+  /** The task images the run's slots ran (the summary's isolation rows), asked when the summary is written. */
+  imagesSource: (() => ImagesUsed | undefined) | undefined;
   /** Written trajectories with a score ≥ successThreshold. */
   solved = 0;
   scoreSum = 0;

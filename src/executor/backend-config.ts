@@ -1,18 +1,21 @@
 import { z } from "zod";
 import { PoolSettingsSchema } from "../pool/config.js";
+import { ImageSettingsSchema } from "../pool/image-settings.js";
 import { SlotpoolError, configProblems } from "../protocol/errors.js";
 import { unknownConfigKeys } from "../protocol/config-keys.js";
 import { ToolExecutorConfigSchema } from "./config.js";
 
 /**
  * Everything `createToolBackend` needs to build a provisioner, a SlotPool over it and a
- * ToolExecutor over the pool: two sections, each its owner's own schema (defaults there).
- * An env config holds the same two sections; the executor-server flags fill them in.
+ * ToolExecutor over the pool: three sections, each its owner's own schema (defaults there):
+ * `pool`, `executor`, and `images` (how the sandbox servers the provisioner starts fetch task
+ * images). An env config holds the same sections; the servers' flags fill them in.
  */
 export const ToolBackendConfigSchema = z
   .object({
     pool: PoolSettingsSchema.prefault({}),
     executor: ToolExecutorConfigSchema.prefault({}),
+    images: ImageSettingsSchema.prefault({}),
   })
   .strict();
 

@@ -19,7 +19,7 @@ import { HttpError } from "../http/errors.js";
 import { closeConnectionsOnShutdown, closeGracefully, listenOn, serverUrl } from "../http/lifecycle.js";
 import { sendError, sendJson } from "../http/respond.js";
 import { RouteTable } from "../http/routes.js";
-import { isSlotLostError } from "../pool/errors.js";
+import { ImageUnavailableError, isSlotLostError } from "../pool/errors.js";
 import type { ToolExecutorLike } from "./types.js";
 import { dropNulls } from "./wire-compat.js";
 import { slotLostArtifactArchive, slotLostArtifactList, slotLostArtifactRead, slotLostToolResult } from "./wire-slot-loss.js";
@@ -149,7 +149,8 @@ export class ExecutorServer {
       sendJson(res, 200, { success: true, error: "" });
     } catch (err) {
       const lost = isSlotLostError(err);
-      sendJson(res, 200, { success: false, error: err instanceof Error ? err.message : String(err), ...(lost ? { slot_lost: true } : {}) });
+      const image = err instanceof ImageUnavailableError ? { image_unavailable: err.reason } : {};
+      sendJson(res, 200, { success: false, error: err instanceof Error ? err.message : String(err), ...(lost ? { slot_lost: true } : {}), ...image });
     }
   }
 

@@ -5,6 +5,7 @@ import { SlotPool } from "../pool/slot-pool.js";
 import type { ToolRegistry } from "../tools/registry.js";
 import type { ToolBackendConfig } from "./backend-config.js";
 import type { PoolSettings } from "../pool/config.js";
+import { imageServerArgs, REGISTRY_AUTH_ENV, type ImageSettings } from "../pool/image-settings.js";
 import { ToolExecutor } from "./tool-executor.js";
 
 export interface ToolBackendOptions {
@@ -35,7 +36,7 @@ export async function createToolBackend(config: ToolBackendConfig, options: Tool
   const logger = options.logger ?? silentLogger();
   // The pool's own fields; where its containers run is the provisioner's business.
   const { provisioner: _where, dataDir: _dataDir, nomad: _nomad, ...poolConfig } = config.pool;
-  const provisioner = options.provisioner ?? (await createProvisioner(config.pool, config.executor.allowNetwork, logger));
+  const provisioner = options.provisioner ?? (await createProvisioner(config.pool, config.executor.allowNetwork, config.images, logger));
   const pool = new SlotPool({
     parsedConfig: poolConfig,
     provisioner,
@@ -69,14 +70,23 @@ export async function createToolBackend(config: ToolBackendConfig, options: Tool
 }
 
 /** Loaded on demand so the local path never loads the Nomad client, and vice versa. */
-async function createProvisioner(config: PoolSettings, allowNetwork: boolean, logger: Logger): Promise<Provisioner> {
+async function createProvisioner(config: PoolSettings, allowNetwork: boolean, images: ImageSettings, logger: Logger): Promise<Provisioner> {
   if (config.provisioner === "nomad") {
     const { NomadProvisioner } = await import("../pool/nomad-provisioner.js");
     const { shareJob, ...job } = config.nomad;
+    // The image store's budget is the job's to size (80 % of its disk unless the config says).
+    const { budgetMb, ...fetching } = images;
+    const registryAuth = process.env[REGISTRY_AUTH_ENV];
     return new NomadProvisioner({
       slotsPerContainer: config.slotsPerContainer,
       logger: logger.child({ component: "nomad" }),
-      job,
+      job: {
+        ...job,
+        serverArgs: imageServerArgs(fetching),
+        ...(budgetMb !== undefined ? { imageBudgetMb: budgetMb } : {}),
+        // Credentials from this process's environment reach the servers in theirs, never argv.
+        ...(registryAuth ? { registryAuth } : {}),
+      },
       ...(shareJob ? { shareJob } : {}),
     });
   }
@@ -91,6 +101,9 @@ async function createProvisioner(config: PoolSettings, allowNetwork: boolean, lo
     // (issue 22: else every fresh slot's first call built one from scratch) and the pool's
     // calls default to it. Not for Nomad jobs: an image built before --prewarm-network would refuse it.
     allowNetwork,
+    // The servers inherit this process's environment: registry credentials (SLOTPOOL_REGISTRY_AUTH,
+    // REGISTRY_AUTH_FILE) reach them there; the flags name no secret.
+    extraArgs: imageServerArgs(images),
     ...(config.dataDir ? { baseDir: config.dataDir } : {}),
   });
 }

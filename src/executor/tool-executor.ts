@@ -222,7 +222,8 @@ export class ToolExecutor implements ToolExecutorLike {
   async prepareWorkspace(trajectoryId: string, template: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
     if (!this.pool.useTemplate) throw new Error("this executor's pool cannot prepare workspace templates");
     const traj = this.trajectory(trajectoryId);
-    const slot = await this.ensureSlot(traj, template.name);
+    // Routed to a container holding the template, else the task image (pool/slot-placement.ts).
+    const slot = await this.ensureSlot(traj, { template: template.name, ...(template.image !== undefined ? { image: template.image } : {}) });
     try {
       await this.pool.useTemplate(slot, template, options);
     } catch (err) {
@@ -569,12 +570,12 @@ export class ToolExecutor implements ToolExecutorLike {
     }
   }
 
-  private async ensureSlot(traj: TrajectoryState, template?: string): Promise<LeasedSlot> {
+  private async ensureSlot(traj: TrajectoryState, wish: { template?: string; image?: string } = {}): Promise<LeasedSlot> {
     if (traj.slot) return traj.slot;
     // A released trajectory must not take a new slot: nobody would ever return it.
     if (traj.released) throw new Error(`trajectory ${traj.id} was released`);
     if (!traj.acquiring) {
-      traj.acquiring = this.pool.acquire({ trajectoryId: traj.id, timeoutMs: this.config.acquireTimeoutMs, ...(template !== undefined ? { template } : {}) });
+      traj.acquiring = this.pool.acquire({ trajectoryId: traj.id, timeoutMs: this.config.acquireTimeoutMs, ...wish });
       traj.acquiring.then(
         (slot) => {
           traj.acquiring = undefined;

@@ -4,6 +4,8 @@
  */
 import {
   HTTP_PORT_LABEL,
+  IMAGE_VOLUME,
+  IMAGE_VOLUME_PATH,
   KILL_TIMEOUT_NS,
   RESCHEDULE_POLICY,
   RESTART_POLICY,
@@ -14,6 +16,7 @@ import {
   httpPort,
   resolveSandboxJobOptions,
   taskConfig,
+  taskEnv,
   type SandboxJobOptions,
   type SandboxJobSettings,
 } from "./job.js";
@@ -90,6 +93,20 @@ export function sandboxJobHclFromSettings(s: SandboxJobSettings): string {
   ]);
   out.close();
   out.blank();
+  if (s.imageDiskMb !== undefined) {
+    out.line("# Task images live here (docs/images.md); sticky: a replacement on this node keeps them.");
+    out.open("ephemeral_disk");
+    out.attrs([["size", String(s.imageDiskMb)], ["sticky", "true"]]);
+    out.close();
+    out.blank();
+  }
+  if (s.imageHostVolume !== undefined) {
+    out.line("# Task images live in this host volume (the client's host_volume block), one store per allocation index.");
+    out.open(`volume ${str(IMAGE_VOLUME)}`);
+    out.attrs([["type", str("host")], ["source", str(s.imageHostVolume)], ["read_only", "false"]]);
+    out.close();
+    out.blank();
+  }
   out.open(`task ${str(SANDBOX_TASK)}`);
   out.attrs([["driver", str(s.driver)], ["kill_timeout", str(duration(KILL_TIMEOUT_NS))]]);
   out.blank();
@@ -97,8 +114,14 @@ export function sandboxJobHclFromSettings(s: SandboxJobSettings): string {
   out.attrs(Object.entries(taskConfig(s)).map(([k, v]) => [k, value(v)] as Attr));
   out.close();
   out.blank();
+  if (s.imageHostVolume !== undefined) {
+    out.open("volume_mount");
+    out.attrs([["volume", str(IMAGE_VOLUME)], ["destination", str(IMAGE_VOLUME_PATH)], ["read_only", "false"]]);
+    out.close();
+    out.blank();
+  }
   out.line("# Plain env for development; in production render it from a Nomad Variable or Vault.");
-  out.map("env", { SANDBOX_TOKEN: s.token });
+  out.map("env", taskEnv(s));
   out.blank();
   out.open("resources");
   out.attrs([["cpu", String(s.cpu)], ["memory", String(s.memoryMb)]]);

@@ -8,10 +8,13 @@ import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { hostname, userInfo } from "node:os";
 import { fileURLToPath } from "node:url";
-import { SlotpoolError } from "../protocol/errors.js";
+import { SandboxJobOptionError } from "./job-errors.js";
 import { HOST_MODE_DATA_DIR, cleanupTaskJson, hasCleanupTask, isHostMode } from "./host-mode.js";
+import { imageStoreArgs, imageStoreGroupJson, imageStoreTaskJson, resolveJobImages, taskEnv, type JobImageOptions, type JobImageSettings } from "./job-images.js";
 
 export { CLEANUP_TASK, HOST_MODE_DATA_DIR, hasCleanupTask, hostModeCleanupTask, isHostMode } from "./host-mode.js";
+export { IMAGE_DISK_MB, IMAGE_VOLUME, IMAGE_VOLUME_PATH, taskEnv } from "./job-images.js";
+export { SandboxJobOptionError } from "./job-errors.js";
 
 export const SANDBOX_GROUP = "sandbox";
 export const SANDBOX_TASK = "sandbox-server";
@@ -69,7 +72,7 @@ export interface JobSpread {
   targets?: Array<{ value: string; percent: number }>;
 }
 
-export interface SandboxJobOptions {
+export interface SandboxJobOptions extends JobImageOptions {
   jobId?: string;
   /** Number of sandbox servers (containers). */
   count?: number;
@@ -152,7 +155,7 @@ export interface SandboxJobOptions {
 }
 
 /** Every option resolved to a value: the one input of both the JSON and the HCL renderer. */
-export interface SandboxJobSettings {
+export interface SandboxJobSettings extends JobImageSettings {
   jobId: string;
   count: number;
   slots: number;
@@ -182,6 +185,7 @@ export interface SandboxJobSettings {
   meta: Record<string, string>;
   serverArgs: string[];
 }
+
 
 /** What a server keeps for itself (node, its spawners) before the slots' shares, MB. */
 export const SERVER_RESERVE_MB = 128;
@@ -239,9 +243,6 @@ export const RESCHEDULE_POLICY = { Unlimited: true, Delay: 5e9, DelayFunction: "
 /** Time the server gets after SIGTERM to stop its slots' processes. */
 export const KILL_TIMEOUT_NS = 15e9;
 
-export class SandboxJobOptionError extends SlotpoolError {
-  override name = "SandboxJobOptionError";
-}
 
 export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): SandboxJobSettings {
   const jobId = options.jobId ?? DEFAULT_JOB_ID;
@@ -277,6 +278,7 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
   // Every server listens beyond loopback (docker: 0.0.0.0 in its container; raw_exec/exec: the
   // node's address): never without a token.
   const token = options.token ?? randomBytes(24).toString("base64url");
+  const images = resolveJobImages(options, driver);
   const constraints = [
     // bubblewrap and the slot isolation need Linux namespaces.
     { attribute: "${attr.kernel.name}", operator: "=", value: "linux" as string | undefined },
@@ -314,8 +316,10 @@ export function resolveSandboxJobOptions(options: SandboxJobOptions = {}): Sandb
       [META_SLOTS]: String(slots),
     },
     serverArgs: [...(options.serverArgs ?? [])],
+    ...images,
   };
 }
+
 
 /**
  * Arguments of `slotpool sandbox-server`. Under docker the server listens on the fixed
@@ -340,6 +344,7 @@ export function sandboxServerArgs(s: SandboxJobSettings): string[] {
     "--disk-mb",
     String(s.slotDiskMb),
     ...(isHostMode(s) && !s.serverArgs.includes("--data-dir") ? ["--data-dir", HOST_MODE_DATA_DIR] : []),
+    ...imageStoreArgs(s),
     ...s.serverArgs,
   ];
 }
@@ -416,8 +421,9 @@ export function sandboxJobFromSettings(s: SandboxJobSettings): Record<string, un
   };
   // The token reaches the task as a plain env var, visible to anyone who may read the job.
   // In production keep it in a Nomad Variable or Vault and render it into the task's env with
-  // a `template` block (an edit of the rendered job).
-  task["Env"] = { SANDBOX_TOKEN: s.token };
+  // a `template` block (an edit of the rendered job). The registry credentials likewise.
+  task["Env"] = taskEnv(s);
+  Object.assign(task, imageStoreTaskJson(s));
 
   const job: Record<string, unknown> & { ID: string } = {
     ID: s.jobId,
@@ -441,6 +447,7 @@ export function sandboxJobFromSettings(s: SandboxJobSettings): Record<string, un
         Networks: [{ DynamicPorts: [httpPort(s)] }],
         RestartPolicy: { ...RESTART_POLICY },
         ReschedulePolicy: { ...RESCHEDULE_POLICY },
+        ...imageStoreGroupJson(s),
         Tasks: hasCleanupTask(s) ? [task, cleanupTaskJson()] : [task],
       },
     ],
@@ -450,6 +457,7 @@ export function sandboxJobFromSettings(s: SandboxJobSettings): Record<string, un
   if (s.nodePool) job["NodePool"] = s.nodePool;
   return job;
 }
+
 
 function constraintJson(c: { attribute: string; operator: string; value: string | undefined }): Record<string, string> {
   const out: Record<string, string> = { LTarget: c.attribute, Operand: c.operator };

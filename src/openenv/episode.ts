@@ -172,7 +172,8 @@ export class Episode<Item = unknown> {
 
   private async prepare(): Promise<void> {
     const executor = this.env.tools.executor;
-    const template = this.env.workspaceTemplate(this.item);
+    // itemTemplate: an item's task image that cannot exist is the env's error (ItemImageError), not the infrastructure's.
+    const template = this.env.itemTemplate(this.item);
     try {
       if (template) {
         if (!executor.prepareWorkspace) throw new EpisodeInfraError("setup", `the env names a workspace template but its executor cannot prepare one`);

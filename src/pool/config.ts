@@ -2,6 +2,7 @@ import { z } from "zod";
 import { PoolError } from "./errors.js";
 import { configProblems } from "../protocol/errors.js";
 import { MIN_SLOT_MEMORY_MB, serverReserveMb } from "../nomad/job.js";
+import type { Provisioner } from "./provisioner.js";
 
 /**
  * The pool's settings. Names follow the seed's AgentEnvConfig (slots_per_container,
@@ -83,6 +84,16 @@ export const NomadJobSettingsSchema = z
     cpu: z.number().int().min(1).optional(),
     /** Memory per container (allocation), MB; default 128 + 224 × slotsPerContainer. Each slot gets an equal share of it after 128 MB. */
     memoryMb: z.number().int().min(16).optional(),
+    /** Task images' sticky ephemeral disk per container, MB (default 5120); the image store's budget is 80 % of it unless images.budgetMb says (docs/nomad.md). */
+    imageDiskMb: z.number().int().min(64).optional(),
+    /**
+     * docker: the container's added capabilities (default ["sys_admin"]). Task images under
+     * docker also need "sys_ptrace" (docs/nomad.md, "Task images"); the client's docker plugin
+     * must allow each (allow_caps).
+     */
+    capAdd: z.array(z.string().regex(/^[a-z_]+$/, "capabilities in Nomad's lower-case spelling, e.g. sys_admin")).optional(),
+    /** Instead of the ephemeral disk: a Nomad host volume (the client's host_volume) for the task images, one store per allocation index (docker and exec drivers). */
+    imageHostVolume: z.string().min(1).optional(),
     /**
      * Each slot runs a browser: the default memory is 128 + (224 + 384) × slotsPerContainer.
      * An env whose toolsets offer the browser tools sets it unless it is given (env/pool-backend.ts).
@@ -157,4 +168,32 @@ export function parseSlotPoolConfig(input: unknown): SlotPoolConfig {
   if (parsed.success) return parsed.data;
   const problems = configProblems(parsed.error.issues);
   throw new SlotPoolConfigError(`invalid SlotPool config: ${problems}`);
+}
+
+/**
+ * A pool's settings over `provisioner`: parsed (unless `parsed` already), and the slot count
+ * the provisioner's (it starts the servers): taken from it when not given, refused when the
+ * two disagree.
+ */
+export function poolConfigWith(provisioner: Provisioner, input: SlotPoolConfig | SlotPoolConfigInput, parsed = false): SlotPoolConfig {
+  const provisionerSlots = provisioner.slotsPerContainer;
+  const config = parsed ? (input as SlotPoolConfig) : parseSlotPoolConfig(input.slotsPerContainer === undefined && provisionerSlots !== undefined ? { ...input, slotsPerContainer: provisionerSlots } : input);
+  if (provisionerSlots !== undefined && config.slotsPerContainer !== provisionerSlots) {
+    throw new SlotPoolConfigError(
+      `slotsPerContainer disagrees: the ${provisioner.kind} provisioner starts containers of ${provisionerSlots} slots, the pool was told ${config.slotsPerContainer}; give it once, to the provisioner (the pool takes it from there)`,
+    );
+  }
+  return config;
+}
+
+/** The pool's default network: given once, to the provisioner or the pool; loopback only unless asked. */
+export function poolNetwork(provisioner: Provisioner, allowNetwork: unknown): boolean {
+  if (allowNetwork !== undefined && typeof allowNetwork !== "boolean") throw new SlotPoolConfigError(`allowNetwork must be true or false, got ${JSON.stringify(allowNetwork)}`);
+  const fromProvisioner = provisioner.allowNetwork;
+  if (allowNetwork !== undefined && fromProvisioner !== undefined && allowNetwork !== fromProvisioner) {
+    throw new SlotPoolConfigError(
+      `allowNetwork disagrees: the ${provisioner.kind} provisioner prepares its slots for network ${fromProvisioner ? "on" : "off"}, the pool was told ${allowNetwork ? "on" : "off"}; give it once, to the provisioner (the pool takes it from there)`,
+    );
+  }
+  return allowNetwork ?? fromProvisioner ?? false;
 }

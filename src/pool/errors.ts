@@ -1,4 +1,5 @@
 import { SlotpoolError } from "../protocol/errors.js";
+import type { ImageFailureReason } from "../protocol/images.js";
 
 /** Errors of the pool room. Each message says what happened and what the caller can do. */
 
@@ -68,6 +69,41 @@ export class SandboxRequestError extends PoolError {
     options?: { cause?: unknown },
   ) {
     super(message, options);
+  }
+}
+
+/**
+ * A slot could not get its task image: the sandbox server could not fetch or unpack it, or
+ * had no room for it (`reason`, as the server's `image_unavailable` answer names it:
+ * protocol/images.ts). The infrastructure's failure, never the trajectory's: the env counts
+ * it by cause and never scores it. The slot is left as it was. Code IMAGE_UNAVAILABLE.
+ */
+export class ImageUnavailableError extends SandboxRequestError {
+  override name = "ImageUnavailableError";
+  constructor(
+    message: string,
+    containerId: string,
+    status: number,
+    readonly reason: ImageFailureReason,
+    /** The reference as asked for. */
+    readonly image: string | undefined,
+  ) {
+    super(message, containerId, status);
+  }
+}
+
+/**
+ * A reference that cannot name an image (protocol/images.ts's grammar): refused before any
+ * slot is asked for it, naming the reference and the problem. The caller's mistake (an env
+ * item's image, a config), not the infrastructure's. Code IMAGE_REFERENCE.
+ */
+export class ImageReferenceError extends PoolError {
+  override name = "ImageReferenceError";
+  constructor(
+    readonly image: string,
+    readonly problem: string,
+  ) {
+    super(`image reference ${JSON.stringify(image.slice(0, 200))} ${problem}`);
   }
 }
 

@@ -64,7 +64,12 @@ export class ForkLeases {
         records.map((r) => r.slotId),
         { ...(options.signal ? { signal: options.signal } : {}), ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) },
       );
-      records.forEach((r, i) => (r.generation = res.generations?.[i]));
+      records.forEach((r, i) => {
+        r.generation = res.generations?.[i];
+        // A child of an image slot is that image with the parent's changes: its root, not fresh.
+        r.root = parent.record.root;
+        r.fresh = false;
+      });
     } catch (err) {
       // A refusal (4xx) changed nothing on the server; anything else may have touched the children.
       const untouched = err instanceof SandboxRequestError && err.status !== undefined && err.status >= 400 && err.status < 500;

@@ -4,6 +4,7 @@ import type { Provisioner } from "./provisioner.js";
 import type { ContainerRecord } from "./records.js";
 import { isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
 import type { ContainerInfo } from "./types.js";
+import type { HealthResponse } from "../protocol/sandbox.js";
 
 /** What the health monitor reads from and tells the pool. */
 export interface HealthHost {
@@ -18,6 +19,8 @@ export interface HealthHost {
   markLost(container: ContainerRecord, reason: string): void;
   /** A quarantined container answers again (its slots reset): admit it as new. */
   rejoin(info: ContainerInfo): void;
+  /** A container answered /health (admission, the periodic checks): what it holds (its task images) is news. */
+  observed?(container: ContainerRecord, health: HealthResponse): void;
 }
 
 interface Quarantined {
@@ -56,6 +59,7 @@ export class HealthMonitor {
       try {
         const health = await record.client.health({ timeoutMs: 5_000 });
         if (record.state !== "checking") return undefined;
+        this.host.observed?.(record, health);
         const slots = health.slots;
         if (slots !== record.info.slots) {
           this.host.logger.warn({ container: record.info.id, expected: record.info.slots, reported: slots }, "container reports a different slot count; using its own");
@@ -151,8 +155,9 @@ export class HealthMonitor {
     container.healthCheckRunning = true;
     const config = this.host.config;
     try {
-      await container.client.health({ timeoutMs: Math.min(5_000, config.healthIntervalMs) });
+      const health = await container.client.health({ timeoutMs: Math.min(5_000, config.healthIntervalMs) });
       container.healthFailures = 0;
+      if (container.live) this.host.observed?.(container, health);
     } catch (err) {
       if (!container.live || container.retiring) return;
       container.healthFailures++;

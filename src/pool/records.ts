@@ -1,3 +1,4 @@
+import type { ResetImage } from "../protocol/images.js";
 import type { SandboxClientLike } from "./sandbox-client.js";
 import type { ContainerInfo } from "./types.js";
 
@@ -58,6 +59,14 @@ export class SlotRecord {
    * an emptied workspace. Undefined with a server that does not report it (then not sent).
    */
   generation: number | undefined;
+  /**
+   * The task image the slot's root is after its last reset (undefined: the server's own
+   * system, or a template). A released slot is reset back into it, so the next trajectory of
+   * that image finds its slot ready (image-affinity.ts); `key` is the image's routing key.
+   */
+  root: { key: string; image: string; reset: ResetImage } | undefined;
+  /** Reset and not used since: a trajectory wanting exactly `root` needs no reset of its own. */
+  fresh = true;
 
   constructor(
     readonly container: ContainerRecord,

@@ -24,7 +24,8 @@ import {
   type TemplateBuildResponse,
   type ForkResponse,
 } from "../protocol/sandbox.js";
-import { SandboxRequestError } from "./errors.js";
+import { isImageUnavailable } from "../protocol/images.js";
+import { ImageUnavailableError, SandboxRequestError } from "./errors.js";
 
 /**
  * HTTP client to one sandbox server (one container). One keep-alive connection pool per
@@ -47,8 +48,16 @@ export interface SandboxClientOptions {
   timeoutMarginMs?: number;
   /** Deadline of calls without a timeout of their own: health, reset, artifacts (default 60 s). */
   controlTimeoutMs?: number;
+  /** Deadline of a reset into a task image, which may fetch it first (default 30 min, the server's --image-pull-timeout default). */
+  imageResetTimeoutMs?: number;
   /** Called for every failure to connect or keep the connection (refused, reset, closed). */
   onConnectionFailure?: (error: SandboxRequestError) => void;
+}
+
+/** What a reset makes of the slot: a template's view, a task image's root, or (neither) a plain workspace. */
+export interface ResetInto {
+  template?: string;
+  image?: string;
 }
 
 export interface RequestOptions {
@@ -63,8 +72,12 @@ export interface SandboxClientLike {
   execute(request: ExecuteRequest, options?: RequestOptions): Promise<ExecuteResponse>;
   batch(requests: ExecuteRequest[], options?: RequestOptions): Promise<ExecuteResponse[]>;
   batchStream(requests: ExecuteRequest[], onLine: (index: number, result: ExecuteResponse) => void, options?: RequestOptions): Promise<ExecuteResponse[]>;
-  /** With `template`: the workspace becomes a copy-on-write view of that (built) template. */
-  reset(slotId: string, options?: RequestOptions & { template?: string }): Promise<ResetResponse>;
+  /**
+   * With `template`: the workspace becomes a copy-on-write view of that (built) template; with
+   * `image`: the slot's root becomes that task image (fetched by the server when it lacks it;
+   * one it cannot get rejects with ImageUnavailableError, the slot left as it was).
+   */
+  reset(slotId: string, options?: RequestOptions & ResetInto): Promise<ResetResponse>;
   /** POST /fork: the `into` slots become copy-on-write copies of `slotId`'s workspace (docs/fork.md). */
   fork?(slotId: string, into: string[], options?: RequestOptions): Promise<ForkResponse>;
   /** Builds a workspace template on this container (idempotent; see docs/templates.md). */
@@ -106,6 +119,11 @@ function errorText(err: unknown): string {
   return `${typeof code === "string" ? `${code} ` : ""}${err.message}${causeText}`;
 }
 
+/** The pool's client of a container's sandbox server (SlotPoolOptions.createClient's default). */
+export function sandboxClientFor(info: { id: string; url: string; token?: string }, hooks: { onConnectionFailure: (error: Error) => void; maxConcurrency: number }): SandboxClient {
+  return new SandboxClient({ containerId: info.id, url: info.url, ...(info.token ? { token: info.token } : {}), maxConcurrency: hooks.maxConcurrency, onConnectionFailure: hooks.onConnectionFailure });
+}
+
 export class SandboxClient implements SandboxClientLike {
   readonly containerId: string;
   readonly url: string;
@@ -115,6 +133,7 @@ export class SandboxClient implements SandboxClientLike {
   private readonly defaultCallTimeoutS: number;
   private readonly marginMs: number;
   private readonly controlTimeoutMs: number;
+  private readonly imageResetTimeoutMs: number;
   private readonly onConnectionFailure: ((error: SandboxRequestError) => void) | undefined;
   private closed = false;
 
@@ -145,6 +164,7 @@ export class SandboxClient implements SandboxClientLike {
     this.defaultCallTimeoutS = options.defaultCallTimeoutS ?? 30;
     this.marginMs = options.timeoutMarginMs ?? 10_000;
     this.controlTimeoutMs = options.controlTimeoutMs ?? 60_000;
+    this.imageResetTimeoutMs = options.imageResetTimeoutMs ?? 30 * 60_000 + this.marginMs;
     this.onConnectionFailure = options.onConnectionFailure;
   }
 
@@ -220,9 +240,12 @@ export class SandboxClient implements SandboxClientLike {
     );
   }
 
-  reset(slotId: string, options: RequestOptions & { template?: string } = {}): Promise<ResetResponse> {
-    const body = options.template === undefined ? { slot_id: slotId } : { slot_id: slotId, template: options.template };
-    return this.request("POST", "/reset", body, ResetResponseSchema, options.timeoutMs ?? this.controlTimeoutMs, options.signal);
+  reset(slotId: string, options: RequestOptions & ResetInto = {}): Promise<ResetResponse> {
+    const body = { slot_id: slotId, ...(options.template !== undefined ? { template: options.template } : {}), ...(options.image !== undefined ? { image: options.image } : {}) };
+    // A reset into an image the server lacks fetches it first: bounded by the server's own
+    // pull timeout (--image-pull-timeout), not the control deadline, unless the caller says.
+    const deadline = options.timeoutMs ?? (options.image !== undefined ? this.imageResetTimeoutMs : this.controlTimeoutMs);
+    return this.request("POST", "/reset", body, ResetResponseSchema, deadline, options.signal);
   }
 
   fork(slotId: string, into: string[], options: RequestOptions = {}): Promise<ForkResponse> {
@@ -335,11 +358,17 @@ export class SandboxClient implements SandboxClientLike {
 
   private httpError(method: string, path: string, status: number, text: string): SandboxRequestError {
     let detail = text.trim().slice(0, 500);
+    let body: unknown;
     try {
-      const parsed = ErrorBodySchema.safeParse(JSON.parse(text));
+      body = JSON.parse(text);
+      const parsed = ErrorBodySchema.safeParse(body);
       if (parsed.success) detail = parsed.data.field ? `${parsed.data.error} (field ${parsed.data.field})` : parsed.data.error;
     } catch {
       // not JSON: keep the raw text
+    }
+    // An image the server could not get: classified by the answer's code, never by its text.
+    if (isImageUnavailable(body)) {
+      return new ImageUnavailableError(`sandbox ${this.containerId} could not give a slot the image${body.image ? ` ${body.image}` : ""} (${body.reason}): ${body.error.slice(0, 1000)}`, this.containerId, status, body.reason, body.image);
     }
     const hint = status === 401 || status === 403 ? "; the pool's token does not match the server's SANDBOX_TOKEN" : "";
     return new SandboxRequestError(

@@ -11,7 +11,8 @@ import type {
 } from "../protocol/sandbox.js";
 import { SandboxRequestError, SlotLostError, SlotReleasedError } from "./errors.js";
 import type { SlotRecord } from "./records.js";
-import { isConnectionFailure } from "./sandbox-client.js";
+import { isConnectionFailure, type ResetInto } from "./sandbox-client.js";
+import { imageKey } from "./image-key.js";
 import type { CallOptions, ContainerInfo, ForkableSlot, ForkOptions, SlotCall } from "./types.js";
 
 /** What a lease needs from its pool. */
@@ -44,12 +45,20 @@ export class SlotLease implements ForkableSlot {
   /** Server lacks `/batch?stream=1`: fall back to `/batch`. */
   private static streamUnsupported = new WeakSet<object>();
 
+  /**
+   * The trajectory wants the server's own system (no image, no template), but the slot's root
+   * is still the image a previous trajectory left it in: its first call resets it first.
+   */
+  private plainFirst: boolean;
+
   constructor(
     readonly record: SlotRecord,
     readonly trajectoryId: string,
     private readonly host: LeaseHost,
     readonly acquiredAt: number,
+    plain = true,
   ) {
+    this.plainFirst = plain && record.root !== undefined;
     this.key = record.key;
     this.slotId = record.slotId;
     this.container = record.container.info;
@@ -121,12 +130,23 @@ export class SlotLease implements ForkableSlot {
     });
   }
 
-  reset(options: CallOptions & { template?: string } = {}): Promise<ResetResponse> {
+  reset(options: CallOptions & ResetInto = {}): Promise<ResetResponse> {
+    this.plainFirst = false;
     return this.use(async (client) => {
-      const res = await client.reset(this.slotId, options);
+      let res: ResetResponse;
+      try {
+        res = await client.reset(this.slotId, options);
+      } catch (err) {
+        // Refused (an image it could not mount, say): the server may have reset the slot before it
+        // failed, and answers no generation. The reset was this lease's own: its next calls go without one.
+        if (err instanceof SandboxRequestError && err.status !== undefined) this.record.generation = undefined;
+        throw err;
+      }
       this.record.generation = res.generation;
+      this.record.root = options.image !== undefined && res.success && res.image ? { key: imageKey(options.image), image: options.image, reset: res.image } : undefined;
+      this.record.fresh = res.success;
       return res;
-    });
+    }, false);
   }
 
   /** See `LeasedSlot.fork`: n sibling leases holding copy-on-write copies of this slot's workspace. */
@@ -189,12 +209,22 @@ export class SlotLease implements ForkableSlot {
     return generation === undefined ? { slot_id: this.slotId } : { slot_id: this.slotId, generation };
   }
 
-  private async use<T>(fn: (client: SlotRecord["container"]["client"]) => Promise<T>): Promise<T> {
+  private async use<T>(fn: (client: SlotRecord["container"]["client"]) => Promise<T>, used = true): Promise<T> {
     this.check();
     this.inFlight++;
     this.lastUsed = performance.now();
     try {
-      return await fn(this.record.container.client);
+      const client = this.record.container.client;
+      if (this.plainFirst) {
+        // Back to the server's own system before the trajectory's first call (see `plainFirst`).
+        this.plainFirst = false;
+        const res = await client.reset(this.slotId);
+        this.record.generation = res.generation;
+        this.record.root = undefined;
+        if (!res.success) throw new SandboxRequestError(`slot ${this.key} could not be reset for trajectory ${this.trajectoryId}: ${res.error || res.output}`, this.container.id);
+      }
+      if (used) this.record.fresh = false;
+      return await fn(client);
     } catch (err) {
       // A call that failed because the container went away reports the loss, not the socket error.
       if (!this.end && err instanceof SandboxRequestError && isConnectionFailure(err)) {

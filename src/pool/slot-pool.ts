@@ -1,12 +1,12 @@
 // Longer than 500 lines on purpose: what is left is the slot bookkeeping (acquire, release,
-// reset, loss) over one set of counters; waiters, autoscaler, health and statistics are apart.
+// reset, loss) over one set of counters; waiters, placement, preparation, autoscaler, health and statistics are apart.
 import { EventEmitter } from "node:events";
 import type { Logger } from "pino";
 import { silentLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import { Autoscaler, type ScaleEvent } from "./autoscaler.js";
-import { parseSlotPoolConfig, SlotPoolConfigError, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
-import { PoolNotRunningError, PoolTemplateError, refusedScale, SandboxRequestError, SlotAcquireTimeoutError, PoolError } from "./errors.js";
+import { poolConfigWith, poolNetwork, type SlotPoolConfig, type SlotPoolConfigInput } from "./config.js";
+import { ImageReferenceError, PoolNotRunningError, refusedScale, SlotAcquireTimeoutError, PoolError } from "./errors.js";
 import { ProvisionerError, type ContainerGone, type Provisioner, type ProvisionerEvents } from "./provisioner.js";
 import { HealthMonitor } from "./health-monitor.js";
 import { ContainerAdmission, insertByIndex } from "./container-admission.js";
@@ -14,12 +14,17 @@ import { ForkLeases } from "./fork-leases.js";
 import { NodeAvoidance } from "./node-avoidance.js";
 import { PoolStatistics } from "./pool-statistics.js";
 import { ContainerRecord, type SlotRecord } from "./records.js";
-import { SandboxClient, isConnectionFailure, type SandboxClientLike } from "./sandbox-client.js";
+import { sandboxClientFor, type SandboxClientLike } from "./sandbox-client.js";
 import { SlotLease, type LeaseHost } from "./slot-lease.js";
 import type { AcquireOptions, ContainerInfo, ForkableSlot, ForkOptions, PoolStats, ReleaseOptions, LeasedSlot, SlotPoolLike } from "./types.js";
 import { WaiterQueue, type Waiter } from "./waiter-queue.js";
+import { gone, resetReleasedSlot } from "./release-reset.js";
 import { TemplateAffinity, type TemplateSpec } from "./template-affinity.js";
-import type { HealthResponse } from "../protocol/sandbox.js";
+import { ImageAffinity } from "./image-affinity.js";
+import { plainWish, SlotPlacement, type PlacementWish } from "./slot-placement.js";
+import { WorkspacePreparation } from "./workspace-preparation.js";
+import type { ResetResponse } from "../protocol/sandbox.js";
+import { askContainerHealth, startTimeoutError, type ContainerHealth } from "./pool-reports.js";
 
 export type { ScaleEvent };
 
@@ -90,6 +95,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   readonly metrics: MetricsRegistry;
   /** Which containers hold which workspace templates (affinity, one build per container). */
   readonly templates = new TemplateAffinity();
+  /** Which containers hold which task images (image routing), and what the images cost. */
+  readonly images = new ImageAffinity();
   private readonly provisioner: Provisioner;
   private readonly logger: Logger;
   private readonly createClient: NonNullable<SlotPoolOptions["createClient"]>;
@@ -109,6 +116,8 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   private readonly statistics: PoolStatistics;
   private readonly forks: ForkLeases;
   private readonly admission: ContainerAdmission;
+  private readonly placement: SlotPlacement;
+  private readonly preparation: WorkspacePreparation;
   /** Nodes that lost the pool's containers, kept out of new placements for a while. */
   private readonly avoidance: NodeAvoidance;
 
@@ -130,28 +139,17 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     super();
     const { provisioner, logger, metrics, createClient, parsedConfig, allowNetwork, ...config } = options;
     if (!provisioner) throw new PoolError("SlotPool needs a provisioner (LocalProvisioner or NomadProvisioner)");
-    // The slot count is the provisioner's (it starts the servers): taken from it when not given here.
-    const provisionerSlots = provisioner.slotsPerContainer;
-    this.config = parsedConfig ?? parseSlotPoolConfig(config.slotsPerContainer === undefined && provisionerSlots !== undefined ? { ...config, slotsPerContainer: provisionerSlots } : config);
-    if (provisionerSlots !== undefined && this.config.slotsPerContainer !== provisionerSlots) {
-      throw new SlotPoolConfigError(
-        `slotsPerContainer disagrees: the ${provisioner.kind} provisioner starts containers of ${provisionerSlots} slots, the pool was told ${this.config.slotsPerContainer}; give it once, to the provisioner (the pool takes it from there)`,
-      );
-    }
+    this.config = parsedConfig ? poolConfigWith(provisioner, parsedConfig, true) : poolConfigWith(provisioner, config);
     this.allowNetwork = poolNetwork(provisioner, allowNetwork);
     this.provisioner = provisioner;
     this.logger = logger ?? silentLogger();
-    this.on("container-lost", ({ container }) => this.templates.forget(container.id));
-    this.createClient =
-      createClient ??
-      ((info, hooks) =>
-        new SandboxClient({
-          containerId: info.id,
-          url: info.url,
-          ...(info.token ? { token: info.token } : {}),
-          maxConcurrency: hooks.maxConcurrency,
-          onConnectionFailure: hooks.onConnectionFailure,
-        }));
+    this.on("container-lost", ({ container }) => {
+      this.templates.forget(container.id);
+      this.images.forget(container.id);
+    });
+    this.placement = new SlotPlacement({ containers: () => this.containers, templates: this.templates, images: this.images }, SUSPECT_NODE_MS);
+    this.preparation = new WorkspacePreparation(this.templates, this.images, (id) => this.unpinImages(id));
+    this.createClient = createClient ?? sandboxClientFor;
     this.metrics = metrics ?? new MetricsRegistry();
     const isRunning = () => this.state === "running";
     const containers = () => this.containers;
@@ -178,6 +176,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       containers,
       createClient: (info) => this.createClient(info, { maxConcurrency: 4, onConnectionFailure: () => undefined }),
       markLost: (c, reason) => this.markLost(c, reason),
+      observed: (c, health) => this.images.observe(c.info.id, health),
       rejoin: (info) => {
         this.retired.delete(info.id);
         this.onContainerUp(info);
@@ -193,7 +192,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
       freeTaken: (n) => {
         this.freeCount -= n;
       },
-      lease: (record, trajectoryId, startedAt) => this.lease(record, trajectoryId, startedAt),
+      lease: (record, trajectoryId, startedAt) => this.lease(record, trajectoryId, startedAt, false),
       release: (lease, options) => this.release(lease, options),
     });
     this.admission = new ContainerAdmission({
@@ -315,53 +314,36 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     }
     const { signal } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
+    if (options.image !== undefined) {
+      // A reference that cannot name an image is the caller's mistake: said now, before any slot.
+      try {
+        ImageAffinity.key(options.image);
+      } catch (err) {
+        return Promise.reject(err instanceof ImageReferenceError ? err : new PoolError(String(err)));
+      }
+    }
+    const wish: PlacementWish = { template: options.template, image: options.image };
     const startedAt = performance.now();
     // FIFO: a waiter ahead of this call gets any free slot first.
     if (this.waiters.size > 0) this.serveWaiters();
-    const record = this.waiters.size > 0 ? undefined : this.takeFreeSlot(options.template);
+    const record = this.waiters.size > 0 ? undefined : this.takeFreeSlot(wish);
     if (record) {
       // Fast path: a free slot and nobody waiting.
-      const lease = this.lease(record, options.trajectoryId, startedAt);
+      const lease = this.lease(record, options.trajectoryId, startedAt, plainWish(wish));
       this.scheduleScale();
       return Promise.resolve(lease);
     }
     const timeoutMs = options.timeoutMs ?? this.config.acquireTimeoutMs;
-    return new Promise<ForkableSlot>((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
-      const onAbort = () => {
-        if (waiter.done) return;
-        this.dropWaiter(waiter);
-        reject(signal!.reason);
-      };
-      const waiter: Waiter = {
-        trajectoryId: options.trajectoryId,
-        startedAt,
-        resolve,
-        reject,
-        done: false,
-        cleanup: () => {
-          clearTimeout(timer);
-          signal?.removeEventListener("abort", onAbort);
-        },
-      };
-      timer = setTimeout(() => {
-        if (waiter.done) return;
-        this.dropWaiter(waiter);
+    const waiting = this.waiters.wait({ trajectoryId: options.trajectoryId, wish, startedAt, timeoutMs, signal }, {
+      gaveUp: (waiter) => this.dropWaiter(waiter),
+      timeoutError: () => {
         const s = this.stats();
-        reject(
-          new SlotAcquireTimeoutError(timeoutMs, {
-            slots: s.slots.total,
-            held: s.slots.held,
-            waiting: this.waiters.size + 1,
-            containers: s.containers.total,
-            maxContainers: this.config.maxContainers,
-          }, this.problemHint(), refusedScale(this.scaler.log(), this.provisioner.kind)),
-        );
-      }, timeoutMs);
-      signal?.addEventListener("abort", onAbort, { once: true });
-      this.waiters.push(waiter);
-      this.scheduleScale();
+        const counts = { slots: s.slots.total, held: s.slots.held, waiting: this.waiters.size + 1, containers: s.containers.total, maxContainers: this.config.maxContainers };
+        return new SlotAcquireTimeoutError(timeoutMs, counts, this.problemHint(), refusedScale(this.scaler.log(), this.provisioner.kind));
+      },
     });
+    this.scheduleScale();
+    return waiting;
   }
 
   /** Returns a slot; resets its workspace first unless `reset: false`. Never throws for a lost slot. */
@@ -389,12 +371,13 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     return this.forks.fork(parent, n, options);
   }
 
-  private lease(record: SlotRecord, trajectoryId: string, startedAt: number): SlotLease {
+  /** `plain`: the trajectory wants the server's own system (placement.ts: a slot left in an image is reset back at its first call). */
+  private lease(record: SlotRecord, trajectoryId: string, startedAt: number, plain: boolean): SlotLease {
     record.state = "held";
     record.container.busy++;
     this.busyCount++;
     const now = performance.now();
-    const lease = new SlotLease(record, trajectoryId, this, now);
+    const lease = new SlotLease(record, trajectoryId, this, now, plain);
     this.leases.add(lease);
     const waitedMs = now - startedAt;
     this.statistics.acquired(waitedMs);
@@ -403,38 +386,38 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   }
 
   /**
-   * A workspace template on a slot: built on its container unless held there (once per
-   * container, whatever the number of trajectories asking), then the slot is reset into it.
+   * A workspace template or a task image on a slot (workspace-preparation.ts): a template is
+   * built on its container unless held there (once per container, whatever the number of
+   * trajectories asking); the slot is reset into it, or into the image.
    */
-  async useTemplate(slot: LeasedSlot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<void> {
+  async useTemplate(slot: LeasedSlot, spec: TemplateSpec, options: { signal?: AbortSignal } = {}): Promise<ResetResponse> {
     if (!(slot instanceof SlotLease) || !this.leases.has(slot)) throw new PoolError(`useTemplate(): ${slot?.key ?? String(slot)} is not a slot held from this pool`);
-    const reset = () => slot.reset({ template: spec.name, ...(options.signal ? { signal: options.signal } : {}) });
-    await this.templates.ensure(slot, spec, options.signal);
-    let res;
-    try {
-      res = await reset();
-    } catch (err) {
-      // The server evicted it (budget) since it was built here: build it again, once.
-      if (!(err instanceof SandboxRequestError) || err.status !== 404) throw err;
-      this.templates.forget(slot.container.id, spec.name);
-      await this.templates.ensure(slot, spec, options.signal);
-      res = await reset();
-    }
-    if (!res.success) throw new PoolTemplateError(`slot ${slot.key} could not be reset into template '${spec.name}': ${res.error}`);
+    return this.preparation.prepare(slot, spec, options.signal);
   }
 
-  /** The free slot of the lowest-index ready container (packing), or undefined; with `template`, one holding it first. */
-  private takeFreeSlot(template?: string): SlotRecord | undefined {
+  /** A container's free slots left in an image (at release) are reset to plain: those images may be evicted now. */
+  private async unpinImages(containerId: string): Promise<number> {
+    const container = this.byId.get(containerId);
+    const pinned = container?.state === "ready" ? container.free.filter((r) => r.root !== undefined) : [];
+    for (const r of pinned) {
+      container!.free.splice(container!.free.indexOf(r), 1);
+      this.freeCount--;
+      // Held by the pool itself for a plain reset; returnSlot gives it back.
+      r.state = "held";
+      r.root = undefined;
+      container!.busy++;
+      this.busyCount++;
+    }
+    await Promise.all(pinned.map((r) => this.returnSlot(r, true, "pool:unpin-images")));
+    return pinned.length;
+  }
+
+  /** The free slot `wish` should get (slot-placement.ts: packing, affinity, suspect nodes last), or undefined. */
+  private takeFreeSlot(wish?: PlacementWish): SlotRecord | undefined {
     if (this.freeCount === 0) return undefined;
-    const preferred = template === undefined ? undefined : this.templates.preferred(this.containers, template);
-    const order = preferred ? [preferred, ...this.containers] : this.containers;
-    // A node that just lost a container may be going down: its slots go last (a trajectory
-    // retried after a loss lands on another node when one has room).
-    const pass = (avoidSuspect: boolean) => order.find((c) => c.state === "ready" && c.free.length > 0 && !(avoidSuspect && this.nodeSuspect(c)));
-    const c = pass(true) ?? (this.suspectNodes.size > 0 ? pass(false) : undefined);
-    if (!c) return undefined;
-    this.freeCount--;
-    return c.free.pop()!;
+    const record = this.placement.take(wish);
+    if (record) this.freeCount--;
+    return record;
   }
 
   private get stopping(): boolean {
@@ -443,29 +426,15 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
 
   private async returnSlot(record: SlotRecord, reset: boolean, trajectoryId: string): Promise<void> {
     const container = record.container;
-    if (slotGone(record)) return;
+    if (gone(record)) return;
     // The pool is going away with its containers: a reset would only race their shutdown.
     if (this.stopping) reset = false;
     if (reset) {
       record.state = "resetting";
-      let failure: string | undefined;
-      for (let attempt = 0; attempt < 2; attempt++) {
-        try {
-          const res = await container.client.reset(record.slotId);
-          record.generation = res.generation;
-          if (res.success) {
-            failure = undefined;
-            break;
-          }
-          failure = res.error || res.output || "reset reported failure";
-        } catch (err) {
-          failure = err instanceof Error ? err.message : String(err);
-          if (isConnectionFailure(err)) await this.confirmContainerLoss(record, err);
-        }
-        if (slotGone(record)) return;
-      }
-      if (slotGone(record)) return;
-      if (failure !== undefined) {
+      const outcome = await resetReleasedSlot(record, (r, err) => this.confirmContainerLoss(r, err));
+      if (outcome.kind === "gone") return;
+      if (outcome.kind === "failed") {
+        const failure = outcome.failure;
         // A workspace we could not clean must not reach another trajectory. A reset cut by a
         // shutdown (the pool's, or the server's own) is expected: said, not warned about.
         if (this.stopping || /shutting down/.test(failure)) this.logger.info({ slot: record.key, trajectoryId, reason: failure }, "slot not reset: its sandbox server is shutting down");
@@ -488,18 +457,7 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   }
 
   private insertFree(container: ContainerRecord, record: SlotRecord, justReset = false): void {
-    const free = container.free;
-    if (justReset && free.length > 0) {
-      // Bottom of the stack: handed out after every other free slot of this container.
-      free.unshift(record);
-      this.freeCount++;
-      return;
-    }
-    // Keep the lowest slot number on top so a container's slots are reused in order.
-    const n = Number(record.slotId.slice(5));
-    let i = free.length;
-    while (i > 0 && Number(free[i - 1]!.slotId.slice(5)) < n) i--;
-    free.splice(i, 0, record);
+    this.placement.insert(container, record, justReset);
     this.freeCount++;
   }
 
@@ -507,10 +465,10 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     while (this.waiters.size > 0) {
       const waiter = this.waiters.peek();
       if (!waiter) break;
-      const record = this.takeFreeSlot();
+      const record = this.takeFreeSlot(waiter.wish);
       if (!record) break;
       this.waiters.take();
-      waiter.resolve(this.lease(record, waiter.trajectoryId, waiter.startedAt));
+      waiter.resolve(this.lease(record, waiter.trajectoryId, waiter.startedAt, plainWish(waiter.wish ?? {})));
     }
     this.waiters.compact();
   }
@@ -632,26 +590,13 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     this.scheduleScale();
   }
 
-  /** Nodes that lost a container lately, and until when (performance.now()): slots elsewhere go first. */
-  private readonly suspectNodes = new Map<string, number>();
-
   /** A container was lost: its node's other containers are checked at once, and its node avoided for a while. */
   private suspectNode(container: ContainerRecord): void {
     const node = container.info.node;
     if (node === undefined || this.state !== "running") return;
-    this.suspectNodes.set(node, performance.now() + SUSPECT_NODE_MS);
+    this.placement.suspectNode(node);
     for (const c of this.containers) if (c.info.node === node && c.live) this.health.suspectSibling(c, node);
     this.avoidance.containerLost(node);
-  }
-
-  private nodeSuspect(c: ContainerRecord): boolean {
-    const node = c.info.node;
-    if (node === undefined || this.suspectNodes.size === 0) return false;
-    const until = this.suspectNodes.get(node);
-    if (until === undefined) return false;
-    if (until > performance.now()) return true;
-    this.suspectNodes.delete(node);
-    return false;
   }
 
   private removeContainer(container: ContainerRecord, reason: string): void {
@@ -728,21 +673,12 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
   }
 
   /**
-   * Each live container's /health answer (slots, sandbox, limits, network), asked now: what
-   * isolation the slots have, for a run's summary. A container that does not answer gets
+   * Each live container's /health answer (slots, sandbox, limits, network, images), asked now:
+   * what isolation the slots have, for a run's summary. A container that does not answer gets
    * its error instead.
    */
-  async containerHealth(): Promise<Array<{ id: string; url: string; health?: HealthResponse; error?: string }>> {
-    const live = this.containers.filter((c) => c.live);
-    return Promise.all(
-      live.map(async (c) => {
-        try {
-          return { id: c.info.id, url: c.info.url, health: await c.client.health({ timeoutMs: 5_000 }) };
-        } catch (err) {
-          return { id: c.info.id, url: c.info.url, error: err instanceof Error ? err.message : String(err) };
-        }
-      }),
-    );
+  containerHealth(): Promise<ContainerHealth[]> {
+    return askContainerHealth(this.containers.filter((c) => c.live));
   }
 
   /** The containers the pool knows, lowest index first (for status pages and tests). */
@@ -750,43 +686,9 @@ export class SlotPool extends EventEmitter<SlotPoolEvents> implements SlotPoolLi
     return this.containers.map((c) => ({ ...c.info, state: c.state, busySlots: c.busy, freeSlots: c.free.length }));
   }
 
-  private async startTimeoutError(): Promise<Error> {
-    let detail = "";
-    try {
-      detail = (await this.provisioner.describe?.()) ?? "";
-    } catch (err) {
-      detail = `(could not describe the containers: ${errorMessage(err)})`;
-    }
-    const ready = this.readyCount();
-    const last = this.lastProblem ? ` Last problem: ${this.lastProblem.message}.` : "";
-    // The description's placement line repeats what the last problem already said (with its advice).
-    if (this.lastProblem) detail = detail.split("\n").filter((l) => !(l.trim().startsWith("placement: ") && this.lastProblem!.message.includes(l.trim().slice("placement: ".length)))).join("\n");
-    return new ProvisionerError(
-      `the ${this.provisioner.kind} provisioner brought up ${ready} of ${this.config.minContainers} healthy containers within ${this.config.startTimeoutMs} ms.${last}` +
-        (detail ? `\n${detail}` : "") +
-        `\nCheck the containers' logs, lower minContainers, or raise startTimeoutMs.`,
-      "start-timeout",
-    );
+  private startTimeoutError(): Promise<Error> {
+    return startTimeoutError(this.provisioner, { ready: this.readyCount(), min: this.config.minContainers, timeoutMs: this.config.startTimeoutMs, lastProblem: this.lastProblem });
   }
 }
 
-/** State checks after an await (TypeScript keeps the narrowing from before it). */
-function slotGone(record: SlotRecord): boolean {
-  return record.state === "lost" || record.container.state === "lost";
-}
 
-function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
-/** The pool's default network: given once, to the provisioner or the pool; loopback only unless asked. */
-function poolNetwork(provisioner: Provisioner, allowNetwork: unknown): boolean {
-  if (allowNetwork !== undefined && typeof allowNetwork !== "boolean") throw new SlotPoolConfigError(`allowNetwork must be true or false, got ${JSON.stringify(allowNetwork)}`);
-  const fromProvisioner = provisioner.allowNetwork;
-  if (allowNetwork !== undefined && fromProvisioner !== undefined && allowNetwork !== fromProvisioner) {
-    throw new SlotPoolConfigError(
-      `allowNetwork disagrees: the ${provisioner.kind} provisioner prepares its slots for network ${fromProvisioner ? "on" : "off"}, the pool was told ${allowNetwork ? "on" : "off"}; give it once, to the provisioner (the pool takes it from there)`,
-    );
-  }
-  return allowNetwork ?? fromProvisioner ?? false;
-}

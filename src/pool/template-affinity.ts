@@ -8,10 +8,6 @@ import type { TemplateSpec } from "./types.js";
 export type { TemplateSpec };
 
 /**
- * A workspace template as the env names it: a name and how to build it (setup commands run
- * in /workspace, optional files written first). See docs/templates.md.
- */
-/**
  * Which containers of the pool hold which templates, so that:
  * - acquire prefers a free slot on a container that already holds the item's template
  *   (`preferred`), and
@@ -41,7 +37,7 @@ export class TemplateAffinity {
   /** Makes sure the lease's container holds `spec` (building it there if not). */
   async ensure(lease: SlotLease, spec: TemplateSpec, signal?: AbortSignal): Promise<void> {
     const request = toRequest(spec);
-    const hash = templateHash(request.setup, request.files ?? {});
+    const hash = templateHash(request.setup, request.files ?? {}, request.image);
     const containerId = lease.container.id;
     if (this.held.get(containerId)?.get(spec.name) === hash) {
       this.hits++;
@@ -81,7 +77,8 @@ export class TemplateAffinity {
 function toRequest(spec: TemplateSpec): TemplateBuildRequest {
   return {
     name: spec.name,
-    setup: spec.setup,
+    setup: spec.setup ?? [],
+    ...(spec.image !== undefined ? { image: spec.image } : {}),
     ...(spec.files ? { files: spec.files } : {}),
     ...(spec.timeoutS !== undefined ? { timeout: spec.timeoutS } : {}),
   };

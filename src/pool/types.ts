@@ -54,8 +54,12 @@ export interface LeasedSlot {
   execute(call: SlotCall, options?: CallOptions): Promise<ExecuteResponse>;
   /** Calls of this slot, run in order on the server; results delivered one by one as they finish. */
   executeBatch(calls: SlotCall[], onResult?: (index: number, result: ExecuteResponse) => void, options?: CallOptions): Promise<ExecuteResponse[]>;
-  /** With `template`: the workspace becomes a copy-on-write view of that template (built on the container). */
-  reset(options?: CallOptions & { template?: string }): Promise<ResetResponse>;
+  /**
+   * With `template`: the workspace becomes a copy-on-write view of that template (built on the
+   * container); with `image`: the slot's root becomes that task image (ImageUnavailableError
+   * when the container cannot get it).
+   */
+  reset(options?: CallOptions & { template?: string; image?: string }): Promise<ResetResponse>;
   readArtifact(req: { path: string; encoding?: "text" | "base64"; max_bytes?: number; include_sha256?: boolean }, options?: CallOptions): Promise<ArtifactReadResponse>;
   listArtifacts(req: { path?: string; recursive?: boolean; max_entries?: number }, options?: CallOptions): Promise<ArtifactListResponse>;
   archiveArtifacts(req: { path?: string; max_bytes?: number; max_entries?: number }, options?: CallOptions): Promise<ArtifactArchiveResponse>;
@@ -85,6 +89,12 @@ export interface AcquireOptions {
   trajectoryId: string;
   /** Prefer a container that already holds this workspace template (affinity). */
   template?: string;
+  /**
+   * Prefer a container that already holds this task image (image routing, after `template`);
+   * else any container (it fetches the image at the reset). A reference that cannot name an
+   * image rejects at once with ImageReferenceError.
+   */
+  image?: string;
   signal?: AbortSignal;
   timeoutMs?: number;
 }
@@ -109,15 +119,23 @@ export interface SlotPoolLike {
   release(slot: LeasedSlot, options?: ReleaseOptions): Promise<void>;
   stats(): PoolStats;
   stop(options?: { purge?: boolean }): Promise<void>;
-  /** Builds `spec` on the slot's container unless held there, then resets the slot into it. */
-  useTemplate?(slot: LeasedSlot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<void>;
+  /** Builds `spec` on the slot's container unless held there, then resets the slot into it (or into its image); SlotPool answers with the reset's answer. */
+  useTemplate?(slot: LeasedSlot, spec: TemplateSpec, options?: { signal?: AbortSignal }): Promise<ResetResponse | void>;
 }
 
-/** A workspace template: `files` written, then `setup` run once per container in a sandbox; slots get a copy-on-write view of the result. */
+/**
+ * A workspace template: `files` written, then `setup` run once per container in a sandbox;
+ * slots get a copy-on-write view of the result. With `image`, the slot's root is that task
+ * image (docs/images.md): `files` land in the image's WorkingDir and `setup` runs in its
+ * root, built once per container on the image; with neither files nor setup, the slot is
+ * reset straight into the image (no build).
+ */
 export interface TemplateSpec {
   name: string;
-  setup: string[];
+  setup?: string[];
   files?: Record<string, string>;
+  /** A task image reference (protocol/images.ts: registry, docker-daemon:, oci:, docker-archive:). */
+  image?: string;
   /** Build time limit, seconds (the server caps it with its --max-timeout). */
   timeoutS?: number;
 }

@@ -1,8 +1,11 @@
+import type { PlacementWish } from "./slot-placement.js";
 import type { ForkableSlot } from "./types.js";
 
 /** An acquire() call waiting for a free slot. */
 export interface Waiter {
   trajectoryId: string;
+  /** The template or image its container should hold, when one with a free slot does (slot-placement.ts). */
+  wish?: PlacementWish;
   startedAt: number;
   resolve: (slot: ForkableSlot) => void;
   reject: (err: unknown) => void;
@@ -21,6 +24,44 @@ export class WaiterQueue {
   private head = 0;
   /** Waiters not done yet. */
   size = 0;
+
+  /**
+   * A new waiter at the back of the queue: resolves with the slot it is served, rejects with
+   * `timeoutError()` after `timeoutMs` or with the signal's reason on abort (both drop it,
+   * through `gaveUp`, so the pool can rescale).
+   */
+  wait(
+    o: { trajectoryId: string; wish: PlacementWish; startedAt: number; timeoutMs: number; signal: AbortSignal | undefined },
+    host: { gaveUp: (waiter: Waiter) => void; timeoutError: () => Error },
+  ): Promise<ForkableSlot> {
+    return new Promise<ForkableSlot>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const onAbort = () => {
+        if (waiter.done) return;
+        host.gaveUp(waiter);
+        reject(o.signal!.reason);
+      };
+      const waiter: Waiter = {
+        trajectoryId: o.trajectoryId,
+        wish: o.wish,
+        startedAt: o.startedAt,
+        resolve,
+        reject,
+        done: false,
+        cleanup: () => {
+          clearTimeout(timer);
+          o.signal?.removeEventListener("abort", onAbort);
+        },
+      };
+      timer = setTimeout(() => {
+        if (waiter.done) return;
+        host.gaveUp(waiter);
+        reject(host.timeoutError());
+      }, o.timeoutMs);
+      o.signal?.addEventListener("abort", onAbort, { once: true });
+      this.push(waiter);
+    });
+  }
 
   push(waiter: Waiter): void {
     this.items.push(waiter);

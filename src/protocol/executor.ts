@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { IMAGE_FAILURE_REASONS, ImageReferenceSchema } from "./images.js";
 import { ToolCallSchema } from "./tool.js";
 
 /**
@@ -37,9 +38,11 @@ export const ExecutorPrepareWorkspaceRequestSchema = z.object({
   trajectory_id: z.string().min(1, "trajectory_id must not be empty"),
   template: z.object({
     name: z.string().min(1),
-    setup: z.array(z.string()),
+    setup: z.array(z.string()).default([]),
     files: z.record(z.string(), z.string()).optional(),
     timeout_s: z.number().positive().optional(),
+    /** A task image (protocol/images.ts): the slot's root; files and setup, when given, are built on it once per container. */
+    image: ImageReferenceSchema.optional(),
   }),
 });
 export const ExecutorPrepareWorkspaceResponseSchema = z.object({
@@ -47,6 +50,8 @@ export const ExecutorPrepareWorkspaceResponseSchema = z.object({
   error: z.string(),
   /** The container died meanwhile: start the trajectory again (new trajectory id). */
   slot_lost: z.boolean().optional(),
+  /** The container could not get the task image (the sandbox server's reason, protocol/images.ts): an infrastructure failure, never the trajectory's. */
+  image_unavailable: z.enum(IMAGE_FAILURE_REASONS).optional(),
 });
 
 /**

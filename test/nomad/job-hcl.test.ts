@@ -8,6 +8,7 @@ import { CliUsageError } from "../../src/cli/usage.js";
 import { duration } from "../../src/nomad/job-hcl.js";
 import {
   DEFAULT_IMAGE,
+  IMAGE_DISK_MB,
   JOB_DEFAULTS,
   KILL_TIMEOUT_NS,
   RESCHEDULE_POLICY,
@@ -56,6 +57,7 @@ function hclJobToApi(parsed: Json): Json {
           DynamicPorts: Object.entries(n["port"] as Record<string, Json[]>).map(([label, [p]]) => ({ Label: label, ...(p!["to"] !== undefined ? { To: p!["to"] } : {}) })),
         })),
         RestartPolicy: { Attempts: restart["attempts"], Interval: ns(restart["interval"]), Delay: ns(restart["delay"]), Mode: restart["mode"] },
+        ...(group!["ephemeral_disk"] ? { EphemeralDisk: { SizeMB: group!["ephemeral_disk"][0]["size"], Sticky: group!["ephemeral_disk"][0]["sticky"] } } : {}),
         ReschedulePolicy: {
           Unlimited: reschedule["unlimited"],
           Delay: ns(reschedule["delay"]),
@@ -198,7 +200,9 @@ describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
 
   it("declares the variables the issue asks for, with the builder's defaults", async () => {
     const vars = (await load())["variable"] as Record<string, Json[]>;
-    expect(Object.keys(vars).sort()).toEqual(["count", "cpu", "datacenters", "image", "memory", "seccomp_profile", "slots", "token"]);
+    expect(Object.keys(vars).sort()).toEqual(["count", "cpu", "datacenters", "image", "image_disk_mb", "insecure_registries", "memory", "seccomp_profile", "slots", "token"]);
+    expect(vars["image_disk_mb"]![0]!["default"]).toBe(IMAGE_DISK_MB);
+    expect(vars["insecure_registries"]![0]!["default"]).toEqual([]);
     expect(vars["image"]![0]!["default"]).toBe(DEFAULT_IMAGE);
     expect(vars["count"]![0]!["default"]).toBe(JOB_DEFAULTS.count);
     expect(vars["slots"]![0]!["default"]).toBe(JOB_DEFAULTS.slots);
@@ -224,8 +228,19 @@ describe("nomad/sandbox.nomad.hcl agrees with the builder", () => {
     expect(task["Config"]["image"]).toBe("${var.image}");
     expect(task["Config"]["ports"]).toEqual(["http"]);
     expect(task["Config"]["entrypoint"]).toEqual(taskConfig(built)["entrypoint"]);
-    const derived: Record<string, string> = { "4": "${var.slots}", "224": "${floor((var.memory - 128) / var.slots)}", "112": "${floor((var.memory - 128) / var.slots / 2)}" };
-    expect(task["Config"]["args"]).toEqual(sandboxServerArgs(built).map((a) => derived[a] ?? a));
+    const derived: Record<string, string> = {
+      "4": "${var.slots}",
+      "224": "${floor((var.memory - 128) / var.slots)}",
+      "112": "${floor((var.memory - 128) / var.slots / 2)}",
+      [String(built.imageBudgetMb)]: "${floor(var.image_disk_mb * 0.8)}",
+    };
+    // args = concat([the builder's args], one --insecure-registry pair per var.insecure_registries entry).
+    const args = task["Config"]["args"] as string;
+    const m = /^\$\{concat\(\[([\s\S]*)\], flatten\(\[for r in var\.insecure_registries : \["--insecure-registry", r\]\]\)\)\}$/.exec(args);
+    expect(m, args).not.toBeNull();
+    const literal = [...m![1]!.replace(/#.*$/gm, "").matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((x) => x[1]);
+    expect(literal).toEqual(sandboxServerArgs(built).map((a) => derived[a] ?? a));
+    expect(group["EphemeralDisk"]).toEqual({ SizeMB: "${var.image_disk_mb}", Sticky: true });
     expect(task["Config"]["cap_add"]).toEqual(taskConfig(built)["cap_add"]);
     // The builder names this checkout's profile; the HCL leaves the clients' path to a variable.
     expect(task["Config"]["security_opt"]).toEqual((taskConfig(built)["security_opt"] as string[]).map((o) => (o.startsWith("seccomp=") ? "seccomp=${var.seccomp_profile}" : o)));
@@ -261,7 +276,9 @@ describe("nomad/dev.hcl", () => {
     const nomadDefaults = ["audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod", "net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot"];
     expect(allowed).toEqual(expect.arrayContaining(nomadDefaults));
     expect(allowed).toEqual(expect.arrayContaining(taskConfig(resolveSandboxJobOptions({}))["cap_add"] as string[]));
-    expect(allowed).toHaveLength(nomadDefaults.length + 1);
+    // And sys_ptrace, which only a job with task images under docker asks for (pool.nomad.capAdd).
+    expect(allowed).toContain("sys_ptrace");
+    expect(allowed).toHaveLength(nomadDefaults.length + 2);
     expect(docker).not.toHaveProperty("allow_privileged");
   });
 });

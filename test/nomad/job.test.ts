@@ -10,6 +10,9 @@ import {
   SANDBOX_SERVER_PORT,
   SERVER_RESERVE_MB,
   SandboxJobOptionError,
+  IMAGE_DISK_MB,
+  IMAGE_VOLUME,
+  IMAGE_VOLUME_PATH,
   CLEANUP_TASK,
   HOST_MODE_DATA_DIR,
   hostSlotpoolMain,
@@ -115,7 +118,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     // tini first: the image's init reaps what slot commands leave (Node as PID 1 does not).
     expect(config["entrypoint"]).toEqual(["tini", "-s", "--", "slotpool"]);
     // 4096 MB less the server's 128, in 8 equal shares of 496 MB; the disk half a share.
-    expect(config["args"]).toEqual(["sandbox-server", "--slots", "8", "--host", "0.0.0.0", "--port", "8080", "--memory-mb", "496", "--disk-mb", "248"]);
+    expect(config["args"]).toEqual(["sandbox-server", "--slots", "8", "--host", "0.0.0.0", "--port", "8080", "--memory-mb", "496", "--disk-mb", "248", "--image-budget-mb", "4096"]);
   });
 
   it("passes the token as SANDBOX_TOKEN, never on the command line", () => {
@@ -165,7 +168,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     expect(hostSlotpoolMain()).toMatch(/dist\/src\/cli\/main\.js$/);
     expect(taskConfig(s)).toEqual({
       command: process.execPath,
-      args: [hostSlotpoolMain(), "sandbox-server", "--slots", "2", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112", "--data-dir", "/tmp/slotpool-nomad/${NOMAD_ALLOC_ID}"],
+      args: [hostSlotpoolMain(), "sandbox-server", "--slots", "2", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112", "--data-dir", "/tmp/slotpool-nomad/${NOMAD_ALLOC_ID}", "--image-budget-mb", "4096"],
     });
     // A slotpool binary of one's own: no script before the subcommand.
     const own = taskConfig(resolveSandboxJobOptions({ driver: "raw_exec", command: "/usr/local/bin/slotpool", slots: 1 }));
@@ -231,7 +234,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     expect(rawTask["Driver"]).toBe("raw_exec");
     expect(rawTask["Config"]).toEqual({
       command: "apptainer",
-      args: ["run", "--bind", "${NOMAD_ALLOC_DIR}", "/srv/sbx.sif", "sandbox-server", "--slots", "2", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112"],
+      args: ["run", "--bind", "${NOMAD_ALLOC_DIR}", "/srv/sbx.sif", "sandbox-server", "--slots", "2", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112", "--image-budget-mb", "4096"],
     });
     // Host networking: no mapping, the server binds the allocated port itself.
     expect(rawGroup["Networks"]).toEqual([{ DynamicPorts: [{ Label: "http" }] }]);
@@ -240,7 +243,7 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     const exec = sandboxJob({ driver: "exec" });
     const execTask = ((exec["TaskGroups"] as Json[])[0]!["Tasks"] as Json[])[0]!;
     expect(execTask["Driver"]).toBe("exec");
-    expect(execTask["Config"]).toMatchObject({ command: "/usr/local/bin/slotpool", args: ["sandbox-server", "--slots", "4", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112"] });
+    expect(execTask["Config"]).toMatchObject({ command: "/usr/local/bin/slotpool", args: ["sandbox-server", "--slots", "4", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--memory-mb", "224", "--disk-mb", "112", "--image-budget-mb", "4096"] });
   });
 
   it("raw_exec with the host's own slotpool: a poststop task removes the allocation's workspaces dir, never failing the allocation", () => {
@@ -270,5 +273,53 @@ describe("sandboxJob: the sandbox job of issue point 6", () => {
     expect(() => sandboxJob({ driver: "podman" as never })).toThrow(/driver must be one of docker, raw_exec, exec/);
     expect(() => sandboxJob({ datacenters: [] })).toThrow(/datacenters/);
     expect(() => sandboxJob({ datacenters: [""] })).toThrow(/none empty/);
+  });
+});
+
+describe("sandboxJob: the task images' store (issue 36)", () => {
+  type Any = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+  const group = (job: Json): Any => (job["TaskGroups"] as Any[])[0]!;
+  const task = (job: Json): Any => (group(job)["Tasks"] as Any[])[0]!;
+
+  it("by default a sticky ephemeral disk of IMAGE_DISK_MB holds the images (under the server's data dir), the store's budget 80 % of it", () => {
+    const job = sandboxJob({ slots: 2 });
+    expect(group(job)["EphemeralDisk"]).toEqual({ SizeMB: IMAGE_DISK_MB, Sticky: true });
+    expect(task(job)["Config"]["args"]).toEqual(expect.arrayContaining(["--image-budget-mb", String(Math.floor(IMAGE_DISK_MB * 0.8))]));
+    expect(task(job)["Config"]["args"]).not.toContain("--image-store");
+    const sized = sandboxJob({ slots: 2, imageDiskMb: 20_000, imageBudgetMb: 15_000 });
+    expect(group(sized)["EphemeralDisk"]).toEqual({ SizeMB: 20_000, Sticky: true });
+    const args = task(sized)["Config"]["args"] as string[];
+    expect(args[args.indexOf("--image-budget-mb") + 1]).toBe("15000");
+  });
+
+  it("a host volume instead: mounted at IMAGE_VOLUME_PATH, one store per allocation index, no ephemeral disk asked", () => {
+    const job = sandboxJob({ slots: 2, imageHostVolume: "images" });
+    expect(group(job)).not.toHaveProperty("EphemeralDisk");
+    // Field names of Nomad's api.VolumeRequest and api.VolumeMount (api/tasks.go, api/tasks.go VolumeMount), as `volume` / `volume_mount` blocks render them.
+    expect(group(job)["Volumes"]).toEqual({ [IMAGE_VOLUME]: { Name: IMAGE_VOLUME, Type: "host", Source: "images", ReadOnly: false } });
+    expect(task(job)["VolumeMounts"]).toEqual([{ Volume: IMAGE_VOLUME, Destination: IMAGE_VOLUME_PATH, ReadOnly: false }]);
+    const args = task(job)["Config"]["args"] as string[];
+    expect(args[args.indexOf("--image-store") + 1]).toBe(`${IMAGE_VOLUME_PATH}/\${NOMAD_ALLOC_INDEX}`);
+    expect(args).not.toContain("--image-budget-mb");
+  });
+
+  it("registry credentials reach the task in its environment, never its arguments", () => {
+    const auth = JSON.stringify({ auths: { "registry.example:5000": { auth: Buffer.from("u:p4ss").toString("base64") } } });
+    const job = sandboxJob({ slots: 2, registryAuth: auth, serverArgs: ["--insecure-registry", "registry.example:5000"] });
+    expect(task(job)["Env"]).toEqual({ SANDBOX_TOKEN: expect.any(String), SLOTPOOL_REGISTRY_AUTH: auth });
+    expect(JSON.stringify(task(job)["Config"])).not.toContain("p4ss");
+    expect(JSON.stringify(task(job)["Config"])).not.toContain(Buffer.from("u:p4ss").toString("base64"));
+    expect(task(job)["Config"]["args"]).toEqual(expect.arrayContaining(["--insecure-registry", "registry.example:5000"]));
+  });
+
+  it("refuses image options that cannot work, naming them and never echoing credentials", () => {
+    expect(() => sandboxJob({ driver: "raw_exec", imageHostVolume: "images" })).toThrow(/imageHostVolume needs the docker or exec driver/);
+    expect(() => sandboxJob({ imageHostVolume: "images", imageDiskMb: 1000 })).toThrow(/give one/);
+    expect(() => sandboxJob({ imageDiskMb: 1000, imageBudgetMb: 2000 })).toThrow(/imageBudgetMb 2000 is more than the image disk/);
+    expect(() => sandboxJob({ imageDiskMb: 10 })).toThrow(/imageDiskMb must be a whole number >= 64/);
+    const bad = () => sandboxJob({ registryAuth: "user:hunter2-secret" });
+    expect(bad).toThrow(SandboxJobOptionError);
+    expect(bad).toThrow(/registryAuth must be a Docker-style auth document/);
+    expect(bad).not.toThrow(/hunter2/);
   });
 });

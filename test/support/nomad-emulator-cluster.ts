@@ -563,6 +563,10 @@ export class EmulatedCluster {
     }
     const slots = argValue(config["args"], "--slots") ?? 1;
     const env = (task["Env"] as Record<string, string> | undefined) ?? {};
+    // The job's task-image flags reach the server as Nomad would pass them (the rest of its args
+    // are the container's: --host/--port/--memory-mb stay the emulator's own), and its env too.
+    const imageArgs = passedArgs(config["args"], ["--insecure-registry", "--image-budget-mb", "--image-pull-timeout"]);
+    const { SANDBOX_TOKEN: _token, ...taskEnv } = env;
     const dataDir = join(this.options.dataDir, alloc.id);
     mkdirSync(dataDir, { recursive: true, mode: 0o711 });
     // The real job listens on 0.0.0.0:8080 inside a container; here every allocation is a
@@ -579,7 +583,8 @@ export class EmulatedCluster {
         host: "127.0.0.1",
         port: 0,
         ...(env["SANDBOX_TOKEN"] ? { token: env["SANDBOX_TOKEN"] } : {}),
-        extraArgs: [...(uidBase !== undefined ? ["--slot-uid-base", String(uidBase)] : []), ...this.options.serverArgs],
+        extraArgs: [...(uidBase !== undefined ? ["--slot-uid-base", String(uidBase)] : []), ...imageArgs, ...this.options.serverArgs],
+        ...(Object.keys(taskEnv).length > 0 ? { env: taskEnv } : {}),
         startTimeoutMs: this.options.processStartTimeoutMs,
       });
       // The block is free again once the server has exited (its slot processes with it).
@@ -890,6 +895,14 @@ function addEvent(alloc: EmulatedAllocation, type: string, fields: Partial<TaskE
     KillReason: "",
     ...fields,
   });
+}
+
+/** The `flag value` pairs of `args` whose flag is one of `flags`, in order. */
+function passedArgs(args: unknown, flags: readonly string[]): string[] {
+  if (!Array.isArray(args)) return [];
+  const out: string[] = [];
+  for (let i = 0; i < args.length - 1; i++) if (flags.includes(String(args[i]))) out.push(String(args[i]), String(args[++i]));
+  return out;
 }
 
 function argValue(args: unknown, flag: string): number | undefined {

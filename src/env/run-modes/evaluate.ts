@@ -10,6 +10,7 @@ import { FailedSidecar } from "./failed-sidecar.js";
 import { failedFromOutcome } from "../failed-trajectories.js";
 import { makeDirectories } from "./output-path.js";
 import type { FailedTrajectory, InfraFailure } from "../infra-failure.js";
+import { imagesOf } from "../isolation.js";
 
 export interface EvaluateModeOptions {
   /** Directory for metrics.json and samples.jsonl (Atropos `data_dir_to_save_evals`). */
@@ -42,6 +43,7 @@ export async function runEvaluateMode(env: AgentEnv<unknown>, options: EvaluateM
   const started = Date.now();
   if (options.stats) {
     options.stats.modelSource ??= () => env.modelCallStats();
+    options.stats.imagesSource ??= () => imagesOf(env);
     options.stats.delivered = "evaluated";
   }
   await makeDirectories(options.outDir);

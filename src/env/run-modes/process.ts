@@ -13,6 +13,7 @@ import { failedInfo, notWritten, runRows } from "./summary.js";
 import { prepareOutputFile } from "./output-path.js";
 import { FailedSidecar } from "./failed-sidecar.js";
 import { failedSidecarPath } from "../failed-trajectories.js";
+import { imagesOf } from "../isolation.js";
 
 export interface ProcessModeOptions {
   /** Output JSONL; an existing file is kept and `_1`, `_2`, … is added to the new name (as Atropos does). */
@@ -51,6 +52,7 @@ export async function runProcessMode(env: AgentEnv<unknown>, options: ProcessMod
   const total = options.groups ?? env.config.totalGroups;
   const stats = options.stats ?? new RunStats({ successThreshold: env.config.successThreshold });
   stats.modelSource ??= () => env.modelCallStats();
+  stats.imagesSource ??= () => imagesOf(env);
   // A dead model server stops the run (the model breaker) as an interrupt would, with its own reason.
   const breaker = env.modelBreaker();
   const signal = breaker ? (options.signal ? AbortSignal.any([options.signal, breaker.signal]) : breaker.signal) : options.signal;

@@ -4,6 +4,7 @@ import { AtroposClient } from "../atropos/client.js";
 import { runEnvManager, type EnvManagerReport } from "../atropos/env-manager.js";
 import { RunStats } from "../run-stats.js";
 import type { GroupOutcome } from "../scored-group.js";
+import { imagesOf } from "../isolation.js";
 
 export interface ServeModeOptions {
   atroposUrl: string;
@@ -21,6 +22,7 @@ export interface ServeModeOptions {
 export async function runServeMode(env: AgentEnv<unknown>, options: ServeModeOptions): Promise<{ stats: RunStats; report: EnvManagerReport }> {
   const stats = options.stats ?? new RunStats({ successThreshold: env.config.successThreshold });
   stats.modelSource ??= () => env.modelCallStats();
+  stats.imagesSource ??= () => imagesOf(env);
   stats.delivered = "sent";
   const client = new AtroposClient({ url: options.atroposUrl, logger: options.logger });
   try {

@@ -29,7 +29,7 @@ export function runRows(stats: RunStats, extra: Array<[string, string]> = []): A
     ...tokenRows(stats),
     ...stats.metricRows(),
     ...(stats.stoppedEarly ? ([["stopped early", stats.stoppedEarly]] as Array<[string, string]>) : []),
-    ...(stats.isolation ? isolationRows(stats.isolation) : []),
+    ...(stats.isolation ? isolationRows(stats.isolation, stats.imagesSource?.()) : []),
     ...extra,
     ["elapsed", `${((Date.now() - stats.startedAt) / 1000).toFixed(1)} s`],
   ];
@@ -63,7 +63,7 @@ export function summaryRows(stats: RunStats, extra: Array<[string, string]> = []
     ["slot losses", String(stats.slotLosses)],
     ["slot-loss restarts", `${stats.retries} trajectories restarted on a new slot`],
     ...tokenRows(stats),
-    ...(stats.isolation ? isolationRows(stats.isolation) : []),
+    ...(stats.isolation ? isolationRows(stats.isolation, stats.imagesSource?.()) : []),
     ...(stats.stoppedEarly ? ([["stopped early", stats.stoppedEarly]] as Array<[string, string]>) : []),
     ...unscoredRow(stats),
     ...extra,

@@ -3,6 +3,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { findExecutable } from "../../host/executables.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
 import { systemBindArgs } from "../isolation/isolation.js";
 import type { ImageMounter } from "./image-mounter.js";
@@ -81,7 +82,9 @@ function extract(blob: string, compression: "gzip" | "zstd" | "none", out: strin
     "--die-with-parent", "--new-session",
     // Not root: uid 0 of a user namespace of its own (its files are the server's uid on disk).
     ...(o.root ? [] : ["--unshare-user", "--uid", "0", "--gid", "0"]),
-    "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+    // As root the network namespace is unshare(1)'s (below): bubblewrap's --unshare-net sets its
+    // loopback up, which takes CAP_NET_ADMIN, and a Docker container has none (RTM_NEWADDR fails).
+    "--unshare-pid", ...(o.root ? [] : ["--unshare-net"]), "--unshare-ipc", "--unshare-uts",
     ...systemBindArgs(),
     "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
     "--ro-bind", blob, "/in",
@@ -90,7 +93,7 @@ function extract(blob: string, compression: "gzip" | "zstd" | "none", out: strin
     "--remount-ro", "/",
     "--", ...tar,
   ];
-  const cmd = withoutCapabilities(o.bwrap, args);
+  const cmd = o.root ? withoutCapabilities(findExecutable("unshare") ?? "unshare", ["--net", "--", o.bwrap, ...args]) : withoutCapabilities(o.bwrap, args);
   return new Promise((resolve, reject) => {
     const child = spawn(cmd.file, cmd.args, { stdio: ["ignore", "ignore", "pipe"], env: { PATH: "/usr/bin:/bin", LANG: "C.UTF-8" }, cwd: "/" });
     let stderr = "";

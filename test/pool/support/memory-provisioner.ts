@@ -4,7 +4,8 @@
  * logic (packing, waiters, scaling, drain, loss, leases) is tested and benchmarked on them
  * without processes or HTTP.
  */
-import { SandboxRequestError } from "../../../src/pool/errors.js";
+import { ImageUnavailableError, SandboxRequestError } from "../../../src/pool/errors.js";
+import type { ResetInto } from "../../../src/pool/sandbox-client.js";
 import type { ContainerGone, Provisioner, ProvisionerError, ProvisionerEvents } from "../../../src/pool/provisioner.js";
 import type { RequestOptions, SandboxClientLike } from "../../../src/pool/sandbox-client.js";
 import type { ContainerInfo } from "../../../src/pool/types.js";
@@ -28,6 +29,21 @@ export interface MemoryContainer {
   resets: number;
   /** Reset answers success: false while set. */
   failResets: boolean;
+  /** Task images in its store: reference as first asked for → digest (reported by /health as `images.cached`). */
+  images: Map<string, string>;
+  /** Resets into an image that had to fetch it first. */
+  imageFetches: number;
+  /** Each slot's root: the image its last reset put it in (absent: the server's own system). */
+  roots: Map<string, string>;
+  /** Images the store holds at most; an image no slot's root is evicted for a new one, else store_full (default: no bound). */
+  imageCapacity: number;
+}
+
+/** The memory server's task images: a reference containing "missing" is not found at its source, one containing "huge" does not fit the store. */
+export function memoryImageDigest(image: string): string {
+  let h = 0;
+  for (const ch of image) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
+  return `sha256:${h.toString(16).padStart(64, "0")}`;
 }
 
 export interface MemoryProvisionerOptions {
@@ -115,7 +131,7 @@ export class MemoryProvisioner implements Provisioner {
     for (let i = 0; i < this.target; i++) {
       if (this.running.has(i)) continue;
       const info: ContainerInfo = { id: `mem-${i}-${++this.generation}`, index: i, url: `http://memory.invalid/${i}`, slots: this.options.slots };
-      const c: MemoryContainer = { info, files: new Map(), dead: false, unhealthy: false, resets: 0, failResets: false };
+      const c: MemoryContainer = { info, files: new Map(), dead: false, unhealthy: false, resets: 0, failResets: false, images: new Map(), imageFetches: 0, roots: new Map(), imageCapacity: Infinity };
       this.running.set(i, c);
       this.all.set(info.id, c);
       this.events?.containerStarting(info.id, i);
@@ -181,7 +197,8 @@ export class MemorySandboxClient implements SandboxClientLike {
   async health(_options?: RequestOptions): Promise<HealthResponse> {
     this.alive();
     if (this.c.unhealthy) throw new SandboxRequestError(`sandbox ${this.c.info.id} answered GET /health with 500`, this.c.info.id, 500);
-    return { status: "ok", slots: this.c.info.slots, bwrap_available: false };
+    const cached = [...this.c.images].map(([reference, digest]) => ({ reference, digest, size_bytes: 1, in_use: 0 }));
+    return { status: "ok", slots: this.c.info.slots, bwrap_available: false, images: { available: true, cached, used_bytes: cached.length, budget_bytes: 1 << 30 } };
   }
 
   async execute(req: ExecuteRequest, _options?: RequestOptions): Promise<ExecuteResponse> {
@@ -223,12 +240,37 @@ export class MemorySandboxClient implements SandboxClientLike {
     return out;
   }
 
-  async reset(slotId: string, _options?: RequestOptions): Promise<ResetResponse> {
+  async reset(slotId: string, options?: RequestOptions & ResetInto): Promise<ResetResponse> {
     this.alive();
     this.c.resets++;
     if (this.c.failResets) return { success: false, output: "", error: "injected reset failure" };
+    const image = options?.image;
+    if (image !== undefined) {
+      // As the sandbox server answers (protocol/images.ts): the slot is left as it was.
+      if (image.includes("missing")) throw new ImageUnavailableError(`sandbox ${this.c.info.id} could not give a slot the image ${image} (not_found): no such image`, this.c.info.id, 404, "not_found", image);
+      if (image.includes("huge")) throw new ImageUnavailableError(`sandbox ${this.c.info.id} could not give a slot the image ${image} (store_full): it does not fit`, this.c.info.id, 507, "store_full", image);
+    }
+    const fetched = image !== undefined && !this.c.images.has(image);
+    if (fetched && this.c.images.size >= this.c.imageCapacity) {
+      // The least recently fetched image no other slot's root is, evicted; none: no room.
+      const inUse = new Set([...this.c.roots].filter(([s]) => s !== slotId).map(([, i]) => i));
+      const victim = [...this.c.images.keys()].find((i) => !inUse.has(i));
+      if (victim === undefined) throw new ImageUnavailableError(`sandbox ${this.c.info.id} could not give a slot the image ${image} (store_full): every image is in use`, this.c.info.id, 507, "store_full", image);
+      this.c.images.delete(victim);
+    }
     this.c.files.delete(slotId);
-    return { success: true, output: "", error: "" };
+    if (image === undefined) {
+      this.c.roots.delete(slotId);
+      return { success: true, output: "", error: "" };
+    }
+    this.c.roots.set(slotId, image);
+    const digest = memoryImageDigest(image);
+    if (fetched) {
+      this.c.images.set(image, digest);
+      this.c.imageFetches++;
+    }
+    const runtime = { env: ["PATH=/bin"], working_dir: "/srv", user: "", uid: 0, gid: 0, home: "/root" };
+    return { success: true, output: "", error: "", image: { reference: image, digest, runtime, ...(fetched ? { fetched: { pull_ms: 5, unpack_ms: 3, pulled_bytes: 1000, layers: 1, layers_reused: 0 } } : {}) } };
   }
 
   async readArtifact(req: { slot_id: string; path: string }): Promise<ArtifactReadResponse> {

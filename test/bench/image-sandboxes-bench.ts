@@ -1,0 +1,203 @@
+/**
+ * Sandboxes from task images, above the sandbox server (issue 36):
+ *
+ *   npm run build && node --import tsx test/bench/image-sandboxes-bench.ts [--rounds 30] [--images 20] [--quick]
+ *
+ * 1. E2B: create → first result. An E2bServer over a local pool (one container) and a
+ *    registry on loopback holding a busybox image (~2 MB). The image is fetched once (its first
+ *    use: pull and unpack, as the server reports them); then `--rounds` rounds alternate a plain
+ *    sandbox (`Sandbox.create()`) and one from the image (`Sandbox.create(<reference>)`), each
+ *    measured from the create call to the first command's result (`commands.run("true")`), then
+ *    killed. Prints p50 / p99 of both and the ratio of the p50s (target: within 1.5×).
+ * 2. `--images` different images on one container, all live at once: each image is the same
+ *    busybox base layer and a layer of its own (1 MB of files), one slot reset into each. Prints
+ *    the store on disk (what the server counts: shared layers once; what 20 separate copies
+ *    would take), the sandbox server's RSS, and the memory the slots' cgroups hold after each
+ *    slot read its image's files (page cache of the shared base counted once, where it lives).
+ * The images are built from local files and cached under .build/test-images. On a loaded
+ * 2-core box every figure moves with the load: compare within one run.
+ */
+import { createHash } from "node:crypto";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Sandbox } from "e2b";
+import { E2bServer } from "../../src/e2b/server.js";
+import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
+import { SlotPool } from "../../src/pool/slot-pool.js";
+import { startSandboxProcess } from "../../src/pool/sandbox-process.js";
+import { cachedLayout, type Entry } from "../support/oci-image.js";
+import { pushImage, startRegistry } from "../support/registry.js";
+import { busyboxImage } from "../support/test-images.js";
+
+const argv = process.argv.slice(2);
+const flag = (name: string, fallback: number): number => {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 ? Number(argv[i + 1]) : fallback;
+};
+const quick = argv.includes("--quick");
+const ROUNDS = flag("rounds", quick ? 10 : 30);
+const IMAGES = flag("images", 20);
+
+function pct(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
+const loadavg = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+
+/** `n` images sharing one base layer (static busybox and its applets), each with a layer of its own. */
+function fleetImages(n: number): string[] {
+  const busybox = ["/bin/busybox", "/usr/bin/busybox"].find((p) => existsSync(p))!;
+  const base: Entry[] = [
+    { path: "bin", type: "dir" },
+    { path: "bin/busybox", fromHost: busybox, mode: 0o755 },
+    ...["sh", "cat", "ls", "sleep", "wc", "true"].map((a): Entry => ({ path: `bin/${a}`, type: "symlink", target: "busybox" })),
+    { path: "etc", type: "dir" },
+    { path: "etc/passwd", content: "root:x:0:0:root:/root:/bin/sh\n" },
+    { path: "etc/group", content: "root:x:0:\n" },
+    { path: "tmp", type: "dir", mode: 0o1777 },
+  ];
+  return Array.from({ length: n }, (_, i) => {
+    // 1 MB of incompressible bytes per image, the same for a given i (cached by content).
+    const chunks: Buffer[] = [];
+    let h = createHash("sha256").update(`image-${i}`).digest();
+    for (let k = 0; k < (1 << 20) / 32; k++) chunks.push((h = createHash("sha256").update(h).digest()));
+    const own: Entry[] = [{ path: "task", type: "dir" }, { path: "task/id.txt", content: `task ${i}\n` }, { path: "task/blob.bin", content: Buffer.concat(chunks) }];
+    return cachedLayout(`fleet-${i}`, { layers: [base, own], config: { Env: ["PATH=/bin"], WorkingDir: "/task" } });
+  });
+}
+
+/** Bytes under `dir` (files and their blocks as allocated), every hard link once. */
+function du(dir: string): number {
+  let total = 0;
+  const seen = new Set<string>();
+  const walk = (d: string): void => {
+    for (const name of readdirSync(d)) {
+      const p = join(d, name);
+      const st = statSync(p, { throwIfNoEntry: false, bigint: false });
+      if (!st) continue;
+      const key = `${st.dev}:${st.ino}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      total += st.blocks * 512;
+      if (st.isDirectory()) walk(p);
+    }
+  };
+  walk(dir);
+  return total;
+}
+
+async function e2bCreateToFirstResult(registryHost: string, busyboxRef: string): Promise<void> {
+  const baseDir = mkdtempSync(join(tmpdir(), "slotpool-image-e2b-bench-"));
+  chmodSync(baseDir, 0o755); // the slot uids (root runs) must reach their workspaces
+  const pool = new SlotPool({ provisioner: new LocalProvisioner({ slotsPerContainer: 4, baseDir, extraArgs: ["--insecure-registry", registryHost] }), slotsPerContainer: 4, minContainers: 1, maxContainers: 1 });
+  await pool.start();
+  const apiKey = "e2b_bench_" + Math.random().toString(36).slice(2);
+  const server = new E2bServer({ pool, apiKey, templates: new Map() });
+  const url = await server.listen(0, "127.0.0.1");
+  const opts = { apiUrl: url, sandboxUrl: url, apiKey };
+  try {
+    // The image's first use on the container: what fetching it cost.
+    const t0 = performance.now();
+    const first = await Sandbox.create(busyboxRef, opts);
+    await first.commands.run("true");
+    const firstMs = performance.now() - t0;
+    await first.kill();
+    const fetch = pool.images.fetches[0];
+    console.log(`first use of ${busyboxRef}: create → first result ${firstMs.toFixed(0)} ms (pull ${fetch?.pull_ms.toFixed(0)} ms, unpack ${fetch?.unpack_ms.toFixed(0)} ms, ${mb(fetch?.pulled_bytes ?? 0)} pulled)`);
+    // Warm the plain path too (the slot's namespaces), then alternate.
+    const warm = await Sandbox.create(opts);
+    await warm.commands.run("true");
+    await warm.kill();
+    const times: Record<"plain" | "image", number[]> = { plain: [], image: [] };
+    for (let i = 0; i < ROUNDS; i++) {
+      for (const kind of ["plain", "image"] as const) {
+        const t = performance.now();
+        const s = kind === "plain" ? await Sandbox.create(opts) : await Sandbox.create(busyboxRef, opts);
+        const r = await s.commands.run("true");
+        times[kind].push(performance.now() - t);
+        if (r.exitCode !== 0) throw new Error(`${kind}: exit ${r.exitCode}`);
+        await s.kill();
+      }
+    }
+    const p50 = { plain: pct(times.plain, 50), image: pct(times.image, 50) };
+    console.log(`\nE2B create → first result, ${ROUNDS} rounds alternating      p50 ms    p99 ms`);
+    for (const kind of ["plain", "image"] as const) console.log(`  ${(kind === "plain" ? "Sandbox.create()" : "Sandbox.create(<image on the container>)").padEnd(52)} ${p50[kind].toFixed(1).padStart(7)} ${pct(times[kind], 99).toFixed(1).padStart(9)}`);
+    console.log(`  image / plain (p50)                                     ${(p50.image / p50.plain).toFixed(2)}x   (target <= 1.5x)`);
+  } finally {
+    await server.close();
+    await pool.stop({ purge: true });
+    rmSync(baseDir, { recursive: true, force: true });
+  }
+}
+
+async function manyImagesOnOneContainer(registryHost: string, refs: string[]): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), "slotpool-image-fleet-bench-"));
+  chmodSync(dataDir, 0o755);
+  const server = await startSandboxProcess({ slots: refs.length, dataDir, extraArgs: ["--insecure-registry", registryHost, "--no-network"], startTimeoutMs: 120_000 });
+  const post = async (path: string, body: unknown): Promise<any> => {
+    const r = await fetch(server.url + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    const json = await r.json();
+    if (r.status !== 200) throw new Error(`${path}: HTTP ${r.status}: ${JSON.stringify(json)}`);
+    return json;
+  };
+  const rss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${server.pid}/status`, "utf8"))?.[1] ?? 0) * 1024;
+  try {
+    const rssBefore = rss();
+    const t0 = performance.now();
+    let reused = 0;
+    for (const [i, ref] of refs.entries()) {
+      const r = await post("/reset", { slot_id: `slot_${i}`, image: ref });
+      reused += r.image?.fetched?.layers_reused ?? 0;
+    }
+    const resetAllMs = performance.now() - t0;
+    // Every slot reads its image's files (the shared busybox, its own blob) and keeps a process running.
+    const cgroups: string[] = [];
+    for (let i = 0; i < refs.length; i++) {
+      const r = await post("/execute", { slot_id: `slot_${i}`, tool: "bash", args: { command: "cat /task/id.txt; wc -c < /task/blob.bin; busybox true; cat /proc/self/cgroup" } });
+      if (!r.success) throw new Error(`slot_${i}: ${r.error} ${r.output}`);
+      const path = /^0::(\/.*)$/m.exec(r.output)?.[1];
+      if (path) cgroups.push(path);
+    }
+    const list = await (await fetch(`${server.url}/images`)).json();
+    const sumSizes = (list.images as Array<{ size_bytes: number }>).reduce((a, i) => a + i.size_bytes, 0);
+    const store = join(dataDir, ".slotpool", "images");
+    console.log(`\n${refs.length} different images on one container (one slot in each, all live)`);
+    console.log(`  first fetch of all ${refs.length} (one after another)    ${(resetAllMs / 1000).toFixed(1)} s; base layer shared: ${reused} layer fetches skipped`);
+    console.log(`  image store, as the server counts it       ${mb(list.used_bytes)} (shared layers once)`);
+    console.log(`  the same images counted one by one          ${mb(sumSizes)} (Σ size_bytes: what ${refs.length} separate copies would take)`);
+    console.log(`  image store on disk (du)                    ${existsSync(store) ? mb(du(store)) : "n/a"}`);
+    console.log(`  sandbox server RSS                          ${mb(rssBefore)} before, ${mb(rss())} with ${refs.length} image roots live`);
+    const mem = cgroups.map((c) => `/sys/fs/cgroup${c}/memory.current`).filter((f) => existsSync(f));
+    if (mem.length > 0) {
+      const total = mem.reduce((a, f) => a + Number(readFileSync(f, "utf8").trim()), 0);
+      console.log(`  slots' cgroups, memory.current (Σ)         ${mb(total)} over ${mem.length} slots (each charged the pages it touched first; the read-only layers' pages are one copy in the page cache)`);
+    } else console.log("  slots' cgroups                               n/a (no cgroup v2 path readable from here)");
+  } finally {
+    await server.stop(10_000);
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+async function main(): Promise<void> {
+  console.log(`building test images (busybox, ${IMAGES} fleet images; cached after the first run)...`);
+  const registry = await startRegistry();
+  try {
+    const busyboxRef = await pushImage(busyboxImage(), registry.host, "bench/busybox:1");
+    const fleet = fleetImages(IMAGES);
+    const fleetRefs: string[] = [];
+    for (const [i, layout] of fleet.entries()) fleetRefs.push(await pushImage(layout, registry.host, `bench/fleet-${i}:1`));
+    console.log(`load average ${loadavg()}\n`);
+    await e2bCreateToFirstResult(registry.host, busyboxRef);
+    await manyImagesOnOneContainer(registry.host, fleetRefs);
+    console.log(`\nload average ${loadavg()}`);
+  } finally {
+    await registry.stop();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
