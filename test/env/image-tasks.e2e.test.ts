@@ -88,9 +88,12 @@ describe.skipIf(skip !== undefined)(`an env whose items use two task images, und
     expect(r.stdout).toMatch(/groups\s+4 made: 2 written, 2 failed/);
     expect(r.stdout).toMatch(/infra failures\s+4 trajectories not scored \(image_not_found 4\)/);
     expect(r.stdout).toMatch(/success rate\s+100\.0%/); // of what was written: the python items
-    expect(r.stderr).toContain(missing);
     const written = (await readFile(out, "utf8")).trim().split("\n");
     expect(written).toHaveLength(2);
+    // The unscored trajectories go beside the training data, each naming the image and why.
+    const failed = (await readFile(join(dir, "missing.failed.jsonl"), "utf8")).trim().split("\n").map((l) => JSON.parse(l) as { cause: string; message: string; stage?: string });
+    expect(failed).toHaveLength(4);
+    for (const f of failed) expect(f).toMatchObject({ cause: "image_not_found", stage: "setup", message: expect.stringContaining(missing) });
   }, 600_000);
 
   it("a reference that cannot name an image is a usage error (exit 2) naming it, before its group runs", async () => {
@@ -112,7 +115,8 @@ describe.skipIf(skip !== undefined)(`an env whose items use two task images, und
     const r = await runCli(args);
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/infra failures\s+2 trajectories not scored \(image_unavailable 2\)/);
-    expect(r.stderr).toMatch(/insecure_registry/);
+    const failed = (await readFile(join(dir, "insecure.failed.jsonl"), "utf8")).trim().split("\n").map((l) => JSON.parse(l) as { message: string });
+    expect(failed[0]!.message).toMatch(/\(insecure_registry\).*--insecure-registry/);
   }, 300_000);
 
   it("registry credentials come from the environment (SLOTPOOL_REGISTRY_AUTH), reach every server, and show in no output nor command line", async () => {

@@ -14,7 +14,8 @@ import { OpenEnvServer } from "../../src/openenv/server.js";
 import { imagesMissing } from "../support/image-server.js";
 import { pushImage, startRegistry, type TestRegistry } from "../support/registry.js";
 import { busyboxImage, debianPythonImage } from "../support/test-images.js";
-import { WsClient } from "./support.js";
+import { startLlmServer, turnOf, type LlmServer } from "../support/llm-server.js";
+import { freePort, WsClient } from "./support.js";
 
 const python = imagesMissing ? undefined : debianPythonImage();
 const skip = imagesMissing ?? (python && "reason" in python ? python.reason : undefined);
@@ -25,6 +26,9 @@ describe.skipIf(skip !== undefined)(`OpenEnv episodes in task images${skip ? ` (
   let env: ImageTasksEnv;
   let server: OpenEnvServer;
   let wsUrl: string;
+  let url: string;
+  let llmPort: number;
+  let llm: LlmServer | undefined;
 
   beforeAll(async () => {
     registry = await startRegistry();
@@ -36,10 +40,14 @@ describe.skipIf(skip !== undefined)(`OpenEnv episodes in task images${skip ? ` (
     backend = await poolBackend(AgentEnvConfigSchema.parse(config), undefined, log);
     env = new ImageTasksEnv({ ...config, pythonImage, busyboxImage: busybox }, { backend, logger: log });
     await env.start();
-    server = new OpenEnvServer({ env, logger: log });
-    wsUrl = `${(await server.listen(0, "127.0.0.1")).replace(/^http/, "ws")}/ws`;
+    llmPort = await freePort();
+    // POST /run calls only the model endpoints the operator allowed: the scripted one below.
+    server = new OpenEnvServer({ env, logger: log, limits: { modelUrlAllow: [`http://127.0.0.1:${llmPort}/v1`] } });
+    url = await server.listen(0, "127.0.0.1");
+    wsUrl = `${url.replace(/^http/, "ws")}/ws`;
   }, 600_000);
   afterAll(async () => {
+    await llm?.close();
     await server?.close();
     await env?.close();
     await backend?.close();
@@ -67,5 +75,24 @@ describe.skipIf(skip !== undefined)(`OpenEnv episodes in task images${skip ? ` (
     } finally {
       await c.close();
     }
+  }, 300_000);
+
+  it("POST /run rolls out an item in its image on the trainer's model: the image's python3 runs the agent's program, reward 1", async () => {
+    // Turn 1: the program and its run (a Python image item: seed 0); turn 2: done.
+    llm = await startLlmServer({
+      port: llmPort,
+      respond: (body) =>
+        turnOf(body) === 1
+          ? { toolCalls: [{ name: "write_file", arguments: { path: "solution.py", content: "print(sum(int(l) for l in open('data.txt') if l.strip()))\n" } }, { name: "bash", arguments: { command: "pwd; python3 solution.py" } }] }
+          : { text: "done" },
+    });
+    const res = await fetch(`${url}/run`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ seed: 0, model: { base_url: `http://127.0.0.1:${llmPort}/v1`, model: "scripted" } }) });
+    const t = (await res.json()) as { status: string; reward: number; tool_calls: Array<{ tool: string; success: boolean }>; messages: Array<{ role: string; content: string | null }> };
+    expect(res.status).toBe(200);
+    expect(t).toEqual(expect.objectContaining({ status: "scored", reward: 1 }));
+    expect(t.tool_calls.map((c) => [c.tool, c.success])).toEqual([["write_file", true], ["bash", true]]);
+    // The bash call's answer: the image's WorkingDir, and the sum python3 printed (item 0: 7 + 10 + 13).
+    const bash = t.messages.filter((m) => m.role === "tool").map((m) => JSON.parse(m.content ?? "{}") as { output?: string })[1];
+    expect(bash?.output).toBe("/testbed\n30");
   }, 300_000);
 });
