@@ -114,3 +114,39 @@ describe.skipIf(imagesMissing !== undefined)(`E2B template builds${imagesMissing
     await expect(Template.build(Template().fromImage(base).runCmd("echo nope >&2; exit 7"), "tpl-fail", h.opts)).rejects.toThrow(/exit code 7[\s\S]*nope/);
   }, 300_000);
 });
+
+/**
+ * Templates built on one container serve every container of the pool: with
+ * `--template-registry`, the build's image is pushed there (PREFIX/<template id>:<build id>)
+ * and the other containers fetch it from there like any task image.
+ */
+describe.skipIf(imagesMissing !== undefined)(`E2B template builds with a template registry${imagesMissing ? ` (skipped without ${imagesMissing})` : ""}`, () => {
+  let registry: TestRegistry;
+  let h: E2bHarness;
+  let base = "";
+
+  beforeAll(async () => {
+    registry = await startRegistry();
+    base = await pushImage(busyboxImage(), registry.host, "e2b/busybox:1");
+    h = await startE2b({ slots: 1, containers: 2, templateRegistry: `${registry.host}/templates`, sandboxServerArgs: ["--insecure-registry", registry.host] });
+  }, 300_000);
+  afterAll(async () => {
+    await h?.stop();
+    await registry?.stop();
+  });
+
+  it("the built image is pushed to the registry, and sandboxes of the template start on both containers (one slot each) from it", async () => {
+    const logs: string[] = [];
+    const info = await Template.build(Template().fromImage(base).runCmd("echo pushed > /etc/where.txt"), "tpl-pushed", { ...h.opts, onBuildLogs: (l) => logs.push(l.message) });
+    expect(logs.join("\n")).toContain(`Pushing the image to ${registry.host}/templates/${info.templateId}:${info.buildId}`);
+    const tags = (await (await fetch(`http://${registry.host}/v2/templates/${info.templateId}/tags/list`)).json()) as { tags: string[] };
+    expect(tags.tags).toEqual([info.buildId]);
+    const sandboxes = await Promise.all([Sandbox.create("tpl-pushed", h.opts), Sandbox.create("tpl-pushed", h.opts)]);
+    try {
+      expect(h.pool.containerList().map((c) => c.busySlots)).toEqual([1, 1]);
+      for (const sbx of sandboxes) expect((await sbx.commands.run("cat /etc/where.txt")).stdout).toBe("pushed\n");
+    } finally {
+      await Promise.all(sandboxes.map((s) => s.kill()));
+    }
+  }, 300_000);
+});
