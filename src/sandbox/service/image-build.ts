@@ -198,6 +198,10 @@ export class ImageBuilds {
 
   private async mustRun(slot: Slot, ctx: BuildContext, command: string, o: RunOptions, at: string): Promise<void> {
     const r = await this.run(slot, ctx, command, o);
+    // A user the image lacks: E2B's builder (envd) refuses the command with this message, before it runs.
+    if (r.code === 126 && r.output.includes(`unable to find user ${ctx.user}: no matching entries in passwd file`)) {
+      throw new BuildFailure(`failed to run command '${command}': command failed: unauthenticated: invalid username: '${ctx.user}'`, at);
+    }
     if (r.code !== 0) {
       const tail = r.output.trim().split("\n").slice(-5).join("\n");
       throw new BuildFailure(`command '${command.length > 200 ? `${command.slice(0, 197)}...` : command}' failed with exit code ${r.code}${tail ? `: ${tail}` : ""}`, at);
