@@ -177,7 +177,7 @@ export class ProcessSessions {
       `ulimit -H -S -u ${limits.maxProcesses} -f ${Math.max(1, Math.floor(limits.maxFileBytes / 1024))} -t ${limits.cpuSeconds} -c 0`,
       this.host.addressSpaceBytes > 0 ? ` -v ${Math.floor(this.host.addressSpaceBytes / 1024)}` : "",
       ` 2>/dev/null; mapfile -d '' -u 4 A; exec 4<&-; cd -- "\${A[0]}" || exit 126; n=\${A[2]}; for ((i = 3; i < n + 3; i++)); do export "\${A[i]}"; done; ${noBash}`,
-      image && this.host.imageRoots.idmapped ? `${asUser(execPrefix)}` : `exec ${execPrefix}"\${A[@]:3+n}"`,
+      image ? asUser(execPrefix, this.host.imageRoots.idmapped) : `exec ${execPrefix}"\${A[@]:3+n}"`,
     ].join("");
   }
 
@@ -448,15 +448,19 @@ export type { Session as ProcessSession, SessionListener };
  * The end of an image session's launcher: `exec` of the command as the image's User
  * (`defaultPrefix`), or as the user the spec names (A[1]): its uid, gid and home from the
  * image's /etc/passwd, read inside the sandbox with the image tools' awk (a uid the file lacks
- * is taken as uid:uid); an unknown name fails the command (exit 126, saying so).
+ * is taken as uid:uid); an unknown name fails the command (exit 126, saying so). Without an
+ * id-mapped image root (a non-root server: one uid) the user is looked up the same way, so an
+ * unknown name fails alike, and the command runs with its HOME, USER and LOGNAME as the slot's uid.
  */
-function asUser(defaultPrefix: string): string {
+function asUser(defaultPrefix: string, canSwitch: boolean): string {
   const awk = `${IMAGE_TOOLS_BIN}/busybox awk`;
   return [
     `u=\${A[1]}; if [ -z "$u" ]; then exec ${defaultPrefix}"\${A[@]:3+n}"; fi; `,
     `e=$(${awk} -F: -v u="$u" '$1==u||$3==u{print $3":"$4":"$6; f=1; exit} END{if(!f) exit 1}' /etc/passwd 2>/dev/null) || `,
     `{ case $u in (*[!0-9]*|"") printf 'unable to find user %s: no matching entries in passwd file\\n' "$u" >&2; exit 126;; esac; e="$u:$u:/"; }; `,
     `ids=\${e%:*}; export HOME=\${e##*:} USER=$u LOGNAME=$u; `,
-    `if [ "$ids" = 0:0 ]; then exec "\${A[@]:3+n}"; else exec ${IMAGE_TOOLS_MOUNT}/spawner --exec-as "$ids" -- "\${A[@]:3+n}"; fi`,
+    canSwitch
+      ? `if [ "$ids" = 0:0 ]; then exec "\${A[@]:3+n}"; else exec ${IMAGE_TOOLS_MOUNT}/spawner --exec-as "$ids" -- "\${A[@]:3+n}"; fi`
+      : `exec ${defaultPrefix}"\${A[@]:3+n}"`,
   ].join("");
 }
