@@ -5,8 +5,10 @@ import { readJsonBody } from "../http/body.js";
 import { requestTarget } from "../http/target.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import { SandboxRegistry, type E2bSandbox } from "./sandboxes.js";
+import type { Snapshot } from "./snapshots.js";
 import { VolumeMountPathSchema } from "../protocol/volumes.js";
 import { SandboxMetrics } from "./sandbox-metrics.js";
+import { egressFrom, EgressFieldsSchema, hasEgress, NetworkUpdateBodySchema } from "./sandbox-egress.js";
 
 /**
  * The control plane of E2B's API (what `E2B_API_URL` points at), the subset the `e2b` SDK
@@ -41,11 +43,8 @@ const CreateBodySchema = z.object({
       allowPublicTraffic: z.boolean().optional(),
       maskRequestHost: z.string().max(512).optional(),
       httpsPorts: z.array(z.number().int().min(1).max(65535).refine((p) => p !== 49983, "the sandbox API's port 49983 cannot be listed")).max(64).optional(),
-      allowOut: z.array(z.string()).optional(),
-      denyOut: z.array(z.string()).optional(),
-      rules: z.record(z.string(), z.unknown()).optional(),
-      egressProxy: z.unknown().optional(),
     })
+    .merge(EgressFieldsSchema)
     .nullish(),
   volumeMounts: z.array(z.object({ name: z.string().min(1).max(128), path: VolumeMountPathSchema })).max(16).nullish(),
   mcp: z.unknown().optional(),
@@ -54,6 +53,7 @@ const TimeoutBodySchema = z.object({ timeout: z.number().int().min(0) });
 const ConnectBodySchema = z.object({ timeout: z.number().int().min(0).optional(), memory: z.boolean().nullish() });
 const PauseBodySchema = z.object({ memory: z.boolean().nullish() });
 const ResumeBodySchema = z.object({ timeout: z.number().int().min(0).optional(), autoPause: z.boolean().nullish() });
+const SnapshotBodySchema = z.object({ name: z.string().max(256).nullish() });
 const FORK_PATH = /^\/sandboxes\/([^/]+)\/fork$/;
 const ForkBodySchema = z.object({ timeout: z.number().int().min(0).optional(), count: z.number().int().min(1).max(64).optional() });
 
@@ -82,7 +82,6 @@ export class ControlPlane {
     const unsupported = (what: string, why: string): Handler => async () => {
       throw new E2bUnsupportedError(`${what} is not supported by slotpool: ${why}`);
     };
-    const noSnapshots = "a paused sandbox stays in memory on its sandbox server; there is no snapshot to disk (see docs/e2b.md)";
     this.route("POST", /^\/(?:v2\/)?sandboxes$/, (req, res) => this.create(req, res))
       .route("GET", /^\/(?:v2\/)?sandboxes$/, (req, res) => this.list(req, res))
       .route("GET", /^\/sandboxes\/([^/]+)$/, async (_req, res, id) => send(res, 200, this.detail(this.options.registry.require(id))))
@@ -121,9 +120,35 @@ export class ControlPlane {
         if (!this.options.registry.templateNames().includes(alias)) throw new E2bApiError(404, `template '${alias}' not found`);
         send(res, 200, { templateID: alias, public: false });
       })
-      .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, unsupported("snapshots", noSnapshots))
-      .route("GET", /^\/snapshots$/, unsupported("snapshots", noSnapshots))
-      .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, unsupported("changing a sandbox's network", "a sandbox's internet access is set at create (allow_internet_access)"))
+      // E2B's snapshots (snapshots.ts): the sandbox's files as a template on its container; Sandbox.create(snapshotID) makes sandboxes of it.
+      .route("POST", /^\/sandboxes\/([^/]+)\/snapshots$/, async (req, res, id) => {
+        const s = this.options.registry.require(id);
+        const body = await parse(req, SnapshotBodySchema);
+        send(res, 201, snapshotInfo(await this.options.registry.snapshots.create(s, body.name ?? undefined)));
+      })
+      .route("GET", /^\/snapshots$/, async (req, res) => this.listSnapshots(req, res))
+      // Sandbox.deleteSnapshot: E2B deletes a snapshot as the template it is.
+      .route("DELETE", /^\/templates\/([^/]+)$/, async (_req, res, id) => {
+        if (this.options.registry.templateNames().includes(id)) throw new E2bApiError(400, `template '${id}' is one of this server's templates (--templates), which cannot be deleted through the API; only snapshots can`, "templateID");
+        if (!(await this.options.registry.snapshots.delete(id))) throw new E2bApiError(404, `snapshot '${id}' not found`);
+        send(res, 204);
+      })
+      // E2B's updateNetwork: every egress rule replaced (an omitted list is cleared).
+      .route("PUT", /^\/sandboxes\/([^/]+)\/network$/, async (req, res, id) => {
+        const s = this.options.registry.require(id);
+        const body = await parse(req, NetworkUpdateBodySchema);
+        const { egress, rules } = egressFrom(body, "body");
+        if (body.allow_internet_access === true && !s.allowNetwork) {
+          throw new E2bApiError(400, `sandbox '${id}' has no internet access (it was created without it, or this server has none: --allow-network), and cannot be given it after create`, "allow_internet_access");
+        }
+        // E2B: allow_internet_access false is the same as denying all traffic.
+        if (body.allow_internet_access === false) {
+          egress.denyOut = [...egress.denyOut, "0.0.0.0/0"];
+          rules.deny = [...rules.deny, "0.0.0.0/0"];
+        }
+        await this.options.registry.updateEgress(id, egress, rules);
+        send(res, 204);
+      })
       .route("GET", /^\/sandboxes\/([^/]+)\/metrics$/, async (req, res, id) => {
         const s = this.options.registry.require(id);
         const { query } = requestTarget(req.url);
@@ -175,9 +200,7 @@ export class ControlPlane {
     if (body.autoResume?.enabled && !body.autoPause) throw new E2bApiError(400, "autoResume needs autoPause: only a sandbox paused at its timeout can be resumed by traffic", "autoResume");
     if (body.autoResume?.enabled && body.autoPauseMemory === false) throw new E2bApiError(400, "autoResume cannot be combined with autoPauseMemory: false (a filesystem-only pause is resumed with connect)", "autoResume");
     const net = body.network ?? undefined;
-    if (net && ((net.allowOut?.length ?? 0) > 0 || (net.denyOut?.length ?? 0) > 0 || Object.keys(net.rules ?? {}).length > 0 || (net.egressProxy !== undefined && net.egressProxy !== null))) {
-      throw new E2bApiError(400, "egress rules (network.allowOut, denyOut, rules, egressProxy) are not supported by slotpool: a sandbox has internet (allow_internet_access) or loopback only (see docs/e2b.md)", "network");
-    }
+    const egress = net ? egressFrom(net, "network") : undefined;
     const volumeMounts = await this.resolveMounts(body.volumeMounts ?? []);
     const secrets = this.options.resolveSecrets?.(body.envVars ?? {}) ?? { envs: body.envVars ?? {}, secretKeys: [] };
     // \`mcp\` is accepted: the SDK starts the gateway itself, and the sandbox's \`mcp-gateway\` says there is none (user-shims.ts).
@@ -191,6 +214,7 @@ export class ControlPlane {
       lifecycle: { onTimeout: body.autoPause ? "pause" : "kill", keepMemory: body.autoPauseMemory !== false, autoResume: body.autoResume?.enabled === true },
       network: net ? { allowPublicTraffic: net.allowPublicTraffic, maskRequestHost: net.maskRequestHost, httpsPorts: net.httpsPorts } : undefined,
       volumeMounts,
+      ...(egress && hasEgress(egress.egress) ? { egress } : {}),
     });
     send(res, 201, this.created(s));
   }
@@ -239,6 +263,22 @@ export class ControlPlane {
     send(res, 200, page.map((s) => this.listed(s)));
   }
 
+  /** E2B's snapshot list: newest first, of one sandbox (sandboxID) or by name when asked, paged as the sandboxes are. */
+  private async listSnapshots(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { query } = requestTarget(req.url);
+    const limit = query.has("limit") ? Number(query.get("limit")) : 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new E2bApiError(400, "limit must be a whole number from 1 to 100", "limit");
+    let all = this.options.registry.snapshots.list({ sandboxId: query.get("sandboxID") ?? undefined, name: query.get("name") ?? undefined });
+    const after = query.get("nextToken");
+    if (after) {
+      const mark = all.findIndex((s) => s.id === Buffer.from(after, "base64url").toString("utf8"));
+      all = mark < 0 ? [] : all.slice(mark + 1);
+    }
+    const page = all.slice(0, limit);
+    if (all.length > limit) res.setHeader("x-next-token", Buffer.from(page.at(-1)!.id).toString("base64url"));
+    send(res, 200, page.map(snapshotInfo));
+  }
+
   private async fork(body: z.output<typeof ForkBodySchema>, res: ServerResponse, id: string): Promise<void> {
     const source = this.options.registry.require(id);
     const results = await this.options.registry.fork(source, body.count ?? 1, body.timeout);
@@ -285,9 +325,23 @@ export class ControlPlane {
       envdAccessToken: s.accessToken,
       domain: this.options.domain() ?? null,
       allowInternetAccess: s.allowNetwork,
-      ...(Object.keys(s.network).length > 0 ? { network: { allowPublicTraffic: s.network.allowPublicTraffic ?? true, ...(s.network.maskRequestHost ? { maskRequestHost: s.network.maskRequestHost } : {}) } } : {}),
+      ...(Object.keys(s.network).length > 0 || hasEgress(s.egress)
+        ? {
+            network: {
+              allowPublicTraffic: s.network.allowPublicTraffic ?? true,
+              ...(s.network.maskRequestHost ? { maskRequestHost: s.network.maskRequestHost } : {}),
+              ...(s.egress.allowOut.length > 0 ? { allowOut: s.egress.allowOut } : {}),
+              ...(s.egress.denyOut.length > 0 ? { denyOut: s.egress.denyOut } : {}),
+            },
+          }
+        : {}),
     };
   }
+}
+
+/** E2B's SnapshotInfo. */
+function snapshotInfo(s: Snapshot) {
+  return { snapshotID: s.id, names: s.names };
 }
 
 /** A sandbox id from the path; malformed percent-encoding is the client's mistake (400), not ours. */

@@ -11,10 +11,13 @@ import { PauseResume } from "./pause-resume.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } from "./slot-processes.js";
 import { DEFAULT_PORT_LIMITS, SandboxPorts, type PortLimits } from "./sandbox-ports.js";
 import type { VolumeMount } from "../protocol/volumes.js";
+import type { EgressRules } from "../protocol/egress.js";
+import { hasEgress, NO_EGRESS, type SandboxEgress } from "./sandbox-egress.js";
+import { SandboxSnapshots, type SnapshotPool } from "./snapshots.js";
 
 /** What the registry needs from a pool (SlotPool implements it). */
-export interface E2bPool {
-  /** The pool's containers (SlotPool's): volumes are served through any ready one. */
+export interface E2bPool extends SnapshotPool {
+  /** The pool's containers (SlotPool's): volumes are served through any ready one; a snapshot lives on one. */
   containerList?(): Array<ContainerInfo & { state: string }>;
   acquire(options: AcquireOptions): Promise<LeasedSlot>;
   release(slot: LeasedSlot, options?: { reset?: boolean }): Promise<void>;
@@ -39,6 +42,9 @@ export interface E2bSandbox {
   readonly maskRequestHost: string | undefined;
   /** What create asked of its network (kept for forks). */
   readonly network: SandboxNetwork;
+  /** Its egress rules as E2B lists them (allowOut / denyOut), and as the slot enforces them (sandbox-egress.ts). */
+  egress: SandboxEgress;
+  egressRules: EgressRules;
   /** Volumes mounted into every process of the sandbox (E2B's volumeMounts, by name and id). */
   readonly volumeMounts: ReadonlyArray<VolumeMount & { name: string }>;
   readonly envs: Record<string, string>;
@@ -90,6 +96,8 @@ export interface CreateSandbox {
   secretEnvKeys?: string[] | undefined;
   /** Volumes to mount (resolved from E2B's names to ids by the caller). */
   volumeMounts?: Array<VolumeMount & { name: string }> | undefined;
+  /** Egress rules (sandbox-egress.ts), in force before create answers. */
+  egress?: { egress: SandboxEgress; rules: EgressRules } | undefined;
 }
 
 export interface SandboxRegistryOptions {
@@ -123,10 +131,13 @@ export class SandboxRegistry {
   private readonly live = new Map<string, E2bSandbox>();
   private readonly keepAlive: NodeJS.Timeout;
   private readonly lifecycleOps: PauseResume<E2bSandbox>;
+  /** E2B's snapshots: templates captured from sandboxes (snapshots.ts); a sandbox is created from one by its id. */
+  readonly snapshots: SandboxSnapshots;
   private closed = false;
 
   constructor(private readonly options: SandboxRegistryOptions) {
     this.lifecycleOps = new PauseResume(options.logger, (s) => this.arm(s));
+    this.snapshots = new SandboxSnapshots(options.pool, (name) => name === BASE_TEMPLATE || this.options.templates?.has(name) === true);
     // The pool reclaims leases unused for its lease timeout; a sandbox's own timeout is the
     // authority here, so every live lease is marked used now and then.
     this.keepAlive = setInterval(() => {
@@ -153,11 +164,12 @@ export class SandboxRegistry {
   async create(req: CreateSandbox): Promise<E2bSandbox> {
     if (this.closed) throw new E2bApiError(503, "the server is shutting down");
     const templateId = req.templateID || BASE_TEMPLATE;
-    const workspace = templateId === BASE_TEMPLATE ? undefined : this.options.templates?.get(templateId);
+    const snapshot = templateId === BASE_TEMPLATE || this.options.templates?.has(templateId) ? undefined : this.snapshots.get(templateId);
+    const workspace = templateId === BASE_TEMPLATE || snapshot ? undefined : this.options.templates?.get(templateId);
     // A template built through E2B's template API: its image (any container fetches it), then its start command.
-    const built = templateId === BASE_TEMPLATE || workspace ? undefined : this.options.builtTemplates?.resolve(templateId);
-    const spec = templateId === BASE_TEMPLATE ? undefined : (workspace ?? (built ? { name: "image", image: built.image } : imageTemplate(templateId)));
-    if (templateId !== BASE_TEMPLATE && !spec) {
+    const built = templateId === BASE_TEMPLATE || snapshot || workspace ? undefined : this.options.builtTemplates?.resolve(templateId);
+    const spec = templateId === BASE_TEMPLATE || snapshot ? undefined : (workspace ?? (built ? { name: "image", image: built.image } : imageTemplate(templateId)));
+    if (templateId !== BASE_TEMPLATE && !spec && !snapshot) {
       const problem = imageReferenceProblem(templateId);
       const asImage = problem ? `; as an image reference it ${problem}` : `; a task image is named with a tag, a digest or a registry (python:3.12, registry.local:5000/repo@sha256:…)`;
       throw new E2bApiError(404, `template '${templateId}' not found: this server offers ${this.templateNames().map((n) => `'${n}'`).join(", ")} (workspace templates come from --templates)${asImage}`);
@@ -170,8 +182,9 @@ export class SandboxRegistry {
     const id = "sp" + randomBytes(9).toString("hex");
     // Routed to a container holding the template, else the image (pool/slot-placement.ts).
     const named = this.options.templates?.has(templateId) === true;
-    const slot = await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(named ? { template: templateId } : {}), ...(spec?.image !== undefined ? { image: spec.image } : {}) });
-    let workdir: string | undefined;
+    const leased = snapshot ? await this.snapshots.lease(snapshot, `e2b-${id}`) : undefined;
+    const slot = leased?.slot ?? await this.options.pool.acquire({ trajectoryId: `e2b-${id}`, ...(named ? { template: templateId } : {}), ...(spec?.image !== undefined ? { image: spec.image } : {}) });
+    let workdir = leased?.workdir;
     try {
       if (spec) {
         if (!this.options.pool.useTemplate) throw new E2bApiError(501, "this pool cannot reset slots into workspace templates");
@@ -185,16 +198,40 @@ export class SandboxRegistry {
       throw err;
     }
     const lifecycle = { onTimeout: "kill" as const, keepMemory: true, autoResume: false, ...req.lifecycle };
-    const sandbox = this.register(id, slot, { templateId, workdir: built?.workdir ?? workdir, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [], secretEnvKeys: req.secretEnvKeys ?? [] });
+    const s = this.register(id, slot, { templateId, workdir: built?.workdir ?? workdir, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [], secretEnvKeys: req.secretEnvKeys ?? [] });
+    if (req.egress) await this.withEgress(s, req.egress.egress, req.egress.rules);
+    // A built template's start command, with the sandbox's egress rules already in force.
     if (built?.startCmd || built?.readyCmd) {
       try {
-        await runStartCommand(sandbox.processes, { startCmd: built.startCmd, readyCmd: built.readyCmd, envs: { ...sandbox.envs }, cwd: sandbox.workdir, allowNetwork, timeoutMs: START_TIMEOUT_MS });
+        await runStartCommand(s.processes, { startCmd: built.startCmd, readyCmd: built.readyCmd, envs: { ...s.envs }, cwd: s.workdir, allowNetwork, timeoutMs: START_TIMEOUT_MS });
       } catch (err) {
         await this.kill(id);
         throw err instanceof StartCommandError ? new E2bApiError(500, `sandbox of template '${templateId}' could not start: ${err.message}`) : err;
       }
     }
-    return sandbox;
+    return s;
+  }
+
+  /** A new sandbox gets its egress rules before anyone sees it; when they cannot be set, it ends (never a sandbox without its rules). */
+  private async withEgress(s: E2bSandbox, egress: SandboxEgress, rules: EgressRules): Promise<void> {
+    try {
+      await this.applyEgress(s, egress, rules);
+    } catch (err) {
+      await this.end(s, "killed");
+      throw err;
+    }
+  }
+
+  /** E2B's network update (and create's rules): the sandbox's egress rules replaced, in force for its processes when this resolves. */
+  async updateEgress(id: string, egress: SandboxEgress, rules: EgressRules): Promise<void> {
+    await this.applyEgress(this.require(id), egress, rules);
+  }
+
+  private async applyEgress(s: E2bSandbox, egress: SandboxEgress, rules: EgressRules): Promise<void> {
+    // Without internet nothing leaves the slot: the rules are kept (getInfo lists them), none is needed.
+    if (s.allowNetwork && (hasEgress(egress) || hasEgress(s.egress))) await s.processes.setEgress(rules);
+    s.egress = egress;
+    s.egressRules = rules;
   }
 
   /** A held slot becomes a live sandbox (create, fork). */
@@ -226,6 +263,8 @@ export class SandboxRegistry {
       trafficAccessToken: o.network.allowPublicTraffic === false ? randomBytes(24).toString("base64url") : undefined,
       maskRequestHost: o.network.maskRequestHost,
       network: o.network,
+      egress: NO_EGRESS,
+      egressRules: { allow: [], deny: [] },
       volumeMounts: o.volumeMounts,
       envs: o.envs,
       secretEnvKeys: o.secretEnvKeys,
@@ -264,7 +303,9 @@ export class SandboxRegistry {
       const e = new E2bApiError(status, `fork of sandbox '${source.id}' failed: ${err instanceof Error ? err.message : String(err)}`);
       return ids.map(() => e);
     }
-    return slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, workdir: source.workdir, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network, volumeMounts: source.volumeMounts, secretEnvKeys: source.secretEnvKeys }));
+    const forks = slots.map((slot, i) => this.register(ids[i]!, slot, { templateId: source.templateId, workdir: source.workdir, envs: { ...source.envs }, metadata: { ...source.metadata }, timeoutS, allowNetwork: source.allowNetwork, lifecycle: { ...source.lifecycle }, network: source.network, volumeMounts: source.volumeMounts, secretEnvKeys: source.secretEnvKeys }));
+    // Each fork gets the source's egress rules (a fork starts from none: its slot was reset).
+    return Promise.all(forks.map(async (f) => (hasEgress(source.egress) ? this.withEgress(f, source.egress, source.egressRules).then(() => f, (err: unknown) => (err instanceof Error ? err : new Error(String(err)))) : f)));
   }
 
   /** The live sandbox, or undefined (a sandbox whose slot was lost is ended here). */

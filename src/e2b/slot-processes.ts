@@ -2,6 +2,7 @@ import { Agent, request, type Dispatcher } from "undici";
 import type { ProcessEvent, ProcessInfo, ProcessStartRequest } from "../protocol/process-session.js";
 import type { LeasedSlot } from "../pool/types.js";
 import type { VolumeMount } from "../protocol/volumes.js";
+import type { EgressRules } from "../protocol/egress.js";
 import { E2bApiError } from "./errors.js";
 
 /** The events of a started or re-attached process; `close()` stops listening (the process goes on). */
@@ -200,6 +201,11 @@ export class SlotProcesses {
   /** Freezes every process of the slot (the sandbox server's freezer: cgroup or SIGSTOP); `thaw` resumes them. */
   async freeze(): Promise<{ mechanism: string; processes: number }> {
     return this.json("/processes/freeze", {});
+  }
+
+  /** Replaces the slot's egress rules (protocol/egress.ts): in force for all its processes when this resolves. */
+  async setEgress(rules: EgressRules): Promise<void> {
+    await this.json("/processes/egress", { allow: rules.allow, deny: rules.deny });
   }
 
   /** What the slot uses now (its processes' memory and CPU time, its disk): E2B's metrics. */

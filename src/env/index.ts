@@ -16,6 +16,7 @@ export {
   ToolContextInfraError,
   PathRefusedError,
 } from "./errors.js";
+export { ItemImageError } from "./item-image.js";
 export { ToolContext, type TerminalResult, type FileRead } from "./tool-context.js";
 export type { BrowserPage, BrowserSnapshot, BrowserImage } from "./browser-context.js";
 export { defineEnvTool, type EnvToolSpec, type InProcessToolSpec, type SlotToolSpec } from "./env-tools.js";

@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 
 /**
  * Where a system tool is (bubblewrap, util-linux's unshare and setpriv, slirp4netns, ip, a C
- * compiler): first on PATH, then in the usual system dirs (a server started with a bare
+ * compiler, nft): first on PATH, then in the usual system dirs (a server started with a bare
  * environment still finds them), or null.
  */
 export function findExecutable(name: string): string | null {
@@ -10,6 +10,7 @@ export function findExecutable(name: string): string | null {
     const p = `${dir}/${name}`;
     if (dir && existsSync(p)) return p;
   }
-  for (const p of [`/usr/bin/${name}`, `/bin/${name}`, `/usr/local/bin/${name}`]) if (existsSync(p)) return p;
+  // sbin too: a user's PATH often lacks it, and tools a non-root server runs in namespaces of its own live there (nft).
+  for (const p of [`/usr/bin/${name}`, `/bin/${name}`, `/usr/local/bin/${name}`, `/usr/sbin/${name}`, `/sbin/${name}`]) if (existsSync(p)) return p;
   return null;
 }

@@ -10,6 +10,8 @@ export {
   SlotReleasedError,
   PoolTemplateError,
   SlotForkError,
+  ImageUnavailableError,
+  ImageReferenceError,
 } from "./errors.js";
 export type { LeasedSlot, ForkableSlot, SlotCall, CallOptions, ContainerInfo, ForkOptions, AcquireOptions, ReleaseOptions, PoolStats, SlotPoolLike } from "./types.js";
 export type { TemplateSpec } from "./template-affinity.js";

@@ -62,6 +62,13 @@ export class TemplateAffinity {
     await pending;
   }
 
+  /** The container holds `name` though this pool did not build it (a template captured from a slot: E2B's snapshots); `hash` tells its versions apart. */
+  record(containerId: string, name: string, hash: string): void {
+    let m = this.held.get(containerId);
+    if (!m) this.held.set(containerId, (m = new Map()));
+    m.set(name, hash);
+  }
+
   /** The container is gone (nothing is held there any more), or it dropped `name`. */
   forget(containerId: string, name?: string): void {
     if (name === undefined) this.held.delete(containerId);

@@ -374,6 +374,8 @@ export const TemplateInfoSchema = z.object({
   last_used: z.string(),
   /** A template on an image: which image (and digest) it was built on. */
   image: z.object({ reference: z.string(), digest: z.string() }).optional(),
+  /** Made of a slot's files (`POST /templates/capture`, protocol/template-capture.ts): kept until deleted, never evicted. */
+  captured: z.boolean().optional(),
 });
 export type TemplateInfo = z.infer<typeof TemplateInfoSchema>;
 

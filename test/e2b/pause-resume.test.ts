@@ -129,8 +129,14 @@ describe.each([
     await Promise.all([woken.kill(), asleep.kill()]);
   });
 
-  it("pause with keepMemory: false is filesystem-only: the processes end, the files stay", async () => {
+  it("pause with keepMemory: false is filesystem-only: the processes end, the files stay, the boot id is new (a reboot); a pause with memory keeps it", async () => {
     const sbx = await Sandbox.create(h.opts);
+    const bootId = async (): Promise<string> => (await sbx.commands.run("cat /proc/sys/kernel/random/boot_id")).stdout.trim();
+    const boot0 = await bootId();
+    expect(boot0).toMatch(/^[0-9a-f-]{36}$/);
+    expect(await sbx.pause()).toBe(true);
+    await sbx.connect();
+    expect(await bootId()).toBe(boot0);
     await sbx.files.write("/home/user/kept.txt", "kept");
     await sbx.commands.run("sleep 600", { background: true });
     expect(await sbx.pause({ keepMemory: false })).toBe(true);
@@ -138,6 +144,9 @@ describe.each([
     await sbx.connect();
     expect(await sbx.files.read("/home/user/kept.txt")).toBe("kept");
     expect(await sbx.commands.list()).toEqual([]);
+    const boot1 = await bootId();
+    expect(boot1).toMatch(/^[0-9a-f-]{36}$/);
+    expect(boot1).not.toBe(boot0);
     await sbx.kill();
   });
 

@@ -293,7 +293,9 @@ describe("E2B SDK against slotpool", () => {
   });
 
   it("answers what it does not support with a clear error", async () => {
-    await expect(sbx.createSnapshot()).rejects.toThrow(/snapshots is not supported by slotpool/);
+    const logs = await fetch(`${h.url}/sandboxes/${sbx.sandboxId}/logs`, { headers: { "x-api-key": h.apiKey } });
+    expect(logs.status).toBe(501);
+    expect(await logs.text()).toMatch(/sandbox logs is not supported by slotpool/);
     await expect(sbx.commands.run("true", { background: false, timeoutMs: 5000, user: "root" }).then((r) => r.exitCode)).resolves.toBe(0);
   });
 

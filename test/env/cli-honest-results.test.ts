@@ -112,7 +112,7 @@ describe("infra failures are not rewards", () => {
     expect(lines).toHaveLength(2);
     for (const l of lines) {
       expect(l["scores"]).toEqual([1, 1]);
-      expect(l["slotpool"]["infra_failures"]).toEqual({ model: 0, slot_lost: 0, reward: 1, reward_tool: 0, sandbox_start: 0, command_killed: 0, server_shutdown: 0, sandbox_error: 0, no_slot: 0, vision_model: 0 });
+      expect(l["slotpool"]["infra_failures"]).toEqual({ model: 0, slot_lost: 0, reward: 1, reward_tool: 0, sandbox_start: 0, command_killed: 0, server_shutdown: 0, sandbox_error: 0, no_slot: 0, vision_model: 0, image_not_found: 0, image_store_full: 0, image_unavailable: 0 });
       expect(l["slotpool"]["dropped_attempts"]).toBe(1);
       expect(l["slotpool"]["trajectories"].every((t: any) => t["reward_error"] === undefined)).toBe(true);
     }

@@ -96,6 +96,19 @@ describe.skipIf(skip !== undefined)(`an env whose items use two task images, und
     for (const f of failed) expect(f).toMatchObject({ cause: "image_not_found", stage: "setup", message: expect.stringContaining(missing) });
   }, 600_000);
 
+  it("an image store too small for an image is an infra failure counted as image_store_full; the image that fits is solved", async () => {
+    const out = join(dir, "full.jsonl");
+    // images.budgetMb reaches the servers as --image-budget-mb: the Debian python image (~78 MB
+    // compressed alone) cannot fit 40 MB; the BusyBox one (~10 MB with its layers) does.
+    const r = await runCli(processArgs(out, { python: refs["python"]!, busybox: refs["busybox"]! }, ["--set", "infraRetries=0", "--set", "images.budgetMb=40"]));
+    expect(r.code, r.stdout + r.stderr).toBe(1);
+    expect(r.stdout).toMatch(/groups\s+4 made: 2 written, 2 failed/);
+    expect(r.stdout).toMatch(/infra failures\s+4 trajectories not scored \(image_store_full 4\)/);
+    expect(r.stdout).toMatch(/success rate\s+100\.0%/);
+    const failed = (await readFile(join(dir, "full.failed.jsonl"), "utf8")).trim().split("\n").map((l) => JSON.parse(l) as { cause: string; message: string });
+    for (const f of failed) expect(f).toMatchObject({ cause: "image_store_full", message: expect.stringContaining(refs["python"]!) });
+  }, 600_000);
+
   it("a reference that cannot name an image is a usage error (exit 2) naming it, before its group runs", async () => {
     const out = join(dir, "bad.jsonl");
     const r = await runCli(processArgs(out, { python: "Not A Reference", busybox: refs["busybox"]! }));

@@ -84,14 +84,29 @@ export async function startRegistry(opts: { auth?: boolean } = {}): Promise<Test
   };
 }
 
-/** Pushes an OCI layout (tag "latest") to `registry` as `name` (repo:tag), with the registry's credentials when it wants them. */
+/**
+ * Pushes an OCI layout (tag "latest") to `registry` as `name` (repo:tag), with the registry's
+ * credentials when it wants them. They go in an auth file (0600), never on skopeo's command
+ * line: tests assert the password is on no `ps` line while they run, and the other test file
+ * running beside them may be pushing.
+ */
 export async function pushImage(layoutDir: string, registry: string, name: string, opts: { auth?: boolean } = {}): Promise<string> {
   const ref = `${registry}/${name}`;
-  await run(
-    "skopeo",
-    ["--insecure-policy", "copy", "--quiet", "--dest-tls-verify=false", ...(opts.auth ? ["--dest-creds", `${REGISTRY_USER}:${REGISTRY_PASSWORD}`] : []), `oci:${layoutDir}:latest`, `docker://${ref}`],
-    { timeout: 300_000, maxBuffer: 1 << 20 },
-  );
+  const dir = opts.auth ? mkdtempSync(join(tmpdir(), "slotpool-push-auth-")) : undefined;
+  try {
+    const authFile = dir ? join(dir, "auth.json") : undefined;
+    if (authFile) {
+      const auth = Buffer.from(`${REGISTRY_USER}:${REGISTRY_PASSWORD}`).toString("base64");
+      writeFileSync(authFile, JSON.stringify({ auths: { [registry]: { auth } } }), { mode: 0o600 });
+    }
+    await run(
+      "skopeo",
+      ["--insecure-policy", "copy", "--quiet", "--dest-tls-verify=false", ...(authFile ? ["--dest-authfile", authFile] : []), `oci:${layoutDir}:latest`, `docker://${ref}`],
+      { timeout: 300_000, maxBuffer: 1 << 20 },
+    );
+  } finally {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }
   return ref;
 }
 

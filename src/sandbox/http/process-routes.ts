@@ -13,6 +13,8 @@ import {
   type ProcessEvent,
 } from "../../protocol/process-session.js";
 import type { ProcessSession, ProcessSessions } from "../tools/process-sessions.js";
+import { SlotEgressRequestSchema, type EgressRules } from "../../protocol/egress.js";
+import { EgressRulesError } from "../isolation/egress-rules.js";
 import type { Slot } from "../core/slot.js";
 
 /** What the routes need from the sandbox service. */
@@ -84,9 +86,21 @@ export function addProcessRoutes(table: RouteTable, host: ProcessRouteHost, body
       await host.processes.freezer.thaw(slot.index);
       sendJson(res, 200, { mechanism: host.processes.freezer.mechanism(slot.index) });
     })
+    // The slot's egress rules (protocol/egress.ts): in force for what runs when this answers.
+    .add("POST", "/processes/egress", async (req, res) => {
+      const r = await read<EgressRules & { slot_id: string }>(req, SlotEgressRequestSchema);
+      const slot = host.slotById(r.slot_id);
+      try {
+        await host.processes.networks.setEgress(slot.index, { allow: r.allow, deny: r.deny });
+      } catch (err) {
+        if (err instanceof EgressRulesError) throw new HttpError(host.processes.networks.egressUnavailable ? 503 : 500, err.message);
+        throw err;
+      }
+      sendJson(res, 200, host.processes.networks.egressOf(slot.index));
+    })
     .add("POST", "/processes/kill-all", async (req, res) => {
       const r = await read<{ slot_id: string }>(req, ProcessSlotRequestSchema);
-      await host.processes.killSlot(host.slotById(r.slot_id));
+      await host.processes.endAll(host.slotById(r.slot_id));
       sendJson(res, 200, {});
     });
 }

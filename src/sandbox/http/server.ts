@@ -19,6 +19,7 @@ import {
 } from "../../protocol/sandbox.js";
 import { artifactCall } from "../service/file-calls.js";
 import { ImagePullRequestSchema } from "../../protocol/images.js";
+import { TemplateCaptureRequestSchema, TemplateDeleteRequestSchema } from "../../protocol/template-capture.js";
 import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
 import { addImageBuildRoutes } from "./image-build-routes.js";
@@ -198,6 +199,14 @@ export class SandboxServer {
       .add("GET", "/templates", (_req, res) => sendJson(res, 200, svc.templates.list()))
       .add("POST", "/templates", async (req, res) => {
         sendJson(res, 200, await svc.templates.build(parseBody(TemplateBuildRequestSchema, await this.body.read(req))));
+      })
+      // A template made of a slot's files (protocol/template-capture.ts: E2B's snapshots).
+      .add("POST", "/templates/capture", async (req, res) => {
+        const body = parseBody(TemplateCaptureRequestSchema, await this.body.read(req));
+        sendJson(res, 200, await svc.capture(body.slot_id, body.name));
+      })
+      .add("POST", "/templates/delete", async (req, res) => {
+        sendJson(res, 200, { deleted: svc.templates.store.delete(parseBody(TemplateDeleteRequestSchema, await this.body.read(req)).name) });
       })
       .add("POST", "/artifacts/read", artifacts("read"))
       .add("POST", "/artifacts/list", artifacts("list"))

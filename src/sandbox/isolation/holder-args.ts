@@ -17,6 +17,8 @@ export interface SlotNamespaceOptions {
   internet?: InternetAccess | undefined;
   /** bubblewrap arguments for /tmp, /var/tmp and /dev/shm (the slot's bounded disk). */
   writableArgs?: string[] | undefined;
+  /** The slot's boot id file (boot-id.ts), bound over the kernel's. */
+  bootId?: string | undefined;
   /** Extra host dirs bound read-write: [host path, sandbox path]. */
   extraBinds?: Array<[string, string]> | undefined;
   uid?: number | undefined;
@@ -56,7 +58,7 @@ export function holderArgs(o: SlotNamespaceOptions, internet: InternetAccess | u
     const root = o.netns ? { ...image, userns: "joined" as const } : image;
     return {
       args: [
-        ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.netns !== undefined, writableArgs: o.writableArgs, image: root }),
+        ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.netns !== undefined, writableArgs: o.writableArgs, bootId: o.bootId, image: root }),
         ...(o.netns && o.internet ? ["--ro-bind", o.internet.resolvConf, "/etc/resolv.conf"] : []),
         ...(o.extraBinds ?? []).flatMap(([src, dest]) => ["--bind", src, dest]),
         ...filterArgs(o.filter, FILTER_FD),
@@ -66,7 +68,7 @@ export function holderArgs(o: SlotNamespaceOptions, internet: InternetAccess | u
   }
   return {
     args: [
-      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity, writableArgs: o.writableArgs }),
+      ...bwrapArgs({ workspaceDir: o.workspaceDir, allowNetwork: o.allowNetwork, identity: o.identity, writableArgs: o.writableArgs, bootId: o.bootId }),
       // Inside the holder's own user namespace (where it is root): the sandbox runs as the
       // slot's uid again, in a nested user namespace without any capability over the network.
       ...(internet ? ["--uid", String(uid), "--gid", String(gid), "--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),

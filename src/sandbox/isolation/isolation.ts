@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { findExecutable } from "../../host/executables.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
 import { filterArgs, type SlotFilter } from "./seccomp.js";
+import { BOOT_ID_PATH } from "./boot-id.js";
 import type { Slot } from "../core/slot.js";
 
 /**
@@ -49,6 +50,8 @@ export interface NamespaceOptions {
   identity?: { passwd: string; group: string } | undefined;
   /** How /tmp, /var/tmp and /dev/shm are made (`SlotDisks.writableArgs`); default: small tmpfs. */
   writableArgs?: string[] | undefined;
+  /** The slot's boot id file (boot-id.ts), bound over /proc/sys/kernel/random/boot_id; default: the host's. */
+  bootId?: string | undefined;
   /** The slot's root is an image (src/sandbox/images/): the sandbox's `/` instead of the host's system view. */
   image?: ImageRoot | undefined;
 }
@@ -136,6 +139,7 @@ function imageArgs(opts: NamespaceOptions, image: ImageRoot): string[] {
     "--hostname", SANDBOX_HOSTNAME,
     "--bind", image.dir, "/",
     "--proc", "/proc",
+    ...(opts.bootId ? ["--ro-bind", opts.bootId, BOOT_ID_PATH] : []),
     "--dev", "/dev",
     ...(opts.writableArgs ?? DEFAULT_SHM),
     "--remount-ro", "/dev",
@@ -172,6 +176,7 @@ export function bwrapArgs(opts: NamespaceOptions): string[] {
     "--hostname", SANDBOX_HOSTNAME,
     ...systemBindArgs(),
     "--proc", "/proc",
+    ...(opts.bootId ? ["--ro-bind", opts.bootId, BOOT_ID_PATH] : []),
     "--dev", "/dev",
     ...(opts.writableArgs ?? DEFAULT_WRITABLE),
     // bubblewrap's /dev is a tmpfs as large as half the RAM, writable by the slot: read-only

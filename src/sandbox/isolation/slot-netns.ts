@@ -3,6 +3,8 @@ import { findExecutable } from "../../host/executables.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
 import { SANDBOX_PATH } from "./isolation.js";
 import { NET_READY_LINE, NET_SETUP, spawnSlirp4netns, type InternetAccess } from "./network.js";
+import { applyEgress, egressScript, EgressRulesError } from "./egress-rules.js";
+import type { EgressRules } from "../../protocol/egress.js";
 
 /**
  * One network namespace per slot, shared by all its process sessions (issue 30), as in a VM:
@@ -67,14 +69,18 @@ export class NetnsHolder {
   private slirp: ChildProcess | null = null;
   private exited = false;
   private readonly exit: Promise<void>;
+  /** Ready, and the slot's egress rules in force: sessions join only past it (fail closed). */
+  private gate: Promise<void>;
 
   constructor(
     private readonly tools: SharedNetnsTools,
     internet: InternetAccess | undefined,
-    owner: { uid: number; gid: number } | undefined,
+    private readonly owner: { uid: number; gid: number } | undefined,
     place: (pid: number) => void,
     /** The slot's image user namespace (a descriptor of this process): the holder's namespace is made inside it. */
     usernsFd?: number,
+    /** The slot's egress rules (network on only), applied before any session joins. */
+    egress?: { nft: string; script: string },
   ) {
     const shell = internet
       ? ["/bin/sh", "-c", NET_SETUP, "slotpool-net", internet.routes.join("\n"), internet.dnsFilter, "/bin/sh", "-c", WAIT]
@@ -133,6 +139,21 @@ export class NetnsHolder {
       });
     });
     this.ready.catch(() => undefined);
+    this.gate = egress ? this.ready.then(() => this.nft(egress.nft, egress.script)) : this.ready;
+    this.gate.catch(() => this.kill());
+  }
+
+  /** Replaces the namespace's egress rules (after any earlier change); a failure ends the holder (its sessions with it). */
+  setEgress(nft: string, script: string): Promise<void> {
+    const run = this.gate.then(() => this.nft(nft, script));
+    this.gate = run;
+    run.catch(() => this.kill());
+    return run;
+  }
+
+  private nft(nft: string, script: string): Promise<void> {
+    if (this.exited || this.child.pid === undefined) return Promise.reject(new EgressRulesError("the slot's network namespace has ended"));
+    return applyEgress({ nsenter: this.tools.nsenter, nft }, this.child.pid, this.owner, script);
   }
 
   get pid(): number | undefined {
@@ -153,9 +174,9 @@ export class NetnsHolder {
     return { file: "/bin/sh", args: ["-c", gate, "slotpool-join", this.tools.nsenter, "--user", "--net", "--preserve-credentials", `--target=${this.child.pid}`, "--", ...bwrapCmd] };
   }
 
-  /** Lets `child` (started with `wrap`) join once the holder is ready ("go" on its stdin); kills it if the holder fails. */
+  /** Lets `child` (started with `wrap`) join once the holder is ready and its egress rules hold ("go" on its stdin); kills it if either fails. */
   join(child: ChildProcess): Promise<void> {
-    const joined = this.ready.then(
+    const joined = this.gate.then(
       () => void child.stdin?.write("go\n"),
       (err: unknown) => {
         child.kill("SIGKILL");
@@ -196,14 +217,48 @@ export class NetnsHolder {
 /** Each slot's shared network namespaces (one per network setting), started on first use. */
 export class SlotNetworks {
   private readonly holders = new Map<string, NetnsHolder>();
+  /** Each slot's egress rules (protocol/egress.ts), kept until its reset: every network-on namespace of the slot gets them. */
+  private readonly egress = new Map<number, EgressRules>();
   /** undefined: each session keeps a namespace of its own (`reason` says which tool is missing). */
   readonly tools: SharedNetnsTools | undefined;
   readonly reason: string | undefined;
+  private readonly nftPath = findExecutable("nft");
 
   constructor() {
     const probe = probeSharedNetns();
     this.tools = "tools" in probe ? probe.tools : undefined;
     this.reason = "reason" in probe ? probe.reason : undefined;
+  }
+
+  /** Why egress rules cannot be enforced here, if they cannot. */
+  get egressUnavailable(): string | undefined {
+    if (!this.tools) return this.reason;
+    return this.nftPath ? undefined : "nft (Debian: nftables) is not installed: egress rules cannot be enforced";
+  }
+
+  /**
+   * Replaces the slot's egress rules: kept for the namespaces it starts later, and in force in
+   * its live network-on namespace when this resolves. Throws EgressRulesError where they
+   * cannot be enforced (and keeps none then).
+   */
+  async setEgress(slot: number, rules: EgressRules): Promise<void> {
+    const empty = rules.allow.length === 0 && rules.deny.length === 0;
+    const why = this.egressUnavailable;
+    if (why && !empty) throw new EgressRulesError(why);
+    if (empty) this.egress.delete(slot);
+    else this.egress.set(slot, rules);
+    const live = this.existing(slot, true);
+    if (live && this.nftPath) await live.setEgress(this.nftPath, egressScript(rules));
+  }
+
+  /** The slot's rules (none: both lists empty). */
+  egressOf(slot: number): EgressRules {
+    return this.egress.get(slot) ?? { allow: [], deny: [] };
+  }
+
+  /** Forgets the slot's rules (its reset: the next trajectory starts without any). */
+  forgetEgress(slot: number): void {
+    this.egress.delete(slot);
   }
 
   /**
@@ -216,7 +271,8 @@ export class SlotNetworks {
     const key = `${slot}:${internet !== undefined}:${usernsFd ?? ""}`;
     let h = this.holders.get(key);
     if (!h || !h.alive) {
-      h = new NetnsHolder(this.tools, internet, owner, place, usernsFd);
+      const rules = internet ? this.egress.get(slot) : undefined;
+      h = new NetnsHolder(this.tools, internet, owner, place, usernsFd, rules && this.nftPath ? { nft: this.nftPath, script: egressScript(rules) } : undefined);
       this.holders.set(key, h);
     }
     return h;

@@ -34,12 +34,15 @@ import { ImageBuilds } from "./image-build.js";
 import { SlotResets, type ResetHost } from "./slot-reset.js";
 import type { MountedRoot, RootPlan } from "../images/slot-roots.js";
 import { forkImageSlot, imageForkHost } from "../fork/image-fork.js";
+import { captureSlot } from "./slot-capture.js";
+import type { TemplateCaptureResponse } from "../../protocol/template-capture.js";
 import { SlotNetworks } from "../isolation/slot-netns.js";
 import { SlotForks } from "../fork/fork.js";
 import { forkHost } from "../fork/fork-host.js";
 import { DEFAULT_DISK_BYTES, SlotDisks } from "../workspace/slot-disk.js";
 import { MountHelper, mountHelperBinary } from "../workspace/mount-helper.js";
 import { TreeRemoval } from "../workspace/tree-removal.js";
+import { SlotBootIds } from "../isolation/boot-id.js";
 import { whyNoMounts } from "../../host/mount-namespace.js";
 import { mayChangeOwnMounts, writableCgroups } from "../../host/container-mounts.js";
 import { checkAllowRanges, probeInternet, type InternetAccess, type InternetProbe } from "../isolation/network.js";
@@ -130,6 +133,7 @@ export class SandboxService implements SlotHost {
   readonly mountHelper: MountHelper | null;
   readonly mayMount: boolean;
   readonly removal: TreeRemoval;
+  readonly bootIds: SlotBootIds;
   /** POST /fork (fork.ts). */
   readonly forks: SlotForks;
   /** Task images: the store, and each slot's root when it is one (src/sandbox/images/). */
@@ -172,6 +176,7 @@ export class SandboxService implements SlotHost {
     }
     const base = options.slotUidBase ?? 20_000;
     this.removal = new TreeRemoval(join(this.stateDir, "trash"));
+    this.bootIds = new SlotBootIds(join(this.stateDir, "boot-id"));
     // Mounting needs root, or (not root) a user namespace of the server's own.
     const noMounts = whyNoMounts();
     this.mayMount = noMounts === undefined;
@@ -414,7 +419,12 @@ export class SandboxService implements SlotHost {
     // No browser survives a fork: its sandbox binds the workspace the children now share (docs/browser.md).
     return this.processes.whileStopped(parent, children, async () => {
       await Promise.all([parent, ...children].map((s) => this.browsers.close(s)));
-      return { ...(await this.forks.fork(parent, children)), generations: children.map((c) => c.generation) };
+      const forked = await this.forks.fork(parent, children);
+      for (const c of children) {
+        this.bootIds.renew(c);
+        this.processes.networks.forgetEgress(c.index);
+      }
+      return { ...forked, generations: children.map((c) => c.generation) };
     });
   }
 
@@ -424,6 +434,13 @@ export class SandboxService implements SlotHost {
     const parts = { logger: this.logger, cgroups: this.cgroups, images: this.images, processes: this.processes, stateful: this.stateful, bash: this.bash, templates: this.templates };
     const answer = await forkImageSlot(imageForkHost(parts, (child, template, image, from) => this.resets.reset(child, template, image, from)), parent, children);
     return { ...answer, generations: children.map((c) => c.generation) };
+  }
+
+  /** POST /templates/capture: a template of the slot's files as they are now (slot-capture.ts). */
+  capture(slotId: string, name: string): Promise<TemplateCaptureResponse> {
+    if (this.closed) throw new HttpError(503, "sandbox server is shutting down");
+    const { cgroups, bwrap, templates, images, processes, stateful, bash } = this;
+    return captureSlot({ cgroups, bwrap, templates, images, processes, stateful, bash, identity: (slot) => this.identity(slot) }, this.slotById(slotId), name);
   }
 
   /** Starts every slot's namespace ahead of its first call, in the background, a few at a time (not 50 sandboxes at once). */
@@ -457,7 +474,7 @@ export class SandboxService implements SlotHost {
   }
 
   private resetParts(): Omit<ResetHost, "bash"> {
-    return { processes: this.processes, browsers: this.browsers, stateful: this.stateful, forks: this.forks, templates: this.templates, images: this.images, metrics: this.metrics, logger: this.logger, emptyWorkspace: (slot, root) => this.emptyWorkspace(slot, root) };
+    return { processes: this.processes, browsers: this.browsers, stateful: this.stateful, forks: this.forks, templates: this.templates, images: this.images, metrics: this.metrics, logger: this.logger, bootIds: this.bootIds, emptyWorkspace: (slot, root) => this.emptyWorkspace(slot, root) };
   }
 
   /** SlotHost: each slot's image root (the image room). */

@@ -15,6 +15,7 @@ import type { ProcessSessions } from "../tools/process-sessions.js";
 import type { SlotBrowsers } from "../tools/browser/browser-tools.js";
 import type { SlotForks } from "../fork/fork.js";
 import type { SandboxMetrics } from "./metrics.js";
+import type { SlotBootIds } from "../isolation/boot-id.js";
 
 /** What a reset needs of the service (SandboxService wires it). */
 export interface ResetHost {
@@ -27,6 +28,7 @@ export interface ResetHost {
   images: SlotImages;
   metrics: SandboxMetrics;
   logger: Logger;
+  bootIds: SlotBootIds;
   /** A fresh empty workspace (service.ts); with `root`, the image root over it in the same mount request where the slot has a disk of its own (then answers where its upper is). */
   emptyWorkspace(slot: Slot, root?: RootPlan): Promise<MountedRoot | undefined>;
 }
@@ -73,10 +75,14 @@ export class SlotResets {
         try {
           // Held until the reset is done: a process session started in between would outlive it.
           await h.processes.killSlot(slot, { hold: true });
+          // The next trajectory starts with no egress rules of this one's (protocol/egress.ts).
+          h.processes.networks.forgetEgress(slot.index);
           // Before the terminal: the browser lives on its network namespace.
           await h.browsers.close(slot);
           await h.stateful.stop(slot);
           await h.bash.resetSlot(slot);
+          // No process of the slot is left: the next trajectory's is a new boot (isolation/boot-id.ts).
+          h.bootIds.renew(slot);
           await h.forks.release(slot);
           await h.templates.detach(slot);
           await h.images.detach(slot);

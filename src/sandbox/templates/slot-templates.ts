@@ -26,12 +26,14 @@ export class SlotTemplates {
   private readonly onImage = new Map<number, Template>();
   /** The slot whose ids an image template's files have (its build runs as slot_0). */
   private readonly buildSlot: Slot | undefined;
+  private readonly slots: readonly Slot[];
 
   constructor(svc: SlotHost, budgetBytes: number, images?: SlotImages) {
     // Builds run as slot_0's uid (when slots have their own uids): a uid of this server's
     // block, never root; every slot sees the files as its own through the id-mapped view.
     const buildOwner = svc.slots[0]?.owner;
     this.buildSlot = svc.slots[0];
+    this.slots = svc.slots;
     // SLOTPOOL_TEMPLATE_VIEWS=copy forces copy mode (what a server that may not mount gets; tests).
     const forceCopy = process.env["SLOTPOOL_TEMPLATE_VIEWS"] === "copy";
     if (svc.mayMount && !forceCopy && !svc.mountHelper) svc.logger.warn({ reason: mountHelperError() }, "template views fall back to copying (no mount helper)");
@@ -83,9 +85,9 @@ export class SlotTemplates {
     this.onImage.set(slot.index, t);
   }
 
-  /** A template on an image as a layer of a slot's root: its tree, built as slot_0. */
+  /** A template on an image as a layer of a slot's root: its tree, with the uids of the slot that built it (slot_0) or whose changes it captured. */
   layerOf(t: Template): TemplateLayer {
-    return { dir: t.treeDir, builtBy: this.buildSlot! };
+    return { dir: t.treeDir, builtBy: (t.builtBy !== undefined ? this.slots[t.builtBy] : undefined) ?? this.buildSlot! };
   }
 
   /** The template on an image the slot's root is, if any. */

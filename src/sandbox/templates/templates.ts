@@ -70,6 +70,10 @@ export interface Template {
   retired: boolean;
   /** A template on an image: the image (referenced while the template is stored); `treeDir` is its layer on top. */
   image?: StoredImage | undefined;
+  /** Made of a slot's files (`capture`): kept until deleted, never evicted. */
+  captured?: boolean;
+  /** The slot whose uids the files of an image template's layer have (a capture's source; else the build slot). */
+  builtBy?: number;
 }
 
 export class TemplateStore {
@@ -212,10 +216,61 @@ export class TemplateStore {
     }
   }
 
-  /** Drops least recently used templates no slot uses until the store fits its budget. */
+  /**
+   * A template made of a slot's files (protocol/template-capture.ts): `fill` copies them into
+   * an empty tree owned by `owner`; with `on`, a template on that image (its reference is the
+   * template's from now on) whose layer's files have `on.builtBy`'s uids. Replaces a stored
+   * template of that name; refused (507) when it does not fit the budget beside what cannot
+   * be evicted. Nothing half-made stays.
+   */
+  async capture(name: string, owner: { uid: number; gid: number } | undefined, fill: (tree: string) => Promise<void>, on?: { image: StoredImage; builtBy: number }): Promise<TemplateInfo> {
+    const started = performance.now();
+    const hash = randomBytes(32).toString("hex");
+    const work = join(this.buildingDir, `${name}-capture-${randomBytes(4).toString("hex")}`);
+    const tree = join(work, "tree");
+    let image = on?.image;
+    try {
+      const previous = this.current.get(name);
+      if (previous && !previous.captured) throw new HttpError(409, `template '${name}' is built from setup commands on this server: a capture cannot take its name`, "name");
+      await mkdir(work, { mode: 0o711 });
+      await mkdir(tree, { mode: 0o755 });
+      if (owner) await chown(tree, owner.uid, owner.gid);
+      await fill(tree);
+      const { bytes, count } = await treeSize(tree);
+      const template: Template = { name, hash, treeDir: join(this.storeDir, `${name}-${hash.slice(0, 16)}`), owner, sizeBytes: bytes, files: count, buildMs: Math.round(performance.now() - started), lastUsed: Date.now(), refs: 0, retired: false, image, captured: true, ...(on ? { builtBy: on.builtBy } : {}) };
+      const kept = [...this.current.values(), ...this.retired].filter((t) => t !== previous && (t.captured || t.refs > 0)).reduce((sum, t) => sum + t.sizeBytes, 0);
+      if (kept + bytes > this.options.budgetBytes) {
+        throw new HttpError(507, `capturing template '${name}' needs ${mb(bytes)} MB; the template budget (${mb(this.options.budgetBytes)} MB, --template-budget-mb) holds ${mb(kept)} MB that cannot be evicted (captures, templates in use): delete captures or raise the budget`, "name");
+      }
+      image = undefined;
+      this.options.removal.discard(template.treeDir);
+      renameSync(tree, template.treeDir);
+      this.current.set(name, template);
+      if (previous) this.retire(previous);
+      this.evict(template);
+      this.options.logger.info({ template: name, bytes, files: count, ms: template.buildMs, image: template.image?.reference }, "template captured");
+      return info(template);
+    } finally {
+      if (image) this.options.imageBuild?.give(image);
+      this.options.removal.discard(work);
+    }
+  }
+
+  /** Deletes a captured template (dropped once no slot uses it); false when there is none of that name. */
+  delete(name: string): boolean {
+    const t = this.current.get(name);
+    if (!t) return false;
+    if (!t.captured) throw new HttpError(409, `template '${name}' is built from setup commands (POST /templates), not captured: only captures are deleted`, "name");
+    this.current.delete(name);
+    this.retire(t);
+    this.options.logger.info({ template: name }, "captured template deleted");
+    return true;
+  }
+
+  /** Drops least recently used templates no slot uses until the store fits its budget (captures stay). */
   private evict(keep: Template): void {
     let total = [...this.current.values(), ...this.retired].reduce((s, t) => s + t.sizeBytes, 0);
-    const candidates = [...this.current.values()].filter((t) => t !== keep).sort((a, b) => a.lastUsed - b.lastUsed);
+    const candidates = [...this.current.values()].filter((t) => t !== keep && !t.captured).sort((a, b) => a.lastUsed - b.lastUsed);
     for (const t of candidates) {
       if (total <= this.options.budgetBytes) break;
       if (t.refs > 0) continue;
@@ -249,7 +304,7 @@ export class TemplateStore {
 }
 
 function info(t: Template): TemplateInfo {
-  return { name: t.name, hash: t.hash, size_bytes: t.sizeBytes, files: t.files, build_ms: t.buildMs, in_use: t.refs, last_used: new Date(t.lastUsed).toISOString(), ...(t.image ? { image: { reference: t.image.reference, digest: t.image.digest } } : {}) };
+  return { name: t.name, hash: t.hash, size_bytes: t.sizeBytes, files: t.files, build_ms: t.buildMs, in_use: t.refs, last_used: new Date(t.lastUsed).toISOString(), ...(t.image ? { image: { reference: t.image.reference, digest: t.image.digest } } : {}), ...(t.captured ? { captured: true } : {}) };
 }
 
 function checkRelative(p: string): void {

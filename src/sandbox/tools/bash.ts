@@ -61,6 +61,7 @@ export class BashRunner {
         allowNetwork,
         internet: svc.internetAccess,
         writableArgs: svc.disks.writableArgs(slot, image !== undefined),
+        bootId: svc.bootIds.file(slot),
         identity: svc.identity(slot),
         uid: slot.owner?.uid,
         gid: slot.owner?.gid,
@@ -136,7 +137,7 @@ export class BashRunner {
       }
     } else {
       const script = ulimitPrologue(limits, timeoutS) + (image ? `cd -- ${shellQuote(image.root.workingDir)} 2>/dev/null || cd /; ` : "") + args.command;
-      const ns = { workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot, image !== undefined), image: image?.root };
+      const ns = { workspaceDir: slot.workspaceDir, allowNetwork, identity: svc.identity(slot), writableArgs: svc.disks.writableArgs(slot, image !== undefined), bootId: svc.bootIds.file(slot), image: image?.root };
       const spec = sandboxed
         ? { file: svc.bwrap.path!, args: [...bwrapArgs(ns), ...filterArgs(svc.bwrap.filter, RUN_INPUT_FD), ...rootTail(ns), "--", ...asImageUser(image?.root), sandboxBash(ns), "-c", script], input: svc.bwrap.filter?.program, ...(image?.parentFd !== undefined ? { extraFds: [image.parentFd] } : {}) }
         : { file: "/bin/bash", args: ["-c", script], cwd: slot.workspaceDir, env: { HOME: slot.workspaceDir, PATH: SANDBOX_PATH, LANG: "C.UTF-8", SHELL: "/bin/bash" } };

@@ -100,7 +100,8 @@ export class ProcessSessions {
   private readonly held = new Map<number, { settled: Promise<void>; settle: () => void }>();
   private closed = false;
   /** The slots' shared network namespaces (slot-netns.ts). */
-  private readonly networks: SlotNetworks;
+  /** Each slot's shared network namespaces and their egress rules (isolation/slot-netns.ts; the host's). */
+  readonly networks: SlotNetworks;
   /** Pause/resume of the slot's processes: the trees of its sessions and of the one started ahead. */
   readonly freezer: SlotFreezer;
   /** Connections to ports where the slot's sessions listen (`GET /ports/connect`): they end with the sessions. */
@@ -147,7 +148,7 @@ export class ProcessSessions {
     const launcher = this.launcher("");
     const args = [
       // In the slot's shared namespace (bubblewrap must not unshare it again); without one (no nsenter), loopback only.
-      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot) }),
+      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, identity: host.identity(slot, user), writableArgs: host.disks.writableArgs(slot), bootId: host.bootIds.file(slot) }),
       // The workspace at /home/NAME: the uid is NAME there, with that home (E2B's `user`).
       ...(user ? ["--setenv", "HOME", user.home, "--setenv", "USER", user.name, "--setenv", "LOGNAME", user.name, "--setenv", "PATH", `${SANDBOX_PATH}:${SHIMS_DIR}`, ...userShimArgs(host.stateDir)] : []),
       // Inside the holder's user namespace, where it is root: back to the slot's uid, the slot's resolver.
@@ -195,7 +196,7 @@ export class ProcessSessions {
     const name = alias?.slice("/home/".length);
     const path = root.env.find((e) => e.startsWith("PATH="))?.slice(5) ?? "";
     const args = [
-      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, writableArgs: host.disks.writableArgs(slot, true), image: root }),
+      ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: holder !== undefined, writableArgs: host.disks.writableArgs(slot, true), bootId: host.bootIds.file(slot), image: root }),
       ...(alias ? ["--setenv", "HOME", alias, "--setenv", "USER", name!, "--setenv", "LOGNAME", name!, "--setenv", "PATH", `${path}:${SHIMS_DIR}`, "--ro-bind", userShimBin(host.stateDir), SHIMS_DIR] : []),
       ...(holder && internet ? ["--ro-bind", internet.resolvConf, "/etc/resolv.conf"] : []),
       ...volumes.binds,
@@ -384,6 +385,12 @@ export class ProcessSessions {
     await this.networks.stop(slot.index);
     // Its volumes' views go with its sessions (no process of the slot uses them now).
     await this.volumes?.releaseSlot(slot);
+  }
+
+  /** Every session of the slot ended, then a new boot id for it (POST /processes/kill-all: E2B's filesystem-only pause and cold boot). */
+  async endAll(slot: Slot): Promise<void> {
+    await this.killSlot(slot);
+    this.host.bootIds.renew(slot);
   }
 
   /**

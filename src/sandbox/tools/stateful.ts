@@ -156,6 +156,7 @@ export class StatefulSessions {
           allowNetwork,
           internet: svc.internetAccess,
           writableArgs: svc.disks.writableArgs(slot, image !== undefined),
+          bootId: svc.bootIds.file(slot),
           identity: svc.identity(slot),
           extraBinds: [[hostDir, SESSION_MOUNT]],
           uid: slot.owner?.uid,

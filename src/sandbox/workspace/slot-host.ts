@@ -2,6 +2,7 @@ import type { Logger } from "pino";
 import type { SlotCgroups } from "../isolation/cgroups.js";
 import type { BwrapProbe, ImageRootSource } from "../isolation/isolation.js";
 import type { SlotNetworks } from "../isolation/slot-netns.js";
+import type { SlotBootIds } from "../isolation/boot-id.js";
 import type { CommandLimits } from "../isolation/limits.js";
 import type { CappedOutput } from "../run/output.js";
 import type { RunResult } from "../run/runner.js";
@@ -46,6 +47,8 @@ export interface SlotHost {
   readonly imageRoots: ImageRootSource;
   /** Each slot's shared network namespaces (process sessions; an image root's commands with network on). */
   readonly slotNetworks: SlotNetworks;
+  /** Each slot's boot id, bound into its sandboxes and renewed when all its processes have ended. */
+  readonly bootIds: SlotBootIds;
   /** Whether a call asking for `requested` network gets it (network on needs internet access). */
   effectiveNetwork(requested: boolean): boolean;
   identity(slot: Slot, user?: { name: string; home: string }): { passwd: string; group: string };

@@ -95,7 +95,7 @@ export async function runUpstreamPython(repo: string, python: string, server: { 
  * lists: what slotpool does not serve yet or here (left out of the served pass rate), or what
  * it cannot be by design or what the SDK itself does (counted).
  */
-export const NOT_SERVED = ["template-build", "task-image", "snapshot", "egress", "internet"] as const;
+export const NOT_SERVED = ["template-build", "task-image", "egress", "internet"] as const;
 export const COUNTED = ["by-design", "sdk-mismatch"] as const;
 
 export interface Verdict {

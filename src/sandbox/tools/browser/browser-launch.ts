@@ -93,7 +93,7 @@ export function planLaunch(host: SlotHost, input: LaunchInputs): LaunchPlan {
   const internet = input.allowNetwork ? host.internetAccess : undefined;
   const bwrap = [
     // The terminal's network namespace is joined before bubblewrap runs: it must not make one.
-    ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: true, identity: host.identity(slot), writableArgs: host.disks.writableArgs(slot) }),
+    ...bwrapArgs({ workspaceDir: slot.workspaceDir, allowNetwork: true, identity: host.identity(slot), writableArgs: host.disks.writableArgs(slot), bootId: host.bootIds.file(slot) }),
     // Chromium's files (profile, caches, ~/.config) in the slot's /tmp, never in the workspace.
     "--setenv", "HOME", PROFILE_DIR,
     "--setenv", "XDG_CONFIG_HOME", `${PROFILE_DIR}/config`,
