@@ -8,6 +8,7 @@
 #   .build/python-mcp       requirements-mcp.txt         the MCP SDK 2.3 (2026-07-28 and 2025-11-25 clients)
 #   .build/python-trainers  requirements-trainers.txt    verifiers 0.4, SkyRL-gym 0.4 and python/ (the adapters)
 #   .build/python-nemo-gym  requirements-nemo-gym*.txt   NeMo Gym 0.7's pydantic models (Python 3.13)
+#   .build/python-harbor    requirements-harbor.txt      Harbor with its E2B environment (Python >= 3.12)
 # Never fatal: where Python or the package index cannot be reached it says so, writes the reason
 # to .build/<venv>.unavailable, and the tests that need that venv skip with the reason.
 set -uo pipefail
@@ -57,6 +58,13 @@ python313() {
   command -v python3.13 || true
 }
 
+# Harbor declares Python >= 3.12: a 3.12 or 3.13 of pyenv, else one on PATH.
+python312plus() {
+  local p
+  for p in "$HOME"/.pyenv/versions/3.12*/bin/python3 "$HOME"/.pyenv/versions/3.13*/bin/python3; do [ -x "$p" ] && { echo "$p"; return; }; done
+  command -v python3.12 || command -v python3.13 || true
+}
+
 py3=$(command -v python3 || true)
 install_venv python "$py3" test/python/requirements.txt
 install_venv python-mcp "$py3" test/python/requirements-mcp.txt
@@ -66,5 +74,11 @@ if [ -z "$py313" ]; then
   echo "NeMo Gym 0.7 needs Python 3.13, and none was found (pyenv install 3.13)" >.build/python-nemo-gym.unavailable
 else
   install_venv python-nemo-gym "$py313" test/python/requirements-nemo-gym.txt test/python/requirements-nemo-gym-nodeps.txt
+fi
+py312=$(python312plus)
+if [ -z "$py312" ]; then
+  echo "Harbor needs Python >= 3.12, and none was found (pyenv install 3.12)" >.build/python-harbor.unavailable
+else
+  install_venv python-harbor "$py312" test/python/requirements-harbor.txt
 fi
 exit 0

@@ -26,6 +26,7 @@ export const POOL_FLAGS = {
   "memory-mb": "pool.nomad.memoryMb",
   "image-disk-mb": "pool.nomad.imageDiskMb",
   "insecure-registry": "images.insecureRegistries",
+  "registry-mirror": "images.registryMirrors",
 } as const satisfies BackendFlagTable;
 
 /** The pool flags' help lines about task images, shared by every server that holds a pool. */
@@ -33,13 +34,15 @@ export const IMAGE_FLAGS_HELP = `  --insecure-registry H:P    a registry of task
                              sandbox server the pool starts gets it (docs/images.md). Registry
                              credentials: SLOTPOOL_REGISTRY_AUTH or REGISTRY_AUTH_FILE in this
                              environment (never a flag)
+  --registry-mirror R=M      fetch task images of registry R from registry M (repeatable; e.g.
+                             docker.io=mirror.local:5000): every sandbox server the pool starts gets it
   --image-disk-mb MB         nomad provisioner: each container's sticky ephemeral disk for task images
                              (default 5120; the store's budget is 80 % of it)`;
 
 const NUMERIC = new Set(["cpu", "memory-mb", "image-disk-mb", "slots-per-container", "min-containers", "max-containers", "idle-timeout-ms", "acquire-timeout-ms", "batch-window-ms", "max-batch-size", "default-timeout"]);
 const LISTS = new Set(["datacenters"]);
 /** Flags given once per value (`--insecure-registry A --insecure-registry B`): their field is the list of all. */
-const REPEATED = new Set(["insecure-registry"]);
+const REPEATED = new Set(["insecure-registry", "registry-mirror"]);
 
 /**
  * `--insecure-registry H:P` (repeatable) over a config's own list (`listed`, e.g. from

@@ -9,6 +9,7 @@ import { createLogger } from "../observability/logger.js";
 import { MetricsRegistry } from "../observability/metrics.js";
 import type { TemplateSpec } from "../pool/types.js";
 import { CliUsageError, boolFlag, intFlag, parseFlags, stringFlag } from "./usage.js";
+import { imageReferenceProblem } from "../protocol/images.js";
 
 
 const D = ToolBackendConfigSchema.parse({}).pool;
@@ -53,6 +54,10 @@ options:
   --max-port-transfer-mb N   bytes one such connection may carry each way (default 1024)
   --allow-network            sandboxes' commands may reach the internet (their slot's own network
                              namespace, as executor-server's); default: loopback only
+  --template-registry R      HOST[:PORT][/PREFIX]: templates built through E2B's template API are pushed
+                             there, so every container can fetch them (any host); default: the
+                             building container's build layout, readable by containers on its host
+  --template-base-image REF  the image fromTemplate('base') builds on (default e2bdev/base)
   --provisioner local|nomad  where sandbox containers run (default ${D.provisioner})
   --slots-per-container N    slots per container (default ${D.slotsPerContainer})
   --min-containers N         containers kept running (default ${D.minContainers})
@@ -107,6 +112,21 @@ export function loadTemplates(file: string): Map<string, TemplateSpec> {
 }
 
 
+/** --template-registry HOST[:PORT][/PREFIX] (where built templates are pushed) and --template-base-image REF. */
+function templateBuildOptions(flags: NonNullable<ReturnType<typeof parseFlags>>): { templateRegistry?: string; templateBaseImage?: string } {
+  const registry = stringFlag(flags, "template-registry");
+  const base = stringFlag(flags, "template-base-image");
+  if (registry !== undefined) {
+    const problem = imageReferenceProblem(`${registry}/probe:tag`);
+    if (problem || !registry.includes(".") && !registry.includes(":") && !registry.startsWith("localhost")) throw new CliUsageError(`--template-registry ${registry}: not HOST[:PORT][/PREFIX] of a registry${problem ? ` (${problem})` : ""}`);
+  }
+  if (base !== undefined) {
+    const problem = imageReferenceProblem(base);
+    if (problem) throw new CliUsageError(`--template-base-image ${base}: ${problem}`);
+  }
+  return { ...(registry ? { templateRegistry: registry.replace(/\/+$/, "") } : {}), ...(base ? { templateBaseImage: base } : {}) };
+}
+
 /** --tls-cert/--tls-key (both or neither) and --tls-port, read once at start. */
 function tlsOptions(certFile: string | undefined, keyFile: string | undefined, port: string | undefined): { cert: Buffer; key: Buffer; port: number } | undefined {
   if (!certFile && !keyFile) {
@@ -149,6 +169,8 @@ export async function run(argv: string[]): Promise<number> {
       "max-port-connections-per-sandbox": { type: "string" },
       "max-port-transfer-mb": { type: "string" },
       "allow-network": { type: "boolean" },
+      "template-registry": { type: "string" },
+      "template-base-image": { type: "string" },
       ...backendFlagOptions(POOL_FLAGS),
     },
     HELP,
@@ -191,7 +213,7 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     logger.flush();
   }
-  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network"), ...(domain ? { domain } : {}), ...(tls ? { tls } : {}), ...(stringFlag(flags, "secrets-file") ? { secretsFile: stringFlag(flags, "secrets-file")! } : {}), ...bounds });
+  const server = new E2bServer({ pool: backend.pool, apiKey, templates, logger, maxUploadBytes, maxTimeoutS, allowNetwork: boolFlag(flags, "allow-network"), ...(domain ? { domain } : {}), ...(tls ? { tls } : {}), ...(stringFlag(flags, "secrets-file") ? { secretsFile: stringFlag(flags, "secrets-file")! } : {}), ...templateBuildOptions(flags), ...bounds });
   let stopping: Promise<void> | undefined;
   // Killing the server ends every sandbox: each slot is released (reset), then the pool stops.
   const shutdown = () => (stopping ??= server.close().then(() => backend.close()));

@@ -67,6 +67,8 @@ options:
   --insecure-registry H    HOST[:PORT] of a registry that may answer plain HTTP (repeatable); every other
                            registry must speak TLS. Credentials: REGISTRY_AUTH_FILE, ~/.docker/config.json, or a
                            Docker-style auth document in SLOTPOOL_REGISTRY_AUTH (never logged)
+  --registry-mirror R=M    fetch images of registry R from the registry M instead (HOST[:PORT]; repeatable),
+                           e.g. docker.io=mirror.local:5000: Docker Hub's names through an internal mirror
   --volumes-dir D          where volumes live (default <data dir>/volumes): every container of a pool
                            must see the same directory (a Nomad host volume; the local provisioner
                            passes one folder to all its containers)
@@ -118,6 +120,7 @@ export async function run(argv: string[]): Promise<number> {
       "image-budget-mb": { type: "string" },
       "image-pull-timeout": { type: "string" },
       "insecure-registry": { type: "string", multiple: true },
+      "registry-mirror": { type: "string", multiple: true },
     },
     HELP,
   );
@@ -178,6 +181,7 @@ export async function run(argv: string[]): Promise<number> {
       budgetBytes: intFlag("image-budget-mb", stringFlag(flags, "image-budget-mb"), DEFAULT_IMAGE_BUDGET_BYTES / MB, 1) * MB,
       pullTimeoutS: intFlag("image-pull-timeout", stringFlag(flags, "image-pull-timeout"), DEFAULT_IMAGE_PULL_TIMEOUT_S, 1),
       insecureRegistries: insecureRegistries(listFlag(flags, "insecure-registry")),
+      registryMirrors: registryMirrors(listFlag(flags, "registry-mirror")),
     },
     ...(stringFlag(flags, "volumes-dir") !== undefined ? { volumesDir: stringFlag(flags, "volumes-dir") } : {}),
     ...(stringFlag(flags, "volume-owner") !== undefined ? { volumeOwner: intFlag("volume-owner", stringFlag(flags, "volume-owner"), 19_999, 1, 4_294_967_294) } : {}),
@@ -232,6 +236,18 @@ export async function run(argv: string[]): Promise<number> {
   logger.info("stopped");
   logger.flush();
   return 0;
+}
+
+/** `--registry-mirror REGISTRY=MIRROR` values, each checked. */
+export function registryMirrors(values: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const v of values) {
+    const [from, to, ...rest] = v.split("=");
+    const problem = !from || !to || rest.length > 0 ? `'${v}' is not REGISTRY=MIRROR (e.g. docker.io=127.0.0.1:5000)` : (registryHostProblem(from) ?? registryHostProblem(to));
+    if (problem) throw new CliUsageError(`--registry-mirror: ${problem}`);
+    out[from!] = to!;
+  }
+  return out;
 }
 
 /** `--insecure-registry HOST[:PORT]` values, each checked. */

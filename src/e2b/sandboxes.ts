@@ -5,6 +5,8 @@ import { ImageUnavailableError, SlotForkError } from "../pool/errors.js";
 import { imageReferenceProblem } from "../protocol/images.js";
 import type { ResetResponse } from "../protocol/sandbox.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
+import type { TemplateLaunch } from "./template-build/built-templates.js";
+import { runStartCommand, StartCommandError } from "./template-build/start-command.js";
 import { PauseResume } from "./pause-resume.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } from "./slot-processes.js";
 import { DEFAULT_PORT_LIMITS, SandboxPorts, type PortLimits } from "./sandbox-ports.js";
@@ -100,6 +102,8 @@ export interface CreateSandbox {
 
 export interface SandboxRegistryOptions {
   pool: E2bPool;
+  /** Templates built through E2B's template API (template-build/): their images, start and ready commands. */
+  builtTemplates?: { resolve(ref: string): TemplateLaunch | undefined; names(): string[] };
   /** Workspace templates a sandbox may be created from, by name (`base` is the plain slot). */
   templates?: ReadonlyMap<string, TemplateSpec>;
   logger: Logger;
@@ -114,6 +118,8 @@ export interface SandboxRegistryOptions {
 }
 
 export const DEFAULT_TIMEOUT_S = 300;
+/** Longest wait for a built template's ready command at create (E2B's builder waits 10 min, once). */
+export const START_TIMEOUT_MS = 5 * 60_000;
 export const BASE_TEMPLATE = "base";
 
 /**
@@ -145,7 +151,7 @@ export class SandboxRegistry {
   }
 
   templateNames(): string[] {
-    return [BASE_TEMPLATE, ...(this.options.templates?.keys() ?? [])];
+    return [BASE_TEMPLATE, ...(this.options.templates?.keys() ?? []), ...(this.options.builtTemplates?.names() ?? [])];
   }
 
   private timeoutSeconds(timeout: number | undefined, field = "timeout"): number {
@@ -159,7 +165,10 @@ export class SandboxRegistry {
     if (this.closed) throw new E2bApiError(503, "the server is shutting down");
     const templateId = req.templateID || BASE_TEMPLATE;
     const snapshot = templateId === BASE_TEMPLATE || this.options.templates?.has(templateId) ? undefined : this.snapshots.get(templateId);
-    const spec = templateId === BASE_TEMPLATE || snapshot ? undefined : (this.options.templates?.get(templateId) ?? imageTemplate(templateId));
+    const workspace = templateId === BASE_TEMPLATE || snapshot ? undefined : this.options.templates?.get(templateId);
+    // A template built through E2B's template API: its image (any container fetches it), then its start command.
+    const built = templateId === BASE_TEMPLATE || snapshot || workspace ? undefined : this.options.builtTemplates?.resolve(templateId);
+    const spec = templateId === BASE_TEMPLATE || snapshot ? undefined : (workspace ?? (built ? { name: "image", image: built.image } : imageTemplate(templateId)));
     if (templateId !== BASE_TEMPLATE && !spec && !snapshot) {
       const problem = imageReferenceProblem(templateId);
       const asImage = problem ? `; as an image reference it ${problem}` : `; a task image is named with a tag, a digest or a registry (python:3.12, registry.local:5000/repo@sha256:…)`;
@@ -189,8 +198,17 @@ export class SandboxRegistry {
       throw err;
     }
     const lifecycle = { onTimeout: "kill" as const, keepMemory: true, autoResume: false, ...req.lifecycle };
-    const s = this.register(id, slot, { templateId, workdir, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [], secretEnvKeys: req.secretEnvKeys ?? [] });
+    const s = this.register(id, slot, { templateId, workdir: built?.workdir ?? workdir, envs: req.envVars ?? {}, metadata: req.metadata ?? {}, timeoutS, allowNetwork, lifecycle, network: req.network ?? {}, volumeMounts: req.volumeMounts ?? [], secretEnvKeys: req.secretEnvKeys ?? [] });
     if (req.egress) await this.withEgress(s, req.egress.egress, req.egress.rules);
+    // A built template's start command, with the sandbox's egress rules already in force.
+    if (built?.startCmd || built?.readyCmd) {
+      try {
+        await runStartCommand(s.processes, { startCmd: built.startCmd, readyCmd: built.readyCmd, envs: { ...s.envs }, cwd: s.workdir, allowNetwork, timeoutMs: START_TIMEOUT_MS });
+      } catch (err) {
+        await this.kill(id);
+        throw err instanceof StartCommandError ? new E2bApiError(500, `sandbox of template '${templateId}' could not start: ${err.message}`) : err;
+      }
+    }
     return s;
   }
 

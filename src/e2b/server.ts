@@ -8,7 +8,14 @@ import { requestPath } from "../http/target.js";
 import { silentLogger, type Logger } from "../observability/logger.js";
 import { PoolNotRunningError, SlotAcquireTimeoutError } from "../pool/errors.js";
 import type { TemplateSpec } from "../pool/types.js";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { ControlPlane } from "./control-plane.js";
+import { BuiltTemplates } from "./template-build/built-templates.js";
+import { TemplateApi } from "./template-build/template-api.js";
+import { TemplateBuilds } from "./template-build/template-builds.js";
+import { TemplateFiles } from "./template-build/template-files.js";
 import { nodeHeaders, sandboxForHeaders } from "./envd-auth.js";
 import { e2bErrorBody, E2bUnsupportedError } from "./errors.js";
 import { UploadBudget } from "./upload-budget.js";
@@ -69,6 +76,12 @@ export interface E2bServerOptions {
   portLimits?: Partial<PortLimits>;
   /** Where secrets are kept (mode 0600) to outlive the server; default: in memory only (secrets.ts). */
   secretsFile?: string;
+  /** Template builds (E2B's template API): where built images are pushed (`HOST[:PORT]/PREFIX`; default: the building server's build layout, same host only). */
+  templateRegistry?: string;
+  /** The image E2B's `fromTemplate('base')` builds on (default `e2bdev/base`). */
+  templateBaseImage?: string;
+  /** Where uploaded template files are kept (default a temporary directory of this server). */
+  templateFilesDir?: string;
   /** HTTPS beside HTTP (same routes), for getHost's https:// URLs: a certificate for `*.<domain>` (PEM), on `port` (default: a free one). */
   tls?: { cert: string | Buffer; key: string | Buffer; port?: number };
 }
@@ -94,6 +107,10 @@ export class E2bServer {
   private readonly volumes: VolumeApi | undefined;
   /** E2B's secrets (secrets.ts): their values reach sandboxes' environments only. */
   private readonly secrets: SecretStore;
+  /** E2B's template build API (template-build/). */
+  private readonly templateApi: TemplateApi;
+  private readonly templateBuilds: TemplateBuilds;
+  private readonly templateFilesDir: string;
   private domainOption: string | undefined;
   private readonly domainOf: ((url: URL) => string) | undefined;
   url = "";
@@ -115,7 +132,13 @@ export class E2bServer {
       // Otherwise an upload the size limit allows could never fit its budget.
       throw new HttpError(500, `upload bounds must satisfy max upload (${maxUploadBytes}) <= per-sandbox upload budget (${uploads.maxPerKey}) <= server upload budget (${uploads.maxTotal}): see --max-upload-mb, --sandbox-upload-budget-mb, --upload-budget-mb`);
     }
+    const built = new BuiltTemplates();
+    this.templateFilesDir = options.templateFilesDir ?? mkdtempSync(join(tmpdir(), "slotpool-e2b-template-files-"));
+    const files = new TemplateFiles(this.templateFilesDir, 4 * 1024 * MiB);
+    this.templateBuilds = new TemplateBuilds({ pool: options.pool, templates: built, files, logger: this.logger, registry: options.templateRegistry, baseImage: options.templateBaseImage, allowNetwork: true });
+    this.templateApi = new TemplateApi(built, this.templateBuilds, files);
     this.registry = new SandboxRegistry({
+      builtTemplates: built,
       processLimits: {
         maxStreams: options.maxStreamsPerSandbox ?? DEFAULT_SLOT_PROCESS_LIMITS.maxStreams,
         maxInputBytes: options.maxStdinBytesPerSandbox ?? DEFAULT_SLOT_PROCESS_LIMITS.maxInputBytes,
@@ -215,7 +238,9 @@ export class E2bServer {
     const servers = [this.server, ...(this.tlsServer ? [this.tlsServer] : [])];
     const closed = Promise.all(servers.map((srv) => new Promise<void>((resolve) => srv.close(() => resolve()))));
     for (const srv of servers) srv.closeIdleConnections();
+    this.templateBuilds.close();
     await this.registry.close();
+    if (!this.options.templateFilesDir) rmSync(this.templateFilesDir, { recursive: true, force: true });
     for (const srv of servers) srv.closeAllConnections();
     await closed;
   }
@@ -231,6 +256,12 @@ export class E2bServer {
       if (path === "/volumes" || path.startsWith("/volumes/")) {
         this.control.checkKey(req);
         if (await this.need(this.volumes, "volumes").control(req, res, path)) return;
+      }
+      // E2B's template build API (template-build/template-api.ts); the upload URL carries its own signature.
+      if (TemplateApi.isUpload(path)) return this.templateApi.upload(req, res, path);
+      if (/^\/(?:v[23]\/)?templates(?:\/|$)/.test(path)) {
+        this.control.checkKey(req);
+        if (await this.templateApi.handle(req, res, path)) return;
       }
       if (path === "/secrets" || path.startsWith("/secrets/")) {
         this.control.checkKey(req);

@@ -22,6 +22,19 @@ export const ImageSettingsSchema = z
         }),
       )
       .default([]),
+    /**
+     * Registries whose images are fetched from a mirror instead (`REGISTRY=MIRROR`, e.g.
+     * `docker.io=mirror.local:5000`): each sandbox server gets `--registry-mirror` for each.
+     */
+    registryMirrors: z
+      .array(
+        z.string().superRefine((v, ctx) => {
+          const [from, to, ...rest] = v.split("=");
+          const problem = !from || !to || rest.length > 0 ? `'${v}' is not REGISTRY=MIRROR` : (registryHostProblem(from) ?? registryHostProblem(to));
+          if (problem) ctx.addIssue({ code: "custom", message: problem });
+        }),
+      )
+      .default([]),
     /** Each container's image store budget, MB (`--image-budget-mb`): images no slot uses are evicted LRU above it. Default: the server's (20480), on Nomad the store's disk less a margin. */
     budgetMb: z.number().int().min(1).optional(),
     /** Longest fetch of one image, and unpack of one layer, seconds (`--image-pull-timeout`; the server's default 1800). */
@@ -40,6 +53,7 @@ export function imageServerArgs(settings: Partial<ImageSettings> | undefined): s
   if (!settings) return [];
   return [
     ...(settings.insecureRegistries ?? []).flatMap((h) => ["--insecure-registry", h]),
+    ...(settings.registryMirrors ?? []).flatMap((m) => ["--registry-mirror", m]),
     ...(settings.budgetMb !== undefined ? ["--image-budget-mb", String(settings.budgetMb)] : []),
     ...(settings.pullTimeoutS !== undefined ? ["--image-pull-timeout", String(settings.pullTimeoutS)] : []),
   ];

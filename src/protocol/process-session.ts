@@ -36,6 +36,12 @@ export const ProcessStartRequestSchema = z
     workspace_alias: z.string().regex(/^\/home\/[A-Za-z0-9._-]+$/, "workspace_alias must be /home/<name>").optional(),
     /** Volumes (protocol/volumes.ts) bound read-write into the session's sandbox, each at its path. */
     volumes: SessionVolumesSchema.default([]),
+    /**
+     * In a slot whose root is a task image: run as this user of the image (a name or a uid, from
+     * its /etc/passwd) instead of the image's User, with that user's HOME; an unknown name ends
+     * the command with exit 126 (E2B's `user`). Ignored in a plain slot, which has one uid.
+     */
+    user: z.string().regex(/^[A-Za-z0-9._][A-Za-z0-9._-]{0,63}$/, "user must be a user name or a uid").optional(),
   })
   .strict();
 export type ProcessStartRequest = z.input<typeof ProcessStartRequestSchema>;

@@ -9,6 +9,11 @@
  *    sandbox (`Sandbox.create()`) and one from the image (`Sandbox.create(<reference>)`), each
  *    measured from the create call to the first command's result (`commands.run("true")`), then
  *    killed. Prints p50 / p99 of both and the ratio of the p50s (target: within 1.5×).
+ *    Then a template is built from that image through E2B's template API (`Template.build()`:
+ *    four steps), and built again unchanged: the second build's time and how many of its steps
+ *    came from the cache (target: all). Sandboxes of the built template join the rounds
+ *    (`Sandbox.create(<template name>)`), and the ratio to the image's p50 is printed (target:
+ *    as fast as from the image).
  * 2. `--images` different images on one container, all live at once: each image is the same
  *    busybox base layer and a layer of its own (1 MB of files), one slot reset into each. Prints
  *    the store on disk (what the server counts: shared layers once; what 20 separate copies
@@ -21,7 +26,7 @@ import { createHash } from "node:crypto";
 import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Sandbox } from "e2b";
+import { Sandbox, Template } from "e2b";
 import { E2bServer } from "../../src/e2b/server.js";
 import { LocalProvisioner } from "../../src/pool/local-provisioner.js";
 import { SlotPool } from "../../src/pool/slot-pool.js";
@@ -106,25 +111,41 @@ async function e2bCreateToFirstResult(registryHost: string, busyboxRef: string):
     await first.kill();
     const fetch = pool.images.fetches[0];
     console.log(`first use of ${busyboxRef}: create → first result ${firstMs.toFixed(0)} ms (pull ${fetch?.pull_ms.toFixed(0)} ms, unpack ${fetch?.unpack_ms.toFixed(0)} ms, ${mb(fetch?.pulled_bytes ?? 0)} pulled)`);
+    // A template of the image, built twice: the second build reuses every step.
+    const template = () => Template().fromImage(busyboxRef).setEnvs({ MODE: "bench" }).runCmd("echo built > /etc/built.txt").runCmd("mkdir -p /srv/app && echo ok > /srv/app/ok.txt").setWorkdir("/srv/app");
+    const builds: Array<{ ms: number; logs: string[] }> = [];
+    for (let i = 0; i < 2; i++) {
+      const logs: string[] = [];
+      const tb = performance.now();
+      await Template.build(template(), "bench-template", { ...opts, onBuildLogs: (l) => logs.push(l.message) });
+      builds.push({ ms: performance.now() - tb, logs });
+    }
+    const cached = (logs: string[]) => /(\d+ of \d+) steps from the cache/.exec(logs.join("\n"))?.[1] ?? "?";
+    console.log(`Template.build of the image (4 steps): first ${builds[0]!.ms.toFixed(0)} ms (${cached(builds[0]!.logs)} steps from the cache), unchanged again ${builds[1]!.ms.toFixed(0)} ms (${cached(builds[1]!.logs)} steps from the cache; target: all)`);
+    const firstTpl = await Sandbox.create("bench-template", opts);
+    if ((await firstTpl.commands.run("cat ok.txt /etc/built.txt")).stdout !== "ok\nbuilt\n") throw new Error("the built template lacks its steps' files");
+    await firstTpl.kill();
     // Warm the plain path too (the slot's namespaces), then alternate.
     const warm = await Sandbox.create(opts);
     await warm.commands.run("true");
     await warm.kill();
-    const times: Record<"plain" | "image", number[]> = { plain: [], image: [] };
+    const times: Record<"plain" | "image" | "template", number[]> = { plain: [], image: [], template: [] };
     for (let i = 0; i < ROUNDS; i++) {
-      for (const kind of ["plain", "image"] as const) {
+      for (const kind of ["plain", "image", "template"] as const) {
         const t = performance.now();
-        const s = kind === "plain" ? await Sandbox.create(opts) : await Sandbox.create(busyboxRef, opts);
+        const s = kind === "plain" ? await Sandbox.create(opts) : await Sandbox.create(kind === "image" ? busyboxRef : "bench-template", opts);
         const r = await s.commands.run("true");
         times[kind].push(performance.now() - t);
         if (r.exitCode !== 0) throw new Error(`${kind}: exit ${r.exitCode}`);
         await s.kill();
       }
     }
-    const p50 = { plain: pct(times.plain, 50), image: pct(times.image, 50) };
+    const p50 = { plain: pct(times.plain, 50), image: pct(times.image, 50), template: pct(times.template, 50) };
     console.log(`\nE2B create → first result, ${ROUNDS} rounds alternating      p50 ms    p99 ms`);
-    for (const kind of ["plain", "image"] as const) console.log(`  ${(kind === "plain" ? "Sandbox.create()" : "Sandbox.create(<image on the container>)").padEnd(52)} ${p50[kind].toFixed(1).padStart(7)} ${pct(times[kind], 99).toFixed(1).padStart(9)}`);
+    const label = { plain: "Sandbox.create()", image: "Sandbox.create(<image on the container>)", template: "Sandbox.create(<template built from it>)" };
+    for (const kind of ["plain", "image", "template"] as const) console.log(`  ${label[kind].padEnd(52)} ${p50[kind].toFixed(1).padStart(7)} ${pct(times[kind], 99).toFixed(1).padStart(9)}`);
     console.log(`  image / plain (p50)                                     ${(p50.image / p50.plain).toFixed(2)}x   (target <= 1.5x)`);
+    console.log(`  built template / image (p50)                            ${(p50.template / p50.image).toFixed(2)}x   (target: about 1x)`);
   } finally {
     await server.close();
     await pool.stop({ purge: true });

@@ -18,13 +18,13 @@ export interface E2bHarness {
 }
 
 /** Bounds of the server under test (the rest of E2bServerOptions is the harness's). */
-type Bounds = Pick<E2bServerOptions, "maxDownloadBytes" | "uploadBudgetBytes" | "sandboxUploadBudgetBytes" | "maxStreamsPerSandbox" | "maxWatchersPerSandbox" | "fileTimeoutMs" | "maxStdinBytesPerSandbox" | "domain" | "portLimits" | "tls" | "secretsFile" | "logger">;
+type Bounds = Pick<E2bServerOptions, "maxDownloadBytes" | "uploadBudgetBytes" | "sandboxUploadBudgetBytes" | "maxStreamsPerSandbox" | "maxWatchersPerSandbox" | "fileTimeoutMs" | "maxStdinBytesPerSandbox" | "domain" | "portLimits" | "tls" | "secretsFile" | "logger" | "templateRegistry">;
 
-export async function startE2b(options: { slots?: number; templates?: TemplateSpec[]; maxUploadBytes?: number; allowNetwork?: boolean; sandboxServerArgs?: string[] } & Bounds = {}): Promise<E2bHarness> {
+export async function startE2b(options: { slots?: number; containers?: number; templates?: TemplateSpec[]; maxUploadBytes?: number; allowNetwork?: boolean; sandboxServerArgs?: string[] } & Bounds = {}): Promise<E2bHarness> {
   const baseDir = mkdtempSync(join(tmpdir(), "slotpool-e2b-"));
   chmodSync(baseDir, 0o755); // the slot uids (root runs) must reach their workspaces
   const slots = options.slots ?? 4;
-  const pool = new SlotPool({ provisioner: new LocalProvisioner({ slotsPerContainer: slots, baseDir, ...(options.sandboxServerArgs ? { extraArgs: options.sandboxServerArgs } : {}) }), slotsPerContainer: slots, minContainers: 1, maxContainers: 1 });
+  const pool = new SlotPool({ provisioner: new LocalProvisioner({ slotsPerContainer: slots, baseDir, ...(options.sandboxServerArgs ? { extraArgs: options.sandboxServerArgs } : {}) }), slotsPerContainer: slots, minContainers: options.containers ?? 1, maxContainers: options.containers ?? 1 });
   await pool.start();
   const apiKey = "e2b_test_key_" + Math.random().toString(36).slice(2);
   const server = new E2bServer({
@@ -34,7 +34,7 @@ export async function startE2b(options: { slots?: number; templates?: TemplateSp
     ...(options.maxUploadBytes ? { maxUploadBytes: options.maxUploadBytes } : {}),
     ...(options.allowNetwork ? { allowNetwork: true } : {}),
     ...Object.fromEntries(
-      (["maxDownloadBytes", "uploadBudgetBytes", "sandboxUploadBudgetBytes", "maxStreamsPerSandbox", "maxWatchersPerSandbox", "fileTimeoutMs", "maxStdinBytesPerSandbox", "domain", "portLimits", "tls", "secretsFile", "logger"] as const).filter((k) => options[k] !== undefined).map((k) => [k, options[k]]),
+      (["maxDownloadBytes", "uploadBudgetBytes", "sandboxUploadBudgetBytes", "maxStreamsPerSandbox", "maxWatchersPerSandbox", "fileTimeoutMs", "maxStdinBytesPerSandbox", "domain", "portLimits", "tls", "secretsFile", "logger", "templateRegistry"] as const).filter((k) => options[k] !== undefined).map((k) => [k, options[k]]),
     ),
   });
   const url = await server.listen(0, "127.0.0.1");

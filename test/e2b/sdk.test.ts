@@ -325,9 +325,10 @@ describe("E2B SDK against slotpool", () => {
       const wrongMethod = await fetch(`${h.url}/sandboxes/${sbx.sandboxId}/timeout`, { headers: key });
       expect(wrongMethod.status).toBe(405);
       expect(await wrongMethod.json()).toMatchObject({ code: 405 });
-      const unknown = await fetch(`${h.url}/templates`, { headers: key });
+      // (GET /templates is a route now: the templates built through E2B's template API.)
+      const unknown = await fetch(`${h.url}/teams`, { headers: key });
       expect(unknown.status).toBe(404);
-      expect(await unknown.json()).toMatchObject({ code: 404, message: expect.stringContaining("no route GET /templates") });
+      expect(await unknown.json()).toMatchObject({ code: 404, message: expect.stringContaining("no route GET /teams") });
       const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
       const envd = await fetch(`${h.url}/envs`, { headers: { "e2b-sandbox-id": sbx.sandboxId, "x-access-token": token } });
       expect(envd.status).toBe(404);

@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { pythonClients } from "../support/python-clients.js";
 import { judge, NOT_SERVED, runUpstreamPython } from "./upstream/run-upstream.js";
 import { startE2bServerProcess } from "./upstream/server-process.js";
+import { startTemplateImages } from "./upstream/template-images.js";
 
 // E2B's own Python SDK tests (test/e2b/upstream/python, ORIGIN.md) with the current E2B
 // Python SDK from the package index (test/python/requirements.txt), sync and async, against
@@ -20,7 +21,9 @@ const py = pythonClients();
 
 describe("E2B's own Python SDK tests against slotpool e2b-server", () => {
   it.skipIf(py.python === null)(`pass, except exactly the listed known gaps${py.reason ? ` (skipped: ${py.reason})` : ""}`, async () => {
-    const server = await startE2bServerProcess();
+    // The template tests' base images (Docker Hub's, which CI cannot reach) from a registry on loopback.
+    const images = await startTemplateImages();
+    const server = await startE2bServerProcess(images?.args ?? []);
     try {
       const { outcomes, output } = await runUpstreamPython(repo, py.python!, server);
       expect(outcomes.length, output.slice(-4000)).toBeGreaterThan(200);
@@ -37,6 +40,7 @@ describe("E2B's own Python SDK tests against slotpool e2b-server", () => {
     expect((v.servedPassed + v.unexpected.length) / v.served).toBeGreaterThanOrEqual(PASS_FLOOR);
     } finally {
       await server.stop();
+      await images?.stop();
     }
   }, 900_000);
 

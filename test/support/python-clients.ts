@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
 /** The venvs of scripts/setup-python.sh, by directory name under .build/. */
-export type PythonVenv = "python" | "python-mcp" | "python-trainers" | "python-nemo-gym";
+export type PythonVenv = "python" | "python-mcp" | "python-trainers" | "python-nemo-gym" | "python-harbor";
 
 /** The venv's python, or null with the reason it is missing (for `it.skipIf`'s message). */
 export function pythonClients(venv: PythonVenv = "python"): { python: string; reason: null } | { python: null; reason: string } {

@@ -49,6 +49,7 @@ export function addProcessRoutes(table: RouteTable, host: ProcessRouteHost, body
         workspaceAlias: r.workspace_alias,
         allowNetwork: r.allow_network,
         volumes: r.volumes,
+        user: r.user,
       });
       stream(res, session);
     })

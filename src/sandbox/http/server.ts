@@ -22,6 +22,7 @@ import { ImagePullRequestSchema } from "../../protocol/images.js";
 import { TemplateCaptureRequestSchema, TemplateDeleteRequestSchema } from "../../protocol/template-capture.js";
 import { SandboxWebSockets } from "./ws.js";
 import { addProcessRoutes } from "./process-routes.js";
+import { addImageBuildRoutes } from "./image-build-routes.js";
 import { handlePortUpgrade } from "./port-routes.js";
 import { addVolumeRoutes } from "./volume-routes.js";
 import { addUsageRoutes } from "./usage-routes.js";
@@ -129,7 +130,7 @@ export class SandboxServer {
   private routeTable(): RouteTable {
     const svc = this.service;
     const artifacts = (kind: "read" | "list" | "archive"): RouteHandler => (req, res) => this.artifacts(req, res, kind);
-    return addUsageRoutes(addVolumeRoutes(addProcessRoutes(new RouteTable(), svc, this.body), svc, this.body), svc, this.body)
+    return addImageBuildRoutes(addUsageRoutes(addVolumeRoutes(addProcessRoutes(new RouteTable(), svc, this.body), svc, this.body), svc, this.body), svc, this.body)
       .add(
         "GET",
         "/health",

@@ -120,6 +120,11 @@ export class ImageStore {
     this.recover();
   }
 
+  /** The shared blob dir (an image's layout names its blobs there: skopeo's --src-shared-blob-dir). */
+  get blobsDir(): string {
+    return this.blobDir;
+  }
+
   get budgetBytes(): number {
     return this.o.budgetBytes;
   }

@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { ImageFailureReason, ParsedImageReference } from "../../protocol/images.js";
+import { parseImageReference, type ImageFailureReason, type ParsedImageReference } from "../../protocol/images.js";
 
 /**
  * Fetching an image with skopeo (the containers ecosystem's copier): `skopeo copy` of the
@@ -29,6 +29,15 @@ export interface SkopeoOptions {
   /** Where skopeo's temporary files go (the store's own disk: blobs can be large). */
   tmpDir: string;
   timeoutMs: number;
+  /** REGISTRY → HOST[:PORT] it is fetched from instead (`--registry-mirror`). */
+  mirrors?: Readonly<Record<string, string>>;
+}
+
+/** The reference as fetched: through its registry's mirror, if it has one. */
+export function throughMirror(ref: ParsedImageReference, mirrors: Readonly<Record<string, string>> | undefined): ParsedImageReference {
+  const mirror = ref.registry !== undefined ? mirrors?.[ref.registry] : undefined;
+  if (!mirror || ref.transport !== "docker") return ref;
+  return { ...ref, registry: mirror, skopeo: ref.skopeo.replace(`docker://${ref.registry}/`, `docker://${mirror}/`) };
 }
 
 /** Why a copy failed, from skopeo's words (its exit code says nothing finer). */
@@ -61,7 +70,8 @@ export function authFileFromEnvironment(stateDir: string, env: NodeJS.ProcessEnv
 }
 
 /** `skopeo copy` of `ref` into the OCI layout `layoutDir` (tag `image`), blobs into `blobDir`. Rejects with a classified reason and skopeo's last words. */
-export function skopeoCopy(ref: ParsedImageReference, layoutDir: string, blobDir: string, o: SkopeoOptions): Promise<void> {
+export function skopeoCopy(asked: ParsedImageReference, layoutDir: string, blobDir: string, o: SkopeoOptions): Promise<void> {
+  const ref = throughMirror(asked, o.mirrors);
   const insecure = ref.registry !== undefined && o.insecureRegistries.includes(ref.registry);
   const args = [
     // The host's signature policy when it has one; without one skopeo refuses everything.
@@ -115,4 +125,32 @@ export class SkopeoError extends Error {
   ) {
     super(message);
   }
+}
+
+/**
+ * `skopeo copy` of a local image (`oci:DIR:TAG`) to `destination` (a registry reference, or
+ * `oci:DIR:TAG`): how an image build's result reaches the pool's other containers. A registry
+ * named by `--insecure-registry` may be plain HTTP; credentials as for a fetch.
+ */
+export async function skopeoPush(source: string, destination: string, insecureRegistries: readonly string[], authFile?: string): Promise<void> {
+  const dest = parseImageReference(destination);
+  const insecure = dest.registry !== undefined && insecureRegistries.includes(dest.registry);
+  const args = [
+    ...(existsSync("/etc/containers/policy.json") ? [] : ["--insecure-policy"]),
+    "copy",
+    "--quiet",
+    "--retry-times", "2",
+    ...(insecure ? ["--dest-tls-verify=false"] : []),
+    ...(authFile && dest.transport === "docker" ? ["--dest-authfile", authFile] : []),
+    source,
+    dest.skopeo,
+  ];
+  await new Promise<void>((resolve, reject) => {
+    const child = spawn("skopeo", args, { stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr!.setEncoding("utf8");
+    child.stderr!.on("data", (d: string) => (stderr = (stderr + d).slice(-4000)));
+    child.once("error", (err) => reject(new Error(`could not start skopeo: ${err.message}`)));
+    child.once("close", (code) => (code === 0 ? resolve() : reject(new Error(`skopeo copy failed (exit ${code}): ${stderr.trim().split("\n").slice(-3).join(" ")}`))));
+  });
 }

@@ -49,6 +49,12 @@ export interface ImageOptions {
   /** HOST:PORT of registries that may be plain HTTP (`--insecure-registry`). */
   insecureRegistries?: readonly string[] | undefined;
   pullTimeoutS?: number | undefined;
+  /**
+   * Registries fetched from another host (`--registry-mirror REGISTRY=MIRROR`): `docker.io`
+   * → `127.0.0.1:5000` makes `python:3.13` come from that mirror (as Docker's registry-mirrors),
+   * for nodes whose images come from an internal mirror, and for tests on loopback.
+   */
+  registryMirrors?: Readonly<Record<string, string>> | undefined;
 }
 
 /** What the image room needs of the service (SandboxService implements it). */
@@ -136,7 +142,7 @@ export class SlotImages {
     this.store = new ImageStore({
       dir: storeDir,
       budgetBytes: options.budgetBytes ?? DEFAULT_IMAGE_BUDGET_BYTES,
-      skopeo: { skopeo: findExecutable("skopeo")!, insecureRegistries: options.insecureRegistries ?? [], authFile, timeoutMs },
+      skopeo: { skopeo: findExecutable("skopeo")!, insecureRegistries: options.insecureRegistries ?? [], authFile, timeoutMs, mirrors: options.registryMirrors ?? {} },
       bwrap: host.bwrap.path!,
       mounter,
       root,
@@ -238,6 +244,11 @@ export class SlotImages {
   mountBuildRoot(slot: Slot, image: StoredImage, target: string, upper: string, work: string): Promise<{ usernsFd: number | undefined; unmount: () => Promise<void> }> {
     if (!this.roots) throw new Error(`images are unavailable here: ${this.reason ?? "unknown reason"}`);
     return this.roots.mountAt(slot, image, target, upper, work);
+  }
+
+  /** The image id a host uid or gid of the slot's files is (slot-roots.ts `insideOf`). */
+  insideOf(slot: Slot, hostId: number, kind: "uid" | "gid"): number {
+    return this.roots?.insideOf(slot, hostId, kind) ?? 0;
   }
 
   /** The slot's upper layer (fork.ts). */

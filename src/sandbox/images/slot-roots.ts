@@ -99,6 +99,18 @@ export class SlotRoots {
     return { uid: imageHostUid(slot.owner.uid, this.base, slot.index, inside.uid), gid: imageHostUid(slot.owner.gid, this.base, slot.index, inside.gid) };
   }
 
+  /**
+   * The inverse of `ownerOf`: the image id a host uid (or gid) of the slot's files is (an
+   * image build reads a step's upper layer as the host sees it). Not root, or outside the
+   * slot's ids: 0 (the server's own uid is the slot's root).
+   */
+  insideOf(slot: Slot, hostId: number, kind: "uid" | "gid"): number {
+    if (!this.idmapped || !slot.owner || this.base === undefined) return 0;
+    if (hostId === (kind === "uid" ? slot.owner.uid : slot.owner.gid)) return 0;
+    const first = this.base + slot.index * IMAGE_UID_SPAN;
+    return hostId > first && hostId < first + IMAGE_UID_SPAN ? hostId - first : 0;
+  }
+
   /** The claimed block's base, once known. */
   private base: number | undefined;
 

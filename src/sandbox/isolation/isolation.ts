@@ -103,6 +103,8 @@ export interface ImageRootSource {
    * the slot to; undefined: the server's own).
    */
   rootFor(slot: Slot, usernsChildFd: number): { root: ImageRoot; parentFd: number | undefined; owner: { uid: number; gid: number } | undefined } | undefined;
+  /** Root with per-slot uids: the image's users are distinct uids inside (a command may run as any of them). */
+  readonly idmapped: boolean;
 }
 
 /** What a container's root may do by default (Docker's set), over the slot's own namespaces: chown, override file modes, switch users, bind low ports, kill its processes. */

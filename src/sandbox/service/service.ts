@@ -30,6 +30,7 @@ import { limitsInForce, type LimitsInForce } from "../isolation/limits-in-force.
 import { cannotSandboxMessage, isolationSummary, probeSandbox, unsandboxedNote } from "../isolation/isolation-summary.js";
 import { DEFAULT_TEMPLATE_BUDGET_BYTES, SlotTemplates } from "../templates/slot-templates.js";
 import { SlotImages, type ImageOptions } from "../images/slot-images.js";
+import { ImageBuilds } from "./image-build.js";
 import { SlotResets, type ResetHost } from "./slot-reset.js";
 import type { MountedRoot, RootPlan } from "../images/slot-roots.js";
 import { forkImageSlot, imageForkHost } from "../fork/image-fork.js";
@@ -137,6 +138,8 @@ export class SandboxService implements SlotHost {
   readonly forks: SlotForks;
   /** Task images: the store, and each slot's root when it is one (src/sandbox/images/). */
   readonly images: SlotImages;
+  /** Image builds from E2B's template steps, each step a cached image (image-build.ts). */
+  readonly imageBuilds: ImageBuilds;
   /** Each slot's shared network namespaces (slot-netns.ts). */
   readonly slotNetworks = new SlotNetworks();
   private readonly bash: BashRunner;
@@ -242,6 +245,14 @@ export class SandboxService implements SlotHost {
     this.processes = new ProcessSessions(this, VolumeStore.forServer(options, dataDir, this.stateDir, perSlotUid && isRoot));
     this.browsers = new SlotBrowsers(this, (slot, net) => this.stateful.networkProcess(slot, net));
     this.templates = new SlotTemplates(this, options.templateBudgetBytes ?? DEFAULT_TEMPLATE_BUDGET_BYTES, this.images);
+    this.imageBuilds = new ImageBuilds({
+      images: this.images,
+      processes: this.processes,
+      stateDir: this.stateDir,
+      logger: this.logger,
+      insecureRegistries: options.images?.insecureRegistries ?? [],
+      reset: (slot, template, image) => this.reset(slot, template, image),
+    });
     // After the template views: they unmount whatever a killed server left on the workspaces,
     // which would take the disk bound's fresh mounts with it.
     this.disks.attachAll(this.slots);

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { HttpError } from "../../http/errors.js";
 import { withoutCapabilities } from "../../host/mount-namespace.js";
 import type { ProcessInfo } from "../../protocol/process-session.js";
-import { bwrapArgs, IMAGE_BASH, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
+import { bwrapArgs, IMAGE_BASH, IMAGE_TOOLS_MOUNT, READ_ONLY_ROOT, SANDBOX_PATH } from "../isolation/isolation.js";
 import { SHIMS_DIR, userShimArgs, userShimBin } from "../isolation/user-shims.js";
 import type { InternetAccess } from "../isolation/network.js";
 import { IMAGE_TOOLS_BIN } from "../images/image-tools.js";
@@ -65,6 +65,12 @@ export interface SessionStart {
   allowNetwork?: boolean | undefined;
   /** Volumes bound read-write at their paths (workspace/volume-store.ts). */
   volumes?: readonly VolumeMount[] | undefined;
+  /**
+   * In an image root: the user (name or uid, looked up in the image's /etc/passwd inside the
+   * sandbox) the command runs as instead of the image's User, with that user's HOME (E2B's
+   * `user`, an image build's RUN). Elsewhere a slot has one uid, and this is ignored.
+   */
+  user?: string | undefined;
 }
 
 
@@ -167,11 +173,12 @@ export class ProcessSessions {
    */
   private launcher(execPrefix: string, image = false): string {
     const limits = this.host.limits;
-    const noBash = image ? `[ "\${A[2+n]}" = /bin/bash ] && [ ! -x /bin/bash ] && A[2+n]=${IMAGE_BASH}; ` : "";
+    const noBash = image ? `[ "\${A[3+n]}" = /bin/bash ] && [ ! -x /bin/bash ] && A[3+n]=${IMAGE_BASH}; ` : "";
     return [
       `ulimit -H -S -u ${limits.maxProcesses} -f ${Math.max(1, Math.floor(limits.maxFileBytes / 1024))} -t ${limits.cpuSeconds} -c 0`,
       this.host.addressSpaceBytes > 0 ? ` -v ${Math.floor(this.host.addressSpaceBytes / 1024)}` : "",
-      ` 2>/dev/null; mapfile -d '' -u 4 A; exec 4<&-; cd -- "\${A[0]}" || exit 126; n=\${A[1]}; for ((i = 2; i < n + 2; i++)); do export "\${A[i]}"; done; ${noBash}exec ${execPrefix}"\${A[@]:2+n}"`,
+      ` 2>/dev/null; mapfile -d '' -u 4 A; exec 4<&-; cd -- "\${A[0]}" || exit 126; n=\${A[2]}; for ((i = 3; i < n + 3; i++)); do export "\${A[i]}"; done; ${noBash}`,
+      image ? asUser(execPrefix, this.host.imageRoots.idmapped) : `exec ${execPrefix}"\${A[@]:3+n}"`,
     ].join("");
   }
 
@@ -317,7 +324,7 @@ export class ProcessSessions {
     const envs = Object.entries(req.envs).map(([k, v]) => `${k}=${v}`);
     // Default: the workspace, or in an image root the image's WorkingDir.
     const cwd = req.cwd ?? host.imageRoots.rootFor(slot, 0)?.root.workingDir ?? ".";
-    launched.spec.end(Buffer.from([cwd, String(envs.length), ...envs, req.cmd, ...req.args].map((a) => a + "\0").join(""), "utf8"));
+    launched.spec.end(Buffer.from([cwd, req.user ?? "", String(envs.length), ...envs, req.cmd, ...req.args].map((a) => a + "\0").join(""), "utf8"));
     const info: ProcessInfo = {
       pid,
       cmd: req.cmd,
@@ -443,3 +450,24 @@ async function killLaunched(w: Launched): Promise<void> {
 }
 
 export type { Session as ProcessSession, SessionListener };
+
+/**
+ * The end of an image session's launcher: `exec` of the command as the image's User
+ * (`defaultPrefix`), or as the user the spec names (A[1]): its uid, gid and home from the
+ * image's /etc/passwd, read inside the sandbox with the image tools' awk (a uid the file lacks
+ * is taken as uid:uid); an unknown name fails the command (exit 126, saying so). Without an
+ * id-mapped image root (a non-root server: one uid) the user is looked up the same way, so an
+ * unknown name fails alike, and the command runs with its HOME, USER and LOGNAME as the slot's uid.
+ */
+function asUser(defaultPrefix: string, canSwitch: boolean): string {
+  const awk = `${IMAGE_TOOLS_BIN}/busybox awk`;
+  return [
+    `u=\${A[1]}; if [ -z "$u" ]; then exec ${defaultPrefix}"\${A[@]:3+n}"; fi; `,
+    `e=$(${awk} -F: -v u="$u" '$1==u||$3==u{print $3":"$4":"$6; f=1; exit} END{if(!f) exit 1}' /etc/passwd 2>/dev/null) || `,
+    `{ case $u in (*[!0-9]*|"") printf 'unable to find user %s: no matching entries in passwd file\\n' "$u" >&2; exit 126;; esac; e="$u:$u:/"; }; `,
+    `ids=\${e%:*}; export HOME=\${e##*:} USER=$u LOGNAME=$u; `,
+    canSwitch
+      ? `if [ "$ids" = 0:0 ]; then exec "\${A[@]:3+n}"; else exec ${IMAGE_TOOLS_MOUNT}/spawner --exec-as "$ids" -- "\${A[@]:3+n}"; fi`
+      : `exec ${defaultPrefix}"\${A[@]:3+n}"`,
+  ].join("");
+}

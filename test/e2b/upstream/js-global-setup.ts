@@ -1,12 +1,17 @@
-// Points E2B's own JS SDK tests at a `slotpool e2b-server` with its defaults: the only
-// adaptation they get (see ORIGIN.md). The SDK reads E2B_API_URL / E2B_SANDBOX_URL /
-// E2B_API_KEY; the test workers are started after this runs and inherit them.
+// Points E2B's own JS SDK tests at a `slotpool e2b-server` with its defaults (plus a mirror of
+// the template tests' Docker Hub images): the only adaptation they get (see ORIGIN.md). The
+// SDK reads E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY; the test workers are started after
+// this runs and inherit them.
 import { startE2bServerProcess, type E2bServerProcess } from "./server-process.js";
+import { startTemplateImages, type TemplateImages } from "./template-images.js";
 
 let server: E2bServerProcess | undefined;
+let images: TemplateImages | undefined;
 
 export async function setup(): Promise<void> {
-  server = await startE2bServerProcess();
+  // The template tests' base images (Docker Hub's, which CI cannot reach) from a registry on loopback.
+  images = await startTemplateImages();
+  server = await startE2bServerProcess(images?.args ?? []);
   process.env["E2B_API_URL"] = server.url;
   process.env["E2B_SANDBOX_URL"] = server.url;
   process.env["E2B_API_KEY"] = server.apiKey;
@@ -17,4 +22,5 @@ export async function setup(): Promise<void> {
 
 export async function teardown(): Promise<void> {
   await server?.stop();
+  await images?.stop();
 }
