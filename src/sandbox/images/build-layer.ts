@@ -30,7 +30,7 @@ export interface BuiltLayer {
 }
 
 /** Paths a slot's sandbox makes in its root as mount points, not the step's changes: left out when empty. */
-const MOUNT_POINTS = new Set(["run/slotpool", "run/slotpool-files", "proc", "dev", "sys", "tmp", "workspace", "etc/resolv.conf", "etc/hosts"]);
+const MOUNT_POINTS = new Set(["run/slotpool", "run/slotpool-files", "proc", "dev", "sys", "tmp", "workspace", "etc/resolv.conf"]);
 
 export async function layerFromUpper(upper: string, blobDir: string, inside: (hostId: number, kind: "uid" | "gid") => number): Promise<BuiltLayer | undefined> {
   const uids = new Set<number>();

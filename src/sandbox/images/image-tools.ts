@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, openSync, readSync, closeSync, readFileSync, realpathSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { findExecutable } from "../../host/executables.js";
-import { IMAGE_BASH, IMAGE_TOOLS_MOUNT, SANDBOX_HOSTNAME } from "../isolation/isolation.js";
+import { IMAGE_BASH, IMAGE_TOOLS_MOUNT } from "../isolation/isolation.js";
 import { compileNative, NATIVE_DIR, nativeSource, prebuiltNative } from "../native/native-build.js";
 
 /**
@@ -15,8 +15,7 @@ import { compileNative, NATIVE_DIR, nativeSource, prebuiltNative } from "../nati
  *                  sessions' launcher);
  *   bin/           busybox (static) and the applets the tools' own scripts use;
  *   tmux/          the host's tmux with its own loader and libraries (`ld.so --library-path`)
- *                  and the terminfo entries it reads, started through bin/tmux;
- *   hosts          bound read-only at the root's /etc/hosts (localhost and the sandbox's name).
+ *                  and the terminfo entries it reads, started through bin/tmux.
  * What is missing (no static bash or busybox on the host, no C compiler) makes images
  * unavailable on this server, with the reason (scripts/setup.sh installs them).
  */
@@ -96,7 +95,7 @@ export function imageTools(stateDir: string): { dir: string } | { error: string 
     const busybox = staticBinary(["/bin/busybox", "/usr/bin/busybox"], "busybox");
     const spawner = staticSpawner(stateDir);
     const t = tmuxBundle();
-    const sources = [bash, busybox, spawner, t.tmux, t.loader, ...t.libs.map((l) => l.file), "applets-v4", "hosts-v1"];
+    const sources = [bash, busybox, spawner, t.tmux, t.loader, ...t.libs.map((l) => l.file), "applets-v4"];
     const hash = createHash("sha256").update(sources.join("\n")).update(readFileSync(spawner)).digest("hex").slice(0, 12);
     const dir = join(stateDir, `image-tools-${hash}`);
     if (!existsSync(join(dir, ".ready"))) {
@@ -130,9 +129,6 @@ export function imageTools(stateDir: string): { dir: string } | { error: string 
         { mode: 0o755 },
       );
       for (const f of ["spawner", "bash", "bin/busybox", "bin/tmux", "tmux/tmux", "tmux/ld.so"]) chmodSync(join(tmp, f), 0o755);
-      // The image root's /etc/hosts, as Docker gives every container one: images rarely hold
-      // it, and without it `localhost` does not resolve (Jupyter's server binds "localhost").
-      writeFileSync(join(tmp, "hosts"), `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t${SANDBOX_HOSTNAME}\n`, { mode: 0o644 });
       writeFileSync(join(tmp, ".ready"), "");
       rmSync(dir, { recursive: true, force: true });
       renameSync(tmp, dir);

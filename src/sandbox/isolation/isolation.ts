@@ -6,7 +6,6 @@ import { withoutCapabilities } from "../../host/mount-namespace.js";
 import { filterArgs, type SlotFilter } from "./seccomp.js";
 import { BOOT_ID_PATH } from "./boot-id.js";
 import type { Slot } from "../core/slot.js";
-import { IMAGE_TOOLS_MOUNT } from "../../protocol/images.js";
 
 /**
  * Bubblewrap isolation: which host directories a slot's commands see, and whether this
@@ -57,8 +56,8 @@ export interface NamespaceOptions {
   image?: ImageRoot | undefined;
 }
 
-/** Where the static tools (spawner, bash, busybox, tmux) are bound in an image root (images/image-tools.ts); on the wire, as clients run them too. */
-export { IMAGE_TOOLS_MOUNT };
+/** Where the static tools (spawner, bash, busybox, tmux) are bound in an image root (images/image-tools.ts). */
+export const IMAGE_TOOLS_MOUNT = "/run/slotpool";
 /** The bash the tools run in an image root: a static one of ours, never the image's. */
 export const IMAGE_BASH = `${IMAGE_TOOLS_MOUNT}/bash`;
 
@@ -145,8 +144,6 @@ function imageArgs(opts: NamespaceOptions, image: ImageRoot): string[] {
     ...(opts.writableArgs ?? DEFAULT_SHM),
     "--remount-ro", "/dev",
     "--ro-bind", image.toolsDir, IMAGE_TOOLS_MOUNT,
-    // Docker's /etc/hosts (localhost, the sandbox's name), over the image's if it has one.
-    "--ro-bind", join(image.toolsDir, "hosts"), "/etc/hosts",
     "--chdir", "/",
     "--clearenv",
     ...[...env].flatMap(([k, v]) => ["--setenv", k, v]),
