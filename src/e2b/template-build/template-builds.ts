@@ -55,10 +55,7 @@ export class TemplateBuilds {
     this.running.add(abort);
     void this.run(build, req, abort.signal)
       .catch((err: unknown) => this.fail(build, err instanceof Error ? err.message : String(err), "base"))
-      .finally(() => {
-        this.running.delete(abort);
-        this.o.templates.finished(build);
-      });
+      .finally(() => this.running.delete(abort));
   }
 
   private log(build: TemplateBuild, message: string, level: LogEntry["level"] = "info", step?: string): void {
@@ -115,7 +112,11 @@ export class TemplateBuilds {
       build.steps = last.steps;
       build.cachedSteps = last.cached_steps;
       this.log(build, `Build finished in ${(last.build_ms / 1000).toFixed(1)} s: ${last.cached_steps} of ${last.steps} steps from the cache; image ${build.image}`, "info", "finalize");
+      // Ready and its tags in place at once: the SDK's poll that sees "ready" may be followed
+      // at once by a build `fromTemplate` this one or a create by its name, while the slot's
+      // release (a reset) below still runs.
       build.status = "ready";
+      this.o.templates.finished(build);
       this.o.logger.info({ template: build.templateId, build: build.id, image: build.image, steps: last.steps, cached: last.cached_steps }, "template built");
     } finally {
       await this.o.pool.release(slot).catch(() => undefined);
