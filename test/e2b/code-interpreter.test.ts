@@ -73,6 +73,9 @@ describe.skipIf(missing !== undefined)(`E2B's code interpreter template built an
     expect(build.output).toMatch(/built template tpl\w+ build /);
   });
 
+  // The SDKs' request timeouts are raised to 600 s: a create answers once the template's start
+  // command (Jupyter Server, a kernel, the FastAPI server) is ready, 4–6 s here at a load of 9,
+  // and the SDKs' defaults (60 s) are too close on a box loaded by the whole suite.
   it("e2b-code-interpreter (Python): Sandbox.create() and run_code('1+1') give 2; print, an exception and the create's envs reach the SDK", async () => {
     const script = `
 import json
