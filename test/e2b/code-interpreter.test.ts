@@ -29,9 +29,13 @@ import { startE2b, type E2bHarness } from "./helpers.js";
  */
 const clients = pythonClients("python");
 const fixture = resolve(import.meta.dirname, "fixtures", "code-interpreter");
-const base = imagesMissing === undefined ? debianCodeInterpreterBaseImage() : { reason: imagesMissing };
-const wheels = clients.python ? codeInterpreterWheels(clients.python, [join(fixture, "template", "requirements.txt"), join(fixture, "template", "server", "requirements.txt")]) : { reason: clients.reason! };
-const missing = clients.reason ?? ("reason" in base ? base.reason : undefined) ?? ("reason" in wheels ? wheels.reason : undefined);
+const isRoot = process.getuid?.() === 0;
+const base = !isRoot ? { reason: "not root" } : imagesMissing === undefined ? debianCodeInterpreterBaseImage() : { reason: imagesMissing };
+const wheels = !isRoot ? { reason: "not root" } : clients.python ? codeInterpreterWheels(clients.python, [join(fixture, "template", "requirements.txt"), join(fixture, "template", "server", "requirements.txt")]) : { reason: clients.reason! };
+// A server that is not root has one uid in an image root (docs/images.md), and the definition's
+// `chown -R user:user /home/user` names uid 1000, which it cannot map (chown: Invalid argument).
+const notRoot = !isRoot ? "not root: a non-root server's image roots have one uid, and E2B's definition chowns /home/user to its `user` (uid 1000)" : undefined;
+const missing = notRoot ?? clients.reason ?? ("reason" in base ? base.reason : undefined) ?? ("reason" in wheels ? wheels.reason : undefined);
 
 function run(cmd: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; output: string }> {
   return new Promise((done) => {
