@@ -130,10 +130,10 @@ describe("SlotPool on the LocalProvisioner (real sandbox servers)", () => {
 
   it("a data dir the slot uids cannot reach: refused at start when root (naming the dir and the fix); fine otherwise", async () => {
     const hidden = await mkdtemp(join(tmpdir(), "slotpool-hidden-")); // 0700, like /root
+    const provisioner = new LocalProvisioner({ slotsPerContainer: 1, baseDir: join(hidden, "data") });
+    const pool = new SlotPool({ slotsPerContainer: 1, minContainers: 1, maxContainers: 1, tickMs: 50, provisioner });
+    pools.push(pool);
     try {
-      const provisioner = new LocalProvisioner({ slotsPerContainer: 1, baseDir: join(hidden, "data") });
-      const pool = new SlotPool({ slotsPerContainer: 1, minContainers: 1, maxContainers: 1, tickMs: 50, provisioner });
-      pools.push(pool);
       if (process.getuid?.() === 0) {
         const err = await pool.start().then(() => undefined, (e: unknown) => e as Error);
         expect(err?.message).toContain(`the data dir ${join(hidden, "data")} is out of reach of the slot uids: ${hidden} is mode 0700`);
@@ -147,6 +147,8 @@ describe("SlotPool on the LocalProvisioner (real sandbox servers)", () => {
         await pool.release(slot);
       }
     } finally {
+      // The pool's servers stop first: one still running writes into its data dir while it goes.
+      await pool.stop();
       await rm(hidden, { recursive: true, force: true });
     }
   });
