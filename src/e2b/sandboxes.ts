@@ -7,6 +7,7 @@ import type { ResetResponse } from "../protocol/sandbox.js";
 import { E2bApiError, E2bUnsupportedError } from "./errors.js";
 import type { TemplateLaunch } from "./template-build/built-templates.js";
 import { runStartCommand, StartCommandError } from "./template-build/start-command.js";
+import { startEnvdEnvs } from "./template-build/envd-envs.js";
 import { PauseResume } from "./pause-resume.js";
 import { DEFAULT_SLOT_PROCESS_LIMITS, SlotProcesses, type SlotProcessLimits } from "./slot-processes.js";
 import { DEFAULT_PORT_LIMITS, SandboxPorts, type PortLimits } from "./sandbox-ports.js";
@@ -203,6 +204,8 @@ export class SandboxRegistry {
     // A built template's start command, with the sandbox's egress rules already in force.
     if (built?.startCmd || built?.readyCmd) {
       try {
+        // What the start command's programs may ask envd (the code interpreter: GET /envs).
+        await startEnvdEnvs(s.processes, s.envs);
         await runStartCommand(s.processes, { startCmd: built.startCmd, readyCmd: built.readyCmd, envs: { ...s.envs }, cwd: s.workdir, allowNetwork, timeoutMs: START_TIMEOUT_MS });
       } catch (err) {
         await this.kill(id);

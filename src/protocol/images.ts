@@ -15,6 +15,13 @@ import { z } from "zod";
  * 400 naming the field before anything runs.
  */
 
+/**
+ * Where the sandbox server binds its static tools (busybox among them, at `bin/busybox`) in
+ * every image root, read-only: a client may run them in a sandbox whose root is an image,
+ * whatever the image holds (src/sandbox/images/image-tools.ts says what is there).
+ */
+export const IMAGE_TOOLS_MOUNT = "/run/slotpool";
+
 export const IMAGE_TRANSPORTS = ["docker", "docker-daemon", "oci", "docker-archive"] as const;
 export type ImageTransport = (typeof IMAGE_TRANSPORTS)[number];
 

@@ -88,6 +88,14 @@ describe.skipIf(imagesMissing !== undefined)(`a slot whose root is an image${ima
     }
   });
 
+  it("an image without /etc/hosts gets Docker's (localhost both ways, the sandbox's name), which root may change until the reset", async () => {
+    await resetInto(f.server, 0, f.refs.busybox!);
+    expect(await sh(f.server, 0, "cat /etc/hosts")).toBe("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox");
+    expect(await sh(f.server, 0, "echo '10.1.2.3 db' >> /etc/hosts && tail -1 /etc/hosts")).toBe("10.1.2.3 db");
+    await resetInto(f.server, 0, f.refs.busybox!);
+    expect(await sh(f.server, 0, "grep -q 10.1.2.3 /etc/hosts && echo kept || echo gone")).toBe("gone");
+  });
+
   it("what a slot writes anywhere in its root counts against its disk bound (64 MB here)", async () => {
     await resetInto(f.server, 0, f.refs.busybox!);
     const r = await call(f.server, 0, "bash", { command: "dd if=/dev/zero of=/etc/big bs=1M count=100 2>&1" });

@@ -14,7 +14,9 @@ import { cachedBigLayout, cachedLayout, TEST_IMAGES_DIR, type Entry, type ImageS
  *   directory's contents (opaque) and a file;
  * - `noBashImage`: busybox only (no bash, no libc), User app;
  * - `debianPythonImage`: Debian minbase with python3 from mmdebstrap (built once, slow; null
- *   where mmdebstrap cannot fetch, with the reason).
+ *   where mmdebstrap cannot fetch, with the reason);
+ * - `debianCodeInterpreterBaseImage`: the same with venv, pip, curl and sudo (the code
+ *   interpreter template's base).
  */
 
 const BUSYBOX = ["/bin/busybox", "/usr/bin/busybox"].find((p) => existsSync(p));
@@ -116,21 +118,35 @@ export function bigImage(mb: number): Promise<string> {
  * unreachable, not root and no subuids for mmdebstrap's unshare mode).
  */
 export function debianPythonImage(): { layout: string } | { reason: string } {
-  const tarball = join(TEST_IMAGES_DIR, "debian-python-rootfs.tar");
+  return debianImage("debian-python", ["python3"]);
+}
+
+/**
+ * The stand-in for the code interpreter template's base (`python:3.13` on Docker Hub, plus what
+ * its `apt_install` step adds that the Python kernel needs): Debian bookworm minbase with
+ * python3 (3.11), its venv and pip, `python` (python-is-python3), curl (the ready checks) and
+ * sudo (the template's start command), from mmdebstrap, cached as debianPythonImage.
+ */
+export function debianCodeInterpreterBaseImage(): { layout: string } | { reason: string } {
+  return debianImage("debian-code-interpreter", ["python3", "python3-venv", "python3-pip", "python-is-python3", "curl", "sudo"]);
+}
+
+function debianImage(name: string, packages: string[]): { layout: string } | { reason: string } {
+  const tarball = join(TEST_IMAGES_DIR, `${name}-rootfs.tar`);
   if (!existsSync(tarball)) {
     if (!findExecutable("mmdebstrap")) return { reason: "mmdebstrap is not installed" };
     mkdirSync(TEST_IMAGES_DIR, { recursive: true });
     const tmp = `${tarball}.${process.pid}.tmp`;
     const mirror = process.env["SLOTPOOL_DEBIAN_MIRROR"] ?? "http://deb.debian.org/debian";
     const mode = process.getuid?.() === 0 ? "root" : "unshare";
-    const r = spawnSync("mmdebstrap", ["--quiet", `--mode=${mode}`, "--variant=minbase", "--include=python3", "--format=tar", "bookworm", tmp, mirror], { encoding: "utf8", timeout: 900_000 });
+    const r = spawnSync("mmdebstrap", ["--quiet", `--mode=${mode}`, "--variant=minbase", `--include=${packages.join(",")}`, "--format=tar", "bookworm", tmp, mirror], { encoding: "utf8", timeout: 900_000 });
     if (r.status !== 0) {
       rmSync(tmp, { force: true });
-      return { reason: `mmdebstrap could not build Debian minbase with python3 (${mirror}): ${(r.stderr || r.error?.message || "").trim().split("\n").slice(-2).join(" ")}` };
+      return { reason: `mmdebstrap could not build Debian minbase with ${packages.join(", ")} (${mirror}): ${(r.stderr || r.error?.message || "").trim().split("\n").slice(-2).join(" ")}` };
     }
     renameSync(tmp, tarball);
   }
-  return { layout: cachedLayout("debian-python", { baseTar: tarball, layers: [], config: { Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONDONTWRITEBYTECODE=1"], WorkingDir: "/testbed" } }) };
+  return { layout: cachedLayout(name, { baseTar: tarball, layers: [], config: { Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONDONTWRITEBYTECODE=1"], WorkingDir: "/testbed" } }) };
 }
 
 /** sha256 of a layout's manifest (what a reset answers as `digest`). */

@@ -1,9 +1,11 @@
-import { chmod, chown, mkdir } from "node:fs/promises";
+import { chmod, chown, mkdir, writeFile } from "node:fs/promises";
+import { closeSync } from "node:fs";
 import { join } from "node:path";
 import type { Stats } from "node:fs";
 import type { ImageRuntime } from "../../protocol/images.js";
 import type { ImageConfig } from "./oci-layout.js";
-import { existingPrefixes, readInRoot } from "./root-paths.js";
+import { existingPrefixes, openInRoot, readInRoot } from "./root-paths.js";
+import { SANDBOX_HOSTNAME } from "../isolation/isolation.js";
 import { IMAGE_UID_SPAN } from "../../host/slot-uid-blocks.js";
 
 /**
@@ -109,5 +111,30 @@ export async function extraLayer(rootDir: string, runtime: ImageRuntime, layerDi
     }
     made = true;
   }
+  // Docker's /etc/hosts where the image has none (mmdebstrap's minbase, scratch images): without
+  // it `localhost` does not resolve (Jupyter's server binds "localhost"). In the layer, below the
+  // slot's upper one, root may still change it (the change is the slot's, gone at reset, and
+  // never part of a built layer).
+  const hosts = existingPrefixes(rootDir, "/etc/hosts");
+  // /etc a directory or missing (not a file, not a link), /etc/hosts missing (not a dangling link either).
+  if (!hosts.symlink && (hosts.existing.length === 1 || !inRoot(rootDir, "etc")) && !inRoot(rootDir, "etc/hosts")) {
+    const etc = join(layerDir, "etc");
+    await mkdir(etc, { recursive: true });
+    const st: Stats | undefined = hosts.existing[0];
+    await chmod(etc, st ? st.mode & 0o7777 : 0o755);
+    if (root) await chown(etc, st ? st.uid : 0, st ? st.gid : 0);
+    await writeFile(join(etc, "hosts"), HOSTS, { mode: 0o644 });
+    if (root) await chown(join(etc, "hosts"), 0, 0);
+    made = true;
+  }
   return made;
 }
+
+function inRoot(rootDir: string, path: string): boolean {
+  const opened = openInRoot(rootDir, path);
+  if (opened) closeSync(opened.fd);
+  return opened !== undefined;
+}
+
+/** Docker's /etc/hosts of a container (its address line aside): localhost both ways and the sandbox's host name. */
+const HOSTS = `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t${SANDBOX_HOSTNAME}\n`;

@@ -6,6 +6,7 @@ import { withoutCapabilities } from "../../host/mount-namespace.js";
 import { filterArgs, type SlotFilter } from "./seccomp.js";
 import { BOOT_ID_PATH } from "./boot-id.js";
 import type { Slot } from "../core/slot.js";
+import { IMAGE_TOOLS_MOUNT } from "../../protocol/images.js";
 
 /**
  * Bubblewrap isolation: which host directories a slot's commands see, and whether this
@@ -56,8 +57,8 @@ export interface NamespaceOptions {
   image?: ImageRoot | undefined;
 }
 
-/** Where the static tools (spawner, bash, busybox, tmux) are bound in an image root (images/image-tools.ts). */
-export const IMAGE_TOOLS_MOUNT = "/run/slotpool";
+/** Where the static tools (spawner, bash, busybox, tmux) are bound in an image root (images/image-tools.ts); on the wire, as clients run them too. */
+export { IMAGE_TOOLS_MOUNT };
 /** The bash the tools run in an image root: a static one of ours, never the image's. */
 export const IMAGE_BASH = `${IMAGE_TOOLS_MOUNT}/bash`;
 
