@@ -20,6 +20,7 @@ import { isSlotLostError, PoolTemplateError, type SlotLostError } from "../pool/
 import { ToolServerClient } from "./tool-server-client.js";
 import { BrowserResults } from "./browser-results.js";
 import type { ExecuteOptions, ExecutorStats, ToolExecutorLike } from "./types.js";
+import type { PendingCall, TrajectoryState } from "./queue-state.js";
 import { SlotpoolError } from "../protocol/errors.js";
 import { ISOLATION_ARG_NAMES, builtinTool, type IsolationArgName } from "../protocol/tool-table.js";
 import { BROWSER_START_ALLOWANCE_MS } from "../protocol/browser-tools.js";
@@ -46,38 +47,6 @@ export interface ToolExecutorOptions {
   logger?: Logger;
   /** Registry to publish the executor's metrics in (the executor service shares one with the pool). */
   metrics?: MetricsRegistry;
-}
-
-interface PendingCall {
-  readonly trajectoryId: string;
-  readonly traj: TrajectoryState;
-  readonly call: ParsedToolCall;
-  readonly tool: ToolDefinition;
-  readonly args: Record<string, unknown>;
-  /** Isolation arguments the model tried to set (removed; logged once the call runs). */
-  readonly strippedIsolationArgs: readonly string[];
-  readonly timeoutS: number;
-  readonly startedAt: number;
-  readonly resolve: (r: ToolResult) => void;
-  /** Only ever with the SlotLostError of the trajectory's slot (the one form of slot loss in-process). */
-  readonly reject: (err: SlotLostError) => void;
-  readonly signal?: AbortSignal;
-  onAbort?: () => void;
-  dispatched: boolean;
-  done: boolean;
-}
-
-interface TrajectoryState {
-  readonly id: string;
-  readonly queue: PendingCall[];
-  running: boolean;
-  slot?: LeasedSlot;
-  /** The slot it held last, kept after release so late log lines still name it. */
-  heldSlot?: LeasedSlot;
-  acquiring?: Promise<LeasedSlot>;
-  /** Set once its slot was lost: every later sandbox call fails with this error, never runs in a fresh empty slot. */
-  lost?: SlotLostError;
-  released: boolean;
 }
 
 
