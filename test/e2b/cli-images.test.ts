@@ -1,10 +1,11 @@
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { Sandbox, SandboxError } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { imagesMissing } from "../support/image-server.js";
 import { pushImage, REGISTRY_PASSWORD, REGISTRY_USER, startRegistry, type TestRegistry } from "../support/registry.js";
 import { busyboxImage } from "../support/test-images.js";
+import { startServerCli } from "../support/server-cli.js";
 
 /**
  * `--insecure-registry HOST:PORT` (repeatable) on the servers that start sandbox servers
@@ -15,26 +16,7 @@ import { busyboxImage } from "../support/test-images.js";
  * reach them too without showing on any command line or in the server's output.
  */
 function startE2bCli(extra: string[], env: NodeJS.ProcessEnv) {
-  const { command, args } = slotpoolCommand();
-  const child = spawn(command, [...args, "e2b-server", "--port", "0", ...extra], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  const state = { logs: "" };
-  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-  const url = new Promise<string>((resolve, reject) => {
-    // Only ends a hang: a server start on a loaded 2-core box takes seconds, not a minute.
-    const timer = setTimeout(() => reject(new Error(`no listening line within 60 s:\n${state.logs}`)), 60_000);
-    const onData = (d: Buffer) => {
-      state.logs += d.toString();
-      for (const line of state.logs.split("\n")) {
-        if (!line.includes('"msg":"listening"') || !line.includes('"name":"e2b-server"')) continue;
-        clearTimeout(timer);
-        resolve((JSON.parse(line) as { url: string }).url);
-      }
-    };
-    child.stderr.on("data", onData);
-    child.stdout.on("data", onData);
-    void exited.then((code) => reject(new Error(`exited ${code}:\n${state.logs}`)));
-  });
-  return { child, state, exited, url };
+  return startServerCli("e2b-server", ["--port", "0", ...extra], env);
 }
 
 describe("--insecure-registry on the servers that start sandbox servers", () => {

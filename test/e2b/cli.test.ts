@@ -5,28 +5,11 @@ import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { describe, expect, it } from "vitest";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
+import { startServerCli } from "../support/server-cli.js";
 
 /** `slotpool e2b-server` as a user runs it: the SDK against the CLI, then SIGTERM ends every sandbox. */
 function startCli(extra: string[], env: NodeJS.ProcessEnv = {}) {
-  const { command, args } = slotpoolCommand();
-  const child = spawn(command, [...args, "e2b-server", "--port", "0", ...extra], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  const state = { logs: "" };
-  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-  const url = new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line within 60 s:\n${state.logs}`)), 60_000);
-    const onData = (d: Buffer) => {
-      state.logs += d.toString();
-      for (const line of state.logs.split("\n")) {
-        if (!line.includes('"msg":"listening"') || !line.includes('"name":"e2b-server"')) continue;
-        clearTimeout(timer);
-        resolve((JSON.parse(line) as { url: string }).url);
-      }
-    };
-    child.stderr.on("data", onData);
-    child.stdout.on("data", onData);
-    void exited.then((code) => reject(new Error(`exited ${code}:\n${state.logs}`)));
-  });
-  return { child, state, exited, url };
+  return startServerCli("e2b-server", ["--port", "0", ...extra], env);
 }
 
 describe("slotpool e2b-server (CLI, local provisioner)", () => {

@@ -4,7 +4,7 @@
  * other servers (here on the repository's Nomad API emulator), SIGTERM ends every episode;
  * mistakes in the command line are usage errors naming the problem.
  */
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,27 +13,10 @@ import WebSocket from "ws";
 import { slotpoolCommand } from "../../src/pool/slotpool-command.js";
 import { startNomadEmulator } from "../support/nomad-emulator.js";
 import { SOLVE_SEED_0 } from "./support.js";
+import { startServerCli } from "../support/server-cli.js";
 
 function startCli(extra: string[], env: NodeJS.ProcessEnv = {}) {
-  const { command, args } = slotpoolCommand();
-  const child = spawn(command, [...args, "openenv-server", "examples/shell-tasks/env.js", "--port", "0", ...extra], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  const state = { logs: "" };
-  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-  const url = new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line within 90 s:\n${state.logs}`)), 90_000);
-    const onData = (d: Buffer) => {
-      state.logs += d.toString();
-      for (const line of state.logs.split("\n")) {
-        if (!line.includes('"msg":"listening"') || !line.includes('"name":"openenv-server"')) continue;
-        clearTimeout(timer);
-        resolve((JSON.parse(line) as { url: string }).url);
-      }
-    };
-    child.stderr.on("data", onData);
-    child.stdout.on("data", onData);
-    void exited.then((code) => reject(new Error(`exited ${code}:\n${state.logs}`)));
-  });
-  return { child, state, exited, url };
+  return startServerCli("openenv-server", ["examples/shell-tasks/env.js", "--port", "0", ...extra], env, 90_000);
 }
 
 function wsFrames(url: string, headers: Record<string, string>, messages: unknown[]): Promise<Array<Record<string, any>>> {
