@@ -1,10 +1,9 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import { createWriteStream, existsSync, mkdirSync } from "node:fs";
-import { rename, rm } from "node:fs/promises";
+import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import { E2bApiError } from "../errors.js";
+import { writeBoundedFile } from "../../http/bounded-file.js";
 
 /**
  * The files E2B templates copy (the SDK's `copy`), uploaded once by their hash: the SDK asks
@@ -44,25 +43,8 @@ export class TemplateFiles {
   }
 
   async put(hash: string, body: Readable): Promise<void> {
-    const final = this.file(hash);
-    const tmp = `${final}.${randomBytes(4).toString("hex")}`;
-    let bytes = 0;
     const max = this.maxBytes;
-    try {
-      await pipeline(
-        body,
-        async function* (source: AsyncIterable<Buffer>) {
-          for await (const chunk of source) {
-            bytes += chunk.length;
-            if (bytes > max) throw new E2bApiError(413, `a template's files are at most ${Math.round(max / 1024 / 1024)} MB per copy (--max-template-files-mb)`);
-            yield chunk;
-          }
-        },
-        createWriteStream(tmp, { mode: 0o600 }),
-      );
-      await rename(tmp, final);
-    } finally {
-      await rm(tmp, { force: true });
-    }
+    await writeBoundedFile(this.file(hash), body, max, () => new E2bApiError(413, `a template's files are at most ${Math.round(max / 1024 / 1024)} MB per copy (--max-template-files-mb)`));
   }
+
 }

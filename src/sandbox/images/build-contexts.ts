@@ -1,10 +1,8 @@
-import { randomBytes } from "node:crypto";
-import { createWriteStream, existsSync, mkdirSync } from "node:fs";
-import { rename, rm } from "node:fs/promises";
+import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import { HttpError } from "../../http/errors.js";
+import { writeBoundedFile } from "../../http/bounded-file.js";
 
 /**
  * The files image builds copy (E2B's COPY), by the hash the client computed over them: each a
@@ -30,25 +28,8 @@ export class BuildContexts {
   }
 
   async put(hash: string, body: Readable): Promise<void> {
-    const final = this.path(hash);
-    const tmp = `${final}.${randomBytes(4).toString("hex")}`;
-    let bytes = 0;
     const max = this.maxBytes;
-    try {
-      await pipeline(
-        body,
-        async function* (source: AsyncIterable<Buffer>) {
-          for await (const chunk of source) {
-            bytes += chunk.length;
-            if (bytes > max) throw new HttpError(413, `a build context is at most ${Math.round(max / 1024 / 1024)} MB`);
-            yield chunk;
-          }
-        },
-        createWriteStream(tmp, { mode: 0o600 }),
-      );
-      await rename(tmp, final);
-    } finally {
-      await rm(tmp, { force: true });
-    }
+    await writeBoundedFile(this.path(hash), body, max, () => new HttpError(413, `a build context is at most ${Math.round(max / 1024 / 1024)} MB`));
   }
+
 }
