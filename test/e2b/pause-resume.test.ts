@@ -1,5 +1,5 @@
-import { Sandbox } from "e2b";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { FileNotFoundError, Sandbox } from "e2b";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startE2b, type E2bHarness } from "./helpers.js";
 
 /**
@@ -45,6 +45,16 @@ async function mechanism(h: E2bHarness, id: string): Promise<{ mechanism: string
   return (await res.json()) as { mechanism: string; processes: number };
 }
 
+/** The counter's log so far; none yet until its first tick has created the file (a loaded box may take a while). */
+async function readTicks(sbx: Sandbox): Promise<Array<{ n: number; ms: number }>> {
+  try {
+    return ticks(await sbx.files.read("/home/user/ticks"));
+  } catch (err) {
+    if (err instanceof FileNotFoundError) return [];
+    throw err;
+  }
+}
+
 const COUNTER = `i=0; while :; do i=$((i+1)); echo "$i $(date +%s%N)" >> /home/user/ticks; sleep 0.05; done`;
 
 describe.each([
@@ -58,12 +68,18 @@ describe.each([
   afterAll(async () => {
     await h?.stop();
   });
+  // A case that fails midway must not leave its sandboxes holding the two slots: the next case would wait for one until it timed out.
+  afterEach(async () => {
+    if (!h) return;
+    const left = await Sandbox.list(h.opts).nextItems();
+    await Promise.all(left.map((s) => Sandbox.kill(s.sandboxId, h.opts)));
+  });
 
   it("pause freezes a running background process and keeps /tmp; the sandbox is listed paused; connect resumes it where it was", { timeout: 60_000 }, async () => {
     const sbx = await Sandbox.create({ ...h.opts, timeoutMs: 120_000, metadata: { case: "freeze" } });
     await sbx.files.write("/tmp/keep.txt", "kept in /tmp");
     const bg = await sbx.commands.run(COUNTER, { background: true });
-    await until(async () => ticks(await sbx.files.read("/home/user/ticks")).length >= 3);
+    await until(async () => (await readTicks(sbx)).length >= 3);
 
     expect(await sbx.pause()).toBe(true);
     const pausedAt = Date.now();
@@ -83,7 +99,7 @@ describe.each([
     const resumed = await Sandbox.connect(sbx.sandboxId, h.opts);
     expect(await resumed.isRunning()).toBe(true);
     expect((await Sandbox.getInfo(sbx.sandboxId, h.opts)).state).toBe("running");
-    await until(async () => ticks(await resumed.files.read("/home/user/ticks")).some((t) => t.ms > resumeAt));
+    await until(async () => (await readTicks(resumed)).some((t) => t.ms > resumeAt));
 
     const log = ticks(await resumed.files.read("/home/user/ticks"));
     // One process throughout: its counter never restarted nor skipped.
