@@ -48,6 +48,18 @@ function pct(values: number[], p: number): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
+/** `items` in an order drawn from a seeded generator (Park–Miller: the same orders every run). */
+function shuffler(seed: number): <T>(items: readonly T[]) => T[] {
+  const random = () => (seed = (seed * 16807) % 2147483647) / 2147483647;
+  return (items) => {
+    const out = [...items];
+    for (let j = out.length - 1; j > 0; j--) {
+      const k = Math.floor(random() * (j + 1));
+      [out[j], out[k]] = [out[k]!, out[j]!];
+    }
+    return out;
+  };
+}
 const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
 const loadavg = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
 
@@ -122,30 +134,63 @@ async function e2bCreateToFirstResult(registryHost: string, busyboxRef: string):
     }
     const cached = (logs: string[]) => /(\d+ of \d+) steps from the cache/.exec(logs.join("\n"))?.[1] ?? "?";
     console.log(`Template.build of the image (4 steps): first ${builds[0]!.ms.toFixed(0)} ms (${cached(builds[0]!.logs)} steps from the cache), unchanged again ${builds[1]!.ms.toFixed(0)} ms (${cached(builds[1]!.logs)} steps from the cache; target: all)`);
+    // The template's first use: its image comes from the building server's layout into the store (base layers shared).
+    const builtImage = /image (\S+)$/.exec(builds[1]!.logs.find((l) => l.startsWith("Build finished")) ?? "")?.[1];
+    if (!builtImage) throw new Error("the build's log names no image");
+    const tf = performance.now();
     const firstTpl = await Sandbox.create("bench-template", opts);
     if ((await firstTpl.commands.run("cat ok.txt /etc/built.txt")).stdout !== "ok\nbuilt\n") throw new Error("the built template lacks its steps' files");
+    const firstTplMs = performance.now() - tf;
     await firstTpl.kill();
-    // Warm the plain path too (the slot's namespaces), then alternate.
-    const warm = await Sandbox.create(opts);
-    await warm.commands.run("true");
-    await warm.kill();
-    const times: Record<"plain" | "image" | "template", number[]> = { plain: [], image: [], template: [] };
+    const tplFetch = pool.images.fetches.find((f) => f.image === builtImage);
+    console.log(`first use of the built template: create → first result ${firstTplMs.toFixed(0)} ms (its image ${builtImage}: ${tplFetch ? `copy ${tplFetch.pull_ms.toFixed(0)} ms, unpack ${tplFetch.unpack_ms.toFixed(0)} ms, ${tplFetch.layers_reused} of ${tplFetch.layers} layers already unpacked` : "already in the store"})`);
+    // Warm the plain path and the template's image by reference too (the slots' namespaces).
+    for (const ref of [undefined, builtImage]) {
+      const warm = ref ? await Sandbox.create(ref, opts) : await Sandbox.create(opts);
+      await warm.commands.run("true");
+      await warm.kill();
+    }
+    // Four legs a round: a plain sandbox, one from the base image, one from the built template
+    // (by name), and one from the template's own image by reference (the same layers as the
+    // template: what the template's name adds, if anything). Each round runs them in a shuffled
+    // order (seeded), so no leg always follows the same one: a killed sandbox's slot is reset
+    // and its next session sandbox made in the background, which the next leg shares the CPU with.
+    const kinds = ["plain", "image", "template", "templateImage"] as const;
+    type Kind = (typeof kinds)[number];
+    const refOf: Record<Kind, string | undefined> = { plain: undefined, image: busyboxRef, template: "bench-template", templateImage: builtImage };
+    const times = Object.fromEntries(kinds.map((k) => [k, { total: [] as number[], create: [] as number[], command: [] as number[] }])) as Record<Kind, { total: number[]; create: number[]; command: number[] }>;
+    const shuffle = shuffler(37);
     for (let i = 0; i < ROUNDS; i++) {
-      for (const kind of ["plain", "image", "template"] as const) {
+      for (const kind of shuffle(kinds)) {
+        const ref = refOf[kind];
         const t = performance.now();
-        const s = kind === "plain" ? await Sandbox.create(opts) : await Sandbox.create(kind === "image" ? busyboxRef : "bench-template", opts);
+        const s = ref ? await Sandbox.create(ref, opts) : await Sandbox.create(opts);
+        const tc = performance.now();
         const r = await s.commands.run("true");
-        times[kind].push(performance.now() - t);
+        const te = performance.now();
         if (r.exitCode !== 0) throw new Error(`${kind}: exit ${r.exitCode}`);
+        times[kind].total.push(te - t);
+        times[kind].create.push(tc - t);
+        times[kind].command.push(te - tc);
         await s.kill();
       }
     }
-    const p50 = { plain: pct(times.plain, 50), image: pct(times.image, 50), template: pct(times.template, 50) };
-    console.log(`\nE2B create → first result, ${ROUNDS} rounds alternating      p50 ms    p99 ms`);
-    const label = { plain: "Sandbox.create()", image: "Sandbox.create(<image on the container>)", template: "Sandbox.create(<template built from it>)" };
-    for (const kind of ["plain", "image", "template"] as const) console.log(`  ${label[kind].padEnd(52)} ${p50[kind].toFixed(1).padStart(7)} ${pct(times[kind], 99).toFixed(1).padStart(9)}`);
-    console.log(`  image / plain (p50)                                     ${(p50.image / p50.plain).toFixed(2)}x   (target <= 1.5x)`);
-    console.log(`  built template / image (p50)                            ${(p50.template / p50.image).toFixed(2)}x   (target: about 1x)`);
+    const p50 = (k: Kind) => pct(times[k].total, 50);
+    /** Median of the rounds' own ratios: each pair ran in the same round, under the same load. */
+    const paired = (a: Kind, b: Kind) => pct(times[a].total.map((x, i) => x / times[b].total[i]!), 50);
+    console.log(`\nE2B create → first result, ${ROUNDS} rounds (order shuffled)            p50 ms  (create + first command)   p99 ms`);
+    const label: Record<Kind, string> = {
+      plain: "Sandbox.create()",
+      image: "Sandbox.create(<image on the container>)",
+      template: "Sandbox.create(<template built from it>)",
+      templateImage: "Sandbox.create(<the template's image by reference>)",
+    };
+    for (const k of kinds) console.log(`  ${label[k].padEnd(58)} ${p50(k).toFixed(1).padStart(6)}  (${pct(times[k].create, 50).toFixed(1)} + ${pct(times[k].command, 50).toFixed(1)})${" ".repeat(12)}${pct(times[k].total, 99).toFixed(1).padStart(7)}`);
+    const ratio = (a: Kind, b: Kind, what: string, target: string) => console.log(`  ${what.padEnd(58)} ${(p50(a) / p50(b)).toFixed(2)}x of the p50s, ${paired(a, b).toFixed(2)}x paired   (target: ${target})`);
+    ratio("image", "plain", "image / plain", "<= 1.5x");
+    ratio("template", "image", "built template / image", "about 1x");
+    ratio("template", "templateImage", "built template / its own image by reference", "1x: the name adds nothing");
+    ratio("templateImage", "image", "the template's image / the base image", "what its layers cost");
   } finally {
     await server.close();
     await pool.stop({ purge: true });
@@ -203,6 +248,78 @@ async function manyImagesOnOneContainer(registryHost: string, refs: string[]): P
   }
 }
 
+/**
+ * One image's content three ways: a busybox/bash base layer and 20 small files in /etc added
+ * as 1, 5 or 20 more layers (as 1, 5 or 20 build steps that each write in /etc would). Same
+ * files, same config: only the number of lower layers of a slot's overlay root differs.
+ */
+function layeredImages(): Array<{ layers: number; layout: string }> {
+  const busybox = ["/bin/busybox", "/usr/bin/busybox"].find((p) => existsSync(p))!;
+  const bash = ["/bin/bash-static", "/usr/bin/bash-static"].find((p) => existsSync(p))!;
+  const base: Entry[] = [
+    { path: "bin", type: "dir" },
+    { path: "bin/busybox", fromHost: busybox, mode: 0o755 },
+    { path: "bin/bash", fromHost: bash, mode: 0o755 },
+    ...["sh", "cat", "ls", "true", "env", "id"].map((a): Entry => ({ path: `bin/${a}`, type: "symlink", target: "busybox" })),
+    { path: "etc", type: "dir" },
+    { path: "etc/passwd", content: "root:x:0:0:root:/root:/bin/sh\n" },
+    { path: "etc/group", content: "root:x:0:\n" },
+    { path: "root", type: "dir", mode: 0o700 },
+    { path: "tmp", type: "dir", mode: 0o1777 },
+  ];
+  const files = Array.from({ length: 20 }, (_, i): Entry => ({ path: `etc/step-${i}.txt`, content: `step ${i}\n` }));
+  return [1, 5, 20].map((n) => {
+    const per = files.length / n;
+    const layers = Array.from({ length: n }, (_, i): Entry[] => [{ path: "etc", type: "dir" }, ...files.slice(i * per, (i + 1) * per)]);
+    return { layers: n, layout: cachedLayout(`layered-${n}`, { layers: [base, ...layers], config: { Env: ["PATH=/bin"], WorkingDir: "/root" } }) };
+  });
+}
+
+/**
+ * What a lower layer costs a slot: on one sandbox server, a slot per image of `layeredImages`,
+ * each round resetting every slot into its image (what a release does) and then running the
+ * first process session in it as the E2B API does (`bash -l -c true`: a new sandbox's first
+ * command, in the fresh overlay the reset mounted), in a shuffled order.
+ */
+async function layerCost(registryHost: string, refs: Array<{ layers: number; ref: string }>): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), "slotpool-image-layers-bench-"));
+  chmodSync(dataDir, 0o755);
+  const server = await startSandboxProcess({ slots: refs.length, dataDir, extraArgs: ["--insecure-registry", registryHost, "--no-network"], startTimeoutMs: 120_000 });
+  const post = async (path: string, body: unknown): Promise<string> => {
+    const r = await fetch(server.url + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    const text = await r.text();
+    if (r.status !== 200) throw new Error(`${path}: HTTP ${r.status}: ${text}`);
+    return text;
+  };
+  try {
+    const times = refs.map(() => ({ reset: [] as number[], command: [] as number[] }));
+    const shuffle = shuffler(36);
+    // The first reset of each fetches and unpacks its image: not measured.
+    for (const [i, r] of refs.entries()) await post("/reset", { slot_id: `slot_${i}`, image: r.ref });
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const i of shuffle(refs.map((_, i) => i))) {
+        const t0 = performance.now();
+        const reset = JSON.parse(await post("/reset", { slot_id: `slot_${i}`, image: refs[i]!.ref }));
+        if (!reset.success) throw new Error(`reset: ${reset.error}`);
+        const t1 = performance.now();
+        const events = await post("/processes/start", { slot_id: `slot_${i}`, cmd: "/bin/bash", args: ["-l", "-c", "cat /etc/step-19.txt >/dev/null"], envs: { HOME: "/home/user" }, stdin: false, workspace_alias: "/home/user" });
+        const t2 = performance.now();
+        if (!events.includes('"exit_code":0')) throw new Error(`command: ${events.slice(-500)}`);
+        times[i]!.reset.push(t1 - t0);
+        times[i]!.command.push(t2 - t1);
+      }
+    }
+    console.log(`\nOne image's files as 1, 5 or 20 layers over the same base layer, ${ROUNDS} rounds (sandbox server)     p50 ms`);
+    for (const [i, r] of refs.entries()) console.log(`  ${`${r.layers + 1} layers (base + ${r.layers})`.padEnd(28)} reset ${pct(times[i]!.reset, 50).toFixed(1).padStart(6)}   first command (bash -l) ${pct(times[i]!.command, 50).toFixed(1).padStart(6)}`);
+    const last = refs.length - 1;
+    const per = (what: "reset" | "command") => (pct(times[last]![what], 50) - pct(times[0]![what], 50)) / (refs[last]!.layers - refs[0]!.layers);
+    console.log(`  each more layer: reset ${per("reset").toFixed(2)} ms, first command ${per("command").toFixed(2)} ms (p50s of ${refs[last]!.layers + 1} and ${refs[0]!.layers + 1} layers)`);
+  } finally {
+    await server.stop(10_000);
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
 async function main(): Promise<void> {
   console.log(`building test images (busybox, ${IMAGES} fleet images; cached after the first run)...`);
   const registry = await startRegistry();
@@ -213,8 +330,14 @@ async function main(): Promise<void> {
     for (const [i, layout] of fleet.entries()) fleetRefs.push(await pushImage(layout, registry.host, `bench/fleet-${i}:1`));
     console.log(`load average ${loadavg()}\n`);
     const part = argv.includes("--part") ? argv[argv.indexOf("--part") + 1] : "all";
-    if (part !== "fleet") await e2bCreateToFirstResult(registry.host, busyboxRef);
-    if (part !== "e2b") await manyImagesOnOneContainer(registry.host, fleetRefs);
+    if (!["all", "e2b", "layers", "fleet"].includes(part ?? "")) throw new Error(`--part takes e2b, layers or fleet, got ${part}`);
+    if (part === "all" || part === "e2b") await e2bCreateToFirstResult(registry.host, busyboxRef);
+    if (part === "all" || part === "layers") {
+      const layered: Array<{ layers: number; ref: string }> = [];
+      for (const l of layeredImages()) layered.push({ layers: l.layers, ref: await pushImage(l.layout, registry.host, `bench/layered-${l.layers}:1`) });
+      await layerCost(registry.host, layered);
+    }
+    if (part === "all" || part === "fleet") await manyImagesOnOneContainer(registry.host, fleetRefs);
     console.log(`\nload average ${loadavg()}`);
   } finally {
     await registry.stop();
