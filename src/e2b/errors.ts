@@ -15,7 +15,13 @@ export class E2bUnsupportedError extends SlotpoolError {
   override name = "E2bUnsupportedError";
 }
 
-/** The JSON body E2B's API answers errors with. */
-export function e2bErrorBody(status: number, message: string): { code: number; message: string } {
-  return { code: status, message };
+/**
+ * The JSON body E2B's API answers errors with: `code` is the HTTP status (E2B's), and
+ * slotpool's stable code of the failure, when it has one, is `errorCode` (match on it, not on
+ * the message): an E2bApiError's own (`new E2bApiError(status, message, field, { errorCode })`),
+ * or the code of any other slotpool error (`E2B_UNSUPPORTED`, `SLOT_ACQUIRE_TIMEOUT`, …).
+ */
+export function e2bErrorBody(status: number, message: string, err?: unknown): { code: number; message: string; errorCode?: string } {
+  const errorCode = err instanceof HttpError ? err.answerFields?.["errorCode"] : err instanceof SlotpoolError ? err.code : undefined;
+  return { code: status, message, ...(typeof errorCode === "string" ? { errorCode } : {}) };
 }

@@ -116,6 +116,8 @@ export interface SandboxRegistryOptions {
   processLimits?: SlotProcessLimits;
   /** Per-sandbox bounds on port traffic (sandbox-ports.ts). */
   portLimits?: PortLimits;
+  /** Longest wait for a built template's ready command at create, ms (default START_TIMEOUT_MS). */
+  startTimeoutMs?: number;
 }
 
 export const DEFAULT_TIMEOUT_S = 300;
@@ -206,10 +208,10 @@ export class SandboxRegistry {
       try {
         // What the start command's programs may ask envd (the code interpreter: GET /envs).
         await startEnvdEnvs(s.processes, s.envs);
-        await runStartCommand(s.processes, { startCmd: built.startCmd, readyCmd: built.readyCmd, envs: { ...s.envs }, cwd: s.workdir, allowNetwork, timeoutMs: START_TIMEOUT_MS });
+        await runStartCommand(s.processes, { startCmd: built.startCmd, readyCmd: built.readyCmd, envs: { ...s.envs }, cwd: s.workdir, allowNetwork, timeoutMs: this.options.startTimeoutMs ?? START_TIMEOUT_MS });
       } catch (err) {
         await this.kill(id);
-        throw err instanceof StartCommandError ? new E2bApiError(500, `sandbox of template '${templateId}' could not start: ${err.message}`) : err;
+        throw err instanceof StartCommandError ? new E2bApiError(500, `sandbox of template '${templateId}' could not start: ${err.message}`, undefined, { errorCode: err.code }) : err;
       }
     }
     return s;

@@ -84,6 +84,8 @@ export interface E2bServerOptions {
   templateFilesDir?: string;
   /** HTTPS beside HTTP (same routes), for getHost's https:// URLs: a certificate for `*.<domain>` (PEM), on `port` (default: a free one). */
   tls?: { cert: string | Buffer; key: string | Buffer; port?: number };
+  /** Longest wait for a built template's ready command when a sandbox starts, ms (default 5 minutes). */
+  templateStartTimeoutMs?: number;
 }
 
 /**
@@ -149,6 +151,7 @@ export class E2bServer {
       ...(options.maxTimeoutS !== undefined ? { maxTimeoutS: options.maxTimeoutS } : {}),
       allowNetwork: options.allowNetwork ?? false,
       portLimits: { ...DEFAULT_PORT_LIMITS, ...options.portLimits },
+      ...(options.templateStartTimeoutMs !== undefined ? { startTimeoutMs: options.templateStartTimeoutMs } : {}),
     });
     if (typeof options.domain === "function") this.domainOf = options.domain;
     else this.domainOption = options.domain;
@@ -305,7 +308,7 @@ export class E2bServer {
       res.destroy();
       return;
     }
-    const body = JSON.stringify(e2bErrorBody(status, message));
+    const body = JSON.stringify(e2bErrorBody(status, message, err));
     res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
     res.end(body);
     // An unread request body (a refused upload) must not be parsed as the next request.

@@ -19,6 +19,22 @@ import { ImageReferenceSchema } from "./images.js";
  * files, as E2B's SDKs upload them), `GET /images/contexts/<hex>` answers 200 when present.
  */
 
+/**
+ * Why a build failed, stable (an `error` event's `code`; E2B's build status carries it as
+ * `reason.errorCode`):
+ * - `BUILD_STEP_FAILED`: a step's command exited non-zero (or ran as a user the image lacks);
+ *   the build's own fault, its log says why;
+ * - `BUILD_INVALID_STEP`: a step cannot run as given (RUN without a command, ENV without pairs, …);
+ * - `BUILD_FILES_MISSING`: a COPY's files were never uploaded (by their hash);
+ * - `BUILD_BASE_UNAVAILABLE`: the base image (or template) could not be had, or this server gives no images;
+ * - `BUILD_TIMEOUT`: the build outlasted its `timeout`;
+ * - `BUILD_CANCELLED`: its client went away, or the server is shutting down;
+ * - `BUILD_PUSH_FAILED`: the image was built but could not be pushed to the registry;
+ * - `BUILD_FAILED`: anything else (the build slot could not run the step): the infrastructure's.
+ */
+export const BUILD_FAILURE_CODES = ["BUILD_STEP_FAILED", "BUILD_INVALID_STEP", "BUILD_FILES_MISSING", "BUILD_BASE_UNAVAILABLE", "BUILD_TIMEOUT", "BUILD_CANCELLED", "BUILD_PUSH_FAILED", "BUILD_FAILED"] as const;
+export type BuildFailureCode = (typeof BUILD_FAILURE_CODES)[number];
+
 export const BUILD_STEP_TYPES = ["RUN", "COPY", "ENV", "WORKDIR", "USER", "ARG"] as const;
 export type BuildStepType = (typeof BUILD_STEP_TYPES)[number];
 
@@ -78,6 +94,8 @@ export const ImageBuildEventSchema = z.discriminatedUnion("type", [
     message: z.string(),
     /** The failing step's index (E2B's `step`), or "base" / "finalize". */
     step: z.string().optional(),
+    /** Why, stable (BUILD_FAILURE_CODES; a server of an earlier version sends none). */
+    code: z.string().optional(),
   }),
 ]);
 export type ImageBuildEvent = z.infer<typeof ImageBuildEventSchema>;

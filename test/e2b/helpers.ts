@@ -18,7 +18,7 @@ export interface E2bHarness {
 }
 
 /** Bounds of the server under test (the rest of E2bServerOptions is the harness's). */
-type Bounds = Pick<E2bServerOptions, "maxDownloadBytes" | "uploadBudgetBytes" | "sandboxUploadBudgetBytes" | "maxStreamsPerSandbox" | "maxWatchersPerSandbox" | "fileTimeoutMs" | "maxStdinBytesPerSandbox" | "domain" | "portLimits" | "tls" | "secretsFile" | "logger" | "templateRegistry">;
+type Bounds = Pick<E2bServerOptions, "maxDownloadBytes" | "uploadBudgetBytes" | "sandboxUploadBudgetBytes" | "maxStreamsPerSandbox" | "maxWatchersPerSandbox" | "fileTimeoutMs" | "maxStdinBytesPerSandbox" | "domain" | "portLimits" | "tls" | "secretsFile" | "logger" | "templateRegistry" | "templateStartTimeoutMs">;
 
 export async function startE2b(options: { slots?: number; containers?: number; templates?: TemplateSpec[]; maxUploadBytes?: number; allowNetwork?: boolean; sandboxServerArgs?: string[] } & Bounds = {}): Promise<E2bHarness> {
   const baseDir = mkdtempSync(join(tmpdir(), "slotpool-e2b-"));
@@ -34,7 +34,7 @@ export async function startE2b(options: { slots?: number; containers?: number; t
     ...(options.maxUploadBytes ? { maxUploadBytes: options.maxUploadBytes } : {}),
     ...(options.allowNetwork ? { allowNetwork: true } : {}),
     ...Object.fromEntries(
-      (["maxDownloadBytes", "uploadBudgetBytes", "sandboxUploadBudgetBytes", "maxStreamsPerSandbox", "maxWatchersPerSandbox", "fileTimeoutMs", "maxStdinBytesPerSandbox", "domain", "portLimits", "tls", "secretsFile", "logger", "templateRegistry"] as const).filter((k) => options[k] !== undefined).map((k) => [k, options[k]]),
+      (["maxDownloadBytes", "uploadBudgetBytes", "sandboxUploadBudgetBytes", "maxStreamsPerSandbox", "maxWatchersPerSandbox", "fileTimeoutMs", "maxStdinBytesPerSandbox", "domain", "portLimits", "tls", "secretsFile", "logger", "templateRegistry", "templateStartTimeoutMs"] as const).filter((k) => options[k] !== undefined).map((k) => [k, options[k]]),
     ),
   });
   const url = await server.listen(0, "127.0.0.1");

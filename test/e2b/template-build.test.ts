@@ -3,6 +3,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox, SandboxError, Template, waitForTimeout } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BuiltTemplates } from "../../src/e2b/template-build/built-templates.js";
+import { TemplateBuilds } from "../../src/e2b/template-build/template-builds.js";
+import { TemplateFiles } from "../../src/e2b/template-build/template-files.js";
+import { silentLogger } from "../../src/observability/logger.js";
 import { imagesMissing } from "../support/image-server.js";
 import { pushImage, startRegistry, type TestRegistry } from "../support/registry.js";
 import { busyboxImage } from "../support/test-images.js";
@@ -148,5 +152,102 @@ describe.skipIf(imagesMissing !== undefined)(`E2B template builds with a templat
     } finally {
       await Promise.all(sandboxes.map((s) => s.kill()));
     }
+  }, 300_000);
+});
+
+/**
+ * Failures of builds and of start commands carry slotpool's stable codes: a build's status
+ * `reason.errorCode` (protocol/image-build.ts's BUILD_FAILURE_CODES), a create's error answer
+ * `errorCode` (`{code: <HTTP status>, message, errorCode}`), beside E2B's own fields.
+ */
+describe.skipIf(imagesMissing !== undefined)(`E2B template failures' stable codes${imagesMissing ? ` (skipped without ${imagesMissing})` : ""}`, () => {
+  let registry: TestRegistry;
+  let h: E2bHarness;
+  let base = "";
+  let filesDir = "";
+  const headers = () => ({ "x-api-key": h.apiKey, "content-type": "application/json" });
+
+  beforeAll(async () => {
+    registry = await startRegistry();
+    base = await pushImage(busyboxImage(), registry.host, "e2b/busybox:1");
+    // A ready check that never passes fails the create after 2 s (the product's bound under test, not a wait of the test's).
+    h = await startE2b({ slots: 2, templateStartTimeoutMs: 2000, sandboxServerArgs: ["--insecure-registry", registry.host] });
+    filesDir = mkdtempSync(join(tmpdir(), "slotpool-tpl-files-"));
+  }, 300_000);
+  afterAll(async () => {
+    await h?.stop();
+    await registry?.stop();
+    if (filesDir) rmSync(filesDir, { recursive: true, force: true });
+  });
+
+  /** A build started through E2B's routes as the SDKs call them; its status once it ended. */
+  async function rawBuild(name: string, start: Record<string, unknown>): Promise<{ status: string; reason?: { message: string; step?: string; errorCode?: string } }> {
+    const created = (await (await fetch(`${h.url}/v3/templates`, { method: "POST", headers: headers(), body: JSON.stringify({ name }) })).json()) as { templateID: string; buildID: string };
+    const started = await fetch(`${h.url}/v2/templates/${created.templateID}/builds/${created.buildID}`, { method: "POST", headers: headers(), body: JSON.stringify(start) });
+    expect(started.status).toBe(202);
+    for (;;) {
+      const s = (await (await fetch(`${h.url}/templates/${created.templateID}/builds/${created.buildID}/status`, { headers: headers() })).json()) as { status: string; reason?: { message: string; step?: string; errorCode?: string } };
+      if (s.status === "ready" || s.status === "error") return s;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  async function rawCreate(templateID: string): Promise<{ status: number; body: { code: number; message: string; errorCode?: string } }> {
+    const res = await fetch(`${h.url}/sandboxes`, { method: "POST", headers: headers(), body: JSON.stringify({ templateID }) });
+    return { status: res.status, body: (await res.json()) as { code: number; message: string; errorCode?: string } };
+  }
+
+  async function until(done: () => boolean): Promise<void> {
+    while (!done()) await new Promise((r) => setTimeout(r, 50));
+  }
+
+  it("BUILD_STEP_FAILED: a step whose command fails", async () => {
+    const s = await rawBuild("tpl-code-step", { fromImage: base, steps: [{ type: "RUN", args: ["echo nope >&2; exit 7"] }] });
+    expect(s).toMatchObject({ status: "error", reason: { step: "0", errorCode: "BUILD_STEP_FAILED", message: expect.stringMatching(/exit code 7[\s\S]*nope/) } });
+  }, 300_000);
+
+  it("BUILD_BASE_UNAVAILABLE: fromTemplate of a template never built here", async () => {
+    const s = await rawBuild("tpl-code-base", { fromTemplate: "no-such-template", steps: [{ type: "RUN", args: ["true"] }] });
+    expect(s).toMatchObject({ status: "error", reason: { errorCode: "BUILD_BASE_UNAVAILABLE", message: expect.stringMatching(/'no-such-template' not found/) } });
+  }, 300_000);
+
+  it("BUILD_FILES_MISSING: a COPY whose files were never uploaded", async () => {
+    const s = await rawBuild("tpl-code-files", { fromImage: base, steps: [{ type: "COPY", args: ["app", "/srv/"], filesHash: "c".repeat(64) }] });
+    expect(s).toMatchObject({ status: "error", reason: { errorCode: "BUILD_FILES_MISSING", message: expect.stringMatching(/never uploaded/) } });
+  }, 300_000);
+
+  it("BUILD_CANCELLED: a build under way when the server closes its builds", async () => {
+    const templates = new BuiltTemplates();
+    const builds = new TemplateBuilds({ pool: h.pool, templates, files: new TemplateFiles(filesDir, 1 << 20), logger: silentLogger() });
+    const { build } = templates.request("tpl-code-cancelled", []);
+    builds.start(build, { fromImage: base, force: true, steps: [{ type: "RUN", args: ["sleep 600"], force: false }] });
+    await until(() => build.logs.some((l) => l.message.includes("[1/1] RUN")));
+    builds.close();
+    await until(() => build.status !== "building");
+    expect(build).toMatchObject({ status: "error", reason: { code: "BUILD_CANCELLED" } });
+  }, 300_000);
+
+  it("BUILD_FAILED: anything else, here a build the sandbox server refuses (a step the E2B API would not have passed on)", async () => {
+    const templates = new BuiltTemplates();
+    const builds = new TemplateBuilds({ pool: h.pool, templates, files: new TemplateFiles(filesDir, 1 << 20), logger: silentLogger() });
+    const { build } = templates.request("tpl-code-refused", []);
+    builds.start(build, { fromImage: base, force: false, steps: [{ type: "RUN", args: ["nul\0byte"], force: false }] });
+    await until(() => build.status !== "building");
+    expect(build).toMatchObject({ status: "error", reason: { code: "BUILD_FAILED", message: expect.stringMatching(/refused the build: HTTP 400/) } });
+  }, 300_000);
+
+  it("START_COMMAND_FAILED: a start command that exits with a failure before its ready check passed", async () => {
+    await Template.build(Template().fromImage(base).setStartCmd("echo cannot-start >&2; exit 4", waitForTimeout(60_000)), "tpl-code-start", h.opts);
+    const r = await rawCreate("tpl-code-start");
+    expect(r.status).toBe(500);
+    expect(r.body).toMatchObject({ code: 500, errorCode: "START_COMMAND_FAILED", message: expect.stringMatching(/exited 4[\s\S]*cannot-start/) });
+  }, 300_000);
+
+  it("START_COMMAND_NOT_READY: a ready check that does not pass in time (here the server's 2 s); the sandbox is ended", async () => {
+    await Template.build(Template().fromImage(base).setStartCmd("sleep 600", "echo not-yet; false"), "tpl-code-ready", h.opts);
+    const r = await rawCreate("tpl-code-ready");
+    expect(r.status).toBe(500);
+    expect(r.body).toMatchObject({ code: 500, errorCode: "START_COMMAND_NOT_READY", message: expect.stringMatching(/did not pass within 2 s[\s\S]*not-yet/) });
+    expect(h.server.registry.list()).toEqual([]);
   }, 300_000);
 });

@@ -102,7 +102,36 @@ describe.skipIf(imagesMissing !== undefined)(`image builds${imagesMissing ? ` (s
   it("a failing step ends the build with an error naming its step and the command's output", async () => {
     const events = await build(f, { from: f.refs.busybox, steps: [{ type: "RUN", args: ["true"] }, { type: "RUN", args: ["echo boom >&2; exit 3"] }], allow_network: false });
     const err = events.find((e) => e.type === "error");
-    expect(err).toMatchObject({ type: "error", step: "1" });
+    expect(err).toMatchObject({ type: "error", step: "1", code: "BUILD_STEP_FAILED" });
     expect(err?.type === "error" && err.message).toMatch(/exit code 3[\s\S]*boom/);
   }, 300_000);
+
+  describe("a failed build's error says why with a stable code", () => {
+    const failure = async (body: Record<string, unknown>) => {
+      const events = await build(f, { from: f.refs.busybox, allow_network: false, ...body });
+      expect(events.some((e) => e.type === "done")).toBe(false);
+      return events.find((e) => e.type === "error");
+    };
+
+    it("BUILD_INVALID_STEP: a step that cannot run as given (ENV without a value)", async () => {
+      expect(await failure({ steps: [{ type: "ENV", args: ["ONLY_A_NAME"] }] })).toMatchObject({ step: "0", code: "BUILD_INVALID_STEP", message: expect.stringMatching(/pairs of name and value/) });
+    }, 300_000);
+
+    it("BUILD_FILES_MISSING: a COPY whose files were never uploaded", async () => {
+      expect(await failure({ steps: [{ type: "COPY", args: ["app", "/srv/"], files_hash: "b".repeat(64) }] })).toMatchObject({ step: "0", code: "BUILD_FILES_MISSING", message: expect.stringMatching(/were not uploaded/) });
+    }, 300_000);
+
+    it("BUILD_BASE_UNAVAILABLE: a base image the registry does not have", async () => {
+      expect(await failure({ from: `${f.registry.host}/no-such-image:1`, steps: [{ type: "RUN", args: ["true"] }] })).toMatchObject({ step: "base", code: "BUILD_BASE_UNAVAILABLE", message: expect.stringMatching(/no-such-image/) });
+    }, 300_000);
+
+    it("BUILD_TIMEOUT: a build that outlasts its timeout stops before its next step", async () => {
+      // The first step alone lasts longer than the whole build may (2 s of sleep against 1 s): load only lengthens it.
+      expect(await failure({ timeout: 1, steps: [{ type: "RUN", args: ["sleep 2"] }, { type: "RUN", args: ["echo never"] }] })).toMatchObject({ step: "1", code: "BUILD_TIMEOUT" });
+    }, 300_000);
+
+    it("BUILD_PUSH_FAILED: the image was built but its destination cannot take it", async () => {
+      expect(await failure({ steps: [{ type: "RUN", args: ["echo pushed > /etc/pushed.txt"] }], push: "oci:/proc/slotpool-no-such-dir:t" })).toMatchObject({ step: "finalize", code: "BUILD_PUSH_FAILED", message: expect.stringMatching(/pushing the image/) });
+    }, 300_000);
+  });
 });

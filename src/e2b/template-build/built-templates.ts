@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import type { BuildFailureCode } from "../../protocol/image-build.js";
 import { E2bApiError } from "../errors.js";
 
 /**
@@ -26,7 +27,8 @@ export interface TemplateBuild {
   readonly templateId: string;
   status: BuildStatus;
   readonly logs: LogEntry[];
-  reason?: { message: string; step?: string };
+  /** Why it failed: the SDK's BuildError message, the failing step, and the stable code (protocol/image-build.ts). */
+  reason?: { message: string; step?: string; code: BuildFailureCode };
   /** What the build was asked for (the SDK's tags, cpu and memory are recorded, not enforced). */
   readonly tags: string[];
   readonly createdAt: Date;

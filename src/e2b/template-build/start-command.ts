@@ -1,3 +1,4 @@
+import { SlotpoolError } from "../../protocol/errors.js";
 import type { ProcessStartRequest } from "../../protocol/process-session.js";
 import type { ProcessStream } from "../slot-processes.js";
 
@@ -9,16 +10,24 @@ import type { ProcessStream } from "../slot-processes.js";
  * (the server it starts is the sandbox's own, reachable on its ports at once).
  *
  * The sandbox is not handed out when the start command ends with a failure before the ready
- * check passed, or the check does not pass in time: `StartCommandError` carries the start
- * command's output (and the last check's), and the caller ends the sandbox.
+ * check passed (`START_COMMAND_FAILED`), or the check does not pass in time
+ * (`START_COMMAND_NOT_READY`): `StartCommandError` carries the start command's output (and the
+ * last check's), and the caller ends the sandbox.
  */
 
 export interface StartProcesses {
   start(req: Omit<ProcessStartRequest, "slot_id">, signal?: AbortSignal): Promise<ProcessStream>;
 }
 
-export class StartCommandError extends Error {
+/** Why a sandbox of a built template did not start, by its stable code (E2B's answer carries it as `errorCode`). */
+export type StartCommandFailure = "START_COMMAND_FAILED" | "START_COMMAND_NOT_READY";
+
+export class StartCommandError extends SlotpoolError {
   override name = "StartCommandError";
+  declare readonly code: StartCommandFailure;
+  constructor(code: StartCommandFailure, message: string) {
+    super(message, { code });
+  }
 }
 
 /** How often the ready command is tried (E2B's builder: every 2 s; a slot's command starts in milliseconds). */
@@ -49,7 +58,7 @@ export async function runStartCommand(processes: StartProcesses, o: StartOptions
       for await (const ev of stream.events) {
         if (ev.type === "stdout" || ev.type === "stderr") output = (output + Buffer.from(ev.data, "base64").toString("utf8")).slice(-MAX_OUTPUT);
         else if (ev.type === "end" && ev.exit_code !== 0) {
-          throw new StartCommandError(`the template's start command '${o.startCmd}' exited ${ev.exit_code === -1 ? (ev.signal ?? "by a signal") : ev.exit_code}${ready ? ` before its ready command '${ready}' passed` : ""}. Its output:\n${output.trim() || "(none)"}`);
+          throw new StartCommandError("START_COMMAND_FAILED", `the template's start command '${o.startCmd}' exited ${ev.exit_code === -1 ? (ev.signal ?? "by a signal") : ev.exit_code}${ready ? ` before its ready command '${ready}' passed` : ""}. Its output:\n${output.trim() || "(none)"}`);
         }
       }
       return new Promise<never>(() => undefined);
@@ -63,7 +72,7 @@ export async function runStartCommand(processes: StartProcesses, o: StartOptions
       const r = await runOnce(processes, { ...base, cmd: "/bin/bash", args: ["-l", "-c", ready] });
       if (r.code === 0) return;
       // A start command that ended well (a daemon that forked away) leaves the ready command to decide.
-      if (Date.now() > deadline) throw new StartCommandError(`the template's ready command '${ready}' did not pass within ${Math.round(o.timeoutMs / 1000)} s (last output: ${r.output.trim().slice(-2000) || "none"}). The start command's output:\n${output.trim() || "(none)"}`);
+      if (Date.now() > deadline) throw new StartCommandError("START_COMMAND_NOT_READY", `the template's ready command '${ready}' did not pass within ${Math.round(o.timeoutMs / 1000)} s (last output: ${r.output.trim().slice(-2000) || "none"}). The start command's output:\n${output.trim() || "(none)"}`);
       await new Promise((res) => setTimeout(res, READY_INTERVAL_MS));
     }
   };

@@ -211,7 +211,7 @@ export function statusOf(build: TemplateBuild, offset: number, limit: number) {
     status: build.status,
     logEntries: build.logs.slice(offset, offset + limit),
     logs: [],
-    ...(build.reason ? { reason: { message: build.reason.message, ...(build.reason.step !== undefined ? { step: build.reason.step } : {}), logEntries: build.logs.slice(-20) } } : {}),
+    ...(build.reason ? { reason: { message: build.reason.message, ...(build.reason.step !== undefined ? { step: build.reason.step } : {}), errorCode: build.reason.code, logEntries: build.logs.slice(-20) } } : {}),
   };
 }
 

@@ -1,5 +1,6 @@
 import type { Logger } from "../../observability/logger.js";
-import type { BuildStep, ImageBuildEvent } from "../../protocol/image-build.js";
+import { SlotpoolError } from "../../protocol/errors.js";
+import { BUILD_FAILURE_CODES, type BuildFailureCode, type BuildStep, type ImageBuildEvent } from "../../protocol/image-build.js";
 import { buildInSlot, hasBuildContext, putBuildContext } from "../../pool/slot-image-build.js";
 import type { E2bPool } from "../sandboxes.js";
 import type { BuiltTemplates, LogEntry, TemplateBuild } from "./built-templates.js";
@@ -41,6 +42,20 @@ export interface BuildStart {
 
 export const DEFAULT_BASE_IMAGE = "e2bdev/base";
 
+/** A build refused before its steps reached a sandbox server (its base template unknown, its files never uploaded). */
+export class TemplateBuildError extends SlotpoolError {
+  override name = "TemplateBuildError";
+  declare readonly code: BuildFailureCode;
+  constructor(code: BuildFailureCode, message: string) {
+    super(message, { code });
+  }
+}
+
+/** The stable code of what ended a build: its own, a sandbox server's (`error` event), else the infrastructure's. */
+function failureCode(code: unknown): BuildFailureCode {
+  return BUILD_FAILURE_CODES.find((c) => c === code) ?? "BUILD_FAILED";
+}
+
 export class TemplateBuilds {
   /** Builds under way, so a server shutdown can end them. */
   private readonly running = new Set<AbortController>();
@@ -54,7 +69,7 @@ export class TemplateBuilds {
     const abort = new AbortController();
     this.running.add(abort);
     void this.run(build, req, abort.signal)
-      .catch((err: unknown) => this.fail(build, err instanceof Error ? err.message : String(err), "base"))
+      .catch((err: unknown) => this.fail(build, err instanceof Error ? err.message : String(err), "base", abort.signal.aborted ? "BUILD_CANCELLED" : failureCode(err instanceof TemplateBuildError ? err.code : undefined)))
       .finally(() => this.running.delete(abort));
   }
 
@@ -64,19 +79,19 @@ export class TemplateBuilds {
     if (build.logs.length > 20_000) build.logs.splice(0, build.logs.length - 20_000);
   }
 
-  private fail(build: TemplateBuild, message: string, step: string | undefined): void {
+  private fail(build: TemplateBuild, message: string, step: string | undefined, code: BuildFailureCode): void {
     if (build.status !== "building") return;
     build.status = "error";
-    build.reason = { message, ...(step !== undefined ? { step } : {}) };
+    build.reason = { message, ...(step !== undefined ? { step } : {}), code };
     this.log(build, message, "error", step);
-    this.o.logger.info({ template: build.templateId, build: build.id, step, error: message }, "template build failed");
+    this.o.logger.info({ template: build.templateId, build: build.id, step, code, error: message }, "template build failed");
   }
 
   private baseOf(req: BuildStart): string {
     if (req.fromTemplate) {
       if (req.fromTemplate === "base") return this.o.baseImage ?? DEFAULT_BASE_IMAGE;
       const launch = this.o.templates.resolve(req.fromTemplate);
-      if (!launch) throw new Error(`template '${req.fromTemplate}' not found: build it first`);
+      if (!launch) throw new TemplateBuildError("BUILD_BASE_UNAVAILABLE", `template '${req.fromTemplate}' not found: build it first`);
       return launch.image;
     }
     return req.fromImage!;
@@ -89,7 +104,7 @@ export class TemplateBuilds {
     try {
       for (const hash of new Set(req.steps.flatMap((s) => (s.files_hash ? [s.files_hash] : [])))) {
         const path = this.o.files.path(hash);
-        if (!path) throw new Error(`the files of hash ${hash} were never uploaded (GET /templates/{id}/files/{hash} gives the upload URL)`);
+        if (!path) throw new TemplateBuildError("BUILD_FILES_MISSING", `the files of hash ${hash} were never uploaded (GET /templates/{id}/files/{hash} gives the upload URL)`);
         if (!(await hasBuildContext(slot, hash))) await putBuildContext(slot, hash, path);
       }
       const push = this.o.registry ? `${this.o.registry}/${build.templateId}:${build.id}` : undefined;
@@ -102,8 +117,8 @@ export class TemplateBuilds {
         },
         signal,
       );
-      if (last.type === "error") return this.fail(build, last.message, last.step);
-      if (last.type !== "done") return this.fail(build, "the build ended without a result", "finalize");
+      if (last.type === "error") return this.fail(build, last.message, last.step, signal.aborted ? "BUILD_CANCELLED" : failureCode(last.code));
+      if (last.type !== "done") return this.fail(build, "the build ended without a result", "finalize", "BUILD_FAILED");
       build.image = last.pushed ?? last.reference;
       build.user = last.user;
       build.workdir = last.working_dir;

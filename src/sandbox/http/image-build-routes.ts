@@ -52,7 +52,7 @@ async function streamBuild(res: ServerResponse, run: (emit: (ev: ImageBuildEvent
   try {
     await run(emit, abort.signal);
   } catch (err) {
-    emit({ type: "error", message: err instanceof Error ? err.message : String(err), ...(err instanceof BuildFailure ? { step: err.step } : {}) });
+    emit({ type: "error", message: err instanceof Error ? err.message : String(err), ...(err instanceof BuildFailure ? { step: err.step, code: err.code } : { code: "BUILD_FAILED" }) });
   }
   res.end();
 }

@@ -2,7 +2,8 @@ import { createReadStream } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { findExecutable } from "../../host/executables.js";
-import type { BuildStep, ImageBuildEvent } from "../../protocol/image-build.js";
+import { SlotpoolError } from "../../protocol/errors.js";
+import type { BuildFailureCode, BuildStep, ImageBuildEvent } from "../../protocol/image-build.js";
 import type { ImageBuildRequestSchema } from "../../protocol/image-build.js";
 import type { ProcessEvent } from "../../protocol/process-session.js";
 import type { ResetResponse } from "../../protocol/sandbox.js";
@@ -43,13 +44,16 @@ export interface ImageBuildHost {
   readonly insecureRegistries: readonly string[];
 }
 
-export class BuildFailure extends Error {
+/** A build that failed: why, by a stable code (protocol/image-build.ts), and at which step. */
+export class BuildFailure extends SlotpoolError {
   override name = "BuildFailure";
+  declare readonly code: BuildFailureCode;
   constructor(
+    code: BuildFailureCode,
     message: string,
     readonly step: string,
   ) {
-    super(message);
+    super(message, { code });
   }
 }
 
@@ -71,7 +75,7 @@ export class ImageBuilds {
   async build(slot: Slot, req: Request, emit: (ev: ImageBuildEvent) => void, signal: AbortSignal): Promise<void> {
     const started = performance.now();
     const store = this.host.images.store;
-    if (!store) throw new BuildFailure(`image builds need task images, which this server cannot give: ${this.host.images.reason ?? "unknown reason"}`, "base");
+    if (!store) throw new BuildFailure("BUILD_BASE_UNAVAILABLE", `image builds need task images, which this server cannot give: ${this.host.images.reason ?? "unknown reason"}`, "base");
     const deadline = Date.now() + req.timeout * 1000;
     // The base image: fetched into the store, copied into the layout (once per digest).
     let parent: LayoutImage;
@@ -79,13 +83,13 @@ export class ImageBuilds {
       const { image } = await store.get(req.from);
       parent = await this.layout.importFromStore(`b-${image.digest.slice(7)}`, image.dir, store.blobsDir, findExecutable("skopeo") ?? "skopeo");
     } catch (err) {
-      throw new BuildFailure(`the base image ${req.from}: ${err instanceof Error ? err.message : String(err)}`, "base");
+      throw new BuildFailure("BUILD_BASE_UNAVAILABLE", `the base image ${req.from}: ${err instanceof Error ? err.message : String(err)}`, "base");
     }
     let forced = req.force;
     let cached = 0;
     for (const [index, step] of req.steps.entries()) {
-      if (signal.aborted) throw new BuildFailure("the build was cancelled", String(index));
-      if (Date.now() > deadline) throw new BuildFailure(`the build took longer than its ${req.timeout} s`, String(index));
+      if (signal.aborted) throw new BuildFailure("BUILD_CANCELLED", "the build was cancelled", String(index));
+      if (Date.now() > deadline) throw new BuildFailure("BUILD_TIMEOUT", `the build took longer than its ${req.timeout} s`, String(index));
       forced ||= step.force;
       const key = stepKey(parent.digest, step);
       const tag = `s-${key}`;
@@ -120,7 +124,7 @@ export class ImageBuilds {
       try {
         await skopeoPush(reference, req.push, this.host.insecureRegistries);
       } catch (err) {
-        throw new BuildFailure(`pushing the image to ${req.push}: ${err instanceof Error ? err.message : String(err)}`, "finalize");
+        throw new BuildFailure("BUILD_PUSH_FAILED", `pushing the image to ${req.push}: ${err instanceof Error ? err.message : String(err)}`, "finalize");
       }
       pushed = req.push;
     }
@@ -142,7 +146,7 @@ export class ImageBuilds {
     try {
       await this.host.reset(slot, undefined, this.layout.reference(image.tag));
     } catch (err) {
-      throw new BuildFailure(`starting the step in the image so far: ${err instanceof Error ? err.message : String(err)}`, step);
+      throw new BuildFailure("BUILD_FAILED", `starting the step in the image so far: ${err instanceof Error ? err.message : String(err)}`, step);
     }
   }
 
@@ -152,7 +156,7 @@ export class ImageBuilds {
     const env = [...ctx.env];
     const createdBy = `slotpool build: ${describe(step)}`;
     if (step.type === "ENV" || step.type === "ARG") {
-      if (step.args.length % 2 !== 0) throw new BuildFailure(`${step.type} takes pairs of name and value, got ${step.args.length} arguments`, at);
+      if (step.args.length % 2 !== 0) throw new BuildFailure("BUILD_INVALID_STEP", `${step.type} takes pairs of name and value, got ${step.args.length} arguments`, at);
       for (let i = 0; i < step.args.length; i += 2) setEnv(env, step.args[i]!, expand(step.args[i + 1]!, env));
       return this.layout.derive(parent, tag, { env, user: ctx.user, workingDir: ctx.workdir ?? "", createdBy, labels: { [WORKDIR_UNSET]: ctx.workdir === undefined ? "1" : "" } });
     }
@@ -162,32 +166,32 @@ export class ImageBuilds {
     let workdir = ctx.workdir;
     if (step.type === "RUN") {
       const command = step.args[0];
-      if (!command) throw new BuildFailure("RUN needs a command", at);
+      if (!command) throw new BuildFailure("BUILD_INVALID_STEP", "RUN needs a command", at);
       await this.mustRun(slot, { ...ctx, user: step.args[1] || ctx.user }, command, o, at);
     } else if (step.type === "WORKDIR") {
       const arg = step.args[0];
-      if (!arg) throw new BuildFailure("WORKDIR needs a path", at);
+      if (!arg) throw new BuildFailure("BUILD_INVALID_STEP", "WORKDIR needs a path", at);
       workdir = arg.startsWith("/") ? arg : join(ctx.workdir ?? "/", arg);
       await this.mustRun(slot, { ...ctx, user: "root", workdir: "/" }, workdirScript(workdir, ctx.user), o, at);
     } else if (step.type === "USER") {
       const name = step.args[0];
-      if (!name) throw new BuildFailure("USER needs a user name", at);
+      if (!name) throw new BuildFailure("BUILD_INVALID_STEP", "USER needs a user name", at);
       await this.mustRun(slot, { ...ctx, user: "root", workdir: "/" }, userScript(name), o, at);
       user = name;
     } else if (step.type === "COPY") {
       await this.copy(slot, ctx, step, o, at);
     }
     const upper = this.host.images.upperOf(slot);
-    if (!upper) throw new BuildFailure("the build slot's root is no image", at);
+    if (!upper) throw new BuildFailure("BUILD_FAILED", "the build slot's root is no image", at);
     const layer = await layerFromUpper(upper, this.layout.blobDir, (id, kind) => this.host.images.insideOf(slot, id, kind));
     return this.layout.derive(parent, tag, { layer, env, user, workingDir: workdir ?? "", createdBy, labels: { [WORKDIR_UNSET]: workdir === undefined ? "1" : "" } });
   }
 
   private async copy(slot: Slot, ctx: BuildContext, step: BuildStep, o: RunOptions, at: string): Promise<void> {
     const [src, dest, owner, mode] = step.args;
-    if (!src || !dest) throw new BuildFailure("COPY needs a source and a destination", at);
-    if (!step.files_hash) throw new BuildFailure("COPY needs the hash of its files (files_hash)", at);
-    if (!this.contexts.has(step.files_hash)) throw new BuildFailure(`COPY's files (hash ${step.files_hash}) were not uploaded`, at);
+    if (!src || !dest) throw new BuildFailure("BUILD_INVALID_STEP", "COPY needs a source and a destination", at);
+    if (!step.files_hash) throw new BuildFailure("BUILD_INVALID_STEP", "COPY needs the hash of its files (files_hash)", at);
+    if (!this.contexts.has(step.files_hash)) throw new BuildFailure("BUILD_FILES_MISSING", `COPY's files (hash ${step.files_hash}) were not uploaded`, at);
     const unpack = `/tmp/slotpool-copy-${step.files_hash.slice(0, 16)}`;
     const bb = `${IMAGE_TOOLS_BIN}/busybox`;
     // The files into the slot's /tmp (its own disk, never part of the layer), through the command's stdin.
@@ -200,11 +204,11 @@ export class ImageBuilds {
     const r = await this.run(slot, ctx, command, o);
     // A user the image lacks: E2B's builder (envd) refuses the command with this message, before it runs.
     if (r.code === 126 && r.output.includes(`unable to find user ${ctx.user}: no matching entries in passwd file`)) {
-      throw new BuildFailure(`failed to run command '${command}': command failed: unauthenticated: invalid username: '${ctx.user}'`, at);
+      throw new BuildFailure("BUILD_STEP_FAILED", `failed to run command '${command}': command failed: unauthenticated: invalid username: '${ctx.user}'`, at);
     }
     if (r.code !== 0) {
       const tail = r.output.trim().split("\n").slice(-5).join("\n");
-      throw new BuildFailure(`command '${command.length > 200 ? `${command.slice(0, 197)}...` : command}' failed with exit code ${r.code}${tail ? `: ${tail}` : ""}`, at);
+      throw new BuildFailure("BUILD_STEP_FAILED", `command '${command.length > 200 ? `${command.slice(0, 197)}...` : command}' failed with exit code ${r.code}${tail ? `: ${tail}` : ""}`, at);
     }
   }
 
