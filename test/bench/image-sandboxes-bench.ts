@@ -1,20 +1,25 @@
 /**
- * Sandboxes from task images, above the sandbox server (issue 36):
+ * Sandboxes from task images, above the sandbox server (issues 36, 37):
  *
- *   npm run build && node --import tsx test/bench/image-sandboxes-bench.ts [--rounds 30] [--images 20] [--quick] [--part e2b|fleet]
+ *   npm run build && node --import tsx test/bench/image-sandboxes-bench.ts [--rounds 100] [--images 20] [--quick] [--part e2b|layers|fleet]
  *
- * 1. E2B: create → first result. An E2bServer over a local pool (one container) and a
+ * 1. E2B: create → first result. An E2bServer over a local pool (one container, 6 slots) and a
  *    registry on loopback holding a busybox image (~2 MB). The image is fetched once (its first
- *    use: pull and unpack, as the server reports them); then `--rounds` rounds alternate a plain
- *    sandbox (`Sandbox.create()`) and one from the image (`Sandbox.create(<reference>)`), each
- *    measured from the create call to the first command's result (`commands.run("true")`), then
- *    killed. Prints p50 / p99 of both and the ratio of the p50s (target: within 1.5×).
- *    Then a template is built from that image through E2B's template API (`Template.build()`:
- *    four steps), and built again unchanged: the second build's time and how many of its steps
- *    came from the cache (target: all). Sandboxes of the built template join the rounds
- *    (`Sandbox.create(<template name>)`), and the ratio to the image's p50 is printed (target:
- *    as fast as from the image).
- * 2. `--images` different images on one container, all live at once: each image is the same
+ *    use: pull and unpack, as the server reports them). A template is built from that image
+ *    through E2B's template API (`Template.build()`: four steps), and built again unchanged: the
+ *    second build's time and how many of its steps came from the cache (target: all). Then
+ *    `--rounds` rounds, each running four legs in a shuffled order: a plain sandbox
+ *    (`Sandbox.create()`), one from the image, one from the built template (by name), and one
+ *    from the template's own image by reference, each measured from the create call to the
+ *    first command's result (`commands.run("true")`, split into create and first command), then
+ *    killed. Prints p50 / p99 of each and ratios, of the p50s and paired (the median of each
+ *    round's own ratio): image / plain (target: within 1.5x), built template / image (target:
+ *    about 1x), built template / its own image (what the name adds: target 1x) and the
+ *    template's image / the base image (what its layers cost).
+ * 2. `--part layers`: what a lower layer costs, on one sandbox server: the same files as 1, 5
+ *    or 20 layers over one base layer, a slot in each; each round resets every slot into its
+ *    image and runs its first command (`bash -l` as E2B's commands), shuffled.
+ * 3. `--images` different images on one container, all live at once: each image is the same
  *    busybox base layer and a layer of its own (1 MB of files), one slot reset into each. Prints
  *    the store on disk (what the server counts: shared layers once; what 20 separate copies
  *    would take), the sandbox server's RSS, and the memory the slots' cgroups hold after each
@@ -41,7 +46,7 @@ const flag = (name: string, fallback: number): number => {
   return i >= 0 ? Number(argv[i + 1]) : fallback;
 };
 const quick = argv.includes("--quick");
-const ROUNDS = flag("rounds", quick ? 10 : 30);
+const ROUNDS = flag("rounds", quick ? 10 : 100);
 const IMAGES = flag("images", 20);
 
 function pct(values: number[], p: number): number {
@@ -108,7 +113,7 @@ function du(dir: string): number {
 async function e2bCreateToFirstResult(registryHost: string, busyboxRef: string): Promise<void> {
   const baseDir = mkdtempSync(join(tmpdir(), "slotpool-image-e2b-bench-"));
   chmodSync(baseDir, 0o755); // the slot uids (root runs) must reach their workspaces
-  const pool = new SlotPool({ provisioner: new LocalProvisioner({ slotsPerContainer: 4, baseDir, extraArgs: ["--insecure-registry", registryHost] }), slotsPerContainer: 4, minContainers: 1, maxContainers: 1 });
+  const pool = new SlotPool({ provisioner: new LocalProvisioner({ slotsPerContainer: 6, baseDir, extraArgs: ["--insecure-registry", registryHost] }), slotsPerContainer: 6, minContainers: 1, maxContainers: 1 });
   await pool.start();
   const apiKey = "e2b_bench_" + Math.random().toString(36).slice(2);
   const server = new E2bServer({ pool, apiKey, templates: new Map() });
@@ -144,11 +149,16 @@ async function e2bCreateToFirstResult(registryHost: string, busyboxRef: string):
     await firstTpl.kill();
     const tplFetch = pool.images.fetches.find((f) => f.image === builtImage);
     console.log(`first use of the built template: create → first result ${firstTplMs.toFixed(0)} ms (its image ${builtImage}: ${tplFetch ? `copy ${tplFetch.pull_ms.toFixed(0)} ms, unpack ${tplFetch.unpack_ms.toFixed(0)} ms, ${tplFetch.layers_reused} of ${tplFetch.layers} layers already unpacked` : "already in the store"})`);
-    // Warm the plain path and the template's image by reference too (the slots' namespaces).
-    for (const ref of [undefined, builtImage]) {
-      const warm = ref ? await Sandbox.create(ref, opts) : await Sandbox.create(opts);
-      await warm.commands.run("true");
-      await warm.kill();
+    // Two slots in each image (two sandboxes at once, killed: their slots are reset back into
+    // it), and the plain path warm. Both template legs start from the template's image: with a
+    // single slot in it, the second of two such legs in a row would take the slot whose reset
+    // just ended (its next session sandbox still being made), a cost of the order, not of the
+    // template. With two, a leg takes the one reset earlier (pool/slot-placement.ts), as each
+    // image leg does.
+    for (const ref of [undefined, busyboxRef, builtImage]) {
+      const pair = await Promise.all([0, 1].map(() => (ref ? Sandbox.create(ref, opts) : Sandbox.create(opts))));
+      for (const s of pair) await s.commands.run("true");
+      await Promise.all(pair.map((s) => s.kill()));
     }
     // Four legs a round: a plain sandbox, one from the base image, one from the built template
     // (by name), and one from the template's own image by reference (the same layers as the
@@ -297,16 +307,19 @@ async function layerCost(registryHost: string, refs: Array<{ layers: number; ref
     // The first reset of each fetches and unpacks its image: not measured.
     for (const [i, r] of refs.entries()) await post("/reset", { slot_id: `slot_${i}`, image: r.ref });
     for (let round = 0; round < ROUNDS; round++) {
+      // Every slot reset, then every slot's first command: as in E2B, where a sandbox's slot was
+      // reset at the previous sandbox's kill, and its next session sandbox made since.
       for (const i of shuffle(refs.map((_, i) => i))) {
         const t0 = performance.now();
         const reset = JSON.parse(await post("/reset", { slot_id: `slot_${i}`, image: refs[i]!.ref }));
         if (!reset.success) throw new Error(`reset: ${reset.error}`);
+        times[i]!.reset.push(performance.now() - t0);
+      }
+      for (const i of shuffle(refs.map((_, i) => i))) {
         const t1 = performance.now();
         const events = await post("/processes/start", { slot_id: `slot_${i}`, cmd: "/bin/bash", args: ["-l", "-c", "cat /etc/step-19.txt >/dev/null"], envs: { HOME: "/home/user" }, stdin: false, workspace_alias: "/home/user" });
-        const t2 = performance.now();
         if (!events.includes('"exit_code":0')) throw new Error(`command: ${events.slice(-500)}`);
-        times[i]!.reset.push(t1 - t0);
-        times[i]!.command.push(t2 - t1);
+        times[i]!.command.push(performance.now() - t1);
       }
     }
     console.log(`\nOne image's files as 1, 5 or 20 layers over the same base layer, ${ROUNDS} rounds (sandbox server)     p50 ms`);
