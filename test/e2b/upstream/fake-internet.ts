@@ -1,5 +1,5 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -33,6 +33,8 @@ export interface FakeInternet {
   wrap(command: string, args: string[]): { command: string; args: string[] };
   /** The CA the fake hosts' certificate is signed by. */
   caFile: string;
+  /** The two network namespaces' names (`ip netns`): the test's, the internet's. */
+  namespaces: [string, string];
   remove(): void;
 }
 
@@ -53,6 +55,7 @@ export function fakeInternetMissing(): string | undefined {
   if (process.getuid?.() !== 0) return "needs root: network namespaces of the test's own";
   for (const tool of ["ip", "nsenter", "unshare", "mount"]) if (!findExecutable(tool)) return `${tool} is not installed`;
   if (opensslMissing) return "openssl is not installed (the fake hosts' certificates)";
+  if (!existsSync(BUNDLE)) return `no CA bundle at ${BUNDLE} to bind the run's CA over (Debian: ca-certificates)`;
   return undefined;
 }
 
@@ -117,6 +120,7 @@ export async function makeFakeInternet(): Promise<FakeInternet> {
     const bundle = tls.caFile;
     return {
       caFile: tls.caFile,
+      namespaces: [testNs, inetNs],
       wrap: (command, args) => ({
         command: "nsenter",
         args: [
