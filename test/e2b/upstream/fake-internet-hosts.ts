@@ -3,7 +3,8 @@
 // the way the real hosts do (the answers E2B's tests assert): Cloudflare's 1.1.1.1 a 301 to
 // its site, Google's 8.8.8.8 a 302 to its site, connectivitycheck.gstatic.com/generate_204 an
 // empty 204, over HTTPS (a certificate of the test's CA) and plain HTTP; and DNS (UDP) on the
-// resolver address for the names it holds. Prints "up" once every socket listens.
+// resolver address for the names it holds. Prints "up" once every socket listens; ends when
+// its stdin closes (the test that started it is gone, however it ended).
 import { createSocket } from "node:dgram";
 import { readFileSync } from "node:fs";
 import { createServer as createHttp, type IncomingMessage, type ServerResponse } from "node:http";
@@ -89,6 +90,8 @@ async function main(config: FakeInternetConfig): Promise<void> {
   });
   listening.push(new Promise((resolve) => udp.bind(53, config.dns, () => resolve())));
   await Promise.all(listening);
+  process.stdin.on("end", () => process.exit(0));
+  process.stdin.resume();
   process.stdout.write("up\n");
 }
 

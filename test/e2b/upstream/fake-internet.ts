@@ -59,6 +59,21 @@ export function fakeInternetMissing(): string | undefined {
   return undefined;
 }
 
+/** Namespaces of a run whose process is gone (killed before its clean-up ran): deleted. */
+function removeStale(ip: (...args: string[]) => Buffer): void {
+  for (const m of ip("netns", "list").toString().matchAll(/^slotpool-(?:e2b|inet)-(\d+)\b\S*/gm)) {
+    try {
+      process.kill(Number(m[1]), 0);
+    } catch {
+      try {
+        ip("netns", "del", m[0]);
+      } catch {
+        /* gone meanwhile */
+      }
+    }
+  }
+}
+
 export async function makeFakeInternet(): Promise<FakeInternet> {
   const testNs = `slotpool-e2b-${process.pid}`;
   const inetNs = `slotpool-inet-${process.pid}`;
@@ -79,6 +94,7 @@ export async function makeFakeInternet(): Promise<FakeInternet> {
     rmSync(dir, { recursive: true, force: true });
   };
   process.once("exit", remove);
+  removeStale(ip);
   try {
     tls = makeTestTlsFor({
       caName: "slotpool fake internet test CA",
@@ -109,7 +125,7 @@ export async function makeFakeInternet(): Promise<FakeInternet> {
     };
     const script = join(dirname(fileURLToPath(import.meta.url)), "fake-internet-hosts.ts");
     // nsenter, not `ip netns exec` (which remounts /sys): a plain process of the namespace.
-    hosts = spawn("nsenter", [`--net=/run/netns/${inetNs}`, "--", process.execPath, "--import", "tsx", script, JSON.stringify(config)], { cwd: dirname(script), stdio: ["ignore", "pipe", "pipe"] });
+    hosts = spawn("nsenter", [`--net=/run/netns/${inetNs}`, "--", process.execPath, "--import", "tsx", script, JSON.stringify(config)], { cwd: dirname(script), stdio: ["pipe", "pipe", "pipe"] });
     let err = "";
     hosts.stderr!.on("data", (d: Buffer) => (err += d.toString()));
     await new Promise<void>((resolve, reject) => {
