@@ -35,6 +35,9 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 # openssl: the tests make a throwaway CA and certificate for the E2B server's HTTPS port
 # (test/support/test-tls.ts).
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# ca-certificates: the bundle E2B's suites bind their fake internet's CA over, in a mount
+# namespace of their own (test/e2b/upstream/fake-internet.ts); curl in a slot reads it.
+[ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 # The tests' virtualenv of real Python clients (scripts/setup-python.sh) needs venv support in
 # the system's python3, which a non-root user runs (Debian splits it into python3-venv).
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1; then

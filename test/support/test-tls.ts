@@ -23,12 +23,18 @@ export interface TestTls {
 export const opensslMissing = findExecutable("openssl") === null;
 
 export function makeTestTls(domain: string): TestTls {
+  return makeTestTlsFor({ cn: `*.${domain}`, dns: [`*.${domain}`, domain, "localhost", "*.localhost"], ips: ["127.0.0.1"] });
+}
+
+/** The same for any names and IPv4 addresses (the certificate's subject alternative names; `cn` its common name). */
+export function makeTestTlsFor(names: { cn: string; dns: string[]; ips: string[]; caName?: string }): TestTls {
   const dir = mkdtempSync(join(tmpdir(), "slotpool-tls-"));
   const f = (name: string) => join(dir, name);
   const openssl = (...args: string[]) => execFileSync("openssl", args, { stdio: ["ignore", "ignore", "pipe"] });
-  openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f("ca.key"), "-out", f("ca.pem"), "-days", "2", "-subj", "/CN=slotpool test CA", "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign");
-  openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f("server.key"), "-out", f("server.csr"), "-subj", `/CN=*.${domain}`);
-  writeFileSync(f("ext.cnf"), `subjectAltName=DNS:*.${domain},DNS:${domain},DNS:localhost,DNS:*.localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n`);
+  openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f("ca.key"), "-out", f("ca.pem"), "-days", "2", "-subj", `/CN=${names.caName ?? "slotpool test CA"}`, "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign");
+  openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f("server.key"), "-out", f("server.csr"), "-subj", `/CN=${names.cn}`);
+  const san = [...names.dns.map((d) => `DNS:${d}`), ...names.ips.map((i) => `IP:${i}`)].join(",");
+  writeFileSync(f("ext.cnf"), `subjectAltName=${san}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n`);
   openssl("x509", "-req", "-in", f("server.csr"), "-CA", f("ca.pem"), "-CAkey", f("ca.key"), "-CAcreateserial", "-out", f("server.pem"), "-days", "2", "-extfile", f("ext.cnf"));
   return {
     dir,

@@ -11,7 +11,9 @@ let images: TemplateImages | undefined;
 export async function setup(): Promise<void> {
   // The template tests' base images (Docker Hub's, which CI cannot reach) from a registry on loopback.
   images = await startTemplateImages();
-  server = await startE2bServerProcess(images?.args ?? []);
+  // In the fake internet (fake-internet.ts, as root), sandboxes get the network, as E2B's do by default.
+  const internet = process.env["SLOTPOOL_UPSTREAM_INTERNET"] === "1" ? ["--allow-network"] : [];
+  server = await startE2bServerProcess([...(images?.args ?? []), ...internet]);
   process.env["E2B_API_URL"] = server.url;
   process.env["E2B_SANDBOX_URL"] = server.url;
   process.env["E2B_API_KEY"] = server.apiKey;

@@ -1,7 +1,9 @@
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { FakeInternet } from "./fake-internet.js";
 
 /** One upstream test's outcome, keyed as `file :: full name` (file relative to the suite's root). */
 export interface UpstreamOutcome {
@@ -10,21 +12,33 @@ export interface UpstreamOutcome {
   message: string;
 }
 
-/** Runs E2B's JS SDK tests (test/e2b/upstream/js) in their own vitest and returns every outcome. */
-export async function runUpstreamJs(repo: string): Promise<{ outcomes: UpstreamOutcome[]; output: string }> {
+/**
+ * `command args` as a child (in the fake internet's namespaces when there is one: the child and
+ * all it starts), its stdout and stderr together once it ends.
+ */
+function runChild(command: string, args: string[], cwd: string, internet: FakeInternet | undefined, env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  const run = internet ? internet.wrap(command, args) : { command, args };
+  return new Promise<string>((resolve) => {
+    // stdin a pipe that closes when this process ends: python-suite.ts then stops its server.
+    const child = spawn(run.command, run.args, { cwd, env, stdio: ["pipe", "pipe", "pipe"] });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    child.once("close", () => resolve(out));
+  });
+}
+
+/**
+ * Runs E2B's JS SDK tests (test/e2b/upstream/js) in their own vitest and returns every outcome.
+ * With `internet` (fake-internet.ts), that vitest, the server its global setup starts and the
+ * sandboxes run in the fake internet, and the server gives sandboxes the network.
+ */
+export async function runUpstreamJs(repo: string, internet?: FakeInternet): Promise<{ outcomes: UpstreamOutcome[]; output: string }> {
   const dir = mkdtempSync(join(tmpdir(), "slotpool-e2b-upstream-"));
   const report = join(dir, "report.json");
   try {
-    const output = await new Promise<string>((resolve) => {
-      const child = spawn(process.execPath, [join(repo, "node_modules", "vitest", "vitest.mjs"), "run", "--config", join(repo, "test/e2b/upstream/js.vitest.config.ts"), "--reporter=json", `--outputFile=${report}`], {
-        cwd: repo,
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      let out = "";
-      child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-      child.stderr.on("data", (d: Buffer) => (out += d.toString()));
-      child.once("close", () => resolve(out));
-    });
+    const args = [join(repo, "node_modules", "vitest", "vitest.mjs"), "run", "--config", join(repo, "test/e2b/upstream/js.vitest.config.ts"), "--reporter=json", `--outputFile=${report}`];
+    const output = await runChild(process.execPath, args, repo, internet, { ...process.env, ...(internet ? { SLOTPOOL_UPSTREAM_INTERNET: "1" } : {}) });
     const parsed = JSON.parse(readFileSync(report, "utf8")) as {
       testResults: { name: string; status: string; message?: string; assertionResults: { fullName: string; status: string; failureMessages: string[] }[] }[];
     };
@@ -45,36 +59,17 @@ export async function runUpstreamJs(repo: string): Promise<{ outcomes: UpstreamO
 
 /**
  * Runs E2B's Python SDK tests (test/e2b/upstream/python) with pytest from `python` (the
- * venv of scripts/setup-python.sh) against `server`, and returns every outcome from pytest's
- * JUnit report (a skip counts as not passed).
+ * venv of scripts/setup-python.sh) against a server of their own (python-suite.ts starts it,
+ * in the fake internet with `internet`), and returns every outcome from pytest's JUnit report
+ * (a skip counts as not passed).
  */
-export async function runUpstreamPython(repo: string, python: string, server: { url: string; apiKey: string; tls?: { caFile: string } | undefined }): Promise<{ outcomes: UpstreamOutcome[]; output: string }> {
+export async function runUpstreamPython(repo: string, python: string, internet?: FakeInternet): Promise<{ outcomes: UpstreamOutcome[]; output: string }> {
   const dir = mkdtempSync(join(tmpdir(), "slotpool-e2b-upstream-py-"));
   const report = join(dir, "junit.xml");
-  const root = join(repo, "test/e2b/upstream/python");
   try {
-    const output = await new Promise<string>((resolve) => {
-      // -p slotpool_localhost: `*.localhost` is loopback, as with systemd-resolved (https://get_host(port)).
-      const child = spawn(python, ["-m", "pytest", "-p", "no:cacheprovider", "-p", "slotpool_localhost", "-q", "-n", "2", `--junitxml=${report}`, "-o", "junit_family=xunit1", root], {
-        cwd: root,
-        env: {
-          ...process.env,
-          E2B_API_URL: server.url,
-          E2B_SANDBOX_URL: server.url,
-          E2B_API_KEY: server.apiKey,
-          E2B_DOMAIN: new URL(server.url).host,
-          // The plugin lives beside the tests (pytest loads -p plugins before the ini's pythonpath).
-          PYTHONPATH: [root, process.env["PYTHONPATH"]].filter(Boolean).join(":"),
-          // httpx trusts the server's certificate (a throwaway CA's) for https://get_host(port).
-          ...(server.tls ? { SSL_CERT_FILE: server.tls.caFile } : {}),
-        },
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      let out = "";
-      child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-      child.stderr.on("data", (d: Buffer) => (out += d.toString()));
-      child.once("close", () => resolve(out));
-    });
+    const script = join(dirname(fileURLToPath(import.meta.url)), "python-suite.ts");
+    const output = await runChild(process.execPath, ["--import", "tsx", script, python, report, ...(internet ? ["--internet"] : [])], repo, internet);
+    if (!existsSync(report)) throw new Error(`pytest wrote no report:\n${output.slice(-4000)}`);
     const xml = readFileSync(report, "utf8");
     const outcomes: UpstreamOutcome[] = [];
     for (const m of xml.matchAll(/<testcase\b([^>]*?)(\/>|>([\s\S]*?)<\/testcase>)/g)) {
@@ -92,11 +87,20 @@ export async function runUpstreamPython(repo: string, python: string, server: { 
 
 /**
  * Why a listed upstream test fails, the first word of its reason in the expected-failures
- * lists: what slotpool does not serve yet or here (left out of the served pass rate), or what
- * it cannot be by design or what the SDK itself does (counted).
+ * lists: what slotpool does not serve yet or here (left out of the served pass rate: `egress`,
+ * header transforms not built; `internet`, listed only where the fake internet cannot be made,
+ * `listedHere`), or what it cannot be by design or what the SDK itself does (counted).
  */
-export const NOT_SERVED = ["template-build", "task-image", "egress", "internet"] as const;
+export const NOT_SERVED = ["egress", "internet"] as const;
 export const COUNTED = ["by-design", "sdk-mismatch"] as const;
+
+/**
+ * The list as it holds on this run: the tests listed as `internet` need the fake internet
+ * (fake-internet.ts: root only); where it is made, they must pass, so they are not listed.
+ */
+export function listedHere(expected: Record<string, string>, fakeInternet: boolean): Record<string, string> {
+  return fakeInternet ? Object.fromEntries(Object.entries(expected).filter(([, why]) => why.split(":")[0] !== "internet")) : expected;
+}
 
 export interface Verdict {
   passed: number;
