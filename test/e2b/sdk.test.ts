@@ -292,10 +292,10 @@ describe("E2B SDK against slotpool", () => {
     expect((await Sandbox.list(h.opts).nextItems()).map((s) => s.sandboxId)).not.toContain(k.sandboxId);
   });
 
-  it("answers what it does not support with a clear error", async () => {
+  it("answers what it does not support with a clear error and its stable code (errorCode, beside E2B's code: the status)", async () => {
     const logs = await fetch(`${h.url}/sandboxes/${sbx.sandboxId}/logs`, { headers: { "x-api-key": h.apiKey } });
     expect(logs.status).toBe(501);
-    expect(await logs.text()).toMatch(/sandbox logs is not supported by slotpool/);
+    expect(await logs.json()).toMatchObject({ code: 501, errorCode: "E2B_UNSUPPORTED", message: expect.stringMatching(/sandbox logs is not supported by slotpool/) });
     await expect(sbx.commands.run("true", { background: false, timeoutMs: 5000, user: "root" }).then((r) => r.exitCode)).resolves.toBe(0);
   });
 
