@@ -221,7 +221,8 @@ describe.skipIf(imagesMissing !== undefined)(`E2B template failures' stable code
     const builds = new TemplateBuilds({ pool: h.pool, templates, files: new TemplateFiles(filesDir, 1 << 20), logger: silentLogger() });
     const { build } = templates.request("tpl-code-cancelled", []);
     builds.start(build, { fromImage: base, force: true, steps: [{ type: "RUN", args: ["sleep 600"], force: false }] });
-    await until(() => build.logs.some((l) => l.message.includes("[1/1] RUN")));
+    await until(() => build.status !== "building" || build.logs.some((l) => l.message.includes("[1/1] RUN")));
+    expect(build.status).toBe("building");
     builds.close();
     await until(() => build.status !== "building");
     expect(build).toMatchObject({ status: "error", reason: { code: "BUILD_CANCELLED" } });
