@@ -357,13 +357,24 @@ describe("shutdown", () => {
     await c.registerJob(sandboxJob({ jobId: "never-starts", count: 2 }));
     emu.failNext("GET /v1/job/never-starts", "hang");
     const hung = c.readJob("never-starts").catch((e: unknown) => e);
+    let firstEvent!: () => void;
+    const streaming = new Promise<void>((r) => (firstEvent = r));
     const stream = (async () => {
       let n = 0;
-      for await (const _ of c.eventStream({ topics: { Allocation: ["never-starts"] }, index: 1 })) n++;
+      for await (const _ of c.eventStream({ topics: { Allocation: ["never-starts"] }, index: 1 })) {
+        n++;
+        firstEvent();
+      }
       return n;
     })();
-    // wait: the hung request and the stream reaching the emulator (no event shows them there)
-    await new Promise((r) => setTimeout(r, 100));
+    // Both must be open at the emulator before it stops (a stop before the stream's request
+    // arrived would be a refused connection, not the stream this case is about): the stream
+    // has delivered an event, and the emulator has recorded the hung request.
+    await Promise.race([streaming, stream]);
+    while (!emu.requests.some((r) => r.method === "GET" && r.path === "/v1/job/never-starts")) {
+      // wait: polls the emulator's request log (no event marks a request that is never answered); each turn 10 ms
+      await new Promise((r) => setTimeout(r, 10));
+    }
     const started = Date.now();
     await emu.stop();
     // bound: stop ends the hung request and the stream instead of waiting for them (forever): 10 s leaves a loaded box room.
