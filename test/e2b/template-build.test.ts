@@ -216,9 +216,14 @@ describe.skipIf(imagesMissing !== undefined)(`E2B template failures' stable code
     expect(s).toMatchObject({ status: "error", reason: { errorCode: "BUILD_FILES_MISSING", message: expect.stringMatching(/never uploaded/) } });
   }, 300_000);
 
-  it("BUILD_CANCELLED: a build under way when the server closes its builds", async () => {
+  /** Builds of the harness's pool outside its E2B server, for the cases that drive them directly. */
+  const ownBuilds = () => {
     const templates = new BuiltTemplates();
-    const builds = new TemplateBuilds({ pool: h.pool, templates, files: new TemplateFiles(filesDir, 1 << 20), logger: silentLogger() });
+    return { templates, builds: new TemplateBuilds({ pool: h.pool, templates, files: new TemplateFiles(filesDir, 1 << 20), logger: silentLogger() }) };
+  };
+
+  it("BUILD_CANCELLED: a build under way when the server closes its builds", async () => {
+    const { templates, builds } = ownBuilds();
     const { build } = templates.request("tpl-code-cancelled", []);
     builds.start(build, { fromImage: base, force: true, steps: [{ type: "RUN", args: ["sleep 600"], force: false }] });
     await until(() => build.status !== "building" || build.logs.some((l) => l.message.includes("[1/1] RUN")));
@@ -229,8 +234,7 @@ describe.skipIf(imagesMissing !== undefined)(`E2B template failures' stable code
   }, 300_000);
 
   it("BUILD_FAILED: anything else, here a build the sandbox server refuses (a step the E2B API would not have passed on)", async () => {
-    const templates = new BuiltTemplates();
-    const builds = new TemplateBuilds({ pool: h.pool, templates, files: new TemplateFiles(filesDir, 1 << 20), logger: silentLogger() });
+    const { templates, builds } = ownBuilds();
     const { build } = templates.request("tpl-code-refused", []);
     builds.start(build, { fromImage: base, force: false, steps: [{ type: "RUN", args: ["nul\0byte"], force: false }] });
     await until(() => build.status !== "building");
